@@ -1,0 +1,31 @@
+package outbox
+
+// Code is a stable, machine-readable reason for a failed delivery attempt.
+// It is stored in the event row (last_error_code and the attempt log),
+// passed to hooks and counted in stats. Codes never change meaning; new ones
+// may be added.
+type Code string
+
+// The delivery error codes.
+const (
+	// CodeHandlerError: a local handler returned an error.
+	CodeHandlerError Code = "handler_error"
+	// CodePublishError: the publisher reported an error for the event.
+	CodePublishError Code = "publish_error"
+	// CodeTimeout: the handler or publisher did not finish within its
+	// timeout.
+	CodeTimeout Code = "timeout"
+	// CodeNoHandler: no local handler is registered for the event type and
+	// no publisher is configured. The event goes straight to FAILED.
+	CodeNoHandler Code = "no_handler"
+	// CodeWorkerLost: the worker holding the event stopped renewing its
+	// lease (crash, kill, partition) more often than the recovery cap
+	// allows, or at-most-once delivery lost its lease.
+	CodeWorkerLost Code = "worker_lost"
+	// CodeLockLost: a worker found that its lease had been lost before it
+	// could record the outcome. Reported to OnError; never stored by the
+	// stale worker, since it no longer owns the row.
+	CodeLockLost Code = "lock_lost"
+	// CodePanic: a handler or publisher panicked; the panic was recovered.
+	CodePanic Code = "panic"
+)
