@@ -1,0 +1,194 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Failure is the outcome of a failed attempt on one held row.
+type Failure struct {
+	Ref
+	// Code is the stable reason, stored in last_error_code.
+	Code outbox.Code
+	// Message is the error text, stored bounded (2048 characters in
+	// last_error, 512 in the attempt log). It must not contain payloads.
+	Message string
+	// Final makes the row FAILED; otherwise it returns to PENDING, due at
+	// the database's now() + Delay.
+	Final bool
+	// Delay is the backoff before the retry; ignored when Final.
+	Delay time.Duration
+}
+
+// CompleteParams are the outcomes to record.
+type CompleteParams struct {
+	// Sent are the rows whose attempt succeeded.
+	Sent []Ref
+	// Failed are the rows whose attempt failed.
+	Failed []Failure
+	// DeleteSent deletes succeeded rows instead of marking them SENT.
+	DeleteSent bool
+}
+
+// Retried is a row returned to PENDING for a later attempt.
+type Retried struct {
+	ID uuid.UUID
+	// Attempts is the number of ended attempts, this one included.
+	Attempts int
+	// NextAttemptAt is when the row becomes due again (database clock).
+	NextAttemptAt time.Time
+}
+
+// Dead is a row that became FAILED.
+type Dead struct {
+	ID uuid.UUID
+	// Attempts is the number of ended attempts, this one included.
+	Attempts int
+}
+
+// CompleteResult says what happened to each row of a Complete call.
+type CompleteResult struct {
+	// Sent are the rows now SENT (or deleted).
+	Sent []uuid.UUID
+	// Retried are the rows now PENDING again.
+	Retried []Retried
+	// Failed are the rows now FAILED.
+	Failed []Dead
+	// Lost are the rows the caller no longer held: their lease expired or
+	// their token no longer matched. They were not changed.
+	Lost []uuid.UUID
+}
+
+// Complete records a batch of outcomes in one round trip: one statement for
+// all successes and one for all failures, each fenced by id, token and an
+// unexpired lease. Rows that fail the fence are reported in Lost.
+func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (CompleteResult, error) {
+	batch := &pgx.Batch{}
+	if len(p.Sent) > 0 {
+		ids, tokens := split(p.Sent)
+		sql := s.sql.sent
+		if p.DeleteSent {
+			sql = s.sql.deleteSent
+		}
+		batch.Queue(sql, ids, tokens)
+	}
+	if len(p.Failed) > 0 {
+		batch.Queue(s.sql.failed, failureArgs(p.Failed)...)
+	}
+	if batch.Len() == 0 {
+		return CompleteResult{}, nil
+	}
+	res, err := s.runComplete(ctx, db, batch, len(p.Sent) > 0, len(p.Failed) > 0)
+	if err != nil {
+		return CompleteResult{}, fmt.Errorf("pgoutbox: complete: %w", err)
+	}
+	res.Lost = lost(p, res)
+	return res, nil
+}
+
+func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sent, failed bool) (res CompleteResult, err error) {
+	br := db.SendBatch(ctx, batch)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if sent {
+		rows, err := br.Query()
+		if err != nil {
+			return res, err
+		}
+		if res.Sent, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+			return res, err
+		}
+	}
+	if failed {
+		rows, err := br.Query()
+		if err != nil {
+			return res, err
+		}
+		if err := collectFailed(rows, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func collectFailed(rows pgx.Rows, res *CompleteResult) error {
+	var r Retried
+	var status outbox.Status
+	_, err := pgx.ForEachRow(rows, []any{&r.ID, &status, &r.Attempts, &r.NextAttemptAt}, func() error {
+		if status == outbox.StatusFailed {
+			res.Failed = append(res.Failed, Dead{ID: r.ID, Attempts: r.Attempts})
+		} else {
+			res.Retried = append(res.Retried, r)
+		}
+		return nil
+	})
+	return err
+}
+
+func failureArgs(fs []Failure) []any {
+	ids := make([]uuid.UUID, len(fs))
+	tokens := make([]uuid.UUID, len(fs))
+	codes := make([]string, len(fs))
+	messages := make([]string, len(fs))
+	finals := make([]bool, len(fs))
+	delays := make([]int64, len(fs))
+	for i, f := range fs {
+		ids[i], tokens[i], codes[i] = f.ID, f.Token, string(f.Code)
+		messages[i], finals[i], delays[i] = cleanMessage(f.Message), f.Final, micros(f.Delay)
+	}
+	return []any{ids, tokens, codes, messages, finals, delays}
+}
+
+// maxMessageBytes bounds the error text sent to the database.
+const maxMessageBytes = 2048
+
+// cleanMessage makes an error text storable as text: valid UTF-8, no NUL,
+// at most maxMessageBytes bytes (cut on a rune boundary).
+func cleanMessage(m string) string {
+	m = strings.ReplaceAll(strings.ToValidUTF8(m, "\uFFFD"), "\x00", "")
+	if len(m) <= maxMessageBytes {
+		return m
+	}
+	cut := maxMessageBytes
+	for cut > 0 && !utf8.RuneStart(m[cut]) {
+		cut--
+	}
+	return m[:cut]
+}
+
+// lost lists the requested rows that no statement touched.
+func lost(p CompleteParams, res CompleteResult) []uuid.UUID {
+	done := make(map[uuid.UUID]struct{}, len(p.Sent)+len(p.Failed))
+	for _, id := range res.Sent {
+		done[id] = struct{}{}
+	}
+	for _, r := range res.Retried {
+		done[r.ID] = struct{}{}
+	}
+	for _, d := range res.Failed {
+		done[d.ID] = struct{}{}
+	}
+	var out []uuid.UUID
+	for _, r := range p.Sent {
+		if _, ok := done[r.ID]; !ok {
+			out = append(out, r.ID)
+		}
+	}
+	for _, f := range p.Failed {
+		if _, ok := done[f.ID]; !ok {
+			out = append(out, f.ID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,41 @@
+// Package lease holds the statements that move event rows in and out of
+// PROCESSING: claim, renew, fenced completion, recovery of expired leases
+// and release. Each takes a whole batch in one statement; none is ever run
+// once per row. The dispatcher package drives them; they are exported so
+// that tests, tools and other coordinators can use the same fenced
+// transitions.
+//
+// # Claim
+//
+// One statement locks up to N due PENDING rows in a materialized CTE on the
+// outbox table alone (FOR UPDATE SKIP LOCKED, ordered by next_attempt_at,
+// seq to match the partial index of due rows), and turns them into
+// PROCESSING with a fresh random token, the owner's name, locked_at and
+// lease_until from the database clock. Rows locked by another claimer are
+// skipped, never waited for, and a row is never handed to two claimers.
+//
+// # Fencing
+//
+// Renew, Complete and Release match each row by id AND token AND status
+// PROCESSING, and Renew and Complete also by an unexpired lease
+// (lease_until > now(), database clock). A worker whose lease expired, was
+// recovered or was re-claimed by someone else therefore changes nothing; the
+// statements report the rows they could not touch as lost, and the caller
+// reports them as outbox.ErrLockLost.
+//
+// # Recovery
+//
+// Recover returns a bounded batch of PROCESSING rows whose lease has expired
+// to PENDING, due at once, without spending retry budget (attempts is
+// unchanged) and with recoveries + 1. A row recovered more than the cap
+// allows (a poison event that kills its worker every time), or any expired
+// row under at-most-once delivery, becomes FAILED with code worker_lost.
+// Recovery locks the rows it changes with SKIP LOCKED and re-checks status
+// and expiry on the locked version, so a row completed at the same moment
+// stays completed.
+//
+// # Time
+//
+// Every due and expiry comparison, and every timestamp written, uses the
+// database's now(). Durations travel as microseconds.
+package lease

@@ -1,0 +1,175 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Ref names one held row: its id and the token it was claimed with.
+type Ref struct {
+	ID    uuid.UUID
+	Token uuid.UUID
+}
+
+// ClaimParams are the inputs of Claim.
+type ClaimParams struct {
+	// Owner names the claiming worker; stored in lock_owner and the
+	// attempt log. Required.
+	Owner string
+	// Limit is the most rows to claim; at least 1.
+	Limit int
+	// Lease is how long the claim holds before it expires unless renewed;
+	// at least 1ms.
+	Lease time.Duration
+}
+
+// Batch is the result of one Claim: rows now PROCESSING under Token.
+type Batch struct {
+	// Token fences every row of the batch; fresh and random for each claim.
+	Token uuid.UUID
+	// Events are the claimed rows, oldest due first, with Attempt set to
+	// the number of this attempt (ended attempts + 1) and CreatedAt set.
+	Events []outbox.Event
+	// LeaseUntil is the database time at which the lease expires unless
+	// renewed.
+	LeaseUntil time.Time
+}
+
+// Refs returns the refs of every event in the batch.
+func (b Batch) Refs() []Ref {
+	refs := make([]Ref, len(b.Events))
+	for i, e := range b.Events {
+		refs[i] = Ref{ID: e.ID, Token: b.Token}
+	}
+	return refs
+}
+
+// Claim turns up to p.Limit due PENDING rows into PROCESSING under a fresh
+// token, in one statement. It returns an empty batch when nothing is due.
+func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
+	if p.Owner == "" || p.Limit < 1 || p.Lease < time.Millisecond {
+		return Batch{}, fmt.Errorf("%w: claim needs an owner, a limit >= 1 and a lease >= 1ms", outbox.ErrInvalidConfig)
+	}
+	token, err := uuid.NewRandom()
+	if err != nil {
+		return Batch{}, fmt.Errorf("pgoutbox: claim token: %w", err)
+	}
+	rows, err := db.Query(ctx, s.sql.claim, p.Limit, token, p.Owner, micros(p.Lease))
+	if err != nil {
+		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
+	}
+	b := Batch{Token: token}
+	var attempts int
+	var e outbox.Event
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID,
+		&e.PartitionKey, &e.IdempotencyKey, &e.ContentType, &e.Payload, &e.Headers,
+		&attempts, &e.CreatedAt, &b.LeaseUntil}, func() error {
+		e.Attempt = attempts + 1
+		b.Events = append(b.Events, e)
+		e = outbox.Event{}
+		return nil
+	})
+	if err != nil {
+		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
+	}
+	return b, nil
+}
+
+// Renew extends the lease of every held row in refs to the database's
+// now() + lease, in one statement. It returns the ids it renewed; a ref
+// missing from the result is lost (expired, recovered or re-claimed).
+func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duration) ([]uuid.UUID, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, tokens := split(refs)
+	rows, err := db.Query(ctx, s.sql.renew, ids, tokens, micros(lease))
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: renew: %w", err)
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: renew: %w", err)
+	}
+	return renewed, nil
+}
+
+// Release returns held rows that were never started to PENDING, keeping
+// their due time and attempt count, in one statement. It does not require
+// an unexpired lease: releasing is always safe for the token's owner. It
+// returns the ids it released.
+func (s *Store) Release(ctx context.Context, db DB, refs []Ref) ([]uuid.UUID, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, tokens := split(refs)
+	rows, err := db.Query(ctx, s.sql.release, ids, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: release: %w", err)
+	}
+	released, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: release: %w", err)
+	}
+	return released, nil
+}
+
+// RecoverParams are the inputs of Recover.
+type RecoverParams struct {
+	// Limit bounds the rows one call recovers; at least 1.
+	Limit int
+	// MaxRecoveries is how many times a row may be recovered; the next
+	// expiry makes it FAILED with worker_lost.
+	MaxRecoveries int
+	// AtMostOnce makes every expired row FAILED with worker_lost, since its
+	// handler may have run.
+	AtMostOnce bool
+}
+
+// RecoverResult lists what Recover changed.
+type RecoverResult struct {
+	// Pending are the rows returned to PENDING, due now.
+	Pending []uuid.UUID
+	// Failed are the rows that became FAILED with worker_lost.
+	Failed []uuid.UUID
+}
+
+// Recover returns up to p.Limit PROCESSING rows whose lease has expired to
+// PENDING (or FAILED, see RecoverParams), in one statement, without
+// spending retry budget.
+func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverResult, error) {
+	rows, err := db.Query(ctx, s.sql.recover, p.Limit, p.MaxRecoveries, p.AtMostOnce)
+	if err != nil {
+		return RecoverResult{}, fmt.Errorf("pgoutbox: recover: %w", err)
+	}
+	var res RecoverResult
+	var id uuid.UUID
+	var status outbox.Status
+	_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+		if status == outbox.StatusFailed {
+			res.Failed = append(res.Failed, id)
+		} else {
+			res.Pending = append(res.Pending, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return RecoverResult{}, fmt.Errorf("pgoutbox: recover: %w", err)
+	}
+	return res, nil
+}
+
+func split(refs []Ref) (ids, tokens []uuid.UUID) {
+	ids = make([]uuid.UUID, len(refs))
+	tokens = make([]uuid.UUID, len(refs))
+	for i, r := range refs {
+		ids[i], tokens[i] = r.ID, r.Token
+	}
+	return ids, tokens
+}

@@ -1,0 +1,111 @@
+package lease
+
+import "fmt"
+
+// statements is the SQL text of one table, built once in New.
+type statements struct {
+	claim, renew, sent, deleteSent, failed, recover, release string
+}
+
+// appendLog is the SQL expression that appends one entry to attempt_log and
+// keeps only the latest ten (the table's CHECK allows no more).
+func appendLog(entry string) string {
+	return `CASE WHEN jsonb_array_length(o.attempt_log) >= 10 THEN o.attempt_log - 0 ELSE o.attempt_log END || jsonb_build_array(` + entry + `)`
+}
+
+// logEntry builds the attempt-log object of the current attempt.
+func logEntry(outcome, code, message string) string {
+	return fmt.Sprintf(`jsonb_build_object('attempt', o.attempts + 1, 'outcome', %s, 'code', %s, 'message', %s, `+
+		`'owner', o.lock_owner, 'started', o.locked_at, 'ended', now())`, outcome, code, message)
+}
+
+// fenced is the condition every transition of a held row must meet.
+const fenced = `o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING' AND o.lease_until > now()`
+
+// cleared releases the lease columns of a row leaving PROCESSING.
+const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
+
+// recoverFinal decides, on the locked row version, whether a recovered row
+// is FAILED: always under at-most-once ($3), else past the recovery cap ($2).
+const recoverFinal = `($3::bool OR o.recoveries + 1 > $2::int)`
+
+// claimedColumns is what Claim returns for each row, in scan order.
+const claimedColumns = `o.id, o.event_type, coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''),
+	coalesce(o.partition_key, ''), coalesce(o.idempotency_key, ''), coalesce(o.content_type, ''),
+	o.payload, o.headers, o.attempts, o.created_at, o.lease_until`
+
+func buildStatements(t string) statements {
+	return statements{
+		claim: fmt.Sprintf(`WITH due AS MATERIALIZED (
+	SELECT id FROM %[1]s
+	WHERE status = 'PENDING' AND next_attempt_at <= now()
+	ORDER BY next_attempt_at, seq
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s AS o
+SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
+	lease_until = now() + $4::bigint * interval '1 microsecond'
+FROM due
+WHERE o.id = due.id
+RETURNING %[2]s`, t, claimedColumns),
+
+		renew: fmt.Sprintf(`UPDATE %[1]s AS o
+SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
+FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+WHERE %[2]s
+RETURNING o.id`, t, fenced),
+
+		sent: fmt.Sprintf(`UPDATE %[1]s AS o
+SET status = 'SENT', sent_at = now(), attempts = o.attempts + 1, %[2]s,
+	attempt_log = %[3]s
+FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+WHERE %[4]s
+RETURNING o.id`, t, cleared, appendLog(logEntry(`'sent'`, `NULL`, `NULL`)), fenced),
+
+		deleteSent: fmt.Sprintf(`DELETE FROM %[1]s AS o
+USING unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+WHERE %[2]s
+RETURNING o.id`, t, fenced),
+
+		failed: fmt.Sprintf(`UPDATE %[1]s AS o
+SET status = CASE WHEN x.final THEN 'FAILED' ELSE 'PENDING' END,
+	attempts = o.attempts + 1,
+	next_attempt_at = CASE WHEN x.final THEN o.next_attempt_at
+		ELSE now() + x.delay * interval '1 microsecond' END,
+	failed_at = CASE WHEN x.final THEN now() END,
+	last_error_code = x.code, last_error = left(x.message, 2048), %[2]s,
+	attempt_log = %[3]s
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[])
+	AS x(id, token, code, message, final, delay)
+WHERE %[4]s
+RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, cleared,
+			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
+
+		recover: fmt.Sprintf(`WITH expired AS MATERIALIZED (
+	SELECT id FROM %[1]s
+	WHERE status = 'PROCESSING' AND lease_until <= now()
+	ORDER BY lease_until
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s AS o
+SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
+	recoveries = o.recoveries + 1,
+	next_attempt_at = now(),
+	failed_at = CASE WHEN %[4]s THEN now() END,
+	last_error_code = 'worker_lost', last_error = 'lease expired: the worker stopped renewing it', %[2]s,
+	attempt_log = %[3]s
+FROM expired
+WHERE o.id = expired.id AND o.status = 'PROCESSING' AND o.lease_until <= now()
+RETURNING o.id, o.status`, t, cleared,
+			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
+			recoverFinal),
+
+		release: fmt.Sprintf(`UPDATE %[1]s AS o
+SET status = 'PENDING', %[2]s
+FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+WHERE o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING'
+RETURNING o.id`, t, cleared),
+	}
+}
