@@ -1,0 +1,203 @@
+package dispatcher
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Delivery chooses between at-least-once and at-most-once delivery.
+type Delivery int
+
+const (
+	// AtLeastOnce (the default) retries failed attempts and re-runs events
+	// whose worker was lost. A handler may run more than once per event.
+	AtLeastOnce Delivery = iota
+	// AtMostOnce never runs an event's handler (or publishes it) twice: a
+	// failed attempt becomes FAILED at once, and so does an event whose
+	// lease expired while it was held. Events may be lost; none repeat.
+	AtMostOnce
+)
+
+// String names the mode.
+func (d Delivery) String() string {
+	if d == AtMostOnce {
+		return "at-most-once"
+	}
+	return "at-least-once"
+}
+
+// Config configures a Dispatcher. Every field has a default, applied by New
+// to its zero value; a value out of range makes New return an
+// *outbox.ConfigError naming the field.
+type Config struct {
+	// Table is the outbox to dispatch. Defaults to public.outbox_events.
+	Table outbox.Table
+	// Owner names this dispatcher in lock_owner and the attempt log.
+	// Defaults to "<hostname>-<pid>-<random>"; at most 200 bytes.
+	Owner string
+
+	// BatchSize is the most events one claim takes. Defaults to 100;
+	// 1 to 10,000.
+	BatchSize int
+	// Concurrency is the most events in flight (claimed and not yet
+	// completed) at once, and so the most concurrent handler calls.
+	// Defaults to 100; 1 to 100,000.
+	Concurrency int
+	// PollInterval is the time between poll cycles. Polling always runs:
+	// it schedules retries and drains what wake-ups missed. Defaults to 1s;
+	// 10ms to 1h.
+	PollInterval time.Duration
+	// LeaseDuration is how long a claim holds without renewal. A heartbeat
+	// renews held leases about every third of it. Defaults to 30s; 1s to
+	// 1h.
+	LeaseDuration time.Duration
+	// HandlerTimeout bounds one handler call (its context's deadline).
+	// Defaults to 1m; 1ms to 24h, or -1 for none. The dispatcher waits for
+	// a handler to return even after its context ends, renewing the lease
+	// meanwhile, so that one event never runs twice at once.
+	HandlerTimeout time.Duration
+	// PublishTimeout bounds one Publisher.Publish call. Defaults to 30s;
+	// 1ms to 24h.
+	PublishTimeout time.Duration
+	// DrainTimeout is how long a stop lets in-flight handlers finish before
+	// cancelling their contexts. Defaults to 30s; 0 to 1h (-1 for 0).
+	DrainTimeout time.Duration
+
+	// MaxAttempts is the retry budget: attempts beyond it are not made and
+	// the event becomes FAILED. Defaults to 10; 1 to 1,000.
+	MaxAttempts int
+	// Backoff computes the delay before each retry, added to the
+	// database's now(). Defaults to outbox.DefaultBackoff.
+	Backoff outbox.Backoff
+	// Delivery chooses at-least-once (default) or at-most-once delivery.
+	Delivery Delivery
+	// DeleteSent deletes events on success instead of keeping them SENT.
+	// Defaults to false.
+	DeleteSent bool
+
+	// RecoverEvery runs recovery of expired leases every Nth poll cycle.
+	// Defaults to 10; 1 to 1,000.
+	RecoverEvery int
+	// RecoverBatchSize bounds the rows one recovery changes. Defaults to
+	// 1,000; 1 to 100,000.
+	RecoverBatchSize int
+	// MaxRecoveries is how often one event may be recovered from a lost
+	// worker before it is FAILED with worker_lost (a poison event that
+	// kills its worker every time). Defaults to 3; 1 to 1,000.
+	MaxRecoveries int
+
+	// Publisher, if set, receives every event the router gives a
+	// destination, after the event's local handler (if any) succeeded.
+	Publisher outbox.Publisher
+	// RouteFunc picks an event's destination (topic, subject). An empty
+	// result means "do not publish this event". Defaults to the event
+	// type. Used only with a Publisher.
+	RouteFunc func(e outbox.Event) string
+
+	// OnSent is called after an event became SENT. Hooks run on the
+	// dispatcher's completion goroutine: keep them fast, never block.
+	OnSent func(e outbox.Event)
+	// OnRetry is called after a failed attempt was scheduled for retry at
+	// next (database clock).
+	OnRetry func(e outbox.Event, code outbox.Code, err error, next time.Time)
+	// OnFailed is called after an event became FAILED: the dead letter.
+	OnFailed func(e outbox.Event, code outbox.Code, err error)
+	// OnError is called for internal errors: failed claims, renewals and
+	// completions, and outcomes that could not be recorded because the
+	// lease was lost (errors.Is(err, outbox.ErrLockLost)).
+	OnError func(err error)
+	// Logger receives lifecycle and error logs, never payloads. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+
+	// Test holds knobs for tests; leave it zero in production.
+	Test TestConfig
+}
+
+// TestConfig holds test-only knobs.
+type TestConfig struct {
+	// Now replaces time.Now for the dispatcher's local lease deadlines. The
+	// database clock still decides every due and expiry time.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Table = c.Table.WithDefaults()
+	c.Owner = cmp.Or(c.Owner, defaultOwner())
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.Concurrency = cmp.Or(c.Concurrency, 100)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, 30*time.Second)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, time.Minute)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 30*time.Second)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
+	if c.DrainTimeout == -1 {
+		c.DrainTimeout = 0
+	}
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.Backoff = c.Backoff.WithDefaults()
+	c.RecoverEvery = cmp.Or(c.RecoverEvery, 10)
+	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
+	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)
+	if c.RouteFunc == nil {
+		c.RouteFunc = func(e outbox.Event) string { return e.Type }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Test.Now == nil {
+		c.Test.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if err := c.Table.Validate(); err != nil {
+		return &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+	}
+	checks := []struct {
+		ok     bool
+		option string
+		reason string
+	}{
+		{len(c.Owner) <= 200, "Owner", "must be at most 200 bytes"},
+		{between(c.BatchSize, 1, 10_000), "BatchSize", "must be between 1 and 10000"},
+		{between(c.Concurrency, 1, 100_000), "Concurrency", "must be between 1 and 100000"},
+		{between(c.PollInterval, 10*time.Millisecond, time.Hour), "PollInterval", "must be between 10ms and 1h"},
+		{between(c.LeaseDuration, time.Second, time.Hour), "LeaseDuration", "must be between 1s and 1h"},
+		{c.HandlerTimeout == -1 || between(c.HandlerTimeout, time.Millisecond, 24*time.Hour), "HandlerTimeout", "must be between 1ms and 24h, or -1 for none"},
+		{between(c.PublishTimeout, time.Millisecond, 24*time.Hour), "PublishTimeout", "must be between 1ms and 24h"},
+		{between(c.DrainTimeout, 0, time.Hour), "DrainTimeout", "must be between 0 and 1h (-1 for 0)"},
+		{between(c.MaxAttempts, 1, 1000), "MaxAttempts", "must be between 1 and 1000"},
+		{c.Delivery == AtLeastOnce || c.Delivery == AtMostOnce, "Delivery", "must be AtLeastOnce or AtMostOnce"},
+		{between(c.RecoverEvery, 1, 1000), "RecoverEvery", "must be between 1 and 1000"},
+		{between(c.RecoverBatchSize, 1, 100_000), "RecoverBatchSize", "must be between 1 and 100000"},
+		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			return &outbox.ConfigError{Option: ch.option, Reason: ch.reason}
+		}
+	}
+	return c.Backoff.Validate("Backoff")
+}
+
+func between[T cmp.Ordered](v, lo, hi T) bool { return v >= lo && v <= hi }
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "dispatcher"
+	}
+	if len(host) > 100 {
+		host = host[:100]
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+}

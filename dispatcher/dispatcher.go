@@ -1,0 +1,184 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// ErrDrainTimeout is returned by Run and Stop when in-flight handlers did
+// not finish within Config.DrainTimeout and had their contexts cancelled.
+// Their events were released or recorded as usual; nothing is lost.
+var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight handlers were cancelled")
+
+// errHardStop is the cancel cause of handler contexts after the drain
+// timeout.
+var errHardStop = errors.New("pgoutbox: dispatcher stopped")
+
+// Dispatcher claims committed events from one outbox table and delivers
+// them to local handlers and/or a publisher. Any number of dispatchers, in
+// any number of processes, may serve the same table.
+type Dispatcher struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	store *lease.Store
+	stats counters
+
+	trigger  chan struct{} // manual and notify wake-ups, coalesced
+	capacity chan struct{} // an in-flight slot was freed
+	flush    chan struct{} // outcomes wait for the completer
+	stopCh   chan struct{} // Stop was called
+	done     chan struct{} // Run returned
+	stopOnce sync.Once
+
+	mu       sync.Mutex
+	state    runState
+	result   error
+	handlers map[string]outbox.Handler
+	held     map[uuid.UUID]*item // events claimed and not yet gone
+	pending  []*item             // outcomes waiting for the completer
+	stopping bool                // no handler may start any more
+	idle     chan struct{}       // closed when held empties while stopping
+}
+
+type runState int
+
+const (
+	stateNew runState = iota
+	stateRunning
+	stateDone
+)
+
+// New returns a dispatcher for the table in cfg, reading and writing through
+// pool. It validates cfg and returns an *outbox.ConfigError naming the first
+// option out of range. It does not touch the database; Run does.
+func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
+	if pool == nil {
+		return nil, &outbox.ConfigError{Option: "pool", Reason: "must not be nil"}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	store, err := lease.New(cfg.Table)
+	if err != nil {
+		return nil, &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+	}
+	return &Dispatcher{
+		cfg: cfg, pool: pool, store: store,
+		trigger:  make(chan struct{}, 1),
+		capacity: make(chan struct{}, 1),
+		flush:    make(chan struct{}, 1),
+		stopCh:   make(chan struct{}),
+		done:     make(chan struct{}),
+		handlers: make(map[string]outbox.Handler),
+		held:     make(map[uuid.UUID]*item),
+	}, nil
+}
+
+// Handle registers h as the local handler of events of eventType. Register
+// every handler before Run. It returns an *outbox.ConfigError for an empty
+// type, a nil handler, a type that already has a handler, or a call after
+// Run started.
+func (d *Dispatcher) Handle(eventType string, h outbox.Handler) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case strings.TrimSpace(eventType) == "":
+		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-empty event type"}
+	case h == nil:
+		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-nil handler"}
+	case d.handlers[eventType] != nil:
+		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("already has a handler for %q", eventType)}
+	case d.state != stateNew:
+		return &outbox.ConfigError{Option: "Handle", Reason: "must be called before Run"}
+	}
+	d.handlers[eventType] = h
+	return nil
+}
+
+// Trigger asks for a claim cycle now instead of at the next poll. Calls are
+// coalesced: many triggers before the coordinator wakes cause one cycle. It
+// never blocks, and does nothing when the dispatcher is not running.
+func (d *Dispatcher) Trigger() { signal(d.trigger) }
+
+// Stats returns a snapshot of the counters and gauges.
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	n := len(d.held)
+	d.mu.Unlock()
+	return d.stats.snapshot(n)
+}
+
+// Run dispatches until ctx ends or Stop is called, then stops claiming,
+// returns claimed-but-unstarted events to PENDING, lets in-flight handlers
+// finish within DrainTimeout (cancelling their contexts after it), records
+// their outcomes and returns. It returns nil after a clean stop,
+// ErrDrainTimeout when handlers had to be cancelled, or the error that kept
+// it from starting (for example a missing outbox table).
+//
+// Run may be called once; later calls wait for the first to end and return
+// its result. After Stop, Run returns nil at once.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.state != stateNew {
+		d.mu.Unlock()
+		<-d.done
+		return d.result
+	}
+	d.state = stateRunning
+	d.mu.Unlock()
+	err := d.run(ctx)
+	d.mu.Lock()
+	d.result, d.state = err, stateDone
+	d.mu.Unlock()
+	close(d.done)
+	return err
+}
+
+// Stop asks Run to stop gracefully and waits, bounded by ctx, for it to
+// return; it then returns Run's result (or ctx's error if ctx ended first).
+// It may be called any number of times, from any goroutine, before or
+// after Run.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.stopOnce.Do(func() { close(d.stopCh) })
+	d.mu.Lock()
+	if d.state == stateNew {
+		d.state = stateDone
+		close(d.done)
+	}
+	d.mu.Unlock()
+	select {
+	case <-d.done:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.result
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// signal does a non-blocking send on a coalescing channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// reportError counts err and passes it to OnError and the log.
+func (d *Dispatcher) reportError(msg string, err error) {
+	d.stats.errors.Add(1)
+	d.cfg.Logger.Warn("pgoutbox: "+msg, "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+	if d.cfg.OnError != nil {
+		d.cfg.OnError(err)
+	}
+}

@@ -1,0 +1,69 @@
+// Package dispatcher delivers committed outbox events: it claims them in
+// batches, runs local handlers and/or a broker publisher, and records each
+// outcome (SENT, a retry at a database-clock time, or FAILED) under a
+// token-fenced, heartbeat-renewed lease. Any number of dispatchers, in any
+// number of processes, may serve one table; FOR UPDATE SKIP LOCKED keeps
+// them from ever holding the same event at once.
+//
+// # The loop
+//
+//	poll ticker ─┐
+//	Trigger() ───┼─▶ coordinator ──claim (≤ BatchSize, ≤ free slots)──▶ handlers ─▶ publisher
+//	free slot ───┘        │                                                │
+//	                      └─ every RecoverEvery-th poll: recover expired   ▼
+//	                                                          completer (one statement per batch)
+//	heartbeat (every LeaseDuration/3): renew every held lease in one statement
+//
+// Triggers coalesce: however many arrive while a cycle runs, one more cycle
+// follows. A cycle keeps claiming while batches come back full and slots are
+// free, so a backlog drains at full speed; polling still runs when idle,
+// because retries become due on their own and a missed wake-up must only
+// delay an event, never lose it.
+//
+// # Outcomes
+//
+// An event succeeds when its local handler (if any) and the publisher (if
+// the router gives it a destination) succeed. It fails with
+//
+//	handler_error, publish_error  the handler or publisher returned an error
+//	timeout                       HandlerTimeout or PublishTimeout passed
+//	panic                         the handler or publisher panicked (recovered)
+//	no_handler                    no handler and no destination (FAILED at once)
+//
+// A failure is retried at the database's now() + Backoff.Delay(attempt)
+// until MaxAttempts, unless it is wrapped by outbox.Permanent, is
+// no_handler, or Delivery is AtMostOnce: those become FAILED (the dead
+// letter, OnFailed). Outcomes are written by one completer goroutine that
+// batches whatever has finished since its last write.
+//
+// # Leases
+//
+// Each claim holds its events under a fresh token until lease_until
+// (database clock). The heartbeat renews all held leases every third of
+// LeaseDuration. The dispatcher trusts a lease only until a local deadline
+// (the time the claim or last renewal was sent + 4/5 of LeaseDuration): past
+// it, or when a renewal comes back without an event, the handler's context
+// is cancelled and the outcome is not written. If the outcome of a lost
+// lease reaches the database anyway, the fenced statement changes nothing.
+// Either way OnError receives an error matching outbox.ErrLockLost and no
+// OnSent, OnRetry or OnFailed hook fires.
+//
+// A handler that ignores its context keeps running; the dispatcher waits for
+// it (renewing its lease) rather than start the event again beside it.
+//
+// # Recovery
+//
+// Every RecoverEvery-th poll cycle one bounded statement returns expired
+// leases (a crashed or partitioned worker) to PENDING without spending
+// retry budget; an event recovered more than MaxRecoveries times becomes
+// FAILED with worker_lost.
+//
+// # Stopping
+//
+// Run blocks until its context ends or Stop is called. It then stops
+// claiming, returns claimed events whose handler has not started to
+// PENDING, waits up to DrainTimeout for running handlers, cancels the
+// remaining ones (their events return to PENDING without spending an
+// attempt), writes every outcome and returns. Stop waits for the same
+// result. Both are idempotent.
+package dispatcher

@@ -1,0 +1,146 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// insertEvents commits n events of the given type and returns their IDs.
+func insertEvents(t *testing.T, db *testdb.DB, eventType string, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	_, err := db.Pool.Exec(context.Background(),
+		`INSERT INTO outbox_events (id, event_type, payload) SELECT id, $2, '\x7b7d' FROM unnest($1::uuid[]) AS id`,
+		ids, eventType)
+	require.NoError(t, err)
+	return ids
+}
+
+// quietLogger discards logs.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// baseConfig is a fast configuration for tests on db's outbox.
+func baseConfig(db *testdb.DB) dispatcher.Config {
+	return dispatcher.Config{
+		Table:        db.Table(),
+		PollInterval: 20 * time.Millisecond,
+		Logger:       quietLogger(),
+		Backoff:      outbox.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1},
+	}
+}
+
+// runDispatcher starts d.Run and stops it when the test ends, requiring a
+// clean stop.
+func runDispatcher(t *testing.T, d *dispatcher.Dispatcher) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, d.Stop(ctx))
+		require.NoError(t, <-errc)
+	})
+}
+
+// statusCounts returns how many rows are in each status.
+func statusCounts(t *testing.T, db *testdb.DB) map[outbox.Status]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[outbox.Status]int{}
+	for rows.Next() {
+		var s outbox.Status
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// waitFor polls cond (which may query the database) until it holds or the
+// timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// row is the delivery state of one event.
+type row struct {
+	Status     outbox.Status
+	Attempts   int
+	Recoveries int
+	Code       string
+}
+
+func readRow(t *testing.T, db *testdb.DB, id uuid.UUID) row {
+	t.Helper()
+	var r row
+	err := db.Pool.QueryRow(context.Background(),
+		`SELECT status, attempts, recoveries, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempts, &r.Recoveries, &r.Code)
+	require.NoError(t, err)
+	return r
+}
+
+// callLog records handler calls per event and detects overlapping calls.
+type callLog struct {
+	mu      sync.Mutex
+	calls   map[uuid.UUID]int
+	running map[uuid.UUID]bool
+	overlap []string
+}
+
+func newCallLog() *callLog {
+	return &callLog{calls: map[uuid.UUID]int{}, running: map[uuid.UUID]bool{}}
+}
+
+func (l *callLog) enter(id uuid.UUID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[id] {
+		l.overlap = append(l.overlap, fmt.Sprint(id))
+	}
+	l.running[id] = true
+	l.calls[id]++
+}
+
+func (l *callLog) exit(id uuid.UUID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.running, id)
+}
+
+func (l *callLog) count(id uuid.UUID) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[id]
+}

@@ -1,0 +1,95 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+)
+
+// run is the body of Run: start the helpers, coordinate until told to stop,
+// then drain.
+func (d *Dispatcher) run(ctx context.Context) error {
+	if err := d.checkTable(ctx); err != nil {
+		return err
+	}
+	// Handlers and database work outlive ctx during the drain; base keeps
+	// ctx's values but not its cancellation.
+	base, hardStop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer hardStop(nil)
+
+	var helpers sync.WaitGroup
+	quit := make(chan struct{})
+	helpers.Go(func() { d.completeLoop(base, quit) })
+	helpers.Go(func() { d.heartbeatLoop(base, quit) })
+
+	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
+		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String())
+	d.coordinate(ctx, base)
+	err := d.drain(base, hardStop)
+	close(quit)
+	helpers.Wait()
+	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
+	return err
+}
+
+// checkTable fails fast when the outbox table or its schema is missing,
+// rather than logging the same claim error every poll.
+func (d *Dispatcher) checkTable(ctx context.Context) error {
+	names, err := sqlname.For(d.cfg.Table)
+	if err != nil {
+		return err
+	}
+	var exists bool
+	err = d.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.Qualified).Scan(&exists)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: dispatcher: check table: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("pgoutbox: dispatcher: table %s does not exist (run migrations.Migrate): %w",
+			d.store.Table(), errMissingTable)
+	}
+	return nil
+}
+
+var errMissingTable = errors.New("missing outbox table")
+
+// drain stops handlers from starting, releases unstarted claims, waits for
+// in-flight work up to DrainTimeout, then cancels it and waits for it to
+// end.
+func (d *Dispatcher) drain(base context.Context, hardStop context.CancelCauseFunc) error {
+	idle := d.beginStop()
+	d.releaseUnstarted(base)
+	timer := time.NewTimer(d.cfg.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-idle:
+		return nil
+	case <-timer.C:
+	}
+	hardStop(errHardStop)
+	<-idle
+	return ErrDrainTimeout
+}
+
+// beginStop marks the dispatcher stopping and returns a channel closed once
+// no event is held any more.
+func (d *Dispatcher) beginStop() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopping = true
+	d.idle = make(chan struct{})
+	if len(d.held) == 0 {
+		close(d.idle)
+	}
+	return d.idle
+}
+
+// opContext bounds one database operation of the dispatcher's own.
+func (d *Dispatcher) opContext(base context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(base, min(d.cfg.LeaseDuration/2, 30*time.Second))
+}

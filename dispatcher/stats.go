@@ -1,0 +1,65 @@
+package dispatcher
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a point-in-time snapshot of a dispatcher's counters and gauges.
+// It holds numbers only: no payloads, event types or IDs.
+type Stats struct {
+	// Claimed counts events claimed since New.
+	Claimed uint64
+	// Sent counts events that became SENT (or were deleted on success).
+	Sent uint64
+	// Retried counts failed attempts that were scheduled for retry.
+	Retried uint64
+	// Failed counts events that became FAILED through this dispatcher's
+	// completions (not through recovery; see RecoveredFailed).
+	Failed uint64
+	// LockLost counts outcomes that could not be recorded because the
+	// lease had been lost.
+	LockLost uint64
+	// Recovered counts expired leases this dispatcher returned to PENDING.
+	Recovered uint64
+	// RecoveredFailed counts expired leases this dispatcher turned into
+	// FAILED with worker_lost.
+	RecoveredFailed uint64
+	// Released counts claimed events returned unstarted to PENDING at stop.
+	Released uint64
+	// Errors counts internal errors passed to OnError, lock losses
+	// included.
+	Errors uint64
+	// PollCycles counts poll-ticker cycles.
+	PollCycles uint64
+	// ClaimCycles counts claim statements issued, whatever woke them.
+	ClaimCycles uint64
+	// InFlight is the number of events held right now (claimed and not yet
+	// completed, released or lost).
+	InFlight int
+	// LastPoll is the local time of the latest poll cycle; zero before the
+	// first.
+	LastPoll time.Time
+}
+
+// counters are the live values behind Stats.
+type counters struct {
+	claimed, sent, retried, failed, lockLost     atomic.Uint64
+	recovered, recoveredFailed, released, errors atomic.Uint64
+	pollCycles, claimCycles                      atomic.Uint64
+	lastPoll                                     atomic.Int64
+}
+
+func (c *counters) snapshot(inFlight int) Stats {
+	s := Stats{
+		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(),
+		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), Recovered: c.recovered.Load(),
+		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
+		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
+		InFlight: inFlight,
+	}
+	if ns := c.lastPoll.Load(); ns != 0 {
+		s.LastPoll = time.Unix(0, ns)
+	}
+	return s
+}

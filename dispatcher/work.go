@@ -1,0 +1,229 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// heldBatch is the events of one claim: one token, one local deadline.
+type heldBatch struct {
+	token     uuid.UUID
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	items     []*item
+	remaining int         // items still held; guarded by Dispatcher.mu
+	deadline  time.Time   // local clock; guarded by Dispatcher.mu
+	timer     *time.Timer // fires at deadline
+}
+
+// itemState is where one held event is in its life in this process.
+type itemState int
+
+const (
+	itemQueued     itemState = iota // claimed, handler not started
+	itemRunning                     // handler or publisher running
+	itemDone                        // outcome waits for the completer
+	itemCompleting                  // outcome is being written
+)
+
+// item is one held event.
+type item struct {
+	event  outbox.Event
+	batch  *heldBatch
+	ctx    context.Context // cancelled when this event's lease is lost
+	cancel context.CancelCauseFunc
+	state  itemState // guarded by Dispatcher.mu
+	lost   bool      // the lease is gone; guarded by Dispatcher.mu
+	result result    // set when state becomes itemDone
+}
+
+func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
+
+// result is the outcome of one attempt.
+type result struct {
+	err     error       // nil on success
+	code    outbox.Code // reason of a failure
+	release bool        // return unstarted-equivalent work to PENDING
+}
+
+// start registers a claimed batch as held and runs it.
+func (d *Dispatcher) start(base context.Context, b lease.Batch, sentAt time.Time) {
+	hb := &heldBatch{token: b.Token}
+	hb.ctx, hb.cancel = context.WithCancelCause(base)
+	items := make([]*item, len(b.Events))
+	d.mu.Lock()
+	hb.deadline = d.localDeadline(sentAt)
+	for i, e := range b.Events {
+		it := &item{event: e, batch: hb}
+		it.ctx, it.cancel = context.WithCancelCause(hb.ctx)
+		items[i] = it
+		d.held[e.ID] = it
+	}
+	hb.items, hb.remaining = items, len(items)
+	hb.timer = time.AfterFunc(hb.deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
+	d.mu.Unlock()
+	go d.runBatch(items)
+}
+
+// runBatch runs the local handlers of a batch concurrently, then publishes
+// in one call the events that have a destination and whose handler (if
+// any) succeeded.
+func (d *Dispatcher) runBatch(items []*item) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var toPublish []*item // started: their handler succeeded, or begin said yes
+	var publishOnly []*item
+	for _, it := range items {
+		h := d.handler(it.event.Type)
+		dest := d.destination(it.event)
+		switch {
+		case h == nil && dest == "":
+			if d.begin(it) {
+				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
+			}
+		case h == nil:
+			publishOnly = append(publishOnly, it)
+		default:
+			wg.Go(func() {
+				if !d.begin(it) {
+					return
+				}
+				res := d.callHandler(it, h)
+				if res.err != nil || dest == "" {
+					d.finish(it, res)
+					return
+				}
+				mu.Lock()
+				toPublish = append(toPublish, it)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	for _, it := range publishOnly {
+		if d.begin(it) {
+			toPublish = append(toPublish, it)
+		}
+	}
+	d.publish(toPublish)
+}
+
+var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
+
+func (d *Dispatcher) handler(eventType string) outbox.Handler {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.handlers[eventType]
+}
+
+func (d *Dispatcher) destination(e outbox.Event) string {
+	if d.cfg.Publisher == nil {
+		return ""
+	}
+	return d.cfg.RouteFunc(e)
+}
+
+// begin moves a queued item to running. It returns false when the item may
+// not start: the dispatcher is stopping (the item will be released) or the
+// lease is already lost.
+func (d *Dispatcher) begin(it *item) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping || it.lost || it.state != itemQueued {
+		return false
+	}
+	it.state = itemRunning
+	return true
+}
+
+// callHandler runs h with the handler timeout, recovering a panic.
+func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
+	ctx, cancel := d.handlerContext(it.ctx, d.cfg.HandlerTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
+		}
+	}()
+	err := h(ctx, it.event)
+	if err == nil {
+		return result{}
+	}
+	return d.classify(it, ctx, err, outbox.CodeHandlerError)
+}
+
+// handlerContext applies a timeout, where there is one.
+func (d *Dispatcher) handlerContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return context.WithCancel(parent)
+	}
+	return context.WithTimeout(parent, timeout)
+}
+
+// classify turns a failed call's error into a result: timeout when the
+// call's own deadline passed, release when the dispatcher's hard stop
+// cancelled it (at-least-once only), else the given code.
+func (d *Dispatcher) classify(it *item, ctx context.Context, err error, code outbox.Code) result {
+	if errors.Is(context.Cause(it.ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
+		return result{err: err, release: true}
+	}
+	if it.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = outbox.CodeTimeout
+	}
+	return result{err: err, code: code}
+}
+
+// publish sends the started items to the publisher in one call and finishes
+// each with its own outcome.
+func (d *Dispatcher) publish(items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	msgs := make([]outbox.Message, len(items))
+	for i, it := range items {
+		msgs[i] = outbox.Message{Destination: d.destination(it.event), Event: it.event}
+	}
+	ctx, cancel := d.handlerContext(items[0].batch.ctx, d.cfg.PublishTimeout)
+	defer cancel()
+	errs := d.callPublisher(ctx, msgs)
+	for i, it := range items {
+		if errs[i] == nil {
+			d.finish(it, result{})
+			continue
+		}
+		d.finish(it, d.classify(it, ctx, errs[i], outbox.CodePublishError))
+	}
+}
+
+// callPublisher calls Publish, recovering a panic and checking that it
+// returned one error per message.
+func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (errs []error) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs = fill(len(msgs), fmt.Errorf("publisher panic: %v", p))
+		}
+	}()
+	errs = d.cfg.Publisher.Publish(ctx, msgs)
+	if len(errs) != len(msgs) {
+		err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+		d.reportError("publisher broke its contract", err)
+		return fill(len(msgs), err)
+	}
+	return errs
+}
+
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
