@@ -90,12 +90,21 @@ func newMigrator(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*mig
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: migrate: version table: %w", err)
 	}
+	if err := loadMigrations(m, names); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadMigrations renders the embedded templates for names into m. Migrate
+// and Render both go through it, so they produce the same SQL.
+func loadMigrations(m *migrate.Migrator, names sqlname.Names) error {
 	// tern renders the templates while loading them, so Data comes first.
 	m.Data = templateData(names)
 	if err := m.LoadMigrations(files); err != nil {
-		return nil, fmt.Errorf("pgoutbox: migrate: load: %w", err)
+		return fmt.Errorf("pgoutbox: migrate: load: %w", err)
 	}
-	return m, nil
+	return nil
 }
 
 // lockTable takes a session advisory lock keyed by the outbox's qualified

@@ -1,0 +1,148 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func TestMigrateIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+
+	for range 3 {
+		require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	}
+
+	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	require.Equal(t, []string{"outbox_events", "outbox_events_schema_version"}, tablesIn(t, conn, db.Schema))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+}
+
+func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cfg := migrations.Config{Table: db.Table()}
+	const replicas = 10
+	conns := make([]*pgx.Conn, replicas)
+	for i := range conns {
+		conns[i] = db.Conn(t)
+	}
+
+	start := make(chan struct{})
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i, conn := range conns {
+		wg.Go(func() {
+			<-start
+			errs[i] = migrations.Migrate(ctx, conn, cfg)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	for i, err := range errs {
+		require.NoError(t, err, "replica %d", i)
+	}
+	v, err := migrations.Version(ctx, conns[0], cfg)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	require.Equal(t, []string{"outbox_events", "outbox_events_schema_version"}, tablesIn(t, conns[0], db.Schema))
+}
+
+func TestMigrateTwoOutboxes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// tables returns the two outboxes, in one database.
+		tables func(t *testing.T) (outbox.Table, outbox.Table)
+	}{
+		{
+			name: "SameSchemaTwoTables",
+			tables: func(t *testing.T) (outbox.Table, outbox.Table) {
+				db := testdb.New(t)
+				return outbox.Table{Schema: db.Schema, Name: "orders_outbox"},
+					outbox.Table{Schema: db.Schema, Name: "billing_outbox"}
+			},
+		},
+		{
+			name: "TwoSchemasSameTable",
+			tables: func(t *testing.T) (outbox.Table, outbox.Table) {
+				return testdb.New(t).Table(), testdb.New(t).Table()
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			a, b := tt.tables(t)
+			conn := testdb.New(t).Conn(t)
+
+			for _, table := range []outbox.Table{a, b} {
+				require.NoError(t, migrations.Migrate(ctx, conn, migrations.Config{Table: table}))
+			}
+			for _, table := range []outbox.Table{a, b} {
+				require.NoError(t, migrations.Verify(ctx, conn, migrations.Config{Table: table}), table.String())
+			}
+
+			insertEvent(t, conn, a)
+			require.Equal(t, 1, countEvents(t, conn, a))
+			require.Equal(t, 0, countEvents(t, conn, b))
+		})
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	tests := []struct {
+		name  string
+		table outbox.Table
+	}{
+		{"SchemaPgPrefix", outbox.Table{Schema: "pg_x"}},
+		{"SchemaTooLong", outbox.Table{Schema: strings.Repeat("s", 64)}},
+		{"SchemaUppercase", outbox.Table{Schema: "Outbox"}},
+		{"TableInjection", outbox.Table{Schema: db.Schema, Name: `x"; DROP SCHEMA public; --`}},
+		{"TableStartsWithDigit", outbox.Table{Schema: db.Schema, Name: "1events"}},
+		{"TableTooLongForSuffixes", outbox.Table{Schema: db.Schema, Name: strings.Repeat("t", outbox.MaxIdentifierLen-outbox.MaxTableSuffixLen+1)}},
+		{"TableUppercase", outbox.Table{Schema: db.Schema, Name: "Events"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			conn := db.Conn(t)
+			cfg := migrations.Config{Table: tt.table}
+
+			require.ErrorIs(t, migrations.Migrate(ctx, conn, cfg), outbox.ErrInvalidIdentifier)
+			require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrInvalidIdentifier)
+			_, err := migrations.Version(ctx, conn, cfg)
+			require.ErrorIs(t, err, outbox.ErrInvalidIdentifier)
+			_, err = migrations.Render(cfg)
+			require.ErrorIs(t, err, outbox.ErrInvalidIdentifier)
+
+			var schemas int
+			err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", tt.table.Schema).Scan(&schemas)
+			require.NoError(t, err)
+			if tt.table.Schema != db.Schema {
+				require.Zero(t, schemas, "schema %q was created", tt.table.Schema)
+			}
+			require.Empty(t, tablesIn(t, conn, db.Schema))
+		})
+	}
+}

@@ -1,0 +1,63 @@
+package migrations_test
+
+import (
+	"context"
+	"io/fs"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func TestRender(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+
+	names, err := fs.Glob(files, "*")
+	require.NoError(t, err)
+	require.Equal(t, []string{"001_create_outbox.down.sql", "001_create_outbox.up.sql"}, names)
+	up, err := fs.ReadFile(files, "001_create_outbox.up.sql")
+	require.NoError(t, err)
+	down, err := fs.ReadFile(files, "001_create_outbox.down.sql")
+	require.NoError(t, err)
+	for _, text := range []string{string(up), string(down)} {
+		require.Contains(t, text, quoted(db.Table()))
+		require.NotContains(t, text, "{{")
+		require.NotContains(t, text, "}}")
+	}
+	require.Contains(t, string(up), `"outbox_events_due_idx"`)
+
+	mustExec(t, conn, string(up))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	// A later switch to Migrate finds nothing to do.
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+
+	mustExec(t, conn, string(down))
+	require.Equal(t, []string{"outbox_events_schema_version"}, tablesIn(t, conn, db.Schema))
+	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.Zero(t, v)
+	require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrSchemaMismatch)
+}
+
+func TestRenderDefaults(t *testing.T) {
+	t.Parallel()
+
+	files, err := migrations.Render(migrations.Config{})
+	require.NoError(t, err)
+
+	up, err := fs.ReadFile(files, "001_create_outbox.up.sql")
+	require.NoError(t, err)
+	require.Contains(t, string(up), `CREATE TABLE "public"."outbox_events" (`)
+	require.Contains(t, string(up), `UPDATE "public"."outbox_events_schema_version" SET version = 1;`)
+}

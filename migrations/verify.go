@@ -1,0 +1,278 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Problem is one difference between the database and what the library
+// needs.
+type Problem struct {
+	// Object names what is wrong, kind first: "table public.outbox_events",
+	// "column public.outbox_events.status", "constraint
+	// outbox_events_status_check on public.outbox_events", "index
+	// public.outbox_events_due_idx" or "version table
+	// public.outbox_events_schema_version".
+	Object string
+	// Expected is what the library needs, in PostgreSQL's own words (type
+	// as format_type prints it, definitions as pg_get_constraintdef and
+	// pg_get_indexdef print them).
+	Expected string
+	// Actual is what the database holds, in the same words, or "missing".
+	Actual string
+}
+
+// String returns "object: expected X, actual Y".
+func (p Problem) String() string {
+	return p.Object + ": expected " + p.Expected + ", actual " + p.Actual
+}
+
+// VerifyError is the error [Verify] returns when the database does not hold
+// the objects the library relies on. It lists every problem found, not
+// only the first, and unwraps to [outbox.ErrSchemaMismatch].
+type VerifyError struct {
+	// Table is the outbox that was verified.
+	Table outbox.Table
+	// Problems holds at least one entry, in the order table, columns,
+	// constraints, indexes, version.
+	Problems []Problem
+}
+
+// Error names every object with its expected and actual state.
+func (e *VerifyError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return fmt.Sprintf("pgoutbox: schema of %s does not match (%d problems): %s",
+		e.Table, len(e.Problems), strings.Join(parts, "; "))
+}
+
+// Unwrap returns [outbox.ErrSchemaMismatch].
+func (e *VerifyError) Unwrap() error { return outbox.ErrSchemaMismatch }
+
+// Verify checks that the outbox on conn holds every table, column (type,
+// NOT NULL, default), constraint and index this version of the library
+// relies on, and that its schema version is [Latest]. It returns nil when
+// everything matches, a [*VerifyError] listing every difference when
+// something does not, or another error when the catalog cannot be read.
+// Columns, constraints and indexes the library does not know are allowed.
+//
+// Verify only reads the system catalogs and the version table: it never
+// creates, alters or drops anything, and works for a role that has only
+// USAGE on the schema and SELECT on the version table. It takes at most two
+// round trips.
+func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	names, err := sqlname.For(cfg.Table)
+	if err != nil {
+		return err
+	}
+	cat, err := readCatalog(ctx, conn, names)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: verify %s: %w", names.Table, err)
+	}
+	if problems := cat.compare(names); len(problems) > 0 {
+		return &VerifyError{Table: names.Table, Problems: problems}
+	}
+	return nil
+}
+
+// catalog is what the database holds for one outbox.
+type catalog struct {
+	tableKind   string            // pg_class.relkind, "" when missing
+	columns     map[string]string // name → describeColumn
+	constraints map[string]string // name → pg_get_constraintdef
+	indexes     map[string]string // name → normalised pg_get_indexdef
+	version     string            // the version as text, or what is wrong
+}
+
+// relOID selects the oid of the relation named $1.$2 without needing any
+// privilege on it (to_regclass would need USAGE on the schema).
+const relOID = `(SELECT c.oid FROM pg_catalog.pg_class c
+	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = $1 AND c.relname = $2)`
+
+const (
+	queryKind = `SELECT c.relkind::text FROM pg_catalog.pg_class c WHERE c.oid = ` + relOID
+
+	queryColumns = `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
+	CASE a.attidentity WHEN 'a' THEN '` + identityAlways + `' WHEN 'd' THEN '` + identityByDef + `'
+		ELSE coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '') END
+	FROM pg_catalog.pg_attribute a
+	LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	WHERE a.attrelid = ` + relOID + ` AND a.attnum > 0 AND NOT a.attisdropped`
+
+	queryConstraints = `SELECT conname::text, pg_catalog.pg_get_constraintdef(oid)
+	FROM pg_catalog.pg_constraint WHERE conrelid = ` + relOID
+
+	queryIndexes = `SELECT i.relname::text, pg_catalog.pg_get_indexdef(x.indexrelid), x.indisunique, x.indisvalid
+	FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+	WHERE x.indrelid = ` + relOID
+)
+
+// readCatalog reads everything Verify compares: one batch of catalog
+// queries, then the version table when it exists.
+func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*catalog, error) {
+	schema, table := names.Table.Schema, names.Table.Name
+	cat := &catalog{
+		columns:     map[string]string{},
+		constraints: map[string]string{},
+		indexes:     map[string]string{},
+	}
+	var versionKind string
+	b := &pgx.Batch{}
+	b.Queue(queryKind, schema, table).QueryRow(func(r pgx.Row) error { return scanOptional(r, &cat.tableKind) })
+	b.Queue(queryColumns, schema, table).Query(func(rows pgx.Rows) error { return readColumns(rows, cat.columns) })
+	b.Queue(queryConstraints, schema, table).Query(func(rows pgx.Rows) error { return readPairs(rows, cat.constraints) })
+	b.Queue(queryIndexes, schema, table).Query(func(rows pgx.Rows) error { return readIndexes(rows, cat.indexes) })
+	b.Queue(queryKind, schema, names.Object(sqlname.SuffixVersion)).QueryRow(func(r pgx.Row) error { return scanOptional(r, &versionKind) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	v, err := readVersion(ctx, conn, names, versionKind)
+	cat.version = v
+	return cat, err
+}
+
+// scanOptional scans one text column, leaving dst empty when there is no row.
+func scanOptional(r pgx.Row, dst *string) error {
+	if err := r.Scan(dst); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	return nil
+}
+
+func readColumns(rows pgx.Rows, dst map[string]string) error {
+	var name, typ, def string
+	var notNull bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &typ, &notNull, &def}, func() error {
+		dst[name] = describeColumn(typ, notNull, def)
+		return nil
+	})
+	return err
+}
+
+func readPairs(rows pgx.Rows, dst map[string]string) error {
+	var name, def string
+	_, err := pgx.ForEachRow(rows, []any{&name, &def}, func() error {
+		dst[name] = def
+		return nil
+	})
+	return err
+}
+
+func readIndexes(rows pgx.Rows, dst map[string]string) error {
+	var name, def string
+	var unique, valid bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &def, &unique, &valid}, func() error {
+		dst[name] = normaliseIndexDef(def, unique, valid)
+		return nil
+	})
+	return err
+}
+
+// normaliseIndexDef keeps what matters of pg_get_indexdef's output: the
+// access method, key columns and predicate, without the index and table
+// names (whose schema qualification depends on search_path).
+func normaliseIndexDef(def string, unique, valid bool) string {
+	if _, after, ok := strings.Cut(def, " USING "); ok {
+		def = after
+	}
+	if unique {
+		def = "UNIQUE " + def
+	}
+	if !valid {
+		def += " (INVALID)"
+	}
+	return def
+}
+
+// readVersion returns the applied version as text, or what is wrong with
+// the version table.
+func readVersion(ctx context.Context, conn *pgx.Conn, names sqlname.Names, kind string) (string, error) {
+	if kind == "" {
+		return "missing", nil
+	}
+	var v int32
+	err := conn.QueryRow(ctx, "SELECT version FROM "+names.VersionTable).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "no row", nil
+	case err != nil:
+		return "", fmt.Errorf("read version: %w", err)
+	}
+	return strconv.Itoa(int(v)), nil
+}
+
+// compare lists the differences between cat and the expected schema.
+func (cat *catalog) compare(names sqlname.Names) []Problem {
+	var ps []Problem
+	add := func(object, expected, actual string) {
+		if expected != actual {
+			ps = append(ps, Problem{Object: object, Expected: expected, Actual: actual})
+		}
+	}
+	t := names.Table.String()
+	add("table "+t, "table", relkindName(cat.tableKind))
+	if cat.tableKind != "" {
+		for _, c := range expectedColumns {
+			add("column "+t+"."+c.name, c.describe(), orMissing(cat.columns, c.name))
+		}
+		for _, c := range expectedConstraints {
+			n := names.Object(c.suffix)
+			add("constraint "+n+" on "+t, c.def, orMissing(cat.constraints, n))
+		}
+		for _, ix := range expectedIndexes {
+			n := names.Object(ix.suffix)
+			add("index "+names.Table.Schema+"."+n, ix.def, orMissing(cat.indexes, n))
+		}
+	}
+	add("version table "+names.Table.Schema+"."+names.Object(sqlname.SuffixVersion),
+		strconv.Itoa(int(Latest())), versionVerdict(cat.version))
+	return ps
+}
+
+func orMissing(m map[string]string, key string) string {
+	if v, ok := m[key]; ok {
+		return v
+	}
+	return "missing"
+}
+
+// versionVerdict adds what to do to a version that is not the latest.
+func versionVerdict(v string) string {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil || n < int(Latest()):
+		return v + " (run Migrate)"
+	case n > int(Latest()):
+		return v + " (newer than this library knows: upgrade pgoutbox)"
+	}
+	return v
+}
+
+func relkindName(kind string) string {
+	switch kind {
+	case "":
+		return "missing"
+	case "r":
+		return "table"
+	case "p":
+		return "partitioned table"
+	case "v":
+		return "view"
+	case "m":
+		return "materialized view"
+	case "f":
+		return "foreign table"
+	}
+	return "relation of kind " + kind
+}
