@@ -30,13 +30,13 @@ func (d *Dispatcher) finish(it *item, res result) {
 // completeLoop writes outcomes as they arrive. While one write is in
 // flight the next outcomes gather, so under load each statement carries a
 // batch (group commit) and when idle each outcome is written at once.
-func (d *Dispatcher) completeLoop(base context.Context, quit <-chan struct{}) {
+func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
 	for {
 		select {
 		case <-quit:
 			return
 		case <-d.flush:
-			for d.completeOnce(base) {
+			for d.completeOnce() {
 			}
 		}
 	}
@@ -44,7 +44,7 @@ func (d *Dispatcher) completeLoop(base context.Context, quit <-chan struct{}) {
 
 // completeOnce writes the waiting outcomes and reports whether there were
 // any.
-func (d *Dispatcher) completeOnce(base context.Context) bool {
+func (d *Dispatcher) completeOnce() bool {
 	items, dropped := d.takePending()
 	for _, it := range dropped {
 		d.reportLost(it.event.ID)
@@ -52,7 +52,7 @@ func (d *Dispatcher) completeOnce(base context.Context) bool {
 	if len(items) == 0 {
 		return len(dropped) > 0
 	}
-	if err := d.complete(base, items); err != nil {
+	if err := d.complete(items); err != nil {
 		d.reportError("completion failed, will retry", err)
 		d.requeue(items)
 		time.Sleep(100 * time.Millisecond)
@@ -95,8 +95,8 @@ func (d *Dispatcher) requeue(items []*item) {
 
 // complete writes the outcomes of items: releases, then successes and
 // failures in one round trip.
-func (d *Dispatcher) complete(base context.Context, items []*item) error {
-	ctx, cancel := d.opContext(base)
+func (d *Dispatcher) complete(items []*item) error {
+	ctx, cancel := d.opContext()
 	defer cancel()
 	var releases []*item
 	params := lease.CompleteParams{DeleteSent: d.cfg.DeleteSent}

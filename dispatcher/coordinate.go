@@ -11,10 +11,10 @@ import (
 // poll tick, on a trigger, and when slots free up while a backlog remains.
 // Every RecoverEvery-th poll tick it first recovers expired leases. It
 // returns when ctx ends or Stop is called.
-func (d *Dispatcher) coordinate(ctx, base context.Context) {
+func (d *Dispatcher) coordinate(ctx context.Context) {
 	ticker := time.NewTicker(d.cfg.PollInterval)
 	defer ticker.Stop()
-	backlog := d.claimUntilFull(base)
+	backlog := d.claimUntilFull()
 	for {
 		select {
 		case <-ctx.Done():
@@ -22,37 +22,37 @@ func (d *Dispatcher) coordinate(ctx, base context.Context) {
 		case <-d.stopCh:
 			return
 		case <-ticker.C:
-			d.pollCycle(base)
-			backlog = d.claimUntilFull(base)
+			d.pollCycle()
+			backlog = d.claimUntilFull()
 		case <-d.trigger:
-			backlog = d.claimUntilFull(base)
+			backlog = d.claimUntilFull()
 		case <-d.capacity:
 			if backlog {
-				backlog = d.claimUntilFull(base)
+				backlog = d.claimUntilFull()
 			}
 		}
 	}
 }
 
 // pollCycle counts a poll tick and runs recovery on every RecoverEvery-th.
-func (d *Dispatcher) pollCycle(base context.Context) {
+func (d *Dispatcher) pollCycle() {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if n%uint64(d.cfg.RecoverEvery) == 0 {
-		d.recoverExpired(base)
+		d.recoverExpired()
 	}
 }
 
 // claimUntilFull claims batches while slots are free and the last claim came
 // back full. It reports whether a backlog probably remains (the last claim
 // was full, or slots ran out before the table was drained).
-func (d *Dispatcher) claimUntilFull(base context.Context) (backlog bool) {
+func (d *Dispatcher) claimUntilFull() (backlog bool) {
 	for {
 		limit := d.claimLimit()
 		if limit == 0 {
 			return true
 		}
-		n, err := d.claim(base, limit)
+		n, err := d.claim(limit)
 		if err != nil || n < limit {
 			return false
 		}
@@ -78,8 +78,8 @@ func (d *Dispatcher) claimLimit() int {
 
 // claim takes up to limit events and starts them. It returns how many it
 // claimed.
-func (d *Dispatcher) claim(base context.Context, limit int) (int, error) {
-	ctx, cancel := d.opContext(base)
+func (d *Dispatcher) claim(limit int) (int, error) {
+	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.Test.Now()
 	d.stats.claimCycles.Add(1)
@@ -92,14 +92,14 @@ func (d *Dispatcher) claim(base context.Context, limit int) (int, error) {
 		return 0, nil
 	}
 	d.stats.claimed.Add(uint64(len(b.Events)))
-	d.start(base, b, sentAt)
+	d.start(b, sentAt)
 	return len(b.Events), nil
 }
 
 // recoverExpired returns expired leases to PENDING (or FAILED), in one
 // bounded statement.
-func (d *Dispatcher) recoverExpired(base context.Context) {
-	ctx, cancel := d.opContext(base)
+func (d *Dispatcher) recoverExpired() {
+	ctx, cancel := d.opContext()
 	defer cancel()
 	res, err := d.store.Recover(ctx, d.pool, lease.RecoverParams{
 		Limit: d.cfg.RecoverBatchSize, MaxRecoveries: d.cfg.MaxRecoveries,

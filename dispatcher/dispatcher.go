@@ -39,6 +39,10 @@ type Dispatcher struct {
 	done     chan struct{} // Run returned
 	stopOnce sync.Once
 
+	// Set by Run before any goroutine starts; read-only after.
+	dbCtx   context.Context // the dispatcher's own statements: never cancelled
+	workCtx context.Context // handlers and publishes: cancelled at the hard stop
+
 	mu       sync.Mutex
 	state    runState
 	result   error

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,7 +11,7 @@ import (
 
 // heartbeatLoop renews every held lease about every third of the lease
 // duration, in one statement per beat.
-func (d *Dispatcher) heartbeatLoop(base context.Context, quit <-chan struct{}) {
+func (d *Dispatcher) heartbeatLoop(quit <-chan struct{}) {
 	ticker := time.NewTicker(d.cfg.LeaseDuration / 3)
 	defer ticker.Stop()
 	for {
@@ -20,7 +19,7 @@ func (d *Dispatcher) heartbeatLoop(base context.Context, quit <-chan struct{}) {
 		case <-quit:
 			return
 		case <-ticker.C:
-			d.renew(base)
+			d.renew()
 		}
 	}
 }
@@ -29,7 +28,7 @@ func (d *Dispatcher) heartbeatLoop(base context.Context, quit <-chan struct{}) {
 // renew are lost: their handlers' contexts are cancelled and their outcomes
 // will not be written. A failed renewal changes nothing locally; the local
 // deadline then decides.
-func (d *Dispatcher) renew(base context.Context) {
+func (d *Dispatcher) renew() {
 	items := d.renewable()
 	if len(items) == 0 {
 		return
@@ -38,7 +37,7 @@ func (d *Dispatcher) renew(base context.Context) {
 	for i, it := range items {
 		refs[i] = it.ref()
 	}
-	ctx, cancel := d.opContext(base)
+	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.Test.Now()
 	renewed, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
@@ -131,7 +130,7 @@ func (d *Dispatcher) loseLocked(it *item) {
 
 // releaseUnstarted returns the held events whose handler never started to
 // PENDING. Called once the dispatcher is stopping, so none can start now.
-func (d *Dispatcher) releaseUnstarted(base context.Context) {
+func (d *Dispatcher) releaseUnstarted() {
 	d.mu.Lock()
 	var items []*item
 	for _, it := range d.held {
@@ -140,7 +139,7 @@ func (d *Dispatcher) releaseUnstarted(base context.Context) {
 		}
 	}
 	d.mu.Unlock()
-	ctx, cancel := d.opContext(base)
+	ctx, cancel := d.opContext()
 	defer cancel()
 	if err := d.release(ctx, items); err != nil {
 		d.reportError("release at stop failed; the leases will expire and be recovered", err)

@@ -2,14 +2,18 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -143,4 +147,50 @@ func (l *callLog) count(id uuid.UUID) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.calls[id]
+}
+
+// killablePool is a pool that can be cut off from the database as if its
+// process had died: no new connections, existing ones terminated.
+type killablePool struct {
+	*pgxpool.Pool
+	app    string
+	killed atomic.Bool
+}
+
+func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	kp := &killablePool{app: "victim_" + uuid.NewString()[:8]}
+	cfg.ConnConfig.RuntimeParams["search_path"] = db.Schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = kp.app
+	cfg.MaxConns = 4
+	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		if kp.killed.Load() {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	kp.Pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(kp.Pool.Close)
+	return kp
+}
+
+// kill cuts the pool off and terminates its server connections.
+func (kp *killablePool) kill(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	kp.killed.Store(true)
+	_, err := db.Pool.Exec(context.Background(),
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, kp.app)
+	require.NoError(t, err)
+}
+
+// lockOwner returns the lock_owner of a row.
+func lockOwner(t *testing.T, db *testdb.DB, id uuid.UUID) string {
+	t.Helper()
+	var owner string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT CASE WHEN status = 'PROCESSING' THEN lock_owner ELSE '' END FROM outbox_events WHERE id = $1`, id).Scan(&owner))
+	return owner
 }

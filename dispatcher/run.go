@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
@@ -17,20 +16,23 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	if err := d.checkTable(ctx); err != nil {
 		return err
 	}
-	// Handlers and database work outlive ctx during the drain; base keeps
-	// ctx's values but not its cancellation.
-	base, hardStop := context.WithCancelCause(context.WithoutCancel(ctx))
+	// Handlers and database work outlive ctx during the drain: both keep
+	// ctx's values but not its cancellation, and only handlers are
+	// cancelled at the hard stop.
+	d.dbCtx = context.WithoutCancel(ctx)
+	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
+	d.workCtx = workCtx
 	defer hardStop(nil)
 
 	var helpers sync.WaitGroup
 	quit := make(chan struct{})
-	helpers.Go(func() { d.completeLoop(base, quit) })
-	helpers.Go(func() { d.heartbeatLoop(base, quit) })
+	helpers.Go(func() { d.completeLoop(quit) })
+	helpers.Go(func() { d.heartbeatLoop(quit) })
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String())
-	d.coordinate(ctx, base)
-	err := d.drain(base, hardStop)
+	d.coordinate(ctx)
+	err := d.drain(hardStop)
 	close(quit)
 	helpers.Wait()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
@@ -61,9 +63,9 @@ var errMissingTable = errors.New("missing outbox table")
 // drain stops handlers from starting, releases unstarted claims, waits for
 // in-flight work up to DrainTimeout, then cancels it and waits for it to
 // end.
-func (d *Dispatcher) drain(base context.Context, hardStop context.CancelCauseFunc) error {
+func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 	idle := d.beginStop()
-	d.releaseUnstarted(base)
+	d.releaseUnstarted()
 	timer := time.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
 	select {
@@ -90,6 +92,6 @@ func (d *Dispatcher) beginStop() <-chan struct{} {
 }
 
 // opContext bounds one database operation of the dispatcher's own.
-func (d *Dispatcher) opContext(base context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(base, min(d.cfg.LeaseDuration/2, 30*time.Second))
+func (d *Dispatcher) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(d.dbCtx, min(d.cfg.LeaseDuration/2, 30*time.Second))
 }

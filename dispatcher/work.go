@@ -55,9 +55,9 @@ type result struct {
 }
 
 // start registers a claimed batch as held and runs it.
-func (d *Dispatcher) start(base context.Context, b lease.Batch, sentAt time.Time) {
+func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 	hb := &heldBatch{token: b.Token}
-	hb.ctx, hb.cancel = context.WithCancelCause(base)
+	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
 	items := make([]*item, len(b.Events))
 	d.mu.Lock()
 	hb.deadline = d.localDeadline(sentAt)

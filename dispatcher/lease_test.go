@@ -1,0 +1,190 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// A worker whose lease expired under a running handler loses the event to
+// another replica; its late completion changes nothing, fires no outcome
+// hook and is reported as ErrLockLost.
+func TestStaleWorkerCompletionIsFenced(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+
+	started, unblock := make(chan struct{}), make(chan struct{})
+	lockLost := make(chan error, 1)
+	var staleHooks atomic.Int32
+	cfgA := baseConfig(db)
+	cfgA.LeaseDuration = 30 * time.Second // no heartbeat within the test
+	cfgA.OnSent = func(outbox.Event) { staleHooks.Add(1) }
+	cfgA.OnRetry = func(outbox.Event, outbox.Code, error, time.Time) { staleHooks.Add(1) }
+	cfgA.OnFailed = func(outbox.Event, outbox.Code, error) { staleHooks.Add(1) }
+	cfgA.OnError = func(err error) {
+		if errors.Is(err, outbox.ErrLockLost) {
+			lockLost <- err
+		}
+	}
+	a, err := dispatcher.New(db.NewPool(t, 4), cfgA)
+	require.NoError(t, err)
+	require.NoError(t, a.Handle("x", func(ctx context.Context, e outbox.Event) error {
+		close(started)
+		<-unblock
+		return nil
+	}))
+	runDispatcher(t, a)
+	<-started
+
+	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+
+	var bSent atomic.Int32
+	cfgB := baseConfig(db)
+	cfgB.RecoverEvery = 1
+	cfgB.OnSent = func(outbox.Event) { bSent.Add(1) }
+	b, err := dispatcher.New(db.NewPool(t, 4), cfgB)
+	require.NoError(t, err)
+	require.NoError(t, b.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, b)
+	waitFor(t, 10*time.Second, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
+
+	var xminBefore string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminBefore))
+	close(unblock)
+	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost)
+
+	var xminAfter string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminAfter))
+	require.Equal(t, xminBefore, xminAfter, "the stale completion must change no row")
+	r := readRow(t, db, id)
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, r)
+	require.Zero(t, staleHooks.Load())
+	require.Equal(t, uint64(1), a.Stats().LockLost)
+}
+
+// A handler that runs three times the lease keeps its lease through
+// heartbeats: nobody else recovers or runs the event, and it completes once.
+func TestHeartbeatKeepsLongHandlerLease(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "slow", 1)[0]
+	log := newCallLog()
+	var cancelled atomic.Bool
+	handler := func(ctx context.Context, e outbox.Event) error {
+		log.enter(e.ID)
+		defer log.exit(e.ID)
+		select {
+		case <-time.After(3 * time.Second):
+			return nil
+		case <-ctx.Done():
+			cancelled.Store(true)
+			return ctx.Err()
+		}
+	}
+	for range 2 {
+		cfg := baseConfig(db)
+		cfg.LeaseDuration = time.Second
+		cfg.RecoverEvery = 1
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("slow", handler))
+		runDispatcher(t, d)
+	}
+	waitFor(t, 20*time.Second, "the slow event SENT", func() bool {
+		return readRow(t, db, id).Status == outbox.StatusSent
+	})
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, id))
+	require.Equal(t, 1, log.count(id))
+	require.False(t, cancelled.Load(), "the handler context must not be cancelled while heartbeats succeed")
+	require.Empty(t, log.overlap)
+}
+
+// startVictim runs a dispatcher on a pool that can be killed, with a
+// handler that blocks until its context ends, and waits until it holds id.
+func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*dispatcher.Dispatcher, *killablePool, chan error) {
+	t.Helper()
+	kp := newKillablePool(t, db)
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = time.Second
+	cfg.RecoverEvery = 1
+	cfg.Owner = kp.app
+	d, err := dispatcher.New(kp.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle(eventType, func(ctx context.Context, e outbox.Event) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	waitFor(t, 15*time.Second, "the victim to hold the event", func() bool { return lockOwner(t, db, id) == kp.app })
+	return d, kp, errc
+}
+
+// stopVictim kills the victim's database access and stops it.
+func stopVictim(t *testing.T, db *testdb.DB, d *dispatcher.Dispatcher, kp *killablePool, errc chan error) {
+	t.Helper()
+	kp.kill(t, db)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, <-errc)
+}
+
+// A dispatcher that dies mid-handler leaves its event PROCESSING; once the
+// lease expires, another replica's recovery returns it to PENDING without
+// spending an attempt and it is delivered.
+func TestKilledDispatcherEventIsRecovered(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	d, kp, errc := startVictim(t, db, id, "x")
+	stopVictim(t, db, d, kp, errc)
+	require.Equal(t, outbox.StatusProcessing, readRow(t, db, id).Status, "a dead worker cannot complete")
+
+	cfg := baseConfig(db)
+	cfg.RecoverEvery = 10
+	r, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, r)
+	waitFor(t, 15*time.Second, "the event SENT by the survivor", func() bool {
+		return readRow(t, db, id).Status == outbox.StatusSent
+	})
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, id))
+	st := r.Stats()
+	require.Equal(t, uint64(1), st.Recovered)
+	require.LessOrEqual(t, st.PollCycles, uint64(10)+uint64(2*time.Second/cfg.PollInterval),
+		"recovered within lease expiry plus RecoverEvery cycles")
+}
+
+// An event that kills its worker every time is recovered MaxRecoveries
+// times, then FAILED with worker_lost.
+func TestPoisonEventFailsWithWorkerLost(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "poison", 1)[0]
+	for range 4 { // one claim, then one per recovery (default MaxRecoveries 3)
+		d, kp, errc := startVictim(t, db, id, "poison")
+		stopVictim(t, db, d, kp, errc)
+	}
+	cfg := baseConfig(db)
+	cfg.RecoverEvery = 1
+	r, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	runDispatcher(t, r)
+	waitFor(t, 15*time.Second, "the poison event FAILED", func() bool {
+		return readRow(t, db, id).Status == outbox.StatusFailed
+	})
+	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 0, Recoveries: 4, Code: "worker_lost"}, readRow(t, db, id))
+	require.Equal(t, uint64(1), r.Stats().RecoveredFailed)
+}

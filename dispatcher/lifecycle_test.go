@@ -1,0 +1,224 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// recordingPublisher records what it is given and fails the events whose
+// IDs it is told to.
+type recordingPublisher struct {
+	mu       sync.Mutex
+	msgs     []outbox.Message
+	calls    int
+	failWith map[[16]byte]error
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	p.msgs = append(p.msgs, msgs...)
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = p.failWith[m.Event.ID]
+	}
+	return errs
+}
+
+func (p *recordingPublisher) published() []outbox.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]outbox.Message(nil), p.msgs...)
+}
+
+// Stop lets an in-flight handler finish, returns claimed events that never
+// started to PENDING, and returns the same result as Run.
+func TestGracefulStopDrainsAndReleases(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	slow := insertEvents(t, db, "slow", 1)[0]
+	queued := insertEvents(t, db, "pub", 5)
+	pub := &recordingPublisher{}
+	started := make(chan struct{})
+	cfg := baseConfig(db)
+	cfg.Publisher = pub
+	cfg.RouteFunc = func(e outbox.Event) string {
+		if e.Type == "pub" {
+			return "topic"
+		}
+		return ""
+	}
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	var finished atomic.Bool
+	require.NoError(t, d.Handle("slow", func(ctx context.Context, e outbox.Event) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		finished.Store(true)
+		return ctx.Err()
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	<-started // the batch holds slow (running) and the five pub events (waiting for it)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, <-errc)
+	require.NoError(t, d.Stop(ctx), "Stop is idempotent")
+	require.NoError(t, d.Run(ctx), "Run after the end returns the same result")
+
+	require.True(t, finished.Load())
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, slow))
+	for _, id := range queued {
+		require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id))
+	}
+	require.Empty(t, pub.published())
+	st := d.Stats()
+	require.Equal(t, uint64(5), st.Released)
+	require.Zero(t, st.InFlight)
+}
+
+// Past the drain timeout, handlers are cancelled and their events return to
+// PENDING without spending an attempt; Run and Stop report ErrDrainTimeout.
+func TestStopCancelsHandlersAfterDrainTimeout(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	cfg := baseConfig(db)
+	cfg.DrainTimeout = 50 * time.Millisecond
+	started := make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(ctx context.Context, e outbox.Event) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	runCtx, stopRun := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(runCtx) }()
+	<-started
+	stopRun()
+	require.ErrorIs(t, <-errc, dispatcher.ErrDrainTimeout)
+	require.ErrorIs(t, d.Stop(context.Background()), dispatcher.ErrDrainTimeout)
+	require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id))
+}
+
+func TestStopBeforeRun(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Stop(context.Background()))
+	require.NoError(t, d.Run(context.Background()))
+	require.Error(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+}
+
+func TestRunFailsWithoutTable(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t) // not migrated
+	d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table(), Logger: quietLogger()})
+	require.NoError(t, err)
+	err = d.Run(context.Background())
+	require.ErrorContains(t, err, "does not exist")
+}
+
+// The publisher gets one call per batch with each event's destination, and
+// each event gets its own outcome.
+func TestPublisherOutcomesPerEvent(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "order.created", 4)
+	pub := &recordingPublisher{failWith: map[[16]byte]error{
+		ids[1]: errors.New("broker busy"),
+		ids[2]: outbox.Permanent(errors.New("message too large")),
+	}}
+	cfg := baseConfig(db)
+	cfg.Publisher = pub
+	cfg.MaxAttempts = 2
+	cfg.RouteFunc = func(e outbox.Event) string { return "orders." + e.Type }
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "all final", func() bool {
+		c := statusCounts(t, db)
+		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 4
+	})
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[0]))
+	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 2, Code: "publish_error"}, readRow(t, db, ids[1]))
+	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 1, Code: "publish_error"}, readRow(t, db, ids[2]))
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[3]))
+	for _, m := range pub.published() {
+		require.Equal(t, "orders.order.created", m.Destination)
+		require.Equal(t, []byte("{}"), m.Event.Payload)
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Equal(t, 2, pub.calls, "one call for the batch, one for the retry")
+}
+
+func TestHandleRejectsBadRegistrations(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	ok := func(context.Context, outbox.Event) error { return nil }
+	require.NoError(t, d.Handle("x", ok))
+	for name, call := range map[string]func() error{
+		"duplicate":  func() error { return d.Handle("x", ok) },
+		"empty type": func() error { return d.Handle(" ", ok) },
+		"nil":        func() error { return d.Handle("y", nil) },
+	} {
+		err := call()
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, name)
+	}
+}
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	tests := map[string]func(*dispatcher.Config){
+		"Backoff.Initial":    func(c *dispatcher.Config) { c.Backoff.Initial = time.Nanosecond },
+		"Backoff.Jitter":     func(c *dispatcher.Config) { c.Backoff.Jitter = 2 },
+		"Backoff.Max":        func(c *dispatcher.Config) { c.Backoff.Max = 8 * 24 * time.Hour },
+		"Backoff.Multiplier": func(c *dispatcher.Config) { c.Backoff.Multiplier = 0.5 },
+		"BatchSize":          func(c *dispatcher.Config) { c.BatchSize = 10_001 },
+		"Concurrency":        func(c *dispatcher.Config) { c.Concurrency = -1 },
+		"Delivery":           func(c *dispatcher.Config) { c.Delivery = 7 },
+		"DrainTimeout":       func(c *dispatcher.Config) { c.DrainTimeout = 2 * time.Hour },
+		"HandlerTimeout":     func(c *dispatcher.Config) { c.HandlerTimeout = -5 },
+		"LeaseDuration":      func(c *dispatcher.Config) { c.LeaseDuration = 10 * time.Millisecond },
+		"MaxAttempts":        func(c *dispatcher.Config) { c.MaxAttempts = 1001 },
+		"MaxRecoveries":      func(c *dispatcher.Config) { c.MaxRecoveries = -1 },
+		"Owner":              func(c *dispatcher.Config) { c.Owner = string(make([]byte, 201)) },
+		"PollInterval":       func(c *dispatcher.Config) { c.PollInterval = time.Millisecond },
+		"PublishTimeout":     func(c *dispatcher.Config) { c.PublishTimeout = -1 },
+		"RecoverBatchSize":   func(c *dispatcher.Config) { c.RecoverBatchSize = 100_001 },
+		"RecoverEvery":       func(c *dispatcher.Config) { c.RecoverEvery = 1001 },
+		"Table":              func(c *dispatcher.Config) { c.Table.Name = "Bad-Name" },
+	}
+	for option, mutate := range tests {
+		cfg := baseConfig(db)
+		mutate(&cfg)
+		_, err := dispatcher.New(db.Pool, cfg)
+		var ce *outbox.ConfigError
+		require.ErrorAs(t, err, &ce, option)
+		require.Equal(t, option, ce.Option)
+		require.ErrorContains(t, err, option)
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	}
+	_, err := dispatcher.New(nil, baseConfig(db))
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
