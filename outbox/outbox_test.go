@@ -1,0 +1,107 @@
+package outbox_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func TestValidateIdentifier(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"a", "outbox_events", "_x1", strings.Repeat("a", 63)} {
+		require.NoError(t, outbox.ValidateIdentifier(ok), ok)
+	}
+	for _, bad := range []string{"", "Outbox", "1abc", "pg_outbox", "a-b", "a b", `a"b`, "été", strings.Repeat("a", 64)} {
+		require.ErrorIs(t, outbox.ValidateIdentifier(bad), outbox.ErrInvalidIdentifier, bad)
+	}
+}
+
+func TestTableValidateLeavesRoomForSuffixes(t *testing.T) {
+	t.Parallel()
+	max := outbox.MaxIdentifierLen - outbox.MaxTableSuffixLen
+	require.NoError(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max)}.Validate())
+	require.ErrorIs(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max+1)}.Validate(), outbox.ErrInvalidIdentifier)
+	require.Equal(t, outbox.Table{Schema: "public", Name: "outbox_events"}, outbox.Table{}.WithDefaults())
+}
+
+func TestBackoffDelay(t *testing.T) {
+	t.Parallel()
+	b := outbox.Backoff{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second, Jitter: -1}.WithDefaults()
+	require.NoError(t, b.Validate("Backoff"))
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 10 * time.Second, 10_000: 10 * time.Second} {
+		require.Equal(t, want, b.Delay(n), "attempt %d", n)
+	}
+	j := outbox.Backoff{Initial: time.Second, Jitter: 0.5}.WithDefaults()
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := j.Delay(1)
+		require.GreaterOrEqual(t, d, 500*time.Millisecond)
+		require.LessOrEqual(t, d, 1500*time.Millisecond)
+		seen[d] = true
+	}
+	require.Greater(t, len(seen), 1, "jitter spreads delays")
+}
+
+func TestBackoffValidate(t *testing.T) {
+	t.Parallel()
+	for field, b := range map[string]outbox.Backoff{
+		"B.Initial":    {Initial: time.Microsecond},
+		"B.Multiplier": {Multiplier: math.NaN()},
+		"B.Max":        {Initial: time.Minute, Max: time.Second},
+		"B.Jitter":     {Jitter: 1.5},
+	} {
+		var ce *outbox.ConfigError
+		require.ErrorAs(t, b.WithDefaults().Validate("B"), &ce, field)
+		require.Equal(t, field, ce.Option)
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	t.Parallel()
+	base := errors.New("no such topic")
+	p := outbox.Permanent(base)
+	require.True(t, outbox.IsPermanent(p))
+	require.True(t, outbox.IsPermanent(errors.Join(errors.New("x"), p)))
+	require.ErrorIs(t, p, base)
+	require.False(t, outbox.IsPermanent(base))
+	require.NoError(t, outbox.Permanent(nil))
+}
+
+func TestNewJSON(t *testing.T) {
+	t.Parallel()
+	e, err := outbox.NewJSON("order.created", map[string]int{"total": 5})
+	require.NoError(t, err)
+	require.Equal(t, "order.created", e.Type)
+	require.Equal(t, outbox.ContentTypeJSON, e.ContentType)
+	require.JSONEq(t, `{"total":5}`, string(e.Payload))
+
+	_, err = outbox.NewJSON("x", func() {})
+	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+	_, err = outbox.NewJSON("x", math.Inf(1))
+	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+	require.NotContains(t, err.Error(), "Inf", "the error does not quote the value")
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	for _, s := range outbox.Statuses() {
+		require.True(t, s.Valid())
+	}
+	require.False(t, outbox.Status("DONE").Valid())
+}
+
+func TestErrorTexts(t *testing.T) {
+	t.Parallel()
+	ve := &outbox.ValidationError{Index: 2, Field: "Type", Reason: "is empty"}
+	require.Equal(t, "pgoutbox: invalid event 2: Type is empty", ve.Error())
+	require.ErrorIs(t, ve, outbox.ErrInvalidEvent)
+	ce := &outbox.ConfigError{Option: "BatchSize", Reason: "must be between 1 and 10000"}
+	require.ErrorIs(t, ce, outbox.ErrInvalidConfig)
+	require.Contains(t, ce.Error(), "BatchSize")
+}
