@@ -1,0 +1,132 @@
+package emitter
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Defaults and bounds of the Config limits.
+const (
+	// DefaultMaxPayloadBytes is the default payload limit: 1 MiB, the usual
+	// default message limit of Kafka and NATS.
+	DefaultMaxPayloadBytes = 1 << 20
+	// MaxMaxPayloadBytes is the largest payload limit New accepts: 64 MiB.
+	MaxMaxPayloadBytes = 64 << 20
+	// DefaultMaxHeaders is the default limit on the number of headers of
+	// one event.
+	DefaultMaxHeaders = 64
+	// MaxMaxHeaders is the largest header count limit New accepts.
+	MaxMaxHeaders = 1024
+	// DefaultMaxHeaderBytes is the default limit on the total bytes of the
+	// header names and values of one event: 16 KiB.
+	DefaultMaxHeaderBytes = 16 << 10
+	// MaxMaxHeaderBytes is the largest header size limit New accepts: 1 MiB.
+	MaxMaxHeaderBytes = 1 << 20
+)
+
+// Config configures an Emitter. The zero value is usable: it emits into
+// public.outbox_events and wakes dispatchers with pg_notify.
+type Config struct {
+	// Table is the outbox table events are inserted into. Defaults to
+	// public.outbox_events (see [outbox.Table.WithDefaults]); both names
+	// must pass [outbox.ValidateIdentifier].
+	Table outbox.Table
+	// NotifyChannel is the channel of the pg_notify sent in the caller's
+	// transaction to wake dispatchers. Defaults to "<schema>.<table>" (or
+	// "pgoutbox_<table>" when that is longer than 63 bytes), the channel a
+	// dispatcher of the same Table listens on. At most 63 bytes of UTF-8
+	// without NUL. Ignored when DisableNotify is set.
+	NotifyChannel string
+	// DisableNotify turns the pg_notify off: dispatchers then find new
+	// events by polling only. Useful for write-heavy systems, since NOTIFY
+	// serialises committing transactions on a global lock. Defaults to
+	// false (notify on).
+	DisableNotify bool
+	// MaxPayloadBytes bounds the size of one event's payload. Defaults to
+	// 1 MiB ([DefaultMaxPayloadBytes]); must be 1 to 64 MiB
+	// ([MaxMaxPayloadBytes]).
+	MaxPayloadBytes int
+	// MaxHeaders bounds the number of headers of one event. Defaults to 64
+	// ([DefaultMaxHeaders]); must be 1 to 1024 ([MaxMaxHeaders]), or -1 to
+	// reject every event that has a header.
+	MaxHeaders int
+	// MaxHeaderBytes bounds the total bytes of the header names and values
+	// of one event. Defaults to 16 KiB ([DefaultMaxHeaderBytes]); must be 1
+	// to 1 MiB ([MaxMaxHeaderBytes]).
+	MaxHeaderBytes int
+	// AllowEmptyPayload lets events have a nil or empty payload. Defaults to
+	// false: such events are rejected, since an empty body is more often a
+	// bug than a message.
+	AllowEmptyPayload bool
+}
+
+// withDefaults returns c with every zero field replaced by its default.
+func (c Config) withDefaults() Config {
+	c.Table = c.Table.WithDefaults()
+	if c.NotifyChannel == "" {
+		c.NotifyChannel = sqlname.Names{Table: c.Table}.Channel()
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.MaxHeaders == 0 {
+		c.MaxHeaders = DefaultMaxHeaders
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return c
+}
+
+// validate checks a config that went through withDefaults, and returns its
+// table's names.
+func (c Config) validate() (sqlname.Names, error) {
+	names, err := sqlname.For(c.Table)
+	if err != nil {
+		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+	}
+	if reason := channelProblem(c.NotifyChannel); reason != "" && !c.DisableNotify {
+		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyChannel", Reason: reason}
+	}
+	if err := checkRange("MaxPayloadBytes", c.MaxPayloadBytes, 1, MaxMaxPayloadBytes); err != nil {
+		return sqlname.Names{}, err
+	}
+	if c.MaxHeaders != -1 {
+		if err := checkRange("MaxHeaders", c.MaxHeaders, 1, MaxMaxHeaders); err != nil {
+			err.Reason += " (or -1 for no headers)"
+			return sqlname.Names{}, err
+		}
+	}
+	if err := checkRange("MaxHeaderBytes", c.MaxHeaderBytes, 1, MaxMaxHeaderBytes); err != nil {
+		return sqlname.Names{}, err
+	}
+	return names, nil
+}
+
+func checkRange(option string, v, lo, hi int) *outbox.ConfigError {
+	if v < lo || v > hi {
+		return &outbox.ConfigError{Option: option, Reason: fmt.Sprintf("is %d, must be %d to %d", v, lo, hi)}
+	}
+	return nil
+}
+
+// channelProblem says what is wrong with a notify channel name, or "". The
+// name is passed to pg_notify as a value, so it needs no quoting, but
+// PostgreSQL rejects empty names and names of 64 bytes or more.
+func channelProblem(ch string) string {
+	switch {
+	case ch == "":
+		return "is empty"
+	case len(ch) > outbox.MaxIdentifierLen:
+		return fmt.Sprintf("is longer than %d bytes", outbox.MaxIdentifierLen)
+	case !utf8.ValidString(ch):
+		return "is not valid UTF-8"
+	case strings.IndexByte(ch, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
+}

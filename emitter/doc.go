@@ -1,0 +1,50 @@
+// Package emitter writes events into the outbox table inside a transaction
+// the caller owns. It is the producing half of pgoutbox: business code
+// inserts its own rows and emits its events in one pgx.Tx, so that commit
+// persists both and rollback neither. The dispatcher package, in any
+// process, later claims the committed rows and delivers them.
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	// ... business writes in tx ...
+//	ev, err := outbox.NewJSON("order.created", order)
+//	ids, err := emitter.Emit(ctx, tx, ev)
+//	err = tx.Commit(ctx)
+//
+// # Guarantees
+//
+//   - Emit never commits, rolls back or otherwise ends the caller's
+//     transaction, and starts no goroutine. An [Emitter] holds no connection
+//     and no mutable state; one value serves any number of goroutines.
+//   - Every event of a call is validated before any SQL is sent. Bad input
+//     gives an *outbox.ValidationError naming the event's index and field;
+//     nothing is written and an open transaction is still usable. Error
+//     texts never quote payload bytes or header values.
+//   - A call inserts all its events with one statement, and queues one
+//     pg_notify in the same round trip. With a warm statement cache a call
+//     is one round trip whatever the number of events; the first call on a
+//     connection takes one more, to prepare the statements. Batches of
+//     5,000 events or more without delays go by COPY, two or three round
+//     trips, since COPY is faster there.
+//   - IDs are the caller's where set, else fresh UUIDv7s, returned in order.
+//     next_attempt_at is the database's now() plus Event.Delay: the
+//     application's clock is never used.
+//
+// # Notify
+//
+// The pg_notify only wakes dispatchers early; they poll anyway, so a lost
+// notification delays an event but never loses it. PostgreSQL delivers
+// notifications at commit, drops them on rollback and folds identical ones
+// of one transaction into one, so a transaction that emits many times sends
+// one wake-up. Committing a transaction that notified takes a
+// database-wide lock for a moment; systems that commit thousands of such
+// transactions per second can set Config.DisableNotify and rely on polling.
+//
+// # Failure modes
+//
+// A nil, committed, rolled-back or aborted transaction gives an error that
+// matches outbox.ErrTxDone. An error from PostgreSQL (a caller-set ID already
+// in the table, a missing table, a cancelled ctx) is returned wrapped; as
+// with any failed statement the transaction is then aborted and can only be
+// rolled back.
+package emitter

@@ -1,0 +1,165 @@
+package emitter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Emitter writes events into one outbox table inside transactions its caller
+// owns. It holds no connection and starts no goroutine; it is safe for
+// concurrent use and cheap to keep for the life of the program.
+type Emitter struct {
+	cfg        Config
+	insertSQL  string
+	copyTable  pgx.Identifier
+	notifySQL  string
+	notifyArgs []any
+}
+
+// New returns an Emitter for cfg after applying the defaults documented on
+// Config. An out-of-range value or an invalid table name gives an
+// *outbox.ConfigError naming the field.
+func New(cfg Config) (*Emitter, error) {
+	cfg = cfg.withDefaults()
+	names, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	e := &Emitter{
+		cfg:       cfg,
+		insertSQL: insertSQL(names.Qualified),
+		copyTable: pgx.Identifier{cfg.Table.Schema, cfg.Table.Name},
+	}
+	if !cfg.DisableNotify {
+		e.notifySQL = notifySQL
+		e.notifyArgs = []any{cfg.NotifyChannel}
+	}
+	return e, nil
+}
+
+// defaultEmitter serves the package-level Emit.
+var defaultEmitter = func() *Emitter {
+	e, err := New(Config{})
+	if err != nil {
+		panic(err) // the defaults are valid; a failure is a bug here
+	}
+	return e
+}()
+
+// Emit writes events into public.outbox_events inside tx, with the default
+// Config (limits at their defaults, notify on). See [Emitter.Emit].
+func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
+	return defaultEmitter.Emit(ctx, tx, events...)
+}
+
+// Emit writes events into the outbox table inside tx and returns their IDs,
+// in the order of events: the caller's ID where set, else a fresh UUIDv7.
+// The rows become visible to dispatchers when tx commits, and vanish if it
+// rolls back; Emit never commits or rolls back tx. Unless notify is
+// disabled, Emit also queues one pg_notify on the configured channel, which
+// PostgreSQL delivers only at commit.
+//
+// All events are validated before anything is sent. A nil or finished tx, or
+// an invalid event, gives an *outbox.ValidationError (errors.Is
+// [outbox.ErrInvalidEvent]; for the tx also [outbox.ErrTxDone]); nothing is
+// written and an open tx is still usable. Emit with no events returns nil,
+// nil and sends nothing.
+//
+// The insert and the notify travel in one round trip (two the first time a
+// connection runs them, to prepare the statements). Batches of 5,000 events
+// or more (or 64 MiB of payload) in which no event has a Delay go by COPY
+// instead, which is faster there and takes two or three round trips. Any
+// other error comes
+// from PostgreSQL; as with every failed statement, tx is then aborted and
+// only a rollback remains.
+func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
+	if isNil(tx) {
+		return nil, txError("is nil", nil)
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	cols, err := e.prepare(events)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.write(ctx, tx, cols); err != nil {
+		return nil, err
+	}
+	return cols.ids, nil
+}
+
+// write sends the columns with COPY when the batch is large and every
+// event is due at once, else with the INSERT; then it notifies.
+func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {
+	if c.useCopy() {
+		return e.sendCopy(ctx, tx, c)
+	}
+	return e.send(ctx, tx, c)
+}
+
+// send runs the insert and the notify in one batch.
+func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns) error {
+	b := &pgx.Batch{}
+	b.Queue(e.insertSQL, c.ids, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
+		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
+	if e.notifySQL != "" {
+		b.Queue(e.notifySQL, e.notifyArgs...)
+	}
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err == nil && tag.RowsAffected() != int64(len(c.ids)) {
+		err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), len(c.ids))
+	}
+	if err == nil && e.notifySQL != "" {
+		_, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return sendError(err)
+	}
+	return nil
+}
+
+// sendError classifies an error of the batch: a finished or aborted tx is
+// reported like a nil one; anything else is wrapped as is.
+func sendError(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return txError("is already committed or rolled back", err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateInFailedTx {
+		return txError("is aborted by an earlier error", err)
+	}
+	return fmt.Errorf("emitter: insert events: %w", err)
+}
+
+// txError reports an unusable transaction. It unwraps to ErrInvalidEvent,
+// ErrTxDone and cause.
+func txError(reason string, cause error) *outbox.ValidationError {
+	err := outbox.ErrTxDone
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", outbox.ErrTxDone, cause)
+	}
+	return &outbox.ValidationError{Index: -1, Field: "tx", Reason: reason, Err: err}
+}
+
+// isNil reports whether tx is nil or a nil pointer in a non-nil interface
+// (var t *pgxpool.Tx; Emit(ctx, t)).
+func isNil(tx pgx.Tx) bool {
+	if tx == nil {
+		return true
+	}
+	v := reflect.ValueOf(tx)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

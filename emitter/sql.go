@@ -1,0 +1,23 @@
+package emitter
+
+// insertSQL returns the statement that inserts a whole call's events from
+// one set of arrays. Empty optional strings become NULL; next_attempt_at is
+// computed by the database clock from the delay in microseconds.
+func insertSQL(qualifiedTable string) string {
+	return `INSERT INTO ` + qualifiedTable + ` (id, event_type, aggregate_type, aggregate_id,
+	partition_key, idempotency_key, content_type, payload, headers, next_attempt_at)
+SELECT u.id, u.event_type, NULLIF(u.aggregate_type, ''), NULLIF(u.aggregate_id, ''),
+	NULLIF(u.partition_key, ''), NULLIF(u.idempotency_key, ''), NULLIF(u.content_type, ''),
+	u.payload, u.headers::jsonb, now() + u.delay_us * interval '1 microsecond'
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+	$7::text[], $8::bytea[], $9::text[], $10::bigint[])
+	AS u(id, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
+	content_type, payload, headers, delay_us)`
+}
+
+// notifySQL wakes the dispatchers listening on the channel. PostgreSQL
+// delivers it at commit and folds identical ones of a transaction into one.
+const notifySQL = `SELECT pg_notify($1, '')`
+
+// sqlstateInFailedTx is in_failed_sql_transaction: the tx is aborted.
+const sqlstateInFailedTx = "25P02"
