@@ -37,5 +37,16 @@
 // # Time
 //
 // Every due and expiry comparison, and every timestamp written, uses the
-// database's now(). Durations travel as microseconds.
+// database's now(). Durations travel as microseconds. now() is the start of
+// the transaction, so run these statements in their own short transactions
+// (as the dispatcher does, on a pool), not inside a long-lived one.
+//
+// # Plans
+//
+// The claim and recovery statements lock their rows in a materialized CTE
+// and update them through "id = ANY(ARRAY(SELECT id FROM cte))", and the
+// batch statements match "id = ANY($ids)", so that the planner reaches the
+// rows through the primary key: a join to the CTE or to unnest() alone let
+// it hash-join the whole table (measured: a full scan of 20,100 rows for a
+// claim of 100).
 package lease

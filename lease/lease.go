@@ -85,6 +85,9 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 // now() + lease, in one statement. It returns the ids it renewed; a ref
 // missing from the result is lost (expired, recovered or re-claimed).
 func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duration) ([]uuid.UUID, error) {
+	if lease < time.Millisecond {
+		return nil, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
+	}
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -144,6 +147,9 @@ type RecoverResult struct {
 // PENDING (or FAILED, see RecoverParams), in one statement, without
 // spending retry budget.
 func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverResult, error) {
+	if p.Limit < 1 || p.MaxRecoveries < 0 {
+		return RecoverResult{}, fmt.Errorf("%w: recover needs a limit >= 1 and max recoveries >= 0", outbox.ErrInvalidConfig)
+	}
 	rows, err := db.Query(ctx, s.sql.recover, p.Limit, p.MaxRecoveries, p.AtMostOnce)
 	if err != nil {
 		return RecoverResult{}, fmt.Errorf("pgoutbox: recover: %w", err)

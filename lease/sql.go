@@ -19,8 +19,11 @@ func logEntry(outcome, code, message string) string {
 		`'owner', o.lock_owner, 'started', o.locked_at, 'ended', now())`, outcome, code, message)
 }
 
-// fenced is the condition every transition of a held row must meet.
-const fenced = `o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING' AND o.lease_until > now()`
+// fenced is the condition every transition of a held row must meet. The
+// ids come twice ($1 and the unnest): "o.id = ANY($1)" lets the planner
+// reach the rows through the primary key instead of hash-joining the whole
+// table to the list.
+const fenced = `o.id = ANY($1::uuid[]) AND o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING' AND o.lease_until > now()`
 
 // cleared releases the lease columns of a row leaving PROCESSING.
 const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
@@ -30,9 +33,9 @@ const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
 const recoverFinal = `($3::bool OR o.recoveries + 1 > $2::int)`
 
 // claimedColumns is what Claim returns for each row, in scan order.
-const claimedColumns = `o.id, o.event_type, coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''),
-	coalesce(o.partition_key, ''), coalesce(o.idempotency_key, ''), coalesce(o.content_type, ''),
-	o.payload, o.headers, o.attempts, o.created_at, o.lease_until`
+const claimedColumns = `c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
+	coalesce(c.partition_key, ''), coalesce(c.idempotency_key, ''), coalesce(c.content_type, ''),
+	c.payload, c.headers, c.attempts, c.created_at, c.lease_until`
 
 func buildStatements(t string) statements {
 	return statements{
@@ -42,13 +45,14 @@ func buildStatements(t string) statements {
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	UPDATE %[1]s AS o
+	SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
+		lease_until = now() + $4::bigint * interval '1 microsecond'
+	WHERE o.id = ANY (ARRAY(SELECT id FROM due))
+	RETURNING o.*
 )
-UPDATE %[1]s AS o
-SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
-	lease_until = now() + $4::bigint * interval '1 microsecond'
-FROM due
-WHERE o.id = due.id
-RETURNING %[2]s`, t, claimedColumns),
+SELECT %[2]s FROM claimed AS c ORDER BY c.next_attempt_at, c.seq`, t, claimedColumns),
 
 		renew: fmt.Sprintf(`UPDATE %[1]s AS o
 SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
@@ -96,8 +100,7 @@ SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
 	failed_at = CASE WHEN %[4]s THEN now() END,
 	last_error_code = 'worker_lost', last_error = 'lease expired: the worker stopped renewing it', %[2]s,
 	attempt_log = %[3]s
-FROM expired
-WHERE o.id = expired.id AND o.status = 'PROCESSING' AND o.lease_until <= now()
+WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND o.lease_until <= now()
 RETURNING o.id, o.status`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
 			recoverFinal),
@@ -105,7 +108,7 @@ RETURNING o.id, o.status`, t, cleared,
 		release: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'PENDING', %[2]s
 FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
-WHERE o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING'
+WHERE o.id = ANY($1::uuid[]) AND o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING'
 RETURNING o.id`, t, cleared),
 	}
 }
