@@ -27,6 +27,8 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	var staleHooks atomic.Int32
 	cfgA := baseConfig(db)
 	cfgA.LeaseDuration = 30 * time.Second // no heartbeat within the test
+	cfgA.Concurrency = 1                  // A, busy with the stale handler, claims nothing else
+	cfgA.RecoverEvery = 1000              // and leaves recovery to B
 	cfgA.OnSent = func(outbox.Event) { staleHooks.Add(1) }
 	cfgA.OnRetry = func(outbox.Event, outbox.Code, error, time.Time) { staleHooks.Add(1) }
 	cfgA.OnFailed = func(outbox.Event, outbox.Code, error) { staleHooks.Add(1) }
