@@ -9,10 +9,10 @@ import (
 
 // COPY takes over from the INSERT for batches of at least copyMinEvents
 // events or copyMinPayloadBytes bytes of payload, when no event has a delay.
-// BenchmarkInsertVsCopy measured COPY about 2x faster at 10,000 events and
-// about 20% faster at 1,000, where it would cost a third round trip on a
-// cold statement cache (pgx describes the table first); see
-// docs/emitting.md. COPY also streams, so it is not bound by PostgreSQL's
+// BenchmarkInsertVsCopy measured COPY about 2x faster at 10,000 events, and
+// no clear winner at 1,000, where COPY would cost a third round trip on a
+// cold statement cache (pgx describes the table first); the INSERT is as
+// fast or faster below that. See docs/emitting.md. COPY also streams, so it is not bound by PostgreSQL's
 // 1 GiB limit on one message, which the INSERT's payload array is.
 const (
 	copyMinEvents       = 5000
