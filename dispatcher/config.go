@@ -160,7 +160,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if err := c.Table.Validate(); err != nil {
-		return &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+		return &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
 	}
 	checks := []struct {
 		ok     bool

@@ -74,7 +74,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	store, err := lease.New(cfg.Table)
 	if err != nil {
-		return nil, &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Dispatcher{
 		cfg: cfg, pool: pool, store: store,

@@ -87,7 +87,7 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() (sqlname.Names, error) {
 	names, err := sqlname.For(c.Table)
 	if err != nil {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: err.Error()}
+		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
 	}
 	if reason := channelProblem(c.NotifyChannel); reason != "" && !c.DisableNotify {
 		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyChannel", Reason: reason}

@@ -67,12 +67,24 @@ type ConfigError struct {
 	Option string
 	// Reason says what range or form is expected.
 	Reason string
+	// Err is an underlying cause, if any (for example ErrInvalidIdentifier
+	// for a bad table name).
+	Err error
 }
 
 // Error implements error.
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("pgoutbox: invalid configuration: %s %s", e.Option, e.Reason)
+	msg := fmt.Sprintf("pgoutbox: invalid configuration: %s %s", e.Option, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
 }
 
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// Unwrap returns ErrInvalidConfig and the underlying cause.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidConfig, e.Err}
+	}
+	return []error{ErrInvalidConfig}
+}

@@ -42,8 +42,10 @@ type Event struct {
 	// emitter bounds their number and total size.
 	Headers map[string]string
 	// ContentType describes Payload, e.g. "application/json" or
-	// "application/x-protobuf". Optional, at most 255 bytes. A JSON content
-	// type makes Emit check that Payload is valid JSON without \u0000.
+	// "application/x-protobuf". Optional, at most 255 bytes, no CR or LF
+	// (it travels in broker headers). A JSON content type (media type
+	// application/json or any +json, in any case, parameters ignored) makes
+	// Emit check that Payload is valid JSON without \u0000.
 	ContentType string
 	// Payload is the message body, stored as bytea and never logged. The
 	// emitter bounds its size (1 MiB by default).
@@ -66,7 +68,7 @@ type Event struct {
 func NewJSON(eventType string, v any) (Event, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return Event{}, &ValidationError{Field: "Payload", Reason: "cannot be marshalled to JSON", Err: fmt.Errorf("%T: %w", v, errWithoutValue(err))}
+		return Event{}, &ValidationError{Index: -1, Field: "Payload", Reason: "cannot be marshalled to JSON", Err: fmt.Errorf("%T: %w", v, errWithoutValue(err))}
 	}
 	return Event{Type: eventType, ContentType: ContentTypeJSON, Payload: payload}, nil
 }

@@ -82,33 +82,45 @@ type DB struct {
 func New(tb testing.TB) *DB {
 	tb.Helper()
 	url := URL(tb)
-	ctx := context.Background()
-	admin := connect(tb, url)
-	sweepOnce.Do(func() { sweepOld(ctx, admin) })
 	schema := newSchemaName()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		tb.Fatalf("testdb: create schema: %v", err)
-	}
-	db := &DB{Schema: schema, URL: url}
-	tb.Cleanup(func() {
-		_, err := admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		if err != nil {
-			tb.Errorf("testdb: drop schema %s: %v", schema, err)
+	quoted := pgx.Identifier{schema}.Sanitize()
+	withConn(tb, url, func(ctx context.Context, admin *pgx.Conn) {
+		sweepOnce.Do(func() { sweepOld(ctx, admin) })
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
+			tb.Fatalf("testdb: create schema: %v", err)
 		}
-		_ = admin.Close(context.Background())
 	})
+	tb.Cleanup(func() {
+		withConn(tb, url, func(ctx context.Context, admin *pgx.Conn) {
+			if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+quoted+" CASCADE"); err != nil {
+				tb.Errorf("testdb: drop schema %s: %v", schema, err)
+			}
+		})
+	})
+	db := &DB{Schema: schema, URL: url}
 	db.Pool = db.NewPool(tb, 8)
 	return db
+}
+
+// withConn runs f on a short-lived connection, so that a test holds no
+// connection of its own beyond its pools (PostgreSQL allows 100 in all).
+func withConn(tb testing.TB, url string, f func(context.Context, *pgx.Conn)) {
+	tb.Helper()
+	ctx := context.Background()
+	conn := connect(tb, url)
+	defer func() { _ = conn.Close(ctx) }()
+	f(ctx, conn)
 }
 
 // NewMigrated is New with the outbox table migrated into the schema.
 func NewMigrated(tb testing.TB) *DB {
 	tb.Helper()
 	db := New(tb)
-	conn := db.Conn(tb)
-	if err := migrations.Migrate(context.Background(), conn, migrations.Config{Table: db.Table()}); err != nil {
-		tb.Fatalf("testdb: migrate: %v", err)
-	}
+	withConn(tb, db.URL, func(ctx context.Context, conn *pgx.Conn) {
+		if err := migrations.Migrate(ctx, conn, migrations.Config{Table: db.Table()}); err != nil {
+			tb.Fatalf("testdb: migrate: %v", err)
+		}
+	})
 	return db
 }
 
