@@ -56,7 +56,7 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 
 	// Once at start-up: create or upgrade the outbox table. Safe when many
 	// replicas do it at once.

@@ -1,0 +1,71 @@
+# Every target loops over the modules of go.work: a root `go test ./...`
+# would skip the nested modules (integration, examples).
+
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+# The workspace's modules, as directories relative to this one ("." first).
+MODULES := $(patsubst $(CURDIR)/%,./%,$(patsubst $(CURDIR),.,$(shell go list -m -f '{{.Dir}}')))
+# Modules that are published (all but integration and examples), so must
+# also build without go.work: a forgotten version bump cannot hide.
+PUBLISHED := $(filter-out ./integration ./examples,$(MODULES))
+
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+# Runs a command with PGOUTBOX_TEST_DATABASE_URL set: as given, else the
+# local 127.0.0.1:5432, else a testcontainers PostgreSQL (needs Docker).
+WITHPG := go run ./integration/cmd/withpg --
+
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+# Extra `go test` flags, e.g. TESTFLAGS=-count=1 or TESTFLAGS='-run TestEmit -v'.
+TESTFLAGS ?=
+
+.PHONY: help
+help: ## Show this help
+	@echo "Usage: make TARGET"
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Run every test of every module with -race against a real PostgreSQL (see docs/testing.md)
+	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-race $(TESTFLAGS)'
+
+.PHONY: test/short
+test/short: ## Run the tests with -short and without -race
+	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-short $(TESTFLAGS)'
+
+.PHONY: bench
+bench: ## Run every benchmark of every module (no tests)
+	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS="-bench=. -run='^\$$' $(TESTFLAGS)"
+
+# go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
+# failing module, and fails at the end if any failed. Called by the targets
+# above once the database is known.
+.PHONY: go-test
+go-test:
+	@status=0; for dir in $(MODULES); do \
+		echo "==> go test $(GOTESTARGS) ./... in $$dir"; \
+		(cd "$$dir" && go test $(GOTESTARGS) ./...) || status=1; \
+	done; exit $$status
+
+.PHONY: demo
+demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/quickstart
+
+.PHONY: lint
+lint: ## Check gofmt, then run go vet and golangci-lint in every module
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l lists files to format:"; echo "$$out"; exit 1; fi
+	@for dir in $(MODULES); do echo "==> go vet ./... in $$dir"; (cd "$$dir" && go vet ./...) || exit 1; done
+	@for dir in $(MODULES); do echo "==> golangci-lint run ./... in $$dir"; (cd "$$dir" && $(GOLANGCI_LINT) run ./...) || exit 1; done
+
+.PHONY: build
+build: ## Build every module; build and vet each published module alone (GOWORK=off); check the core's dependencies
+	@for dir in $(MODULES); do echo "==> go build ./... in $$dir"; (cd "$$dir" && go build -o /dev/null ./...) || exit 1; done
+	@for dir in $(PUBLISHED); do echo "==> GOWORK=off go build, go vet ./... in $$dir"; (cd "$$dir" && GOWORK=off go build -o /dev/null ./... && GOWORK=off go vet ./...) || exit 1; done
+	@echo "==> the core module requires no broker client and no testcontainers"
+	@bad=$$(GOWORK=off go list -m all | grep -E 'testcontainers|twmb/franz-go|nats-io' || true); \
+		if [ -n "$$bad" ]; then echo "core go.mod pulls in:"; echo "$$bad"; exit 1; fi
+
+.PHONY: tidy
+tidy: ## Run go mod tidy in every module
+	@for dir in $(MODULES); do echo "==> go mod tidy in $$dir"; (cd "$$dir" && go mod tidy) || exit 1; done
