@@ -145,6 +145,9 @@ func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult) {
 			d.cfg.OnSent(byID[id].event)
 		}
 	}
+	if len(res.Retried) > 0 {
+		signal(d.retried)
+	}
 	for _, r := range res.Retried {
 		it := byID[r.ID]
 		d.stats.retried.Add(1)

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -31,6 +35,33 @@ func (d Delivery) String() string {
 		return "at-most-once"
 	}
 	return "at-least-once"
+}
+
+// Wakeup chooses how LISTEN/NOTIFY wakes the dispatcher between polls.
+type Wakeup int
+
+const (
+	// WakeupAuto (the default) listens for the emitter's notifications when
+	// a start-up self-probe shows that they arrive, and falls back to
+	// polling alone (logging once) when they do not.
+	WakeupAuto Wakeup = iota
+	// WakeupRequired makes Run fail at start unless the self-probe shows
+	// that notifications arrive.
+	WakeupRequired
+	// WakeupDisabled polls only. Use it behind PgBouncer in transaction
+	// mode, where LISTEN cannot work.
+	WakeupDisabled
+)
+
+// String names the mode.
+func (w Wakeup) String() string {
+	switch w {
+	case WakeupRequired:
+		return "required"
+	case WakeupDisabled:
+		return "disabled"
+	}
+	return "auto"
 }
 
 // Config configures a Dispatcher. Every field has a default, applied by New
@@ -81,6 +112,35 @@ type Config struct {
 	// DeleteSent deletes events on success instead of keeping them SENT.
 	// Defaults to false.
 	DeleteSent bool
+
+	// Wakeup chooses how notifications wake the dispatcher. Defaults to
+	// WakeupAuto.
+	Wakeup Wakeup
+	// WakeupChannel is the LISTEN channel, the one the emitter notifies.
+	// Defaults to the emitter's default for Table ("<schema>.<table>").
+	WakeupChannel string
+	// ListenerConnConfig configures the dedicated listener connection.
+	// Defaults to a copy of the pool's connection config. Point it at the
+	// database directly when the pool goes through a pooler.
+	ListenerConnConfig *pgx.ConnConfig
+	// WakeupProbeTimeout bounds the start-up self-probe, which sends a
+	// notification on a private channel and waits for it. Defaults to 5s;
+	// 100ms to 1m.
+	WakeupProbeTimeout time.Duration
+	// WakeupCooldown is the shortest time between two claim cycles started
+	// by wake-ups (notifications and Trigger): those arriving within it
+	// coalesce into one cycle at its end, so a burst of commits costs a
+	// few claims, not one each. It adds at most this much latency during
+	// bursts and none to the first wake-up after a quiet spell. Defaults
+	// to 20ms; 0 to 10s (-1 for 0).
+	WakeupCooldown time.Duration
+	// IdlePollInterval is the longest the poll interval stretches to while
+	// wake-ups work and the table is idle: each empty poll doubles the
+	// interval up to it, and any claimed event resets it. Retries still
+	// run on time, because the dispatcher also sleeps until the next
+	// PENDING event's next_attempt_at at the latest. Defaults to
+	// 10 × PollInterval, at most 1m; PollInterval to 1h.
+	IdlePollInterval time.Duration
 
 	// RecoverEvery runs recovery of expired leases every Nth poll cycle.
 	// Defaults to 10; 1 to 1,000.
@@ -143,6 +203,13 @@ func (c Config) withDefaults() Config {
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.Backoff = c.Backoff.WithDefaults()
+	c.WakeupChannel = cmp.Or(c.WakeupChannel, sqlname.Names{Table: c.Table}.Channel())
+	c.WakeupProbeTimeout = cmp.Or(c.WakeupProbeTimeout, 5*time.Second)
+	c.WakeupCooldown = cmp.Or(c.WakeupCooldown, 20*time.Millisecond)
+	if c.WakeupCooldown == -1 {
+		c.WakeupCooldown = 0
+	}
+	c.IdlePollInterval = cmp.Or(c.IdlePollInterval, max(c.PollInterval, min(10*c.PollInterval, time.Minute)))
 	c.RecoverEvery = cmp.Or(c.RecoverEvery, 10)
 	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
 	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)
@@ -177,6 +244,11 @@ func (c Config) validate() error {
 		{between(c.DrainTimeout, 0, time.Hour), "DrainTimeout", "must be between 0 and 1h (-1 for 0)"},
 		{between(c.MaxAttempts, 1, 1000), "MaxAttempts", "must be between 1 and 1000"},
 		{c.Delivery == AtLeastOnce || c.Delivery == AtMostOnce, "Delivery", "must be AtLeastOnce or AtMostOnce"},
+		{c.Wakeup >= WakeupAuto && c.Wakeup <= WakeupDisabled, "Wakeup", "must be WakeupAuto, WakeupRequired or WakeupDisabled"},
+		{len(c.WakeupChannel) <= outbox.MaxIdentifierLen && utf8.ValidString(c.WakeupChannel) && !strings.ContainsRune(c.WakeupChannel, 0), "WakeupChannel", "must be at most 63 bytes of UTF-8 without NUL"},
+		{between(c.WakeupProbeTimeout, 100*time.Millisecond, time.Minute), "WakeupProbeTimeout", "must be between 100ms and 1m"},
+		{between(c.WakeupCooldown, 0, 10*time.Second), "WakeupCooldown", "must be between 0 and 10s (-1 for 0)"},
+		{between(c.IdlePollInterval, c.PollInterval, time.Hour), "IdlePollInterval", "must be between PollInterval and 1h"},
 		{between(c.RecoverEvery, 1, 1000), "RecoverEvery", "must be between 1 and 1000"},
 		{between(c.RecoverBatchSize, 1, 100_000), "RecoverBatchSize", "must be between 1 and 100000"},
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},

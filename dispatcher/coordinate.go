@@ -8,12 +8,14 @@ import (
 )
 
 // coordinate is the one loop that decides when to claim: at start, on every
-// poll tick, on a trigger, and when slots free up while a backlog remains.
-// Every RecoverEvery-th poll tick it first recovers expired leases. It
-// returns when ctx ends or Stop is called.
+// poll, on a trigger (manual or a notification), when slots free up while a
+// backlog remains, and (while wake-ups work) when the next retry becomes
+// due.
+// Polls recover expired leases every RecoverEvery-th time. It returns when
+// ctx ends or Stop is called.
 func (d *Dispatcher) coordinate(ctx context.Context) {
-	ticker := time.NewTicker(d.cfg.PollInterval)
-	defer ticker.Stop()
+	p := newPoller(d.cfg)
+	defer p.stop()
 	backlog := d.claimUntilFull()
 	for {
 		select {
@@ -21,25 +23,137 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			return
 		case <-d.stopCh:
 			return
-		case <-ticker.C:
-			d.pollCycle()
+		case <-p.poll.C:
+			d.pollCycle(p)
 			backlog = d.claimUntilFull()
+			p.next(d.wakeupsActive.Load(), d.stats.claimed.Load())
+			d.armDue(p, backlog)
 		case <-d.trigger:
+			if !p.coolDown() {
+				continue
+			}
+			backlog = d.claimUntilFull()
+		case <-p.cooled.C:
+			p.cooling, p.lastWake = false, time.Now()
 			backlog = d.claimUntilFull()
 		case <-d.capacity:
-			if backlog {
-				backlog = d.claimUntilFull()
+			if !backlog {
+				continue
 			}
+			backlog = d.claimUntilFull()
+		case <-d.retried:
+			d.armDue(p, backlog)
+		case <-p.due.C:
+			d.stats.dueWakeups.Add(1)
+			backlog = d.claimUntilFull()
 		}
+		d.stats.pollInterval.Store(int64(p.interval))
 	}
 }
 
-// pollCycle counts a poll tick and runs recovery on every RecoverEvery-th.
-func (d *Dispatcher) pollCycle() {
+// poller holds the poll timer, whose interval stretches while the table is
+// idle and wake-ups work, and the timer that fires when the next retry is
+// due.
+type poller struct {
+	cfg           Config
+	interval      time.Duration
+	poll, due     *time.Timer
+	cooled        *time.Timer // the wake-up cooldown ended with a trigger pending
+	cooling       bool        // cooled is armed
+	lastClaimed   uint64
+	lastRecovered time.Time
+	lastWake      time.Time
+}
+
+func newPoller(cfg Config) *poller {
+	return &poller{
+		cfg: cfg, interval: cfg.PollInterval, poll: time.NewTimer(cfg.PollInterval),
+		due: stoppedTimer(), cooled: stoppedTimer(), lastRecovered: time.Now(),
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func (p *poller) stop() {
+	p.poll.Stop()
+	p.due.Stop()
+	p.cooled.Stop()
+}
+
+// coolDown decides what a trigger does: claim now (true) when the last
+// wake-up claim was at least WakeupCooldown ago, else arm the cooldown
+// timer (once) so that every trigger until then coalesces into one claim
+// at its end.
+func (p *poller) coolDown() bool {
+	wait := p.cfg.WakeupCooldown - time.Since(p.lastWake)
+	if wait <= 0 && !p.cooling {
+		p.lastWake = time.Now()
+		return true
+	}
+	if !p.cooling {
+		p.cooling = true
+		p.cooled.Reset(max(wait, 0))
+	}
+	return false
+}
+
+// next sets the interval of the next poll: doubled (up to IdlePollInterval)
+// when wake-ups work and nothing was claimed since the last poll, else
+// PollInterval.
+func (p *poller) next(wakeups bool, claimed uint64) {
+	if wakeups && claimed == p.lastClaimed {
+		p.interval = min(2*p.interval, p.cfg.IdlePollInterval)
+	} else {
+		p.interval = p.cfg.PollInterval
+	}
+	p.lastClaimed = claimed
+	p.poll.Reset(p.interval)
+}
+
+// recoverDue reports whether this poll should recover expired leases: every
+// RecoverEvery-th poll, or when RecoverEvery plain poll intervals have
+// passed (so that stretched polls do not delay recovery).
+func (p *poller) recoverDue(n uint64) bool {
+	if n%uint64(p.cfg.RecoverEvery) == 0 || time.Since(p.lastRecovered) >= time.Duration(p.cfg.RecoverEvery)*p.cfg.PollInterval {
+		p.lastRecovered = time.Now()
+		return true
+	}
+	return false
+}
+
+// pollCycle counts a poll and recovers expired leases when it is time.
+func (d *Dispatcher) pollCycle(p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
-	if n%uint64(d.cfg.RecoverEvery) == 0 {
+	if p.recoverDue(n) {
 		d.recoverExpired()
+	}
+}
+
+// armDue sets the due timer to the next PENDING event's next_attempt_at
+// (database clock), when that comes after now and before the next poll. It
+// runs after polls and scheduled retries, only while wake-ups work and no
+// backlog remains: then polls may be far apart (stretched), and retries
+// must still run on time. Events due now need no timer: their
+// notification or the claim in progress takes them.
+func (d *Dispatcher) armDue(p *poller, backlog bool) {
+	if backlog || !d.wakeupsActive.Load() {
+		return
+	}
+	ctx, cancel := d.opContext()
+	defer cancel()
+	wait, ok, err := d.store.NextDue(ctx, d.pool)
+	if err != nil {
+		d.reportError("next due time", err)
+		return
+	}
+	p.due.Stop()
+	if ok && wait > 0 && wait < p.interval {
+		p.due.Reset(wait)
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/lease"
@@ -32,8 +34,12 @@ type Dispatcher struct {
 	store *lease.Store
 	stats counters
 
+	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
+	wakeupsActive  atomic.Bool     // the listener is connected and listening
+
 	trigger  chan struct{} // manual and notify wake-ups, coalesced
 	capacity chan struct{} // an in-flight slot was freed
+	retried  chan struct{} // a retry was scheduled: the next due time moved
 	flush    chan struct{} // outcomes wait for the completer
 	stopCh   chan struct{} // Stop was called
 	done     chan struct{} // Run returned
@@ -76,10 +82,18 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
 	}
+	listenerConfig := cfg.ListenerConnConfig
+	if listenerConfig == nil {
+		listenerConfig = pool.Config().ConnConfig.Copy()
+		if listenerConfig.RuntimeParams["application_name"] == "" {
+			listenerConfig.RuntimeParams["application_name"] = "pgoutbox-listener"
+		}
+	}
 	return &Dispatcher{
-		cfg: cfg, pool: pool, store: store,
+		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig,
 		trigger:  make(chan struct{}, 1),
 		capacity: make(chan struct{}, 1),
+		retried:  make(chan struct{}, 1),
 		flush:    make(chan struct{}, 1),
 		stopCh:   make(chan struct{}),
 		done:     make(chan struct{}),
@@ -119,7 +133,9 @@ func (d *Dispatcher) Stats() Stats {
 	d.mu.Lock()
 	n := len(d.held)
 	d.mu.Unlock()
-	return d.stats.snapshot(n)
+	s := d.stats.snapshot(n)
+	s.WakeupsActive = d.wakeupsActive.Load()
+	return s
 }
 
 // Run dispatches until ctx ends or Stop is called, then stops claiming,

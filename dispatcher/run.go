@@ -23,17 +23,25 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
+	listener, err := d.startWakeups(ctx)
+	if err != nil {
+		return err
+	}
 
+	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	var helpers sync.WaitGroup
-	quit := make(chan struct{})
-	helpers.Go(func() { d.completeLoop(quit) })
-	helpers.Go(func() { d.heartbeatLoop(quit) })
+	helpers.Go(func() { d.completeLoop(quit.Done()) })
+	helpers.Go(func() { d.heartbeatLoop(quit.Done()) })
+	if listener != nil {
+		helpers.Go(func() { d.listenLoop(quit, listener) })
+	}
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
-		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String())
+		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
+		"wakeups", listener != nil)
 	d.coordinate(ctx)
-	err := d.drain(hardStop)
-	close(quit)
+	err = d.drain(hardStop)
+	stopHelpers()
 	helpers.Wait()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
@@ -93,5 +101,10 @@ func (d *Dispatcher) beginStop() <-chan struct{} {
 
 // opContext bounds one database operation of the dispatcher's own.
 func (d *Dispatcher) opContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(d.dbCtx, min(d.cfg.LeaseDuration/2, 30*time.Second))
+	return d.opContextFrom(d.dbCtx)
+}
+
+// opContextFrom bounds one database operation under parent.
+func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, min(d.cfg.LeaseDuration/2, 30*time.Second))
 }

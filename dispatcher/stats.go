@@ -34,6 +34,18 @@ type Stats struct {
 	PollCycles uint64
 	// ClaimCycles counts claim statements issued, whatever woke them.
 	ClaimCycles uint64
+	// Wakeups counts notifications received on the wake-up channel.
+	Wakeups uint64
+	// ListenerConnects counts (re)connections of the listener.
+	ListenerConnects uint64
+	// DueWakeups counts claim cycles run because a retry became due while
+	// the poll interval was stretched.
+	DueWakeups uint64
+	// PollInterval is the current interval between polls: PollInterval,
+	// or more while it is stretched (idle, wake-ups working).
+	PollInterval time.Duration
+	// WakeupsActive is true while the listener is connected and listening.
+	WakeupsActive bool
 	// InFlight is the number of events held right now (claimed and not yet
 	// completed, released or lost).
 	InFlight int
@@ -47,7 +59,8 @@ type counters struct {
 	claimed, sent, retried, failed, lockLost     atomic.Uint64
 	recovered, recoveredFailed, released, errors atomic.Uint64
 	pollCycles, claimCycles                      atomic.Uint64
-	lastPoll                                     atomic.Int64
+	wakeups, listenerConnects, dueWakeups        atomic.Uint64
+	lastPoll, pollInterval                       atomic.Int64
 }
 
 func (c *counters) snapshot(inFlight int) Stats {
@@ -56,7 +69,8 @@ func (c *counters) snapshot(inFlight int) Stats {
 		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), Recovered: c.recovered.Load(),
 		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
-		InFlight: inFlight,
+		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
+		InFlight: inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}
 	if ns := c.lastPoll.Load(); ns != 0 {
 		s.LastPoll = time.Unix(0, ns)

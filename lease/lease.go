@@ -179,3 +179,22 @@ func split(refs []Ref) (ids, tokens []uuid.UUID) {
 	}
 	return ids, tokens
 }
+
+// NextDue returns how long until the earliest PENDING row becomes due, by
+// the database clock (zero or negative when one is due now), and false when
+// there is no PENDING row. It reads the partial index of due rows only.
+func (s *Store) NextDue(ctx context.Context, db DB) (time.Duration, bool, error) {
+	var us *int64
+	rows, err := db.Query(ctx, s.sql.nextDue)
+	if err != nil {
+		return 0, false, fmt.Errorf("pgoutbox: next due: %w", err)
+	}
+	us, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[*int64])
+	if err != nil {
+		return 0, false, fmt.Errorf("pgoutbox: next due: %w", err)
+	}
+	if us == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*us) * time.Microsecond, true, nil
+}

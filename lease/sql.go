@@ -4,7 +4,7 @@ import "fmt"
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claim, renew, sent, deleteSent, failed, recover, release string
+	claim, renew, sent, deleteSent, failed, recover, release, nextDue string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -104,6 +104,10 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND
 RETURNING o.id, o.status`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
 			recoverFinal),
+
+		nextDue: fmt.Sprintf(`SELECT (extract(epoch FROM (
+	SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1
+) - now()) * 1000000)::bigint`, t),
 
 		release: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'PENDING', %[2]s

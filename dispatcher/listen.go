@@ -1,0 +1,139 @@
+package dispatcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrWakeupUnavailable is returned by Run in WakeupRequired mode when the
+// start-up self-probe shows that notifications do not arrive.
+var ErrWakeupUnavailable = errors.New("pgoutbox: LISTEN/NOTIFY wake-ups are not working")
+
+// startWakeups opens the listener connection and proves with a self-probe
+// that notifications reach it. It returns the listening connection, or nil
+// when wake-ups are disabled or (in auto mode) do not work.
+func (d *Dispatcher) startWakeups(ctx context.Context) (*pgx.Conn, error) {
+	if d.cfg.Wakeup == WakeupDisabled {
+		return nil, nil
+	}
+	conn, err := d.listen(ctx)
+	if err == nil {
+		err = d.probe(ctx, conn)
+	}
+	if err == nil {
+		return conn, nil
+	}
+	if conn != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}
+	if d.cfg.Wakeup == WakeupRequired {
+		return nil, fmt.Errorf("%w: %w", ErrWakeupUnavailable, err)
+	}
+	d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
+		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+	return nil, nil
+}
+
+// listen opens a dedicated connection and LISTENs on the wake-up channel.
+func (d *Dispatcher) listen(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, d.listenerConfig)
+	if err != nil {
+		return nil, fmt.Errorf("listener connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.cfg.WakeupChannel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return conn, nil
+}
+
+// probe sends a notification on a private channel through the pool and
+// waits for it on conn. Wake-ups on the real channel that arrive meanwhile
+// are passed on.
+func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	channel := "pgoutbox_probe_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.WakeupProbeTimeout)
+	defer cancel()
+	quoted := pgx.Identifier{channel}.Sanitize()
+	if _, err := conn.Exec(ctx, "LISTEN "+quoted); err != nil {
+		return fmt.Errorf("probe listen: %w", err)
+	}
+	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, '')", channel); err != nil {
+		return fmt.Errorf("probe notify: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("probe notification did not arrive within %s: %w", d.cfg.WakeupProbeTimeout, err)
+		}
+		if n.Channel == channel {
+			_, err := conn.Exec(ctx, "UNLISTEN "+quoted)
+			return err
+		}
+		d.stats.wakeups.Add(1)
+		d.Trigger()
+	}
+}
+
+// listenLoop turns notifications into triggers until quit ends. When the
+// connection breaks it reconnects with backoff, LISTENs again and triggers
+// a claim cycle to pick up what was committed while it was gone.
+func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
+	backoff := 100 * time.Millisecond
+	for {
+		d.wakeupsActive.Store(true)
+		d.stats.listenerConnects.Add(1)
+		d.Trigger()
+		err := d.waitNotifications(quit, conn)
+		d.wakeupsActive.Store(false)
+		_ = conn.Close(context.WithoutCancel(quit))
+		if quit.Err() != nil {
+			return
+		}
+		d.reportError("listener connection lost; reconnecting", err)
+		for conn = nil; conn == nil; {
+			if !sleep(quit, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			if conn, err = d.listen(quit); err != nil {
+				d.reportError("listener reconnect failed", err)
+			}
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// waitNotifications triggers a claim cycle per notification; many that
+// arrive during one cycle coalesce into one more.
+func (d *Dispatcher) waitNotifications(quit context.Context, conn *pgx.Conn) error {
+	for {
+		if _, err := conn.WaitForNotification(quit); err != nil {
+			return err
+		}
+		d.stats.wakeups.Add(1)
+		d.Trigger()
+	}
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,274 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// emitOne commits one event through the emitter (with its notification).
+func emitOne(t *testing.T, db *testdb.DB, eventType string) uuid.UUID {
+	t.Helper()
+	e, err := emitter.New(emitter.Config{Table: db.Table()})
+	require.NoError(t, err)
+	var ids []uuid.UUID
+	err = pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+		ids, err = e.Emit(context.Background(), tx, outbox.Event{Type: eventType, Payload: []byte("{}")})
+		return err
+	})
+	require.NoError(t, err)
+	return ids[0]
+}
+
+// wakeupConfig polls so rarely that only a wake-up can deliver within a
+// test, and gives the listener a name and a switch that cuts it off.
+func wakeupConfig(t *testing.T, db *testdb.DB) (dispatcher.Config, *atomic.Bool, string) {
+	t.Helper()
+	cfg := baseConfig(db)
+	cfg.PollInterval = 30 * time.Second
+	cfg.Wakeup = dispatcher.WakeupRequired
+	lc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	app := "listener_" + uuid.NewString()[:8]
+	lc.RuntimeParams["application_name"] = app
+	down := &atomic.Bool{}
+	dialer := &net.Dialer{}
+	lc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			return nil, errors.New("listener cut off by the test")
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
+	cfg.ListenerConnConfig = lc
+	return cfg, down, app
+}
+
+// handledAt records, per event, the dispatcher's poll count when its
+// handler ran.
+type handledAt struct {
+	mu    sync.Mutex
+	polls map[uuid.UUID]uint64
+	ch    chan uuid.UUID
+}
+
+func newHandledAt() *handledAt {
+	return &handledAt{polls: map[uuid.UUID]uint64{}, ch: make(chan uuid.UUID, 100)}
+}
+
+func (h *handledAt) handler(d **dispatcher.Dispatcher) outbox.Handler {
+	return func(_ context.Context, e outbox.Event) error {
+		h.mu.Lock()
+		h.polls[e.ID] = (*d).Stats().PollCycles
+		h.mu.Unlock()
+		h.ch <- e.ID
+		return nil
+	}
+}
+
+func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
+	t.Helper()
+	timeout := time.After(20 * time.Second) // a hang guard, far below the 30s poll
+	for {
+		select {
+		case got := <-h.ch:
+			if got == id {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return h.polls[id]
+			}
+		case <-timeout:
+			t.Fatalf("event %s was not handled", id)
+		}
+	}
+}
+
+func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	h := newHandledAt()
+	var d *dispatcher.Dispatcher
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", h.handler(&d)))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+
+	id := emitOne(t, db, "x")
+	require.Zero(t, h.wait(t, id), "handled before any poll")
+	require.GreaterOrEqual(t, d.Stats().Wakeups, uint64(1))
+}
+
+// A killed listener reconnects; events committed while it was gone are
+// dispatched on reconnect, and later ones by notification again.
+func TestListenerReconnectsAfterTermination(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, down, app := wakeupConfig(t, db)
+	h := newHandledAt()
+	var d *dispatcher.Dispatcher
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", h.handler(&d)))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+
+	down.Store(true)
+	var killed int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
+	require.Equal(t, 1, killed)
+	waitFor(t, 10*time.Second, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
+	whileDown := emitOne(t, db, "x")
+	waitFor(t, 10*time.Second, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
+	require.Equal(t, outbox.StatusPending, readRow(t, db, whileDown).Status, "nothing woke the dispatcher yet")
+
+	down.Store(false)
+	require.Zero(t, h.wait(t, whileDown), "dispatched on reconnect, not by a poll")
+	waitFor(t, 10*time.Second, "the listener back", func() bool { return d.Stats().WakeupsActive })
+	after := emitOne(t, db, "x")
+	require.Zero(t, h.wait(t, after))
+	require.Equal(t, uint64(2), d.Stats().ListenerConnects)
+}
+
+func TestWakeupModes(t *testing.T) {
+	t.Parallel()
+	t.Run("AutoFallsBackToPolling", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, down, _ := wakeupConfig(t, db)
+		down.Store(true)
+		cfg.Wakeup = dispatcher.WakeupAuto
+		cfg.PollInterval = 20 * time.Millisecond
+		cfg.WakeupProbeTimeout = 200 * time.Millisecond
+		var sent atomic.Int32
+		cfg.OnSent = func(outbox.Event) { sent.Add(1) }
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+		runDispatcher(t, d)
+		emitOne(t, db, "x")
+		waitFor(t, 10*time.Second, "delivery by polling", func() bool { return sent.Load() == 1 })
+		require.False(t, d.Stats().WakeupsActive)
+	})
+	t.Run("RequiredFailsWhenListenerCannotConnect", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, down, _ := wakeupConfig(t, db)
+		down.Store(true)
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		err = d.Run(context.Background())
+		require.ErrorIs(t, err, dispatcher.ErrWakeupUnavailable)
+		require.ErrorContains(t, err, "listener connect")
+	})
+	t.Run("RequiredFailsWhenNotificationsDoNotArrive", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, _, _ := wakeupConfig(t, db)
+		// The listener sits in another database: LISTEN works, but the
+		// probe's NOTIFY, sent through the pool, never reaches it.
+		cfg.ListenerConnConfig.Database = otherDatabase(cfg.ListenerConnConfig.Database)
+		cfg.WakeupProbeTimeout = 300 * time.Millisecond
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		err = d.Run(context.Background())
+		require.ErrorIs(t, err, dispatcher.ErrWakeupUnavailable)
+		require.ErrorContains(t, err, "probe notification did not arrive")
+	})
+}
+
+func otherDatabase(name string) string {
+	if name == "template1" {
+		return "postgres"
+	}
+	return "template1"
+}
+
+// A burst of single-event transactions wakes the dispatcher far fewer times
+// than there are events: notifications coalesce.
+func TestNotificationBurstCoalesces(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	var sent atomic.Int64
+	cfg.OnSent = func(outbox.Event) { sent.Add(1) }
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+
+	const writers, perWriter = 8, 1250
+	e, err := emitter.New(emitter.Config{Table: db.Table()})
+	require.NoError(t, err)
+	pool := db.NewPool(t, writers)
+	// A burst: commits without waiting for the disk, so they arrive far
+	// faster than one claim cycle per commit could follow.
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range perWriter {
+				err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(context.Background(), "SET LOCAL synchronous_commit = off"); err != nil {
+						return err
+					}
+					_, err := e.Emit(context.Background(), tx, outbox.Event{Type: "x", Payload: []byte("{}")})
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, 2*time.Minute, "every event SENT", func() bool { return sent.Load() == writers*perWriter })
+	st := d.Stats()
+	t.Logf("10,000 transactions: %d notifications, %d claim cycles, %d polls", st.Wakeups, st.ClaimCycles, st.PollCycles)
+	require.Less(t, st.ClaimCycles, uint64(writers*perWriter/10), "claim cycles must be far fewer than events")
+	require.Zero(t, st.PollCycles)
+}
+
+// While polls are stretched far apart, a retry still runs when it becomes
+// due, woken by the due timer rather than a poll.
+func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	cfg.PollInterval = 100 * time.Millisecond
+	cfg.IdlePollInterval = time.Hour
+	cfg.Backoff = outbox.Backoff{Initial: 300 * time.Millisecond, Jitter: -1}
+	attempts := make(chan uint64, 2)
+	var d *dispatcher.Dispatcher
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		attempts <- d.Stats().PollCycles
+		if e.Attempt == 1 {
+			return errors.New("once")
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
+
+	emitOne(t, db, "x")
+	first, second := <-attempts, <-attempts
+	require.Equal(t, first, second, "the retry ran before the next poll")
+	require.GreaterOrEqual(t, d.Stats().DueWakeups, uint64(1))
+}
