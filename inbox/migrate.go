@@ -1,0 +1,155 @@
+package inbox
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// FS is the inbox migration templates as tern reads them: NNN_name.sql
+// files whose names in double braces ({{.schema}}, {{.table}}, {{.pkey}},
+// {{.consumer_check}}, {{.hash_check}}, {{.processed_idx}}) are quoted
+// identifiers filled in by [Migrate]. docs/inbox.md shows how to render them
+// for another migration tool.
+var FS fs.FS = mustSub(files, "sql")
+
+func mustSub(fsys fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(err) // the embedded directory is fixed at build time
+	}
+	return sub
+}
+
+// Migrate creates or upgrades the inbox table of cfg on conn to the latest
+// version, keeping its version in <table>_schema_version. It is idempotent
+// and safe when several processes call it at once: it holds a session
+// advisory lock keyed by the table's qualified name while it runs, so one
+// caller migrates and the others wait and then find nothing to do. It needs
+// a direct connection, not one behind a transaction-mode pooler. An invalid
+// table name gives an *outbox.ConfigError and touches nothing.
+func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	names, err := cfg.names()
+	if err != nil {
+		return err
+	}
+	return migrateFS(ctx, conn, FS, names, templateData(names))
+}
+
+// Version returns the schema version of the inbox table of cfg on conn, or
+// 0 when it has never been migrated.
+func Version(ctx context.Context, conn *pgx.Conn, cfg Config) (int32, error) {
+	names, err := cfg.names()
+	if err != nil {
+		return 0, err
+	}
+	var exists bool
+	err = conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.VersionTable).Scan(&exists)
+	if err != nil || !exists {
+		return 0, err
+	}
+	var v int32
+	err = conn.QueryRow(ctx, "SELECT version FROM "+names.VersionTable).Scan(&v)
+	return v, err
+}
+
+// Latest returns the newest inbox schema version this library ships.
+func Latest() int32 {
+	paths, err := migrate.FindMigrations(FS)
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time
+	}
+	return int32(len(paths))
+}
+
+// Verify checks that the inbox table of cfg holds every column (type, NOT
+// NULL, default), constraint and index this version relies on and that its
+// schema version is [Latest]. It returns nil when all match, and otherwise
+// an error matching [outbox.ErrSchemaMismatch] that lists everything
+// missing or different. It only reads the catalogs and the version table.
+func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	names, err := cfg.names()
+	if err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, catalogSQL, names.Qualified)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: inbox: verify %s: %w", names.Table, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("pgoutbox: inbox: verify %s: %w", names.Table, err)
+	}
+	var problems []string
+	for _, want := range expectedObjects(names) {
+		if !slices.Contains(have, want) {
+			problems = append(problems, "missing or different: "+want)
+		}
+	}
+	v, err := Version(ctx, conn, cfg)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: inbox: verify %s: version: %w", names.Table, err)
+	}
+	if v != Latest() {
+		problems = append(problems, fmt.Sprintf("version is %d, want %d", v, Latest()))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: inbox %s: %s", outbox.ErrSchemaMismatch, names.Table, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// catalogSQL describes the columns, constraints and indexes of a table, one
+// line each, in the words of expectedObjects.
+const catalogSQL = `
+SELECT format('column %s %s%s%s', a.attname, format_type(a.atttypid, a.atttypmod),
+	CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END,
+	' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid))
+FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT format('constraint %s %s', conname, pg_get_constraintdef(oid))
+FROM pg_constraint WHERE conrelid = to_regclass($1)
+UNION ALL
+SELECT format('index %s %s', c.relname, substring(pg_get_indexdef(i.indexrelid) FROM 'USING .*'))
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass($1) AND NOT i.indisprimary`
+
+// expectedObjects is what the latest migration leaves, as catalogSQL
+// prints it. A migration that changes the table edits this list too.
+func expectedObjects(n sqlname.Names) []string {
+	return []string{
+		"column consumer text NOT NULL",
+		"column event_id uuid NOT NULL",
+		"column payload_hash bytea NOT NULL",
+		"column processed_at timestamp with time zone NOT NULL DEFAULT now()",
+		"constraint " + n.Object(sqlname.SuffixPkey) + " PRIMARY KEY (consumer, event_id)",
+		"constraint " + n.Object(suffixConsumerCheck) + " CHECK (((octet_length(consumer) >= 1) AND (octet_length(consumer) <= 255)))",
+		"constraint " + n.Object(suffixHashCheck) + " CHECK ((octet_length(payload_hash) = 32))",
+		"index " + n.Object(suffixProcessedIdx) + " USING btree (processed_at)",
+	}
+}
+
+// templateData is what the inbox templates see: every name quoted.
+func templateData(n sqlname.Names) map[string]any {
+	return map[string]any{
+		"schema":         n.Schema,
+		"table":          n.Qualified,
+		"pkey":           n.Quoted(sqlname.SuffixPkey),
+		"consumer_check": n.Quoted(suffixConsumerCheck),
+		"hash_check":     n.Quoted(suffixHashCheck),
+		"processed_idx":  n.Quoted(suffixProcessedIdx),
+	}
+}
