@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -41,11 +41,23 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 // a direct connection, not one behind a transaction-mode pooler. An invalid
 // table name gives an *outbox.ConfigError and touches nothing.
 func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	names, err := cfg.names()
+	set, err := cfg.migrationSet()
 	if err != nil {
 		return err
 	}
-	return migrateFS(ctx, conn, FS, names, templateData(names))
+	return tmplmigrate.Migrate(ctx, conn, set)
+}
+
+// Render returns the inbox migrations as plain SQL for cfg's names, for
+// teams that run goose, golang-migrate or atlas instead of [Migrate]: for
+// every NNN_name.sql in [FS], NNN_name.up.sql and NNN_name.down.sql, each
+// recording its version where [Version] reads it. It touches no database.
+func Render(cfg Config) (fs.FS, error) {
+	set, err := cfg.migrationSet()
+	if err != nil {
+		return nil, err
+	}
+	return tmplmigrate.Render(set, "inbox.Render")
 }
 
 // Version returns the schema version of the inbox table of cfg on conn, or
@@ -55,23 +67,18 @@ func Version(ctx context.Context, conn *pgx.Conn, cfg Config) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	var exists bool
-	err = conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.VersionTable).Scan(&exists)
-	if err != nil || !exists {
-		return 0, err
-	}
-	var v int32
-	err = conn.QueryRow(ctx, "SELECT version FROM "+names.VersionTable).Scan(&v)
-	return v, err
+	return tmplmigrate.Version(ctx, conn, names.VersionTable)
 }
 
 // Latest returns the newest inbox schema version this library ships.
-func Latest() int32 {
-	paths, err := migrate.FindMigrations(FS)
+func Latest() int32 { return tmplmigrate.Latest(FS) }
+
+func (c Config) migrationSet() (tmplmigrate.Set, error) {
+	names, err := c.names()
 	if err != nil {
-		panic(err) // the embedded files are fixed at build time
+		return tmplmigrate.Set{}, err
 	}
-	return int32(len(paths))
+	return tmplmigrate.Set{FS: FS, Names: names, Data: templateData(names)}, nil
 }
 
 // Verify checks that the inbox table of cfg holds every column (type, NOT

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"io/fs"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -117,4 +118,17 @@ func tablesIn(t *testing.T, db *testdb.DB) string {
 		FROM pg_tables WHERE schemaname = $1`, db.Schema).Scan(&names)
 	require.NoError(t, err)
 	return names
+}
+
+func TestRenderFillsEveryName(t *testing.T) {
+	t.Parallel()
+	fsys, err := inbox.Render(inbox.Config{})
+	require.NoError(t, err)
+	up, err := fs.ReadFile(fsys, "001_create_inbox.up.sql")
+	require.NoError(t, err)
+	require.NotContains(t, string(up), "{{")
+	require.Contains(t, string(up), `"public"."outbox_inbox"`)
+	down, err := fs.ReadFile(fsys, "001_create_inbox.down.sql")
+	require.NoError(t, err)
+	require.Contains(t, string(down), "UPDATE \"public\".\"outbox_inbox_schema_version\" SET version = 0")
 }

@@ -3,13 +3,12 @@ package migrations
 import (
 	"context"
 	"embed"
-	"fmt"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -31,32 +30,12 @@ type Config struct {
 // version. It is idempotent, and safe when several processes call it at
 // once (see the package documentation). It needs a direct connection, not
 // one behind a transaction-mode pooler.
-func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) (err error) {
-	names, err := sqlname.For(cfg.Table)
+func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	set, err := migrationSet(cfg)
 	if err != nil {
 		return err
 	}
-	unlock, err := lockTable(ctx, conn, names)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if uerr := unlock(); err == nil {
-			err = uerr
-		}
-	}()
-	// The schema must exist before tern creates its version table in it.
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+names.Schema); err != nil {
-		return fmt.Errorf("pgoutbox: migrate: create schema: %w", err)
-	}
-	m, err := newMigrator(ctx, conn, names)
-	if err != nil {
-		return err
-	}
-	if err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: %w", names.Table, err)
-	}
-	return nil
+	return tmplmigrate.Migrate(ctx, conn, set)
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
@@ -66,58 +45,19 @@ func Version(ctx context.Context, conn *pgx.Conn, cfg Config) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	var exists bool
-	err = conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.VersionTable).Scan(&exists)
-	if err != nil || !exists {
-		return 0, err
-	}
-	var v int32
-	err = conn.QueryRow(ctx, "SELECT version FROM "+names.VersionTable).Scan(&v)
-	return v, err
+	return tmplmigrate.Version(ctx, conn, names.VersionTable)
 }
 
 // Latest returns the newest schema version this library ships.
-func Latest() int32 {
-	paths, err := migrate.FindMigrations(files)
+func Latest() int32 { return tmplmigrate.Latest(files) }
+
+// migrationSet is the outbox's templates with cfg's names filled in.
+func migrationSet(cfg Config) (tmplmigrate.Set, error) {
+	names, err := sqlname.For(cfg.Table)
 	if err != nil {
-		panic(err) // the embedded files are fixed at build time
+		return tmplmigrate.Set{}, err
 	}
-	return int32(len(paths))
-}
-
-func newMigrator(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*migrate.Migrator, error) {
-	m, err := migrate.NewMigrator(ctx, conn, names.VersionTable)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: migrate: version table: %w", err)
-	}
-	if err := loadMigrations(m, names); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// loadMigrations renders the embedded templates for names into m. Migrate
-// and Render both go through it, so they produce the same SQL.
-func loadMigrations(m *migrate.Migrator, names sqlname.Names) error {
-	// tern renders the templates while loading them, so Data comes first.
-	m.Data = templateData(names)
-	if err := m.LoadMigrations(files); err != nil {
-		return fmt.Errorf("pgoutbox: migrate: load: %w", err)
-	}
-	return nil
-}
-
-// lockTable takes a session advisory lock keyed by the outbox's qualified
-// name and returns the function that releases it.
-func lockTable(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (func() error, error) {
-	key := "pgoutbox.migrate:" + names.Table.String()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
-		return nil, fmt.Errorf("pgoutbox: migrate: advisory lock: %w", err)
-	}
-	return func() error {
-		_, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
-		return err
-	}, nil
+	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names)}, nil
 }
 
 // templateData is what the migration templates see: every name quoted.

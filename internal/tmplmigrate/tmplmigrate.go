@@ -1,0 +1,136 @@
+// Package tmplmigrate applies and renders embedded tern migration templates
+// for one table. The outbox (package migrations) and the inbox (package
+// inbox) each ship a set of NNN_name.sql templates whose identifiers are
+// filled in per table; this package holds the steps they share: the
+// advisory lock, the schema, tern's version table, and rendering to plain
+// SQL for other migration tools.
+package tmplmigrate
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+)
+
+// Set is one table's migrations: the templates and what fills them in.
+type Set struct {
+	// FS holds the NNN_name.sql templates.
+	FS fs.FS
+	// Names are the table's validated names; the version is kept in
+	// Names.VersionTable.
+	Names sqlname.Names
+	// Data is what the templates see: quoted identifiers.
+	Data map[string]any
+}
+
+// Migrate applies what is missing of s on conn. It holds a session advisory
+// lock keyed by the table's qualified name while it runs, so that
+// concurrent callers migrate one at a time and the later ones find nothing
+// to do, and it creates the schema before tern creates its version table
+// in it.
+func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
+	table := s.Names.Table
+	key := "pgoutbox.migrate:" + table.String()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
+		return fmt.Errorf("pgoutbox: migrate %s: advisory lock: %w", table, err)
+	}
+	defer func() {
+		_, uerr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+		if err == nil && uerr != nil {
+			err = fmt.Errorf("pgoutbox: migrate %s: advisory unlock: %w", table, uerr)
+		}
+	}()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Names.Schema); err != nil {
+		return fmt.Errorf("pgoutbox: migrate %s: create schema: %w", table, err)
+	}
+	m, err := migrate.NewMigrator(ctx, conn, s.Names.VersionTable)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: migrate %s: version table: %w", table, err)
+	}
+	if err := load(m, s); err != nil {
+		return err
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("pgoutbox: migrate %s: %w", table, err)
+	}
+	return nil
+}
+
+// load renders the templates of s into m. Migrate and Render both go
+// through it, so they produce the same SQL.
+func load(m *migrate.Migrator, s Set) error {
+	// tern renders the templates while loading them, so Data comes first.
+	m.Data = s.Data
+	if err := m.LoadMigrations(s.FS); err != nil {
+		return fmt.Errorf("pgoutbox: migrate %s: load: %w", s.Names.Table, err)
+	}
+	return nil
+}
+
+// Version returns the version recorded in versionTable (quoted, qualified),
+// or 0 when the table does not exist.
+func Version(ctx context.Context, conn *pgx.Conn, versionTable string) (int32, error) {
+	var exists bool
+	err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists)
+	if err != nil || !exists {
+		return 0, err
+	}
+	var v int32
+	err = conn.QueryRow(ctx, "SELECT version FROM "+versionTable).Scan(&v)
+	return v, err
+}
+
+// Latest returns the number of migrations in fsys, the newest version.
+func Latest(fsys fs.FS) int32 {
+	paths, err := migrate.FindMigrations(fsys)
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time
+	}
+	return int32(len(paths))
+}
+
+// Render returns, for every NNN_name.sql of s, NNN_name.up.sql and
+// NNN_name.down.sql (golang-migrate's naming) rendered with s.Data. Each up
+// file ends by recording its version in the version table Migrate keeps,
+// and each down file the version before it, so whichever tool applied them,
+// Version reads the same. by names the caller for the files' header.
+func Render(s Set, by string) (fs.FS, error) {
+	// Without a connection a tern Migrator only loads and renders.
+	m, err := migrate.NewMigrator(context.Background(), nil, s.Names.VersionTable)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: render: %w", err)
+	}
+	if err := load(m, s); err != nil {
+		return nil, err
+	}
+	out := fstest.MapFS{}
+	for _, mig := range m.Migrations {
+		base := strings.TrimSuffix(mig.Name, ".sql")
+		out[base+".up.sql"] = renderedFile(s.Names, by, mig.Name, "up", mig.UpSQL, mig.Sequence)
+		out[base+".down.sql"] = renderedFile(s.Names, by, mig.Name, "down", mig.DownSQL, mig.Sequence-1)
+	}
+	return out, nil
+}
+
+// renderedFile is one direction of one migration, followed by the
+// statements that record version in the version table.
+func renderedFile(names sqlname.Names, by, source, direction, sql string, version int32) *fstest.MapFile {
+	vt := names.VersionTable
+	text := fmt.Sprintf(`-- pgoutbox %s (%s) for %s, rendered by %s.
+
+%s
+
+-- Record the schema version where Migrate and Verify read it.
+CREATE TABLE IF NOT EXISTS %s (version int4 NOT NULL);
+INSERT INTO %s (version) SELECT 0 WHERE NOT EXISTS (SELECT FROM %s);
+UPDATE %s SET version = %d;
+`, source, direction, names.Table, by, strings.TrimSpace(sql), vt, vt, vt, vt, version)
+	return &fstest.MapFile{Data: []byte(text), Mode: 0o444}
+}
