@@ -36,7 +36,7 @@ test/short: ## Run the tests with -short and without -race
 
 .PHONY: bench
 bench: ## Run every benchmark of every module (no tests)
-	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS="-bench=. -run='^\$$' $(TESTFLAGS)"
+	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
 
 # go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
 # failing module, and fails at the end if any failed. Called by the targets
