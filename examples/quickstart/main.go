@@ -1,15 +1,19 @@
-// Command quickstart shows the promise of a transactional outbox: a service
-// writes its business row and its event in one transaction, so both are
-// saved or neither is.
+// Command quickstart shows the promise of a transactional outbox from end
+// to end: a service writes its business row and its event in one
+// transaction, so both are saved or neither is, and a dispatcher then
+// delivers every committed event at least once.
 //
-// It migrates an outbox into the schema pgoutbox_demo, places a few orders,
-// each in a transaction that inserts the order and emits "order.created",
-// shows that a rolled-back transaction leaves neither behind, and prints
-// the outbox rows waiting for a dispatcher.
+// It migrates an outbox into the schema pgoutbox_demo, places a few orders
+// (each order and its events in one transaction), shows that a rolled-back
+// transaction leaves neither behind, then runs a dispatcher with local
+// handlers: one succeeds, one fails twice and then succeeds, one always
+// fails and ends FAILED (the dead letter). It prints each event's journey,
+// PENDING → PROCESSING → SENT / retry / FAILED, and exits when every event
+// has settled.
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres go run ./examples/quickstart
 //
-// Every run uses fresh IDs, so it can be run again and again.
+// It empties its own tables first, so it can be run again and again.
 package main
 
 import (
@@ -20,12 +24,13 @@ import (
 	"io"
 	"log"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -36,7 +41,7 @@ const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
 // table is the demo's outbox: pgoutbox_demo.outbox_events.
 var table = outbox.Table{Schema: "pgoutbox_demo"}
 
-// Order is the business row, and the payload of its event.
+// Order is the business row, and the payload of its events.
 type Order struct {
 	ID         uuid.UUID `json:"id"`
 	Customer   string    `json:"customer"`
@@ -52,120 +57,167 @@ func main() {
 }
 
 func run(ctx context.Context, url string, out io.Writer) error {
+	if err := setUp(ctx, url); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	j := newJourney(out)
+	if err := placeOrders(ctx, pool, j); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nThe dispatcher delivers what was committed:")
+	return dispatch(ctx, pool, j)
+}
+
+// setUp creates or upgrades the outbox (safe when many replicas do it at
+// once: Migrate takes an advisory lock), the business table, and empties
+// both so that every run starts afresh.
+func setUp(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-
-	// Once at start-up: create or upgrade the outbox table. Safe when many
-	// replicas do it at once.
+	defer conn.Close(context.WithoutCancel(ctx))
 	if err := migrations.Migrate(ctx, conn, migrations.Config{Table: table}); err != nil {
 		return err
 	}
 	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS pgoutbox_demo.orders (
 		id          uuid PRIMARY KEY,
 		customer    text NOT NULL,
-		total_cents bigint NOT NULL)`)
-	if err != nil {
-		return err
-	}
+		total_cents bigint NOT NULL);
+	TRUNCATE pgoutbox_demo.orders, pgoutbox_demo.outbox_events`)
+	return err
+}
 
+// placeOrders commits three orders with their events, and shows that a
+// failed transaction leaves neither its order nor its events.
+func placeOrders(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
 	e, err := emitter.New(emitter.Config{Table: table})
 	if err != nil {
 		return err
 	}
-
-	// Each order and its event in one transaction: both commit together.
-	var eventIDs []uuid.UUID
-	for _, o := range []Order{newOrder("ada", 4200), newOrder("grace", 1999), newOrder("linus", 500)} {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			id, err := placeOrder(ctx, tx, e, o)
-			eventIDs = append(eventIDs, id)
-			return err
+	orders := []struct {
+		order Order
+		types []string
+	}{
+		{Order{uuid.New(), "ada", 4200}, []string{"order.created", "payment.captured"}},
+		{Order{uuid.New(), "grace", 1999}, []string{"order.created", "invoice.mailed"}},
+		{Order{uuid.New(), "linus", 500}, []string{"order.created"}},
+	}
+	for _, o := range orders {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return placeOrder(ctx, tx, e, j, o.order, o.types...)
 		})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "committed: order %s and its event\n", o.ID)
 	}
-
-	// A transaction that fails after both writes rolls both back.
-	lost := newOrder("mallory", 100)
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := placeOrder(ctx, tx, e, lost); err != nil {
+	lost := Order{uuid.New(), "mallory", 100}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := placeOrder(ctx, tx, e, nil, lost, "order.created"); err != nil {
 			return err
 		}
 		return errors.New("payment declined")
 	})
-	fmt.Fprintf(out, "rolled back (%v): ", err)
-	if err := showNothingOf(ctx, conn, out, lost.ID); err != nil {
-		return err
-	}
-
-	// What a dispatcher will pick up: committed events, PENDING.
-	return printEvents(ctx, conn, out, eventIDs)
-}
-
-func newOrder(customer string, totalCents int64) Order {
-	return Order{ID: uuid.New(), Customer: customer, TotalCents: totalCents}
-}
-
-// placeOrder inserts the order and emits its event in the caller's
-// transaction, and returns the event's ID.
-func placeOrder(ctx context.Context, tx pgx.Tx, e *emitter.Emitter, o Order) (uuid.UUID, error) {
-	_, err := tx.Exec(ctx, `INSERT INTO pgoutbox_demo.orders (id, customer, total_cents) VALUES ($1, $2, $3)`,
-		o.ID, o.Customer, o.TotalCents)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	ev, err := outbox.NewJSON("order.created", o)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	ev.AggregateType, ev.AggregateID = "order", o.ID.String()
-	ids, err := e.Emit(ctx, tx, ev)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	return ids[0], nil
-}
-
-// showNothingOf prints how many orders and events the order has left.
-func showNothingOf(ctx context.Context, conn *pgx.Conn, out io.Writer, orderID uuid.UUID) error {
-	var orders, events int
-	err := conn.QueryRow(ctx, `SELECT
+	var orderRows, eventRows int
+	if qerr := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM pgoutbox_demo.orders WHERE id = $1),
 		(SELECT count(*) FROM pgoutbox_demo.outbox_events WHERE aggregate_id = $1::text)`,
-		orderID).Scan(&orders, &events)
-	if err != nil {
-		return err
+		lost.ID).Scan(&orderRows, &eventRows); qerr != nil {
+		return qerr
 	}
-	fmt.Fprintf(out, "%d order rows, %d event rows\n\n", orders, events)
+	j.printf("rolled back (%v): %d order rows, %d event rows\n", err, orderRows, eventRows)
 	return nil
 }
 
-func printEvents(ctx context.Context, conn *pgx.Conn, out io.Writer, ids []uuid.UUID) error {
-	rows, err := conn.Query(ctx, `SELECT id, event_type, status, attempts, next_attempt_at
-		FROM pgoutbox_demo.outbox_events WHERE id = ANY($1) ORDER BY seq`, ids)
+// placeOrder inserts the order and emits its events in the caller's
+// transaction.
+func placeOrder(ctx context.Context, tx pgx.Tx, e *emitter.Emitter, j *journey, o Order, types ...string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO pgoutbox_demo.orders (id, customer, total_cents) VALUES ($1, $2, $3)`,
+		o.ID, o.Customer, o.TotalCents)
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT AT")
-	var (
-		id       uuid.UUID
-		typ      string
-		status   string
-		attempts int
-		next     time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &typ, &status, &attempts, &next}, func() error {
-		_, err := fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", id, typ, status, attempts, next.Format(time.RFC3339))
+	events := make([]outbox.Event, len(types))
+	for i, typ := range types {
+		if events[i], err = outbox.NewJSON(typ, o); err != nil {
+			return err
+		}
+		events[i].AggregateType, events[i].AggregateID = "order", o.ID.String()
+	}
+	ids, err := e.Emit(ctx, tx, events...)
+	if err != nil || j == nil {
 		return err
+	}
+	for i, id := range ids {
+		j.emitted(id, types[i], o.Customer)
+	}
+	return nil
+}
+
+// dispatch runs a dispatcher with the demo's handlers until every event
+// has settled (SENT or FAILED), then stops it gracefully.
+func dispatch(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
+	d, err := dispatcher.New(pool, dispatcher.Config{
+		Table:        table,
+		PollInterval: 100 * time.Millisecond,
+		MaxAttempts:  3,
+		Backoff:      outbox.Backoff{Initial: 300 * time.Millisecond, Jitter: -1},
+		OnSent:       j.sent,
+		OnRetry:      j.retry,
+		OnFailed:     j.failed,
+		Logger:       quietLogger(),
 	})
 	if err != nil {
 		return err
 	}
-	return w.Flush()
+	for typ, h := range handlers(j) {
+		if err := d.Handle(typ, h); err != nil {
+			return err
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-j.settled:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := d.Stop(ctx); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	j.summary()
+	return nil
+}
+
+// handlers are the demo's local handlers, one per event type.
+func handlers(j *journey) map[string]outbox.Handler {
+	return map[string]outbox.Handler{
+		// Succeeds at once.
+		"order.created": func(_ context.Context, e outbox.Event) error {
+			j.processing(e)
+			return nil
+		},
+		// The payment provider is flaky: fails twice, then succeeds.
+		"payment.captured": func(_ context.Context, e outbox.Event) error {
+			j.processing(e)
+			if e.Attempt < 3 {
+				return errors.New("payment provider timed out")
+			}
+			return nil
+		},
+		// The mail server rejects the address every time: the event ends
+		// FAILED once its 3 attempts are spent.
+		"invoice.mailed": func(_ context.Context, e outbox.Event) error {
+			j.processing(e)
+			return errors.New("mailbox unavailable")
+		},
+	}
 }
