@@ -1,0 +1,44 @@
+package natspub_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/publishers/natspub"
+)
+
+// BenchmarkPublish publishes batches of fully populated events (about
+// 60-byte payloads, two user headers) to a file-backed stream and waits
+// for every PubAck.
+func BenchmarkPublish(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			js := connect(b, natsURL)
+			ts := newStream(b, js, jetstream.StreamConfig{MaxMsgs: 200_000})
+			p, err := natspub.New(js, natspub.Config{SubjectPrefix: ts.Prefix})
+			require.NoError(b, err)
+			msgs := messages("ok.bench", size)
+			b.ReportAllocs()
+			batches := 0
+			for b.Loop() {
+				batches++
+				b.StopTimer()
+				for i := range msgs {
+					msgs[i].Event.ID = uuid.Must(uuid.NewV7()) // the stream would drop repeats
+				}
+				b.StartTimer()
+				for i, err := range p.Publish(context.Background(), msgs) {
+					if err != nil {
+						b.Fatalf("message %d: %v", i, err)
+					}
+				}
+			}
+			b.ReportMetric(float64(batches*size)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

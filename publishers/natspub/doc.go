@@ -1,0 +1,107 @@
+// Package natspub publishes pgoutbox events to NATS JetStream.
+//
+// It is the broker end of the outbox: business code emits events in its
+// own transaction, the dispatcher claims them and hands each batch, with
+// the destination its router chose for every event (by default the event
+// type), to a [Publisher]. The Publisher sends the batch to JetStream and
+// returns one outcome per event, which the dispatcher turns into SENT, a
+// retry, or FAILED. Consumers read the stream with any NATS client and
+// rebuild the event with [Decode] or [DecodeJetStream].
+//
+//	nc, _ := nats.Connect(url)               // TLS, credentials: nats.Option
+//	js, _ := jetstream.New(nc)               // domain, async limits: jetstream.JetStreamOpt
+//	pub, err := natspub.New(js, natspub.Config{SubjectPrefix: "events."})
+//
+// The caller owns the connection and the streams: the Publisher creates
+// no stream, and every subject it publishes on must be captured by one.
+//
+// # Publishing
+//
+// Publish pipelines the batch with the asynchronous JetStream API
+// (PublishMsgAsync), keeping up to Config.MaxPending messages in flight,
+// and waits for every PubAck. A message is a success only once the stream
+// has acknowledged it. When ctx ends, Publish returns at once and every
+// message not yet acknowledged reports ctx.Err(), wrapped; when an ack does
+// not come within Config.AckTimeout, the message reports [ErrAckTimeout].
+// Both are retryable: the message may or may not be stored, and
+// deduplication (below) absorbs the re-publish.
+//
+// Give the jetstream.JetStream a publish-ack timeout of its own
+// (jetstream.WithPublishAsyncTimeout): the client keeps every unanswered
+// publish in its in-flight table until an ack, a disconnect or that
+// timeout, and a full table stalls every publisher on the connection.
+//
+// # Subjects
+//
+// The subject is Config.SubjectPrefix followed by Message.Destination,
+// byte for byte. A subject that is empty, has an empty token, a wildcard
+// token or white space fails that message permanently without sending it.
+//
+// # Headers
+//
+// The payload travels as the message data, unchanged. The event's fields
+// travel in headers named by the Header* constants: [HeaderEventID],
+// [HeaderEventType], [HeaderAggregateType], [HeaderAggregateID],
+// [HeaderPartitionKey], [HeaderIdempotencyKey], [HeaderContentType],
+// [HeaderAttempt] and [HeaderCreatedAt]; empty fields are left out. The
+// event's own headers follow under their own names, so trace context
+// (traceparent, tracestate) reaches consumers as NATS clients expect it.
+// A user header whose name starts with [ReservedPrefix] or with "Nats-"
+// (any case) is refused: the message fails permanently with an error that
+// names the header. Letting it through would either be ambiguous on
+// decode or change what the server does (Nats-Msg-Id would defeat
+// deduplication, Nats-Rollup can purge a subject), and dropping it would
+// lose data silently. Event.Delay is not transmitted.
+//
+// # Deduplication
+//
+// Every message carries Nats-Msg-Id = the event ID (jetstream.WithMsgID).
+// The stream drops a second message with the same ID and answers with a
+// PubAck marked Duplicate, which Publish counts as a success. So a batch
+// re-published after a crash, a lost ack or a lease taken over by another
+// dispatcher replica is stored once — but only within the stream's
+// duplicate window (StreamConfig.Duplicates, 2 minutes by default). An
+// event re-published later than that, for example after an outage longer
+// than the window or a retry backoff longer than it, is stored again.
+// Delivery to consumers is at-least-once in any case (a consumer may see
+// a message again after a failed ack), so consumers still deduplicate on
+// the event ID, in their own transaction: that is what the inbox package
+// is for. Widen Duplicates to cover the longest gap you expect between
+// two attempts of one event.
+//
+// # Order
+//
+// Within one Publish call, the messages the stream stores are stored in
+// the order of the batch: they are written in that order on one
+// connection, the server queues a connection's messages to the stream in
+// order, and the Publisher turns off the client's automatic re-send on
+// "no responders" (jetstream.WithRetryAttempts(0)), which could store a
+// message after later ones. A message that fails is retried by the
+// dispatcher in a later batch, after the ones that succeeded; order across
+// attempts is not kept.
+//
+// # Errors
+//
+// Each failure is wrapped with the subject it was for and never contains
+// payload bytes or header values. These are permanent (wrapped with
+// outbox.Permanent, so the dispatcher records FAILED):
+//
+//   - no stream captures the subject (jetstream.ErrNoStreamResponse). When
+//     the server answers "no responders" but a stream lookup
+//     (StreamNameBySubject, once per subject and call) finds a stream for
+//     the subject, the stream is between leaders and the error is
+//     retryable instead; when the lookup itself fails (for example the
+//     credentials may not call the JetStream API), it stays permanent;
+//   - the message is larger than the server's max payload
+//     (nats.ErrMaxPayload) or the stream's max message size
+//     (jetstream.ErrStreamMessageExceedsMaximum);
+//   - the connection may not publish on the subject
+//     (nats.ErrPermissionViolation). The server answers such a publish
+//     with an asynchronous error and no ack, so it is reported once
+//     Config.AckTimeout has passed, by matching the connection's last
+//     error against the subject;
+//   - a malformed subject, a zero event ID, a reserved user header.
+//
+// Everything else — ack timeouts, disconnects, a full in-flight table,
+// storage errors, the end of ctx — is retryable.
+package natspub

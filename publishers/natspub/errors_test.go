@@ -1,0 +1,241 @@
+package natspub_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
+	"github.com/pgoutbox/pgoutbox/publishers/natspub"
+)
+
+// requireClean fails when err carries payload bytes or header values.
+func requireClean(t *testing.T, err error) {
+	t.Helper()
+	require.NotContains(t, err.Error(), "SECRET")
+}
+
+func TestClassification(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		js jetstream.JetStream
+		ts testStream
+	}
+	setup := func(t *testing.T, cfg jetstream.StreamConfig) testBundle {
+		t.Helper()
+		js := connect(t, natsURL)
+		return testBundle{js: js, ts: newStream(t, js, cfg)}
+	}
+	publisher := func(t *testing.T, b testBundle, cfg natspub.Config) *natspub.Publisher {
+		t.Helper()
+		cfg.SubjectPrefix = b.ts.Prefix
+		p, err := natspub.New(b.js, cfg)
+		require.NoError(t, err)
+		return p
+	}
+
+	t.Run("AckTimeoutIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, jetstream.StreamConfig{})
+		silence(t, b.js.Conn(), b.ts.Prefix+"silent")
+		p := publisher(t, b, natspub.Config{AckTimeout: 100 * time.Millisecond})
+
+		start := time.Now()
+		errs := p.Publish(context.Background(), messages("silent", 3))
+		require.Less(t, time.Since(start), 2*time.Second)
+		for _, err := range errs {
+			require.ErrorIs(t, err, natspub.ErrAckTimeout)
+			require.False(t, outbox.IsPermanent(err))
+			requireClean(t, err)
+		}
+	})
+	t.Run("LeaderlessStreamIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, jetstream.StreamConfig{})
+		p := publisher(t, b, natspub.Config{})
+		// "No responders", but a stream does capture the subject.
+		natspub.SetStreamLookup(p, func(context.Context, string) bool { return true })
+		for _, err := range p.Publish(context.Background(), messages("missing.x", 2)) {
+			require.Error(t, err)
+			require.False(t, outbox.IsPermanent(err), "%v", err)
+			requireClean(t, err)
+		}
+	})
+	t.Run("MaxPayloadIsPermanent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, jetstream.StreamConfig{})
+		p := publisher(t, b, natspub.Config{})
+		msgs := messages("ok.big", 2)
+		msgs[0].Event.Payload = []byte(strings.Repeat("SECRET", int(b.js.Conn().MaxPayload())/6+1))
+		errs := p.Publish(context.Background(), msgs)
+		require.ErrorIs(t, errs[0], nats.ErrMaxPayload)
+		require.True(t, outbox.IsPermanent(errs[0]))
+		requireClean(t, errs[0])
+		require.NoError(t, errs[1])
+	})
+	t.Run("MissingStreamIsPermanent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, jetstream.StreamConfig{})
+		p := publisher(t, b, natspub.Config{})
+		errs := p.Publish(context.Background(), messages("missing.x", 2))
+		for _, err := range errs {
+			require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+			require.True(t, outbox.IsPermanent(err))
+			requireClean(t, err)
+		}
+	})
+	t.Run("StalledClientIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		// The jetstream client's own cap (2) fills with messages nobody
+		// acknowledges; the rest cannot even be sent.
+		nc, err := nats.Connect(natsURL)
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2))
+		require.NoError(t, err)
+		b := setup(t, jetstream.StreamConfig{})
+		silence(t, nc, b.ts.Prefix+"silent")
+		b.js = js
+		p := publisher(t, b, natspub.Config{AckTimeout: 100 * time.Millisecond})
+
+		errs := p.Publish(context.Background(), messages("silent", 4))
+		require.ErrorIs(t, errs[0], natspub.ErrAckTimeout)
+		require.ErrorIs(t, errs[3], jetstream.ErrTooManyStalledMsgs)
+		for _, err := range errs {
+			require.False(t, outbox.IsPermanent(err), "%v", err)
+		}
+	})
+	t.Run("StreamMaxMsgSizeIsPermanent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, jetstream.StreamConfig{MaxMsgSize: 2048})
+		p := publisher(t, b, natspub.Config{})
+		msgs := messages("ok.sized", 2)
+		msgs[1].Event.Payload = []byte(strings.Repeat("SECRET", 1000))
+		errs := p.Publish(context.Background(), msgs)
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], jetstream.ErrStreamMessageExceedsMaximum)
+		require.True(t, outbox.IsPermanent(errs[1]))
+		requireClean(t, errs[1])
+	})
+}
+
+// TestPermissionViolation runs on a server of its own, whose user may not
+// publish on the stream's subjects.
+func TestPermissionViolation(t *testing.T) {
+	t.Parallel()
+	s, err := startServer(&server.Options{
+		StoreDir: t.TempDir(),
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "app", Password: "app", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"denied.>"}},
+			}},
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	admin := connect(t, s.ClientURL(), nats.UserInfo("admin", "admin"))
+	_, err = admin.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DENIED", Subjects: []string{"denied.>"}})
+	require.NoError(t, err)
+
+	// The server answers a denied publish with an asynchronous -ERR only;
+	// swallow it rather than let nats.go log it.
+	app := connect(t, s.ClientURL(), nats.UserInfo("app", "app"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	p, err := natspub.New(app, natspub.Config{AckTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	for _, err := range p.Publish(context.Background(), messages("denied.x", 2)) {
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		require.True(t, outbox.IsPermanent(err))
+		requireClean(t, err)
+	}
+}
+
+// TestConcurrentPublish shares one publisher, and a jetstream client whose
+// in-flight cap is far below the publisher's window, between goroutines:
+// every message is confirmed, none is lost, none is stored twice.
+func TestConcurrentPublish(t *testing.T) {
+	t.Parallel()
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16))
+	require.NoError(t, err)
+	ts := newStream(t, js, jetstream.StreamConfig{})
+	p, err := natspub.New(js, natspub.Config{SubjectPrefix: ts.Prefix})
+	require.NoError(t, err)
+
+	const workers, perWorker = 8, 250
+	var wg sync.WaitGroup
+	errc := make(chan error, workers*perWorker)
+	for range workers {
+		wg.Go(func() {
+			for _, err := range p.Publish(context.Background(), messages("ok.many", perWorker)) {
+				if err != nil {
+					errc <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	require.NoError(t, errors.Join(collect(errc)...))
+
+	info, err := ts.stream.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(workers*perWorker), info.State.Msgs)
+}
+
+func TestPublishDeadlineWithoutAcks(t *testing.T) {
+	t.Parallel()
+	js := connect(t, natsURL)
+	ts := newStream(t, js, jetstream.StreamConfig{})
+	silence(t, js.Conn(), ts.Prefix+"silent")
+	p, err := natspub.New(js, natspub.Config{SubjectPrefix: ts.Prefix, MaxPending: 4})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	errs := p.Publish(ctx, messages("silent", 20))
+	require.Less(t, time.Since(start), time.Second, "Publish must return when ctx ends, not after AckTimeout")
+	for _, err := range errs {
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.False(t, outbox.IsPermanent(err))
+	}
+}
+
+// silence subscribes to subject without ever answering: a publish there
+// gets neither "no responders" nor a PubAck.
+func silence(t *testing.T, nc *nats.Conn, subject string) {
+	t.Helper()
+	_, err := nc.Subscribe(subject, func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+}
+
+func messages(dest string, n int) []outbox.Message {
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Destination: dest, Event: outboxtest.NewEvent(i)}
+	}
+	return msgs
+}
+
+func collect(errc <-chan error) []error {
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	return errs
+}

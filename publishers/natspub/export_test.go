@@ -1,0 +1,8 @@
+package natspub
+
+import "context"
+
+// SetStreamLookup replaces how p checks that a stream captures a subject.
+func SetStreamLookup(p *Publisher, f func(ctx context.Context, subject string) bool) {
+	p.lookup = f
+}

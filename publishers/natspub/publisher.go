@@ -1,0 +1,258 @@
+package natspub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Publisher publishes outbox messages to NATS JetStream. It implements
+// [outbox.Publisher] and is safe for concurrent use.
+type Publisher struct {
+	js     jetstream.JetStream
+	cfg    Config
+	lookup streamLookup
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher that publishes through js, which the caller
+// builds (connection, TLS, credentials, domain, async-publish limits all
+// pass through) and keeps open while the Publisher is used. cfg's zero
+// fields take their defaults; an out-of-range field returns an
+// *outbox.ConfigError naming it.
+func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
+	if js == nil {
+		return nil, &outbox.ConfigError{Option: "js", Reason: "must not be nil"}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{js: js, cfg: cfg, lookup: lookupStream(js)}, nil
+}
+
+// Subject returns the NATS subject a message for dest is published on:
+// Config.SubjectPrefix followed by dest.
+func (p *Publisher) Subject(dest string) string { return p.cfg.SubjectPrefix + dest }
+
+// Publish sends msgs with the asynchronous JetStream API, keeping up to
+// Config.MaxPending of them in flight, and waits for their PubAcks. It
+// returns one error per message, in the order of msgs: nil when the stream
+// stored the message, or reported it a duplicate of an event ID it already
+// holds within its duplicate window. Failures that retrying cannot fix are
+// wrapped with [outbox.Permanent]; see the package documentation for the
+// classification.
+//
+// When ctx ends, Publish stops sending and returns at once; every message
+// not yet confirmed reports ctx.Err(), wrapped, which is retryable. A
+// message whose PubAck does not come within Config.AckTimeout reports
+// [ErrAckTimeout]. Within one call, the messages the stream stores are
+// stored in the order of msgs.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	b := &batch{p: p, ctx: ctx, msgs: msgs, errs: make([]error, len(msgs))}
+	b.run()
+	return b.errs
+}
+
+// inflight is one message sent and not yet confirmed.
+type inflight struct {
+	idx      int
+	subject  string
+	paf      jetstream.PubAckFuture
+	deadline time.Time
+}
+
+// batch is the state of one Publish call.
+type batch struct {
+	p       *Publisher
+	ctx     context.Context
+	msgs    []outbox.Message
+	errs    []error
+	pending []inflight // in send order
+	timer   *time.Timer
+	streams map[string]bool // subject → captured by a stream, looked up once
+}
+
+// run sends every message through the window, then collects the
+// remaining acks; when ctx ends it marks everything unconfirmed.
+func (b *batch) run() {
+	next := 0
+	for ; next < len(b.msgs) && b.ctx.Err() == nil; next++ {
+		if !b.makeRoom() {
+			break
+		}
+		b.send(next)
+	}
+	for len(b.pending) > 0 && b.awaitOldest() {
+	}
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.abandon(next)
+}
+
+// makeRoom waits until fewer than MaxPending messages are in flight. It
+// returns false when ctx ended first.
+func (b *batch) makeRoom() bool {
+	for len(b.pending) >= b.p.cfg.MaxPending {
+		if !b.awaitOldest() {
+			return false
+		}
+	}
+	return true
+}
+
+// send publishes message i, recording it in flight or its error.
+func (b *batch) send(i int) {
+	m := b.msgs[i]
+	subject := b.p.Subject(m.Destination)
+	id := m.Event.ID.String()
+	msg, err := buildMsg(subject, id, m.Event)
+	if err != nil {
+		b.errs[i] = outbox.Permanent(err)
+		return
+	}
+	paf, err := b.publishAsync(msg, id)
+	if err != nil {
+		b.errs[i] = publishError(subject, err)
+		return
+	}
+	b.pending = append(b.pending, inflight{idx: i, subject: subject, paf: paf, deadline: time.Now().Add(b.p.cfg.AckTimeout)})
+}
+
+// publishAsync hands msg to the jetstream client. When the client's own
+// in-flight cap is reached (other callers share it), it waits for one of
+// this batch's acks, or retries for up to AckTimeout, instead of failing.
+func (b *batch) publishAsync(msg *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+	giveUp := time.Now().Add(b.p.cfg.AckTimeout)
+	for {
+		// No client-side retry on "no responders": a retried message could
+		// be stored after later ones, breaking the batch order.
+		paf, err := b.p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return paf, err
+		}
+		if len(b.pending) > 0 {
+			if !b.awaitOldest() {
+				return nil, b.ctx.Err()
+			}
+			continue
+		}
+		if b.ctx.Err() != nil || time.Now().After(giveUp) {
+			return nil, cmpErr(b.ctx.Err(), err)
+		}
+	}
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// buildMsg returns the NATS message for e (whose ID in text is id) on
+// subject, or a permanent cause: a malformed subject, a zero event ID (it
+// is the dedupe key), a reserved user header.
+func buildMsg(subject, id string, e outbox.Event) (*nats.Msg, error) {
+	if reason := checkSubject(subject); reason != "" {
+		return nil, fmt.Errorf("natspub: subject %q %s", subject, reason)
+	}
+	if e.ID == uuid.Nil {
+		return nil, errors.New("natspub: event has no ID (the stream deduplicates on it)")
+	}
+	h, err := encodeHeaders(e, id)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}, nil
+}
+
+// awaitOldest waits for the outcome of the oldest message in flight and
+// records it. It returns false, leaving the message in flight, when ctx
+// ended first.
+func (b *batch) awaitOldest() bool {
+	f := b.pending[0]
+	b.resetTimer(time.Until(f.deadline))
+	select {
+	case <-f.paf.Ok():
+		// A PubAck, Duplicate or not: the stream holds the event.
+	case err := <-f.paf.Err():
+		b.errs[f.idx] = publishError(f.subject, b.refine(f.subject, err))
+	case <-b.timer.C:
+		b.errs[f.idx] = publishError(f.subject, b.timeoutCause(f.subject))
+	case <-b.ctx.Done():
+		return false
+	}
+	b.pending = b.pending[1:]
+	return true
+}
+
+// refine turns a "no stream" cause into a retryable one when a stream does
+// capture subject (it has no leader for the moment). The answer is looked
+// up once per subject and call, within AckTimeout; a failed lookup leaves
+// the cause, which is permanent.
+func (b *batch) refine(subject string, cause error) error {
+	if !errors.Is(cause, jetstream.ErrNoStreamResponse) {
+		return cause
+	}
+	found, ok := b.streams[subject]
+	if !ok {
+		ctx, cancel := context.WithTimeout(b.ctx, b.p.cfg.AckTimeout)
+		found = b.p.lookup(ctx, subject)
+		cancel()
+		if b.streams == nil {
+			b.streams = make(map[string]bool)
+		}
+		b.streams[subject] = found
+	}
+	if found {
+		return errStreamLeaderless
+	}
+	return cause
+}
+
+// timeoutCause tells a publish the server refused (permanent) from an ack
+// that is merely late (retryable).
+func (b *batch) timeoutCause(subject string) error {
+	if deniedPublish(b.p.js.Conn(), subject) {
+		return nats.ErrPermissionViolation
+	}
+	return ErrAckTimeout
+}
+
+func (b *batch) resetTimer(d time.Duration) {
+	if b.timer == nil {
+		b.timer = time.NewTimer(d)
+		return
+	}
+	b.timer.Reset(d)
+}
+
+// abandon records the end of ctx for every message from next on that was
+// never sent, and for every message still in flight whose ack has not
+// already arrived.
+func (b *batch) abandon(next int) {
+	if len(b.pending) == 0 && next == len(b.msgs) {
+		return
+	}
+	cause := fmt.Errorf("natspub: not confirmed before the context ended: %w", cmpErr(b.ctx.Err(), context.Canceled))
+	for _, f := range b.pending {
+		select {
+		case <-f.paf.Ok():
+		default:
+			b.errs[f.idx] = cause
+		}
+	}
+	for i := next; i < len(b.msgs); i++ {
+		b.errs[i] = cause
+	}
+}
