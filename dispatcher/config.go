@@ -168,6 +168,8 @@ type Config struct {
 	// next (database clock).
 	OnRetry func(e outbox.Event, code outbox.Code, err error, next time.Time)
 	// OnFailed is called after an event became FAILED: the dead letter.
+	// It fires for failed attempts and for events this dispatcher's
+	// recovery made FAILED (code worker_lost).
 	OnFailed func(e outbox.Event, code outbox.Code, err error)
 	// OnError is called for internal errors: failed claims, renewals and
 	// completions, and outcomes that could not be recorded because the

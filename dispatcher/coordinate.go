@@ -2,9 +2,11 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // coordinate is the one loop that decides when to claim: at start, on every
@@ -210,6 +212,10 @@ func (d *Dispatcher) claim(limit int) (int, error) {
 	return len(b.Events), nil
 }
 
+// errWorkerLost is the error OnFailed receives for events that recovery
+// made FAILED.
+var errWorkerLost = errors.New("lease expired: the worker holding the event stopped renewing it")
+
 // recoverExpired returns expired leases to PENDING (or FAILED), in one
 // bounded statement.
 func (d *Dispatcher) recoverExpired() {
@@ -225,6 +231,11 @@ func (d *Dispatcher) recoverExpired() {
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
+	if d.cfg.OnFailed != nil {
+		for _, e := range res.Failed {
+			d.cfg.OnFailed(e, outbox.CodeWorkerLost, errWorkerLost)
+		}
+	}
 	if n := len(res.Pending) + len(res.Failed); n > 0 {
 		d.cfg.Logger.Info("pgoutbox: recovered expired leases", "table", d.cfg.Table.String(),
 			"pending", len(res.Pending), "failed", len(res.Failed))

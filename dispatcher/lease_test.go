@@ -181,12 +181,16 @@ func TestPoisonEventFailsWithWorkerLost(t *testing.T) {
 	}
 	cfg := baseConfig(db)
 	cfg.RecoverEvery = 1
+	deadLetter := make(chan outbox.Code, 1)
+	cfg.OnFailed = func(e outbox.Event, code outbox.Code, _ error) {
+		if e.ID == id && e.Type == "poison" {
+			deadLetter <- code
+		}
+	}
 	r, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, r)
-	waitFor(t, 15*time.Second, "the poison event FAILED", func() bool {
-		return readRow(t, db, id).Status == outbox.StatusFailed
-	})
+	require.Equal(t, outbox.CodeWorkerLost, <-deadLetter, "OnFailed fires for a recovery failure")
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 0, Recoveries: 4, Code: "worker_lost"}, readRow(t, db, id))
 	require.Equal(t, uint64(1), r.Stats().RecoveredFailed)
 }

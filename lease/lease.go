@@ -65,20 +65,31 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	b := Batch{Token: token}
-	var attempts int
 	var e outbox.Event
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID,
-		&e.PartitionKey, &e.IdempotencyKey, &e.ContentType, &e.Payload, &e.Headers,
-		&attempts, &e.CreatedAt, &b.LeaseUntil}, func() error {
-		e.Attempt = attempts + 1
-		b.Events = append(b.Events, e)
-		e = outbox.Event{}
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e), &b.LeaseUntil), func() error {
+		b.Events = append(b.Events, nextEvent(&e))
 		return nil
 	})
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	return b, nil
+}
+
+// eventTargets are the scan targets of eventColumns. The attempts column
+// lands in e.Attempt; nextEvent turns it into the attempt's number.
+func eventTargets(e *outbox.Event) []any {
+	return []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
+		&e.IdempotencyKey, &e.ContentType, &e.Payload, &e.Headers, &e.Attempt, &e.CreatedAt}
+}
+
+// nextEvent returns the scanned event, with Attempt = ended attempts + 1,
+// and clears e for the next row.
+func nextEvent(e *outbox.Event) outbox.Event {
+	out := *e
+	out.Attempt++
+	*e = outbox.Event{}
+	return out
 }
 
 // Renew extends the lease of every held row in refs to the database's
@@ -139,8 +150,9 @@ type RecoverParams struct {
 type RecoverResult struct {
 	// Pending are the rows returned to PENDING, due now.
 	Pending []uuid.UUID
-	// Failed are the rows that became FAILED with worker_lost.
-	Failed []uuid.UUID
+	// Failed are the events that became FAILED with worker_lost, as
+	// stored (Attempt is the number the next attempt would have had).
+	Failed []outbox.Event
 }
 
 // Recover returns up to p.Limit PROCESSING rows whose lease has expired to
@@ -155,13 +167,14 @@ func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverRes
 		return RecoverResult{}, fmt.Errorf("pgoutbox: recover: %w", err)
 	}
 	var res RecoverResult
-	var id uuid.UUID
 	var status outbox.Status
-	_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+	var e outbox.Event
+	_, err = pgx.ForEachRow(rows, append([]any{&status}, eventTargets(&e)...), func() error {
+		ev := nextEvent(&e)
 		if status == outbox.StatusFailed {
-			res.Failed = append(res.Failed, id)
+			res.Failed = append(res.Failed, ev)
 		} else {
-			res.Pending = append(res.Pending, id)
+			res.Pending = append(res.Pending, ev.ID)
 		}
 		return nil
 	})

@@ -63,7 +63,10 @@ func TestRecover(t *testing.T) {
 		id := b.Events[0].ID
 		expire(t, e.db.Pool, id)
 		res := recoverWithin(t, e, lease.RecoverParams{Limit: 10, MaxRecoveries: 100, AtMostOnce: true})
-		require.Equal(t, lease.RecoverResult{Failed: []uuid.UUID{id}}, res)
+		require.Empty(t, res.Pending)
+		require.Len(t, res.Failed, 1)
+		require.Equal(t, id, res.Failed[0].ID)
+		require.Equal(t, "test.event", res.Failed[0].Type)
 		r := get(t, e.db.Pool, id)
 		require.Equal(t, "FAILED", r.Status)
 		require.Equal(t, string(outbox.CodeWorkerLost), *r.LastErrorCode)
@@ -154,7 +157,10 @@ func TestRecover(t *testing.T) {
 		claimOne(t, e, "w")
 		expire(t, e.db.Pool, id)
 		res := recoverWithin(t, e, p)
-		require.Equal(t, lease.RecoverResult{Failed: []uuid.UUID{id}}, res)
+		require.Empty(t, res.Pending)
+		require.Len(t, res.Failed, 1)
+		require.Equal(t, id, res.Failed[0].ID)
+		require.Equal(t, "test.event", res.Failed[0].Type)
 
 		r := get(t, e.db.Pool, id)
 		require.Equal(t, "FAILED", r.Status)

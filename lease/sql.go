@@ -32,10 +32,14 @@ const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
 // is FAILED: always under at-most-once ($3), else past the recovery cap ($2).
 const recoverFinal = `($3::bool OR o.recoveries + 1 > $2::int)`
 
-// claimedColumns is what Claim returns for each row, in scan order.
-const claimedColumns = `c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
+// eventColumns are an event's columns from a CTE "c" that returned o.*, in
+// the order scanEvent reads them.
+const eventColumns = `c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
 	coalesce(c.partition_key, ''), coalesce(c.idempotency_key, ''), coalesce(c.content_type, ''),
-	c.payload, c.headers, c.attempts, c.created_at, c.lease_until`
+	c.payload, c.headers, c.attempts, c.created_at`
+
+// claimedColumns is what Claim returns for each row, in scan order.
+const claimedColumns = eventColumns + `, c.lease_until`
 
 func buildStatements(t string) statements {
 	return statements{
@@ -92,18 +96,20 @@ RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, cleared,
 	ORDER BY lease_until
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+), recovered AS (
+	UPDATE %[1]s AS o
+	SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
+		recoveries = o.recoveries + 1,
+		next_attempt_at = now(),
+		failed_at = CASE WHEN %[4]s THEN now() END,
+		last_error_code = 'worker_lost', last_error = 'lease expired: the worker stopped renewing it', %[2]s,
+		attempt_log = %[3]s
+	WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND o.lease_until <= now()
+	RETURNING o.*
 )
-UPDATE %[1]s AS o
-SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
-	recoveries = o.recoveries + 1,
-	next_attempt_at = now(),
-	failed_at = CASE WHEN %[4]s THEN now() END,
-	last_error_code = 'worker_lost', last_error = 'lease expired: the worker stopped renewing it', %[2]s,
-	attempt_log = %[3]s
-WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND o.lease_until <= now()
-RETURNING o.id, o.status`, t, cleared,
+SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
-			recoverFinal),
+			recoverFinal, eventColumns),
 
 		nextDue: fmt.Sprintf(`SELECT (extract(epoch FROM (
 	SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1
