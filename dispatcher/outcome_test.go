@@ -111,6 +111,13 @@ func TestOutcomes(t *testing.T) {
 				s := readRow(t, db, id).Status
 				return s == outbox.StatusSent || s == outbox.StatusFailed
 			})
+			if tt.want.Status == outbox.StatusFailed { // the hook fires just after the row commits
+				waitFor(t, 10*time.Second, "OnFailed", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(failed) > 0
+				})
+			}
 			require.Equal(t, tt.want, readRow(t, db, id))
 			require.Equal(t, int32(tt.wantCalls), calls.Load())
 			mu.Lock()

@@ -58,6 +58,10 @@ type Config struct {
 	// of one event. Defaults to 16 KiB ([DefaultMaxHeaderBytes]); must be 1
 	// to 1 MiB ([MaxMaxHeaderBytes]).
 	MaxHeaderBytes int
+	// DisableTracePropagation stops Emit from adding the W3C traceparent
+	// and tracestate of the OpenTelemetry span in its context to the
+	// events' headers. Defaults to false (propagation on).
+	DisableTracePropagation bool
 	// AllowEmptyPayload lets events have a nil or empty payload. Defaults to
 	// false: such events are rejected, since an empty body is more often a
 	// bug than a message.

@@ -73,6 +73,13 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // written and an open tx is still usable. Emit with no events returns nil,
 // nil and sends nothing.
 //
+// When ctx carries an OpenTelemetry span, each event also gets the W3C
+// "traceparent" (and "tracestate") headers of that span, unless it carries
+// a traceparent of its own or trace propagation is disabled; publishers pass
+// them on, so a consumer's span can link back to the business transaction.
+// They are added after validation and do not count against the header
+// limits. The caller's events and maps are not modified.
+//
 // The insert and the notify travel in one round trip (two the first time a
 // connection runs them, to prepare the statements). Batches of 5,000 events
 // or more (or 64 MiB of payload) in which no event has a Delay go by COPY
@@ -90,6 +97,11 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 	cols, err := e.prepare(events)
 	if err != nil {
 		return nil, err
+	}
+	if !e.cfg.DisableTracePropagation {
+		if th := traceHeaders(ctx); th != nil {
+			cols.addHeaders(withTrace(events, th))
+		}
 	}
 	if err := e.write(ctx, tx, cols); err != nil {
 		return nil, err

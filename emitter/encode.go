@@ -79,6 +79,13 @@ func encode(events []outbox.Event) (*columns, error) {
 	return c, nil
 }
 
+// addHeaders re-encodes the headers column from events (same order).
+func (c *columns) addHeaders(events []outbox.Event) {
+	for i := range events {
+		c.headers[i] = headersJSON(events[i].Headers)
+	}
+}
+
 // eventID returns id, or a fresh UUIDv7 when id is zero.
 func eventID(id uuid.UUID) (uuid.UUID, error) {
 	if id != uuid.Nil {

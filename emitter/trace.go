@@ -1,0 +1,57 @@
+package emitter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// W3C Trace Context header names, as stored in event headers.
+const (
+	// HeaderTraceparent carries the emitting span's W3C traceparent.
+	HeaderTraceparent = "traceparent"
+	// HeaderTracestate carries the emitting span's W3C tracestate, when it
+	// has one.
+	HeaderTracestate = "tracestate"
+)
+
+// traceHeaders returns the W3C Trace Context of the span in ctx, or nil when
+// ctx carries no valid span context. Only the OpenTelemetry API is used:
+// whatever SDK (or none) the application installed decides the span.
+func traceHeaders(ctx context.Context) map[string]string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	h := map[string]string{
+		HeaderTraceparent: fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags()),
+	}
+	if ts := sc.TraceState().String(); ts != "" {
+		h[HeaderTracestate] = ts
+	}
+	return h
+}
+
+// withTrace returns the events with the trace headers added to each that
+// does not carry a traceparent of its own. The caller's events and header
+// maps are not modified.
+func withTrace(events []outbox.Event, th map[string]string) []outbox.Event {
+	if th == nil {
+		return events
+	}
+	out := make([]outbox.Event, len(events))
+	for i, e := range events {
+		if _, own := e.Headers[HeaderTraceparent]; !own {
+			h := make(map[string]string, len(e.Headers)+len(th))
+			maps.Copy(h, e.Headers)
+			maps.Copy(h, th)
+			e.Headers = h
+		}
+		out[i] = e
+	}
+	return out
+}
