@@ -168,9 +168,16 @@ func (e *Emitter) headersProblem(h map[string]string) string {
 	return ""
 }
 
+// reservedHeaderPrefix starts the header names the publishers set for the
+// event's own fields (event ID, type, keys…); users may not set them.
+const reservedHeaderPrefix = "pgoutbox-"
+
 func headerNameProblem(name string) string {
 	if name == "" {
 		return "have an empty name"
+	}
+	if len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix) {
+		return fmt.Sprintf("have the name %q, whose prefix Pgoutbox- is reserved for the event's own fields", name)
 	}
 	if reason := headerValueProblem(name); reason != "" {
 		return "have a name that " + reason
