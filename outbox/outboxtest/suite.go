@@ -48,12 +48,14 @@ type Harness struct {
 	// MissingDestination returns a destination the broker refuses
 	// permanently (no such topic or stream).
 	MissingDestination func(t *testing.T) string
-	// Receive waits until n messages have arrived at dest, or ctx ends, and
-	// returns what arrived in arrival order. It may return more than n when
-	// more arrived.
+	// Receive waits until n messages have arrived at dest and returns what
+	// arrived, in arrival order (more than n if more arrived). When fewer
+	// arrive, it returns what it has once nothing new has arrived for
+	// Quiet, or when ctx ends: the dedupe check asks for one message more
+	// than it published and expects that wait to end empty-handed.
 	Receive func(ctx context.Context, t *testing.T, dest string, n int) []Received
-	// Quiet is how long Receive waits for extra messages when the suite
-	// checks that nothing more arrives (dedupe). Defaults to 1s.
+	// Quiet is how long Receive waits for one more message before it gives
+	// up. Defaults to 1s; the harness reads it from here.
 	Quiet time.Duration
 }
 
