@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+// benchDB is one run's own database and a pool on it.
+type benchDB struct {
+	admin string // URL of the database the run's database was created from
+	name  string
+	url   string
+	pool  *pgxpool.Pool
+}
+
+// openDB creates a fresh database pgoutbox_bench_<ts> and a pool of
+// maxConns connections on it. Close drops it.
+func openDB(ctx context.Context, adminURL string, maxConns int) (*benchDB, error) {
+	name := fmt.Sprintf("pgoutbox_bench_%d", time.Now().UnixNano())
+	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+name); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(adminURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = int32(max(maxConns, 2))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		_ = adminExec(ctx, adminURL, "DROP DATABASE "+name)
+		return nil, err
+	}
+	db := &benchDB{admin: adminURL, name: name, url: cfg.ConnString(), pool: pool}
+	db.url = cfg.ConnConfig.ConnString()
+	return db, nil
+}
+
+// Close closes the pool and drops the database, whatever ctx says.
+func (db *benchDB) Close() {
+	db.pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = adminExec(ctx, db.admin, "DROP DATABASE IF EXISTS "+db.name+" WITH (FORCE)")
+}
+
+// connConfig is a connection config for the run's database.
+func (db *benchDB) connConfig() *pgx.ConnConfig { return db.pool.Config().ConnConfig.Copy() }
+
+// migrate creates the pgoutbox outbox table and a business table "orders".
+func (db *benchDB) migrate(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, db.connConfig())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if err := migrations.Migrate(ctx, conn, migrations.Config{}); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL, note text)`)
+	return err
+}
+
+// count runs a count query and returns its value.
+func (db *benchDB) count(ctx context.Context, sql string, args ...any) (int, error) {
+	var n int
+	err := db.pool.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}
+
+// verify sets r.Verified when the count query returns want (and r counted
+// want events), and returns r with the mismatch as the error.
+func (r Result) verify(ctx context.Context, db *benchDB, want int, sql string) (Result, error) {
+	err := db.expect(ctx, want, sql)
+	if err == nil && r.N != want {
+		err = fmt.Errorf("verify: the run counted %d events, want %d", r.N, want)
+	}
+	r.Verified = err == nil
+	return r, err
+}
+
+// backlogDB opens a migrated database holding o.N due PENDING events.
+func backlogDB(ctx context.Context, o Options, conns int) (*benchDB, error) {
+	db, err := openDB(ctx, o.URL, conns)
+	if err != nil {
+		return nil, err
+	}
+	if err = db.migrate(ctx); err == nil {
+		err = preload(ctx, db, o.N, o.Payload)
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// expect checks that a count query returns want.
+func (db *benchDB) expect(ctx context.Context, want int, sql string, args ...any) error {
+	n, err := db.count(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	if n != want {
+		return fmt.Errorf("verify: %q counted %d, want %d", sql, n, want)
+	}
+	return nil
+}
+
+func adminExec(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// payload returns n bytes of filler.
+func payload(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}

@@ -1,0 +1,118 @@
+// Command benchmarks measures pgoutbox side by side with the raw-SQL limit,
+// River and Watermill on the local PostgreSQL. Each run creates and drops
+// its own database and prints one JSON line. See docs/benchmarks.md.
+//
+//	go run ./benchmarks -case pgoutbox -mode dispatch -batch 100 -concurrency 100
+//	go run ./benchmarks -case suite -rounds 3 -out docs/benchmarks.md
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(1)
+	}
+}
+
+// run executes one case (or the suite) and prints its JSON lines.
+func run(ctx context.Context, o Options) error {
+	if o.Case == "suite" {
+		return runSuite(ctx, o)
+	}
+	res, err := runCase(ctx, o)
+	if err != nil {
+		return err
+	}
+	return printJSON(os.Stdout, res)
+}
+
+// runCase runs one case once and returns its result.
+func runCase(ctx context.Context, o Options) (Result, error) {
+	fn, ok := cases[o.Case]
+	if !ok {
+		return Result{}, fmt.Errorf("unknown case %q (known: %s, suite)", o.Case, strings.Join(caseNames(), ", "))
+	}
+	res, err := fn(ctx, o)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s/%s: %w", o.Case, o.Mode, err)
+	}
+	res.finish(o)
+	return res, nil
+}
+
+// cases maps a -case name to the function that runs it.
+var cases = map[string]func(context.Context, Options) (Result, error){
+	"pgoutbox":  runPgoutbox,
+	"raw-sql":   runRawSQL,
+	"river":     runRiver,
+	"watermill": runWatermill,
+	"latency":   runLatency,
+	"claim":     runClaim,
+}
+
+func caseNames() []string {
+	names := make([]string, 0, len(cases))
+	for n := range cases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func printJSON(f *os.File, res Result) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, string(b))
+	return err
+}
+
+// parseFlags reads the command line into Options.
+func parseFlags(args []string) (Options, error) {
+	o := defaultOptions()
+	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, river, watermill, latency, claim or suite")
+	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
+	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
+	fs.IntVar(&o.N, "n", o.N, "events per run")
+	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers (emit) or workers (raw-sql dispatch)")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "events per transaction (batch emit) or per claim/fetch (dispatch)")
+	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "dispatcher Concurrency, River MaxWorkers")
+	fs.IntVar(&o.Payload, "payload", o.Payload, "payload bytes per event")
+	fs.BoolVar(&o.Tuned, "tuned", o.Tuned, "river: short FetchCooldown/FetchPollInterval")
+	fs.BoolVar(&o.Notify, "notify", o.Notify, "pgoutbox emit: in-tx pg_notify")
+	fs.IntVar(&o.Rate, "rate", o.Rate, "latency: target commits per second")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency: load duration")
+	fs.BoolVar(&o.Wakeup, "wakeup", o.Wakeup, "latency: WakeupRequired (true) or WakeupDisabled (false)")
+	fs.DurationVar(&o.Poll, "poll", o.Poll, "dispatcher PollInterval")
+	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "claim: pending rows before measuring")
+	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "suite: rounds")
+	fs.BoolVar(&o.Short, "short", o.Short, "suite: every case tiny (a smoke run)")
+	fs.StringVar(&o.Out, "out", o.Out, "suite: markdown report to write")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.Case == "" {
+		return o, fmt.Errorf("-case is required (one of %s, suite)", strings.Join(caseNames(), ", "))
+	}
+	return o, nil
+}

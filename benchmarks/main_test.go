@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCases runs every case tiny (N=200) so the harness cannot rot: each
+// must verify all its events.
+func TestCases(t *testing.T) {
+	t.Parallel()
+	requirePostgres(t)
+	for _, args := range smokeRuns() {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			o, err := parseFlags(args)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := runCase(ctx, o)
+			require.NoError(t, err)
+			require.True(t, res.Verified, "%+v", res)
+			require.Positive(t, res.EventsPerSec)
+		})
+	}
+}
+
+func TestParseFlagsRejects(t *testing.T) {
+	t.Parallel()
+	_, err := parseFlags(nil)
+	require.ErrorContains(t, err, "-case is required")
+	_, err = runCase(context.Background(), Options{Case: "nope"})
+	require.ErrorContains(t, err, "unknown case")
+}
+
+func TestSetLatency(t *testing.T) {
+	t.Parallel()
+	samples := make([]int64, 100)
+	for i := range samples {
+		samples[i] = int64(100-i) * int64(time.Millisecond)
+	}
+	var r Result
+	r.setLatency(samples)
+	require.InDelta(t, 50.0, *r.P50MS, 0.001)
+	require.InDelta(t, 95.0, *r.P95MS, 0.001)
+	require.InDelta(t, 99.0, *r.P99MS, 0.001)
+}
+
+// requirePostgres fails (never skips) when the benchmark database does not
+// answer, naming what to set.
+func requirePostgres(t *testing.T) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", hostOf(defaultURL()), 2*time.Second)
+	require.NoError(t, err, "no PostgreSQL: set DATABASE_URL or PGOUTBOX_TEST_DATABASE_URL, or start one on 127.0.0.1:5432")
+	_ = c.Close()
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+const eventType = "bench.event"
+
+// runPgoutbox runs the pgoutbox modes: emit (one event and one business row
+// per transaction, W writers), emit-batch (Batch events per transaction)
+// and dispatch (drain N pre-inserted events with a no-op handler).
+func runPgoutbox(ctx context.Context, o Options) (Result, error) {
+	return pick(ctx, o, []mode{{"emit", pgoutboxEmit}, {"emit-batch", pgoutboxEmitBatch}, {"dispatch", pgoutboxDispatch}})
+}
+
+func pgoutboxEmit(ctx context.Context, o Options) (Result, error) {
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify, MaxPayloadBytes: max(o.Payload, emitter.DefaultMaxPayloadBytes)})
+	if err != nil {
+		return Result{}, err
+	}
+	body := payload(o.Payload)
+	return emitRun(ctx, o, "emit", func(ctx context.Context, tx pgx.Tx, _ int) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (amount, note) VALUES ($1, $2)`, 42, "bench"); err != nil {
+			return err
+		}
+		_, err := em.Emit(ctx, tx, outbox.Event{Type: eventType, AggregateType: "order", Payload: body})
+		return err
+	}, 1)
+}
+
+func pgoutboxEmitBatch(ctx context.Context, o Options) (Result, error) {
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify})
+	if err != nil {
+		return Result{}, err
+	}
+	events := make([]outbox.Event, o.Batch)
+	body := payload(o.Payload)
+	return emitRun(ctx, o, "emit-batch", func(ctx context.Context, tx pgx.Tx, n int) error {
+		for i := range events[:n] {
+			events[i] = outbox.Event{Type: eventType, Payload: body}
+		}
+		_, err := em.Emit(ctx, tx, events[:n]...)
+		return err
+	}, o.Batch)
+}
+
+// emitRun runs N events through W writers, per events per transaction, on a
+// fresh migrated database, then verifies that all N rows are PENDING.
+func emitRun(ctx context.Context, o Options, mode string, write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
+	writers := o.Writers
+	if per > 1 {
+		writers = max(1, min(o.Writers, o.N/per))
+	}
+	db, err := openDB(ctx, o.URL, writers+1)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	if err := db.migrate(ctx); err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	if err := inTxs(ctx, db, writers, o.N, per, write); err != nil {
+		return Result{}, err
+	}
+	res := throughput(mode, o.N, time.Since(start))
+	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify}
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'PENDING'`)
+}
+
+// inTxs commits transactions from writers goroutines until n events are
+// written, per events per transaction (the last may be smaller).
+func inTxs(ctx context.Context, db *benchDB, writers, n, per int, write func(context.Context, pgx.Tx, int) error) error {
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range writers {
+		g.Go(func() error {
+			for {
+				end := int(next.Add(int64(per)))
+				size := min(per, n-(end-per))
+				if size <= 0 {
+					return nil
+				}
+				if err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return write(ctx, tx, size) }); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// preload inserts n due PENDING events through the emitter (COPY batches
+// of 5,000, no notify).
+func preload(ctx context.Context, db *benchDB, n, size int) error {
+	em, err := emitter.New(emitter.Config{DisableNotify: true})
+	if err != nil {
+		return err
+	}
+	events := make([]outbox.Event, 5000)
+	body := payload(size)
+	err = inTxs(ctx, db, 2, n, len(events), func(ctx context.Context, tx pgx.Tx, k int) error {
+		batch := make([]outbox.Event, k)
+		for i := range batch {
+			batch[i] = outbox.Event{Type: eventType, Payload: body}
+		}
+		_, err := em.Emit(ctx, tx, batch...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = db.pool.Exec(ctx, `VACUUM ANALYZE outbox_events`)
+	return err
+}
+
+func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
+	db, err := backlogDB(ctx, o, 8)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	d, err := dispatcher.New(db.pool, dispatcher.Config{
+		BatchSize: o.Batch, Concurrency: o.Concurrency, PollInterval: o.Poll, Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := d.Handle(eventType, func(context.Context, outbox.Event) error { return nil }); err != nil {
+		return Result{}, err
+	}
+	elapsed, err := runUntil(ctx, d, func(s dispatcher.Stats) bool { return s.Sent >= uint64(o.N) })
+	if err != nil {
+		return Result{}, err
+	}
+	res := throughput("dispatch", o.N, elapsed)
+	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8}
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+}
+
+// runUntil runs d until done(stats) holds, stops it and returns the time
+// from Run to done.
+func runUntil(ctx context.Context, d *dispatcher.Dispatcher, done func(dispatcher.Stats) bool) (time.Duration, error) {
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- d.Run(ctx) }()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !done(d.Stats()) {
+		select {
+		case err := <-runErr:
+			return 0, fmt.Errorf("dispatcher stopped early: %w", err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	elapsed := time.Since(start)
+	return elapsed, stopWithin(ctx, d.Stop)
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+)
+
+// rawClaimSQL is the minimal correct claim: lock B due PENDING rows in a CTE
+// on the outbox table alone, in the partial index's order, and lease them
+// under one fresh token.
+const rawClaimSQL = `WITH due AS MATERIALIZED (
+	SELECT id FROM outbox_events
+	WHERE status = 'PENDING' AND next_attempt_at <= now()
+	ORDER BY next_attempt_at, seq
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_events AS o
+SET status = 'PROCESSING', lock_token = $2, locked_at = now(), lease_until = now() + interval '30 seconds'
+WHERE o.id = ANY (ARRAY(SELECT id FROM due))
+RETURNING o.id, o.event_type, o.payload`
+
+// rawCompleteSQL is the minimal fenced batch completion: id, token and an
+// unexpired lease.
+const rawCompleteSQL = `UPDATE outbox_events AS o
+SET status = 'SENT', sent_at = now(), attempts = o.attempts + 1, lock_token = NULL, lease_until = NULL
+WHERE o.id = ANY ($1::uuid[]) AND o.lock_token = $2 AND o.status = 'PROCESSING' AND o.lease_until > now()`
+
+// runRawSQL runs the raw-SQL limit: insert (one event and one business row
+// per transaction with plain INSERTs), copy (Batch events per transaction
+// by COPY) and dispatch (W workers of claim, no-op, fenced completion).
+func runRawSQL(ctx context.Context, o Options) (Result, error) {
+	return pick(ctx, o, []mode{{"insert", rawInsert}, {"copy", rawCopy}, {"dispatch", rawDispatch}})
+}
+
+func rawInsert(ctx context.Context, o Options) (Result, error) {
+	body := payload(o.Payload)
+	o.Notify = false
+	return emitRun(ctx, o, "insert", func(ctx context.Context, tx pgx.Tx, _ int) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (amount, note) VALUES ($1, $2)`, 42, "bench"); err != nil {
+			return err
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO outbox_events (id, event_type, aggregate_type, payload) VALUES ($1, $2, $3, $4)`,
+			id, eventType, "order", body)
+		return err
+	}, 1)
+}
+
+func rawCopy(ctx context.Context, o Options) (Result, error) {
+	body := payload(o.Payload)
+	o.Notify = false
+	return emitRun(ctx, o, "copy", func(ctx context.Context, tx pgx.Tx, n int) error {
+		rows := make([][]any, n)
+		for i := range rows {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return err
+			}
+			rows[i] = []any{id, eventType, body}
+		}
+		got, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox_events"}, []string{"id", "event_type", "payload"}, pgx.CopyFromRows(rows))
+		if err == nil && got != int64(n) {
+			err = fmt.Errorf("copied %d rows, want %d", got, n)
+		}
+		return err
+	}, o.Batch)
+}
+
+func rawDispatch(ctx context.Context, o Options) (Result, error) {
+	db, err := backlogDB(ctx, o, o.Writers+1)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	var sent atomic.Int64
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for range o.Writers {
+		g.Go(func() error { return rawWorker(gctx, db, o.Batch, &sent) })
+	}
+	if err := g.Wait(); err != nil {
+		return Result{}, err
+	}
+	res := throughput("dispatch", int(sent.Load()), time.Since(start))
+	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers}
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+}
+
+// rawWorker claims, "publishes" (no-op) and completes batches until a claim
+// comes back empty.
+func rawWorker(ctx context.Context, db *benchDB, batch int, sent *atomic.Int64) error {
+	ids := make([]uuid.UUID, 0, batch)
+	for {
+		token := uuid.New()
+		rows, err := db.pool.Query(ctx, rawClaimSQL, batch, token)
+		if err != nil {
+			return err
+		}
+		ids = ids[:0]
+		var id uuid.UUID
+		var typ string
+		var body []byte
+		_, err = pgx.ForEachRow(rows, []any{&id, &typ, &body}, func() error {
+			ids = append(ids, id)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		tag, err := db.pool.Exec(ctx, rawCompleteSQL, ids, token)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(len(ids)) {
+			return fmt.Errorf("completed %d of %d rows", tag.RowsAffected(), len(ids))
+		}
+		sent.Add(int64(len(ids)))
+	}
+}

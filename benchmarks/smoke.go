@@ -1,0 +1,37 @@
+package main
+
+import (
+	"net/url"
+)
+
+// smokeRuns are the tiny runs of every case and mode, used by the unit test
+// and by `-case suite -short`.
+func smokeRuns() [][]string {
+	n := []string{"-n", "200"}
+	return [][]string{
+		append([]string{"-case", "pgoutbox", "-mode", "emit"}, n...),
+		append([]string{"-case", "pgoutbox", "-mode", "emit-batch", "-batch", "100"}, n...),
+		append([]string{"-case", "pgoutbox", "-mode", "dispatch"}, n...),
+		append([]string{"-case", "raw-sql", "-mode", "insert"}, n...),
+		append([]string{"-case", "raw-sql", "-mode", "copy", "-batch", "100"}, n...),
+		append([]string{"-case", "raw-sql", "-mode", "dispatch"}, n...),
+		append([]string{"-case", "river", "-mode", "insert"}, n...),
+		append([]string{"-case", "river", "-mode", "insert-many", "-batch", "100"}, n...),
+		append([]string{"-case", "river", "-mode", "work", "-tuned"}, n...),
+		append([]string{"-case", "watermill", "-batch", "100"}, n...),
+		{"-case", "claim", "-backlog", "1000"},
+		{"-case", "latency", "-rate", "200", "-duration", "1s"},
+	}
+}
+
+// hostOf is the host:port of a database URL (127.0.0.1:5432 by default).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "127.0.0.1:5432"
+	}
+	if u.Port() == "" {
+		return u.Host + ":5432"
+	}
+	return u.Host
+}
