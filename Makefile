@@ -52,6 +52,10 @@ go-test:
 demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/quickstart
 
+.PHONY: demo-nats
+demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in process unless NATS_URL is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/nats
+
 .PHONY: lint
 lint: ## Check gofmt, then run go vet and golangci-lint in every module
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l lists files to format:"; echo "$$out"; exit 1; fi
