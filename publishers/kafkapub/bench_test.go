@@ -1,0 +1,41 @@
+package kafkapub_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
+	"github.com/pgoutbox/pgoutbox/publishers/kafkapub"
+)
+
+// BenchmarkPublish measures one Publish call of a batch of fully populated
+// events (about 100 bytes of payload, 10 headers) to a three-partition
+// topic on an in-process kfake broker that acknowledges without storing
+// (kfake.BlackholeProduce), so the figures are the client's cost plus a
+// loopback round trip, not a real cluster's.
+func BenchmarkPublish(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			br := newFakeBroker(b, kfake.BlackholeProduce())
+			topic := br.newTopic(b)
+			p := br.publisher(b, kafkapub.Config{})
+			msgs := make([]outbox.Message, size)
+			for i := range msgs {
+				msgs[i] = outbox.Message{Destination: topic, Event: outboxtest.NewEvent(i)}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for i, err := range p.Publish(context.Background(), msgs) {
+					if err != nil {
+						b.Fatalf("message %d: %v", i, err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

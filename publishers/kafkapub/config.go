@@ -1,0 +1,111 @@
+package kafkapub
+
+import (
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Config tunes a [Publisher]. The zero value is ready to use: every field
+// documents its default and the range [New] and [NewFromOpts] accept.
+type Config struct {
+	// TopicPrefix is prepended to each Message.Destination to form the
+	// Kafka topic, e.g. "prod." turns "order.created" into
+	// "prod.order.created". It must consist of the characters Kafka allows
+	// in topic names (ASCII letters, digits, '.', '_' and '-') and be at
+	// most 200 bytes. Defaults to "" (the destination is the topic).
+	TopicPrefix string
+
+	// KeyFunc returns the record key of an event. A nil or empty key lets
+	// franz-go's partitioner spread records, with no ordering between
+	// them. Records with equal keys go to the same partition and keep
+	// their batch order. Defaults to [KeyPartitionOrAggregate].
+	KeyFunc func(e outbox.Event) []byte
+
+	// PublishTimeout bounds a Publish call whose context has no deadline;
+	// a context with a deadline is used as it is. From 1ms to 1h. Defaults
+	// to 30s.
+	PublishTimeout time.Duration
+
+	// UnknownTopicRetries is how many times franz-go looks a topic up
+	// again after the cluster answered UNKNOWN_TOPIC_OR_PARTITION before
+	// it fails the records, which Publish then reports as permanent. -1
+	// means retry until the Publish context ends; 0 selects the default.
+	// From -1 to 100. Defaults to 1, so a missing topic fails after two
+	// metadata lookups instead of franz-go's five.
+	//
+	// It is applied only to the client [NewFromOpts] builds, before the
+	// caller's options, so a kgo.UnknownTopicRetries among them wins.
+	// [New] uses the caller's client exactly as it was built.
+	UnknownTopicRetries int
+}
+
+// Defaults applied by withDefaults.
+const (
+	defaultPublishTimeout      = 30 * time.Second
+	defaultUnknownTopicRetries = 1
+	maxTopicPrefixLen          = 200
+)
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.KeyFunc == nil {
+		c.KeyFunc = KeyPartitionOrAggregate
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = defaultPublishTimeout
+	}
+	if c.UnknownTopicRetries == 0 {
+		c.UnknownTopicRetries = defaultUnknownTopicRetries
+	}
+	return c
+}
+
+// validate reports the first field that is out of range as an
+// *outbox.ConfigError. It expects defaults to be applied.
+func (c Config) validate() error {
+	switch {
+	case len(c.TopicPrefix) > maxTopicPrefixLen:
+		return configError("TopicPrefix", "must be at most 200 bytes")
+	case !legalTopicChars(c.TopicPrefix):
+		return configError("TopicPrefix", "must contain only ASCII letters, digits, '.', '_' and '-'")
+	case c.PublishTimeout < time.Millisecond || c.PublishTimeout > time.Hour:
+		return configError("PublishTimeout", "must be between 1ms and 1h")
+	case c.UnknownTopicRetries < -1 || c.UnknownTopicRetries > 100:
+		return configError("UnknownTopicRetries", "must be between -1 and 100")
+	}
+	return nil
+}
+
+func configError(option, reason string) error {
+	return &outbox.ConfigError{Option: option, Reason: reason}
+}
+
+// KeyPartitionOrAggregate is the default [Config.KeyFunc]: the event's
+// PartitionKey, or its AggregateID when PartitionKey is empty, or no key
+// when both are empty.
+func KeyPartitionOrAggregate(e outbox.Event) []byte {
+	if e.PartitionKey != "" {
+		return []byte(e.PartitionKey)
+	}
+	return KeyAggregate(e)
+}
+
+// KeyPartition is a [Config.KeyFunc] that uses only the event's
+// PartitionKey, and no key when it is empty.
+func KeyPartition(e outbox.Event) []byte {
+	if e.PartitionKey == "" {
+		return nil
+	}
+	return []byte(e.PartitionKey)
+}
+
+// KeyAggregate is a [Config.KeyFunc] that uses only the event's
+// AggregateID, and no key when it is empty, so all events of one aggregate
+// keep their order whatever their PartitionKey.
+func KeyAggregate(e outbox.Event) []byte {
+	if e.AggregateID == "" {
+		return nil
+	}
+	return []byte(e.AggregateID)
+}

@@ -1,0 +1,92 @@
+// Package kafkapub publishes outbox events to Apache Kafka with franz-go.
+//
+// # Its part in the whole
+//
+// Business code emits events into the outbox table inside its own
+// transaction. The dispatcher claims committed events, asks its router for
+// each event's destination (by default the event type) and hands batches
+// to an outbox.Publisher. A [Publisher] from this package produces each
+// batch to Kafka, pipelined, waits for every acknowledgement and returns
+// one outcome per event, which the dispatcher records as SENT, a retry, or
+// FAILED for errors marked permanent.
+//
+//	p, err := kafkapub.NewFromOpts(kafkapub.Config{TopicPrefix: "prod."},
+//		kgo.SeedBrokers("kafka-1:9092", "kafka-2:9092"),
+//		kgo.DialTLSConfig(tlsConfig),
+//	)
+//	if err != nil { … }
+//	defer p.Close()
+//
+// [New] takes a *kgo.Client that the caller built and keeps owning;
+// [NewFromOpts] builds one from kgo options, which all pass straight
+// through, and closes it in [Publisher.Close].
+//
+// # Records
+//
+// The topic is Config.TopicPrefix followed by the message's destination.
+// The value is the event payload, unchanged. The event's fields travel in
+// headers named by the Header constants ([HeaderEventID],
+// [HeaderEventType], …), all starting with [ReservedPrefix]; the event's
+// own headers follow under their own names, so a "traceparent" header
+// reaches consumers as "traceparent". An event header whose name starts
+// with ReservedPrefix is refused with a permanent error (the emitter
+// already rejects it). [Decode] turns a consumed record back into an
+// outbox.Event.
+//
+// # Keys and order
+//
+// The record key is chosen by Config.KeyFunc; by default it is the event's
+// PartitionKey, or its AggregateID when PartitionKey is empty
+// ([KeyPartitionOrAggregate]). Records with the same key go to the same
+// partition and, within one Publish call, keep their batch order; across
+// retries an event may arrive after events emitted later. Events with
+// neither key are spread over partitions with no order between them.
+//
+// # Durability and duplicates
+//
+// Publish reports success only for records the broker acknowledged with
+// franz-go's default acks=all (all in-sync replicas). The idempotent
+// producer, on by default, stops the broker from writing a record twice
+// when franz-go resends it within one producer session. It does nothing
+// across sessions: when a dispatcher dies after Kafka wrote a record but
+// before the outbox recorded SENT, or when Publish gave up waiting for an
+// acknowledgement, the outbox delivers the event again and Kafka stores it
+// again. Delivery is therefore at least once, and consumers deduplicate on
+// the event ID ([HeaderEventID]), for example with the pgoutbox inbox
+// package.
+//
+// What kafkapub enforces: nothing on a client passed to [New]; on a client
+// built by [NewFromOpts], acks=all, a bounded number of unknown-topic
+// retries (Config.UnknownTopicRetries), a 1s minimum metadata age and no
+// linger, each only where the caller's options do not say otherwise (see
+// [NewFromOpts]). A caller who passes kgo.RequiredAcks(kgo.LeaderAck())
+// together with kgo.DisableIdempotentWrite gets weaker guarantees than
+// described here.
+//
+// # Errors
+//
+// These are permanent (outbox.Permanent), so the event goes to FAILED at
+// once: an invalid topic name or a reserved event header name (both
+// checked before sending), an unknown topic or
+// partition, a record or batch larger than the broker or client accepts,
+// an invalid record, and topic or cluster authorization failures. Note that
+// a cluster-wide authorization failure (for example a missing
+// IDEMPOTENT_WRITE permission) fails every event. Everything else is
+// retryable, including a Publish whose context ended first. franz-go
+// itself retries retryable broker errors (not enough replicas, leader
+// moved, …) after refreshing metadata, at most every kgo.MetadataMinAge,
+// until the Publish context ends.
+//
+// franz-go fails the records of a topic the cluster keeps calling unknown
+// after kgo.UnknownTopicRetries further metadata lookups (4 by default),
+// each at most every kgo.MetadataMinAge (5s by default), so a missing
+// topic could hold a Publish for up to 20s. A client from [NewFromOpts]
+// gives up after Config.UnknownTopicRetries further lookups (1 by default)
+// at most 1s apart: against kfake a missing topic fails in about 250ms, at
+// worst about 1s. A topic created moments before its first event may need
+// a higher value on a cluster that is slow to propagate metadata.
+// Automatic topic creation is off unless the caller enables it with
+// kgo.AllowAutoTopicCreation, in which case a missing topic is created
+// instead. Error texts name the topic and the Kafka error, never payload
+// bytes or header values.
+package kafkapub

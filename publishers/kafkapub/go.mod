@@ -1,0 +1,21 @@
+module github.com/pgoutbox/pgoutbox/publishers/kafkapub
+
+go 1.26.0
+
+replace github.com/pgoutbox/pgoutbox => ../..
+
+require (
+	github.com/google/uuid v1.6.0
+	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

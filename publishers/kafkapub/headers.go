@@ -1,0 +1,180 @@
+package kafkapub
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Record header names. The publisher writes the event's fields under these
+// names, exactly as spelled (Kafka header names are case-sensitive), and
+// [Decode] reads them back. A header is left out when its field is empty.
+// The event's own headers follow under their own names.
+const (
+	// HeaderEventID carries Event.ID in its canonical text form. Always
+	// present; consumers deduplicate on it.
+	HeaderEventID = "pgoutbox-event-id"
+	// HeaderEventType carries Event.Type. Always present.
+	HeaderEventType = "pgoutbox-event-type"
+	// HeaderAggregateType carries Event.AggregateType.
+	HeaderAggregateType = "pgoutbox-aggregate-type"
+	// HeaderAggregateID carries Event.AggregateID.
+	HeaderAggregateID = "pgoutbox-aggregate-id"
+	// HeaderPartitionKey carries Event.PartitionKey, which may differ from
+	// the record key (see Config.KeyFunc).
+	HeaderPartitionKey = "pgoutbox-partition-key"
+	// HeaderIdempotencyKey carries Event.IdempotencyKey.
+	HeaderIdempotencyKey = "pgoutbox-idempotency-key"
+	// HeaderContentType carries Event.ContentType.
+	HeaderContentType = "pgoutbox-content-type"
+	// HeaderAttempt carries Event.Attempt in decimal, when positive.
+	HeaderAttempt = "pgoutbox-attempt"
+	// HeaderCreatedAt carries Event.CreatedAt in UTC as RFC 3339 with
+	// nanoseconds (time.RFC3339Nano).
+	HeaderCreatedAt = "pgoutbox-created-at"
+
+	// ReservedPrefix starts every header name of ours. An event header
+	// whose name starts with it, in any case, is refused: the emitter
+	// rejects it at emit, and Publish fails such a message with a
+	// permanent error naming the header.
+	ReservedPrefix = "pgoutbox-"
+)
+
+// ownHeaders is how many headers of ours a record can carry.
+const ownHeaders = 9
+
+// ErrNotAnEvent is the root of the errors [Decode] returns for a record
+// that does not carry an outbox event.
+var ErrNotAnEvent = errors.New("kafkapub: record is not an outbox event")
+
+// encodeHeaders returns the record headers for e. All values share one
+// buffer, sized up front, so a record costs two allocations however many
+// headers it has.
+func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
+	hs := make([]kgo.RecordHeader, 0, ownHeaders+len(e.Headers))
+	buf := make([]byte, 0, headerBytes(e))
+	add := func(k string, v []byte) { // v was appended to buf
+		if len(v) > 0 {
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: v[:len(v):len(v)]})
+		}
+		buf = v[len(v):]
+	}
+	add(HeaderEventID, appendUUID(buf, e.ID))
+	add(HeaderEventType, append(buf, e.Type...))
+	add(HeaderAggregateType, append(buf, e.AggregateType...))
+	add(HeaderAggregateID, append(buf, e.AggregateID...))
+	add(HeaderPartitionKey, append(buf, e.PartitionKey...))
+	add(HeaderIdempotencyKey, append(buf, e.IdempotencyKey...))
+	add(HeaderContentType, append(buf, e.ContentType...))
+	if e.Attempt > 0 {
+		add(HeaderAttempt, strconv.AppendInt(buf, int64(e.Attempt), 10))
+	}
+	if !e.CreatedAt.IsZero() {
+		add(HeaderCreatedAt, e.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano))
+	}
+	for k, v := range e.Headers {
+		add(k, append(buf, v...))
+	}
+	return hs
+}
+
+// checkHeaderNames refuses, permanently, an event header whose name starts
+// with ReservedPrefix. The error names the header, never its value.
+func checkHeaderNames(e outbox.Event) error {
+	for k := range e.Headers {
+		if len(k) >= len(ReservedPrefix) && strings.EqualFold(k[:len(ReservedPrefix)], ReservedPrefix) {
+			return outbox.Permanent(fmt.Errorf("kafkapub: event header %q uses the reserved prefix %s", k, ReservedPrefix))
+		}
+	}
+	return nil
+}
+
+// headerBytes is the room encodeHeaders needs for the values of e.
+func headerBytes(e outbox.Event) int {
+	n := 36 + 20 + len(time.RFC3339Nano) + len(e.Type) + len(e.AggregateType) + len(e.AggregateID) +
+		len(e.PartitionKey) + len(e.IdempotencyKey) + len(e.ContentType)
+	for _, v := range e.Headers {
+		n += len(v)
+	}
+	return n
+}
+
+// appendUUID appends the canonical 36-character form of id.
+func appendUUID(buf []byte, id uuid.UUID) []byte {
+	var text [36]byte
+	hex.Encode(text[0:8], id[0:4])
+	hex.Encode(text[9:13], id[4:6])
+	hex.Encode(text[14:18], id[6:8])
+	hex.Encode(text[19:23], id[8:10])
+	hex.Encode(text[24:36], id[10:16])
+	text[8], text[13], text[18], text[23] = '-', '-', '-', '-'
+	return append(buf, text[:]...)
+}
+
+// Decode rebuilds the event a [Publisher] wrote into r: ID, type,
+// aggregate, keys, content type, attempt, creation time and headers from
+// the record headers, and the payload from r.Value, which the event shares
+// rather than copies. Delay is not carried and stays zero.
+//
+// A record without a valid event ID or without an event type returns an
+// error wrapping [ErrNotAnEvent]; its text names the header, never its
+// value.
+func Decode(r *kgo.Record) (outbox.Event, error) {
+	e := outbox.Event{Payload: r.Value}
+	for _, h := range r.Headers {
+		if err := decodeHeader(&e, h); err != nil {
+			return outbox.Event{}, err
+		}
+	}
+	switch {
+	case e.ID == uuid.Nil:
+		return outbox.Event{}, fmt.Errorf("%w: header %s is missing", ErrNotAnEvent, HeaderEventID)
+	case e.Type == "":
+		return outbox.Event{}, fmt.Errorf("%w: header %s is missing", ErrNotAnEvent, HeaderEventType)
+	}
+	return e, nil
+}
+
+// decodeHeader sets the field of e that h carries.
+func decodeHeader(e *outbox.Event, h kgo.RecordHeader) error {
+	v := string(h.Value)
+	var err error
+	switch h.Key {
+	case HeaderEventID:
+		e.ID, err = uuid.Parse(v)
+	case HeaderEventType:
+		e.Type = v
+	case HeaderAggregateType:
+		e.AggregateType = v
+	case HeaderAggregateID:
+		e.AggregateID = v
+	case HeaderPartitionKey:
+		e.PartitionKey = v
+	case HeaderIdempotencyKey:
+		e.IdempotencyKey = v
+	case HeaderContentType:
+		e.ContentType = v
+	case HeaderAttempt:
+		e.Attempt, err = strconv.Atoi(v)
+	case HeaderCreatedAt:
+		e.CreatedAt, err = time.Parse(time.RFC3339Nano, v)
+	default:
+		if e.Headers == nil {
+			e.Headers = make(map[string]string)
+		}
+		e.Headers[h.Key] = v
+	}
+	if err != nil {
+		// err quotes the value; name the header only.
+		return fmt.Errorf("%w: header %s is malformed", ErrNotAnEvent, h.Key)
+	}
+	return nil
+}

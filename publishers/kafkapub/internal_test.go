@@ -1,0 +1,168 @@
+package kafkapub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func fullEvent() outbox.Event {
+	return outbox.Event{
+		ID:             uuid.Must(uuid.NewV7()),
+		Type:           "order.created",
+		AggregateType:  "order",
+		AggregateID:    "o-1",
+		PartitionKey:   "customer-7",
+		IdempotencyKey: "idem-1",
+		ContentType:    outbox.ContentTypeJSON,
+		Headers:        map[string]string{"traceparent": "00-abc-def-01", "x-tenant": "t1"},
+		Payload:        []byte(`{"id":1}`),
+		Attempt:        2,
+		CreatedAt:      time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.FixedZone("X", 3600)),
+	}
+}
+
+func headerValue(hs []kgo.RecordHeader, key string) (string, bool) {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EmptyFieldsAreLeftOut", func(t *testing.T) {
+		t.Parallel()
+		e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "t"}
+		hs := encodeHeaders(e)
+		require.Len(t, hs, 2)
+		got, err := Decode(&kgo.Record{Headers: hs})
+		require.NoError(t, err)
+		require.Equal(t, e, got)
+	})
+
+	t.Run("NamesAreStable", func(t *testing.T) {
+		t.Parallel()
+		e := fullEvent()
+		hs := encodeHeaders(e)
+		require.Len(t, hs, 11)
+		for name, want := range map[string]string{
+			"pgoutbox-event-id": e.ID.String(), "pgoutbox-event-type": "order.created",
+			"pgoutbox-aggregate-type": "order", "pgoutbox-aggregate-id": "o-1",
+			"pgoutbox-partition-key": "customer-7", "pgoutbox-idempotency-key": "idem-1",
+			"pgoutbox-content-type": "application/json", "pgoutbox-attempt": "2",
+			"pgoutbox-created-at": "2026-03-04T04:06:07.891011Z", "traceparent": "00-abc-def-01",
+		} {
+			got, ok := headerValue(hs, name)
+			require.True(t, ok, name)
+			require.Equal(t, want, got, name)
+		}
+	})
+
+	t.Run("ReservedPrefixIsRefused", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, checkHeaderNames(fullEvent()))
+		e := fullEvent()
+		e.Headers["PGOUTBOX-Event-Type"] = "spoofed"
+		err := checkHeaderNames(e)
+		require.True(t, outbox.IsPermanent(err))
+		require.ErrorContains(t, err, `"PGOUTBOX-Event-Type"`)
+		require.NotContains(t, err.Error(), "spoofed")
+	})
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		t.Parallel()
+		want := fullEvent()
+		got, err := Decode(&kgo.Record{Value: want.Payload, Headers: encodeHeaders(want)})
+		require.NoError(t, err)
+		require.True(t, want.CreatedAt.Equal(got.CreatedAt))
+		want.CreatedAt = got.CreatedAt
+		require.Equal(t, want, got)
+	})
+}
+
+func TestDecode(t *testing.T) {
+	t.Parallel()
+
+	const value = "VALUE-THAT-MUST-NOT-LEAK"
+	cases := []struct {
+		name    string
+		headers []kgo.RecordHeader
+		header  string
+	}{
+		{"BadAttempt", []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
+			{Key: HeaderAttempt, Value: []byte(value)},
+		}, HeaderAttempt},
+		{"BadCreatedAt", []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
+			{Key: HeaderCreatedAt, Value: []byte(value)},
+		}, HeaderCreatedAt},
+		{"BadEventID", []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(value)}}, HeaderEventID},
+		{"MissingEventID", []kgo.RecordHeader{{Key: HeaderEventType, Value: []byte("t")}}, HeaderEventID},
+		{"MissingType", []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(uuid.NewString())}}, HeaderEventType},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Decode(&kgo.Record{Headers: tc.headers, Value: []byte(value)})
+			require.ErrorIs(t, err, ErrNotAnEvent)
+			require.Contains(t, err.Error(), tc.header)
+			require.NotContains(t, err.Error(), value)
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+
+	permanent := []error{
+		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.MessageTooLarge, kerr.RecordListTooLarge,
+		kerr.InvalidRecord, kerr.InvalidTopicException, kerr.TopicAuthorizationFailed,
+		kerr.ClusterAuthorizationFailed,
+		fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), // as franz-go wraps it
+	}
+	retryable := []error{
+		kerr.NotLeaderForPartition, kerr.NotEnoughReplicas, kerr.RequestTimedOut, kerr.UnknownServerError,
+		kerr.SaslAuthenticationFailed, kgo.ErrRecordTimeout, kgo.ErrClientClosed, context.Canceled,
+		errors.New("dial tcp: connection refused"),
+	}
+	for _, cause := range permanent {
+		err := classify("orders", cause)
+		require.True(t, outbox.IsPermanent(err), "%v", cause)
+		require.ErrorIs(t, err, cause)
+		require.Contains(t, err.Error(), `"orders"`)
+	}
+	for _, cause := range retryable {
+		err := classify("orders", cause)
+		require.False(t, outbox.IsPermanent(err), "%v", cause)
+		require.ErrorIs(t, err, cause)
+	}
+	require.NoError(t, classify("orders", nil))
+}
+
+func TestCheckTopic(t *testing.T) {
+	t.Parallel()
+
+	for _, ok := range []string{"a", "order.created", "A_b-9", strings.Repeat("x", 249)} {
+		require.NoError(t, checkTopic(ok), ok)
+	}
+	for _, bad := range []string{"", ".", "..", "a b", "ordér", "a/b", strings.Repeat("x", 250)} {
+		err := checkTopic(bad)
+		require.True(t, outbox.IsPermanent(err), bad)
+		require.ErrorIs(t, err, kerr.InvalidTopicException)
+	}
+}

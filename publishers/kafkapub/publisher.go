@@ -1,0 +1,230 @@
+package kafkapub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Publisher produces outbox events to Kafka through a franz-go client. It
+// implements outbox.Publisher and is safe for concurrent use.
+type Publisher struct {
+	client    *kgo.Client
+	cfg       Config
+	owned     bool
+	closeOnce sync.Once
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher that produces through client, which the caller
+// built, owns and closes after the Publisher is no longer used. The client
+// is used exactly as configured: franz-go's defaults already require acks
+// from all in-sync replicas and produce idempotently, and a caller that
+// weakens them (kgo.RequiredAcks, kgo.DisableIdempotentWrite) gets what it
+// asked for. cfg.UnknownTopicRetries does not apply; set
+// kgo.UnknownTopicRetries on the client instead.
+//
+// New returns an *outbox.ConfigError naming the field when cfg is out of
+// range, and one naming "client" when client is nil or transactional
+// (records produced outside a transaction would all fail).
+func New(client *kgo.Client, cfg Config) (*Publisher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkClient(client); err != nil {
+		return nil, err
+	}
+	return &Publisher{client: client, cfg: cfg}, nil
+}
+
+// NewFromOpts builds a franz-go client from opts, which pass straight
+// through (seed brokers, TLS, SASL, batching, compression, …), and returns a
+// Publisher that owns it; [Publisher.Close] closes it.
+//
+// Before the caller's options, so that any of them overrides, it applies:
+//   - kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default, stated so it
+//     holds;
+//   - kgo.UnknownTopicRetries(cfg.UnknownTopicRetries) and
+//     kgo.MetadataMinAge(time.Second) (franz-go: 5s), so a missing topic
+//     fails within about a second and a retryable broker error is retried
+//     within about a second, instead of up to 5s per metadata lookup;
+//   - kgo.ProducerLinger(0) (franz-go: 10ms), since Publish waits for the
+//     whole batch anyway and lingering would only add latency.
+//
+// The idempotent producer stays on unless the caller passes
+// kgo.DisableIdempotentWrite. Automatic topic creation stays off unless
+// the caller passes kgo.AllowAutoTopicCreation.
+//
+// Errors are those of [New], or franz-go's for invalid options.
+func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	defaults := []kgo.Opt{
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.UnknownTopicRetries(cfg.UnknownTopicRetries),
+		kgo.MetadataMinAge(time.Second),
+		kgo.ProducerLinger(0),
+	}
+	client, err := kgo.NewClient(append(defaults, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkapub: new client: %w", err)
+	}
+	if err := checkClient(client); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &Publisher{client: client, cfg: cfg, owned: true}, nil
+}
+
+// checkClient rejects a client the Publisher cannot produce through.
+func checkClient(client *kgo.Client) error {
+	if client == nil {
+		return configError("client", "must not be nil")
+	}
+	if txnID, _ := client.OptValue(kgo.TransactionalID).(string); txnID != "" {
+		return configError("client", "must not be transactional (kgo.TransactionalID)")
+	}
+	return nil
+}
+
+// Client returns the franz-go client the Publisher produces through, for
+// metrics or admin calls. It must not be closed while the Publisher is used.
+func (p *Publisher) Client() *kgo.Client { return p.client }
+
+// Close closes the client [NewFromOpts] built, failing records still
+// buffered with a retryable error. It does nothing for a Publisher from
+// [New], whose client belongs to the caller. Close is idempotent; Publish
+// after Close reports every message with a retryable error.
+func (p *Publisher) Close() {
+	if p.owned {
+		p.closeOnce.Do(p.client.Close)
+	}
+}
+
+// Publish produces every message of msgs, pipelined, to the topic
+// Config.TopicPrefix + Destination, and waits for the broker's
+// acknowledgement of each. It returns one error per message, in order: nil
+// when acknowledged, an error wrapped with outbox.Permanent when the topic
+// does not exist or is invalid, an event header name starts with
+// [ReservedPrefix], the record is too large, or access is denied, and a
+// retryable error otherwise.
+//
+// A context without a deadline is bounded by Config.PublishTimeout. When
+// ctx ends Publish returns at once, reporting every message not yet
+// acknowledged with a retryable error wrapping context.Cause(ctx); records
+// already sent may still be written, so a retry can duplicate them.
+// franz-go fails a partition's buffered records together, so a cancelled
+// call can also fail records that a concurrent call queued behind its own
+// on the same partition, with a retryable error.
+//
+// Error texts name the topic and the Kafka error, never payload bytes or
+// header values.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	ctx, cancel := p.withTimeout(ctx)
+	defer cancel()
+	b := newBatch(len(msgs))
+	for i, m := range msgs {
+		if ctx.Err() != nil {
+			break
+		}
+		p.produce(ctx, b, i, m)
+	}
+	return b.wait(ctx, func(i int) string { return p.cfg.TopicPrefix + msgs[i].Destination })
+}
+
+// withTimeout applies Config.PublishTimeout to a context with no deadline.
+func (p *Publisher) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, p.cfg.PublishTimeout)
+}
+
+// produce hands message i to the client, or settles it at once when its
+// topic or a header name is invalid.
+func (p *Publisher) produce(ctx context.Context, b *batch, i int, m outbox.Message) {
+	topic := p.cfg.TopicPrefix + m.Destination
+	if err := cmp.Or(checkTopic(topic), checkHeaderNames(m.Event)); err != nil {
+		b.settle(i, err)
+		return
+	}
+	r := &kgo.Record{
+		Topic:   topic,
+		Key:     p.cfg.KeyFunc(m.Event),
+		Value:   m.Event.Payload,
+		Headers: encodeHeaders(m.Event),
+	}
+	p.client.Produce(ctx, r, func(r *kgo.Record, err error) {
+		b.settle(i, classify(r.Topic, err))
+	})
+}
+
+// outcome is the settled result of one message.
+type outcome struct {
+	index int
+	err   error
+}
+
+// batch collects the outcomes of one Publish call. Promises send into a
+// channel large enough for every message, so they never block, even after
+// Publish has returned.
+type batch struct {
+	done chan outcome
+	errs []error
+	seen []bool
+}
+
+func newBatch(n int) *batch {
+	return &batch{done: make(chan outcome, n), errs: make([]error, n), seen: make([]bool, n)}
+}
+
+// settle records the outcome of message i; safe from any goroutine.
+func (b *batch) settle(i int, err error) { b.done <- outcome{index: i, err: err} }
+
+// wait collects outcomes until every message is settled or ctx ends; then
+// every message still unsettled gets a retryable error naming topicOf(i).
+func (b *batch) wait(ctx context.Context, topicOf func(i int) string) []error {
+	for left := len(b.errs); left > 0; left-- {
+		select {
+		case o := <-b.done:
+			b.record(o)
+		case <-ctx.Done():
+			return b.abandon(ctx, topicOf)
+		}
+	}
+	return b.errs
+}
+
+func (b *batch) record(o outcome) {
+	b.errs[o.index], b.seen[o.index] = o.err, true
+}
+
+// abandon keeps the outcomes that already arrived and marks the rest
+// unconfirmed.
+func (b *batch) abandon(ctx context.Context, topicOf func(i int) string) []error {
+drain:
+	for {
+		select {
+		case o := <-b.done:
+			b.record(o)
+		default:
+			break drain
+		}
+	}
+	for i, seen := range b.seen {
+		if !seen {
+			b.errs[i] = unconfirmed(ctx, topicOf(i))
+		}
+	}
+	return b.errs
+}
