@@ -34,9 +34,19 @@ test: ## Run every test of every module with -race against a real PostgreSQL (se
 test/short: ## Run the tests with -short and without -race
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-short $(TESTFLAGS)'
 
+# Extra flags of the benchmark suite, e.g. BENCHFLAGS=-rounds=1. The suite's
+# database is DATABASE_URL from the environment when set, else the one withpg
+# provides (the local 127.0.0.1:5432, or a container).
+BENCHFLAGS ?=
+
 .PHONY: bench
-bench: ## Run every benchmark of every module (no tests)
+bench: ## Run the benchmark suite (3 interleaved rounds; writes docs/benchmarks.md and benchmarks/results/), then every module's Go benchmarks
+	@$(WITHPG) go run ./benchmarks -case suite -rounds 3 -out docs/benchmarks.md $(BENCHFLAGS)
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
+
+.PHONY: bench/short
+bench/short: ## Run every case of the benchmark suite tiny (N=200), writing nothing: a smoke run
+	@$(WITHPG) go run ./benchmarks -case suite -short -out '' $(BENCHFLAGS)
 
 # go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
 # failing module, and fails at the end if any failed. Called by the targets

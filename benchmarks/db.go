@@ -15,8 +15,8 @@ import (
 type benchDB struct {
 	admin string // URL of the database the run's database was created from
 	name  string
-	url   string
 	pool  *pgxpool.Pool
+	trips *roundTrips // what the pool sent
 }
 
 // openDB creates a fresh database pgoutbox_bench_<ts> and a pool of
@@ -32,14 +32,14 @@ func openDB(ctx context.Context, adminURL string, maxConns int) (*benchDB, error
 	}
 	cfg.ConnConfig.Database = name
 	cfg.MaxConns = int32(max(maxConns, 2))
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		_ = adminExec(ctx, adminURL, "DROP DATABASE "+name)
 		return nil, err
 	}
-	db := &benchDB{admin: adminURL, name: name, url: cfg.ConnString(), pool: pool}
-	db.url = cfg.ConnConfig.ConnString()
-	return db, nil
+	return &benchDB{admin: adminURL, name: name, pool: pool, trips: trips}, nil
 }
 
 // Close closes the pool and drops the database, whatever ctx says.
@@ -51,7 +51,11 @@ func (db *benchDB) Close() {
 }
 
 // connConfig is a connection config for the run's database.
-func (db *benchDB) connConfig() *pgx.ConnConfig { return db.pool.Config().ConnConfig.Copy() }
+func (db *benchDB) connConfig() *pgx.ConnConfig {
+	cfg := db.pool.Config().ConnConfig.Copy()
+	cfg.Tracer = nil
+	return cfg
+}
 
 // migrate creates the pgoutbox outbox table and a business table "orders".
 func (db *benchDB) migrate(ctx context.Context) error {

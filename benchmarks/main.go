@@ -25,14 +25,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, opts); err != nil {
+	if err := execute(ctx, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
 	}
 }
 
-// run executes one case (or the suite) and prints its JSON lines.
-func run(ctx context.Context, o Options) error {
+// execute runs one case (or the suite) and prints its JSON lines.
+func execute(ctx context.Context, o Options) error {
+	if o.CPUProfile != "" {
+		stop, err := startCPUProfile(o.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if o.Case == "suite" {
 		return runSuite(ctx, o)
 	}

@@ -69,12 +69,14 @@ func emitRun(ctx context.Context, o Options, mode string, write func(context.Con
 	if err := db.migrate(ctx); err != nil {
 		return Result{}, err
 	}
+	trips0 := db.trips.total()
 	start := time.Now()
 	if err := inTxs(ctx, db, writers, o.N, per, write); err != nil {
 		return Result{}, err
 	}
 	res := throughput(mode, o.N, time.Since(start))
-	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify}
+	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify,
+		"round_trips": db.trips.total() - trips0}
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'PENDING'`)
 }
 
@@ -139,12 +141,15 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	if err := d.Handle(eventType, func(context.Context, outbox.Event) error { return nil }); err != nil {
 		return Result{}, err
 	}
+	trips0 := db.trips.total()
 	elapsed, err := runUntil(ctx, d, func(s dispatcher.Stats) bool { return s.Sent >= uint64(o.N) })
 	if err != nil {
 		return Result{}, err
 	}
 	res := throughput("dispatch", o.N, elapsed)
-	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8}
+	s := d.Stats()
+	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8,
+		"claims": s.ClaimCycles, "round_trips": db.trips.total() - trips0}
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
 }
 

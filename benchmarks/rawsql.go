@@ -83,6 +83,7 @@ func rawDispatch(ctx context.Context, o Options) (Result, error) {
 	}
 	defer db.Close()
 	var sent atomic.Int64
+	trips0 := db.trips.total()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for range o.Writers {
@@ -92,7 +93,7 @@ func rawDispatch(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	res := throughput("dispatch", int(sent.Load()), time.Since(start))
-	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers}
+	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers, "round_trips": db.trips.total() - trips0}
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
 }
 

@@ -1,5 +1,200 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
 
-func runSuite(ctx context.Context, o Options) error { return nil }
+// spec is one configuration of the suite: a label, the group it belongs to
+// in the report, and its command-line flags.
+type spec struct {
+	label string
+	group string
+	args  []string
+}
+
+// run is one measured run of a spec.
+type run struct {
+	spec  spec
+	round int
+	res   Result
+	err   error
+}
+
+// Groups of the report.
+const (
+	groupEmit     = "emit: one event + one business row per transaction, 4 writers"
+	groupBatch    = "batch emit: 1,000 events per transaction, 2 writers"
+	groupDispatch = "dispatch: drain pre-inserted events, no-op handler"
+	groupLatency  = "latency"
+	groupBatchX   = "dispatch vs batch size"
+	groupConcX    = "dispatch vs concurrency"
+	groupBacklog  = "claim latency vs backlog"
+	groupPayload  = "emit vs payload size"
+)
+
+// roundSpecs are run in every round; ratios come from them.
+func roundSpecs(short bool) []spec {
+	n, e, slow := sizes(short, 50_000), sizes(short, 10_000), sizes(short, 10_000)
+	return []spec{
+		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
+		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
+		{"river InsertTx", groupEmit, args("river", "insert", "-n", e, "-writers", "4")},
+		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"pgoutbox B=100 C=100 (defaults)", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100")},
+		{"pgoutbox B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "1000", "-concurrency", "1000")},
+		{"raw-sql B=100 W=4", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "100", "-writers", "4")},
+		{"raw-sql B=1000 W=2", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"river default, 100 workers", groupDispatch, args("river", "work", "-n", slow, "-concurrency", "100")},
+		{"river tuned, 2000 workers", groupDispatch, args("river", "work", "-n", n, "-concurrency", "2000", "-tuned")},
+		{"watermill forwarder B=100", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "100")},
+		{"watermill forwarder B=1000", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "1000")},
+	}
+}
+
+// curveSpecs run once, after the rounds: latency and the scaling curves.
+func curveSpecs(short bool) []spec {
+	var out []spec
+	dur := "10s"
+	if short {
+		dur = "1s"
+	}
+	for _, rate := range []string{"100", "1000", "5000"} {
+		out = append(out,
+			spec{"wake-ups on, poll 1s, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=true", "-poll", "1s")},
+			spec{"wake-ups off, poll 1s, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "1s")},
+			spec{"wake-ups off, poll 100ms, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "100ms")})
+	}
+	n := sizes(short, 10_000)
+	for _, b := range []string{"1", "10", "100", "1000"} {
+		out = append(out, spec{"B=" + b + " C=1000", groupBatchX, args("pgoutbox", "dispatch", "-n", n, "-batch", b, "-concurrency", "1000")})
+	}
+	for _, c := range []string{"1", "10", "100", "1000"} {
+		out = append(out, spec{"C=" + c + " B=100", groupConcX, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", c)})
+	}
+	for _, b := range []string{"10000", sizes(short, 1_000_000)} {
+		out = append(out, spec{"backlog " + b, groupBacklog, args("claim", "", "-backlog", b, "-batch", "100")})
+	}
+	for _, p := range []struct{ size, n string }{{"100", sizes(short, 2000)}, {"10240", sizes(short, 2000)}, {"1048576", sizes(short, 200)}} {
+		out = append(out, spec{"payload " + p.size + " B", groupPayload, args("pgoutbox", "emit", "-n", p.n, "-writers", "4", "-payload", p.size)})
+	}
+	return out
+}
+
+func args(c, mode string, rest ...string) []string {
+	return append([]string{"-case", c, "-mode", mode}, rest...)
+}
+
+// sizes is n, or at most 200 in short mode.
+func sizes(short bool, n int) string {
+	if short {
+		return strconv.Itoa(min(n, 200))
+	}
+	return strconv.Itoa(n)
+}
+
+// runSuite runs the round specs o.Rounds times (each round in a rotated
+// order, so no configuration always runs first), then the curves once; it
+// prints every JSON line and writes the report.
+func runSuite(ctx context.Context, o Options) error {
+	if o.Short {
+		o.Rounds = 1
+	}
+	started := time.Now()
+	env := describeEnv(ctx, o.URL)
+	var runs []run
+	specs := roundSpecs(o.Short)
+	for r := range o.Rounds {
+		for i := range specs {
+			s := specs[(i+r*len(specs)/max(o.Rounds, 1))%len(specs)]
+			runs = append(runs, runOne(ctx, o, s, r+1))
+		}
+	}
+	for _, s := range curveSpecs(o.Short) {
+		runs = append(runs, runOne(ctx, o, s, 1))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	env.elapsed = time.Since(started)
+	return writeOutputs(o, env, runs)
+}
+
+// runOne runs one spec with the suite's URL and prints its JSON line.
+func runOne(ctx context.Context, o Options, s spec, round int) run {
+	opts, err := parseFlags(append(s.args, "-url", o.URL))
+	if err != nil {
+		return run{spec: s, round: round, err: err}
+	}
+	res, err := runCase(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "round %d %s: %v\n", round, s.label, err)
+	} else {
+		_ = printJSON(os.Stdout, res)
+	}
+	return run{spec: s, round: round, res: res, err: err}
+}
+
+// writeOutputs writes the JSON lines, the plot and the markdown report
+// next to o.Out (nothing when o.Out is empty).
+func writeOutputs(o Options, env machine, runs []run) error {
+	if o.Out == "" {
+		return failures(runs)
+	}
+	root := filepath.Join(filepath.Dir(o.Out), "..")
+	dir := filepath.Join(root, "benchmarks", "results")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSONL(filepath.Join(dir, "latest.jsonl"), runs); err != nil {
+		return err
+	}
+	if err := plotCurves(filepath.Join(dir, "scaling.png"), runs); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Out, []byte(report(env, runs, o.Rounds, filepath.Join(root, analysisFile))), 0o644); err != nil {
+		return err
+	}
+	return failures(runs)
+}
+
+func writeJSONL(path string, runs []run) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range runs {
+		if r.err == nil {
+			if err := enc.Encode(map[string]any{"label": r.spec.label, "round": r.round, "result": r.res}); err != nil {
+				_ = f.Close()
+				return err
+			}
+		}
+	}
+	return f.Close()
+}
+
+// failures reports how many runs failed, as an error.
+func failures(runs []run) error {
+	n := 0
+	for _, r := range runs {
+		if r.err != nil || !r.res.Verified {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("%d of %d runs failed or did not verify", n, len(runs))
+	}
+	return nil
+}
