@@ -83,7 +83,7 @@ func (d *Dispatcher) requeue(items []*item) {
 	d.mu.Lock()
 	var back []*item
 	for _, it := range items {
-		if d.held[it.event.ID] == it {
+		if d.held[it.ref()] == it {
 			it.state = itemDone
 			back = append(back, it)
 		}
@@ -203,10 +203,14 @@ func (d *Dispatcher) removeItems(items []*item) {
 
 // removeLocked lets go of one item: it is no longer held by this process.
 func (d *Dispatcher) removeLocked(it *item) {
-	if d.held[it.event.ID] != it {
+	if d.held[it.ref()] != it {
 		return
 	}
-	delete(d.held, it.event.ID)
+	delete(d.held, it.ref())
+	if d.latest[it.event.ID] == it {
+		delete(d.latest, it.event.ID)
+	}
+	close(it.done)
 	b := it.batch
 	if b.remaining--; b.remaining == 0 {
 		b.timer.Stop()

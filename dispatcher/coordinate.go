@@ -18,6 +18,9 @@ import (
 func (d *Dispatcher) coordinate(ctx context.Context) {
 	p := newPoller(d.cfg)
 	defer p.stop()
+	if ctx.Err() != nil || d.stopRequested() {
+		return
+	}
 	backlog := d.claimUntilFull()
 	for {
 		select {
@@ -35,9 +38,11 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 				continue
 			}
 			backlog = d.claimUntilFull()
+			d.armDue(p, backlog)
 		case <-p.cooled.C:
 			p.cooling, p.lastWake = false, time.Now()
 			backlog = d.claimUntilFull()
+			d.armDue(p, backlog)
 		case <-d.capacity:
 			if !backlog {
 				continue
@@ -48,6 +53,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 		case <-p.due.C:
 			d.stats.dueWakeups.Add(1)
 			backlog = d.claimUntilFull()
+			d.armDue(p, backlog)
 		}
 		d.stats.pollInterval.Store(int64(p.interval))
 	}
@@ -137,11 +143,11 @@ func (d *Dispatcher) pollCycle(p *poller) {
 }
 
 // armDue sets the due timer to the next PENDING event's next_attempt_at
-// (database clock), when that comes after now and before the next poll. It
-// runs after polls and scheduled retries, only while wake-ups work and no
-// backlog remains: then polls may be far apart (stretched), and retries
-// must still run on time. Events due now need no timer: their
-// notification or the claim in progress takes them.
+// (database clock), when that comes before the next poll; when an event is
+// due already (a short backoff, or one that became due while the
+// coordinator was busy) it triggers a claim instead. It runs after claims
+// that left no backlog, only while wake-ups work: then polls may be far
+// apart (stretched), and retries and delayed events must still run on time.
 func (d *Dispatcher) armDue(p *poller, backlog bool) {
 	if backlog || !d.wakeupsActive.Load() {
 		return
@@ -154,7 +160,11 @@ func (d *Dispatcher) armDue(p *poller, backlog bool) {
 		return
 	}
 	p.due.Stop()
-	if ok && wait > 0 && wait < p.interval {
+	switch {
+	case !ok:
+	case wait <= 0:
+		d.Trigger()
+	case wait < p.interval:
 		p.due.Reset(wait)
 	}
 }

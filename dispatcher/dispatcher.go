@@ -53,7 +53,8 @@ type Dispatcher struct {
 	state    runState
 	result   error
 	handlers map[string]outbox.Handler
-	held     map[uuid.UUID]*item // events claimed and not yet gone
+	held     map[lease.Ref]*item // events claimed and not yet let go, by id and token
+	latest   map[uuid.UUID]*item // the newest held item of each event id
 	pending  []*item             // outcomes waiting for the completer
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when held empties while stopping
@@ -98,7 +99,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		stopCh:   make(chan struct{}),
 		done:     make(chan struct{}),
 		handlers: make(map[string]outbox.Handler),
-		held:     make(map[uuid.UUID]*item),
+		held:     make(map[lease.Ref]*item),
+		latest:   make(map[uuid.UUID]*item),
 	}, nil
 }
 
@@ -183,6 +185,16 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		return d.result
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// stopRequested reports whether Stop was called.
+func (d *Dispatcher) stopRequested() bool {
+	select {
+	case <-d.stopCh:
+		return true
+	default:
+		return false
 	}
 }
 

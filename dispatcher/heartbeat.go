@@ -73,7 +73,7 @@ func (d *Dispatcher) applyRenewal(items []*item, renewed []uuid.UUID, sentAt tim
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, it := range items {
-		if d.held[it.event.ID] != it {
+		if d.held[it.ref()] != it {
 			continue
 		}
 		if _, yes := ok[it.event.ID]; yes {
@@ -97,8 +97,9 @@ func (d *Dispatcher) localDeadline(sentAt time.Time) time.Time {
 }
 
 // onDeadline runs when a batch's local deadline timer fires. If no renewal
-// moved the deadline, every item of the batch whose outcome is not being
-// written is lost.
+// moved the deadline, every item of the batch is lost. An item whose
+// outcome is being written stays with the completer, which lets it go
+// whatever the database answers (a write that failed is not retried).
 func (d *Dispatcher) onDeadline(b *heldBatch) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -110,7 +111,7 @@ func (d *Dispatcher) onDeadline(b *heldBatch) {
 		return
 	}
 	for _, it := range b.items {
-		if d.held[it.event.ID] == it && !it.lost && it.state != itemCompleting {
+		if d.held[it.ref()] == it && !it.lost {
 			d.loseLocked(it)
 		}
 	}

@@ -194,3 +194,86 @@ func TestPoisonEventFailsWithWorkerLost(t *testing.T) {
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 0, Recoveries: 4, Code: "worker_lost"}, readRow(t, db, id))
 	require.Equal(t, uint64(1), r.Stats().RecoveredFailed)
 }
+
+// When this dispatcher re-claims an event whose earlier attempt, in this
+// same process, lost its lease but is still running (a handler that ignores
+// its context), the new attempt waits for the old one to end: one process
+// never runs one event twice at once.
+func TestReclaimWaitsForLostAttemptInSameProcess(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	log := newCallLog()
+	started, unblock := make(chan struct{}, 2), make(chan struct{})
+	lockLost := make(chan error, 1)
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = 30 * time.Second // no heartbeat within the test
+	cfg.RecoverEvery = 1
+	cfg.OnError = func(err error) {
+		if errors.Is(err, outbox.ErrLockLost) {
+			lockLost <- err
+		}
+	}
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		log.enter(e.ID)
+		defer log.exit(e.ID)
+		started <- struct{}{}
+		if log.count(e.ID) == 1 {
+			<-unblock // ignores its context
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	<-started
+	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "recovery and a second claim", func() bool { return d.Stats().Claimed == 2 })
+	time.Sleep(200 * time.Millisecond) // a wrong second call would start now
+	require.Equal(t, 1, log.count(id), "the second attempt waits for the first")
+
+	close(unblock)
+	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost, "the first attempt's outcome is fenced off")
+	waitFor(t, 10*time.Second, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	require.Equal(t, 2, log.count(id))
+	require.Empty(t, log.overlap)
+}
+
+// With the database unreachable, a stop still ends: outcomes that cannot be
+// written are dropped once the local lease deadline passes, and the leases
+// expire on the server for another replica to recover.
+func TestStopEndsWhileDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "x", 3)
+	kp := newKillablePool(t, db)
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = 2 * time.Second
+	cfg.DrainTimeout = 100 * time.Millisecond
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	started := make(chan struct{}, 3)
+	release := make(chan struct{})
+	d, err := dispatcher.New(kp.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	for range 3 {
+		<-started
+	}
+	kp.kill(t, db)
+	close(release) // the outcomes now cannot be written
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	stopErr := d.Stop(ctx)
+	require.NotErrorIs(t, stopErr, context.DeadlineExceeded, "Stop must end while the database is down")
+	require.Equal(t, stopErr, <-errc)
+	require.Equal(t, uint64(3), d.Stats().LockLost)
+	require.Equal(t, map[outbox.Status]int{outbox.StatusProcessing: 3}, statusCounts(t, db))
+}

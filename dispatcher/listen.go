@@ -115,15 +115,43 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 }
 
 // waitNotifications triggers a claim cycle per notification; many that
-// arrive during one cycle coalesce into one more.
+// arrive during one cycle coalesce into one more. When nothing arrives for
+// listenerPing it pings the connection, so that a half-open connection
+// (a NAT timeout, a failover without a reset) is noticed within seconds
+// rather than when TCP keepalive gives up.
 func (d *Dispatcher) waitNotifications(quit context.Context, conn *pgx.Conn) error {
 	for {
-		if _, err := conn.WaitForNotification(quit); err != nil {
+		ctx, cancel := context.WithTimeout(quit, listenerPing)
+		_, err := conn.WaitForNotification(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			d.stats.wakeups.Add(1)
+			d.Trigger()
+		case quit.Err() != nil:
+			return err
+		case errors.Is(err, context.DeadlineExceeded):
+			if err := d.ping(quit, conn); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
-		d.stats.wakeups.Add(1)
-		d.Trigger()
 	}
+}
+
+// listenerPing is how long the listener waits for a notification before it
+// checks that its connection is alive.
+const listenerPing = 30 * time.Second
+
+// ping checks the listener connection with a bounded round trip.
+func (d *Dispatcher) ping(quit context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(quit, 5*time.Second)
+	defer cancel()
+	if err := conn.Ping(ctx); err != nil {
+		return fmt.Errorf("listener ping: %w", err)
+	}
+	return nil
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.

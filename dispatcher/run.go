@@ -72,10 +72,10 @@ var errMissingTable = errors.New("missing outbox table")
 // in-flight work up to DrainTimeout, then cancels it and waits for it to
 // end.
 func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
-	idle := d.beginStop()
-	d.releaseUnstarted()
 	timer := time.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
+	idle := d.beginStop()
+	d.releaseUnstarted()
 	select {
 	case <-idle:
 		return nil

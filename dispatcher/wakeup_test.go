@@ -272,3 +272,39 @@ func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
 	require.Equal(t, first, second, "the retry ran before the next poll")
 	require.GreaterOrEqual(t, d.Stats().DueWakeups, uint64(1))
 }
+
+// With polls stretched, an event emitted with a delay runs when the delay
+// has passed, and a retry with a backoff shorter than a claim round trip
+// runs at once: neither waits for the next poll.
+func TestDueEventsRunWhilePollStretched(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	cfg.PollInterval = 100 * time.Millisecond
+	cfg.IdlePollInterval = time.Hour
+	cfg.Backoff = outbox.Backoff{Initial: time.Millisecond, Jitter: -1}
+	attempts := make(chan uint64, 4)
+	var d *dispatcher.Dispatcher
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		attempts <- d.Stats().PollCycles
+		if e.Attempt == 1 {
+			return errors.New("once")
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
+
+	e, err := emitter.New(emitter.Config{Table: db.Table()})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+		_, err := e.Emit(context.Background(), tx, outbox.Event{Type: "x", Payload: []byte("{}"), Delay: 300 * time.Millisecond})
+		return err
+	}))
+	polls := d.Stats().PollCycles
+	first, second := <-attempts, <-attempts
+	require.Equal(t, polls, first, "the delayed event ran before the next poll")
+	require.Equal(t, polls, second, "the 1ms retry ran before the next poll")
+}

@@ -40,9 +40,11 @@ type item struct {
 	batch  *heldBatch
 	ctx    context.Context // cancelled when this event's lease is lost
 	cancel context.CancelCauseFunc
-	state  itemState // guarded by Dispatcher.mu
-	lost   bool      // the lease is gone; guarded by Dispatcher.mu
-	result result    // set when state becomes itemDone
+	state  itemState       // guarded by Dispatcher.mu
+	lost   bool            // the lease is gone; guarded by Dispatcher.mu
+	done   chan struct{}   // closed when the item is let go
+	after  <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result result          // set when state becomes itemDone
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -62,10 +64,14 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 	d.mu.Lock()
 	hb.deadline = d.localDeadline(sentAt)
 	for i, e := range b.Events {
-		it := &item{event: e, batch: hb}
+		it := &item{event: e, batch: hb, done: make(chan struct{})}
 		it.ctx, it.cancel = context.WithCancelCause(hb.ctx)
+		if prev := d.latest[e.ID]; prev != nil {
+			it.after = prev.done
+		}
 		items[i] = it
-		d.held[e.ID] = it
+		d.held[it.ref()] = it
+		d.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
 	hb.timer = time.AfterFunc(hb.deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
@@ -86,14 +92,14 @@ func (d *Dispatcher) runBatch(items []*item) {
 		dest := d.destination(it.event)
 		switch {
 		case h == nil && dest == "":
-			if d.begin(it) {
+			if d.await(it) && d.begin(it) {
 				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
 			}
 		case h == nil:
 			publishOnly = append(publishOnly, it)
 		default:
 			wg.Go(func() {
-				if !d.begin(it) {
+				if !d.await(it) || !d.begin(it) {
 					return
 				}
 				res := d.callHandler(it, h)
@@ -109,11 +115,11 @@ func (d *Dispatcher) runBatch(items []*item) {
 	}
 	wg.Wait()
 	for _, it := range publishOnly {
-		if d.begin(it) {
+		if d.await(it) && d.begin(it) {
 			toPublish = append(toPublish, it)
 		}
 	}
-	d.publish(toPublish)
+	d.publish(d.stillHeld(toPublish))
 }
 
 var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
@@ -129,6 +135,40 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 		return ""
 	}
 	return d.cfg.RouteFunc(e)
+}
+
+// await waits until an older item of the same event, whose lease was lost
+// while its handler kept running, has ended, so that one process never runs
+// two attempts of one event at once. It returns false if the item's own
+// context ended first.
+func (d *Dispatcher) await(it *item) bool {
+	if it.after == nil {
+		return true
+	}
+	select {
+	case <-it.after:
+		return true
+	case <-it.ctx.Done():
+		return false
+	}
+}
+
+// stillHeld drops the items whose lease was lost (while they waited for the
+// rest of their batch), finishing them as lost, so that they are not
+// published after another replica may have taken them over.
+func (d *Dispatcher) stillHeld(items []*item) []*item {
+	kept := items[:0]
+	for _, it := range items {
+		d.mu.Lock()
+		lost := it.lost
+		d.mu.Unlock()
+		if lost {
+			d.finish(it, result{})
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept
 }
 
 // begin moves a queued item to running. It returns false when the item may

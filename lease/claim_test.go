@@ -388,3 +388,36 @@ func walkPlan(node map[string]any, visit func(map[string]any)) {
 		walkPlan(c.(map[string]any), visit)
 	}
 }
+
+// A row written by other means than Emit, with non-string header values,
+// is claimed with those values as JSON text: one odd row must not fail the
+// claim of its whole batch.
+func TestClaimToleratesNonStringHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := insertDue(t, e.db.Pool, 3)
+	_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET headers = '{"n": 1, "s": "x", "o": {"a": true}}' WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET headers = '[1, 2]' WHERE id = $1`, ids[2])
+	require.NoError(t, err)
+	b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 3, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, b.Events, 3)
+	require.Equal(t, map[string]string{"n": "1", "s": "x", "o": `{"a": true}`}, b.Events[1].Headers)
+	require.Nil(t, b.Events[2].Headers)
+}
+
+// Renew names at most MaxRefsPerStatement rows per statement and still
+// renews every row of a larger set in one call.
+func TestRenewLargeSet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := lease.MaxRefsPerStatement + 200
+	insertDue(t, e.db.Pool, n)
+	b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: n, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, b.Events, n)
+	renewed, err := e.store.Renew(t.Context(), e.db.Pool, b.Refs(), time.Hour)
+	require.NoError(t, err)
+	require.Len(t, renewed, n)
+}

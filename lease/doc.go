@@ -44,9 +44,11 @@
 // # Plans
 //
 // The claim and recovery statements lock their rows in a materialized CTE
-// and update them through "id = ANY(ARRAY(SELECT id FROM cte))", and the
-// batch statements match "id = ANY($ids)", so that the planner reaches the
-// rows through the primary key: a join to the CTE or to unnest() alone let
-// it hash-join the whole table (measured: a full scan of 20,100 rows for a
-// claim of 100).
+// and update them through "id = ANY(ARRAY(SELECT id FROM cte))", so that
+// the planner reaches the rows through the primary key: a join to the CTE
+// let it hash-join the whole table (measured: a full scan of 20,100 rows
+// for a claim of 100). The batch statements join unnest() of the refs on
+// the primary key, with an expiry test no index can serve, because the
+// generic plan of a prepared statement otherwise scanned the lease index
+// and filtered the join: 10s for 5,000 rows, against 0.4s.
 package lease

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,30 +68,72 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	}
 	b := Batch{Token: token}
 	var e outbox.Event
-	_, err = pgx.ForEachRow(rows, append(eventTargets(&e), &b.LeaseUntil), func() error {
-		b.Events = append(b.Events, nextEvent(&e))
+	var headers []byte
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &headers), &b.LeaseUntil), func() error {
+		b.Events = append(b.Events, nextEvent(&e, headers))
 		return nil
 	})
 	if err != nil {
+		s.releaseToken(ctx, db, token)
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	return b, nil
 }
 
-// eventTargets are the scan targets of eventColumns. The attempts column
-// lands in e.Attempt; nextEvent turns it into the attempt's number.
-func eventTargets(e *outbox.Event) []any {
-	return []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
-		&e.IdempotencyKey, &e.ContentType, &e.Payload, &e.Headers, &e.Attempt, &e.CreatedAt}
+// releaseToken returns every row still held under token to PENDING, best
+// effort: after a claim whose result could not be read (a broken
+// connection, a timeout after the server committed), so that its rows need
+// not wait for their lease to expire and cost a recovery. It finds the rows
+// by token alone, without an index: an error path, never the hot one.
+func (s *Store) releaseToken(ctx context.Context, db DB, token uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = db.Exec(ctx, s.sql.releaseToken, token)
 }
 
-// nextEvent returns the scanned event, with Attempt = ended attempts + 1,
-// and clears e for the next row.
-func nextEvent(e *outbox.Event) outbox.Event {
+// eventTargets are the scan targets of eventColumns. The attempts column
+// lands in e.Attempt and the headers, raw, in headers; nextEvent finishes
+// both.
+func eventTargets(e *outbox.Event, headers *[]byte) []any {
+	return []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
+		&e.IdempotencyKey, &e.ContentType, &e.Payload, headers, &e.Attempt, &e.CreatedAt}
+}
+
+// nextEvent returns the scanned event, with Attempt = ended attempts + 1
+// and its headers decoded, and clears e for the next row.
+func nextEvent(e *outbox.Event, headers []byte) outbox.Event {
 	out := *e
 	out.Attempt++
+	out.Headers = decodeHeaders(headers)
 	*e = outbox.Event{}
 	return out
+}
+
+// decodeHeaders reads the headers column. Emit writes an object of
+// strings; a row written by other means may hold other JSON values, which
+// are kept as their JSON text rather than failing the whole claim. Anything
+// but an object gives no headers.
+func decodeHeaders(raw []byte) map[string]string {
+	var strs map[string]string
+	if json.Unmarshal(raw, &strs) == nil {
+		if len(strs) == 0 {
+			return nil
+		}
+		return strs
+	}
+	var vals map[string]json.RawMessage
+	if json.Unmarshal(raw, &vals) != nil || len(vals) == 0 {
+		return nil
+	}
+	strs = make(map[string]string, len(vals))
+	for k, v := range vals {
+		var str string
+		if json.Unmarshal(v, &str) != nil {
+			str = string(v)
+		}
+		strs[k] = str
+	}
+	return strs
 }
 
 // Renew extends the lease of every held row in refs to the database's
@@ -102,16 +146,43 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids, tokens := split(refs)
-	rows, err := db.Query(ctx, s.sql.renew, ids, tokens, micros(lease))
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: renew: %w", err)
+	batch := &pgx.Batch{}
+	for chunk := range slices.Chunk(refs, MaxRefsPerStatement) {
+		ids, tokens := split(chunk)
+		batch.Queue(s.sql.renew, ids, tokens, micros(lease))
 	}
-	renewed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	renewed, err := collectIDs(ctx, db, batch)
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: renew: %w", err)
 	}
 	return renewed, nil
+}
+
+// MaxRefsPerStatement bounds the rows one renewal statement names; Renew
+// sends larger sets as several statements in one round trip, so that no
+// statement grows past what its plan handles well.
+const MaxRefsPerStatement = 1000
+
+// collectIDs sends batch and gathers the ids every statement returned.
+func collectIDs(ctx context.Context, db DB, batch *pgx.Batch) (ids []uuid.UUID, err error) {
+	br := db.SendBatch(ctx, batch)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range batch.Len() {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
 }
 
 // Release returns held rows that were never started to PENDING, keeping
@@ -169,8 +240,9 @@ func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverRes
 	var res RecoverResult
 	var status outbox.Status
 	var e outbox.Event
-	_, err = pgx.ForEachRow(rows, append([]any{&status}, eventTargets(&e)...), func() error {
-		ev := nextEvent(&e)
+	var headers []byte
+	_, err = pgx.ForEachRow(rows, append([]any{&status}, eventTargets(&e, &headers)...), func() error {
+		ev := nextEvent(&e, headers)
 		if status == outbox.StatusFailed {
 			res.Failed = append(res.Failed, ev)
 		} else {

@@ -4,7 +4,7 @@ import "fmt"
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claim, renew, sent, deleteSent, failed, recover, release, nextDue string
+	claim, renew, sent, deleteSent, failed, recover, release, releaseToken, nextDue string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -20,10 +20,13 @@ func logEntry(outcome, code, message string) string {
 }
 
 // fenced is the condition every transition of a held row must meet. The
-// ids come twice ($1 and the unnest): "o.id = ANY($1)" lets the planner
-// reach the rows through the primary key instead of hash-joining the whole
-// table to the list.
-const fenced = `o.id = ANY($1::uuid[]) AND o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING' AND o.lease_until > now()`
+// rows are reached through unnest() joined on the primary key. The expiry
+// test is written so that no index can serve it ("+ interval '0'"):
+// otherwise the generic plan PostgreSQL switches to after five executions
+// of a prepared statement scans the lease index and filters the join,
+// which cost 10s for 5,000 rows among 50,000 PROCESSING ones, against
+// 0.4s through the primary key.
+const fenced = `o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING' AND now() < o.lease_until + interval '0'`
 
 // cleared releases the lease columns of a row leaving PROCESSING.
 const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
@@ -118,7 +121,11 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 		release: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'PENDING', %[2]s
 FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
-WHERE o.id = ANY($1::uuid[]) AND o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING'
+WHERE o.id = x.id AND o.lock_token = x.token AND o.status = 'PROCESSING'
 RETURNING o.id`, t, cleared),
+
+		releaseToken: fmt.Sprintf(`UPDATE %[1]s AS o
+SET status = 'PENDING', %[2]s
+WHERE o.status = 'PROCESSING' AND o.lock_token = $1`, t, cleared),
 	}
 }
