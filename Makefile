@@ -66,6 +66,10 @@ demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgr
 demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in process unless NATS_URL is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/nats
 
+.PHONY: demo-kafka
+demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/kafka
+
 .PHONY: lint
 lint: ## Check gofmt, then run go vet and golangci-lint in every module
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l lists files to format:"; echo "$$out"; exit 1; fi

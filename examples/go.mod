@@ -5,12 +5,21 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.55.0
 	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox/publishers/natspub v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 )
@@ -32,11 +41,8 @@ require (
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.2
-	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/pgoutbox/pgoutbox/publishers/natspub v0.0.0-00010101000000-000000000000
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/spf13/cast v1.7.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
@@ -50,3 +56,5 @@ require (
 replace github.com/pgoutbox/pgoutbox => ../
 
 replace github.com/pgoutbox/pgoutbox/publishers/natspub => ../publishers/natspub
+
+replace github.com/pgoutbox/pgoutbox/publishers/kafkapub => ../publishers/kafkapub

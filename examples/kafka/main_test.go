@@ -1,0 +1,32 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRun keeps the example working: it runs it twice against the test
+// database (PGOUTBOX_TEST_DATABASE_URL, set by `make test`) and
+// KAFKA_BROKERS or an in-process kfake cluster, and checks what it prints.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := cmp.Or(os.Getenv("PGOUTBOX_TEST_DATABASE_URL"), defaultURL)
+
+	for range 2 { // re-runnable
+		var out strings.Builder
+		require.NoError(t, run(ctx, url, os.Getenv("KAFKA_BROKERS"), 7, &out))
+		text := out.String()
+		require.Contains(t, text, "committed 7 orders", text)
+		require.Equal(t, 7, strings.Count(text, "order.created  order "), text)
+		require.Equal(t, 7, strings.Count(text, "(topic demo.order.created, partition 0"), text)
+		require.Contains(t, text, "All 7 events arrived.", text)
+	}
+}
