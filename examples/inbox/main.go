@@ -275,7 +275,7 @@ func setUp(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS pgoutbox_demo_inbox`); err != nil {
 		return nil, err
 	}

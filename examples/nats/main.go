@@ -189,7 +189,7 @@ func setUp(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if err := migrations.Migrate(ctx, conn, migrations.Config{Table: table}); err != nil {
 		return nil, err
 	}
