@@ -63,7 +63,7 @@ func (db *benchDB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	if err := migrations.Migrate(ctx, conn, migrations.Config{}); err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func adminExec(ctx context.Context, url, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	_, err = conn.Exec(ctx, sql)
 	return err
 }

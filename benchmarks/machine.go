@@ -36,7 +36,7 @@ func describeEnv(ctx context.Context, url string) machine {
 		m.pgVer = "unknown: " + err.Error()
 		return m
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	_ = conn.QueryRow(ctx, "SELECT version()").Scan(&m.pgVer)
 	for _, s := range pgSettings {
 		var v string

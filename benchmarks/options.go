@@ -8,24 +8,44 @@ import (
 
 // Options are the parameters of one run; the flags fill them.
 type Options struct {
-	Case, Mode  string
-	URL         string
-	N           int
-	Writers     int
-	Batch       int
+	// Case and Mode pick what runs (-case, -mode; an empty Mode is the
+	// case's first).
+	Case, Mode string
+	// URL is the admin database each run creates its own database from.
+	URL string
+	// N is the number of events of a run.
+	N int
+	// Writers is the number of concurrent writers (emit) or workers
+	// (raw-sql dispatch).
+	Writers int
+	// Batch is events per transaction (batch emit) or per claim/fetch.
+	Batch int
+	// Concurrency is the dispatcher's Concurrency and River's MaxWorkers.
 	Concurrency int
-	Payload     int
-	Tuned       bool
-	Notify      bool
-	Rate        int
-	Duration    time.Duration
-	Wakeup      bool
-	Poll        time.Duration
-	Backlog     int
-	Rounds      int
-	Short       bool
-	Out         string
-	CPUProfile  string
+	// Payload is the payload size of each event in bytes.
+	Payload int
+	// Tuned gives River a 2ms FetchCooldown and 20ms FetchPollInterval.
+	Tuned bool
+	// Notify turns the emitter's in-transaction pg_notify on.
+	Notify bool
+	// Rate is the latency case's target commits per second.
+	Rate int
+	// Duration is how long the latency case generates load.
+	Duration time.Duration
+	// Wakeup picks WakeupRequired (true) or WakeupDisabled (false).
+	Wakeup bool
+	// Poll is the dispatcher's PollInterval.
+	Poll time.Duration
+	// Backlog is the claim case's number of pending rows.
+	Backlog int
+	// Rounds is the suite's number of rounds.
+	Rounds int
+	// Short makes the suite run every case tiny.
+	Short bool
+	// Out is the suite's markdown report ("" for none).
+	Out string
+	// CPUProfile, when set, is where the run's CPU profile goes.
+	CPUProfile string
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database

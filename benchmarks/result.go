@@ -11,18 +11,26 @@ import (
 
 // Result is one run: the JSON line the command prints.
 type Result struct {
-	Case         string         `json:"case"`
-	Mode         string         `json:"mode"`
-	Params       map[string]any `json:"params"`
-	N            int            `json:"n"`
-	DurationMS   float64        `json:"duration_ms"`
-	EventsPerSec float64        `json:"events_per_s"`
-	P50MS        *float64       `json:"p50_ms,omitempty"`
-	P95MS        *float64       `json:"p95_ms,omitempty"`
-	P99MS        *float64       `json:"p99_ms,omitempty"`
-	Verified     bool           `json:"verified"`
-	Load1        float64        `json:"load1"`
-	Note         string         `json:"note,omitempty"`
+	// Case and Mode name what ran.
+	Case string `json:"case"`
+	Mode string `json:"mode"`
+	// Params are the run's settings and counters (round trips, claims).
+	Params map[string]any `json:"params"`
+	// N is the number of events the run measured.
+	N int `json:"n"`
+	// DurationMS is the measured time; EventsPerSec is N over it.
+	DurationMS   float64 `json:"duration_ms"`
+	EventsPerSec float64 `json:"events_per_s"`
+	// P50MS, P95MS and P99MS are latency percentiles, where measured.
+	P50MS *float64 `json:"p50_ms,omitempty"`
+	P95MS *float64 `json:"p95_ms,omitempty"`
+	P99MS *float64 `json:"p99_ms,omitempty"`
+	// Verified is true only when all N events ended as they should.
+	Verified bool `json:"verified"`
+	// Load1 is the 1-minute load average when the run ended.
+	Load1 float64 `json:"load1"`
+	// Note explains a figure that needs it.
+	Note string `json:"note,omitempty"`
 
 	elapsed time.Duration
 }
