@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,9 @@ func TestCases(t *testing.T) {
 	for _, args := range smokeRuns() {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
+			if slices.Contains(args, "dispatch-nats") {
+				requireNATS(t)
+			}
 			o, err := parseFlags(args)
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -58,4 +63,19 @@ func requirePostgres(t *testing.T) {
 	c, err := net.DialTimeout("tcp", hostOf(defaultURL()), 2*time.Second)
 	require.NoError(t, err, "no PostgreSQL: set DATABASE_URL or PGOUTBOX_TEST_DATABASE_URL, or start one on 127.0.0.1:5432")
 	_ = c.Close()
+}
+
+// requireNATS skips the NATS run where no NATS server answers, except in
+// CI (CI=true), where .ci/run starts one and its absence is a failure.
+func requireNATS(t *testing.T) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", hostOf(natsURL()), 2*time.Second)
+	if err == nil {
+		_ = c.Close()
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no NATS at %s: %v", natsURL(), err)
+	}
+	t.Skipf("no NATS at %s (set NATS_URL or start nats-server): %v", natsURL(), err)
 }

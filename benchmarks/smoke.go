@@ -12,6 +12,8 @@ func smokeRuns() [][]string {
 		append([]string{"-case", "pgoutbox", "-mode", "emit"}, n...),
 		append([]string{"-case", "pgoutbox", "-mode", "emit-batch", "-batch", "100"}, n...),
 		append([]string{"-case", "pgoutbox", "-mode", "dispatch"}, n...),
+		append([]string{"-case", "pgoutbox", "-mode", "dispatch-kafka"}, n...),
+		append([]string{"-case", "pgoutbox", "-mode", "dispatch-nats"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "insert"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "copy", "-batch", "100"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "dispatch"}, n...),
@@ -24,7 +26,8 @@ func smokeRuns() [][]string {
 	}
 }
 
-// hostOf is the host:port of a database URL (127.0.0.1:5432 by default).
+// hostOf is the host:port of a URL (127.0.0.1:5432 when unparsable, port
+// 5432 when it names none).
 func hostOf(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {

@@ -54,6 +54,8 @@ func roundSpecs(short bool) []spec {
 		{"raw-sql B=1000 W=2", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river default, 100 workers", groupDispatch, args("river", "work", "-n", slow, "-concurrency", "100")},
 		{"river tuned, 2000 workers", groupDispatch, args("river", "work", "-n", n, "-concurrency", "2000", "-tuned")},
+		{"natspub → local NATS JetStream, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "100", "-concurrency", "100")},
+		{"kafkapub → in-process kfake, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-kafka", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"watermill forwarder B=100", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "100")},
 		{"watermill forwarder B=1000", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "1000")},
 	}
