@@ -81,7 +81,7 @@ func setUp(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if err := migrations.Migrate(ctx, conn, migrations.Config{Table: table}); err != nil {
 		return err
 	}
