@@ -72,21 +72,22 @@ type CompleteResult struct {
 // unexpired lease. Rows that fail the fence are reported in Lost.
 func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (CompleteResult, error) {
 	batch := &pgx.Batch{}
-	if len(p.Sent) > 0 {
-		ids, tokens := split(p.Sent)
-		sql := s.sql.sent
-		if p.DeleteSent {
-			sql = s.sql.deleteSent
-		}
-		batch.Queue(sql, ids, tokens)
+	sentSQL := s.sql.sent
+	if p.DeleteSent {
+		sentSQL = s.sql.deleteSent
 	}
-	if len(p.Failed) > 0 {
-		batch.Queue(s.sql.failed, failureArgs(p.Failed)...)
+	sentGroups := groupByToken(p.Sent)
+	for _, g := range sentGroups {
+		batch.Queue(sentSQL, g.ids, g.token)
+	}
+	failedGroups := groupByToken(failureRefs(p.Failed))
+	for _, g := range failedGroups {
+		batch.Queue(s.sql.failed, failureArgs(g, p.Failed)...)
 	}
 	if batch.Len() == 0 {
 		return CompleteResult{}, nil
 	}
-	res, err := s.runComplete(ctx, db, batch, len(p.Sent) > 0, len(p.Failed) > 0)
+	res, err := s.runComplete(ctx, db, batch, len(sentGroups))
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("pgoutbox: complete: %w", err)
 	}
@@ -94,26 +95,27 @@ func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (Complete
 	return res, nil
 }
 
-func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sent, failed bool) (res CompleteResult, err error) {
+// runComplete sends the batch: first the statements for successes (each
+// returning ids), then those for failures.
+func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentStatements int) (res CompleteResult, err error) {
 	br := db.SendBatch(ctx, batch)
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	if sent {
+	for i := range batch.Len() {
 		rows, err := br.Query()
 		if err != nil {
 			return res, err
 		}
-		if res.Sent, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
-			return res, err
-		}
-	}
-	if failed {
-		rows, err := br.Query()
-		if err != nil {
-			return res, err
+		if i < sentStatements {
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				return res, err
+			}
+			res.Sent = append(res.Sent, ids...)
+			continue
 		}
 		if err := collectFailed(rows, &res); err != nil {
 			return res, err
@@ -136,18 +138,28 @@ func collectFailed(rows pgx.Rows, res *CompleteResult) error {
 	return err
 }
 
-func failureArgs(fs []Failure) []any {
-	ids := make([]uuid.UUID, len(fs))
-	tokens := make([]uuid.UUID, len(fs))
-	codes := make([]string, len(fs))
-	messages := make([]string, len(fs))
-	finals := make([]bool, len(fs))
-	delays := make([]int64, len(fs))
+func failureRefs(fs []Failure) []Ref {
+	refs := make([]Ref, len(fs))
 	for i, f := range fs {
-		ids[i], tokens[i], codes[i] = f.ID, f.Token, string(f.Code)
-		messages[i], finals[i], delays[i] = cleanMessage(f.Message), f.Final, micros(f.Delay)
+		refs[i] = f.Ref
 	}
-	return []any{ids, tokens, codes, messages, finals, delays}
+	return refs
+}
+
+// failureArgs are the parameters of the failed statement for one group of
+// fs.
+func failureArgs(g tokenGroup, fs []Failure) []any {
+	n := len(g.ids)
+	codes := make([]string, n)
+	messages := make([]string, n)
+	finals := make([]bool, n)
+	delays := make([]int64, n)
+	for j, i := range g.index {
+		f := fs[i]
+		codes[j], messages[j] = string(f.Code), cleanMessage(f.Message)
+		finals[j], delays[j] = f.Final, micros(f.Delay)
+	}
+	return []any{g.ids, g.token, codes, messages, finals, delays}
 }
 
 // maxMessageBytes bounds the error text sent to the database.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -147,9 +146,8 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 		return nil, nil
 	}
 	batch := &pgx.Batch{}
-	for chunk := range slices.Chunk(refs, MaxRefsPerStatement) {
-		ids, tokens := split(chunk)
-		batch.Queue(s.sql.renew, ids, tokens, micros(lease))
+	for _, g := range groupByToken(refs) {
+		batch.Queue(s.sql.renew, g.ids, g.token, micros(lease))
 	}
 	renewed, err := collectIDs(ctx, db, batch)
 	if err != nil {
@@ -158,10 +156,37 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 	return renewed, nil
 }
 
-// MaxRefsPerStatement bounds the rows one renewal statement names; Renew
-// sends larger sets as several statements in one round trip, so that no
-// statement grows past what its plan handles well.
+// MaxRefsPerStatement bounds the rows one statement names. Renew, Release
+// and Complete send one statement per claim token and per this many rows,
+// all in one round trip, so that no statement grows past what its plan
+// handles well.
 const MaxRefsPerStatement = 1000
+
+// tokenGroup is up to MaxRefsPerStatement ids held under one token, with
+// their positions in the caller's slice.
+type tokenGroup struct {
+	token uuid.UUID
+	ids   []uuid.UUID
+	index []int
+}
+
+// groupByToken splits refs by token (first seen first) and by
+// MaxRefsPerStatement.
+func groupByToken(refs []Ref) []tokenGroup {
+	var groups []tokenGroup
+	open := map[uuid.UUID]int{} // token -> its group still filling
+	for i, r := range refs {
+		g, ok := open[r.Token]
+		if !ok || len(groups[g].ids) == MaxRefsPerStatement {
+			groups = append(groups, tokenGroup{token: r.Token})
+			g = len(groups) - 1
+			open[r.Token] = g
+		}
+		groups[g].ids = append(groups[g].ids, r.ID)
+		groups[g].index = append(groups[g].index, i)
+	}
+	return groups
+}
 
 // collectIDs sends batch and gathers the ids every statement returned.
 func collectIDs(ctx context.Context, db DB, batch *pgx.Batch) (ids []uuid.UUID, err error) {
@@ -193,12 +218,11 @@ func (s *Store) Release(ctx context.Context, db DB, refs []Ref) ([]uuid.UUID, er
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids, tokens := split(refs)
-	rows, err := db.Query(ctx, s.sql.release, ids, tokens)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: release: %w", err)
+	batch := &pgx.Batch{}
+	for _, g := range groupByToken(refs) {
+		batch.Queue(s.sql.release, g.ids, g.token)
 	}
-	released, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	released, err := collectIDs(ctx, db, batch)
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: release: %w", err)
 	}
@@ -254,15 +278,6 @@ func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverRes
 		return RecoverResult{}, fmt.Errorf("pgoutbox: recover: %w", err)
 	}
 	return res, nil
-}
-
-func split(refs []Ref) (ids, tokens []uuid.UUID) {
-	ids = make([]uuid.UUID, len(refs))
-	tokens = make([]uuid.UUID, len(refs))
-	for i, r := range refs {
-		ids[i], tokens[i] = r.ID, r.Token
-	}
-	return ids, tokens
 }
 
 // NextDue returns how long until the earliest PENDING row becomes due, by
