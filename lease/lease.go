@@ -61,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim token: %w", err)
 	}
-	rows, err := db.Query(ctx, s.sql.claim, p.Limit, token, p.Owner, micros(p.Lease))
+	rows, err := db.Query(ctx, s.sql.claim, p.Limit, [16]byte(token), p.Owner, micros(p.Lease))
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
@@ -87,7 +87,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 func (s *Store) releaseToken(ctx context.Context, db DB, token uuid.UUID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _ = db.Exec(ctx, s.sql.releaseToken, token)
+	_, _ = db.Exec(ctx, s.sql.releaseToken, [16]byte(token))
 }
 
 // eventTargets are the scan targets of eventColumns. The attempts column
@@ -165,8 +165,8 @@ const MaxRefsPerStatement = 1000
 // tokenGroup is up to MaxRefsPerStatement ids held under one token, with
 // their positions in the caller's slice.
 type tokenGroup struct {
-	token uuid.UUID
-	ids   []uuid.UUID
+	token [16]byte   // plain arrays: pgx encodes them directly, while
+	ids   [][16]byte // uuid.UUID would go through driver.Valuer and text
 	index []int
 }
 
@@ -174,7 +174,7 @@ type tokenGroup struct {
 // MaxRefsPerStatement.
 func groupByToken(refs []Ref) []tokenGroup {
 	var groups []tokenGroup
-	open := map[uuid.UUID]int{} // token -> its group still filling
+	open := map[[16]byte]int{} // token -> its group still filling
 	for i, r := range refs {
 		g, ok := open[r.Token]
 		if !ok || len(groups[g].ids) == MaxRefsPerStatement {
@@ -182,7 +182,7 @@ func groupByToken(refs []Ref) []tokenGroup {
 			g = len(groups) - 1
 			open[r.Token] = g
 		}
-		groups[g].ids = append(groups[g].ids, r.ID)
+		groups[g].ids = append(groups[g].ids, [16]byte(r.ID))
 		groups[g].index = append(groups[g].index, i)
 	}
 	return groups
