@@ -244,45 +244,15 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	require.Zero(t, st.PollCycles)
 }
 
-// While polls are stretched far apart, a retry still runs when it becomes
-// due, woken by the due timer rather than a poll.
-func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
+// stretchedDispatcher runs a dispatcher with wake-ups whose handler fails
+// each event's first attempt and reports every attempt's poll count, and
+// waits until its idle polls have stretched to 3s or more.
+func stretchedDispatcher(t *testing.T, db *testdb.DB, backoff time.Duration) (*dispatcher.Dispatcher, chan uint64) {
+	t.Helper()
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.PollInterval = 100 * time.Millisecond
 	cfg.IdlePollInterval = time.Hour
-	cfg.Backoff = outbox.Backoff{Initial: 300 * time.Millisecond, Jitter: -1}
-	attempts := make(chan uint64, 2)
-	var d *dispatcher.Dispatcher
-	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
-		attempts <- d.Stats().PollCycles
-		if e.Attempt == 1 {
-			return errors.New("once")
-		}
-		return nil
-	}))
-	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
-
-	emitOne(t, db, "x")
-	first, second := <-attempts, <-attempts
-	require.Equal(t, first, second, "the retry ran before the next poll")
-	require.GreaterOrEqual(t, d.Stats().DueWakeups, uint64(1))
-}
-
-// With polls stretched, an event emitted with a delay runs when the delay
-// has passed, and a retry with a backoff shorter than a claim round trip
-// runs at once: neither waits for the next poll.
-func TestDueEventsRunWhilePollStretched(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
-	cfg, _, _ := wakeupConfig(t, db)
-	cfg.PollInterval = 100 * time.Millisecond
-	cfg.IdlePollInterval = time.Hour
-	cfg.Backoff = outbox.Backoff{Initial: time.Millisecond, Jitter: -1}
+	cfg.Backoff = outbox.Backoff{Initial: backoff, Jitter: -1}
 	attempts := make(chan uint64, 4)
 	var d *dispatcher.Dispatcher
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
@@ -296,7 +266,28 @@ func TestDueEventsRunWhilePollStretched(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 	waitFor(t, 20*time.Second, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
+	return d, attempts
+}
 
+// While polls are stretched far apart, a retry still runs when it becomes
+// due, woken by the due timer rather than a poll.
+func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	d, attempts := stretchedDispatcher(t, db, 300*time.Millisecond)
+	emitOne(t, db, "x")
+	first, second := <-attempts, <-attempts
+	require.Equal(t, first, second, "the retry ran before the next poll")
+	require.GreaterOrEqual(t, d.Stats().DueWakeups, uint64(1))
+}
+
+// With polls stretched, an event emitted with a delay runs when the delay
+// has passed, and a retry with a backoff shorter than a claim round trip
+// runs at once: neither waits for the next poll.
+func TestDueEventsRunWhilePollStretched(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	d, attempts := stretchedDispatcher(t, db, time.Millisecond)
 	e, err := emitter.New(emitter.Config{Table: db.Table()})
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
