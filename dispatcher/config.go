@@ -77,9 +77,12 @@ type Config struct {
 	// BatchSize is the most events one claim takes. Defaults to 100;
 	// 1 to 10,000.
 	BatchSize int
-	// Concurrency is the most events in flight (claimed and not yet
-	// completed) at once, and so the most concurrent handler calls.
-	// Defaults to 100; 1 to 100,000.
+	// Concurrency is the most handler calls at once. The dispatcher holds
+	// at most Concurrency + BatchSize events (claimed and not yet
+	// completed): one batch is claimed ahead while handlers run, so that
+	// claiming and dispatching overlap; events waiting for a handler slot
+	// keep their lease, and are released unstarted at stop. Defaults to
+	// 100; 1 to 100,000.
 	Concurrency int
 	// PollInterval is the time between poll cycles. Polling always runs:
 	// it schedules retries and drains what wake-ups missed. Defaults to 1s;

@@ -186,20 +186,22 @@ func (d *Dispatcher) claimUntilFull() (backlog bool) {
 }
 
 // claimLimit is how many events the next claim may take: up to BatchSize,
-// within the free slots, and 0 when fewer than half a batch are free (so a
-// busy dispatcher claims in batches rather than one row at a time).
+// within the room left, and 0 when less than half a batch of room is left
+// (so a busy dispatcher claims in batches rather than one row at a time).
+// The dispatcher holds at most Concurrency + BatchSize events: one batch
+// is claimed ahead while Concurrency handlers run, so that claiming and
+// dispatching overlap.
 func (d *Dispatcher) claimLimit() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
 		return 0
 	}
-	free := d.cfg.Concurrency - len(d.held)
-	batch := min(d.cfg.BatchSize, d.cfg.Concurrency)
-	if free < max(1, batch/2) && len(d.held) > 0 {
+	free := d.cfg.Concurrency + d.cfg.BatchSize - len(d.held)
+	if free < max(1, d.cfg.BatchSize/2) && len(d.held) > 0 {
 		return 0
 	}
-	return min(batch, free)
+	return min(d.cfg.BatchSize, free)
 }
 
 // claim takes up to limit events and starts them. It returns how many it

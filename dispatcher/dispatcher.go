@@ -40,6 +40,7 @@ type Dispatcher struct {
 	trigger  chan struct{} // manual and notify wake-ups, coalesced
 	capacity chan struct{} // an in-flight slot was freed
 	retried  chan struct{} // a retry was scheduled: the next due time moved
+	slots    chan struct{} // one token per running handler call, Concurrency in all
 	flush    chan struct{} // outcomes wait for the completer
 	stopCh   chan struct{} // Stop was called
 	done     chan struct{} // Run returned
@@ -95,6 +96,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		trigger:  make(chan struct{}, 1),
 		capacity: make(chan struct{}, 1),
 		retried:  make(chan struct{}, 1),
+		slots:    make(chan struct{}, cfg.Concurrency),
 		flush:    make(chan struct{}, 1),
 		stopCh:   make(chan struct{}),
 		done:     make(chan struct{}),

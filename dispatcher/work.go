@@ -99,6 +99,10 @@ func (d *Dispatcher) runBatch(items []*item) {
 			publishOnly = append(publishOnly, it)
 		default:
 			wg.Go(func() {
+				if !d.acquireSlot(it) {
+					return
+				}
+				defer func() { <-d.slots }()
 				if !d.await(it) || !d.begin(it) {
 					return
 				}
@@ -135,6 +139,19 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 		return ""
 	}
 	return d.cfg.RouteFunc(e)
+}
+
+// acquireSlot waits for one of the Concurrency handler slots. It returns
+// false when the item is let go (released at stop, or lost) first.
+func (d *Dispatcher) acquireSlot(it *item) bool {
+	select {
+	case d.slots <- struct{}{}:
+		return true
+	case <-it.done:
+		return false
+	case <-it.ctx.Done():
+		return false
+	}
 }
 
 // await waits until an older item of the same event, whose lease was lost
