@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -250,7 +249,7 @@ func (c Config) validate() error {
 		{between(c.MaxAttempts, 1, 1000), "MaxAttempts", "must be between 1 and 1000"},
 		{c.Delivery == AtLeastOnce || c.Delivery == AtMostOnce, "Delivery", "must be AtLeastOnce or AtMostOnce"},
 		{c.Wakeup >= WakeupAuto && c.Wakeup <= WakeupDisabled, "Wakeup", "must be WakeupAuto, WakeupRequired or WakeupDisabled"},
-		{len(c.WakeupChannel) <= outbox.MaxIdentifierLen && utf8.ValidString(c.WakeupChannel) && !strings.ContainsRune(c.WakeupChannel, 0), "WakeupChannel", "must be at most 63 bytes of UTF-8 without NUL"},
+		{pgtext.Problem(c.WakeupChannel, outbox.MaxIdentifierLen) == "", "WakeupChannel", "must be at most 63 bytes of UTF-8 without NUL"},
 		{between(c.WakeupProbeTimeout, 100*time.Millisecond, time.Minute), "WakeupProbeTimeout", "must be between 100ms and 1m"},
 		{between(c.WakeupCooldown, 0, 10*time.Second), "WakeupCooldown", "must be between 0 and 10s (-1 for 0)"},
 		{between(c.IdlePollInterval, c.PollInterval, time.Hour), "IdlePollInterval", "must be between PollInterval and 1h"},

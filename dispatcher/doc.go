@@ -8,11 +8,15 @@
 // # The loop
 //
 //	poll ticker ─┐
-//	Trigger() ───┼─▶ coordinator ──claim (≤ BatchSize, ≤ free slots)──▶ handlers ─▶ publisher
+//	Trigger() ───┼─▶ coordinator ──claim (≤ BatchSize, one batch ahead)──▶ handlers ─▶ publisher
 //	free slot ───┘        │                                                │
 //	                      └─ every RecoverEvery-th poll: recover expired   ▼
-//	                                                          completer (one statement per batch)
-//	heartbeat (every LeaseDuration/3): renew every held lease in one statement
+//	                                             completer (one round trip per write)
+//	heartbeat (every LeaseDuration/3): renew every held lease in one round trip
+//
+// The dispatcher holds at most Concurrency + BatchSize events: while
+// Concurrency handlers run, one batch is claimed ahead and waits for handler
+// slots, keeping its lease, so that claiming and dispatching overlap.
 //
 // Triggers coalesce: however many arrive while a cycle runs, one more cycle
 // follows. A cycle keeps claiming while batches come back full and slots are

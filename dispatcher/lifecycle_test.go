@@ -222,3 +222,44 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	_, err := dispatcher.New(nil, baseConfig(db))
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }
+
+// At most Concurrency handlers run at once, though a batch more is held;
+// a stop returns the events still waiting for a handler slot to PENDING.
+func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 6)
+	cfg := baseConfig(db)
+	cfg.Concurrency, cfg.BatchSize = 2, 4
+	var running, most atomic.Int32
+	started := make(chan struct{}, 6)
+	release := make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		started <- struct{}{}
+		<-release
+		running.Add(-1)
+		return nil
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	<-started
+	<-started
+	waitFor(t, 10*time.Second, "a batch claimed ahead", func() bool { return d.Stats().InFlight == 6 })
+	require.Equal(t, int32(2), most.Load(), "no more than Concurrency handlers at once")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(context.Background()) }()
+	waitFor(t, 10*time.Second, "the waiting events released", func() bool { return d.Stats().Released == 4 })
+	close(release)
+	require.NoError(t, <-stopped)
+	require.NoError(t, <-errc)
+	require.Equal(t, int32(2), most.Load())
+	counts := statusCounts(t, db)
+	require.Equal(t, map[outbox.Status]int{outbox.StatusSent: 2, outbox.StatusPending: 4}, counts)
+	require.Len(t, ids, 6)
+}

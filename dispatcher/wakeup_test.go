@@ -95,10 +95,10 @@ func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 	}
 }
 
-func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
-	cfg, _, _ := wakeupConfig(t, db)
+// startListening runs a dispatcher whose handler records its poll count,
+// and waits until its listener is up.
+func startListening(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (*dispatcher.Dispatcher, *handledAt) {
+	t.Helper()
 	h := newHandledAt()
 	var d *dispatcher.Dispatcher
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
@@ -106,6 +106,14 @@ func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
 	require.NoError(t, d.Handle("x", h.handler(&d)))
 	runDispatcher(t, d)
 	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+	return d, h
+}
+
+func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	d, h := startListening(t, db, cfg)
 
 	id := emitOne(t, db, "x")
 	require.Zero(t, h.wait(t, id), "handled before any poll")
@@ -118,13 +126,7 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	cfg, down, app := wakeupConfig(t, db)
-	h := newHandledAt()
-	var d *dispatcher.Dispatcher
-	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("x", h.handler(&d)))
-	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+	d, h := startListening(t, db, cfg)
 
 	down.Store(true)
 	var killed int

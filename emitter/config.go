@@ -2,9 +2,8 @@ package emitter
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -122,15 +121,8 @@ func checkRange(option string, v, lo, hi int) *outbox.ConfigError {
 // name is passed to pg_notify as a value, so it needs no quoting, but
 // PostgreSQL rejects empty names and names of 64 bytes or more.
 func channelProblem(ch string) string {
-	switch {
-	case ch == "":
+	if ch == "" {
 		return "is empty"
-	case len(ch) > outbox.MaxIdentifierLen:
-		return fmt.Sprintf("is longer than %d bytes", outbox.MaxIdentifierLen)
-	case !utf8.ValidString(ch):
-		return "is not valid UTF-8"
-	case strings.IndexByte(ch, 0) >= 0:
-		return "contains a NUL byte"
 	}
-	return ""
+	return pgtext.Problem(ch, outbox.MaxIdentifierLen)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -40,7 +41,7 @@ func (e *Emitter) validateEvent(i int, ev *outbox.Event) error {
 		{"ContentType", ev.ContentType, maxTypeLen},
 	}
 	for _, t := range texts {
-		if reason := textProblem(t.value, t.max); reason != "" {
+		if reason := pgtext.Problem(t.value, t.max); reason != "" {
 			return invalid(i, t.field, reason)
 		}
 	}
@@ -64,7 +65,7 @@ func typeProblem(t string) string {
 	if t == "" {
 		return "is empty"
 	}
-	if reason := textProblem(t, maxTypeLen); reason != "" {
+	if reason := pgtext.Problem(t, maxTypeLen); reason != "" {
 		return reason
 	}
 	first, _ := utf8.DecodeRuneInString(t)
@@ -74,21 +75,6 @@ func typeProblem(t string) string {
 			return "is only white space"
 		}
 		return "has leading or trailing white space"
-	}
-	return ""
-}
-
-// textProblem says why s cannot be stored in a text column bounded to max
-// bytes, or "". PostgreSQL text holds neither NUL nor invalid UTF-8 (in a
-// UTF-8 database), and brokers expect UTF-8 in keys and metadata.
-func textProblem(s string, max int) string {
-	switch {
-	case len(s) > max:
-		return fmt.Sprintf("is longer than %d bytes", max)
-	case !utf8.ValidString(s):
-		return "is not valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "contains a NUL byte"
 	}
 	return ""
 }

@@ -8,13 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -151,17 +150,10 @@ func validate(tx pgx.Tx, consumer string, id uuid.UUID) error {
 
 // consumerProblem says what is wrong with a consumer name, or "".
 func consumerProblem(name string) string {
-	switch {
-	case name == "":
+	if name == "" {
 		return "is empty"
-	case len(name) > MaxConsumerLen:
-		return fmt.Sprintf("is longer than %d bytes", MaxConsumerLen)
-	case !utf8.ValidString(name):
-		return "is not valid UTF-8"
-	case strings.IndexByte(name, 0) >= 0:
-		return "contains a NUL byte"
 	}
-	return ""
+	return pgtext.Problem(name, MaxConsumerLen)
 }
 
 // queryError reports an unusable tx as an InputError and wraps anything
