@@ -77,12 +77,17 @@ type Config struct {
 	// 1 to 10,000.
 	BatchSize int
 	// Concurrency is the most handler calls at once. The dispatcher holds
-	// at most Concurrency + BatchSize events (claimed and not yet
-	// completed): one batch is claimed ahead while handlers run, so that
-	// claiming and dispatching overlap; events waiting for a handler slot
-	// keep their lease, and are released unstarted at stop. Defaults to
-	// 100; 1 to 100,000.
+	// at most Concurrency + Claimers × BatchSize events (claimed and not
+	// yet completed): batches are claimed ahead while handlers run, so
+	// that claiming and dispatching overlap; events waiting for a handler
+	// slot keep their lease, and are released unstarted at stop. Defaults
+	// to 100; 1 to 100,000.
 	Concurrency int
+	// Claimers is the most claims in flight at once, each on its own pool
+	// connection. Two keep PostgreSQL claiming one batch while it records
+	// the outcomes of another; more help only where the database has
+	// cores to spare. Defaults to 2; 1 to 16.
+	Claimers int
 	// PollInterval is the time between poll cycles. Polling always runs:
 	// it schedules retries and drains what wake-ups missed. Defaults to 1s;
 	// 10ms to 1h.
@@ -92,7 +97,10 @@ type Config struct {
 	// 1h.
 	LeaseDuration time.Duration
 	// HandlerTimeout bounds one handler call (its context's deadline).
-	// Defaults to 1m; 1ms to 24h, or -1 for none. The dispatcher waits for
+	// The deadline is at least HandlerTimeout after the call starts and at
+	// most a 64th of it (10ms at most) later, so that handlers of one batch
+	// starting together share one timer. Defaults to 1m; 1ms to 24h, or -1
+	// for none. The dispatcher waits for
 	// a handler to return even after its context ends, renewing the lease
 	// meanwhile, so that one event never runs twice at once.
 	HandlerTimeout time.Duration
@@ -197,6 +205,7 @@ func (c Config) withDefaults() Config {
 	c.Owner = cmp.Or(c.Owner, defaultOwner())
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
 	c.Concurrency = cmp.Or(c.Concurrency, 100)
+	c.Claimers = cmp.Or(c.Claimers, 2)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 30*time.Second)
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, time.Minute)
@@ -241,6 +250,7 @@ func (c Config) validate() error {
 		{len(c.Owner) <= 200, "Owner", "must be at most 200 bytes"},
 		{between(c.BatchSize, 1, 10_000), "BatchSize", "must be between 1 and 10000"},
 		{between(c.Concurrency, 1, 100_000), "Concurrency", "must be between 1 and 100000"},
+		{between(c.Claimers, 1, 16), "Claimers", "must be between 1 and 16"},
 		{between(c.PollInterval, 10*time.Millisecond, time.Hour), "PollInterval", "must be between 10ms and 1h"},
 		{between(c.LeaseDuration, time.Second, time.Hour), "LeaseDuration", "must be between 1s and 1h"},
 		{c.HandlerTimeout == -1 || between(c.HandlerTimeout, time.Millisecond, 24*time.Hour), "HandlerTimeout", "must be between 1ms and 24h, or -1 for none"},

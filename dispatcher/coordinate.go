@@ -11,17 +11,19 @@ import (
 
 // coordinate is the one loop that decides when to claim: at start, on every
 // poll, on a trigger (manual or a notification), when slots free up while a
-// backlog remains, and (while wake-ups work) when the next retry becomes
-// due.
+// backlog remains, when a claim comes back full, and (while wake-ups work)
+// when the next retry becomes due. Up to Claimers claims run at once.
 // Polls recover expired leases every RecoverEvery-th time. It returns when
-// ctx ends or Stop is called.
+// ctx ends or Stop is called, once no claim is in flight.
 func (d *Dispatcher) coordinate(ctx context.Context) {
 	p := newPoller(d.cfg)
 	defer p.stop()
+	c := newClaims(d)
+	defer c.wait()
 	if ctx.Err() != nil || d.stopRequested() {
 		return
 	}
-	backlog := d.claimUntilFull()
+	c.wake()
 	for {
 		select {
 		case <-ctx.Done():
@@ -30,30 +32,28 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			return
 		case <-p.poll.C:
 			d.pollCycle(p)
-			backlog = d.claimUntilFull()
+			c.wake()
 			p.next(d.wakeupsActive.Load(), d.stats.claimed.Load())
-			d.armDue(p, backlog)
 		case <-d.trigger:
-			if !p.coolDown() {
-				continue
+			if p.coolDown() {
+				c.wake()
 			}
-			backlog = d.claimUntilFull()
-			d.armDue(p, backlog)
 		case <-p.cooled.C:
 			p.cooling, p.lastWake = false, time.Now()
-			backlog = d.claimUntilFull()
-			d.armDue(p, backlog)
+			c.wake()
 		case <-d.capacity:
-			if !backlog {
-				continue
-			}
-			backlog = d.claimUntilFull()
+			c.roomFreed()
 		case <-d.retried:
-			d.armDue(p, backlog)
+			if c.settled() {
+				d.armDue(p)
+			}
 		case <-p.due.C:
 			d.stats.dueWakeups.Add(1)
-			backlog = d.claimUntilFull()
-			d.armDue(p, backlog)
+			c.wake()
+		case r := <-c.results:
+			if c.finished(r) {
+				d.armDue(p)
+			}
 		}
 		d.stats.pollInterval.Store(int64(p.interval))
 	}
@@ -145,11 +145,12 @@ func (d *Dispatcher) pollCycle(p *poller) {
 // armDue sets the due timer to the next PENDING event's next_attempt_at
 // (database clock), when that comes before the next poll; when an event is
 // due already (a short backoff, or one that became due while the
-// coordinator was busy) it triggers a claim instead. It runs after claims
-// that left no backlog, only while wake-ups work: then polls may be far
-// apart (stretched), and retries and delayed events must still run on time.
-func (d *Dispatcher) armDue(p *poller, backlog bool) {
-	if backlog || !d.wakeupsActive.Load() {
+// coordinator was busy) it triggers a claim instead. It runs once claims
+// have settled with no backlog, only while wake-ups work: then polls may be
+// far apart (stretched), and retries and delayed events must still run on
+// time.
+func (d *Dispatcher) armDue(p *poller) {
+	if !d.wakeupsActive.Load() {
 		return
 	}
 	ctx, cancel := d.opContext()
@@ -167,61 +168,6 @@ func (d *Dispatcher) armDue(p *poller, backlog bool) {
 	case wait < p.interval:
 		p.due.Reset(wait)
 	}
-}
-
-// claimUntilFull claims batches while slots are free and the last claim came
-// back full. It reports whether a backlog probably remains (the last claim
-// was full, or slots ran out before the table was drained).
-func (d *Dispatcher) claimUntilFull() (backlog bool) {
-	for {
-		limit := d.claimLimit()
-		if limit == 0 {
-			return true
-		}
-		n, err := d.claim(limit)
-		if err != nil || n < limit {
-			return false
-		}
-	}
-}
-
-// claimLimit is how many events the next claim may take: up to BatchSize,
-// within the room left, and 0 when less than half a batch of room is left
-// (so a busy dispatcher claims in batches rather than one row at a time).
-// The dispatcher holds at most Concurrency + BatchSize events: one batch
-// is claimed ahead while Concurrency handlers run, so that claiming and
-// dispatching overlap.
-func (d *Dispatcher) claimLimit() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopping {
-		return 0
-	}
-	free := d.cfg.Concurrency + d.cfg.BatchSize - len(d.held)
-	if free < max(1, d.cfg.BatchSize/2) && len(d.held) > 0 {
-		return 0
-	}
-	return min(d.cfg.BatchSize, free)
-}
-
-// claim takes up to limit events and starts them. It returns how many it
-// claimed.
-func (d *Dispatcher) claim(limit int) (int, error) {
-	ctx, cancel := d.opContext()
-	defer cancel()
-	sentAt := d.cfg.Test.Now()
-	d.stats.claimCycles.Add(1)
-	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration})
-	if err != nil {
-		d.reportError("claim failed", err)
-		return 0, err
-	}
-	if len(b.Events) == 0 {
-		return 0, nil
-	}
-	d.stats.claimed.Add(uint64(len(b.Events)))
-	d.start(b, sentAt)
-	return len(b.Events), nil
 }
 
 // errWorkerLost is the error OnFailed receives for events that recovery

@@ -8,15 +8,17 @@
 // # The loop
 //
 //	poll ticker ─┐
-//	Trigger() ───┼─▶ coordinator ──claim (≤ BatchSize, one batch ahead)──▶ handlers ─▶ publisher
+//	Trigger() ───┼─▶ coordinator ──claims (≤ BatchSize each, Claimers at once)──▶ handlers ─▶ publisher
 //	free slot ───┘        │                                                │
 //	                      └─ every RecoverEvery-th poll: recover expired   ▼
 //	                                             completer (one round trip per write)
 //	heartbeat (every LeaseDuration/3): renew every held lease in one round trip
 //
-// The dispatcher holds at most Concurrency + BatchSize events: while
-// Concurrency handlers run, one batch is claimed ahead and waits for handler
-// slots, keeping its lease, so that claiming and dispatching overlap.
+// The dispatcher holds at most Concurrency + Claimers × BatchSize events:
+// while Concurrency handlers run, up to Claimers claims (two by default) run
+// at once on their own connections, and their batches wait for handler
+// slots, keeping their leases, so that claiming, dispatching and recording
+// outcomes overlap.
 //
 // Triggers coalesce: however many arrive while a cycle runs, one more cycle
 // follows. A cycle keeps claiming while batches come back full and slots are

@@ -123,7 +123,9 @@ func (d *Dispatcher) onDeadline(b *heldBatch) {
 // picks it up.
 func (d *Dispatcher) loseLocked(it *item) {
 	it.lost = true
-	it.cancel(outbox.ErrLockLost)
+	if it.cancel != nil {
+		it.cancel(outbox.ErrLockLost)
+	}
 	if it.state == itemQueued {
 		d.removeLocked(it)
 	}

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,6 +196,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		"Backoff.Max":        func(c *dispatcher.Config) { c.Backoff.Max = 8 * 24 * time.Hour },
 		"Backoff.Multiplier": func(c *dispatcher.Config) { c.Backoff.Multiplier = 0.5 },
 		"BatchSize":          func(c *dispatcher.Config) { c.BatchSize = 10_001 },
+		"Claimers":           func(c *dispatcher.Config) { c.Claimers = 17 },
 		"Concurrency":        func(c *dispatcher.Config) { c.Concurrency = -1 },
 		"Delivery":           func(c *dispatcher.Config) { c.Delivery = 7 },
 		"DrainTimeout":       func(c *dispatcher.Config) { c.DrainTimeout = 2 * time.Hour },
@@ -223,43 +225,57 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }
 
-// At most Concurrency handlers run at once, though a batch more is held;
-// a stop returns the events still waiting for a handler slot to PENDING.
+// The dispatcher runs at most Concurrency handlers at once and holds at
+// most Concurrency + Claimers × BatchSize events; a stop returns those still
+// waiting for a handler slot to PENDING.
 func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
-	ids := insertEvents(t, db, "x", 6)
-	cfg := baseConfig(db)
-	cfg.Concurrency, cfg.BatchSize = 2, 4
-	var running, most atomic.Int32
-	started := make(chan struct{}, 6)
-	release := make(chan struct{})
-	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
-		n := running.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		started <- struct{}{}
-		<-release
-		running.Add(-1)
-		return nil
-	}))
-	errc := make(chan error, 1)
-	go func() { errc <- d.Run(context.Background()) }()
-	<-started
-	<-started
-	waitFor(t, 10*time.Second, "a batch claimed ahead", func() bool { return d.Stats().InFlight == 6 })
-	require.Equal(t, int32(2), most.Load(), "no more than Concurrency handlers at once")
+	for _, claimers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("claimers=%d", claimers), func(t *testing.T) {
+			t.Parallel()
+			const events, concurrency, batch = 20, 2, 4
+			held := concurrency + claimers*batch
+			db := testdb.NewMigrated(t)
+			insertEvents(t, db, "x", events)
+			cfg := baseConfig(db)
+			cfg.Concurrency, cfg.BatchSize, cfg.Claimers = concurrency, batch, claimers
+			var running, most atomic.Int32
+			started := make(chan struct{}, events)
+			release := make(chan struct{})
+			d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+			require.NoError(t, err)
+			require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				started <- struct{}{}
+				<-release
+				running.Add(-1)
+				return nil
+			}))
+			errc := make(chan error, 1)
+			go func() { errc <- d.Run(context.Background()) }()
+			<-started
+			<-started
+			waitFor(t, 10*time.Second, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
+			for range 20 { // claims keep coming back full: the bound must hold
+				d.Trigger()
+				time.Sleep(5 * time.Millisecond)
+				require.Equal(t, held, d.Stats().InFlight)
+			}
+			require.Equal(t, int32(concurrency), most.Load(), "no more than Concurrency handlers at once")
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- d.Stop(context.Background()) }()
-	waitFor(t, 10*time.Second, "the waiting events released", func() bool { return d.Stats().Released == 4 })
-	close(release)
-	require.NoError(t, <-stopped)
-	require.NoError(t, <-errc)
-	require.Equal(t, int32(2), most.Load())
-	counts := statusCounts(t, db)
-	require.Equal(t, map[outbox.Status]int{outbox.StatusSent: 2, outbox.StatusPending: 4}, counts)
-	require.Len(t, ids, 6)
+			stopped := make(chan error, 1)
+			go func() { stopped <- d.Stop(context.Background()) }()
+			waitFor(t, 10*time.Second, "the waiting events released", func() bool {
+				return d.Stats().Released == uint64(held-concurrency)
+			})
+			close(release)
+			require.NoError(t, <-stopped)
+			require.NoError(t, <-errc)
+			require.Equal(t, int32(concurrency), most.Load())
+			require.Equal(t, map[outbox.Status]int{outbox.StatusSent: concurrency, outbox.StatusPending: events - concurrency},
+				statusCounts(t, db))
+		})
+	}
 }

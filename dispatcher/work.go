@@ -22,6 +22,13 @@ type heldBatch struct {
 	remaining int         // items still held; guarded by Dispatcher.mu
 	deadline  time.Time   // local clock; guarded by Dispatcher.mu
 	timer     *time.Timer // fires at deadline
+	// timeout is the context, under ctx, whose deadline is
+	// timeoutAt: the handler timeout of the batch's events that started in
+	// the same timeoutGrain. Handlers starting together share its timer;
+	// cancelling ctx releases them all. Guarded by Dispatcher.mu.
+	timeout     context.Context
+	timeoutAt   time.Time
+	stopTimeout context.CancelFunc // unused: cancelling ctx releases every timeout context
 }
 
 // itemState is where one held event is in its life in this process.
@@ -38,7 +45,7 @@ const (
 type item struct {
 	event  outbox.Event
 	batch  *heldBatch
-	ctx    context.Context // cancelled when this event's lease is lost
+	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
 	cancel context.CancelCauseFunc
 	state  itemState       // guarded by Dispatcher.mu
 	lost   bool            // the lease is gone; guarded by Dispatcher.mu
@@ -65,7 +72,6 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 	hb.deadline = d.localDeadline(sentAt)
 	for i, e := range b.Events {
 		it := &item{event: e, batch: hb, done: make(chan struct{})}
-		it.ctx, it.cancel = context.WithCancelCause(hb.ctx)
 		if prev := d.latest[e.ID]; prev != nil {
 			it.after = prev.done
 		}
@@ -92,7 +98,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		dest := d.destination(it.event)
 		switch {
 		case h == nil && dest == "":
-			if d.await(it) && d.begin(it) {
+			if d.await(it) && d.begin(it, 0) {
 				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
 			}
 		case h == nil:
@@ -103,7 +109,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 					return
 				}
 				defer func() { <-d.slots }()
-				if !d.await(it) || !d.begin(it) {
+				if !d.await(it) || !d.begin(it, d.cfg.HandlerTimeout) {
 					return
 				}
 				res := d.callHandler(it, h)
@@ -119,7 +125,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 	}
 	wg.Wait()
 	for _, it := range publishOnly {
-		if d.await(it) && d.begin(it) {
+		if d.await(it) && d.begin(it, 0) {
 			toPublish = append(toPublish, it)
 		}
 	}
@@ -149,7 +155,7 @@ func (d *Dispatcher) acquireSlot(it *item) bool {
 		return true
 	case <-it.done:
 		return false
-	case <-it.ctx.Done():
+	case <-it.batch.ctx.Done():
 		return false
 	}
 }
@@ -165,7 +171,9 @@ func (d *Dispatcher) await(it *item) bool {
 	select {
 	case <-it.after:
 		return true
-	case <-it.ctx.Done():
+	case <-it.done:
+		return false
+	case <-it.batch.ctx.Done():
 		return false
 	}
 }
@@ -188,33 +196,57 @@ func (d *Dispatcher) stillHeld(items []*item) []*item {
 	return kept
 }
 
-// begin moves a queued item to running. It returns false when the item may
-// not start: the dispatcher is stopping (the item will be released) or the
-// lease is already lost.
-func (d *Dispatcher) begin(it *item) bool {
+// begin moves a queued item to running and gives it its context, with a
+// deadline timeout from now when timeout > 0. It returns false when the
+// item may not start: the dispatcher is stopping (the item will be
+// released) or the lease is already lost.
+func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping || it.lost || it.state != itemQueued {
 		return false
 	}
 	it.state = itemRunning
+	parent := it.batch.ctx
+	if timeout > 0 {
+		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)
+	}
+	it.ctx, it.cancel = context.WithCancelCause(parent)
 	return true
 }
 
-// callHandler runs h with the handler timeout, recovering a panic.
+// timeoutContext returns a context under the batch's whose deadline is at
+// or after at, by less than timeoutGrain(timeout): events of one batch
+// that start together share one timer instead of arming one each. The
+// caller holds Dispatcher.mu.
+func (b *heldBatch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
+	grain := timeoutGrain(timeout)
+	at = at.Truncate(grain).Add(grain)
+	if b.timeout == nil || !b.timeoutAt.Equal(at) {
+		b.timeout, b.stopTimeout = context.WithDeadline(b.ctx, at)
+		b.timeoutAt = at
+	}
+	return b.timeout
+}
+
+// timeoutGrain is how much longer than HandlerTimeout a handler may get so
+// that handlers can share a timer: a 64th of the timeout, at most 10ms.
+func timeoutGrain(timeout time.Duration) time.Duration {
+	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
+}
+
+// callHandler runs h in the item's context, recovering a panic.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
-	ctx, cancel := d.handlerContext(it.ctx, d.cfg.HandlerTimeout)
-	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 		}
 	}()
-	err := h(ctx, it.event)
+	err := h(it.ctx, it.event)
 	if err == nil {
 		return result{}
 	}
-	return d.classify(it, ctx, err, outbox.CodeHandlerError)
+	return d.classify(it, it.ctx, err, outbox.CodeHandlerError)
 }
 
 // handlerContext applies a timeout, where there is one.
@@ -232,7 +264,7 @@ func (d *Dispatcher) classify(it *item, ctx context.Context, err error, code out
 	if errors.Is(context.Cause(it.ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
 		return result{err: err, release: true}
 	}
-	if it.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = outbox.CodeTimeout
 	}
 	return result{err: err, code: code}

@@ -121,7 +121,7 @@ func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {
 // send runs the insert and the notify in one batch.
 func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns) error {
 	b := &pgx.Batch{}
-	b.Queue(e.insertSQL, c.ids, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
+	b.Queue(e.insertSQL, c.rawIDs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
 		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
 	if e.notifySQL != "" {
 		b.Queue(e.notifySQL, e.notifyArgs...)

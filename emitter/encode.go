@@ -15,6 +15,7 @@ import (
 // NULL.
 type columns struct {
 	ids           []uuid.UUID
+	rawIDs        [][16]byte // the ids as pgx encodes them directly; uuid.UUID goes through driver.Valuer and text
 	types         []string
 	aggTypes      []string
 	aggIDs        []string
@@ -47,6 +48,7 @@ func encode(events []outbox.Event) (*columns, error) {
 	n := len(events)
 	c := &columns{
 		ids:           make([]uuid.UUID, n),
+		rawIDs:        make([][16]byte, n),
 		types:         make([]string, n),
 		aggTypes:      make([]string, n),
 		aggIDs:        make([]string, n),
@@ -63,7 +65,7 @@ func encode(events []outbox.Event) (*columns, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.ids[i] = id
+		c.ids[i], c.rawIDs[i] = id, id
 		c.types[i] = ev.Type
 		c.aggTypes[i] = ev.AggregateType
 		c.aggIDs[i] = ev.AggregateID

@@ -110,7 +110,7 @@ func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentSt
 			return res, err
 		}
 		if i < sentStatements {
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			ids, err := pgx.CollectRows(rows, rowID)
 			if err != nil {
 				return res, err
 			}
@@ -126,8 +126,10 @@ func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentSt
 
 func collectFailed(rows pgx.Rows, res *CompleteResult) error {
 	var r Retried
+	var id [16]byte
 	var status outbox.Status
-	_, err := pgx.ForEachRow(rows, []any{&r.ID, &status, &r.Attempts, &r.NextAttemptAt}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &status, &r.Attempts, &r.NextAttemptAt}, func() error {
+		r.ID = id
 		if status == outbox.StatusFailed {
 			res.Failed = append(res.Failed, Dead{ID: r.ID, Attempts: r.Attempts})
 		} else {
@@ -181,6 +183,9 @@ func cleanMessage(m string) string {
 
 // lost lists the requested rows that no statement touched.
 func lost(p CompleteParams, res CompleteResult) []uuid.UUID {
+	if len(res.Sent)+len(res.Retried)+len(res.Failed) == len(p.Sent)+len(p.Failed) {
+		return nil // each statement returns only rows it was given, once
+	}
 	done := make(map[uuid.UUID]struct{}, len(p.Sent)+len(p.Failed))
 	for _, id := range res.Sent {
 		done[id] = struct{}{}

@@ -65,11 +65,11 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	b := Batch{Token: token}
+	b := Batch{Token: token, Events: make([]outbox.Event, 0, p.Limit)}
 	var e outbox.Event
-	var headers []byte
-	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &headers), &b.LeaseUntil), func() error {
-		b.Events = append(b.Events, nextEvent(&e, headers))
+	var sc scanned
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil), func() error {
+		b.Events = append(b.Events, nextEvent(&e, sc))
 		return nil
 	})
 	if err != nil {
@@ -90,20 +90,28 @@ func (s *Store) releaseToken(ctx context.Context, db DB, token uuid.UUID) {
 	_, _ = db.Exec(ctx, s.sql.releaseToken, [16]byte(token))
 }
 
-// eventTargets are the scan targets of eventColumns. The attempts column
-// lands in e.Attempt and the headers, raw, in headers; nextEvent finishes
-// both.
-func eventTargets(e *outbox.Event, headers *[]byte) []any {
-	return []any{&e.ID, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
-		&e.IdempotencyKey, &e.ContentType, &e.Payload, headers, &e.Attempt, &e.CreatedAt}
+// scanned holds the columns of a row that nextEvent converts: the id as
+// pgx decodes it directly (uuid.UUID would go through sql.Scanner and
+// text) and the headers as raw JSON.
+type scanned struct {
+	id      [16]byte
+	headers []byte
 }
 
-// nextEvent returns the scanned event, with Attempt = ended attempts + 1
-// and its headers decoded, and clears e for the next row.
-func nextEvent(e *outbox.Event, headers []byte) outbox.Event {
+// eventTargets are the scan targets of eventColumns. The attempts column
+// lands in e.Attempt, the id and headers in s; nextEvent finishes them.
+func eventTargets(e *outbox.Event, s *scanned) []any {
+	return []any{&s.id, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
+		&e.IdempotencyKey, &e.ContentType, &e.Payload, &s.headers, &e.Attempt, &e.CreatedAt}
+}
+
+// nextEvent returns the scanned event, with its id, Attempt = ended
+// attempts + 1 and its headers decoded, and clears e for the next row.
+func nextEvent(e *outbox.Event, s scanned) outbox.Event {
 	out := *e
+	out.ID = s.id
 	out.Attempt++
-	out.Headers = decodeHeaders(headers)
+	out.Headers = decodeHeaders(s.headers)
 	*e = outbox.Event{}
 	return out
 }
@@ -113,6 +121,9 @@ func nextEvent(e *outbox.Event, headers []byte) outbox.Event {
 // are kept as their JSON text rather than failing the whole claim. Anything
 // but an object gives no headers.
 func decodeHeaders(raw []byte) map[string]string {
+	if string(raw) == "{}" {
+		return nil // the common case, without a JSON decoder
+	}
 	var strs map[string]string
 	if json.Unmarshal(raw, &strs) == nil {
 		if len(strs) == 0 {
@@ -201,13 +212,20 @@ func collectIDs(ctx context.Context, db DB, batch *pgx.Batch) (ids []uuid.UUID, 
 		if err != nil {
 			return nil, err
 		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		got, err := pgx.CollectRows(rows, rowID)
 		if err != nil {
 			return nil, err
 		}
 		ids = append(ids, got...)
 	}
 	return ids, nil
+}
+
+// rowID scans a row of one id column, through [16]byte (see scanned).
+func rowID(row pgx.CollectableRow) (uuid.UUID, error) {
+	var id [16]byte
+	err := row.Scan(&id)
+	return id, err
 }
 
 // Release returns held rows that were never started to PENDING, keeping
@@ -264,9 +282,9 @@ func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverRes
 	var res RecoverResult
 	var status outbox.Status
 	var e outbox.Event
-	var headers []byte
-	_, err = pgx.ForEachRow(rows, append([]any{&status}, eventTargets(&e, &headers)...), func() error {
-		ev := nextEvent(&e, headers)
+	var sc scanned
+	_, err = pgx.ForEachRow(rows, append([]any{&status}, eventTargets(&e, &sc)...), func() error {
+		ev := nextEvent(&e, sc)
 		if status == outbox.StatusFailed {
 			res.Failed = append(res.Failed, ev)
 		} else {
