@@ -30,8 +30,9 @@ type latencyRun struct {
 // runLatency commits single-event transactions at Rate per second for
 // Duration (open loop: a generator that falls behind is reported, not
 // hidden) while a dispatcher handles them, and reports commit → handler
-// start latency. -wakeup picks WakeupRequired with in-tx notify, or
-// WakeupDisabled without it; -poll sets PollInterval.
+// start latency. -wakeup picks WakeupRequired with in-tx notify (at most
+// one per emitter.DefaultNotifyInterval, or in every Emit with
+// -notify-every), or WakeupDisabled without it; -poll sets PollInterval.
 func runLatency(ctx context.Context, o Options) (Result, error) {
 	total := int(float64(o.Rate) * o.Duration.Seconds())
 	db, err := openDB(ctx, o.URL, latencyWriters+8)
@@ -111,7 +112,7 @@ func waitRunning(ctx context.Context, d *dispatcher.Dispatcher, wakeup bool) err
 // generate schedules transaction i at start + i/Rate and commits it from
 // one of latencyWriters goroutines.
 func (lr *latencyRun) generate(ctx context.Context, db *benchDB, o Options, total int) error {
-	em, err := emitter.New(emitter.Config{DisableNotify: !o.Wakeup})
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Wakeup, NotifyInterval: notifyInterval(o)})
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,7 @@ func (lr *latencyRun) result(ctx context.Context, db *benchDB, o Options, total 
 	}
 	res := throughput("commit-to-handler", total, held)
 	res.setLatency(samples)
-	res.Params = map[string]any{"rate": o.Rate, "duration_s": o.Duration.Seconds(), "wakeup": o.Wakeup,
+	res.Params = map[string]any{"rate": o.Rate, "duration_s": o.Duration.Seconds(), "wakeup": o.Wakeup, "notify_every": o.NotifyEvery,
 		"poll_ms": o.Poll.Milliseconds(), "writers": latencyWriters, "claim_cycles": s.ClaimCycles, "wakeups": s.Wakeups}
 	res.Note = fmt.Sprintf("events_per_s is the commit rate held (target %d/s); %d handlers started before their writer saw Commit return (counted as 0)", o.Rate, early)
 	return res.verify(ctx, db, total, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)

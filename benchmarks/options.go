@@ -28,6 +28,9 @@ type Options struct {
 	Tuned bool
 	// Notify turns the emitter's in-transaction pg_notify on.
 	Notify bool
+	// NotifyEvery makes every Emit notify (NotifyInterval -1) instead of
+	// at most one per emitter.DefaultNotifyInterval.
+	NotifyEvery bool
 	// Rate is the latency case's target commits per second.
 	Rate int
 	// Duration is how long the latency case generates load.

@@ -27,7 +27,8 @@ func runPgoutbox(ctx context.Context, o Options) (Result, error) {
 }
 
 func pgoutboxEmit(ctx context.Context, o Options) (Result, error) {
-	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify, MaxPayloadBytes: max(o.Payload, emitter.DefaultMaxPayloadBytes)})
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify, NotifyInterval: notifyInterval(o),
+		MaxPayloadBytes: max(o.Payload, emitter.DefaultMaxPayloadBytes)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -57,6 +58,15 @@ func pgoutboxEmitBatch(ctx context.Context, o Options) (Result, error) {
 	}, o.Batch)
 }
 
+// notifyInterval is the emitter's NotifyInterval for o: -1 (every Emit)
+// with -notify-every, else the default.
+func notifyInterval(o Options) time.Duration {
+	if o.NotifyEvery {
+		return -1
+	}
+	return 0
+}
+
 // emitRun runs N events through W writers, per events per transaction, on a
 // fresh migrated database, then verifies that all N rows are PENDING.
 func emitRun(ctx context.Context, o Options, mode string, write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
@@ -78,7 +88,7 @@ func emitRun(ctx context.Context, o Options, mode string, write func(context.Con
 		return Result{}, err
 	}
 	res := throughput(mode, o.N, time.Since(start))
-	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify,
+	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify, "notify_every": o.NotifyEvery,
 		"round_trips": db.trips.total() - trips0}
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'PENDING'`)
 }

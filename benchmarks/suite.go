@@ -45,6 +45,7 @@ func roundSpecs(short bool) []spec {
 		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
 		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
 		{"river InsertTx", groupEmit, args("river", "insert", "-n", e, "-writers", "4")},
+		{"notify in every Emit (NotifyInterval -1)", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4", "-notify-every")},
 		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},
@@ -71,6 +72,8 @@ func curveSpecs(short bool) []spec {
 	for _, rate := range []string{"100", "1000", "5000"} {
 		out = append(out,
 			spec{"wake-ups on, poll 1s, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=true", "-poll", "1s")},
+			spec{"wake-ups on, notify in every Emit, poll 1s, " + rate + "/s", groupLatency,
+				args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=true", "-poll", "1s", "-notify-every")},
 			spec{"wake-ups off, poll 1s, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "1s")},
 			spec{"wake-ups off, poll 100ms, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "100ms")})
 	}

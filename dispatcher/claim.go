@@ -40,9 +40,10 @@ func (c *claims) roomFreed() {
 	}
 }
 
-// fill starts claims while a claimer is free and there is room.
+// fill starts claims while a claimer is free and there is room: one for a
+// wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
-	for c.inflight < c.d.cfg.Claimers {
+	for c.inflight < c.d.cfg.Claimers && (c.wanted || c.backlog) {
 		limit := c.d.claimLimit(c.reserved)
 		if limit == 0 {
 			return

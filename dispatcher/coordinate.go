@@ -51,6 +51,9 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			d.stats.dueWakeups.Add(1)
 			c.wake()
 		case r := <-c.results:
+			if r.got > 0 {
+				p.unstretch()
+			}
 			if c.finished(r) {
 				d.armDue(p)
 			}
@@ -92,21 +95,29 @@ func (p *poller) stop() {
 	p.cooled.Stop()
 }
 
-// coolDown decides what a trigger does: claim now (true) when the last
-// wake-up claim was at least WakeupCooldown ago, else arm the cooldown
-// timer (once) so that every trigger until then coalesces into one claim
-// at its end.
+// coolDown decides what a trigger does. When the last wake-up claim was at
+// least WakeupCooldown ago it claims now (true) and arms the cooldown timer
+// for one trailing claim at its end: an emitter sends no notify for events
+// emitted within its NotifyInterval of one that did, and the trailing claim
+// finds those whose transactions have committed by then. Otherwise it arms
+// the timer (once), so that every trigger until then coalesces into the
+// claim at its end.
 func (p *poller) coolDown() bool {
+	if p.cooling {
+		return false
+	}
 	wait := p.cfg.WakeupCooldown - time.Since(p.lastWake)
-	if wait <= 0 && !p.cooling {
-		p.lastWake = time.Now()
-		return true
-	}
-	if !p.cooling {
+	if wait > 0 {
 		p.cooling = true
-		p.cooled.Reset(max(wait, 0))
+		p.cooled.Reset(wait)
+		return false
 	}
-	return false
+	p.lastWake = time.Now()
+	if p.cfg.WakeupCooldown > 0 {
+		p.cooling = true
+		p.cooled.Reset(p.cfg.WakeupCooldown)
+	}
+	return true
 }
 
 // next sets the interval of the next poll: doubled (up to IdlePollInterval)
@@ -120,6 +131,17 @@ func (p *poller) next(wakeups bool, claimed uint64) {
 	}
 	p.lastClaimed = claimed
 	p.poll.Reset(p.interval)
+}
+
+// unstretch brings a stretched poll back to PollInterval once claims find
+// events again, so that an event that no wake-up announced (a missed
+// notification, or one an emitter's NotifyInterval skipped) waits at most
+// PollInterval while the table is busy.
+func (p *poller) unstretch() {
+	if p.interval > p.cfg.PollInterval {
+		p.interval = p.cfg.PollInterval
+		p.poll.Reset(p.interval)
+	}
 }
 
 // recoverDue reports whether this poll should recover expired leases: every

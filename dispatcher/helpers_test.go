@@ -177,13 +177,23 @@ func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
 	return kp
 }
 
-// kill cuts the pool off and terminates its server connections.
+// kill cuts the pool off and terminates its server connections, until
+// none has been seen for 100ms: a connection whose dial began before the
+// cut may show up a little later.
 func (kp *killablePool) kill(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	kp.killed.Store(true)
-	_, err := db.Pool.Exec(context.Background(),
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, kp.app)
-	require.NoError(t, err)
+	for quiet := 0; quiet < 10; {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, kp.app).Scan(&n))
+		if n > 0 {
+			quiet = 0
+		} else {
+			quiet++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // lockOwner returns the lock_owner of a row.

@@ -134,6 +134,9 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
 	require.Equal(t, 1, killed)
 	waitFor(t, 10*time.Second, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
+	// Let the trailing claim of the last wake-up (one WakeupCooldown, 20ms,
+	// after it) pass, so that only the reconnect can find the next event.
+	time.Sleep(100 * time.Millisecond)
 	whileDown := emitOne(t, db, "x")
 	waitFor(t, 10*time.Second, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
 	require.Equal(t, outbox.StatusPending, readRow(t, db, whileDown).Status, "nothing woke the dispatcher yet")
@@ -215,7 +218,9 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
 
 	const writers, perWriter = 8, 1250
-	e, err := emitter.New(emitter.Config{Table: db.Table()})
+	// Every transaction notifies: this is about the dispatcher coalescing
+	// notifications, not the emitter sending fewer.
+	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: -1})
 	require.NoError(t, err)
 	pool := db.NewPool(t, writers)
 	// A burst: commits without waiting for the disk, so they arrive far
@@ -252,7 +257,7 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 func stretchedDispatcher(t *testing.T, db *testdb.DB, backoff time.Duration) (*dispatcher.Dispatcher, chan uint64) {
 	t.Helper()
 	cfg, _, _ := wakeupConfig(t, db)
-	cfg.PollInterval = 100 * time.Millisecond
+	cfg.PollInterval = time.Second
 	cfg.IdlePollInterval = time.Hour
 	cfg.Backoff = outbox.Backoff{Initial: backoff, Jitter: -1}
 	attempts := make(chan uint64, 4)
@@ -281,6 +286,41 @@ func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
 	first, second := <-attempts, <-attempts
 	require.Equal(t, first, second, "the retry ran before the next poll")
 	require.GreaterOrEqual(t, d.Stats().DueWakeups, uint64(1))
+	require.Equal(t, time.Second, d.Stats().PollInterval, "claims that found events end the stretch")
+}
+
+// An emitter sends no notify for an event emitted within its
+// NotifyInterval of one that did; the dispatcher's trailing claim, one
+// WakeupCooldown after the wake-up, still delivers it without a poll.
+func TestTrailingClaimFindsEventsWithoutNotify(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	const window = 500 * time.Millisecond // wide, so that a loaded machine commits within it
+	cfg, _, _ := wakeupConfig(t, db)
+	cfg.WakeupCooldown = window
+	d, h := startListening(t, db, cfg)
+	time.Sleep(2 * window) // the start-up wake-up and its trailing claim are over
+	wakeups, claims := d.Stats().Wakeups, d.Stats().ClaimCycles
+
+	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
+	require.NoError(t, err)
+	emit := func() uuid.UUID {
+		var ids []uuid.UUID
+		require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+			ids, err = e.Emit(context.Background(), tx, outbox.Event{Type: "x", Payload: []byte("{}")})
+			return err
+		}))
+		return ids[0]
+	}
+	start := time.Now()
+	require.Zero(t, h.wait(t, emit()), "the first, notified, before any poll")
+	second := emit() // after the claim the notification caused, with no notify of its own
+	if time.Since(start) > window/2 {
+		t.Skip("the machine was too slow to commit the second event within the cooldown")
+	}
+	require.Zero(t, h.wait(t, second), "the second, found by the trailing claim, before any poll")
+	require.Equal(t, wakeups+1, d.Stats().Wakeups, "one notification for both")
+	require.Equal(t, claims+2, d.Stats().ClaimCycles, "the wake-up's claim and its trailing claim")
 }
 
 // With polls stretched, an event emitted with a delay runs when the delay

@@ -79,7 +79,7 @@ func BenchmarkInsertVsCopy(b *testing.B) {
 	}
 	ways := []struct {
 		name string
-		run  func(context.Context, pgx.Tx, *columns) error
+		run  func(context.Context, pgx.Tx, *columns, bool) error
 	}{
 		{"copy", e.sendCopy},
 		{"insert", e.send},
@@ -95,7 +95,7 @@ func BenchmarkInsertVsCopy(b *testing.B) {
 						b.Fatal(err)
 					}
 					benchTx(b, db, false, func(tx pgx.Tx) error {
-						return way.run(context.Background(), tx, cols)
+						return way.run(context.Background(), tx, cols, true)
 					})
 				}
 			})

@@ -2,6 +2,7 @@ package emitter
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -25,6 +26,9 @@ const (
 	DefaultMaxHeaderBytes = 16 << 10
 	// MaxMaxHeaderBytes is the largest header size limit New accepts: 1 MiB.
 	MaxMaxHeaderBytes = 1 << 20
+	// DefaultNotifyInterval is the default least time between two Emit
+	// calls that notify.
+	DefaultNotifyInterval = 20 * time.Millisecond
 )
 
 // Config configures an Emitter. The zero value is usable: it emits into
@@ -41,10 +45,20 @@ type Config struct {
 	// without NUL. Ignored when DisableNotify is set.
 	NotifyChannel string
 	// DisableNotify turns the pg_notify off: dispatchers then find new
-	// events by polling only. Useful for write-heavy systems, since NOTIFY
-	// serialises committing transactions on a global lock. Defaults to
-	// false (notify on).
+	// events by polling only. Defaults to false (notify on).
 	DisableNotify bool
+	// NotifyInterval is the least time between two Emit calls of this
+	// Emitter that notify. An Emit sooner than that after the last one
+	// that notified sends no pg_notify: its event is claimed by the
+	// dispatcher's claim at the end of its wake-up cooldown, which every
+	// notification schedules, when its transaction has committed by then,
+	// and otherwise by a later wake-up or poll. Each committing transaction
+	// that notified holds a database-wide lock through its WAL flush, so
+	// notifying every Emit serialises the commits of a write-heavy service
+	// (see docs/emitting.md). Defaults to 20ms, the dispatcher's default
+	// WakeupCooldown (which coalesces closer wake-ups anyway); at most 10s,
+	// or -1 for a notify in every Emit call.
+	NotifyInterval time.Duration
 	// MaxPayloadBytes bounds the size of one event's payload. Defaults to
 	// 1 MiB ([DefaultMaxPayloadBytes]); must be 1 to 64 MiB
 	// ([MaxMaxPayloadBytes]).
@@ -73,6 +87,9 @@ func (c Config) withDefaults() Config {
 	if c.NotifyChannel == "" {
 		c.NotifyChannel = sqlname.Names{Table: c.Table}.Channel()
 	}
+	if c.NotifyInterval == 0 {
+		c.NotifyInterval = DefaultNotifyInterval
+	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
@@ -94,6 +111,10 @@ func (c Config) validate() (sqlname.Names, error) {
 	}
 	if reason := channelProblem(c.NotifyChannel); reason != "" && !c.DisableNotify {
 		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyChannel", Reason: reason}
+	}
+	if c.NotifyInterval != -1 && (c.NotifyInterval < 0 || c.NotifyInterval > 10*time.Second) {
+		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyInterval",
+			Reason: fmt.Sprintf("is %v, must be at most 10s, or -1 for a notify in every Emit", c.NotifyInterval)}
 	}
 	if err := checkRange("MaxPayloadBytes", c.MaxPayloadBytes, 1, MaxMaxPayloadBytes); err != nil {
 		return sqlname.Names{}, err

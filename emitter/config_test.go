@@ -2,6 +2,7 @@ package emitter_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,6 +20,8 @@ func TestNew(t *testing.T) {
 			{MaxPayloadBytes: 1, MaxHeaders: 1, MaxHeaderBytes: 1},
 			{MaxPayloadBytes: emitter.MaxMaxPayloadBytes, MaxHeaders: emitter.MaxMaxHeaders, MaxHeaderBytes: emitter.MaxMaxHeaderBytes},
 			{MaxHeaders: -1},
+			{NotifyInterval: -1},
+			{NotifyInterval: 10 * time.Second},
 			{NotifyChannel: "Any Channel ✓"},
 			{DisableNotify: true, NotifyChannel: string(make([]byte, 100))},
 			{Table: outbox.Table{Schema: "billing", Name: "events"}},
@@ -38,6 +41,8 @@ func TestNew(t *testing.T) {
 			{"MaxHeaderBytes", emitter.Config{MaxHeaderBytes: emitter.MaxMaxHeaderBytes + 1}},
 			{"MaxHeaders", emitter.Config{MaxHeaders: -2}},
 			{"MaxHeaders", emitter.Config{MaxHeaders: emitter.MaxMaxHeaders + 1}},
+			{"NotifyInterval", emitter.Config{NotifyInterval: -2}},
+			{"NotifyInterval", emitter.Config{NotifyInterval: 10*time.Second + 1}},
 			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: -1}},
 			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: emitter.MaxMaxPayloadBytes + 1}},
 			{"NotifyChannel", emitter.Config{NotifyChannel: string(make([]byte, 64))}},

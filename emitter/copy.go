@@ -33,8 +33,8 @@ func (c *columns) useCopy() bool {
 	return len(c.ids) >= copyMinEvents || c.payloadBytes >= copyMinPayloadBytes
 }
 
-// sendCopy writes the columns with COPY, then notifies.
-func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns) error {
+// sendCopy writes the columns with COPY, then (when notify) notifies.
+func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	src := pgx.CopyFromSlice(len(c.ids), func(i int) ([]any, error) {
 		return []any{c.rawIDs[i], c.types[i], nullable(c.aggTypes[i]), nullable(c.aggIDs[i]),
 			nullable(c.partitionKeys[i]), nullable(c.idemKeys[i]), nullable(c.contentTypes[i]),
@@ -44,7 +44,7 @@ func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns) error {
 	if err == nil && n != int64(len(c.ids)) {
 		err = fmt.Errorf("copied %d rows, want %d", n, len(c.ids))
 	}
-	if err == nil && e.notifySQL != "" {
+	if err == nil && notify {
 		_, err = tx.Exec(ctx, e.notifySQL, e.notifyArgs...)
 	}
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -22,6 +24,7 @@ type Emitter struct {
 	copyTable  pgx.Identifier
 	notifySQL  string
 	notifyArgs []any
+	lastNotify atomic.Int64 // time.Now().UnixNano() of the last Emit that notified
 }
 
 // New returns an Emitter for cfg after applying the defaults documented on
@@ -65,7 +68,8 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // The rows become visible to dispatchers when tx commits, and vanish if it
 // rolls back; Emit never commits or rolls back tx. Unless notify is
 // disabled, Emit also queues one pg_notify on the configured channel, which
-// PostgreSQL delivers only at commit.
+// PostgreSQL delivers only at commit, when NotifyInterval has passed since
+// the last Emit of this Emitter that did.
 //
 // All events are validated before anything is sent. A nil or finished tx, or
 // an invalid event, gives an *outbox.ValidationError (errors.Is
@@ -109,21 +113,37 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 	return cols.ids, nil
 }
 
+// shouldNotify reports whether this Emit call notifies: notify is on, and
+// NotifyInterval has passed since the last call that did (claimed here, so
+// that of concurrent calls only one notifies).
+func (e *Emitter) shouldNotify() bool {
+	if e.notifySQL == "" {
+		return false
+	}
+	if e.cfg.NotifyInterval < 0 {
+		return true
+	}
+	now := time.Now().UnixNano()
+	last := e.lastNotify.Load()
+	return now-last >= int64(e.cfg.NotifyInterval) && e.lastNotify.CompareAndSwap(last, now)
+}
+
 // write sends the columns with COPY when the batch is large and every
 // event is due at once, else with the INSERT; then it notifies.
 func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {
+	notify := e.shouldNotify()
 	if c.useCopy() {
-		return e.sendCopy(ctx, tx, c)
+		return e.sendCopy(ctx, tx, c, notify)
 	}
-	return e.send(ctx, tx, c)
+	return e.send(ctx, tx, c, notify)
 }
 
-// send runs the insert and the notify in one batch.
-func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns) error {
+// send runs the insert and (when notify) the notify in one batch.
+func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	b := &pgx.Batch{}
 	b.Queue(e.insertSQL, c.rawIDs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
 		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
-	if e.notifySQL != "" {
+	if notify {
 		b.Queue(e.notifySQL, e.notifyArgs...)
 	}
 	br := tx.SendBatch(ctx, b)
@@ -131,7 +151,7 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns) error {
 	if err == nil && tag.RowsAffected() != int64(len(c.ids)) {
 		err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), len(c.ids))
 	}
-	if err == nil && e.notifySQL != "" {
+	if err == nil && notify {
 		_, err = br.Exec()
 	}
 	if closeErr := br.Close(); err == nil {

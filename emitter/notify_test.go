@@ -2,6 +2,7 @@ package emitter_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,14 +60,64 @@ func TestEmitNotify(t *testing.T) {
 		require.Equal(t, 1, b.countNotifications(t, listener))
 	})
 
-	t.Run("OnePerCommittedTransaction", func(t *testing.T) {
+	t.Run("OnePerCommittedTransactionWithoutInterval", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, emitter.Config{})
+		b := setup(t, emitter.Config{NotifyInterval: -1})
 		listener := b.listen(t)
 		b.emitAndEnd(t, true, 2, validEvent(), validEvent())
 		require.Equal(t, 1, b.countNotifications(t, listener))
 
 		b.emitAndEnd(t, true, 1, validEvent())
+		require.Equal(t, 1, b.countNotifications(t, listener))
+	})
+
+	t.Run("NoneWithinNotifyInterval", func(t *testing.T) {
+		t.Parallel()
+		const interval = 300 * time.Millisecond
+		b := setup(t, emitter.Config{NotifyInterval: interval})
+		listener := b.listen(t)
+		start := time.Now()
+		b.emitAndEnd(t, true, 1, validEvent())
+		require.Equal(t, 1, b.countNotifications(t, listener), "the first Emit notifies")
+		b.emitAndEnd(t, true, 1, validEvent())
+		if time.Since(start) >= interval {
+			t.Skip("the machine was too slow to emit twice within the interval")
+		}
+		require.Equal(t, 0, b.countNotifications(t, listener), "the second Emit came within the interval")
+
+		time.Sleep(interval)
+		b.emitAndEnd(t, true, 1, validEvent())
+		require.Equal(t, 1, b.countNotifications(t, listener), "the interval has passed")
+
+		other := &testBundle{db: b.db, emitter: newEmitter(t, b.db, emitter.Config{NotifyInterval: interval})}
+		other.emitAndEnd(t, true, 1, validEvent())
+		require.Equal(t, 1, b.countNotifications(t, listener), "each Emitter keeps its own interval")
+	})
+
+	t.Run("OneOfConcurrentCallsWithinInterval", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, emitter.Config{NotifyInterval: 10 * time.Second})
+		listener := b.listen(t)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				tx, err := b.db.Pool.Begin(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := b.emitter.Emit(ctx, tx, validEvent()); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		b.notifyEnd(t)
 		require.Equal(t, 1, b.countNotifications(t, listener))
 	})
 }
