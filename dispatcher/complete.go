@@ -98,8 +98,21 @@ func (d *Dispatcher) requeue(items []*item) {
 func (d *Dispatcher) complete(items []*item) error {
 	ctx, cancel := d.opContext()
 	defer cancel()
-	var releases []*item
-	params := lease.CompleteParams{DeleteSent: d.cfg.DeleteSent}
+	releases, params := d.outcomes(items)
+	if err := d.release(ctx, releases); err != nil {
+		return err
+	}
+	res, err := d.store.Complete(ctx, d.pool, params)
+	if err != nil {
+		return err
+	}
+	d.applyComplete(items, res)
+	return nil
+}
+
+// outcomes sorts items into those to release and the outcomes to record.
+func (d *Dispatcher) outcomes(items []*item) (releases []*item, params lease.CompleteParams) {
+	params.DeleteSent = d.cfg.DeleteSent
 	for _, it := range items {
 		switch {
 		case it.result.release:
@@ -110,15 +123,7 @@ func (d *Dispatcher) complete(items []*item) error {
 			params.Failed = append(params.Failed, d.failure(it))
 		}
 	}
-	if err := d.release(ctx, releases); err != nil {
-		return err
-	}
-	res, err := d.store.Complete(ctx, d.pool, params)
-	if err != nil {
-		return err
-	}
-	d.applyComplete(items, res)
-	return nil
+	return releases, params
 }
 
 // failure decides whether a failed attempt is final and when to retry.
