@@ -1,0 +1,50 @@
+// Package admin is the operator's side of the outbox: it reads the table
+// to show what is waiting, running, sent and dead, and it makes the two
+// changes an operator needs by hand, replaying FAILED events and purging
+// finished ones. cmd/outboxctl is a command line over it; a service may
+// also call it from its own admin endpoints. Emitting, claiming and
+// completing belong to the emitter, lease and dispatcher packages; admin
+// never touches a row that a dispatcher holds.
+//
+//	Counts  ─ rows per status, due backlog, age of the oldest due row
+//	List    ─ keyset pages of rows (no payloads), by seq
+//	Inspect ─ one row in full: payload, headers, attempt log
+//	Replay  ─ FAILED ──▶ PENDING (due now, fresh budget) + pg_notify
+//	Purge   ─ delete SENT or FAILED rows older than a cut-off
+//
+// # Invariants
+//
+//   - Replay changes FAILED rows only, and Purge deletes SENT or FAILED
+//     rows only: PENDING and PROCESSING rows are never changed or deleted,
+//     so admin cannot break a lease or lose an event still to deliver.
+//   - Every write is one bounded statement: at most 10,000 rows per Replay
+//     and 100,000 per Purge. The rows are locked in a sub-select with
+//     FOR UPDATE SKIP LOCKED and reached through the primary key with
+//     "id = ANY(ARRAY(SELECT …))", never "id IN (SELECT … LIMIT n)", which
+//     the planner may turn into a join that touches more than n rows.
+//   - Every time comparison and timestamp (due now, the purge cut-off, the
+//     age of the oldest due row) uses the database clock.
+//   - Invalid parameters give an [*InputError] (errors.Is
+//     [ErrInvalidInput]) before any statement runs; nothing is written.
+//   - No error contains payload or header bytes.
+//
+// # Replay
+//
+// A replayed row becomes PENDING with next_attempt_at = now(), attempts
+// and recoveries 0 and failed_at NULL: it gets the whole retry budget
+// again. last_error_code, last_error and the attempt log stay as history.
+// The UPDATE and a pg_notify on the outbox's channel (the emitter's
+// default, see internal/sqlname) run in one transaction, so dispatchers
+// wake when the replay commits; a missed notification only delays the
+// event until the next poll. Replay by id reports the ids it did not
+// change (not FAILED, missing, or locked by a concurrent writer) as
+// skipped.
+//
+// # Cost
+//
+// Counts is exact and reads the whole table. List pages by seq, which has
+// no index of its own, so each page scans the rows that match its filter;
+// pages are cheap in memory (a top-N sort) but not free on a table that
+// keeps millions of SENT rows. Purge that table in bounded calls to keep
+// it small; see docs/admin.md for a retention loop.
+package admin

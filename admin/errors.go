@@ -1,0 +1,50 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, for callers that branch with errors.Is.
+var (
+	// ErrInvalidInput is the root of every [*InputError]: a call was given
+	// a parameter it cannot use. Nothing was read or written when it is
+	// returned.
+	ErrInvalidInput = errors.New("pgoutbox: admin: invalid input")
+	// ErrNotFound is returned (wrapped) by [Admin.Inspect] when no row has
+	// the given id.
+	ErrNotFound = errors.New("pgoutbox: admin: event not found")
+)
+
+// InputError names the parameter of a call that is invalid. Its text never
+// contains payload bytes.
+type InputError struct {
+	// Param is the field at fault, e.g. "Limit" or "Status".
+	Param string
+	// Reason says what is wrong and what is accepted, in a few words.
+	Reason string
+}
+
+// Error implements error.
+func (e *InputError) Error() string {
+	return fmt.Sprintf("pgoutbox: admin: invalid input: %s %s", e.Param, e.Reason)
+}
+
+// Unwrap returns ErrInvalidInput.
+func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+// inputErr builds an *InputError with a formatted reason.
+func inputErr(param, format string, args ...any) error {
+	return &InputError{Param: param, Reason: fmt.Sprintf(format, args...)}
+}
+
+// checkLimit applies def to a zero limit and checks the range 1..max.
+func checkLimit(limit, def, max int) (int, error) {
+	if limit == 0 {
+		return def, nil
+	}
+	if limit < 1 || limit > max {
+		return 0, inputErr("Limit", "is %d, must be 1 to %d (0 means %d)", limit, max, def)
+	}
+	return limit, nil
+}

@@ -1,0 +1,126 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+)
+
+// testBundle is one test's migrated outbox in its own schema and an Admin
+// on it.
+type testBundle struct {
+	db    *testdb.DB
+	admin *admin.Admin
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := testdb.NewMigrated(t)
+	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
+	require.NoError(t, err)
+	return &testBundle{db: db, admin: a}
+}
+
+// row describes one event row to insert with plain SQL. Durations are
+// taken from the database's now(); zero "Ago" fields leave the column as
+// the status implies (sent_at for SENT, failed_at for FAILED: now()).
+type row struct {
+	Status     string // defaults to PENDING
+	Type       string // defaults to test.event
+	Code       string
+	DueIn      time.Duration
+	SentAgo    time.Duration
+	FailedAgo  time.Duration
+	Attempts   int
+	Recoveries int
+	Payload    []byte
+	Headers    map[string]string
+	AttemptLog string // a JSON array; defaults to []
+}
+
+// insert stores the rows in the given order (so seq follows it) and
+// returns their ids.
+func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
+	t.Helper()
+	batch := &pgx.Batch{}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = uuid.Must(uuid.NewV7())
+		r.Status = orDefault(r.Status, "PENDING")
+		r.Type = orDefault(r.Type, "test.event")
+		r.AttemptLog = orDefault(r.AttemptLog, "[]")
+		if r.Headers == nil {
+			r.Headers = map[string]string{}
+		}
+		var code *string
+		if r.Code != "" {
+			code = &r.Code
+		}
+		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
+	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at)
+VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
+	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
+	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
+	CASE WHEN $3 = 'PROCESSING' THEN 'worker-1' END,
+	CASE WHEN $3 = 'PROCESSING' THEN now() END,
+	CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
+	CASE WHEN $3 = 'SENT' OR $11::bigint > 0 THEN now() - $11::bigint * interval '1 microsecond' END,
+	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END)`,
+			ids[i], r.Type, r.Status, r.DueIn.Microseconds(), r.Attempts, r.Recoveries,
+			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds())
+	}
+	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+	return ids
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// many returns n copies of r.
+func many(n int, r row) []row {
+	rows := make([]row, n)
+	for i := range rows {
+		rows[i] = r
+	}
+	return rows
+}
+
+// status returns the stored status of id, or "" when the row is gone.
+func (b *testBundle) status(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	var s string
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT status FROM outbox_events WHERE id = $1", id).Scan(&s)
+	if err == pgx.ErrNoRows {
+		return ""
+	}
+	require.NoError(t, err)
+	return s
+}
+
+// snapshot returns a digest of every row, to prove a call changed nothing.
+func (b *testBundle) snapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) || ':' || coalesce(md5(string_agg(o::text, ',' ORDER BY seq)), '') FROM outbox_events AS o").Scan(&s))
+	return s
+}
+
+// countWhere counts rows matching a condition.
+func (b *testBundle) countWhere(t *testing.T, cond string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE "+cond, args...).Scan(&n))
+	return n
+}

@@ -1,0 +1,111 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func pgxIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// TestBadInput checks that every invalid parameter gives an *InputError
+// naming it and leaves every row as it was.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	failed := b.insert(t, row{Status: "FAILED", FailedAgo: time.Hour}, row{Status: "SENT", SentAgo: time.Hour},
+		row{Status: "PENDING"}, row{Status: "PROCESSING"})[0]
+	before := b.snapshot(t)
+	tooMany := make([]uuid.UUID, admin.MaxReplayLimit+1)
+	tooMany[0] = failed
+
+	cases := []struct {
+		name, param string
+		call        func() error
+	}{
+		{"ListStatus", "Status", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Status: "DONE"})
+			return err
+		}},
+		{"ListLimitNegative", "Limit", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Limit: -1})
+			return err
+		}},
+		{"ListLimitTooLarge", "Limit", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Limit: admin.MaxListLimit + 1})
+			return err
+		}},
+		{"PurgeOlderThanNegative", "OlderThan", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, OlderThan: -time.Second})
+			return err
+		}},
+		{"PurgeLimitTooLarge", "Limit", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, Limit: admin.MaxPurgeLimit + 1})
+			return err
+		}},
+		{"PurgeLimitNegative", "Limit", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed, Limit: -5})
+			return err
+		}},
+		{"PurgeStatusEmpty", "Status", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{})
+			return err
+		}},
+		{"PurgeStatusPending", "Status", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusPending})
+			return err
+		}},
+		{"PurgeStatusProcessing", "Status", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusProcessing})
+			return err
+		}},
+		{"PurgeStatusUnknown", "Status", func() error {
+			_, err := b.admin.Purge(ctx, admin.PurgeParams{Status: "sent"})
+			return err
+		}},
+		{"ReplayIDsWithFilter", "IDs", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{failed}, Type: "test.event"})
+			return err
+		}},
+		{"ReplayIDsWithLimit", "IDs", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{failed}, Limit: 1})
+			return err
+		}},
+		{"ReplayIDsEmpty", "IDs", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{}})
+			return err
+		}},
+		{"ReplayTooManyIDs", "IDs", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: tooMany})
+			return err
+		}},
+		{"ReplayLimitTooLarge", "Limit", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Limit: admin.MaxReplayLimit + 1})
+			return err
+		}},
+		{"ReplayLimitNegative", "Limit", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Limit: -1})
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			require.ErrorIs(t, err, admin.ErrInvalidInput)
+			var ierr *admin.InputError
+			require.ErrorAs(t, err, &ierr)
+			require.Equal(t, tc.param, ierr.Param)
+			require.Contains(t, err.Error(), tc.param)
+			require.Equal(t, before, b.snapshot(t), "a rejected call changed rows")
+		})
+	}
+	require.Equal(t, "FAILED", b.status(t, failed))
+}

@@ -1,0 +1,209 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Counts is a snapshot of the table by status, taken in one statement.
+type Counts struct {
+	// Pending, Processing, Sent and Failed are the exact number of rows in
+	// each status.
+	Pending int64 `json:"pending"`
+	// Processing is the number of PROCESSING rows.
+	Processing int64 `json:"processing"`
+	// Sent is the number of SENT rows.
+	Sent int64 `json:"sent"`
+	// Failed is the number of FAILED rows.
+	Failed int64 `json:"failed"`
+	// Due is how many PENDING rows are due now (next_attempt_at <= now()).
+	Due int64 `json:"due"`
+	// OldestDueAge is how long the oldest due PENDING row has been due, by
+	// the database clock; 0 when nothing is due. A growing value means the
+	// dispatchers are not keeping up (or not running).
+	OldestDueAge time.Duration `json:"oldest_due_age"`
+	// At is the database's now() when the counts were taken.
+	At time.Time `json:"at"`
+}
+
+// Total returns the number of rows in every status.
+func (c Counts) Total() int64 { return c.Pending + c.Processing + c.Sent + c.Failed }
+
+// Counts counts the rows per status and measures the age of the oldest due
+// PENDING row. The counts are exact, so the statement reads the whole
+// table, SENT rows included: on a table that keeps millions of SENT rows it
+// takes as long as a sequential scan. Poll it at a human pace, not in a
+// tight loop; the age alone is read from the due index.
+func (a *Admin) Counts(ctx context.Context) (Counts, error) {
+	var c Counts
+	var ageMicros int64
+	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros, &c.At)
+	if err != nil {
+		return Counts{}, fmt.Errorf("pgoutbox: admin: counts %s: %w", a.table, err)
+	}
+	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+	return c, nil
+}
+
+// List page sizes.
+const (
+	// DefaultListLimit is the page size when ListParams.Limit is 0.
+	DefaultListLimit = 100
+	// MaxListLimit is the largest page size List accepts.
+	MaxListLimit = 1000
+)
+
+// Cursor marks the end of a page: the seq of its last row. The zero value
+// starts at the first row. It prints as a decimal number (empty when zero)
+// and [ParseCursor] reads that back, so it can travel through a CLI flag or
+// a URL.
+type Cursor struct{ seq int64 }
+
+// IsZero reports whether c is the start (or, as Page.Next, the end).
+func (c Cursor) IsZero() bool { return c.seq == 0 }
+
+// String returns the cursor as text: the decimal seq, or "" when zero.
+func (c Cursor) String() string {
+	if c.seq == 0 {
+		return ""
+	}
+	return strconv.FormatInt(c.seq, 10)
+}
+
+// MarshalText implements encoding.TextMarshaler with String's form.
+func (c Cursor) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// ParseCursor reads a cursor printed by Cursor.String. "" is the start.
+func ParseCursor(s string) (Cursor, error) {
+	if s == "" {
+		return Cursor{}, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return Cursor{}, inputErr("After", "is not a cursor (a non-negative number)")
+	}
+	return Cursor{seq: n}, nil
+}
+
+// ListParams selects a page of rows.
+type ListParams struct {
+	// Status keeps only rows in this status. Empty means every status.
+	Status outbox.Status
+	// Type keeps only rows of this event type. Empty means every type.
+	Type string
+	// After continues from a previous page's Next. The zero value starts
+	// at the beginning.
+	After Cursor
+	// Limit is the page size, 1 to [MaxListLimit]. Defaults to
+	// [DefaultListLimit].
+	Limit int
+}
+
+// Page is one page of List.
+type Page struct {
+	// Events are the page's rows in seq order (oldest insert first).
+	Events []Record `json:"events"`
+	// Next continues after this page; it is zero when there are no more
+	// rows right now.
+	Next Cursor `json:"next"`
+}
+
+// List returns one page of rows matching p, in seq order, by keyset: each
+// page starts after the previous page's last seq, so pages never repeat or
+// skip a row that stays in the table, however many rows are inserted or
+// deleted while an operator pages (no OFFSET). A row whose transaction
+// commits after a later page was read, with a seq below that page's end,
+// is not shown to that walk; start again to see it. seq has no index of
+// its own, so each page scans the rows that match the filter and keeps the
+// first Limit.
+func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
+	if p.Status != "" && !p.Status.Valid() {
+		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
+	}
+	limit, err := checkLimit(p.Limit, DefaultListLimit, MaxListLimit)
+	if err != nil {
+		return Page{}, err
+	}
+	rows, err := a.db.Query(ctx, a.sql.list, p.After.seq, string(p.Status), p.Type, limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("pgoutbox: admin: list %s: %w", a.table, err)
+	}
+	var r Record
+	events := make([]Record, 0, limit)
+	_, err = pgx.ForEachRow(rows, r.targets(), func() error {
+		events = append(events, r)
+		return nil
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("pgoutbox: admin: list %s: %w", a.table, err)
+	}
+	page := Page{Events: events}
+	if len(events) > limit {
+		page.Events = events[:limit]
+		page.Next = Cursor{seq: events[limit-1].Seq}
+	}
+	return page, nil
+}
+
+// AttemptLogEntry is one failed, retried or recovered attempt from a row's
+// attempt log.
+type AttemptLogEntry struct {
+	// Attempt is the attempt's number (1 for the first).
+	Attempt int `json:"attempt"`
+	// Outcome is "retry", "failed" or "recovered".
+	Outcome string `json:"outcome"`
+	// Code is the attempt's error code.
+	Code outbox.Code `json:"code"`
+	// Message is the attempt's error text (bounded).
+	Message string `json:"message"`
+	// Owner is the worker that made the attempt.
+	Owner string `json:"owner"`
+	// Started is when the attempt's claim was made.
+	Started time.Time `json:"started"`
+	// Ended is when its outcome was recorded.
+	Ended time.Time `json:"ended"`
+}
+
+// Detail is one row in full: its Record, payload, headers and attempt log.
+type Detail struct {
+	Record
+	// Payload is the event body as stored.
+	Payload []byte `json:"payload"`
+	// Headers are the event's string headers.
+	Headers map[string]string `json:"headers"`
+	// AttemptLog holds the latest unsuccessful attempts, oldest first (at
+	// most 10).
+	AttemptLog []AttemptLogEntry `json:"attempt_log"`
+}
+
+// Inspect returns the row with the given id in full. A missing id gives an
+// error that errors.Is [ErrNotFound].
+func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
+	var d Detail
+	var headers, log []byte
+	err := a.db.QueryRow(ctx, a.sql.inspect, id).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s in %s: %w", id, a.table, ErrNotFound)
+	}
+	if err != nil {
+		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s in %s: %w", id, a.table, err)
+	}
+	// Decoding errors name the column only: json's messages may quote
+	// the bytes they could not read.
+	if json.Unmarshal(headers, &d.Headers) != nil {
+		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s: headers are not an object of strings", id)
+	}
+	if json.Unmarshal(log, &d.AttemptLog) != nil {
+		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s: attempt_log is not an array of entries", id)
+	}
+	return d, nil
+}

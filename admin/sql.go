@@ -1,0 +1,70 @@
+package admin
+
+import "fmt"
+
+// statements is the SQL text for one outbox table, built once by New.
+type statements struct {
+	counts, list, inspect, replayIDs, replayFilter, notify, purgeSent, purgeFailed string
+}
+
+// recordColumns are a Record's columns, in the order Record.targets scans
+// them.
+const recordColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coalesce(aggregate_id, ''),
+	coalesce(partition_key, ''), coalesce(idempotency_key, ''), coalesce(content_type, ''),
+	coalesce(octet_length(payload), 0), status, attempts, recoveries, next_attempt_at,
+	coalesce(lock_owner, ''), locked_at, lease_until, heartbeat_at,
+	coalesce(last_error_code, ''), coalesce(last_error, ''), created_at, sent_at, failed_at`
+
+// replaySet is what a replay writes: due now by the database clock, with a
+// fresh retry and recovery budget. last_error_code, last_error and
+// attempt_log stay as history; the lease columns are already NULL on a
+// FAILED row.
+const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, failed_at = NULL`
+
+// bounded is the shape of every bulk write: lock at most n matching rows
+// in a sub-select (SKIP LOCKED) and reach them through the primary key
+// with "id = ANY(ARRAY(...))". "id IN (SELECT … LIMIT n)" may be planned
+// as a join that re-runs the sub-select and touches more than n rows.
+const bounded = `o.id = ANY (ARRAY(SELECT id FROM %[1]s WHERE %[2]s LIMIT %[3]s FOR UPDATE SKIP LOCKED)) AND o.status = '%[4]s'`
+
+func boundedWhere(table, cond, limitParam, status string) string {
+	return fmt.Sprintf(bounded, table, cond, limitParam, status)
+}
+
+func buildStatements(t string) statements {
+	replay := func(cond, limitParam string) string {
+		return fmt.Sprintf(`UPDATE %[1]s AS o SET %[2]s WHERE %[3]s RETURNING o.id`,
+			t, replaySet, boundedWhere(t, `status = 'FAILED' AND `+cond+` ORDER BY seq`, limitParam, "FAILED"))
+	}
+	purge := func(status, column string) string {
+		cond := fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, column)
+		return fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE %[2]s`, t, boundedWhere(t, cond, "$2", status))
+	}
+	return statements{
+		counts: fmt.Sprintf(`SELECT
+	count(*) FILTER (WHERE status = 'PENDING'),
+	count(*) FILTER (WHERE status = 'PROCESSING'),
+	count(*) FILTER (WHERE status = 'SENT'),
+	count(*) FILTER (WHERE status = 'FAILED'),
+	count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
+	coalesce((extract(epoch FROM now() - (
+		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
+		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
+	now()
+FROM %[1]s`, t),
+
+		list: fmt.Sprintf(`SELECT %[2]s FROM %[1]s
+WHERE seq > $1 AND ($2::text = '' OR status = $2) AND ($3::text = '' OR event_type = $3)
+ORDER BY seq LIMIT $4`, t, recordColumns),
+
+		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
+
+		replayIDs: replay(`id = ANY($1::uuid[])`, "$2"),
+		replayFilter: replay(`($1::text = '' OR event_type = $1) AND ($2::text = '' OR last_error_code = $2)
+	AND ($3::timestamptz IS NULL OR failed_at < $3)`, "$4"),
+		notify: `SELECT pg_notify($1, '')`,
+
+		purgeSent:   purge("SENT", "sent_at"),
+		purgeFailed: purge("FAILED", "failed_at"),
+	}
+}

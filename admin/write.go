@@ -1,0 +1,184 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Replay bounds.
+const (
+	// DefaultReplayLimit is the most rows a filter replay changes when
+	// ReplayParams.Limit is 0.
+	DefaultReplayLimit = 1000
+	// MaxReplayLimit is the most rows one Replay call may change, and the
+	// most ids it may name.
+	MaxReplayLimit = 10_000
+)
+
+// ReplayParams choose the FAILED rows to replay: either by id, or by a
+// filter. Only FAILED rows are ever changed.
+type ReplayParams struct {
+	// IDs names the rows to replay, at most [MaxReplayLimit]. Named rows
+	// that are not FAILED (or do not exist, or are locked by another
+	// replay) are reported as skipped and left alone. When IDs is set the
+	// filter fields and Limit must be empty: the list is the bound.
+	IDs []uuid.UUID
+	// Type keeps only rows of this event type. Empty means any.
+	Type string
+	// Code keeps only rows whose last_error_code is this. Empty means any.
+	Code outbox.Code
+	// FailedBefore keeps only rows that failed before this instant. Zero
+	// means any.
+	FailedBefore time.Time
+	// Limit is the most rows a filter replay changes, oldest seq first,
+	// 1 to [MaxReplayLimit]. Defaults to [DefaultReplayLimit]. A filter
+	// with every field empty replays any FAILED rows, up to Limit.
+	Limit int
+}
+
+// ReplayResult says what Replay changed.
+type ReplayResult struct {
+	// Replayed are the rows now PENDING, due at once.
+	Replayed []uuid.UUID `json:"replayed"`
+	// Skipped are the ids of ReplayParams.IDs that were not replayed: not
+	// FAILED, missing, or locked by a concurrent writer. Always empty for a
+	// filter replay.
+	Skipped []uuid.UUID `json:"skipped"`
+}
+
+// Replay returns FAILED rows to PENDING, due now by the database clock,
+// with attempts and recoveries reset to 0 and failed_at cleared, so that
+// they get the full retry budget again. last_error_code, last_error and
+// the attempt log are kept as history; the next failure appends to the log.
+// It is one bounded UPDATE that locks its rows with SKIP LOCKED, followed,
+// in the same transaction and only when rows changed, by a pg_notify on the
+// table's channel so dispatchers wake at once (they poll anyway). Bad
+// params give an [*InputError] and write nothing.
+func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
+	sql, args, err := a.replayArgs(p)
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	var res ReplayResult
+	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		if res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+			return err
+		}
+		if len(res.Replayed) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, a.sql.notify, a.channel)
+		return err
+	})
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s: %w", a.table, err)
+	}
+	res.Skipped = skipped(p.IDs, res.Replayed)
+	return res, nil
+}
+
+// replayArgs validates p and picks the statement and its arguments.
+func (a *Admin) replayArgs(p ReplayParams) (string, []any, error) {
+	if len(p.IDs) > 0 {
+		if p.Type != "" || p.Code != "" || !p.FailedBefore.IsZero() || p.Limit != 0 {
+			return "", nil, inputErr("IDs", "cannot be combined with Type, Code, FailedBefore or Limit")
+		}
+		if len(p.IDs) > MaxReplayLimit {
+			return "", nil, inputErr("IDs", "names %d rows, at most %d per call", len(p.IDs), MaxReplayLimit)
+		}
+		return a.sql.replayIDs, []any{p.IDs, len(p.IDs)}, nil
+	}
+	if p.IDs != nil {
+		return "", nil, inputErr("IDs", "is empty; leave it nil to replay by filter")
+	}
+	limit, err := checkLimit(p.Limit, DefaultReplayLimit, MaxReplayLimit)
+	if err != nil {
+		return "", nil, err
+	}
+	var before *time.Time
+	if !p.FailedBefore.IsZero() {
+		before = &p.FailedBefore
+	}
+	return a.sql.replayFilter, []any{p.Type, string(p.Code), before, limit}, nil
+}
+
+// skipped returns the ids of named that are not in replayed, in the order
+// named, once each.
+func skipped(named, replayed []uuid.UUID) []uuid.UUID {
+	seen := make(map[uuid.UUID]bool, len(named))
+	for _, id := range replayed {
+		seen[id] = true
+	}
+	var out []uuid.UUID
+	for _, id := range named {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Purge bounds.
+const (
+	// DefaultPurgeLimit is the most rows one Purge deletes when
+	// PurgeParams.Limit is 0.
+	DefaultPurgeLimit = 10_000
+	// MaxPurgeLimit is the largest PurgeParams.Limit.
+	MaxPurgeLimit = 100_000
+)
+
+// PurgeParams choose finished rows to delete.
+type PurgeParams struct {
+	// Status is SENT or FAILED; any other value is an [*InputError].
+	// PENDING and PROCESSING rows are never purged.
+	Status outbox.Status
+	// OlderThan keeps rows younger than this: a row is purged when its
+	// sent_at (SENT) or failed_at (FAILED) is before the database's
+	// now() - OlderThan. At least 0.
+	OlderThan time.Duration
+	// Limit is the most rows this call deletes, 1 to [MaxPurgeLimit].
+	// Defaults to [DefaultPurgeLimit].
+	Limit int
+}
+
+// Purge deletes up to p.Limit rows in p.Status that reached it more than
+// p.OlderThan ago (database clock), in one bounded DELETE that skips rows
+// other transactions have locked, and returns how many it deleted. Call it
+// again while it returns p.Limit to drain a larger backlog; each call is
+// its own short statement. Rows are taken in no particular order: the
+// cut-off alone decides which rows may go. Bad params give an
+// [*InputError] and delete nothing.
+func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	var sql string
+	switch p.Status {
+	case outbox.StatusSent:
+		sql = a.sql.purgeSent
+	case outbox.StatusFailed:
+		sql = a.sql.purgeFailed
+	default:
+		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
+	}
+	if p.OlderThan < 0 {
+		return 0, inputErr("OlderThan", "is %s, must be at least 0", p.OlderThan)
+	}
+	limit, err := checkLimit(p.Limit, DefaultPurgeLimit, MaxPurgeLimit)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := a.db.Exec(ctx, sql, p.OlderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgoutbox: admin: purge %s %s: %w", p.Status, a.table, err)
+	}
+	return tag.RowsAffected(), nil
+}
