@@ -27,6 +27,8 @@
 //   - Invalid parameters give an [*InputError] (errors.Is
 //     [ErrInvalidInput]) before any statement runs; nothing is written.
 //   - No error contains payload or header bytes.
+//   - With DryRun set, Replay and Purge report what the same call would
+//     change, reading without locks, and change nothing.
 //
 // # Replay
 //

@@ -30,7 +30,7 @@ type Counts struct {
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the
 	// dispatchers are not keeping up (or not running).
-	OldestDueAge time.Duration `json:"oldest_due_age"`
+	OldestDueAge time.Duration `json:"oldest_due_age_ns"`
 	// At is the database's now() when the counts were taken.
 	At time.Time `json:"at"`
 }

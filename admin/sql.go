@@ -4,8 +4,14 @@ import "fmt"
 
 // statements is the SQL text for one outbox table, built once by New.
 type statements struct {
-	counts, list, inspect, replayIDs, replayFilter, notify, purgeSent, purgeFailed string
+	counts, list, inspect, notify string
+	replayIDs, replayFilter       write
+	purgeSent, purgeFailed        write
 }
+
+// write is a bulk write and its dry run: the same selection, read without
+// locking and without changing anything.
+type write struct{ run, dry string }
 
 // recordColumns are a Record's columns, in the order Record.targets scans
 // them.
@@ -32,13 +38,20 @@ func boundedWhere(table, cond, limitParam, status string) string {
 }
 
 func buildStatements(t string) statements {
-	replay := func(cond, limitParam string) string {
-		return fmt.Sprintf(`UPDATE %[1]s AS o SET %[2]s WHERE %[3]s RETURNING o.id`,
-			t, replaySet, boundedWhere(t, `status = 'FAILED' AND `+cond+` ORDER BY seq`, limitParam, "FAILED"))
+	replay := func(cond, limitParam string) write {
+		cond = `status = 'FAILED' AND ` + cond + ` ORDER BY seq`
+		return write{
+			run: fmt.Sprintf(`UPDATE %[1]s AS o SET %[2]s WHERE %[3]s RETURNING o.id`,
+				t, replaySet, boundedWhere(t, cond, limitParam, "FAILED")),
+			dry: fmt.Sprintf(`SELECT id FROM %s WHERE %s LIMIT %s`, t, cond, limitParam),
+		}
 	}
-	purge := func(status, column string) string {
+	purge := func(status, column string) write {
 		cond := fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, column)
-		return fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE %[2]s`, t, boundedWhere(t, cond, "$2", status))
+		return write{
+			run: fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE %[2]s`, t, boundedWhere(t, cond, "$2", status)),
+			dry: fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s LIMIT $2) AS d`, t, cond),
+		}
 	}
 	return statements{
 		counts: fmt.Sprintf(`SELECT

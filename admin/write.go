@@ -40,11 +40,16 @@ type ReplayParams struct {
 	// 1 to [MaxReplayLimit]. Defaults to [DefaultReplayLimit]. A filter
 	// with every field empty replays any FAILED rows, up to Limit.
 	Limit int
+	// DryRun makes Replay change nothing and send no notification: it
+	// reports the rows the same call would replay now (read without
+	// locks, so a concurrent writer may change the answer).
+	DryRun bool
 }
 
 // ReplayResult says what Replay changed.
 type ReplayResult struct {
-	// Replayed are the rows now PENDING, due at once.
+	// Replayed are the rows now PENDING, due at once; with
+	// ReplayParams.DryRun, the rows that would be.
 	Replayed []uuid.UUID `json:"replayed"`
 	// Skipped are the ids of ReplayParams.IDs that were not replayed: not
 	// FAILED, missing, or locked by a concurrent writer. Always empty for a
@@ -61,13 +66,24 @@ type ReplayResult struct {
 // table's channel so dispatchers wake at once (they poll anyway). Bad
 // params give an [*InputError] and write nothing.
 func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
-	sql, args, err := a.replayArgs(p)
+	stmt, args, err := a.replayArgs(p)
 	if err != nil {
 		return ReplayResult{}, err
 	}
 	var res ReplayResult
+	if p.DryRun {
+		rows, err := a.db.Query(ctx, stmt.dry, args...)
+		if err == nil {
+			res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		}
+		if err != nil {
+			return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s (dry run): %w", a.table, err)
+		}
+		res.Skipped = skipped(p.IDs, res.Replayed)
+		return res, nil
+	}
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sql, args...)
+		rows, err := tx.Query(ctx, stmt.run, args...)
 		if err != nil {
 			return err
 		}
@@ -88,22 +104,22 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 }
 
 // replayArgs validates p and picks the statement and its arguments.
-func (a *Admin) replayArgs(p ReplayParams) (string, []any, error) {
+func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if len(p.IDs) > 0 {
 		if p.Type != "" || p.Code != "" || !p.FailedBefore.IsZero() || p.Limit != 0 {
-			return "", nil, inputErr("IDs", "cannot be combined with Type, Code, FailedBefore or Limit")
+			return write{}, nil, inputErr("IDs", "cannot be combined with Type, Code, FailedBefore or Limit")
 		}
 		if len(p.IDs) > MaxReplayLimit {
-			return "", nil, inputErr("IDs", "names %d rows, at most %d per call", len(p.IDs), MaxReplayLimit)
+			return write{}, nil, inputErr("IDs", "names %d rows, at most %d per call", len(p.IDs), MaxReplayLimit)
 		}
 		return a.sql.replayIDs, []any{p.IDs, len(p.IDs)}, nil
 	}
 	if p.IDs != nil {
-		return "", nil, inputErr("IDs", "is empty; leave it nil to replay by filter")
+		return write{}, nil, inputErr("IDs", "is empty; leave it nil to replay by filter")
 	}
 	limit, err := checkLimit(p.Limit, DefaultReplayLimit, MaxReplayLimit)
 	if err != nil {
-		return "", nil, err
+		return write{}, nil, err
 	}
 	var before *time.Time
 	if !p.FailedBefore.IsZero() {
@@ -150,6 +166,9 @@ type PurgeParams struct {
 	// Limit is the most rows this call deletes, 1 to [MaxPurgeLimit].
 	// Defaults to [DefaultPurgeLimit].
 	Limit int
+	// DryRun makes Purge delete nothing and return how many rows the same
+	// call would delete now (counted without locks).
+	DryRun bool
 }
 
 // Purge deletes up to p.Limit rows in p.Status that reached it more than
@@ -160,12 +179,12 @@ type PurgeParams struct {
 // cut-off alone decides which rows may go. Bad params give an
 // [*InputError] and delete nothing.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	var sql string
+	var stmt write
 	switch p.Status {
 	case outbox.StatusSent:
-		sql = a.sql.purgeSent
+		stmt = a.sql.purgeSent
 	case outbox.StatusFailed:
-		sql = a.sql.purgeFailed
+		stmt = a.sql.purgeFailed
 	default:
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
 	}
@@ -176,7 +195,14 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tag, err := a.db.Exec(ctx, sql, p.OlderThan.Microseconds(), limit)
+	if p.DryRun {
+		var n int64
+		if err := a.db.QueryRow(ctx, stmt.dry, p.OlderThan.Microseconds(), limit).Scan(&n); err != nil {
+			return 0, fmt.Errorf("pgoutbox: admin: purge %s %s (dry run): %w", p.Status, a.table, err)
+		}
+		return n, nil
+	}
+	tag, err := a.db.Exec(ctx, stmt.run, p.OlderThan.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgoutbox: admin: purge %s %s: %w", p.Status, a.table, err)
 	}

@@ -238,3 +238,38 @@ func TestPurge(t *testing.T) {
 		require.Equal(t, 5, b.countWhere(t, "true"))
 	})
 }
+
+func TestDryRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Purge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insert(t, many(4, row{Status: "SENT", SentAgo: 2 * time.Hour})...)
+		b.insert(t, row{Status: "SENT", SentAgo: time.Minute}, row{Status: "PENDING", SentAgo: 2 * time.Hour})
+		before := b.snapshot(t)
+		n, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, OlderThan: time.Hour, DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, int64(4), n)
+		n, err = b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, OlderThan: time.Hour, Limit: 3, DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n, "the dry run counts up to Limit")
+		require.Equal(t, before, b.snapshot(t))
+	})
+
+	t.Run("Replay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		got := b.insert(t, row{Status: "FAILED"}, row{Status: "SENT"}, row{Status: "FAILED", Type: "other"})
+		before := b.snapshot(t)
+		res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: got[:2], DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{got[0]}, res.Replayed)
+		require.Equal(t, []uuid.UUID{got[1]}, res.Skipped)
+		res, err = b.admin.Replay(ctx, admin.ReplayParams{Type: "other", DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{got[2]}, res.Replayed)
+		require.Equal(t, before, b.snapshot(t))
+	})
+}
