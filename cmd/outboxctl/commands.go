@@ -1,0 +1,339 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// newAdmin returns an Admin on the command's connection and table.
+func (e *env) newAdmin() (*admin.Admin, error) {
+	conn, err := e.connect()
+	if err != nil {
+		return nil, err
+	}
+	return admin.New(conn, admin.Config{Table: e.table})
+}
+
+func countsFlags(*flag.FlagSet) func(*env) error {
+	return func(e *env) error {
+		a, err := e.newAdmin()
+		if err != nil {
+			return err
+		}
+		c, err := a.Counts(e.ctx)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(c)
+		}
+		t := e.table.WithDefaults()
+		return e.printTable([]string{"STATUS", "COUNT"}, [][]string{
+			{"PENDING", fmt.Sprint(c.Pending)},
+			{"  due now", fmt.Sprint(c.Due)},
+			{"PROCESSING", fmt.Sprint(c.Processing)},
+			{"SENT", fmt.Sprint(c.Sent)},
+			{"FAILED", fmt.Sprint(c.Failed)},
+			{"total", fmt.Sprint(c.Total())},
+		}, fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)",
+			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339)))
+	}
+}
+
+func listFlags(fs *flag.FlagSet) func(*env) error {
+	status := fs.String("status", "", "only events in this `status` (pending, processing, sent, failed)")
+	typ := fs.String("type", "", "only events of this event `type`")
+	after := fs.String("after", "", "continue after this `cursor` (printed at the end of the previous page)")
+	limit := fs.Int("limit", admin.DefaultListLimit, fmt.Sprintf("page `size`, 1 to %d", admin.MaxListLimit))
+	return func(e *env) error {
+		cursor, err := admin.ParseCursor(*after)
+		if err != nil {
+			return usagef("-after %q is not a cursor", *after)
+		}
+		st, err := parseStatus("-status", *status, true)
+		if err != nil {
+			return err
+		}
+		if *limit < 1 || *limit > admin.MaxListLimit {
+			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxListLimit)
+		}
+		a, err := e.newAdmin()
+		if err != nil {
+			return err
+		}
+		page, err := a.List(e.ctx, admin.ListParams{Status: st, Type: *typ, After: cursor, Limit: *limit})
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(page)
+		}
+		rows := make([][]string, len(page.Events))
+		for i, r := range page.Events {
+			rows[i] = []string{fmt.Sprint(r.Seq), r.ID.String(), string(r.Status), r.Type, fmt.Sprint(r.Attempts),
+				r.NextAttemptAt.Format(time.RFC3339), r.CreatedAt.Format(time.RFC3339), string(r.LastErrorCode)}
+		}
+		footer := fmt.Sprintf("%d events; no more pages", len(rows))
+		if !page.Next.IsZero() {
+			footer = fmt.Sprintf("%d events; next page: -after %s", len(rows), page.Next)
+		}
+		return e.printTable([]string{"SEQ", "ID", "STATUS", "TYPE", "ATTEMPTS", "NEXT_ATTEMPT_AT", "CREATED_AT", "LAST_ERROR_CODE"}, rows, footer)
+	}
+}
+
+func inspectFlags(fs *flag.FlagSet) func(*env) error {
+	idFlag := fs.String("id", "", "event `id` (or give it as the argument)")
+	return func(e *env) error {
+		raw := *idFlag
+		switch {
+		case fs.NArg() > 1, fs.NArg() == 1 && raw != "":
+			return usagef("give one event id")
+		case fs.NArg() == 1:
+			raw = fs.Arg(0)
+		case raw == "":
+			return usagef("an event id is required")
+		}
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			return usagef("%q is not an event id (a UUID)", raw)
+		}
+		a, err := e.newAdmin()
+		if err != nil {
+			return err
+		}
+		d, err := a.Inspect(e.ctx, id)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(d)
+		}
+		return e.printDetail(d)
+	}
+}
+
+// idsFlag collects event ids from repeated or comma-separated -id flags.
+type idsFlag []uuid.UUID
+
+func (f *idsFlag) String() string { return "" }
+
+func (f *idsFlag) Set(v string) error {
+	for s := range strings.SplitSeq(v, ",") {
+		id, err := uuid.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("%q is not an event id (a UUID)", s)
+		}
+		*f = append(*f, id)
+	}
+	return nil
+}
+
+func replayFlags(fs *flag.FlagSet) func(*env) error {
+	var ids idsFlag
+	fs.Var(&ids, "id", "replay this event `id` (repeat the flag or separate ids with commas); not with the filters")
+	typ := fs.String("type", "", "filter: only events of this event `type`")
+	code := fs.String("code", "", "filter: only events whose last error `code` is this (e.g. handler_error)")
+	before := fs.String("failed-before", "", "filter: only events that failed before this `time` (RFC 3339)")
+	limit := fs.Int("limit", admin.DefaultReplayLimit, fmt.Sprintf("filter: at most this many `events`, 1 to %d", admin.MaxReplayLimit))
+	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
+	return func(e *env) error {
+		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: outbox.Code(*code), DryRun: !*yes}
+		if *before != "" {
+			t, err := time.Parse(time.RFC3339, *before)
+			if err != nil {
+				return usagef("-failed-before %q is not an RFC 3339 time (e.g. 2024-05-01T10:00:00Z)", *before)
+			}
+			p.FailedBefore = t
+		}
+		if len(ids) == 0 {
+			p.Limit = *limit
+		} else if flagSet(fs, "limit") || p.Type != "" || p.Code != "" || *before != "" {
+			return usagef("-id cannot be combined with -type, -code, -failed-before or -limit")
+		}
+		a, err := e.newAdmin()
+		if err != nil {
+			return err
+		}
+		res, err := a.Replay(e.ctx, p)
+		if err != nil {
+			return asUsage(err)
+		}
+		return e.printReplay(p, res)
+	}
+}
+
+func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
+	if p.DryRun {
+		if e.json {
+			return e.printJSON(map[string]any{"dry_run": true, "would_replay": len(res.Replayed), "skipped": len(res.Skipped)})
+		}
+		e.printf("dry run: would replay %d FAILED events in %s", len(res.Replayed), e.table.WithDefaults())
+		if len(p.IDs) > 0 {
+			e.printf("; %d of the named ids would be skipped (not FAILED or missing)", len(res.Skipped))
+		}
+		e.printf("\nnothing was changed; run again with -yes to replay\n")
+		return nil
+	}
+	if e.json {
+		return e.printJSON(res)
+	}
+	for _, id := range res.Replayed {
+		e.printf("replayed %s\n", id)
+	}
+	for _, id := range res.Skipped {
+		e.printf("skipped  %s (not FAILED, missing, or locked)\n", id)
+	}
+	e.printf("%d events replayed, %d skipped\n", len(res.Replayed), len(res.Skipped))
+	return nil
+}
+
+func purgeFlags(fs *flag.FlagSet) func(*env) error {
+	status := fs.String("status", "", "purge events in this `status`: sent or failed (required)")
+	olderThan := fs.Duration("older-than", -1, "purge events that reached the status more than this `duration` ago, e.g. 720h (required)")
+	limit := fs.Int("limit", admin.DefaultPurgeLimit, fmt.Sprintf("delete at most this many `events`, 1 to %d", admin.MaxPurgeLimit))
+	yes := fs.Bool("yes", false, "really delete; without it, print how many would be deleted")
+	return func(e *env) error {
+		st, err := parseStatus("-status", *status, false)
+		if err != nil {
+			return err
+		}
+		if !flagSet(fs, "older-than") {
+			return usagef("-older-than is required (0s purges every %s event)", st)
+		}
+		a, err := e.newAdmin()
+		if err != nil {
+			return err
+		}
+		p := admin.PurgeParams{Status: st, OlderThan: *olderThan, Limit: *limit, DryRun: !*yes}
+		n, err := a.Purge(e.ctx, p)
+		if err != nil {
+			return asUsage(err)
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"dry_run": p.DryRun, "status": st, "count": n})
+		}
+		if p.DryRun {
+			e.printf("dry run: would delete %d %s events older than %s from %s (at most %d per call)\nnothing was changed; run again with -yes to delete\n",
+				n, st, p.OlderThan, e.table.WithDefaults(), p.Limit)
+			return nil
+		}
+		e.printf("deleted %d %s events older than %s\n", n, st, p.OlderThan)
+		return nil
+	}
+}
+
+func migrateFlags(*flag.FlagSet) func(*env) error {
+	return func(e *env) error {
+		conn, err := e.connect()
+		if err != nil {
+			return err
+		}
+		cfg := migrations.Config{Table: e.table}
+		if err := migrations.Migrate(e.ctx, conn, cfg); err != nil {
+			return err
+		}
+		v, err := migrations.Version(e.ctx, conn, cfg)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"table": e.table.WithDefaults().String(), "version": v})
+		}
+		e.printf("%s is at schema version %d\n", e.table.WithDefaults(), v)
+		return nil
+	}
+}
+
+func verifyFlags(*flag.FlagSet) func(*env) error {
+	return func(e *env) error {
+		conn, err := e.connect()
+		if err != nil {
+			return err
+		}
+		err = migrations.Verify(e.ctx, conn, migrations.Config{Table: e.table})
+		var verr *migrations.VerifyError
+		if err != nil && !errors.As(err, &verr) {
+			return err
+		}
+		var problems []migrations.Problem
+		if verr != nil {
+			problems = verr.Problems
+		}
+		if e.json {
+			if jerr := e.printJSON(map[string]any{"table": e.table.WithDefaults().String(), "ok": err == nil, "problems": problems}); jerr != nil {
+				return jerr
+			}
+		} else if err == nil {
+			e.printf("%s matches schema version %d\n", e.table.WithDefaults(), migrations.Latest())
+		} else {
+			rows := make([][]string, len(problems))
+			for i, p := range problems {
+				rows[i] = []string{p.Object, p.Expected, p.Actual}
+			}
+			if perr := e.printTable([]string{"OBJECT", "EXPECTED", "ACTUAL"}, rows, ""); perr != nil {
+				return perr
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s does not match: %d problems", e.table.WithDefaults(), len(problems))
+		}
+		return nil
+	}
+}
+
+// parseStatus reads a status flag in any case. Empty is allowed only when
+// optional; purge accepts SENT and FAILED only.
+func parseStatus(name, v string, optional bool) (outbox.Status, error) {
+	st := outbox.Status(strings.ToUpper(v))
+	switch {
+	case v == "" && optional:
+		return "", nil
+	case optional && st.Valid():
+		return st, nil
+	case !optional && (st == outbox.StatusSent || st == outbox.StatusFailed):
+		return st, nil
+	case optional:
+		return "", usagef("%s %q: must be pending, processing, sent or failed", name, v)
+	default:
+		return "", usagef("%s %q: must be sent or failed", name, v)
+	}
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// asUsage turns the admin package's input errors into usage errors.
+func asUsage(err error) error {
+	if errors.Is(err, admin.ErrInvalidInput) {
+		return usagef("%v", err)
+	}
+	return err
+}
+
+// printable returns the payload as text when it is valid UTF-8 without
+// control characters other than tab and newline, else "".
+func printable(b []byte) (string, bool) {
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	for _, r := range string(b) {
+		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
+			return "", false
+		}
+	}
+	return string(b), true
+}

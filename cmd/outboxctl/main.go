@@ -1,0 +1,207 @@
+// Command outboxctl is the operator's command line for a pgoutbox outbox:
+// counts, list, inspect, replay, purge, migrate and verify. It is a thin
+// layer over the admin and migrations packages; docs/admin.md is its
+// guide.
+//
+//	outboxctl <command> [flags]
+//
+// Every command takes -url (default $DATABASE_URL), -schema, -table and
+// -json. replay and purge change nothing without -yes: they print what
+// they would do. Exit status: 0 success, 1 failure (including a schema
+// that does not verify), 2 bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// connectTimeout bounds the connection attempt when the URL sets none.
+const connectTimeout = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand: its flags are added to the common ones, and
+// exec runs it on an open connection.
+type command struct {
+	name, args, summary string
+	flags               func(fs *flag.FlagSet) func(*env) error
+}
+
+// env is what a command runs with.
+type env struct {
+	ctx   context.Context
+	url   string
+	conn  *pgx.Conn // nil until connect
+	table outbox.Table
+	json  bool
+	out   io.Writer
+	fs    *flag.FlagSet
+}
+
+var commands = []command{
+	{"counts", "", "rows per status and the age of the oldest due event", countsFlags},
+	{"list", "", "list events, a page at a time (keyset by seq)", listFlags},
+	{"inspect", "<id>", "show one event in full: payload, headers, attempt log", inspectFlags},
+	{"replay", "", "return FAILED events to PENDING (dry run without -yes)", replayFlags},
+	{"purge", "", "delete old SENT or FAILED events (dry run without -yes)", purgeFlags},
+	{"migrate", "", "create or upgrade the outbox table", migrateFlags},
+	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},
+}
+
+const usageLine = "usage: outboxctl <command> [flags]"
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, usageLine)
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun outboxctl <command> -h for the command's flags.")
+}
+
+// usageError is a bad flag or argument: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run is the whole program, minus the process: it parses args (without the
+// program name), runs the command and returns the exit status. Everything
+// it writes goes through a filter that blanks the URL's password.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return exitOK
+	}
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == args[0] })
+	if i < 0 {
+		fmt.Fprintf(stderr, "outboxctl: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	cmd := commands[i]
+
+	fs := flag.NewFlagSet("outboxctl "+cmd.name, flag.ContinueOnError)
+	// The default is read after parsing, so that usage text never shows
+	// the environment's URL.
+	url := fs.String("url", "", "PostgreSQL `URL` or keyword/value DSN (default $DATABASE_URL)")
+	schema := fs.String("schema", outbox.DefaultSchema, "`schema` of the outbox table")
+	table := fs.String("table", outbox.DefaultTable, "`name` of the outbox table")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	exec := cmd.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: outboxctl %s [flags] %s\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.summary)
+		fs.PrintDefaults()
+	}
+
+	// Blank the password of every URL the program may see, before the
+	// first byte is written: flag errors echo bad values too.
+	secrets := passwords(append(urlArgs(args), os.Getenv("DATABASE_URL")))
+	stdout, stderr = &redactor{w: stdout, secrets: secrets}, &redactor{w: stderr, secrets: secrets}
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if *url == "" {
+		*url = os.Getenv("DATABASE_URL")
+	}
+
+	e := &env{ctx: ctx, url: *url, table: outbox.Table{Schema: *schema, Name: *table}, json: *asJSON, out: stdout}
+	defer e.close()
+	err := e.check()
+	if err == nil && cmd.args == "" && fs.NArg() > 0 {
+		err = usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if err == nil {
+		err = exec(e)
+	}
+	var uerr *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
+		fmt.Fprintf(stderr, "usage: outboxctl %s [flags] %s (outboxctl %s -h for help)\n", cmd.name, cmd.args, cmd.name)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
+		return exitFail
+	}
+}
+
+// check validates the common flags.
+func (e *env) check() error {
+	if e.url == "" {
+		return usagef("no database: set -url or DATABASE_URL")
+	}
+	if err := e.table.WithDefaults().Validate(); err != nil {
+		return usagef("-schema/-table: %v", err)
+	}
+	if _, err := pgx.ParseConfig(e.url); err != nil {
+		// pgx's message may quote the URL; say only what went wrong.
+		return usagef("-url: cannot be parsed as a PostgreSQL URL or DSN")
+	}
+	return nil
+}
+
+// connect opens the connection, once; commands call it after checking
+// their own flags, so that bad usage never waits for the network.
+func (e *env) connect() (*pgx.Conn, error) {
+	if e.conn != nil {
+		return e.conn, nil
+	}
+	cfg, err := pgx.ParseConfig(e.url)
+	if err != nil { // check has parsed it already
+		return nil, usagef("-url: cannot be parsed as a PostgreSQL URL or DSN")
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	e.conn, err = pgx.ConnectConfig(e.ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s:%d as %s: %w", cfg.Host, cfg.Port, cfg.User, redactErr(err, []string{cfg.Password}))
+	}
+	return e.conn, nil
+}
+
+// close closes the connection if one was opened.
+func (e *env) close() {
+	if e.conn != nil {
+		_ = e.conn.Close(context.WithoutCancel(e.ctx))
+	}
+}

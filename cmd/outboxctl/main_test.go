@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+)
+
+// result is one in-process run of outboxctl.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// ctl runs outboxctl with args, without -url/-schema (for usage tests).
+func ctl(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+// onDB runs a command against the test's schema, with any further flags.
+func onDB(t *testing.T, db *testdb.DB, cmd string, args ...string) result {
+	t.Helper()
+	return ctl(t, append([]string{cmd, "-url", db.URL, "-schema", db.Schema}, args...)...)
+}
+
+// insert adds rows with plain SQL: status and event type per row, with
+// timestamps an hour old.
+func insert(t *testing.T, db *testdb.DB, status, typ string, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+		_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events
+	(id, event_type, status, payload, headers, last_error_code, lock_token, lease_until, sent_at, failed_at)
+VALUES ($1, $2, $3, '{"n":1}', '{"h":"v"}', CASE WHEN $3 = 'FAILED' THEN 'handler_error' END,
+	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END, CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
+	CASE WHEN $3 = 'SENT' THEN now() - interval '1 hour' END, CASE WHEN $3 = 'FAILED' THEN now() - interval '1 hour' END)`,
+			ids[i], typ, status)
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+func count(t *testing.T, db *testdb.DB, status string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE status = $1", status).Scan(&n))
+	return n
+}
+
+func TestCounts(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "PENDING", "a", 2)
+	insert(t, db, "FAILED", "a", 3)
+
+	r := onDB(t, db, "counts")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^PENDING\s+2$`, r.stdout)
+	require.Regexp(t, `(?m)^FAILED\s+3$`, r.stdout)
+	require.Regexp(t, `(?m)^total\s+5$`, r.stdout)
+	require.Contains(t, r.stdout, "oldest due event waiting:")
+
+	r = onDB(t, db, "counts", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var c struct{ Pending, Failed, Due int64 }
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &c))
+	require.Equal(t, int64(2), c.Pending)
+	require.Equal(t, int64(3), c.Failed)
+	require.Equal(t, int64(2), c.Due)
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	a := insert(t, db, "PENDING", "a", 3)
+	f := insert(t, db, "FAILED", "b", 1)
+
+	r := onDB(t, db, "list", "-limit", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, a[0].String())
+	require.Contains(t, r.stdout, a[1].String())
+	require.NotContains(t, r.stdout, a[2].String())
+	m := regexpFind(t, `next page: -after (\d+)`, r.stdout)
+
+	r = onDB(t, db, "list", "-limit", "2", "-after", m)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, a[2].String())
+	require.Contains(t, r.stdout, f[0].String())
+	require.Contains(t, r.stdout, "no more pages")
+
+	r = onDB(t, db, "list", "-status", "failed", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var page struct {
+		Events []struct {
+			ID     uuid.UUID
+			Status string
+		}
+		Next string
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Events, 1)
+	require.Equal(t, f[0], page.Events[0].ID)
+	require.Empty(t, page.Next)
+
+	r = onDB(t, db, "list", "-type", "b")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, f[0].String())
+	require.NotContains(t, r.stdout, a[0].String())
+}
+
+func regexpFind(t *testing.T, pattern, s string) string {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(s)
+	require.NotNil(t, m, "%q not in %q", pattern, s)
+	return m[1]
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insert(t, db, "FAILED", "order.created", 1)[0]
+
+	for _, args := range [][]string{{id.String()}, {"-id", id.String()}} {
+		r := onDB(t, db, "inspect", args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "order.created")
+		require.Contains(t, r.stdout, `{"n":1}`)
+		require.Contains(t, r.stdout, "h: v")
+		require.Contains(t, r.stdout, "handler_error")
+	}
+
+	r := onDB(t, db, "inspect", "-json", id.String())
+	require.Equal(t, 0, r.code, r.stderr)
+	var d struct {
+		ID      uuid.UUID
+		Payload []byte
+		Headers map[string]string
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &d))
+	require.Equal(t, id, d.ID)
+	require.Equal(t, []byte(`{"n":1}`), d.Payload)
+
+	r = onDB(t, db, "inspect", uuid.NewString())
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "not found")
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	failed := insert(t, db, "FAILED", "a", 3)
+	sent := insert(t, db, "SENT", "a", 1)
+
+	r := onDB(t, db, "replay", "-id", failed[0].String()+","+sent[0].String())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "dry run: would replay 1 FAILED events")
+	require.Contains(t, r.stdout, "1 of the named ids would be skipped")
+	require.Equal(t, 3, count(t, db, "FAILED"), "a dry run changes nothing")
+
+	r = onDB(t, db, "replay", "-yes", "-id", failed[0].String(), "-id", sent[0].String())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replayed "+failed[0].String())
+	require.Contains(t, r.stdout, "skipped  "+sent[0].String())
+	require.Equal(t, 2, count(t, db, "FAILED"))
+
+	r = onDB(t, db, "replay", "-type", "a", "-code", "handler_error", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.JSONEq(t, `{"dry_run": true, "would_replay": 2, "skipped": 0}`, r.stdout)
+
+	r = onDB(t, db, "replay", "-yes", "-limit", "1", "-failed-before", time.Now().Add(time.Hour).Format(time.RFC3339), "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var res struct{ Replayed []uuid.UUID }
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.Len(t, res.Replayed, 1)
+	require.Equal(t, 1, count(t, db, "FAILED"))
+	require.Equal(t, 2, count(t, db, "PENDING"))
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "SENT", "a", 3)
+	insert(t, db, "PENDING", "a", 1)
+	insert(t, db, "PROCESSING", "a", 1)
+
+	r := onDB(t, db, "purge", "-status", "sent", "-older-than", "30m")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "dry run: would delete 3 SENT events")
+	require.Equal(t, 3, count(t, db, "SENT"))
+
+	r = onDB(t, db, "purge", "-status", "sent", "-older-than", "2h", "-yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "deleted 0 SENT events")
+
+	r = onDB(t, db, "purge", "-status", "SENT", "-older-than", "30m", "-limit", "2", "-yes", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.JSONEq(t, `{"dry_run": false, "status": "SENT", "count": 2}`, r.stdout)
+	require.Equal(t, 1, count(t, db, "SENT"))
+	require.Equal(t, 1, count(t, db, "PENDING"))
+	require.Equal(t, 1, count(t, db, "PROCESSING"))
+}
+
+func TestMigrateAndVerify(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	r := onDB(t, db, "verify")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "missing")
+	require.Contains(t, r.stderr, "does not match")
+
+	r = onDB(t, db, "verify", "-json")
+	require.Equal(t, 1, r.code)
+	var v struct {
+		OK       bool
+		Problems []struct{ Object string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
+	require.False(t, v.OK)
+	require.NotEmpty(t, v.Problems)
+
+	r = onDB(t, db, "migrate")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "is at schema version 1")
+
+	r = onDB(t, db, "verify")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "matches schema version")
+
+	r = onDB(t, db, "migrate", "-table", "other_events", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.JSONEq(t, `{"table": "`+db.Schema+`.other_events", "version": 1}`, r.stdout)
+}
+
+func TestBadUsage(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	failed := insert(t, db, "FAILED", "a", 1)
+	insert(t, db, "SENT", "a", 1)
+
+	cases := map[string][]string{
+		"UnknownFlag":           {"counts", "-nope"},
+		"BadLimit":              {"list", "-limit", "0"},
+		"BadStatus":             {"list", "-status", "done"},
+		"BadCursor":             {"list", "-after", "x"},
+		"ExtraArg":              {"counts", "extra"},
+		"InspectNoID":           {"inspect"},
+		"InspectBadID":          {"inspect", "not-a-uuid"},
+		"ReplayBadID":           {"replay", "-id", "nope"},
+		"ReplayIDAndFilter":     {"replay", "-yes", "-id", failed[0].String(), "-type", "a"},
+		"ReplayBadTime":         {"replay", "-failed-before", "yesterday"},
+		"ReplayLimitTooLarge":   {"replay", "-yes", "-limit", "10001"},
+		"PurgePending":          {"purge", "-yes", "-status", "pending", "-older-than", "0s"},
+		"PurgeNoStatus":         {"purge", "-yes", "-older-than", "0s"},
+		"PurgeNoOlderThan":      {"purge", "-yes", "-status", "sent"},
+		"PurgeNegativeDuration": {"purge", "-yes", "-status", "sent", "-older-than", "-1h"},
+		"PurgeLimitTooLarge":    {"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "100001"},
+		"BadTable":              {"counts", "-table", "Bad-Name"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := onDB(t, db, args[0], args[1:]...)
+			require.Equal(t, 2, r.code, "stdout %q stderr %q", r.stdout, r.stderr)
+			require.Contains(t, r.stderr, "usage: outboxctl "+args[0])
+			require.Empty(t, r.stdout)
+		})
+	}
+	require.Equal(t, 1, count(t, db, "FAILED"))
+	require.Equal(t, 1, count(t, db, "SENT"))
+
+	r := ctl(t)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, usageLine)
+	r = ctl(t, "frobnicate")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, usageLine)
+	r = ctl(t, "counts", "-url", "")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "no database")
+}
+
+// TestPasswordNeverPrinted runs commands with a password in -url, on
+// success and on every kind of failure, and looks for it in the output.
+func TestPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	const pw = "Hunter2-s3cret"
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), pw)
+	dead := *u
+	dead.Host = "127.0.0.1:1"
+
+	urls := map[string]string{
+		"Refused":       dead.String(),
+		"Unparsable":    "postgres://u:" + pw + "@host:notaport/db",
+		"KeywordValue":  "host=127.0.0.1 port=1 user=u password=" + pw + " connect_timeout=2",
+		"UnknownOption": "postgres://u:" + pw + "@127.0.0.1:1/db?bogus_option=%zz",
+	}
+	if _, has := mustURL(t, db.URL).User.Password(); !has {
+		urls["Trust"] = u.String() // trust auth accepts any password
+	}
+	for name, raw := range urls {
+		t.Run(name, func(t *testing.T) {
+			for _, args := range [][]string{
+				{"counts", "-url", raw, "-schema", db.Schema},
+				{"list", "-url=" + raw, "-schema", db.Schema, "-json"},
+				{"verify", "-schema", db.Schema, "-url", raw},
+				{"purge", "-url", raw, "-bogus"},
+			} {
+				r := ctl(t, args...)
+				all := r.stdout + r.stderr
+				require.NotContains(t, all, pw, "password printed by %v", args[0])
+				require.NotContains(t, all, url.QueryEscape(pw))
+				if name == "Trust" && args[0] != "purge" {
+					require.Equal(t, 0, r.code, r.stderr)
+				} else {
+					require.NotEqual(t, 0, r.code)
+				}
+			}
+		})
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	require.NoError(t, err)
+	return u
+}
+
+func TestRedactor(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	r := &redactor{w: &b, secrets: passwords([]string{"postgres://u:p%40ss@h/db", "password='a b'", ""})}
+	_, err := r.Write([]byte("p@ss p%40ss a b"))
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat(mask+" ", 3)[:3*len(mask)+2], b.String())
+}
+
+// TestDatabaseURLFromEnv is not parallel: it sets DATABASE_URL.
+func TestDatabaseURLFromEnv(t *testing.T) {
+	db := testdb.NewMigrated(t)
+	u := mustURL(t, db.URL)
+	const pw = "env-Secret-77"
+	if _, has := u.User.Password(); !has {
+		u.User = url.UserPassword(u.User.Username(), pw) // trust auth accepts any password
+	}
+	t.Setenv("DATABASE_URL", u.String())
+	secret, _ := u.User.Password()
+
+	r := ctl(t, "counts", "-schema", db.Schema)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stdout+r.stderr, secret)
+	for _, args := range [][]string{{"counts", "-h"}, {"list", "-bogus"}, {"verify", "-schema", "nope_missing"}} {
+		r := ctl(t, args...)
+		require.NotContains(t, r.stdout+r.stderr, secret, "%v", args)
+	}
+}
