@@ -279,3 +279,67 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 		})
 	}
 }
+
+// blockingPublisher signals each call and blocks until its context ends.
+type blockingPublisher struct{ called chan struct{} }
+
+func (p *blockingPublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	p.called <- struct{}{}
+	<-ctx.Done()
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = ctx.Err()
+	}
+	return errs
+}
+
+// A hard stop releases events whose publish it cancelled, without spending
+// an attempt, even when their handlers' timeouts had passed meanwhile (the
+// batch's publish starts after its last handler).
+func TestHardStopDuringPublishReleases(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 2)
+	cfg := baseConfig(db)
+	cfg.Concurrency, cfg.Claimers = 1, 1
+	cfg.HandlerTimeout = 100 * time.Millisecond
+	cfg.DrainTimeout = 50 * time.Millisecond
+	pub := &blockingPublisher{called: make(chan struct{}, 1)}
+	cfg.Publisher = pub
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		time.Sleep(70 * time.Millisecond) // the second ends past the first's timeout
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(ctx) }()
+	<-pub.called
+	cancel()
+	require.ErrorIs(t, <-errc, dispatcher.ErrDrainTimeout)
+	for _, id := range ids {
+		require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id))
+	}
+}
+
+// A handler's context ends when the handler returns.
+func TestHandlerContextEndsOnReturn(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "x", 1)
+	kept := make(chan context.Context, 1)
+	d, err := dispatcher.New(db.NewPool(t, 4), baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(ctx context.Context, _ outbox.Event) error {
+		kept <- ctx
+		return nil
+	}))
+	runDispatcher(t, d)
+	ctx := <-kept
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context outlived the handler")
+	}
+}

@@ -132,6 +132,10 @@ func (d *Dispatcher) runBatch(items []*item) {
 	d.publish(d.stillHeld(toPublish))
 }
 
+// errHandlerReturned is the cause that ends a handler's context when the
+// handler returns.
+var errHandlerReturned = errors.New("pgoutbox: the handler returned")
+
 var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
 
 func (d *Dispatcher) handler(eventType string) outbox.Handler {
@@ -235,8 +239,10 @@ func timeoutGrain(timeout time.Duration) time.Duration {
 	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
 }
 
-// callHandler runs h in the item's context, recovering a panic.
+// callHandler runs h in the item's context, recovering a panic. The
+// context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
+	defer it.cancel(errHandlerReturned)
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
@@ -260,8 +266,12 @@ func (d *Dispatcher) handlerContext(parent context.Context, timeout time.Duratio
 // classify turns a failed call's error into a result: timeout when the
 // call's own deadline passed, release when the dispatcher's hard stop
 // cancelled it (at-least-once only), else the given code.
+//
+// The hard stop is read from the batch's context, which carries no
+// deadline: an item's own context may have passed its handler timeout
+// before the stop, and the work is still released rather than charged.
 func (d *Dispatcher) classify(it *item, ctx context.Context, err error, code outbox.Code) result {
-	if errors.Is(context.Cause(it.ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
+	if errors.Is(context.Cause(it.batch.ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
 		return result{err: err, release: true}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -48,14 +48,17 @@ type Config struct {
 	// events by polling only. Defaults to false (notify on).
 	DisableNotify bool
 	// NotifyInterval is the least time between two Emit calls of this
-	// Emitter that notify. An Emit sooner than that after the last one
-	// that notified sends no pg_notify: its event is claimed by the
-	// dispatcher's claim at the end of its wake-up cooldown, which every
-	// notification schedules, when its transaction has committed by then,
-	// and otherwise by a later wake-up or poll. Each committing transaction
-	// that notified holds a database-wide lock through its WAL flush, so
-	// notifying every Emit serialises the commits of a write-heavy service
-	// (see docs/emitting.md). Defaults to 20ms, the dispatcher's default
+	// Emitter that notify into one database (host, port and database of
+	// the transaction's connection; measured on the monotonic clock). An
+	// Emit sooner than that after the last one that notified sends no
+	// pg_notify: its event is claimed by the dispatcher's trailing claim,
+	// one WakeupCooldown after the wake-up (when that is above 0), when
+	// its transaction has committed by then, and otherwise by a later
+	// wake-up or poll. An Emit that took the notify and failed gives it
+	// back; a transaction that rolls back after it does not. Each
+	// committing transaction that notified holds a database-wide lock
+	// through its WAL flush, so notifying every Emit serialises the commits
+	// of a write-heavy service (see docs/emitting.md). Defaults to 20ms, the dispatcher's default
 	// WakeupCooldown (which coalesces closer wake-ups anyway); at most 10s,
 	// or -1 for a notify in every Emit call.
 	NotifyInterval time.Duration

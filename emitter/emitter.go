@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +27,7 @@ type Emitter struct {
 	copyTable  pgx.Identifier
 	notifySQL  string
 	notifyArgs []any
-	lastNotify atomic.Int64 // time.Now().UnixNano() of the last Emit that notified
+	throttle   notifyThrottle
 }
 
 // New returns an Emitter for cfg after applying the defaults documented on
@@ -113,29 +116,73 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 	return cols.ids, nil
 }
 
-// shouldNotify reports whether this Emit call notifies: notify is on, and
-// NotifyInterval has passed since the last call that did (claimed here, so
-// that of concurrent calls only one notifies).
-func (e *Emitter) shouldNotify() bool {
-	if e.notifySQL == "" {
-		return false
+// write sends the columns with COPY when the batch is large and every
+// event is due at once, else with the INSERT; then it notifies, when notify
+// is on and NotifyInterval has passed for tx's database. A call that took
+// the interval's notify and failed gives it back.
+func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {
+	notify, undo := e.notifyNow(tx)
+	var err error
+	if c.useCopy() {
+		err = e.sendCopy(ctx, tx, c, notify)
+	} else {
+		err = e.send(ctx, tx, c, notify)
 	}
-	if e.cfg.NotifyInterval < 0 {
-		return true
+	if err != nil && undo != nil {
+		undo()
 	}
-	now := time.Now().UnixNano()
-	last := e.lastNotify.Load()
-	return now-last >= int64(e.cfg.NotifyInterval) && e.lastNotify.CompareAndSwap(last, now)
+	return err
 }
 
-// write sends the columns with COPY when the batch is large and every
-// event is due at once, else with the INSERT; then it notifies.
-func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {
-	notify := e.shouldNotify()
-	if c.useCopy() {
-		return e.sendCopy(ctx, tx, c, notify)
+// notifyNow reports whether this call notifies, and how to give the
+// notify back.
+func (e *Emitter) notifyNow(tx pgx.Tx) (bool, func()) {
+	switch {
+	case e.notifySQL == "":
+		return false, nil
+	case e.cfg.NotifyInterval < 0:
+		return true, nil
 	}
-	return e.send(ctx, tx, c, notify)
+	return e.throttle.take(databaseOf(tx), e.cfg.NotifyInterval)
+}
+
+// notifyThrottle lets one Emit call per interval notify, for each database
+// (an Emitter, like the package-level Emit, may write to several). Time is
+// measured on the monotonic clock, so a wall-clock step cannot silence it.
+type notifyThrottle struct {
+	once sync.Once
+	born time.Time
+	last sync.Map // database key -> *atomic.Int64: nanoseconds after born of the last notify
+}
+
+// take claims the notify of key's current interval: of concurrent calls,
+// one gets true and an undo that returns it.
+func (t *notifyThrottle) take(key string, interval time.Duration) (bool, func()) {
+	t.once.Do(func() { t.born = time.Now() })
+	now := int64(time.Since(t.born))
+	v, ok := t.last.Load(key)
+	if !ok {
+		fresh := &atomic.Int64{}
+		fresh.Store(math.MinInt64 / 2) // long ago: the first call notifies
+		v, _ = t.last.LoadOrStore(key, fresh)
+	}
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	if now-prev < int64(interval) || !last.CompareAndSwap(prev, now) {
+		return false, nil
+	}
+	return true, func() { last.CompareAndSwap(now, prev) }
+}
+
+// databaseOf names the database tx writes to: host, port and database of
+// its connection.
+func databaseOf(tx pgx.Tx) string {
+	conn := tx.Conn()
+	if conn == nil {
+		return ""
+	}
+	cfg := conn.Config()
+	return cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database
 }
 
 // send runs the insert and (when notify) the notify in one batch.

@@ -71,6 +71,27 @@ func TestEmitNotify(t *testing.T) {
 		require.Equal(t, 1, b.countNotifications(t, listener))
 	})
 
+	t.Run("FailedEmitGivesItsNotifyBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, emitter.Config{NotifyInterval: 10 * time.Second})
+		listener := b.listen(t)
+		quiet := newEmitter(t, b.db, emitter.Config{DisableNotify: true})
+		tx := b.begin(t)
+		ids, err := quiet.Emit(ctx, tx, validEvent())
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		dup := validEvent()
+		dup.ID = ids[0] // the primary key rejects it: this Emit, the interval's first, fails
+		tx = b.begin(t)
+		_, err = b.emitter.Emit(ctx, tx, dup)
+		require.Error(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+
+		b.emitAndEnd(t, true, 1, validEvent())
+		require.Equal(t, 1, b.countNotifications(t, listener), "the failed Emit gave its notify back")
+	})
+
 	t.Run("NoneWithinNotifyInterval", func(t *testing.T) {
 		t.Parallel()
 		const interval = 300 * time.Millisecond
