@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -101,7 +102,7 @@ func (b *testBundle) status(t *testing.T, id uuid.UUID) string {
 	t.Helper()
 	var s string
 	err := b.db.Pool.QueryRow(context.Background(), "SELECT status FROM outbox_events WHERE id = $1", id).Scan(&s)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ""
 	}
 	require.NoError(t, err)

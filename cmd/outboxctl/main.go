@@ -60,7 +60,6 @@ type env struct {
 	table outbox.Table
 	json  bool
 	out   io.Writer
-	fs    *flag.FlagSet
 }
 
 var commands = []command{
