@@ -45,7 +45,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 		for d.pendingCount() < batch {
 			<-d.flush
 		}
-		items, _ := d.takePending()
+		items, _, _ := d.takePending()
 		if _, params := d.outcomes(items); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}

@@ -2,10 +2,12 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -27,75 +29,190 @@ func (d *Dispatcher) finish(it *item, res result) {
 	signal(d.flush)
 }
 
+// The completer's retry policy for a write the database did not take.
+const (
+	// maxRefusals is how many times the database may refuse the write of
+	// one event's outcome (an SQL error that retrying the same write will
+	// not fix) before the dispatcher lets go of the event.
+	maxRefusals = 5
+	// maxWriteTries bounds the failed writes of one outcome for any cause;
+	// a database that does not answer also ends it at the local deadline.
+	maxWriteTries = 20
+	// firstRetry and maxRetryWait shape the backoff between tries of one
+	// outcome: doubling from firstRetry, at most maxRetryWait.
+	firstRetry   = 100 * time.Millisecond
+	maxRetryWait = 2 * time.Second
+	// maxWritesPerRound bounds the statements one round spends splitting a
+	// refused write to find the outcomes that cause it.
+	maxWritesPerRound = 64
+)
+
 // completeLoop writes outcomes as they arrive. While one write is in
 // flight the next outcomes gather, so under load each statement carries a
-// batch (group commit) and when idle each outcome is written at once.
+// batch (group commit) and when idle each outcome is written at once. An
+// outcome whose write failed waits for its own retry time; the others do
+// not wait for it.
 func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
+	retry := stoppedTimer()
+	defer retry.Stop()
 	for {
 		select {
 		case <-quit:
 			return
 		case <-d.flush:
-			for d.completeOnce() {
+		case <-retry.C:
+		}
+		for {
+			wait, wrote := d.completeOnce()
+			if !wrote {
+				if wait > 0 {
+					retry.Reset(wait)
+				}
+				break
 			}
 		}
 	}
 }
 
-// completeOnce writes the waiting outcomes and reports whether there were
-// any.
-func (d *Dispatcher) completeOnce() bool {
-	items, dropped := d.takePending()
+// completeOnce writes the outcomes that are ready. It reports whether
+// there were any, and how long until the next outcome waiting for a retry
+// is ready (0 for none).
+func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
+	items, dropped, wait := d.takePending()
 	for _, it := range dropped {
 		d.reportLost(it.event.ID)
 	}
 	if len(items) == 0 {
-		return len(dropped) > 0
+		return wait, len(dropped) > 0
 	}
-	if err := d.complete(items); err != nil {
-		d.reportError("completion failed, will retry", err)
-		d.requeue(items)
-		time.Sleep(100 * time.Millisecond)
+	budget := maxWritesPerRound
+	d.writeParts(items, &budget)
+	return wait, true
+}
+
+// takePending moves the outcomes that are ready to completing, drops those
+// whose lease was lost, and leaves those waiting for a retry. It returns
+// the time until the earliest of those is ready.
+func (d *Dispatcher) takePending() (items, dropped []*item, wait time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	var later []*item
+	for _, it := range d.pending {
+		switch {
+		case it.lost:
+			d.removeLocked(it)
+			dropped = append(dropped, it)
+		case it.retryAt.After(now):
+			later = append(later, it)
+			if w := it.retryAt.Sub(now); wait == 0 || w < wait {
+				wait = w
+			}
+		default:
+			it.state = itemCompleting
+			items = append(items, it)
+		}
+	}
+	d.pending = later
+	return items, dropped, wait
+}
+
+// writeParts writes the outcomes of items. When the database refuses the
+// write, it splits the items in halves and writes each, so that the
+// outcomes it does take are recorded and a refusal is narrowed down to the
+// events that cause it, within budget statements.
+func (d *Dispatcher) writeParts(items []*item, budget *int) {
+	*budget--
+	err := d.complete(items)
+	if err == nil {
+		return
+	}
+	if len(items) > 1 && refused(err) && *budget >= 2 {
+		half := len(items) / 2
+		d.writeParts(items[:half], budget)
+		d.writeParts(items[half:], budget)
+		return
+	}
+	d.retryLater(items, err)
+}
+
+// refused reports whether err is the database refusing a statement (an
+// SQL error that the same statement would meet again), rather than a
+// failure that says nothing about the statement: a lost or broken
+// connection, a timeout or cancellation, a deadlock or serialization
+// failure, lack of resources, a shutdown, or a read-only server.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", "25", "40", "53", "55", "57", "58":
+		return false
 	}
 	return true
 }
 
-// takePending moves waiting outcomes to completing, dropping those whose
-// lease was lost.
-func (d *Dispatcher) takePending() (items, dropped []*item) {
+// retryLater puts the outcomes of a failed write back in line, each due
+// again after its own backoff, and lets go of those that failed too often
+// or whose lease can no longer be trusted.
+func (d *Dispatcher) retryLater(items []*item, err error) {
+	isRefusal := refused(err)
+	var refusedItems []*item
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, it := range d.pending {
-		if it.lost {
-			d.removeLocked(it)
-			dropped = append(dropped, it)
+	now := time.Now()
+	for _, it := range items {
+		if d.held[it.ref()] != it {
 			continue
 		}
-		it.state = itemCompleting
-		items = append(items, it)
-	}
-	d.pending = nil
-	return items, dropped
-}
-
-// requeue puts outcomes whose write failed back in line.
-func (d *Dispatcher) requeue(items []*item) {
-	d.mu.Lock()
-	var back []*item
-	for _, it := range items {
-		if d.held[it.ref()] == it {
+		it.tries++
+		if isRefusal {
+			it.refusals++
+		} else {
+			it.maybeWritten = true
+		}
+		switch {
+		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
+			d.removeLocked(it)
+			refusedItems = append(refusedItems, it)
+		case d.expired(it):
+			d.loseLocked(it)
 			it.state = itemDone
-			back = append(back, it)
+			d.pending = append(d.pending, it)
+		default:
+			it.state = itemDone
+			it.retryAt = now.Add(min(firstRetry<<(it.tries-1), maxRetryWait))
+			d.pending = append(d.pending, it)
 		}
 	}
-	d.pending = append(back, d.pending...)
 	d.mu.Unlock()
 	signal(d.flush)
+	d.reportError("completion failed, will retry", err)
+	for _, it := range refusedItems {
+		d.reportRefused(it, err)
+	}
 }
 
-// complete writes the outcomes of items: releases, then successes and
-// failures in one round trip.
+// reportRefused logs, at ERROR, an event whose outcome the database would
+// not take, and reports it to OnError. Its lease expires and recovery
+// returns it to PENDING.
+func (d *Dispatcher) reportRefused(it *item, err error) {
+	d.stats.errors.Add(1)
+	d.cfg.Logger.Error("pgoutbox: gave up writing an outcome; the event's lease will expire and be recovered",
+		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", it.event.ID.String(),
+		"event_type", it.event.Type, "tries", it.tries, "error", err)
+	if d.cfg.OnError != nil {
+		d.cfg.OnError(fmt.Errorf("event %s: %w: %w", it.event.ID, outbox.ErrOutcomeRefused, err))
+	}
+}
+
+// complete writes the outcomes of the items still held: releases, then
+// successes and failures in one round trip.
 func (d *Dispatcher) complete(items []*item) error {
+	items = d.stillOwned(items)
+	if len(items) == 0 {
+		return nil
+	}
 	ctx, cancel := d.opContext()
 	defer cancel()
 	releases, params := d.outcomes(items)
@@ -106,8 +223,76 @@ func (d *Dispatcher) complete(items []*item) error {
 	if err != nil {
 		return err
 	}
-	d.applyComplete(items, res)
+	unknown, err := d.settleLost(ctx, items, &res)
+	if err != nil {
+		return err
+	}
+	d.applyComplete(items, res, unknown)
 	return nil
+}
+
+// stillOwned drops the items this process no longer holds (let go by an
+// earlier part of the same round).
+func (d *Dispatcher) stillOwned(items []*item) []*item {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := items[:0:0]
+	for _, it := range items {
+		if d.held[it.ref()] == it {
+			kept = append(kept, it)
+		}
+	}
+	return kept
+}
+
+// settleLost looks again at the rows a completion found no longer held
+// whose earlier write may have taken effect although its reply was lost:
+// an outcome this very claim wrote is its own, not a lost lease. It moves
+// those from res.Lost to the lists they belong in, and returns the ids
+// whose outcome cannot be known (a success under DeleteSent whose row is
+// gone).
+func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
+	if len(res.Lost) == 0 {
+		return nil, nil
+	}
+	byID := itemsByID(items)
+	var again []lease.Ref
+	var lost []uuid.UUID
+	for _, id := range res.Lost {
+		if it := byID[id]; it.maybeWritten {
+			again = append(again, it.ref())
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	if len(again) == 0 {
+		return nil, nil
+	}
+	own, gone, err := d.store.Outcomes(ctx, d.pool, again)
+	if err != nil {
+		return nil, err
+	}
+	res.Sent = append(res.Sent, own.Sent...)
+	res.Retried = append(res.Retried, own.Retried...)
+	res.Failed = append(res.Failed, own.Failed...)
+	res.Lost = append(lost, own.Lost...)
+	var unknown []uuid.UUID
+	for _, id := range gone {
+		if it := byID[id]; d.cfg.DeleteSent && it.result.err == nil && !it.result.release {
+			unknown = append(unknown, id)
+		} else {
+			res.Lost = append(res.Lost, id)
+		}
+	}
+	return unknown, nil
+}
+
+func itemsByID(items []*item) map[uuid.UUID]*item {
+	byID := make(map[uuid.UUID]*item, len(items))
+	for _, it := range items {
+		byID[it.event.ID] = it
+	}
+	return byID
 }
 
 // outcomes sorts items into those to release and the outcomes to record.
@@ -138,11 +323,8 @@ func (d *Dispatcher) failure(it *item) lease.Failure {
 }
 
 // applyComplete lets go of completed items, fires hooks and counts.
-func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult) {
-	byID := make(map[uuid.UUID]*item, len(items))
-	for _, it := range items {
-		byID[it.event.ID] = it
-	}
+func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
+	byID := itemsByID(items)
 	d.removeItems(items)
 	for _, id := range res.Sent {
 		d.stats.sent.Add(1)
@@ -170,9 +352,16 @@ func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult) {
 	for _, id := range res.Lost {
 		d.reportLost(id)
 	}
+	for _, id := range unknown {
+		d.stats.outcomeUnknown.Add(1)
+		d.reportError("outcome unknown", fmt.Errorf("event %s: %w: the write's reply was lost and the row is gone",
+			id, outbox.ErrOutcomeUnknown))
+	}
 }
 
-// release returns items to PENDING without spending an attempt.
+// release returns items to PENDING without spending an attempt. Rows that
+// were busy (locked elsewhere) are let go all the same: their leases
+// expire and recovery returns them.
 func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
@@ -181,12 +370,12 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 	for i, it := range items {
 		refs[i] = it.ref()
 	}
-	released, err := d.store.Release(ctx, d.pool, refs)
+	res, err := d.store.Release(ctx, d.pool, refs)
 	if err != nil {
 		return err
 	}
 	d.removeItems(items)
-	d.stats.released.Add(uint64(len(released)))
+	d.stats.released.Add(uint64(len(res.Done)))
 	return nil
 }
 
@@ -220,6 +409,9 @@ func (d *Dispatcher) removeLocked(it *item) {
 	if b.remaining--; b.remaining == 0 {
 		b.timer.Stop()
 		b.cancel(nil)
+		if b.stopTimeout != nil {
+			b.stopTimeout()
+		}
 	}
 	if d.stopping && len(d.held) == 0 {
 		close(d.idle)

@@ -3,14 +3,12 @@ package dispatcher
 import (
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/pgoutbox/pgoutbox/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // heartbeatLoop renews every held lease about every third of the lease
-// duration, in one statement per beat.
+// duration, in one round trip per beat.
 func (d *Dispatcher) heartbeatLoop(quit <-chan struct{}) {
 	ticker := time.NewTicker(d.cfg.LeaseDuration / 3)
 	defer ticker.Stop()
@@ -24,10 +22,14 @@ func (d *Dispatcher) heartbeatLoop(quit <-chan struct{}) {
 	}
 }
 
-// renew extends the leases of all held events. Events the database did not
-// renew are lost: their handlers' contexts are cancelled and their outcomes
-// will not be written. A failed renewal changes nothing locally; the local
-// deadline then decides.
+// renew extends the leases of all held events. Each event is credited by
+// its own (id, token): the renewal of a newer claim of the same event
+// never extends an older, lost one. Events the database did not renew
+// are lost: their handlers' contexts are cancelled and their outcomes
+// will not be written. Events whose rows were locked elsewhere at that
+// moment (busy) are neither: they keep their deadline until the next
+// beat. A failed renewal changes nothing locally; the local deadlines
+// then decide.
 func (d *Dispatcher) renew() {
 	items := d.renewable()
 	if len(items) == 0 {
@@ -40,12 +42,12 @@ func (d *Dispatcher) renew() {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.Test.Now()
-	renewed, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
+	res, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
 	if err != nil {
 		d.reportError("lease renewal failed", err)
 		return
 	}
-	d.applyRenewal(items, renewed, sentAt)
+	d.applyRenewal(items, res, sentAt)
 }
 
 // renewable lists the held items whose lease is still worth renewing.
@@ -61,13 +63,16 @@ func (d *Dispatcher) renewable() []*item {
 	return items
 }
 
-// applyRenewal moves the local deadline of renewed batches and gives up the
-// items the database did not renew (unless their completion is being
-// written, which the completer settles).
-func (d *Dispatcher) applyRenewal(items []*item, renewed []uuid.UUID, sentAt time.Time) {
-	ok := make(map[uuid.UUID]struct{}, len(renewed))
-	for _, id := range renewed {
-		ok[id] = struct{}{}
+// applyRenewal moves the local deadline of the renewed items and gives up
+// the items the database neither renewed nor reported busy (unless their
+// completion is being written, which the completer settles).
+func (d *Dispatcher) applyRenewal(items []*item, res lease.RefResult, sentAt time.Time) {
+	keep := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
+	for _, r := range res.Done {
+		keep[r] = true
+	}
+	for _, r := range res.Busy {
+		keep[r] = false
 	}
 	deadline := d.localDeadline(sentAt)
 	d.mu.Lock()
@@ -76,16 +81,21 @@ func (d *Dispatcher) applyRenewal(items []*item, renewed []uuid.UUID, sentAt tim
 		if d.held[it.ref()] != it {
 			continue
 		}
-		if _, yes := ok[it.event.ID]; yes {
-			if deadline.After(it.batch.deadline) {
-				it.batch.deadline = deadline
-			}
-			continue
-		}
-		if it.state != itemCompleting {
+		renewed, known := keep[it.ref()]
+		switch {
+		case renewed:
+			it.deadline = later(it.deadline, deadline)
+		case !known && it.state != itemCompleting:
 			d.loseLocked(it)
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // localDeadline is when this process stops trusting a lease renewed (or
@@ -96,24 +106,34 @@ func (d *Dispatcher) localDeadline(sentAt time.Time) time.Time {
 	return sentAt.Add(d.cfg.LeaseDuration - d.cfg.LeaseDuration/5)
 }
 
-// onDeadline runs when a batch's local deadline timer fires. If no renewal
-// moved the deadline, every item of the batch is lost. An item whose
-// outcome is being written stays with the completer, which lets it go
-// whatever the database answers (a write that failed is not retried).
+// expired reports whether the item's local deadline has passed. The caller
+// holds d.mu.
+func (d *Dispatcher) expired(it *item) bool {
+	return !d.cfg.Test.Now().Before(it.deadline)
+}
+
+// onDeadline runs when a batch's deadline timer fires: every held item of
+// the batch whose local deadline has passed is lost, and the timer is set
+// for the earliest deadline of the rest. An item whose outcome is being
+// written stays with the completer, which loses it if the write fails.
 func (d *Dispatcher) onDeadline(b *heldBatch) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if b.remaining == 0 {
-		return
-	}
-	if wait := b.deadline.Sub(d.cfg.Test.Now()); wait > 0 {
-		b.timer.Reset(wait)
-		return
-	}
+	var next time.Time
 	for _, it := range b.items {
-		if d.held[it.ref()] == it && !it.lost {
-			d.loseLocked(it)
+		if d.held[it.ref()] != it || it.lost {
+			continue
 		}
+		if d.expired(it) && it.state != itemCompleting {
+			d.loseLocked(it)
+			continue
+		}
+		if next.IsZero() || it.deadline.Before(next) {
+			next = it.deadline
+		}
+	}
+	if !next.IsZero() {
+		b.timer.Reset(max(next.Sub(d.cfg.Test.Now()), time.Millisecond))
 	}
 }
 

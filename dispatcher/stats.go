@@ -20,6 +20,10 @@ type Stats struct {
 	// LockLost counts outcomes that could not be recorded because the
 	// lease had been lost.
 	LockLost uint64
+	// OutcomeUnknown counts outcomes whose write was retried after its
+	// reply was lost and whose row no longer shows whether the first write
+	// took effect (errors.Is(err, outbox.ErrOutcomeUnknown)).
+	OutcomeUnknown uint64
 	// Recovered counts expired leases this dispatcher returned to PENDING.
 	Recovered uint64
 	// RecoveredFailed counts expired leases this dispatcher turned into
@@ -57,6 +61,7 @@ type Stats struct {
 // counters are the live values behind Stats.
 type counters struct {
 	claimed, sent, retried, failed, lockLost     atomic.Uint64
+	outcomeUnknown                               atomic.Uint64
 	recovered, recoveredFailed, released, errors atomic.Uint64
 	pollCycles, claimCycles                      atomic.Uint64
 	wakeups, listenerConnects, dueWakeups        atomic.Uint64
@@ -66,7 +71,7 @@ type counters struct {
 func (c *counters) snapshot(inFlight int) Stats {
 	s := Stats{
 		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(),
-		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), Recovered: c.recovered.Load(),
+		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), OutcomeUnknown: c.outcomeUnknown.Load(), Recovered: c.recovered.Load(),
 		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),

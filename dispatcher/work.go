@@ -13,22 +13,25 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// heldBatch is the events of one claim: one token, one local deadline.
+// heldBatch is the events of one claim: one token, one timer for their
+// local deadlines.
 type heldBatch struct {
 	token     uuid.UUID
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	items     []*item
 	remaining int         // items still held; guarded by Dispatcher.mu
-	deadline  time.Time   // local clock; guarded by Dispatcher.mu
-	timer     *time.Timer // fires at deadline
+	timer     *time.Timer // fires at the earliest local deadline of its items
 	// timeout is the context, under ctx, whose deadline is
 	// timeoutAt: the handler timeout of the batch's events that started in
 	// the same timeoutGrain. Handlers starting together share its timer;
 	// cancelling ctx releases them all. Guarded by Dispatcher.mu.
-	timeout     context.Context
-	timeoutAt   time.Time
-	stopTimeout context.CancelFunc // unused: cancelling ctx releases every timeout context
+	timeout   context.Context
+	timeoutAt time.Time
+	// stopTimeout releases the latest timeout context's timer. Each is
+	// also released with ctx, when the batch ends; this only satisfies
+	// the rule that no cancel function is dropped.
+	stopTimeout context.CancelFunc
 }
 
 // itemState is where one held event is in its life in this process.
@@ -47,11 +50,21 @@ type item struct {
 	batch  *heldBatch
 	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
 	cancel context.CancelCauseFunc
-	state  itemState       // guarded by Dispatcher.mu
-	lost   bool            // the lease is gone; guarded by Dispatcher.mu
-	done   chan struct{}   // closed when the item is let go
-	after  <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result result          // set when state becomes itemDone
+	state  itemState // guarded by Dispatcher.mu
+	lost   bool      // the lease is gone; guarded by Dispatcher.mu
+	// deadline is when this process stops trusting the lease (local
+	// clock): set at claim, moved by each renewal of this very (id,
+	// token). Guarded by Dispatcher.mu.
+	deadline time.Time
+	// The completer's record of failed writes of this outcome, guarded by
+	// Dispatcher.mu: how many, how many the database refused, whether one
+	// may have taken effect (its reply was lost), and when to try again.
+	tries, refusals int
+	maybeWritten    bool
+	retryAt         time.Time
+	done            chan struct{}   // closed when the item is let go
+	after           <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result          result          // set when state becomes itemDone
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -68,10 +81,10 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 	hb := &heldBatch{token: b.Token}
 	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
 	items := make([]*item, len(b.Events))
+	deadline := d.localDeadline(sentAt)
 	d.mu.Lock()
-	hb.deadline = d.localDeadline(sentAt)
 	for i, e := range b.Events {
-		it := &item{event: e, batch: hb, done: make(chan struct{})}
+		it := &item{event: e, batch: hb, deadline: deadline, done: make(chan struct{})}
 		if prev := d.latest[e.ID]; prev != nil {
 			it.after = prev.done
 		}
@@ -80,7 +93,7 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 		d.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
-	hb.timer = time.AfterFunc(hb.deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
+	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
 	d.mu.Unlock()
 	go d.runBatch(items)
 }
@@ -203,11 +216,18 @@ func (d *Dispatcher) stillHeld(items []*item) []*item {
 // begin moves a queued item to running and gives it its context, with a
 // deadline timeout from now when timeout > 0. It returns false when the
 // item may not start: the dispatcher is stopping (the item will be
-// released) or the lease is already lost.
+// released), or the lease is lost or past its local deadline (the item is
+// let go as lost). The deadline is read here, on the clock, not left to
+// the timer that marks items lost: after a pause of the process the timer
+// may not have run yet when the handler would start.
 func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping || it.lost || it.state != itemQueued {
+		return false
+	}
+	if d.expired(it) {
+		d.loseLocked(it)
 		return false
 	}
 	it.state = itemRunning

@@ -419,5 +419,5 @@ func TestRenewLargeSet(t *testing.T) {
 	require.Len(t, b.Events, n)
 	renewed, err := e.store.Renew(t.Context(), e.db.Pool, b.Refs(), time.Hour)
 	require.NoError(t, err)
-	require.Len(t, renewed, n)
+	require.Len(t, renewed.Done, n)
 }

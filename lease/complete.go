@@ -110,34 +110,22 @@ func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentSt
 			return res, err
 		}
 		if i < sentStatements {
-			ids, err := pgx.CollectRows(rows, rowID)
+			ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
+				var id [16]byte // directly, where uuid.UUID would go through text
+				err := row.Scan(&id)
+				return id, err
+			})
 			if err != nil {
 				return res, err
 			}
 			res.Sent = append(res.Sent, ids...)
 			continue
 		}
-		if err := collectFailed(rows, &res); err != nil {
+		if _, err := collectOutcomes(rows, &res, nil); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
-}
-
-func collectFailed(rows pgx.Rows, res *CompleteResult) error {
-	var r Retried
-	var id [16]byte
-	var status outbox.Status
-	_, err := pgx.ForEachRow(rows, []any{&id, &status, &r.Attempts, &r.NextAttemptAt}, func() error {
-		r.ID = id
-		if status == outbox.StatusFailed {
-			res.Failed = append(res.Failed, Dead{ID: r.ID, Attempts: r.Attempts})
-		} else {
-			res.Retried = append(res.Retried, r)
-		}
-		return nil
-	})
-	return err
 }
 
 func failureRefs(fs []Failure) []Ref {
@@ -208,4 +196,64 @@ func lost(p CompleteParams, res CompleteResult) []uuid.UUID {
 		}
 	}
 	return out
+}
+
+// Outcomes reads what the rows of refs show of an outcome written under
+// their token: a row that left PROCESSING with a completion of that claim
+// keeps the token, so a completion retried after its reply was lost (a
+// timeout, a broken connection) can tell its own earlier success from a
+// lost lease. Rows that are SENT are listed in Sent, PENDING in Retried and
+// FAILED in Failed; rows that show no outcome of that claim (re-claimed,
+// recovered, released, still PROCESSING) in Lost; and ids with no row at
+// all (deleted, as DeleteSent does) in gone. One statement per token, in
+// one round trip.
+func (s *Store) Outcomes(ctx context.Context, db DB, refs []Ref) (res CompleteResult, gone []uuid.UUID, err error) {
+	if len(refs) == 0 {
+		return CompleteResult{}, nil, nil
+	}
+	batch := &pgx.Batch{}
+	for _, g := range groupByToken(refs) {
+		batch.Queue(s.sql.outcomes, g.ids, g.token)
+	}
+	br := db.SendBatch(ctx, batch)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range batch.Len() {
+		rows, err := br.Query()
+		if err != nil {
+			return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
+		}
+		if gone, err = collectOutcomes(rows, &res, gone); err != nil {
+			return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
+		}
+	}
+	return res, gone, nil
+}
+
+// collectOutcomes sorts rows of (id, status, attempts, next_attempt_at)
+// into res by status, and the ids of status GONE into gone.
+func collectOutcomes(rows pgx.Rows, res *CompleteResult, gone []uuid.UUID) ([]uuid.UUID, error) {
+	var r Retried
+	var id [16]byte
+	var status outbox.Status
+	_, err := pgx.ForEachRow(rows, []any{&id, &status, &r.Attempts, &r.NextAttemptAt}, func() error {
+		r.ID = id
+		switch status {
+		case outbox.StatusSent:
+			res.Sent = append(res.Sent, r.ID)
+		case outbox.StatusFailed:
+			res.Failed = append(res.Failed, Dead{ID: r.ID, Attempts: r.Attempts})
+		case outbox.StatusPending:
+			res.Retried = append(res.Retried, r)
+		case "GONE":
+			gone = append(gone, r.ID)
+		default:
+			res.Lost = append(res.Lost, r.ID)
+		}
+		return nil
+	})
+	return gone, err
 }

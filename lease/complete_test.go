@@ -14,10 +14,18 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// requireLeaseCleared checks that a row left PROCESSING without a lease.
+// requireLeaseCleared checks that a row left PROCESSING without a lease
+// and without a token (recovery, release).
 func requireLeaseCleared(t *testing.T, r row) {
 	t.Helper()
-	require.Nil(t, r.LockToken, "lock_token")
+	requireLeaseEnded(t, r, nil)
+}
+
+// requireLeaseEnded checks that a row left PROCESSING without a lease,
+// keeping token: the claim whose outcome it holds (nil for none).
+func requireLeaseEnded(t *testing.T, r row, token *uuid.UUID) {
+	t.Helper()
+	require.Equal(t, token, r.LockToken, "lock_token")
 	require.Nil(t, r.LeaseUntil, "lease_until")
 	require.Nil(t, r.HeartbeatAt, "heartbeat_at")
 }
@@ -120,7 +128,7 @@ func TestComplete(t *testing.T) {
 		require.True(t, r.NextAttemptAt.Equal(due), "a final failure schedules nothing")
 		require.Equal(t, string(outbox.CodeNoHandler), *r.LastErrorCode)
 		require.Equal(t, "no handler for test.event", *r.LastError)
-		requireLeaseCleared(t, r)
+		requireLeaseEnded(t, r, &b.Token)
 		entry := lastLog(t, r)
 		require.Equal(t, "failed", entry.Outcome)
 		require.Equal(t, 1, entry.Attempt)
@@ -245,7 +253,7 @@ func TestComplete(t *testing.T) {
 		require.Equal(t, "handler timed out", *r.LastError)
 		require.Nil(t, r.FailedAt)
 		require.Nil(t, r.SentAt)
-		requireLeaseCleared(t, r)
+		requireLeaseEnded(t, r, &b.Token)
 		require.Equal(t, normalize(logEntry{
 			Attempt: 1, Outcome: "retry", Code: r.LastErrorCode, Message: r.LastError, Owner: "worker-a",
 			Started: *r.LockedAt, Ended: entry.Ended,
@@ -276,7 +284,7 @@ func TestComplete(t *testing.T) {
 		require.NotNil(t, r.SentAt)
 		between(t, *r.SentAt, before, after, "sent_at")
 		require.Nil(t, r.FailedAt)
-		requireLeaseCleared(t, r)
+		requireLeaseEnded(t, r, &b.Token)
 		require.Empty(t, r.AttemptLog, "a success adds no attempt-log entry")
 		require.NotNil(t, r.LockOwner)
 		require.Equal(t, "worker-a", *r.LockOwner, "the columns name who sent it")

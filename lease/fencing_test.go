@@ -61,7 +61,7 @@ func TestFencing(t *testing.T) {
 		before := get(t, e.db.Pool, b.Events[0].ID)
 		renewed, err := e.store.Renew(t.Context(), e.db.Pool, b.Refs(), time.Hour)
 		require.NoError(t, err)
-		require.Empty(t, renewed)
+		require.Empty(t, renewed.Done)
 		require.Equal(t, before, get(t, e.db.Pool, b.Events[0].ID))
 	})
 
@@ -82,7 +82,7 @@ func TestFencing(t *testing.T) {
 		held := get(t, e.db.Pool, id)
 		renewed, err := e.store.Renew(t.Context(), e.db.Pool, old.Refs(), 10*time.Hour)
 		require.NoError(t, err)
-		require.Empty(t, renewed)
+		require.Empty(t, renewed.Done)
 		require.Equal(t, held, get(t, e.db.Pool, id), "a stale renew moved the new holder's lease")
 
 		// The current holder still completes.
@@ -112,7 +112,7 @@ func TestRenew(t *testing.T) {
 		e := newEnv(t)
 		renewed, err := e.store.Renew(t.Context(), e.db.Pool, nil, time.Minute)
 		require.NoError(t, err)
-		require.Empty(t, renewed)
+		require.Empty(t, renewed.Done)
 	})
 
 	t.Run("moves held leases forward on the database clock", func(t *testing.T) {
@@ -124,8 +124,9 @@ func TestRenew(t *testing.T) {
 		renewed, err := e.store.Renew(t.Context(), e.db.Pool, b.Refs(), 2*time.Hour)
 		require.NoError(t, err)
 		after := dbClock(t, e.db.Pool)
-		require.ElementsMatch(t, batchIDs(b), renewed)
-		for _, id := range renewed {
+		require.ElementsMatch(t, b.Refs(), renewed.Done)
+		for _, ref := range renewed.Done {
+			id := ref.ID
 			r := get(t, e.db.Pool, id)
 			require.Equal(t, "PROCESSING", r.Status)
 			require.Equal(t, &b.Token, r.LockToken)
@@ -148,7 +149,8 @@ func TestRenew(t *testing.T) {
 
 		renewed, err := e.store.Renew(t.Context(), e.db.Pool, []lease.Ref{held, expired, completed, wrong}, time.Hour)
 		require.NoError(t, err)
-		require.Equal(t, []uuid.UUID{held.ID}, renewed)
+		require.Equal(t, []lease.Ref{held}, renewed.Done)
+		require.Empty(t, renewed.Busy)
 		require.Equal(t, "SENT", get(t, e.db.Pool, completed.ID).Status)
 		require.Equal(t, wrongBefore, get(t, e.db.Pool, wrong.ID))
 		require.True(t, get(t, e.db.Pool, expired.ID).LeaseUntil.Before(dbClock(t, e.db.Pool)))

@@ -178,31 +178,78 @@ func decodeHeaders(raw []byte) map[string]string {
 	return strs
 }
 
-// Renew extends the lease of every held row in refs to the database's
-// now() + lease, in one statement. It returns the ids it renewed; a ref
-// missing from the result is lost (expired, recovered or re-claimed).
-func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duration) ([]uuid.UUID, error) {
-	if lease < time.Millisecond {
-		return nil, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
-	}
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	batch := &pgx.Batch{}
-	for _, g := range groupByToken(refs) {
-		batch.Queue(s.sql.renew, g.ids, g.token, micros(lease))
-	}
-	renewed, err := collectIDs(ctx, db, batch)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: renew: %w", err)
-	}
-	return renewed, nil
+// RefResult says what a Renew or Release did to the refs it was given.
+type RefResult struct {
+	// Done are the refs changed: renewed, or released.
+	Done []Ref
+	// Busy are the refs whose rows were locked by another transaction at
+	// that moment. They were skipped, not waited for, and not changed; try
+	// them again later. A ref in neither list is no longer held under its
+	// token (expired, recovered, completed or re-claimed).
+	Busy []Ref
 }
 
-// MaxRefsPerStatement bounds the rows one statement names. Renew, Release
-// and Complete send one statement per claim token and per this many rows,
-// all in one round trip, so that no statement grows past what its plan
-// handles well.
+// Renew extends the lease of every held row in refs to the database's
+// now() + lease. It never waits for a row lock: rows locked elsewhere at
+// that moment are reported Busy. A row is renewed only while its lease has
+// not passed (database clock).
+func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duration) (RefResult, error) {
+	if lease < time.Millisecond {
+		return RefResult{}, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
+	}
+	res, err := s.changeRefs(ctx, db, s.sql.renew, refs, micros(lease))
+	if err != nil {
+		return RefResult{}, fmt.Errorf("pgoutbox: renew: %w", err)
+	}
+	return res, nil
+}
+
+// changeRefs runs one lockedRefs statement per MaxRefsPerStatement refs,
+// all in one round trip, and gathers their results.
+func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, args ...any) (res RefResult, err error) {
+	if len(refs) == 0 {
+		return RefResult{}, nil
+	}
+	batch := &pgx.Batch{}
+	for chunk := range slices.Chunk(refs, MaxRefsPerStatement) {
+		ids, tokens := make([][16]byte, len(chunk)), make([][16]byte, len(chunk))
+		for i, r := range chunk {
+			ids[i], tokens[i] = r.ID, r.Token
+		}
+		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
+	}
+	br := db.SendBatch(ctx, batch)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range batch.Len() {
+		rows, err := br.Query()
+		if err != nil {
+			return RefResult{}, err
+		}
+		var id, token [16]byte
+		var done bool
+		_, err = pgx.ForEachRow(rows, []any{&id, &token, &done}, func() error {
+			if done {
+				res.Done = append(res.Done, Ref{ID: id, Token: token})
+			} else {
+				res.Busy = append(res.Busy, Ref{ID: id, Token: token})
+			}
+			return nil
+		})
+		if err != nil {
+			return RefResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// MaxRefsPerStatement bounds the rows one statement names. Renew and
+// Release send one statement per this many rows, Complete one per claim
+// token and per this many rows, all in one round trip, so that no
+// statement grows past what its plan handles well.
 const MaxRefsPerStatement = 1000
 
 // tokenGroup is up to MaxRefsPerStatement ids held under one token, with
@@ -231,52 +278,17 @@ func groupByToken(refs []Ref) []tokenGroup {
 	return groups
 }
 
-// collectIDs sends batch and gathers the ids every statement returned.
-func collectIDs(ctx context.Context, db DB, batch *pgx.Batch) (ids []uuid.UUID, err error) {
-	br := db.SendBatch(ctx, batch)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	for range batch.Len() {
-		rows, err := br.Query()
-		if err != nil {
-			return nil, err
-		}
-		got, err := pgx.CollectRows(rows, rowID)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, got...)
-	}
-	return ids, nil
-}
-
-// rowID scans a row of one id column, through [16]byte (see scanned).
-func rowID(row pgx.CollectableRow) (uuid.UUID, error) {
-	var id [16]byte
-	err := row.Scan(&id)
-	return id, err
-}
-
 // Release returns held rows that were never started to PENDING, keeping
-// their due time and attempt count, in one statement. It does not require
-// an unexpired lease: releasing is always safe for the token's owner. It
-// returns the ids it released.
-func (s *Store) Release(ctx context.Context, db DB, refs []Ref) ([]uuid.UUID, error) {
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	batch := &pgx.Batch{}
-	for _, g := range groupByToken(refs) {
-		batch.Queue(s.sql.release, g.ids, g.token)
-	}
-	released, err := collectIDs(ctx, db, batch)
+// their due time and attempt count. It does not require an unexpired lease:
+// releasing is always safe for the token's owner. Like Renew it never waits
+// for a row lock; rows locked elsewhere are reported Busy and left to
+// expire and be recovered.
+func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
+	res, err := s.changeRefs(ctx, db, s.sql.release, refs)
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: release: %w", err)
+		return RefResult{}, fmt.Errorf("pgoutbox: release: %w", err)
 	}
-	return released, nil
+	return res, nil
 }
 
 // RecoverParams are the inputs of Recover.

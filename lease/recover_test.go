@@ -217,21 +217,18 @@ func TestRecoverRace(t *testing.T) {
 		id := b.Events[0].ID
 
 		// The real Complete, in a transaction that stays open while the lease
-		// runs out in the committed version. Setting lease_until to the
-		// transaction's own start time keeps the fence (lease_until > now())
-		// true for the completion, which then waits uncommitted.
+		// runs out in the committed version: the lease passes 300ms after
+		// the completion reached the row (its fence reads the clock there).
+		_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events
+			SET lease_until = clock_timestamp() + interval '300 milliseconds' WHERE id = $1`, id)
+		require.NoError(t, err)
 		tx, err := e.db.Pool.Begin(t.Context())
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(context.Background()) }()
-		// Pin the transaction's now() before the lease is moved.
-		var txNow time.Time
-		require.NoError(t, tx.QueryRow(t.Context(), `SELECT now()`).Scan(&txNow))
-		_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET lease_until = $2::timestamptz + interval '1 microsecond'
-			WHERE id = $1`, id, txNow)
-		require.NoError(t, err)
 		res, err := e.store.Complete(t.Context(), tx, lease.CompleteParams{Sent: b.Refs()})
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{id}, res.Sent)
+		time.Sleep(400 * time.Millisecond)
 
 		// To every other session the committed row is now expired.
 		require.True(t, get(t, e.db.Pool, id).LeaseUntil.Before(dbClock(t, e.db.Pool)))

@@ -18,7 +18,7 @@ func TestRelease(t *testing.T) {
 		e := newEnv(t)
 		released, err := e.store.Release(t.Context(), e.db.Pool, nil)
 		require.NoError(t, err)
-		require.Empty(t, released)
+		require.Empty(t, released.Done)
 	})
 
 	t.Run("old token after a re-claim changes nothing", func(t *testing.T) {
@@ -35,7 +35,7 @@ func TestRelease(t *testing.T) {
 
 		released, err := e.store.Release(t.Context(), e.db.Pool, old.Refs())
 		require.NoError(t, err)
-		require.Empty(t, released)
+		require.Empty(t, released.Done)
 		require.Equal(t, held, get(t, e.db.Pool, id))
 		require.Equal(t, &current.Token, held.LockToken)
 	})
@@ -58,7 +58,7 @@ func TestRelease(t *testing.T) {
 
 		released, err := e.store.Release(t.Context(), e.db.Pool, b.Refs())
 		require.NoError(t, err)
-		require.ElementsMatch(t, all, released)
+		require.ElementsMatch(t, b.Refs(), released.Done)
 		for i, id := range all {
 			r := get(t, e.db.Pool, id)
 			require.Equal(t, "PENDING", r.Status, "row %d", i)
@@ -86,7 +86,7 @@ func TestRelease(t *testing.T) {
 		before := get(t, e.db.Pool, id)
 		released, err := e.store.Release(t.Context(), e.db.Pool, []lease.Ref{{ID: id, Token: uuid.New()}})
 		require.NoError(t, err)
-		require.Empty(t, released)
+		require.Empty(t, released.Done)
 		require.Equal(t, before, get(t, e.db.Pool, id))
 	})
 }

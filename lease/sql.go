@@ -7,7 +7,7 @@ import (
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claim, renew, sent, deleteSent, failed, recover, release, releaseToken, nextDue string
+	claim, renew, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -25,16 +25,51 @@ func logEntry(outcome, code, message string) string {
 // fenced is the condition every transition of a held row must meet: $1
 // holds the ids and $2 the one token they were claimed with (statements
 // are sent per claim token). "id = ANY($1)" reaches the rows through the
-// primary key; the expiry test is written so that no index can serve it
-// ("+ interval '0'"), because the generic plan PostgreSQL switches to after
-// five executions of a prepared statement otherwise scanned the lease
-// index (10s for 5,000 rows among 50,000 PROCESSING ones). An unnest()
-// join of (id, token) pairs had made the completion of B rows cost O(B²):
-// 227ms at B=1,000.
-const fenced = `o.id = ANY($1::uuid[]) AND o.lock_token = $2::uuid AND o.status = 'PROCESSING' AND now() < o.lease_until + interval '0'`
+// primary key. An unnest() join of (id, token) pairs had made the
+// completion of B rows cost O(B²): 227ms at B=1,000.
+//
+// The expiry test reads clock_timestamp(), the database clock when the row
+// is reached, not now() (the start of the transaction). That is what makes
+// completions deadlock-free without a separate locking pass: a row whose
+// lease has passed by the time a statement reaches it is not a candidate,
+// so the statement never waits on it. Recovery only takes rows whose lease
+// has passed, and only then can another claimer hold a row this token
+// still names; so a fenced statement never waits on a lock held for
+// another token, and the only locks it can wait on are those of the
+// dispatcher's own other statements (which the dispatcher runs one at a
+// time) or of third parties. clock_timestamp() is volatile, so no index
+// can serve the test either: the generic plan PostgreSQL switches to after
+// five executions of a prepared statement had scanned the lease index
+// (10s for 5,000 rows among 50,000 PROCESSING ones).
+const fenced = `o.id = ANY($1::uuid[]) AND o.lock_token = $2::uuid AND o.status = 'PROCESSING' AND clock_timestamp() < o.lease_until`
 
-// cleared releases the lease columns of a row leaving PROCESSING.
-const cleared = `lock_token = NULL, lease_until = NULL, heartbeat_at = NULL`
+// settled ends a row's lease when it leaves PROCESSING with an outcome.
+// lock_token stays: it names the claim that wrote the outcome, so that a
+// completion retried after its reply was lost can recognise its own
+// earlier success (see Outcomes).
+const settled = `lease_until = NULL, heartbeat_at = NULL`
+
+// cleared ends a row's lease without an outcome (recovery, release): the
+// token goes too, so the row no longer names any claim.
+const cleared = `lock_token = NULL, ` + settled
+
+// lockedRefs locks, without waiting, the rows named by $1 (ids) that are
+// not locked by another transaction, for Renew and Release; "req" are the
+// (id, token) pairs of $1 and $2. A row locked elsewhere is skipped and
+// reported busy rather than waited for, so these statements can never be
+// part of a deadlock.
+const lockedRefs = `req AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+), locked AS MATERIALIZED (
+	SELECT id FROM %[1]s WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED
+)`
+
+// refResults reports, after a lockedRefs statement whose data-modifying
+// CTE "changed" returns (id, lock_token), every changed ref (true) and
+// every busy ref (false).
+const refResults = `SELECT id, lock_token, true FROM changed
+UNION ALL
+SELECT r.id, r.token, false FROM req AS r WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id)`
 
 // recoverFinal decides, on the locked row version, whether a recovered row
 // is FAILED: always under at-most-once ($3), else past the recovery cap ($2).
@@ -70,10 +105,15 @@ SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), 
 WHERE o.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING %[2]s`, t, claimedColumns),
 
-		renew: fmt.Sprintf(`UPDATE %[1]s AS o
-SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
-WHERE %[2]s
-RETURNING o.id`, t, fenced),
+		renew: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
+	UPDATE %[1]s AS o
+	SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
+	FROM req AS x
+	WHERE o.id = ANY (ARRAY(SELECT id FROM locked)) AND o.id = x.id AND o.lock_token = x.token
+		AND o.status = 'PROCESSING' AND clock_timestamp() < o.lease_until
+	RETURNING o.id, o.lock_token
+)
+`+refResults, t),
 
 		// A successful attempt adds no attempt-log entry: lock_owner,
 		// locked_at, sent_at and attempts already say who, when and which
@@ -82,7 +122,7 @@ RETURNING o.id`, t, fenced),
 		sent: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'SENT', sent_at = now(), attempts = o.attempts + 1, %[2]s
 WHERE %[3]s
-RETURNING o.id`, t, cleared, fenced),
+RETURNING o.id`, t, settled, fenced),
 
 		deleteSent: fmt.Sprintf(`DELETE FROM %[1]s AS o
 WHERE %[2]s
@@ -99,7 +139,7 @@ SET status = CASE WHEN x.final THEN 'FAILED' ELSE 'PENDING' END,
 FROM unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[])
 	AS x(id, code, message, final, delay)
 WHERE %[4]s AND o.id = x.id
-RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, cleared,
+RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
 			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
 
 		recover: fmt.Sprintf(`WITH expired AS MATERIALIZED (
@@ -127,10 +167,25 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 	SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1
 ) - now()) * 1000000)::bigint`, t),
 
-		release: fmt.Sprintf(`UPDATE %[1]s AS o
-SET status = 'PENDING', %[2]s
-WHERE o.id = ANY($1::uuid[]) AND o.lock_token = $2::uuid AND o.status = 'PROCESSING'
-RETURNING o.id`, t, cleared),
+		release: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
+	UPDATE %[1]s AS o
+	SET status = 'PENDING', %[2]s
+	FROM req AS x
+	WHERE o.id = ANY (ARRAY(SELECT id FROM locked)) AND o.id = x.id AND o.lock_token = x.token
+		AND o.status = 'PROCESSING'
+	RETURNING o.id, x.token AS lock_token
+)
+`+refResults, t, cleared),
+
+		// outcomes reads what each row of $1 shows of an outcome written
+		// under token $2: its status if it carries the token and left
+		// PROCESSING, OTHER if it does not, GONE if there is no row.
+		outcomes: fmt.Sprintf(`SELECT x.id,
+	CASE WHEN o.id IS NULL THEN 'GONE'
+		WHEN o.lock_token = $2::uuid AND o.status <> 'PROCESSING' THEN o.status
+		ELSE 'OTHER' END,
+	coalesce(o.attempts, 0), coalesce(o.next_attempt_at, now())
+FROM unnest($1::uuid[]) AS x(id) LEFT JOIN %[1]s AS o ON o.id = x.id`, t),
 
 		releaseToken: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'PENDING', %[2]s

@@ -25,6 +25,17 @@ var (
 	// event whose lease it no longer holds (expired, recovered, or taken by
 	// another worker). The row was not changed.
 	ErrLockLost = errors.New("pgoutbox: lease lost")
+	// ErrOutcomeUnknown is reported when a completion whose reply was lost
+	// (a timeout, a broken connection) is retried and the row no longer
+	// shows whether the first write took effect: with DeleteSent, a row
+	// that is gone was most likely deleted by that write, but nothing
+	// proves it. No outcome hook fires for it.
+	ErrOutcomeUnknown = errors.New("pgoutbox: outcome unknown")
+	// ErrOutcomeRefused is reported when the database kept refusing the
+	// write of one event's outcome (a user trigger or constraint, a
+	// missing privilege): the dispatcher let go of the event, whose lease
+	// then expires and is recovered.
+	ErrOutcomeRefused = errors.New("pgoutbox: outcome refused by the database")
 )
 
 // ValidationError says which event of a call and which of its fields is

@@ -1,0 +1,207 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// lockRow holds a row lock on id from a third connection until the
+// returned function commits it.
+func lockRow(t *testing.T, e env, id uuid.UUID) (commit func()) {
+	t.Helper()
+	tx, err := e.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `SELECT 1 FROM outbox_events WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+	done := false
+	commit = func() {
+		if !done {
+			done = true
+			require.NoError(t, tx.Commit(context.Background()))
+		}
+	}
+	t.Cleanup(commit)
+	return commit
+}
+
+// deadlocks returns the server's count of deadlocks in this database.
+func deadlocks(t *testing.T, e env) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, e.db.Pool.QueryRow(t.Context(),
+		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+	return n
+}
+
+// waitingOnLock reports whether a backend whose query starts with prefix
+// waits for a lock.
+func waitingOnLock(t *testing.T, e env, query string) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, query).Scan(&n))
+	return n > 0
+}
+
+// The interleaving that made the heartbeat and the completer deadlock each
+// other: a third session X holds b2; Renew(B, A) locks b1 and waits on b2;
+// Complete(A, B) locks a1 and waits on b1; X commits; Renew then waits on
+// a1. Renew now skips a row that is locked elsewhere instead of waiting
+// for it, so there is no cycle: both calls succeed and b2 is reported
+// busy, not lost.
+func TestRenewAndCompleteDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	insertDue(t, e.db.Pool, 1)
+	a := claimN(t, e, 1)
+	insertDue(t, e.db.Pool, 2)
+	b := claimN(t, e, 2)
+	before := deadlocks(t, e)
+	commitX := lockRow(t, e, b.Events[1].ID)
+
+	type renewResult struct {
+		res lease.RefResult
+		err error
+	}
+	renewed := make(chan renewResult, 1)
+	go func() {
+		res, err := e.store.Renew(context.Background(), e.db.Pool, append(b.Refs(), a.Refs()...), time.Hour)
+		renewed <- renewResult{res, err}
+	}()
+	var r renewResult
+	select {
+	case r = <-renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew waited for a row lock held elsewhere")
+	}
+	require.NoError(t, r.err)
+	require.ElementsMatch(t, []lease.Ref{b.Refs()[0], a.Refs()[0]}, r.res.Done)
+	require.Equal(t, []lease.Ref{b.Refs()[1]}, r.res.Busy)
+
+	completed := make(chan error, 1)
+	go func() {
+		res, err := e.store.Complete(context.Background(), e.db.Pool,
+			lease.CompleteParams{Sent: append(a.Refs(), b.Refs()...)})
+		if err == nil && len(res.Sent) != 3 {
+			err = errUnexpected(res)
+		}
+		completed <- err
+	}()
+	waitUntil(t, "Complete to wait for X's lock", func() bool { return waitingOnLock(t, e, "SET status = 'SENT'") })
+	commitX()
+	require.NoError(t, <-completed)
+	require.Equal(t, before, deadlocks(t, e), "the server detected a deadlock")
+}
+
+// Release, too, skips rows locked elsewhere and reports them busy.
+func TestReleaseSkipsBusyRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	insertDue(t, e.db.Pool, 2)
+	b := claimN(t, e, 2)
+	lockRow(t, e, b.Events[0].ID)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := e.store.Release(ctx, e.db.Pool, b.Refs())
+	require.NoError(t, err)
+	require.Equal(t, []lease.Ref{b.Refs()[1]}, res.Done)
+	require.Equal(t, []lease.Ref{b.Refs()[0]}, res.Busy)
+	require.Equal(t, "PROCESSING", get(t, e.db.Pool, b.Events[0].ID).Status)
+	require.Equal(t, "PENDING", get(t, e.db.Pool, b.Events[1].ID).Status)
+}
+
+// Outcomes recognises the outcomes a claim wrote, and nothing else.
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	insertDue(t, e.db.Pool, 5)
+	b := claimN(t, e, 5)
+	refs := b.Refs()
+	sent, retried, dead, released, held := refs[0], refs[1], refs[2], refs[3], refs[4]
+	_, err := e.store.Complete(t.Context(), e.db.Pool, lease.CompleteParams{
+		Sent: []lease.Ref{sent},
+		Failed: []lease.Failure{
+			{Ref: retried, Code: outbox.CodeHandlerError, Message: "x", Delay: time.Hour},
+			{Ref: dead, Code: outbox.CodeHandlerError, Message: "x", Final: true},
+		},
+	})
+	require.NoError(t, err)
+	_, err = e.store.Release(t.Context(), e.db.Pool, []lease.Ref{released})
+	require.NoError(t, err)
+
+	_, err = e.db.Pool.Exec(t.Context(), `INSERT INTO outbox_events (id, event_type) VALUES (gen_random_uuid(), 'x')`)
+	require.NoError(t, err)
+	missing := lease.Ref{ID: uuid.New(), Token: b.Token}
+	res, gone, err := e.store.Outcomes(t.Context(), e.db.Pool, append(refs, missing))
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{missing.ID}, gone)
+	require.ElementsMatch(t, []uuid.UUID{released.ID, held.ID}, res.Lost, "released and still held rows show no outcome")
+	require.Equal(t, []uuid.UUID{sent.ID}, res.Sent)
+	require.Len(t, res.Retried, 1)
+	require.Equal(t, retried.ID, res.Retried[0].ID)
+	require.Equal(t, 1, res.Retried[0].Attempts)
+	require.Equal(t, []lease.Dead{{ID: dead.ID, Attempts: 1}}, res.Failed)
+
+	// Another token sees none of them.
+	other := refs
+	for i := range other {
+		other[i].Token = uuid.New()
+	}
+	res, gone, err = e.store.Outcomes(t.Context(), e.db.Pool, other)
+	require.NoError(t, err)
+	require.Empty(t, gone)
+	require.ElementsMatch(t, batchIDs(b), res.Lost)
+	require.Empty(t, res.Sent)
+	require.Empty(t, res.Retried)
+	require.Empty(t, res.Failed)
+}
+
+// A completion statement that reaches a row after its lease passed does
+// not touch it, even when the lease was unexpired when its transaction
+// began: the expiry test reads the clock at the row.
+func TestCompleteFenceReadsTheClockAtTheRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	insertDue(t, e.db.Pool, 1)
+	b := claimN(t, e, 1)
+	_, err := e.db.Pool.Exec(t.Context(),
+		`UPDATE outbox_events SET lease_until = clock_timestamp() + interval '300 milliseconds' WHERE id = $1`, b.Events[0].ID)
+	require.NoError(t, err)
+	err = pgx.BeginFunc(t.Context(), e.db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `SELECT pg_sleep(0.5)`); err != nil {
+			return err
+		}
+		res, err := e.store.Complete(t.Context(), tx, lease.CompleteParams{Sent: b.Refs()})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{b.Events[0].ID}, res.Lost)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "PROCESSING", get(t, e.db.Pool, b.Events[0].ID).Status)
+}
+
+type errUnexpectedResult lease.CompleteResult
+
+func (e errUnexpectedResult) Error() string { return "unexpected completion result" }
+
+func errUnexpected(res lease.CompleteResult) error { return errUnexpectedResult(res) }
+
+// waitUntil polls cond until it holds, failing the test after 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
