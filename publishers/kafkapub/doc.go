@@ -67,10 +67,10 @@
 //
 // These are permanent (outbox.Permanent), so the event goes to FAILED at
 // once: an invalid topic name or a reserved event header name (both
-// checked before sending), an unknown topic or
-// partition, a record or batch larger than the broker or client accepts,
-// an invalid record, and topic or cluster authorization failures. Note that
-// a cluster-wide authorization failure (for example a missing
+// checked before sending), an unknown topic or partition, a record that
+// the broker or client refuses as too large or invalid when it is produced
+// alone, and topic or cluster authorization failures. Note that a
+// cluster-wide authorization failure (for example a missing
 // IDEMPOTENT_WRITE permission) fails every event. Everything else is
 // retryable, including a Publish whose context ended first. franz-go
 // itself retries retryable broker errors (not enough replicas, leader
@@ -89,4 +89,22 @@
 // kgo.AllowAutoTopicCreation, in which case a missing topic is created
 // instead. Error texts name the topic and the Kafka error, never payload
 // bytes or header values.
+//
+// # Rejected batches
+//
+// Kafka checks max.message.bytes (and its other size and validity rules)
+// per record batch, not per record: one oversize record, or many small
+// ones that franz-go put into one batch, get the whole batch rejected with
+// MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE or INVALID_RECORD. franz-go then
+// fails every record buffered for that partition with the same error, the
+// records of other Publish calls included, and the error does not say
+// which record caused it. A [Publisher] therefore treats these errors as a
+// verdict on the batch, not on the record: it produces each record that
+// met one again alone, with no other record of the Publisher buffered for
+// its topic, and marks it permanent only when the broker rejects it alone
+// twice. The others are stored, or get the outcome of their lone attempt,
+// so a single bad event dead-letters only itself. This costs at most two
+// extra round trips per record of a rejected batch, taken one at a time
+// while the Publisher's other calls to that topic wait; see
+// [Publisher.Publish].
 package kafkapub

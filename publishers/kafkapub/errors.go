@@ -14,21 +14,34 @@ import (
 const maxTopicLen = 249
 
 // permanentCauses are the Kafka errors that retrying the same record to the
-// same topic cannot fix. Everything else is retryable.
-var permanentCauses = []error{
+// same topic cannot fix. Everything else is retryable. The batchCauses among
+// them are permanent only for a record that met them alone.
+var permanentCauses = append([]error{
 	kerr.UnknownTopicOrPartition,
 	kerr.UnknownTopicID,
-	kerr.MessageTooLarge,
-	kerr.RecordListTooLarge,
-	kerr.InvalidRecord,
 	kerr.InvalidTopicException,
 	kerr.TopicAuthorizationFailed,
 	kerr.ClusterAuthorizationFailed,
+}, batchCauses...)
+
+// batchCauses are the errors with which a broker rejects a whole record
+// batch because of what is in it: the batch, or one record in it, is too
+// large (the client also fails a record larger than its own batch limit
+// with MessageTooLarge), or a record in it is invalid, for example keyless
+// on a compacted topic. franz-go then fails every record buffered for that
+// partition, from every Publish call, with the same error, so it names no
+// record. Other errors that fail a partition's records together (a corrupt
+// batch, an invalid timestamp) are retryable, so they dead-letter no one.
+var batchCauses = []error{
+	kerr.MessageTooLarge,
+	kerr.RecordListTooLarge,
+	kerr.InvalidRecord,
 }
 
 // classify wraps a produce error for topic: with outbox.Permanent when it
 // is one of permanentCauses, as a plain retryable error otherwise. The text
-// names the topic and the Kafka error, never record bytes.
+// names the topic and the Kafka error, never record bytes. Publish
+// classifies an error of batchCauses only for a record produced alone.
 func classify(topic string, err error) error {
 	if err == nil {
 		return nil
@@ -40,6 +53,24 @@ func classify(topic string, err error) error {
 		}
 	}
 	return wrapped
+}
+
+// inRejectedBatch reports whether err is one of batchCauses: the record may
+// be the cause, or only have been buffered on the same partition.
+func inRejectedBatch(err error) bool {
+	for _, cause := range batchCauses {
+		if errors.Is(err, cause) {
+			return true
+		}
+	}
+	return false
+}
+
+// notAlone is the retryable error for a record whose batch was rejected
+// with err and that was not acknowledged alone before ctx ended.
+func notAlone(ctx context.Context, topic string, err error) error {
+	return fmt.Errorf("kafkapub: produce to topic %q: batch rejected (%w); not acknowledged alone before the context ended: %w",
+		topic, err, context.Cause(ctx))
 }
 
 // unconfirmed is the retryable error for a record whose acknowledgement did

@@ -152,6 +152,16 @@ func TestClassify(t *testing.T) {
 		require.ErrorIs(t, err, cause)
 	}
 	require.NoError(t, classify("orders", nil))
+
+	for _, cause := range permanent {
+		batchLevel := errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) ||
+			errors.Is(cause, kerr.InvalidRecord)
+		require.Equal(t, batchLevel, inRejectedBatch(cause), "%v", cause)
+	}
+	for _, cause := range retryable {
+		require.False(t, inRejectedBatch(cause), "%v", cause)
+	}
+	require.False(t, inRejectedBatch(nil))
 }
 
 func TestCheckTopic(t *testing.T) {
@@ -165,4 +175,95 @@ func TestCheckTopic(t *testing.T) {
 		require.True(t, outbox.IsPermanent(err), bad)
 		require.ErrorIs(t, err, kerr.InvalidTopicException)
 	}
+}
+
+func TestGate(t *testing.T) {
+	t.Parallel()
+
+	// queued waits until n callers wait for g's exclusive hold.
+	queued := func(t *testing.T, g *gate, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.queued == n
+		}, 5*time.Second, time.Millisecond)
+	}
+	expired := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	t.Run("AbandonedExclusiveWaitLetsSharersIn", func(t *testing.T) {
+		t.Parallel()
+		var g gate
+		require.NoError(t, g.share(t.Context()))
+		ctx, cancel := context.WithCancelCause(t.Context())
+		locked := make(chan error, 1)
+		go func() { locked <- g.lock(ctx) }()
+		queued(t, &g, 1)
+		shared := make(chan error, 1)
+		go func() { shared <- g.share(t.Context()) }()
+		cause := errors.New("gave up")
+		cancel(cause)
+		require.ErrorIs(t, <-locked, cause)
+		require.NoError(t, <-shared)
+	})
+
+	t.Run("ExclusiveWaitsForSharers", func(t *testing.T) {
+		t.Parallel()
+		var g gate
+		require.NoError(t, g.share(t.Context()))
+		require.NoError(t, g.share(t.Context()))
+		require.ErrorIs(t, g.lock(expired(t)), context.DeadlineExceeded)
+		g.unshare()
+		require.ErrorIs(t, g.lock(expired(t)), context.DeadlineExceeded)
+		g.unshare()
+		require.NoError(t, g.lock(t.Context()))
+		require.ErrorIs(t, g.lock(expired(t)), context.DeadlineExceeded)
+		require.ErrorIs(t, g.share(expired(t)), context.DeadlineExceeded)
+		g.unlock()
+		require.NoError(t, g.share(t.Context()))
+	})
+
+	t.Run("GatesArePerTopicAndForgotten", func(t *testing.T) {
+		t.Parallel()
+		var gs gates
+		unshare, err := gs.share(t.Context(), []string{"a", "b"})
+		require.NoError(t, err)
+		_, err = gs.lock(expired(t), "b")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		unlock, err := gs.lock(t.Context(), "c")
+		require.NoError(t, err)
+		_, err = gs.share(expired(t), []string{"a", "c"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		unlock()
+		unshare()
+		unlock, err = gs.lock(t.Context(), "a")
+		require.NoError(t, err)
+		unlock()
+		require.Empty(t, gs.byTopic)
+	})
+
+	t.Run("QueuedExclusiveKeepsNewSharersOut", func(t *testing.T) {
+		t.Parallel()
+		var g gate
+		require.NoError(t, g.share(t.Context()))
+		locked := make(chan error, 1)
+		go func() { locked <- g.lock(t.Context()) }()
+		queued(t, &g, 1)
+		require.ErrorIs(t, g.share(expired(t)), context.DeadlineExceeded)
+		shared := make(chan error, 1)
+		go func() { shared <- g.share(t.Context()) }()
+		g.unshare()
+		require.NoError(t, <-locked)
+		select {
+		case err := <-shared:
+			t.Fatalf("shared hold taken while the exclusive one is held: %v", err)
+		default:
+		}
+		g.unlock()
+		require.NoError(t, <-shared)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ type Publisher struct {
 	cfg       Config
 	owned     bool
 	closeOnce sync.Once
+	gates     gates // per topic: produce rounds share it, lone re-produces hold it alone
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -116,31 +118,69 @@ func (p *Publisher) Close() {
 // acknowledgement of each. It returns one error per message, in order: nil
 // when acknowledged, an error wrapped with outbox.Permanent when the topic
 // does not exist or is invalid, an event header name starts with
-// [ReservedPrefix], the record is too large, or access is denied, and a
-// retryable error otherwise.
+// [ReservedPrefix], the record is too large or invalid, or access is
+// denied, and a retryable error otherwise.
 //
-// A context without a deadline is bounded by Config.PublishTimeout. When
-// ctx ends Publish returns at once, reporting every message not yet
-// acknowledged with a retryable error wrapping context.Cause(ctx); records
-// already sent may still be written, so a retry can duplicate them.
-// franz-go fails a partition's buffered records together, so a cancelled
-// call can also fail records that a concurrent call queued behind its own
-// on the same partition, with a retryable error.
+// A broker rejects a whole record batch when the batch, or one record in
+// it, is too large or invalid, and franz-go then fails every record
+// buffered for that partition, records of concurrent Publish calls
+// included. So a record failed with kerr.MessageTooLarge,
+// kerr.RecordListTooLarge or kerr.InvalidRecord is not reported at once:
+// once the rest of its call is settled, Publish produces it again alone.
+// It takes the records topic by topic, one at a time in message order,
+// after the Publisher's calls already producing to that topic have
+// finished and while its new calls to that topic wait, so that each record
+// gets a batch of its own. A record rejected alone is tried once more
+// alone, and only if it is rejected again does it get the permanent error;
+// any other outcome is reported as usual. So a record costs at most two
+// extra round trips, and only the record that is itself too large or
+// invalid ends permanent. Records that other code produces through the
+// same client meanwhile can still share its batch. A call to the topic that
+// the cluster holds up (a partition without a leader, say) delays the lone
+// re-produces, and the calls waiting behind them, until its context or
+// theirs ends.
+//
+// A context without a deadline is bounded by Config.PublishTimeout; the
+// context bounds the lone re-produces and every wait too. When ctx ends
+// Publish returns at once, reporting every message not yet acknowledged
+// with a retryable error wrapping context.Cause(ctx); records already sent
+// may still be written, so a retry can duplicate them. franz-go fails a
+// partition's buffered records together, so a cancelled call can also fail
+// records that a concurrent call queued behind its own on the same
+// partition, with a retryable error.
 //
 // Error texts name the topic and the Kafka error, never payload bytes or
 // header values.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
+	topicOf := func(i int) string { return p.topic(msgs[i]) }
 	b := newBatch(len(msgs))
+	topics := make([]string, len(msgs))
+	for i := range msgs {
+		topics[i] = topicOf(i)
+	}
+	slices.Sort(topics)
+	unshare, err := p.gates.share(ctx, slices.Compact(topics))
+	if err != nil {
+		return b.abandon(ctx, topicOf)
+	}
 	for i, m := range msgs {
 		if ctx.Err() != nil {
 			break
 		}
 		p.produce(ctx, b, i, m)
 	}
-	return b.wait(ctx, func(i int) string { return p.cfg.TopicPrefix + msgs[i].Destination })
+	errs := b.wait(ctx, topicOf)
+	unshare()
+	if len(b.rejected) > 0 {
+		p.produceAlone(ctx, msgs, b.rejected, errs)
+	}
+	return errs
 }
+
+// topic returns the Kafka topic of m.
+func (p *Publisher) topic(m outbox.Message) string { return p.cfg.TopicPrefix + m.Destination }
 
 // withTimeout applies Config.PublishTimeout to a context with no deadline.
 func (p *Publisher) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -153,35 +193,115 @@ func (p *Publisher) withTimeout(ctx context.Context) (context.Context, context.C
 // produce hands message i to the client, or settles it at once when its
 // topic or a header name is invalid.
 func (p *Publisher) produce(ctx context.Context, b *batch, i int, m outbox.Message) {
-	topic := p.cfg.TopicPrefix + m.Destination
+	topic := p.topic(m)
 	if err := cmp.Or(checkTopic(topic), checkHeaderNames(m.Event)); err != nil {
 		b.settle(i, err)
 		return
 	}
-	r := &kgo.Record{
+	p.client.Produce(ctx, p.record(topic, m), func(r *kgo.Record, err error) {
+		if inRejectedBatch(err) {
+			b.reject(i, err)
+			return
+		}
+		b.settle(i, classify(r.Topic, err))
+	})
+}
+
+// record builds the Kafka record of m.
+func (p *Publisher) record(topic string, m outbox.Message) *kgo.Record {
+	return &kgo.Record{
 		Topic:   topic,
 		Key:     p.cfg.KeyFunc(m.Event),
 		Value:   m.Event.Payload,
 		Headers: encodeHeaders(m.Event),
 	}
-	p.client.Produce(ctx, r, func(r *kgo.Record, err error) {
-		b.settle(i, classify(r.Topic, err))
-	})
+}
+
+// aloneAttempts bounds how often Publish produces a record of a rejected
+// batch alone. The second attempt covers a record whose first lone batch
+// was failed together with a bad record that a call whose context had ended
+// left buffered on the same partition.
+const aloneAttempts = 2
+
+// produceAlone produces again, alone, the messages whose batch the broker
+// rejected (indexes, in message order), and stores their outcomes in errs.
+// It goes topic by topic, each in message order. When ctx ends first, the
+// messages not yet settled get a retryable error.
+func (p *Publisher) produceAlone(ctx context.Context, msgs []outbox.Message, indexes []int, errs []error) {
+	pending := indexes
+	for len(pending) > 0 && ctx.Err() == nil {
+		topic := p.topic(msgs[pending[0]])
+		var same, rest []int
+		for _, i := range pending {
+			if p.topic(msgs[i]) == topic {
+				same = append(same, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		n := p.produceAloneTo(ctx, topic, msgs, same, errs)
+		pending = append(same[n:], rest...)
+	}
+	for _, i := range pending {
+		errs[i] = notAlone(ctx, p.topic(msgs[i]), errs[i])
+	}
+}
+
+// produceAloneTo produces the messages at indexes, all to topic, one at a
+// time under the topic's exclusive hold, at most aloneAttempts times each
+// while the broker rejects it, and stores their outcomes in errs. It
+// returns how many it settled before ctx ended.
+func (p *Publisher) produceAloneTo(
+	ctx context.Context, topic string, msgs []outbox.Message, indexes []int, errs []error,
+) int {
+	unlock, lockErr := p.gates.lock(ctx, topic)
+	if lockErr != nil {
+		return 0
+	}
+	defer unlock()
+	for n, i := range indexes {
+		var err error
+		for range aloneAttempts {
+			if err = p.produceSync(ctx, p.record(topic, msgs[i])); !inRejectedBatch(err) {
+				break
+			}
+		}
+		if err != nil && ctx.Err() != nil {
+			return n
+		}
+		errs[i] = classify(topic, err)
+	}
+	return len(indexes)
+}
+
+// produceSync produces r and returns its outcome, or ctx.Err() when ctx
+// ends first.
+func (p *Publisher) produceSync(ctx context.Context, r *kgo.Record) error {
+	done := make(chan error, 1)
+	go func() { done <- p.client.ProduceSync(ctx, r).FirstErr() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // outcome is the settled result of one message.
 type outcome struct {
-	index int
-	err   error
+	index    int
+	err      error
+	rejected bool // err is one of batchCauses, not yet classified
 }
 
 // batch collects the outcomes of one Publish call. Promises send into a
 // channel large enough for every message, so they never block, even after
 // Publish has returned.
 type batch struct {
-	done chan outcome
-	errs []error
-	seen []bool
+	done     chan outcome
+	errs     []error
+	seen     []bool
+	rejected []int // messages whose batch was rejected, ascending
 }
 
 func newBatch(n int) *batch {
@@ -190,6 +310,10 @@ func newBatch(n int) *batch {
 
 // settle records the outcome of message i; safe from any goroutine.
 func (b *batch) settle(i int, err error) { b.done <- outcome{index: i, err: err} }
+
+// reject records that message i was failed with err, one of batchCauses,
+// which may have been caused by another record; safe from any goroutine.
+func (b *batch) reject(i int, err error) { b.done <- outcome{index: i, err: err, rejected: true} }
 
 // wait collects outcomes until every message is settled or ctx ends; then
 // every message still unsettled gets a retryable error naming topicOf(i).
@@ -207,6 +331,10 @@ func (b *batch) wait(ctx context.Context, topicOf func(i int) string) []error {
 
 func (b *batch) record(o outcome) {
 	b.errs[o.index], b.seen[o.index] = o.err, true
+	if o.rejected {
+		i, _ := slices.BinarySearch(b.rejected, o.index)
+		b.rejected = slices.Insert(b.rejected, i, o.index)
+	}
 }
 
 // abandon keeps the outcomes that already arrived and marks the rest
