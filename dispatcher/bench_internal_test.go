@@ -39,9 +39,13 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	for i := range events {
 		events[i] = outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Payload: []byte(`{}`), Attempt: 1}
 	}
+	started := make([]bool, batch)
+	for i := range started {
+		started[i] = true
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d.start(lease.Batch{Token: uuid.New(), Events: events}, time.Now())
+		d.start(lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
 		for d.pendingCount() < batch {
 			<-d.flush
 		}

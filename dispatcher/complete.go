@@ -401,6 +401,9 @@ func (d *Dispatcher) removeLocked(it *item) {
 		return
 	}
 	delete(d.held, it.ref())
+	if it.state == itemQueued {
+		d.queued--
+	}
 	if d.latest[it.event.ID] == it {
 		delete(d.latest, it.event.ID)
 	}

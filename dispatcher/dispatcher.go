@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,13 @@ type Dispatcher struct {
 	pending  []*item             // outcomes waiting for the completer
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when held empties while stopping
+
+	// Start marks (see start.go), guarded by mu.
+	queued         int       // held items that have not started
+	reservedStarts int       // handler slots promised to claims in flight
+	slowSince      time.Time // when an item last waited slowSlotWait for a slot
+	toMark         []*item   // items waiting for the marker
+	markSignal     chan struct{}
 }
 
 type runState int
@@ -93,16 +101,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	return &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig,
-		trigger:  make(chan struct{}, 1),
-		capacity: make(chan struct{}, 1),
-		retried:  make(chan struct{}, 1),
-		slots:    make(chan struct{}, cfg.Concurrency),
-		flush:    make(chan struct{}, 1),
-		stopCh:   make(chan struct{}),
-		done:     make(chan struct{}),
-		handlers: make(map[string]outbox.Handler),
-		held:     make(map[lease.Ref]*item),
-		latest:   make(map[uuid.UUID]*item),
+		trigger:    make(chan struct{}, 1),
+		capacity:   make(chan struct{}, 1),
+		retried:    make(chan struct{}, 1),
+		slots:      make(chan struct{}, cfg.Concurrency),
+		flush:      make(chan struct{}, 1),
+		markSignal: make(chan struct{}, 1),
+		stopCh:     make(chan struct{}),
+		done:       make(chan struct{}),
+		handlers:   make(map[string]outbox.Handler),
+		held:       make(map[lease.Ref]*item),
+		latest:     make(map[uuid.UUID]*item),
 	}, nil
 }
 
@@ -159,6 +168,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return d.result
 	}
 	d.state = stateRunning
+	d.slowSince = time.Now() // mark exactly until handlers prove quick
 	d.mu.Unlock()
 	err := d.run(ctx)
 	d.mu.Lock()

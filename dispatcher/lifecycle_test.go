@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -48,30 +49,25 @@ func (p *recordingPublisher) published() []outbox.Message {
 func TestGracefulStopDrainsAndReleases(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	slow := insertEvents(t, db, "slow", 1)[0]
-	queued := insertEvents(t, db, "pub", 5)
+	all := insertEvents(t, db, "slow", 6)
 	pub := &recordingPublisher{}
-	started := make(chan struct{})
+	started := make(chan uuid.UUID, len(all))
 	cfg := baseConfig(db)
+	cfg.Concurrency = 1 // one event runs; the other five wait for its slot
 	cfg.Publisher = pub
-	cfg.RouteFunc = func(e outbox.Event) string {
-		if e.Type == "pub" {
-			return "topic"
-		}
-		return ""
-	}
+	cfg.RouteFunc = func(outbox.Event) string { return "" }
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	var finished atomic.Bool
 	require.NoError(t, d.Handle("slow", func(ctx context.Context, e outbox.Event) error {
-		close(started)
+		started <- e.ID
 		time.Sleep(300 * time.Millisecond)
 		finished.Store(true)
 		return ctx.Err()
 	}))
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	<-started // the batch holds slow (running) and the five pub events (waiting for it)
+	slow := <-started // the batch holds slow (running) and five events waiting for it
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -81,9 +77,12 @@ func TestGracefulStopDrainsAndReleases(t *testing.T) {
 	require.NoError(t, d.Run(ctx), "Run after the end returns the same result")
 
 	require.True(t, finished.Load())
+	require.Len(t, started, 0, "no other handler started")
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, slow))
-	for _, id := range queued {
-		require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id))
+	for _, id := range all {
+		if id != slow {
+			require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id))
+		}
 	}
 	require.Empty(t, pub.published())
 	st := d.Stats()

@@ -32,6 +32,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	var helpers sync.WaitGroup
 	helpers.Go(func() { d.completeLoop(quit.Done()) })
 	helpers.Go(func() { d.heartbeatLoop(quit.Done()) })
+	helpers.Go(func() { d.markLoop(quit.Done()) })
 	if listener != nil {
 		helpers.Go(func() { d.listenLoop(quit, listener) })
 	}

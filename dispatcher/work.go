@@ -62,9 +62,14 @@ type item struct {
 	tries, refusals int
 	maybeWritten    bool
 	retryAt         time.Time
-	done            chan struct{}   // closed when the item is let go
-	after           <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result          result          // set when state becomes itemDone
+	// marked: the row shows that this attempt started (see start.go);
+	// marking is closed by the marker once it is. Guarded by
+	// Dispatcher.mu.
+	marked  bool
+	marking chan struct{}
+	done    chan struct{}   // closed when the item is let go
+	after   <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result  result          // set when state becomes itemDone
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -76,15 +81,17 @@ type result struct {
 	release bool        // return unstarted-equivalent work to PENDING
 }
 
-// start registers a claimed batch as held and runs it.
-func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
+// start registers a claimed batch as held and runs it. reserved is the
+// number of handler slots startsFor promised the claim, given back now
+// that its events are counted as queued.
+func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, reserved int) {
 	hb := &heldBatch{token: b.Token}
 	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
 	items := make([]*item, len(b.Events))
 	deadline := d.localDeadline(sentAt)
 	d.mu.Lock()
 	for i, e := range b.Events {
-		it := &item{event: e, batch: hb, deadline: deadline, done: make(chan struct{})}
+		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
 		if prev := d.latest[e.ID]; prev != nil {
 			it.after = prev.done
 		}
@@ -93,18 +100,20 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time) {
 		d.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
+	d.queued += len(items)
+	d.reservedStarts -= reserved
 	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
 	d.mu.Unlock()
 	go d.runBatch(items)
 }
 
-// runBatch runs the local handlers of a batch concurrently, then publishes
-// in one call the events that have a destination and whose handler (if
-// any) succeeded.
+// runBatch runs the local handlers of a batch concurrently, publishes at
+// once the events that have a destination and no handler, and then, in
+// one call, those whose handler succeeded and that have a destination.
 func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var toPublish []*item // started: their handler succeeded, or begin said yes
+	var toPublish []*item // started: their handler succeeded
 	var publishOnly []*item
 	for _, it := range items {
 		h := d.handler(it.event.Type)
@@ -122,7 +131,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 					return
 				}
 				defer func() { <-d.slots }()
-				if !d.await(it) || !d.begin(it, d.cfg.HandlerTimeout) {
+				if !d.await(it) || len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
 					return
 				}
 				res := d.callHandler(it, h)
@@ -136,13 +145,29 @@ func (d *Dispatcher) runBatch(items []*item) {
 			})
 		}
 	}
+	if len(publishOnly) > 0 {
+		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
+	}
 	wg.Wait()
-	for _, it := range publishOnly {
-		if d.await(it) && d.begin(it, 0) {
-			toPublish = append(toPublish, it)
+	d.publish(d.stillHeld(toPublish))
+}
+
+// beginPublish marks and begins the items that only need publishing, and
+// returns those that may be published.
+func (d *Dispatcher) beginPublish(items []*item) []*item {
+	var ready []*item
+	for _, it := range items {
+		if d.await(it) {
+			ready = append(ready, it)
 		}
 	}
-	d.publish(d.stillHeld(toPublish))
+	started := ready[:0]
+	for _, it := range d.markStarted(ready) {
+		if d.begin(it, 0) {
+			started = append(started, it)
+		}
+	}
+	return started
 }
 
 // errHandlerReturned is the cause that ends a handler's context when the
@@ -165,15 +190,29 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 }
 
 // acquireSlot waits for one of the Concurrency handler slots. It returns
-// false when the item is let go (released at stop, or lost) first.
+// false when the item is let go (released at stop, or lost) first. A wait
+// of slowSlotWait or more is noted, and again every calmAfter/2 while it
+// lasts, so that claims mark only what can start at once (see start.go).
 func (d *Dispatcher) acquireSlot(it *item) bool {
 	select {
 	case d.slots <- struct{}{}:
 		return true
-	case <-it.done:
-		return false
-	case <-it.batch.ctx.Done():
-		return false
+	default:
+	}
+	slow := time.NewTimer(slowSlotWait)
+	defer slow.Stop()
+	for {
+		select {
+		case d.slots <- struct{}{}:
+			return true
+		case <-slow.C:
+			d.noteSlowSlot()
+			slow.Reset(calmAfter / 2)
+		case <-it.done:
+			return false
+		case <-it.batch.ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -195,14 +234,16 @@ func (d *Dispatcher) await(it *item) bool {
 	}
 }
 
-// stillHeld drops the items whose lease was lost (while they waited for the
-// rest of their batch), finishing them as lost, so that they are not
-// published after another replica may have taken them over.
+// stillHeld drops the items whose lease was lost or whose local deadline
+// has passed (while they waited for the rest of their batch), finishing
+// them as lost, so that they are not published after another replica may
+// have taken them over.
 func (d *Dispatcher) stillHeld(items []*item) []*item {
 	kept := items[:0]
 	for _, it := range items {
 		d.mu.Lock()
-		lost := it.lost
+		lost := it.lost || d.expired(it)
+		it.lost = lost
 		d.mu.Unlock()
 		if lost {
 			d.finish(it, result{})
@@ -231,6 +272,7 @@ func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
 		return false
 	}
 	it.state = itemRunning
+	d.queued--
 	parent := it.batch.ctx
 	if timeout > 0 {
 		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)

@@ -16,9 +16,9 @@
 //
 // # Fencing
 //
-// Renew, Complete and Release match each row by id AND token AND status
-// PROCESSING, and Renew and Complete also by an unexpired lease
-// (lease_until > now(), database clock). A worker whose lease expired, was
+// Renew, Start, Complete and Release match each row by id AND token AND
+// status PROCESSING, and all but Release also by an unexpired lease
+// (lease_until > clock_timestamp(), database clock). A worker whose lease expired, was
 // recovered or was re-claimed by someone else therefore changes nothing; the
 // statements report the rows they could not touch as lost, and the caller
 // reports them as outbox.ErrLockLost.
@@ -27,12 +27,28 @@
 //
 // Recover returns a bounded batch of PROCESSING rows whose lease has expired
 // to PENDING, due at once, without spending retry budget (attempts is
-// unchanged) and with recoveries + 1. A row recovered more than the cap
-// allows (a poison event that kills its worker every time), or any expired
-// row under at-most-once delivery, becomes FAILED with code worker_lost.
-// Recovery locks the rows it changes with SKIP LOCKED and re-checks status
-// and expiry on the locked version, so a row completed at the same moment
-// stays completed.
+// unchanged). Only a row whose attempt had started (started_at, set by the
+// claim for the rows its caller starts at once, or by Start before an
+// attempt of a row claimed ahead) counts a recovery; a row recovered more
+// than the cap allows (a poison event that kills its worker every time),
+// or any started row under at-most-once delivery, becomes FAILED with code
+// worker_lost. A row that was claimed ahead and never started is returned
+// as it was, keeping its due time, so that a worker that dies over and
+// over does not spend the budget of the events queued behind the one that
+// kills it. Recovery locks the rows it changes with SKIP LOCKED and
+// re-checks status and expiry on the locked version, so a row completed at
+// the same moment stays completed.
+//
+// # Locks and deadlocks
+//
+// Claim, Recover, Renew, Start and Release lock their rows with SKIP
+// LOCKED and change only the rows they locked: they never wait for a row
+// lock, so they cannot be part of a deadlock. Complete may wait, but its
+// fence reads the clock at each row (clock_timestamp() < lease_until), so
+// it never waits on a row whose lease has passed, and only such a row can
+// be held under another token; run one Complete at a time per set of
+// tokens (the dispatcher has one completer) and no two statements of this
+// package can wait on each other.
 //
 // # Time
 //

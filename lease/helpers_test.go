@@ -213,19 +213,19 @@ func batchIDs(b lease.Batch) []uuid.UUID {
 }
 
 // claimN inserts n due rows and claims them all in one batch.
-func claimN(tb testing.TB, e env, n int) lease.Batch {
+func claimN(tb testing.TB, e env, n int) lease.Batch { // marking all started, as a caller that starts them at once
 	tb.Helper()
 	insertDue(tb, e.db.Pool, n)
-	b, err := e.store.Claim(context.Background(), e.db.Pool, lease.ClaimParams{Owner: "worker-a", Limit: n, Lease: time.Hour})
+	b, err := e.store.Claim(context.Background(), e.db.Pool, lease.ClaimParams{Owner: "worker-a", Limit: n, Lease: time.Hour, Start: n})
 	require.NoError(tb, err)
 	require.Len(tb, b.Events, n)
 	return b
 }
 
 // claimOne claims exactly the one due row of the table.
-func claimOne(tb testing.TB, e env, owner string) lease.Batch {
+func claimOne(tb testing.TB, e env, owner string) lease.Batch { // marked started
 	tb.Helper()
-	b, err := e.store.Claim(context.Background(), e.db.Pool, lease.ClaimParams{Owner: owner, Limit: 1, Lease: time.Hour})
+	b, err := e.store.Claim(context.Background(), e.db.Pool, lease.ClaimParams{Owner: owner, Limit: 1, Lease: time.Hour, Start: 1})
 	require.NoError(tb, err)
 	require.Len(tb, b.Events, 1)
 	return b

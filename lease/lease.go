@@ -30,6 +30,11 @@ type ClaimParams struct {
 	// Lease is how long the claim holds before it expires unless renewed;
 	// at least 1ms.
 	Lease time.Duration
+	// Start is how many of the claimed rows, first in claim order, to mark
+	// started (started_at): those the caller starts at once. The others
+	// must be marked with [Store.Start] before their attempt starts, or
+	// they are not charged a recovery if the lease expires. 0 to Limit.
+	Start int
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
@@ -42,6 +47,9 @@ type Batch struct {
 	// LeaseUntil is the database time at which the lease expires unless
 	// renewed.
 	LeaseUntil time.Time
+	// Started says, for each of Events, whether the claim marked it
+	// started (see ClaimParams.Start).
+	Started []bool
 }
 
 // Refs returns the refs of every event in the batch.
@@ -56,14 +64,15 @@ func (b Batch) Refs() []Ref {
 // Claim turns up to p.Limit due PENDING rows into PROCESSING under a fresh
 // token, in one statement. It returns an empty batch when nothing is due.
 func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
-	if p.Owner == "" || p.Limit < 1 || p.Lease < time.Millisecond {
-		return Batch{}, fmt.Errorf("%w: claim needs an owner, a limit >= 1 and a lease >= 1ms", outbox.ErrInvalidConfig)
+	if p.Owner == "" || p.Limit < 1 || p.Lease < time.Millisecond || p.Start < 0 || p.Start > p.Limit {
+		return Batch{}, fmt.Errorf("%w: claim needs an owner, a limit >= 1, a lease >= 1ms and 0 <= start <= limit",
+			outbox.ErrInvalidConfig)
 	}
 	token, err := uuid.NewRandom()
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim token: %w", err)
 	}
-	rows, err := db.Query(ctx, s.sql.claim, p.Limit, [16]byte(token), p.Owner, micros(p.Lease))
+	rows, err := db.Query(ctx, s.sql.claim, p.Limit, [16]byte(token), p.Owner, micros(p.Lease), p.Start)
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
@@ -72,7 +81,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	var e outbox.Event
 	var sc scanned
 	var r claimedRow
-	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq), func() error {
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started), func() error {
 		r.event = nextEvent(&e, sc)
 		claimed = append(claimed, r)
 		return nil
@@ -81,20 +90,22 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		s.releaseToken(ctx, db, token)
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	b.Events = inClaimOrder(claimed)
+	b.Events, b.Started = inClaimOrder(claimed)
 	return b, nil
 }
 
 // claimedRow is one claimed event with its order key.
 type claimedRow struct {
-	event outbox.Event
-	due   time.Time
-	seq   int64
+	event   outbox.Event
+	due     time.Time
+	seq     int64
+	started bool
 }
 
 // inClaimOrder returns the events oldest due first, then in insert order:
-// the order of the due index the claim locked them in.
-func inClaimOrder(rows []claimedRow) []outbox.Event {
+// the order of the due index the claim locked them in; and whether each
+// was marked started.
+func inClaimOrder(rows []claimedRow) ([]outbox.Event, []bool) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -102,13 +113,14 @@ func inClaimOrder(rows []claimedRow) []outbox.Event {
 		return cmp.Compare(a.seq, b.seq)
 	})
 	if len(rows) == 0 {
-		return nil
+		return nil, nil
 	}
 	events := make([]outbox.Event, len(rows))
+	started := make([]bool, len(rows))
 	for i := range rows {
-		events[i] = rows[i].event
+		events[i], started[i] = rows[i].event, rows[i].started
 	}
-	return events
+	return events, started
 }
 
 // releaseToken returns every row still held under token to PENDING, best
@@ -204,6 +216,19 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 	return res, nil
 }
 
+// Start marks held rows started (started_at = now()), so that a recovery
+// of their lease counts against the poison budget: call it before an
+// attempt of a row the claim did not mark starts. Like Renew it requires
+// an unexpired lease and never waits for a row lock (Busy rows are not
+// marked; try again).
+func (s *Store) Start(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
+	res, err := s.changeRefs(ctx, db, s.sql.start, refs)
+	if err != nil {
+		return RefResult{}, fmt.Errorf("pgoutbox: start: %w", err)
+	}
+	return res, nil
+}
+
 // changeRefs runs one lockedRefs statement per MaxRefsPerStatement refs,
 // all in one round trip, and gathers their results.
 func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, args ...any) (res RefResult, err error) {
@@ -295,11 +320,13 @@ func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, erro
 type RecoverParams struct {
 	// Limit bounds the rows one call recovers; at least 1.
 	Limit int
-	// MaxRecoveries is how many times a row may be recovered; the next
-	// expiry makes it FAILED with worker_lost.
+	// MaxRecoveries is how many times a row whose attempt had started may
+	// be recovered; the next such expiry makes it FAILED with worker_lost.
+	// A row whose attempt never started (no started_at) is returned to
+	// PENDING as it was, without counting.
 	MaxRecoveries int
-	// AtMostOnce makes every expired row FAILED with worker_lost, since its
-	// handler may have run.
+	// AtMostOnce makes every expired row whose attempt had started FAILED
+	// with worker_lost, since its handler may have run.
 	AtMostOnce bool
 }
 

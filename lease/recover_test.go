@@ -131,7 +131,7 @@ func TestRecover(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		insertDue(t, e.db.Pool, 2)
-		b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute})
+		b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, Start: 1})
 		require.NoError(t, err)
 		held := get(t, e.db.Pool, b.Events[0].ID)
 		res := recoverWithin(t, e, defaultRecover)
@@ -251,7 +251,7 @@ func TestRecoverRace(t *testing.T) {
 		first, err := e.store.Recover(t.Context(), tx, defaultRecover)
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{id}, first.Pending)
-		fresh, err := e.store.Claim(t.Context(), tx, lease.ClaimParams{Owner: "replica", Limit: 1, Lease: time.Hour})
+		fresh, err := e.store.Claim(t.Context(), tx, lease.ClaimParams{Owner: "replica", Limit: 1, Lease: time.Hour, Start: 1})
 		require.NoError(t, err)
 		require.Len(t, fresh.Events, 1)
 

@@ -7,7 +7,7 @@ import (
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claim, renew, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes string
+	claim, renew, start, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -50,8 +50,8 @@ const fenced = `o.id = ANY($1::uuid[]) AND o.lock_token = $2::uuid AND o.status 
 const settled = `lease_until = NULL, heartbeat_at = NULL`
 
 // cleared ends a row's lease without an outcome (recovery, release): the
-// token goes too, so the row no longer names any claim.
-const cleared = `lock_token = NULL, ` + settled
+// token and the start mark go too, so the row no longer names any claim.
+const cleared = `lock_token = NULL, started_at = NULL, ` + settled
 
 // lockedRefs locks, without waiting, the rows named by $1 (ids) that are
 // not locked by another transaction, for Renew and Release; "req" are the
@@ -71,9 +71,15 @@ const refResults = `SELECT id, lock_token, true FROM changed
 UNION ALL
 SELECT r.id, r.token, false FROM req AS r WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id)`
 
+// recoverStarted is true for a recovered row whose attempt had started:
+// only those spend the poison budget (recoveries) or can be FAILED. A row
+// claimed ahead and never started is returned as it was.
+const recoverStarted = `o.started_at IS NOT NULL`
+
 // recoverFinal decides, on the locked row version, whether a recovered row
-// is FAILED: always under at-most-once ($3), else past the recovery cap ($2).
-const recoverFinal = `($3::bool OR o.recoveries + 1 > $2::int)`
+// is FAILED: its attempt started, and at-most-once ($3) is on or it is past
+// the recovery cap ($2).
+const recoverFinal = `(` + recoverStarted + ` AND ($3::bool OR o.recoveries + 1 > $2::int))`
 
 // eventColumns are an event's columns of the row named alias, in the order
 // eventTargets reads them.
@@ -88,22 +94,40 @@ func eventColumns(alias string) string {
 // no particular order; Claim sorts them. Returning o.* from a CTE and
 // sorting in an outer SELECT made the claim of 1,000 rows take about
 // 11.8ms instead of 10.4ms.
-var claimedColumns = eventColumns("o") + `, o.lease_until, o.next_attempt_at, o.seq`
+var claimedColumns = eventColumns("o") + `, o.lease_until, o.next_attempt_at, o.seq, o.started_at IS NOT NULL`
 
 func buildStatements(t string) statements {
 	return statements{
+		// The first $5 rows in claim order are marked started: the
+		// dispatcher starts them at once. ARRAY() keeps the order the
+		// CTE locked them in.
 		claim: fmt.Sprintf(`WITH due AS MATERIALIZED (
 	SELECT id FROM %[1]s
 	WHERE status = 'PENDING' AND next_attempt_at <= now()
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+), ids AS MATERIALIZED (
+	SELECT ARRAY(SELECT id FROM due) AS a
 )
 UPDATE %[1]s AS o
 SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
-	lease_until = now() + $4::bigint * interval '1 microsecond'
-WHERE o.id = ANY (ARRAY(SELECT id FROM due))
+	lease_until = now() + $4::bigint * interval '1 microsecond',
+	started_at = CASE WHEN o.id = ANY ((SELECT a[1:$5::int] FROM ids)::uuid[]) THEN now() END
+WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
 RETURNING %[2]s`, t, claimedColumns),
+
+		// start marks held rows started, fenced like a completion but
+		// without waiting for a row lock (see lockedRefs).
+		start: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
+	UPDATE %[1]s AS o
+	SET started_at = now()
+	FROM req AS x
+	WHERE o.id = ANY (ARRAY(SELECT id FROM locked)) AND o.id = x.id AND o.lock_token = x.token
+		AND o.status = 'PROCESSING' AND clock_timestamp() < o.lease_until
+	RETURNING o.id, o.lock_token
+)
+`+refResults, t),
 
 		renew: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
 	UPDATE %[1]s AS o
@@ -151,17 +175,18 @@ RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
 ), recovered AS (
 	UPDATE %[1]s AS o
 	SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
-		recoveries = o.recoveries + 1,
-		next_attempt_at = now(),
+		recoveries = o.recoveries + CASE WHEN %[6]s THEN 1 ELSE 0 END,
+		next_attempt_at = CASE WHEN %[6]s THEN now() ELSE o.next_attempt_at END,
 		failed_at = CASE WHEN %[4]s THEN now() END,
-		last_error_code = 'worker_lost', last_error = 'lease expired: the worker stopped renewing it', %[2]s,
-		attempt_log = %[3]s
+		last_error_code = CASE WHEN %[6]s THEN 'worker_lost' ELSE o.last_error_code END,
+		last_error = CASE WHEN %[6]s THEN 'lease expired: the worker stopped renewing it' ELSE o.last_error END,
+		attempt_log = CASE WHEN %[6]s THEN %[3]s ELSE o.attempt_log END, %[2]s
 	WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND o.lease_until <= now()
 	RETURNING o.*
 )
 SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
-			recoverFinal, eventColumns("c")),
+			recoverFinal, eventColumns("c"), recoverStarted),
 
 		nextDue: fmt.Sprintf(`SELECT (extract(epoch FROM (
 	SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1

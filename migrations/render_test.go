@@ -24,27 +24,34 @@ func TestRender(t *testing.T) {
 
 	names, err := fs.Glob(files, "*")
 	require.NoError(t, err)
-	require.Equal(t, []string{"001_create_outbox.down.sql", "001_create_outbox.up.sql"}, names)
-	up, err := fs.ReadFile(files, "001_create_outbox.up.sql")
-	require.NoError(t, err)
-	down, err := fs.ReadFile(files, "001_create_outbox.down.sql")
-	require.NoError(t, err)
-	for _, text := range []string{string(up), string(down)} {
-		require.Contains(t, text, quoted(db.Table()))
-		require.NotContains(t, text, "{{")
-		require.NotContains(t, text, "}}")
+	require.Equal(t, []string{
+		"001_create_outbox.down.sql", "001_create_outbox.up.sql",
+		"002_started_at.down.sql", "002_started_at.up.sql",
+	}, names)
+	read := func(name string) string {
+		text, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		require.Contains(t, string(text), quoted(db.Table()))
+		require.NotContains(t, string(text), "{{")
+		require.NotContains(t, string(text), "}}")
+		return string(text)
 	}
-	require.Contains(t, string(up), `"outbox_events_due_idx"`)
+	require.Contains(t, read("001_create_outbox.up.sql"), `"outbox_events_due_idx"`)
 
-	mustExec(t, conn, string(up))
+	mustExec(t, conn, read("001_create_outbox.up.sql"))
+	mustExec(t, conn, read("002_started_at.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
-	mustExec(t, conn, string(down))
-	require.Equal(t, []string{"outbox_events_schema_version"}, tablesIn(t, conn, db.Schema))
+	mustExec(t, conn, read("002_started_at.down.sql"))
 	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, v)
+	mustExec(t, conn, read("001_create_outbox.down.sql"))
+	require.Equal(t, []string{"outbox_events_schema_version"}, tablesIn(t, conn, db.Schema))
+	v, err = migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.Zero(t, v)
 	require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrSchemaMismatch)

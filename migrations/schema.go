@@ -65,6 +65,7 @@ var expectedColumns = []columnSpec{
 	{name: "created_at", typ: "timestamp with time zone", notNull: true, def: "now()"},
 	{name: "sent_at", typ: "timestamp with time zone"},
 	{name: "failed_at", typ: "timestamp with time zone"},
+	{name: "started_at", typ: "timestamp with time zone"},
 }
 
 // expectedConstraints lists every named constraint of the outbox table.

@@ -1,0 +1,180 @@
+package dispatcher
+
+import (
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/lease"
+)
+
+// Start marks. Recovery charges a recovery (the poison budget, see
+// MaxRecoveries) only to an event whose row shows that its attempt
+// started, so that a worker that dies again and again does not dead-letter
+// the events it had claimed ahead and never started. Each attempt is
+// therefore marked started in the database before it starts: by the claim
+// itself for the events this dispatcher will start at once, or by the
+// marker (one statement for every event waiting to be marked) for an event
+// that was claimed ahead and now has a handler slot.
+//
+// How many events a claim marks is decided when it is sent:
+//
+//   - all of them when nothing has had to wait long for a handler slot
+//     lately (handlers keep up, so the batch starts as soon as it arrives),
+//     and for a dispatcher with no local handlers (it publishes each batch
+//     as soon as it arrives);
+//   - otherwise (and for the first calmAfter after Run starts) only as many
+//     as there are handler slots that no running handler, no waiting event
+//     and no claim in flight has taken.
+//
+// The first rule is what keeps claiming ahead free at full speed. Its cost:
+// when handlers turn slow, the claims sent before a slot wait of
+// slowSlotWait is seen may mark events that then wait for a slot; a worker
+// that dies before they start charges them one recovery each.
+const (
+	// slowSlotWait is how long an event must wait for a handler slot for
+	// the dispatcher to mark only what it can start at once.
+	slowSlotWait = 10 * time.Millisecond
+	// calmAfter is how long no event must have waited slowSlotWait for a
+	// slot before claims mark every event again.
+	calmAfter = 200 * time.Millisecond
+	// busyRetry is how soon the marker tries again an event whose row was
+	// locked elsewhere.
+	busyRetry = 20 * time.Millisecond
+)
+
+// startsFor is how many of the next claim's events (at most limit) it
+// marks started, and how many of those it reserved: slots promised to the
+// claim until it returns (give them back with unreserveStarts).
+func (d *Dispatcher) startsFor(limit int) (starts, reserved int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.handlers) == 0 || time.Since(d.slowSince) >= calmAfter {
+		return limit, 0
+	}
+	n := max(0, min(limit, d.cfg.Concurrency-len(d.slots)-d.queued-d.reservedStarts))
+	d.reservedStarts += n
+	return n, n
+}
+
+// noteSlowSlot records that an event waited slowSlotWait for a slot.
+func (d *Dispatcher) noteSlowSlot() {
+	d.mu.Lock()
+	d.slowSince = time.Now()
+	d.mu.Unlock()
+}
+
+// unreserveStarts gives back the slots reserved for a claim that returned.
+func (d *Dispatcher) unreserveStarts(n int) {
+	d.mu.Lock()
+	d.reservedStarts -= n
+	d.mu.Unlock()
+}
+
+// markStarted makes sure the items' rows show a started attempt before
+// they start, asking the marker for those the claim did not mark. It
+// returns the items that may start; the others were let go (lost, or
+// released at stop).
+func (d *Dispatcher) markStarted(items []*item) []*item {
+	var wait []*item
+	d.mu.Lock()
+	for _, it := range items {
+		if !it.marked && d.held[it.ref()] == it {
+			it.marking = make(chan struct{})
+			d.toMark = append(d.toMark, it)
+			wait = append(wait, it)
+		}
+	}
+	d.mu.Unlock()
+	if len(wait) > 0 {
+		signal(d.markSignal)
+	}
+	for _, it := range wait {
+		select {
+		case <-it.marking:
+		case <-it.done:
+		case <-it.batch.ctx.Done():
+		}
+	}
+	kept := items[:0:0]
+	d.mu.Lock()
+	for _, it := range items {
+		if it.marked && d.held[it.ref()] == it {
+			kept = append(kept, it)
+		}
+	}
+	d.mu.Unlock()
+	return kept
+}
+
+// markLoop is the marker: it writes the start marks that handler slots
+// wait for, all waiting ones in one statement.
+func (d *Dispatcher) markLoop(quit <-chan struct{}) {
+	retry := stoppedTimer()
+	defer retry.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-d.markSignal:
+		case <-retry.C:
+		}
+		if d.markOnce() {
+			retry.Reset(busyRetry)
+		}
+	}
+}
+
+// markOnce writes the waiting marks. It reports whether some must be
+// tried again (their rows were busy, or the write failed).
+func (d *Dispatcher) markOnce() (again bool) {
+	d.mu.Lock()
+	items := d.toMark
+	d.toMark = nil
+	d.mu.Unlock()
+	items = d.stillOwned(items)
+	if len(items) == 0 {
+		return false
+	}
+	refs := make([]lease.Ref, len(items))
+	for i, it := range items {
+		refs[i] = it.ref()
+	}
+	ctx, cancel := d.opContext()
+	defer cancel()
+	res, err := d.store.Start(ctx, d.pool, refs)
+	if err != nil {
+		d.reportError("start marks failed, will retry", err)
+		res = lease.RefResult{Busy: refs}
+	}
+	return d.applyMarks(items, res)
+}
+
+// applyMarks lets the marked items start, puts the busy ones back in line
+// and loses the rest. It reports whether any went back in line.
+func (d *Dispatcher) applyMarks(items []*item, res lease.RefResult) (again bool) {
+	state := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
+	for _, r := range res.Done {
+		state[r] = true
+	}
+	for _, r := range res.Busy {
+		state[r] = false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, it := range items {
+		if d.held[it.ref()] != it {
+			continue
+		}
+		done, known := state[it.ref()]
+		switch {
+		case done:
+			it.marked = true
+			close(it.marking)
+		case known:
+			d.toMark = append(d.toMark, it)
+			again = true
+		default:
+			d.loseLocked(it)
+		}
+	}
+	return again
+}
