@@ -34,6 +34,13 @@ test: ## Run every test of every module with -race against a real PostgreSQL (se
 test/short: ## Run the tests with -short and without -race
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-short $(TESTFLAGS)'
 
+# How long each soak scenario runs in `make soak` (a Go duration).
+SOAK_DURATION ?= 60s
+
+.PHONY: soak
+soak: ## Run the dispatcher soak tests (heartbeat/completer deadlocks, lost leases) for SOAK_DURATION (60s) per scenario, one at a time, with -race
+	@$(WITHPG) env PGOUTBOX_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -parallel 1 -timeout 30m -run '^TestSoak$$' -v ./dispatcher/ $(TESTFLAGS)
+
 # Extra flags of the benchmark suite, e.g. BENCHFLAGS=-rounds=1. The suite's
 # database is DATABASE_URL from the environment when set, else the one withpg
 # provides (the local 127.0.0.1:5432, or a container).

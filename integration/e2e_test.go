@@ -50,14 +50,20 @@ const (
 
 // The child role is started here rather than from childMain, which belongs
 // to the migrate test: init runs before TestMain.
-func init() {
-	if os.Getenv(envChildRole) == roleDispatch {
-		if err := childDispatch(); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+func init() { runChildRole(roleDispatch, childDispatch) }
+
+// runChildRole, when this process is a child of the given role, runs it and
+// exits: 0 when run returns nil, else 1 after printing the error to stderr.
+// Otherwise it returns at once. Call it from an init function.
+func runChildRole(role string, run func() error) {
+	if os.Getenv(envChildRole) != role {
+		return
 	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // e2eBroker is what the scenario needs from one broker.
@@ -319,18 +325,29 @@ type childProcess struct {
 // outbox publishing to b, and returns once it is about to run.
 func startChildDispatcher(t *testing.T, db *pgtest.DB, b e2eBroker, appName string) *childProcess {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		envChildRole+"="+roleDispatch,
-		envChildURL+"="+db.URL,
-		envChildSchema+"="+db.Schema,
+	return startChild(t, db, roleDispatch,
 		envChildBroker+"="+b.Kind,
 		envChildAddr+"="+b.Addr,
 		envChildPrefix+"="+b.Prefix,
 		envChildAppName+"="+appName,
 	)
+}
+
+// startChild re-executes the test binary as a child of the given role on
+// db's schema, with the extra environment variables env ("NAME=value"), and
+// returns once the child said childReady. The test's end closes its stdin
+// and kills it.
+func startChild(t *testing.T, db *pgtest.DB, role string, env ...string) *childProcess {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		envChildRole+"="+role,
+		envChildURL+"="+db.URL,
+		envChildSchema+"="+db.Schema,
+	)
+	cmd.Env = append(cmd.Env, env...)
 	stdin, err := cmd.StdinPipe() // closed by the test's end: the child then exits
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
