@@ -109,20 +109,20 @@ func (d *Dispatcher) claim(limit int) claimResult {
 	defer cancel()
 	sentAt := d.cfg.Test.Now()
 	d.stats.claimCycles.Add(1)
-	starts, reserved := d.startsFor(limit)
+	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts,
 	})
 	if err != nil {
-		d.unreserveStarts(reserved)
+		d.releaseSlots(slots)
 		d.reportError("claim failed", err)
 		return claimResult{limit: limit, err: err}
 	}
 	if len(b.Events) > 0 {
 		d.stats.claimed.Add(uint64(len(b.Events)))
-		d.start(b, sentAt, reserved)
+		d.start(b, sentAt, slots)
 	} else {
-		d.unreserveStarts(reserved)
+		d.releaseSlots(slots)
 	}
 	return claimResult{limit: limit, got: len(b.Events)}
 }

@@ -359,9 +359,11 @@ func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unkn
 	}
 }
 
-// release returns items to PENDING without spending an attempt. Rows that
-// were busy (locked elsewhere) are let go all the same: their leases
-// expire and recovery returns them.
+// release returns items to PENDING without spending an attempt. A row
+// locked elsewhere at that moment (most often by this dispatcher's own
+// heartbeat) is tried again up to releaseTries times; one still busy then
+// is let go all the same: its lease expires and recovery returns it,
+// without a recovery counted since its attempt never started.
 func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
@@ -370,14 +372,23 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 	for i, it := range items {
 		refs[i] = it.ref()
 	}
-	res, err := d.store.Release(ctx, d.pool, refs)
-	if err != nil {
-		return err
+	for try := 1; len(refs) > 0; try++ {
+		res, err := d.store.Release(ctx, d.pool, refs)
+		if err != nil {
+			return err
+		}
+		d.stats.released.Add(uint64(len(res.Done)))
+		if refs = res.Busy; try == releaseTries || len(refs) == 0 {
+			break
+		}
+		time.Sleep(busyRetry)
 	}
 	d.removeItems(items)
-	d.stats.released.Add(uint64(len(res.Done)))
 	return nil
 }
+
+// releaseTries bounds the tries of a release whose rows are busy.
+const releaseTries = 5
 
 // reportLost counts and reports an outcome that could not be recorded.
 func (d *Dispatcher) reportLost(id uuid.UUID) {
@@ -401,9 +412,6 @@ func (d *Dispatcher) removeLocked(it *item) {
 		return
 	}
 	delete(d.held, it.ref())
-	if it.state == itemQueued {
-		d.queued--
-	}
 	if d.latest[it.event.ID] == it {
 		delete(d.latest, it.event.ID)
 	}

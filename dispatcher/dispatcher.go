@@ -62,11 +62,9 @@ type Dispatcher struct {
 	idle     chan struct{}       // closed when held empties while stopping
 
 	// Start marks (see start.go), guarded by mu.
-	queued         int       // held items that have not started
-	reservedStarts int       // handler slots promised to claims in flight
-	slowSince      time.Time // when an item last waited slowSlotWait for a slot
-	toMark         []*item   // items waiting for the marker
-	markSignal     chan struct{}
+	quickSince time.Time // handlers have started with no slow slot wait since; zero: no evidence
+	toMark     []*item   // items waiting for the marker
+	markSignal chan struct{}
 }
 
 type runState int
@@ -168,7 +166,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return d.result
 	}
 	d.state = stateRunning
-	d.slowSince = time.Now() // mark exactly until handlers prove quick
 	d.mu.Unlock()
 	err := d.run(ctx)
 	d.mu.Lock()

@@ -17,13 +17,14 @@ import (
 //
 // How many events a claim marks is decided when it is sent:
 //
-//   - all of them when nothing has had to wait long for a handler slot
-//     lately (handlers keep up, so the batch starts as soon as it arrives),
-//     and for a dispatcher with no local handlers (it publishes each batch
-//     as soon as it arrives);
-//   - otherwise (and for the first calmAfter after Run starts) only as many
-//     as there are handler slots that no running handler, no waiting event
-//     and no claim in flight has taken.
+//   - all of them when handlers have been starting for calmAfter without
+//     any event waiting slowSlotWait for a slot (handlers keep up, so the
+//     batch starts as soon as it arrives), and for a dispatcher with no
+//     local handlers (it publishes each batch as soon as it arrives);
+//   - otherwise (and so until the first handlers have run) only as many
+//     as there are free handler slots, which the claim takes for them: a
+//     slot frees up for a waiting event before it is free for a claim, and
+//     a marked event starts in its own slot without competing.
 //
 // The first rule is what keeps claiming ahead free at full speed. Its cost:
 // when handlers turn slow, the claims sent before a slot wait of
@@ -33,8 +34,8 @@ const (
 	// slowSlotWait is how long an event must wait for a handler slot for
 	// the dispatcher to mark only what it can start at once.
 	slowSlotWait = 10 * time.Millisecond
-	// calmAfter is how long no event must have waited slowSlotWait for a
-	// slot before claims mark every event again.
+	// calmAfter is how long handlers must have been starting without an
+	// event waiting slowSlotWait for a slot before claims mark every event.
 	calmAfter = 200 * time.Millisecond
 	// busyRetry is how soon the marker tries again an event whose row was
 	// locked elsewhere.
@@ -42,31 +43,49 @@ const (
 )
 
 // startsFor is how many of the next claim's events (at most limit) it
-// marks started, and how many of those it reserved: slots promised to the
-// claim until it returns (give them back with unreserveStarts).
-func (d *Dispatcher) startsFor(limit int) (starts, reserved int) {
+// marks started, and how many handler slots it took for them: the marked
+// events of the claim start in those slots, so no other event can take
+// them first (give back what the claim does not use with releaseSlots).
+func (d *Dispatcher) startsFor(limit int) (starts, slots int) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.handlers) == 0 || time.Since(d.slowSince) >= calmAfter {
+	calm := len(d.handlers) == 0 || !d.quickSince.IsZero() && time.Since(d.quickSince) >= calmAfter
+	d.mu.Unlock()
+	if calm {
 		return limit, 0
 	}
-	n := max(0, min(limit, d.cfg.Concurrency-len(d.slots)-d.queued-d.reservedStarts))
-	d.reservedStarts += n
-	return n, n
+	for slots < limit {
+		select {
+		case d.slots <- struct{}{}:
+			slots++
+		default:
+			return slots, slots
+		}
+	}
+	return slots, slots
 }
 
-// noteSlowSlot records that an event waited slowSlotWait for a slot.
+// releaseSlots gives back n handler slots.
+func (d *Dispatcher) releaseSlots(n int) {
+	for range n {
+		<-d.slots
+	}
+}
+
+// noteSlowSlot records that an event waited slowSlotWait for a slot: the
+// evidence that handlers keep up starts again from nothing.
 func (d *Dispatcher) noteSlowSlot() {
 	d.mu.Lock()
-	d.slowSince = time.Now()
+	d.quickSince = time.Time{}
 	d.mu.Unlock()
 }
 
-// unreserveStarts gives back the slots reserved for a claim that returned.
-func (d *Dispatcher) unreserveStarts(n int) {
-	d.mu.Lock()
-	d.reservedStarts -= n
-	d.mu.Unlock()
+// noteStartLocked records that a handler started, the evidence that
+// handlers keep up as long as no event waits slowSlotWait for a slot. The
+// caller holds d.mu.
+func (d *Dispatcher) noteStartLocked() {
+	if d.quickSince.IsZero() {
+		d.quickSince = time.Now()
+	}
 }
 
 // markStarted makes sure the items' rows show a started attempt before

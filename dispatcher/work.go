@@ -67,6 +67,9 @@ type item struct {
 	// Dispatcher.mu.
 	marked  bool
 	marking chan struct{}
+	// hasSlot: the claim took a handler slot for this item (see
+	// startsFor). Set before runBatch starts; read by it only.
+	hasSlot bool
 	done    chan struct{}   // closed when the item is let go
 	after   <-chan struct{} // an older item of the same event, lost but still running, must end first
 	result  result          // set when state becomes itemDone
@@ -81,17 +84,22 @@ type result struct {
 	release bool        // return unstarted-equivalent work to PENDING
 }
 
-// start registers a claimed batch as held and runs it. reserved is the
-// number of handler slots startsFor promised the claim, given back now
-// that its events are counted as queued.
-func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, reserved int) {
+// start registers a claimed batch as held and runs it. slots is the
+// number of handler slots startsFor took for the claim: the marked events
+// among the first slots start in them, and the rest are given back.
+func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
 	hb := &heldBatch{token: b.Token}
 	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
 	items := make([]*item, len(b.Events))
 	deadline := d.localDeadline(sentAt)
+	given := 0
 	d.mu.Lock()
 	for i, e := range b.Events {
 		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
+		if it.marked && given < slots {
+			it.hasSlot = true
+			given++
+		}
 		if prev := d.latest[e.ID]; prev != nil {
 			it.after = prev.done
 		}
@@ -100,10 +108,9 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, reserved int) {
 		d.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
-	d.queued += len(items)
-	d.reservedStarts -= reserved
 	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
 	d.mu.Unlock()
+	d.releaseSlots(slots - given)
 	go d.runBatch(items)
 }
 
@@ -118,6 +125,9 @@ func (d *Dispatcher) runBatch(items []*item) {
 	for _, it := range items {
 		h := d.handler(it.event.Type)
 		dest := d.destination(it.event)
+		if h == nil && it.hasSlot {
+			d.releaseSlots(1) // taken for a handler it does not have
+		}
 		switch {
 		case h == nil && dest == "":
 			if d.await(it) && d.begin(it, 0) {
@@ -127,10 +137,10 @@ func (d *Dispatcher) runBatch(items []*item) {
 			publishOnly = append(publishOnly, it)
 		default:
 			wg.Go(func() {
-				if !d.acquireSlot(it) {
+				if !it.hasSlot && !d.acquireSlot(it) {
 					return
 				}
-				defer func() { <-d.slots }()
+				defer d.releaseSlots(1)
 				if !d.await(it) || len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
 					return
 				}
@@ -272,7 +282,9 @@ func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
 		return false
 	}
 	it.state = itemRunning
-	d.queued--
+	if timeout != 0 {
+		d.noteStartLocked()
+	}
 	parent := it.batch.ctx
 	if timeout > 0 {
 		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)

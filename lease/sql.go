@@ -41,7 +41,7 @@ func logEntry(outcome, code, message string) string {
 // can serve the test either: the generic plan PostgreSQL switches to after
 // five executions of a prepared statement had scanned the lease index
 // (10s for 5,000 rows among 50,000 PROCESSING ones).
-const fenced = `o.id = ANY($1::uuid[]) AND o.lock_token = $2::uuid AND o.status = 'PROCESSING' AND clock_timestamp() < o.lease_until`
+const fenced = `o.id = ANY (ARRAY(SELECT unnest($1::uuid[]))) AND o.lock_token = $2::uuid AND o.status = 'PROCESSING' AND clock_timestamp() < o.lease_until`
 
 // settled ends a row's lease when it leaves PROCESSING with an outcome.
 // lock_token stays: it names the claim that wrote the outcome, so that a
@@ -54,14 +54,17 @@ const settled = `lease_until = NULL, heartbeat_at = NULL`
 const cleared = `lock_token = NULL, started_at = NULL, ` + settled
 
 // lockedRefs locks, without waiting, the rows named by $1 (ids) that are
-// not locked by another transaction, for Renew and Release; "req" are the
-// (id, token) pairs of $1 and $2. A row locked elsewhere is skipped and
-// reported busy rather than waited for, so these statements can never be
-// part of a deadlock.
+// not locked by another transaction, for Renew, Start and Release; "req"
+// are the (id, token) pairs of $1 and $2. A row locked elsewhere is skipped
+// and reported busy rather than waited for, so these statements can never
+// be part of a deadlock. The ids go through ARRAY(SELECT unnest()) so that
+// the planner, not seeing how many there are, reaches them through the
+// primary key: with the array itself it chose a sequential scan of the
+// table for 3,500 ids among 200,000 rows (124ms against 32ms).
 const lockedRefs = `req AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
 ), locked AS MATERIALIZED (
-	SELECT id FROM %[1]s WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED
+	SELECT id FROM %[1]s WHERE id = ANY (ARRAY(SELECT unnest($1::uuid[]))) FOR NO KEY UPDATE SKIP LOCKED
 )`
 
 // refResults reports, after a lockedRefs statement whose data-modifying
