@@ -61,8 +61,19 @@
 //
 // Every RecoverEvery-th poll cycle one bounded statement returns expired
 // leases (a crashed or partitioned worker) to PENDING without spending
-// retry budget; an event recovered more than MaxRecoveries times becomes
-// FAILED with worker_lost.
+// retry budget. Only an event whose attempt had started counts a recovery,
+// and one recovered more than MaxRecoveries times becomes FAILED with
+// worker_lost. Each attempt is marked started in the database before its
+// handler or publish starts (see start.go), so the events a dying worker
+// had claimed ahead come back as they were.
+//
+// # Writes that fail
+//
+// The completer splits a write the database refuses to record the other
+// outcomes, retries each refused outcome on its own backoff and lets it go
+// after a bounded number of refusals (ERROR log, outbox.ErrOutcomeRefused).
+// A write whose reply was lost is retried; the outcome it finds already
+// written under its own token is its own.
 //
 // # Stopping
 //
@@ -71,5 +82,8 @@
 // PENDING, waits up to DrainTimeout for running handlers, cancels the
 // remaining ones (their events return to PENDING without spending an
 // attempt), writes every outcome and returns. Stop waits for the same
-// result. Both are idempotent.
+// result. Both are idempotent. Writing the outcomes is bounded: at most
+// maxRefusals refused or maxWriteTries failed writes of one outcome, with
+// backoff of at most 2s between them, each bounded by
+// min(LeaseDuration/2, 30s).
 package dispatcher
