@@ -154,7 +154,9 @@ func (d *Dispatcher) Stats() Stats {
 // finish within DrainTimeout (cancelling their contexts after it), records
 // their outcomes and returns. It returns nil after a clean stop,
 // ErrDrainTimeout when handlers had to be cancelled, or the error that kept
-// it from starting (for example a missing outbox table).
+// it from starting (for example a missing outbox table). A stop (ctx
+// ending, or Stop) at any moment is a clean stop: during the start-up
+// checks too, which it interrupts, Run returns nil.
 //
 // Run may be called once; later calls wait for the first to end and return
 // its result. After Stop, Run returns nil at once.

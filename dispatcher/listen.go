@@ -32,6 +32,9 @@ func (d *Dispatcher) startWakeups(ctx context.Context) (*pgx.Conn, error) {
 	if conn != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // stopping: not a verdict on wake-ups
+	}
 	if d.cfg.Wakeup == WakeupRequired {
 		return nil, fmt.Errorf("%w: %w", ErrWakeupUnavailable, err)
 	}

@@ -7,13 +7,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
 // run is the body of Run: start the helpers, coordinate until told to stop,
 // then drain.
 func (d *Dispatcher) run(ctx context.Context) error {
-	if err := d.checkTable(ctx); err != nil {
+	listener, err := d.startUp(ctx)
+	if err != nil || d.stoppedStarting(ctx) {
+		if listener != nil {
+			_ = listener.Close(context.WithoutCancel(ctx))
+		}
 		return err
 	}
 	// Handlers and database work outlive ctx during the drain: both keep
@@ -23,10 +29,6 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
-	listener, err := d.startWakeups(ctx)
-	if err != nil {
-		return err
-	}
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	var helpers sync.WaitGroup
@@ -46,6 +48,41 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	helpers.Wait()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
+}
+
+// startUp runs the start-up checks (the table, then the wake-up probe)
+// under a context that ends with ctx or when Stop is called, so that a
+// stop is never kept waiting by a database that does not answer. A stop
+// or a cancelled ctx during start-up is not an error: like one after it,
+// Run then returns nil.
+func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := d.checkTable(ctx)
+	var listener *pgx.Conn
+	if err == nil {
+		listener, err = d.startWakeups(ctx)
+	}
+	if ctx.Err() != nil {
+		if listener != nil {
+			_ = listener.Close(context.WithoutCancel(ctx))
+		}
+		return nil, nil
+	}
+	return listener, err
+}
+
+// stoppedStarting reports whether Run was asked to stop (ctx ended or Stop
+// was called) before it started dispatching.
+func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
+	return ctx.Err() != nil || d.stopRequested()
 }
 
 // checkTable fails fast when the outbox table or its schema is missing,
