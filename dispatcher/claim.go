@@ -1,6 +1,14 @@
 package dispatcher
 
-import "github.com/pgoutbox/pgoutbox/lease"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/lease"
+)
 
 // claims runs the claims of one coordinator: up to Claimers at once, each
 // in its own goroutine and on its own connection, so that PostgreSQL works
@@ -13,7 +21,20 @@ type claims struct {
 	reserved int  // room promised to claims in flight
 	backlog  bool // the last claim came back full
 	wanted   bool // a wake-up asked for a claim that has not started yet
+
+	// After a failed claim no claim starts until retry fires: failures
+	// back off exponentially, up to PollInterval.
+	failures int
+	retry    *time.Timer
+	waiting  bool // retry is armed
+	// size bounds the claims: halved by each claim that runs out of time
+	// (a statement_timeout, or the operation timeout), doubled back by
+	// each full one, up to BatchSize.
+	size int
 }
+
+// firstClaimRetry is the wait after the first failed claim in a row.
+const firstClaimRetry = 10 * time.Millisecond
 
 // claimResult is what one claim reports back to the coordinator.
 type claimResult struct {
@@ -22,7 +43,10 @@ type claimResult struct {
 }
 
 func newClaims(d *Dispatcher) *claims {
-	return &claims{d: d, results: make(chan claimResult, d.cfg.Claimers)}
+	return &claims{
+		d: d, results: make(chan claimResult, d.cfg.Claimers),
+		retry: stoppedTimer(), size: d.cfg.BatchSize,
+	}
 }
 
 // wake asks for a claim that starts after this call: now if room and a free
@@ -43,8 +67,8 @@ func (c *claims) roomFreed() {
 // fill starts claims while a claimer is free and there is room: one for a
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
-	for c.inflight < c.d.cfg.Claimers && (c.wanted || c.backlog) {
-		limit := c.d.claimLimit(c.reserved)
+	for !c.waiting && c.inflight < c.d.cfg.Claimers && (c.wanted || c.backlog) {
+		limit := min(c.d.claimLimit(c.reserved), c.size)
 		if limit == 0 {
 			return
 		}
@@ -62,21 +86,56 @@ func (c *claims) finished(r claimResult) bool {
 	c.inflight--
 	c.reserved -= r.limit
 	c.backlog = r.err == nil && r.got == r.limit
+	if r.err != nil {
+		c.failed(r.err)
+	} else {
+		c.failures = 0
+		if c.backlog {
+			c.size = min(2*c.size, c.d.cfg.BatchSize)
+		}
+	}
 	if c.backlog || c.wanted {
 		c.fill()
 	}
 	return c.settled()
 }
 
-// settled reports whether no claim is in flight or wanted and the last one
-// found the table drained.
+// failed backs claiming off after a failed claim, and shrinks the claims
+// when it ran out of time.
+func (c *claims) failed(err error) {
+	if ranOutOfTime(err) {
+		c.size = max(1, c.size/2)
+	}
+	c.failures++
+	wait := min(firstClaimRetry<<min(c.failures-1, 20), c.d.cfg.PollInterval)
+	c.waiting = true
+	c.retry.Reset(wait)
+}
+
+// retryNow ends a backoff: a claim starts as soon as room allows.
+func (c *claims) retryNow() {
+	c.waiting = false
+	c.wake()
+}
+
+// ranOutOfTime reports whether a statement failed for lack of time: a
+// statement_timeout (or any cancellation by the server) or the
+// operation's own timeout.
+func ranOutOfTime(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// settled reports whether no claim is in flight, wanted or backing off and
+// the last one found the table drained.
 func (c *claims) settled() bool {
-	return c.inflight == 0 && !c.backlog && !c.wanted
+	return c.inflight == 0 && !c.backlog && !c.wanted && !c.waiting
 }
 
 // wait lets every claim in flight end, so that their events are held (and
 // released by the drain) before the coordinator returns.
 func (c *claims) wait() {
+	c.retry.Stop()
 	for ; c.inflight > 0; c.inflight-- {
 		<-c.results
 	}

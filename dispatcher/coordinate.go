@@ -50,6 +50,8 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 		case <-p.due.C:
 			d.stats.dueWakeups.Add(1)
 			c.wake()
+		case <-c.retry.C:
+			c.retryNow()
 		case r := <-c.results:
 			if r.got > 0 {
 				p.unstretch()
@@ -74,12 +76,16 @@ type poller struct {
 	lastClaimed   uint64
 	lastRecovered time.Time
 	lastWake      time.Time
+	// recoverLimit bounds one recovery: halved by each that runs out of
+	// time, doubled back by each full one, up to RecoverBatchSize.
+	recoverLimit int
 }
 
 func newPoller(cfg Config) *poller {
 	return &poller{
 		cfg: cfg, interval: cfg.PollInterval, poll: time.NewTimer(cfg.PollInterval),
 		due: stoppedTimer(), cooled: stoppedTimer(), lastRecovered: time.Now(),
+		recoverLimit: cfg.RecoverBatchSize,
 	}
 }
 
@@ -160,7 +166,7 @@ func (d *Dispatcher) pollCycle(p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
-		d.recoverExpired()
+		p.recoverLimit = d.recoverLeases(p.recoverLimit)
 	}
 }
 
@@ -196,18 +202,43 @@ func (d *Dispatcher) armDue(p *poller) {
 // made FAILED.
 var errWorkerLost = errors.New("lease expired: the worker holding the event stopped renewing it")
 
-// recoverExpired returns expired leases to PENDING (or FAILED), in one
-// bounded statement.
-func (d *Dispatcher) recoverExpired() {
+// maxRecoverTries bounds the recoveries one poll cycle runs, each with half
+// the limit of the one before that ran out of time.
+const maxRecoverTries = 4
+
+// recoverLeases recovers expired leases, halving the limit and trying again at
+// once when a recovery runs out of time (a statement_timeout shorter than
+// a recovery of limit rows takes), and returns the limit for the next
+// cycle.
+func (d *Dispatcher) recoverLeases(limit int) int {
+	for try := 1; ; try++ {
+		next, timedOut := d.recoverExpired(limit)
+		if !timedOut || try == maxRecoverTries || next == limit {
+			return next
+		}
+		limit = next
+	}
+}
+
+// recoverExpired returns up to limit expired leases to PENDING (or
+// FAILED), in one statement, and returns the limit for the next recovery:
+// halved when this one ran out of time, doubled back after a full one.
+func (d *Dispatcher) recoverExpired(limit int) (next int, timedOut bool) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	res, err := d.store.Recover(ctx, d.pool, lease.RecoverParams{
-		Limit: d.cfg.RecoverBatchSize, MaxRecoveries: d.cfg.MaxRecoveries,
+		Limit: limit, MaxRecoveries: d.cfg.MaxRecoveries,
 		AtMostOnce: d.cfg.Delivery == AtMostOnce,
 	})
 	if err != nil {
 		d.reportError("recovery failed", err)
-		return
+		if ranOutOfTime(err) {
+			return max(1, limit/2), true
+		}
+		return limit, false
+	}
+	if len(res.Pending)+len(res.Failed) == limit {
+		limit = min(2*limit, d.cfg.RecoverBatchSize)
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
@@ -220,4 +251,5 @@ func (d *Dispatcher) recoverExpired() {
 		d.cfg.Logger.Info("pgoutbox: recovered expired leases", "table", d.cfg.Table.String(),
 			"pending", len(res.Pending), "failed", len(res.Failed))
 	}
+	return limit, false
 }

@@ -30,10 +30,11 @@ var errHardStop = errors.New("pgoutbox: dispatcher stopped")
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	store *lease.Store
-	stats counters
+	cfg      Config
+	pool     *pgxpool.Pool
+	store    *lease.Store
+	stats    counters
+	logLimit logLimiter
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -217,11 +218,55 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// reportError counts err and passes it to OnError and the log.
+// reportError counts err and passes it to OnError and, at a bounded rate
+// for repeats of the same message and error text, to the log.
 func (d *Dispatcher) reportError(msg string, err error) {
 	d.stats.errors.Add(1)
-	d.cfg.Logger.Warn("pgoutbox: "+msg, "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+	if suppressed, ok := d.logLimit.allow(msg+"\x00"+err.Error(), time.Now()); ok {
+		args := []any{"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err}
+		if suppressed > 0 {
+			args = append(args, "repeats_not_logged", suppressed)
+		}
+		d.cfg.Logger.Warn("pgoutbox: "+msg, args...)
+	}
 	if d.cfg.OnError != nil {
 		d.cfg.OnError(err)
 	}
+}
+
+// repeatLogInterval is the least time between two log lines of one
+// repeated error.
+const repeatLogInterval = 10 * time.Second
+
+// logLimiter lets each distinct line through at most once per
+// repeatLogInterval, counting the repeats it held back.
+type logLimiter struct {
+	mu    sync.Mutex
+	lines map[string]*limitedLine
+}
+
+type limitedLine struct {
+	logged     time.Time
+	suppressed int
+}
+
+// allow reports whether the line with this key may be logged at now, and
+// how many repeats were held back since it was last logged.
+func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lines == nil || len(l.lines) > 1000 {
+		l.lines = map[string]*limitedLine{} // bounded memory: forget old lines
+	}
+	line := l.lines[key]
+	if line == nil {
+		l.lines[key] = &limitedLine{logged: now}
+		return 0, true
+	}
+	if now.Sub(line.logged) < repeatLogInterval {
+		line.suppressed++
+		return 0, false
+	}
+	suppressed, line.suppressed, line.logged = line.suppressed, 0, now
+	return suppressed, true
 }
