@@ -41,8 +41,8 @@ type warnCounter struct {
 }
 
 func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler      { return w }
-func (w *warnCounter) WithGroup(string) slog.Handler           { return w }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
 func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
 	if r.Level == slog.LevelWarn {
 		w.mu.Lock()
