@@ -169,6 +169,11 @@ WHERE %[4]s AND o.id = x.id
 RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
 			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
 
+		// The UPDATE does not repeat expired's conditions: the CTE
+		// checked them on the version it locked (the newest), and the
+		// lock keeps it so. Repeated, they let the planner reach the
+		// rows through the lease index and filter every expired row by
+		// id, a cost that grows with the expired rows, not the batch.
 		recover: fmt.Sprintf(`WITH expired AS MATERIALIZED (
 	SELECT id FROM %[1]s
 	WHERE status = 'PROCESSING' AND lease_until <= now()
@@ -184,7 +189,7 @@ RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
 		last_error_code = CASE WHEN %[6]s THEN 'worker_lost' ELSE o.last_error_code END,
 		last_error = CASE WHEN %[6]s THEN 'lease expired: the worker stopped renewing it' ELSE o.last_error END,
 		attempt_log = CASE WHEN %[6]s THEN %[3]s ELSE o.attempt_log END, %[2]s
-	WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND o.status = 'PROCESSING' AND o.lease_until <= now()
+	WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
 	RETURNING o.*
 )
 SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
