@@ -164,7 +164,7 @@ func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
 	cfg.ConnConfig.RuntimeParams["application_name"] = kp.app
 	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
 		if kp.killed.Load() {
-			return errors.New("killed")
+			return errKilled{}
 		}
 		return nil
 	}
@@ -191,6 +191,13 @@ func openPool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// errKilled is a killed pool's refusal to connect. Like pgx's errors for a
+// database that cannot be reached, it says that nothing was sent.
+type errKilled struct{}
+
+func (errKilled) Error() string     { return "killed" }
+func (errKilled) SafeToRetry() bool { return true }
 
 // kill cuts the pool off and terminates its server connections, until
 // none has been seen for 100ms: a connection whose dial began before the
