@@ -80,7 +80,11 @@ func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
 func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
 	items, dropped, wait := d.takePending()
 	for _, it := range dropped {
-		d.reportLost(it.event.ID)
+		if it.maybeWritten {
+			d.reportUnknown(it.event.ID, "the write's reply was lost and the lease ran out before a retry got through")
+		} else {
+			d.reportLost(it.event.ID)
+		}
 	}
 	if len(items) == 0 {
 		return wait, len(dropped) > 0
@@ -153,6 +157,14 @@ func refused(err error) bool {
 	return true
 }
 
+// unsent reports whether err shows that a write never reached the
+// database (no connection could be made, or pgx sent nothing), so that it
+// cannot have taken effect.
+func unsent(err error) bool {
+	var connectErr *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr)
+}
+
 // retryLater puts the outcomes of a failed write back in line, each due
 // again after its own backoff, and lets go of those that failed too often
 // or whose lease can no longer be trusted.
@@ -168,7 +180,7 @@ func (d *Dispatcher) retryLater(items []*item, err error) {
 		it.tries++
 		if isRefusal {
 			it.refusals++
-		} else {
+		} else if !unsent(err) {
 			it.maybeWritten = true
 		}
 		switch {
@@ -353,9 +365,7 @@ func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unkn
 		d.reportLost(id)
 	}
 	for _, id := range unknown {
-		d.stats.outcomeUnknown.Add(1)
-		d.reportError("outcome unknown", fmt.Errorf("event %s: %w: the write's reply was lost and the row is gone",
-			id, outbox.ErrOutcomeUnknown))
+		d.reportUnknown(id, "the write's reply was lost and the row is gone")
 	}
 }
 
@@ -389,6 +399,14 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 
 // releaseTries bounds the tries of a release whose rows are busy.
 const releaseTries = 5
+
+// reportUnknown counts and reports an outcome that may or may not have
+// been recorded: an earlier write of it may have taken effect, and why
+// that cannot be known.
+func (d *Dispatcher) reportUnknown(id uuid.UUID, why string) {
+	d.stats.outcomeUnknown.Add(1)
+	d.reportError("outcome unknown", fmt.Errorf("event %s: %w: %s", id, outbox.ErrOutcomeUnknown, why))
+}
 
 // reportLost counts and reports an outcome that could not be recorded.
 func (d *Dispatcher) reportLost(id uuid.UUID) {

@@ -182,8 +182,11 @@ type Config struct {
 	// recovery made FAILED (code worker_lost).
 	OnFailed func(e outbox.Event, code outbox.Code, err error)
 	// OnError is called for internal errors: failed claims, renewals and
-	// completions, and outcomes that could not be recorded because the
-	// lease was lost (errors.Is(err, outbox.ErrLockLost)).
+	// completions, outcomes that could not be recorded because the lease
+	// was lost (errors.Is(err, outbox.ErrLockLost)) or that the database
+	// kept refusing (outbox.ErrOutcomeRefused), and outcomes whose write
+	// may have taken effect although its reply was lost, where the row can
+	// no longer tell (outbox.ErrOutcomeUnknown).
 	OnError func(err error)
 	// Logger receives lifecycle and error logs, never payloads. Defaults
 	// to slog.Default().

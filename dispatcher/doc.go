@@ -82,8 +82,18 @@
 // PENDING, waits up to DrainTimeout for running handlers, cancels the
 // remaining ones (their events return to PENDING without spending an
 // attempt), writes every outcome and returns. Stop waits for the same
-// result. Both are idempotent. Writing the outcomes is bounded: at most
-// maxRefusals refused or maxWriteTries failed writes of one outcome, with
-// backoff of at most 2s between them, each bounded by
-// min(LeaseDuration/2, 30s).
+// result. Both are idempotent.
+//
+// Writing the outcomes may take a bounded while past DrainTimeout. A write
+// that fails is retried after 100ms, then after waits doubling up to 2s.
+// An outcome the database refuses five times (an SQL error such as a
+// trigger's exception, a constraint or a missing privilege) is let go with
+// an ERROR log and an OnError error matching outbox.ErrOutcomeRefused: the
+// other outcomes of the same write are recorded, and the event's lease
+// expires for recovery. Any other outcome is let go after 20 failed
+// writes, or at the first failure past its local deadline. Each write is
+// bounded by min(LeaseDuration/2, 30s). So the margin is about 1.5s of
+// waiting plus five writes for a refused outcome, and at most 31s of
+// waiting plus 20 writes in all, besides the time handlers that ignore
+// their cancelled context take.
 package dispatcher

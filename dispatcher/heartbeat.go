@@ -64,8 +64,10 @@ func (d *Dispatcher) renewable() []*item {
 }
 
 // applyRenewal moves the local deadline of the renewed items and gives up
-// the items the database neither renewed nor reported busy (unless their
-// completion is being written, which the completer settles).
+// the items the database neither renewed nor reported busy, unless the
+// completer holds their outcome: being written, or written before
+// although its reply was lost. The completer settles those: a row that
+// no longer shows the lease may show the outcome that write recorded.
 func (d *Dispatcher) applyRenewal(items []*item, res lease.RefResult, sentAt time.Time) {
 	keep := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
 	for _, r := range res.Done {
@@ -85,7 +87,7 @@ func (d *Dispatcher) applyRenewal(items []*item, res lease.RefResult, sentAt tim
 		switch {
 		case renewed:
 			it.deadline = later(it.deadline, deadline)
-		case !known && it.state != itemCompleting:
+		case !known && !d.completerHolds(it):
 			d.loseLocked(it)
 		}
 	}
@@ -114,17 +116,18 @@ func (d *Dispatcher) expired(it *item) bool {
 
 // onDeadline runs when a batch's deadline timer fires: every held item of
 // the batch whose local deadline has passed is lost, and the timer is set
-// for the earliest deadline of the rest. An item whose outcome is being
-// written stays with the completer, which loses it if the write fails.
+// for the earliest deadline of the rest. Items the completer holds (see
+// completerHolds) are left to it: it checks their deadline when a write
+// fails.
 func (d *Dispatcher) onDeadline(b *heldBatch) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var next time.Time
 	for _, it := range b.items {
-		if d.held[it.ref()] != it || it.lost {
+		if d.held[it.ref()] != it || it.lost || d.completerHolds(it) {
 			continue
 		}
-		if d.expired(it) && it.state != itemCompleting {
+		if d.expired(it) {
 			d.loseLocked(it)
 			continue
 		}
@@ -135,6 +138,15 @@ func (d *Dispatcher) onDeadline(b *heldBatch) {
 	if !next.IsZero() {
 		b.timer.Reset(max(next.Sub(d.cfg.Test.Now()), time.Millisecond))
 	}
+}
+
+// completerHolds reports whether the completer decides the fate of an
+// item's lease: its outcome is being written, or an earlier write of it
+// may have taken effect although its reply was lost (then the row may no
+// longer show the lease, and the next try reads what it shows). The
+// caller holds d.mu.
+func (d *Dispatcher) completerHolds(it *item) bool {
+	return it.state == itemCompleting || it.maybeWritten
 }
 
 // loseLocked gives up an item whose lease is gone: its context is

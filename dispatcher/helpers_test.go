@@ -159,23 +159,45 @@ type killablePool struct {
 
 func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
+	cfg := poolConfig(t, db)
 	kp := &killablePool{app: "victim_" + uuid.NewString()[:8]}
-	cfg.ConnConfig.RuntimeParams["search_path"] = db.Schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = kp.app
-	cfg.MaxConns = 4
 	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
 		if kp.killed.Load() {
-			return errors.New("killed")
+			return errKilled{}
 		}
 		return nil
 	}
-	kp.Pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(kp.Pool.Close)
+	kp.Pool = openPool(t, cfg)
 	return kp
 }
+
+// poolConfig is the configuration of a pool of 4 connections on db's
+// schema, for a test to adjust before openPool.
+func poolConfig(t *testing.T, db *testdb.DB) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = db.Schema
+	cfg.MaxConns = 4
+	return cfg
+}
+
+// openPool opens a pool, closed when the test ends.
+func openPool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// errKilled is a killed pool's refusal to connect. Like pgx's errors for a
+// database that cannot be reached, it says that nothing was sent.
+type errKilled struct{}
+
+func (errKilled) Error() string     { return "killed" }
+func (errKilled) SafeToRetry() bool { return true }
 
 // kill cuts the pool off and terminates its server connections, until
 // none has been seen for 100ms: a connection whose dial began before the
@@ -196,6 +218,14 @@ func (kp *killablePool) kill(t *testing.T, db *testdb.DB) {
 	}
 }
 
+// expireLease makes the database lease of id pass now.
+func expireLease(t *testing.T, db *testdb.DB, id uuid.UUID) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(),
+		`UPDATE outbox_events SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
 // lockOwner returns the lock_owner of a row.
 func lockOwner(t *testing.T, db *testdb.DB, id uuid.UUID) string {
 	t.Helper()
@@ -203,4 +233,85 @@ func lockOwner(t *testing.T, db *testdb.DB, id uuid.UUID) string {
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT CASE WHEN status = 'PROCESSING' THEN lock_owner ELSE '' END FROM outbox_events WHERE id = $1`, id).Scan(&owner))
 	return owner
+}
+
+// errorLog records what OnError receives.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorLog) add(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+// matching returns the errors recorded so far that match target.
+func (l *errorLog) matching(target error) []error {
+	return l.filter(func(err error) bool { return errors.Is(err, target) })
+}
+
+// filter returns the errors recorded so far for which keep is true.
+func (l *errorLog) filter(keep func(error) bool) []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []error
+	for _, err := range l.errs {
+		if keep(err) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// logRecorder is a slog.Handler that keeps every record.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+
+// count returns how many records at level have the attribute key = value.
+func (r *logRecorder) count(level slog.Level, key, value string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.records {
+		if rec.Level != level {
+			continue
+		}
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == key && a.Value.String() == value {
+				n++
+				return false
+			}
+			return true
+		})
+	}
+	return n
+}
+
+// testClock is a local clock for Config.Test.Now that a test moves ahead
+// by hand, as a paused process sees time jump when it resumes.
+type testClock struct{ offset atomic.Int64 }
+
+func (c *testClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *testClock) advance(by time.Duration) { c.offset.Add(int64(by)) }
+
+// frozenClock returns a Config.Test.Now that never moves: no local lease
+// deadline passes, and only renewals and the database decide.
+func frozenClock() func() time.Time {
+	at := time.Now()
+	return func() time.Time { return at }
 }

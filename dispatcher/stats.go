@@ -20,9 +20,10 @@ type Stats struct {
 	// LockLost counts outcomes that could not be recorded because the
 	// lease had been lost.
 	LockLost uint64
-	// OutcomeUnknown counts outcomes whose write was retried after its
-	// reply was lost and whose row no longer shows whether the first write
-	// took effect (errors.Is(err, outbox.ErrOutcomeUnknown)).
+	// OutcomeUnknown counts outcomes whose write may have taken effect
+	// although its reply was lost, and whose row no longer shows whether
+	// it did (deleted), or could not be read again before the lease's
+	// local deadline (errors.Is(err, outbox.ErrOutcomeUnknown)).
 	OutcomeUnknown uint64
 	// Recovered counts expired leases this dispatcher returned to PENDING.
 	Recovered uint64

@@ -244,16 +244,19 @@ func (d *Dispatcher) await(it *item) bool {
 	}
 }
 
-// stillHeld drops the items whose lease was lost or whose local deadline
-// has passed (while they waited for the rest of their batch), finishing
-// them as lost, so that they are not published after another replica may
-// have taken them over.
+// stillHeld drops the items whose lease was lost or is past its local
+// deadline (while they waited for the rest of their batch), finishing them
+// as lost, so that they are not published after another replica may have
+// taken them over. Like begin, it reads the deadline on the clock rather
+// than wait for the timer.
 func (d *Dispatcher) stillHeld(items []*item) []*item {
 	kept := items[:0]
 	for _, it := range items {
 		d.mu.Lock()
-		lost := it.lost || d.expired(it)
-		it.lost = lost
+		if !it.lost && d.expired(it) {
+			d.loseLocked(it)
+		}
+		lost := it.lost
 		d.mu.Unlock()
 		if lost {
 			d.finish(it, result{})

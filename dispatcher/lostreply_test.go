@@ -1,0 +1,152 @@
+package dispatcher_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// lostReply runs a dispatcher whose completion of its one event commits
+// while the reply is held back: the handler tells the proxy in front of
+// the dispatcher's pool to hold the server's replies right before it
+// returns, and the completion is the next statement sent.
+type lostReply struct {
+	db    *testdb.DB
+	d     *dispatcher.Dispatcher
+	proxy *replyProxy
+	errs  *errorLog
+	sent  atomic.Int32  // OnSent calls for the event
+	held  chan struct{} // closed when the handler has held the replies
+	id    uuid.UUID
+}
+
+// startLostReply starts it with a lease of 1s: each statement of the
+// dispatcher times out after half of it (500ms), and the heartbeat beats
+// every 333ms. configure adjusts the configuration.
+func startLostReply(t *testing.T, configure func(*dispatcher.Config)) *lostReply {
+	t.Helper()
+	db := testdb.NewMigrated(t)
+	lr := &lostReply{db: db, errs: &errorLog{}, held: make(chan struct{}), id: insertEvents(t, db, "x", 1)[0]}
+	p, proxy := newProxiedPool(t, db)
+	lr.proxy = proxy
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = time.Second
+	cfg.Wakeup = dispatcher.WakeupDisabled // the listener's connection would go through the proxy too
+	cfg.OnError = lr.errs.add
+	cfg.OnSent = func(e outbox.Event) {
+		if e.ID == lr.id {
+			lr.sent.Add(1)
+		}
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	var err error
+	lr.d, err = dispatcher.New(p, cfg)
+	require.NoError(t, err)
+	var once sync.Once
+	require.NoError(t, lr.d.Handle("x", func(context.Context, outbox.Event) error {
+		once.Do(func() {
+			proxy.hold()
+			close(lr.held)
+		})
+		return nil
+	}))
+	runDispatcher(t, lr.d)
+	<-lr.held
+	return lr
+}
+
+// failedWrites counts the failed writes of outcomes reported to OnError.
+func (lr *lostReply) failedWrites() int {
+	return len(lr.errs.filter(func(err error) bool {
+		return strings.HasPrefix(err.Error(), "pgoutbox: complete:")
+	}))
+}
+
+// A completion whose write committed but whose reply was lost is retried,
+// and the retry recognises the outcome its own claim wrote: OnSent fires
+// once, and no lock loss is reported. With DeleteSent, where the row is
+// gone and nothing shows whose write removed it, the outcome is reported
+// unknown (outbox.ErrOutcomeUnknown), never as a lock loss.
+//
+// The replies stay held for the first four writes (each times out after
+// 500ms; 100, 200 and 400ms pass between them), so that the wait before
+// the fifth is 800ms: more than two heartbeats, which find the SENT row no
+// longer held under the claim and must leave the waiting outcome to the
+// completer. The local clock is frozen, so that no local deadline passes
+// while the renewals fail too: the database's lease alone fences the
+// writes here.
+func TestLostCompletionReplyIsRecognised(t *testing.T) {
+	t.Parallel()
+	const heldWrites = 4
+	for _, deleteSent := range []bool{false, true} {
+		name := "sent"
+		if deleteSent {
+			name = "deleted"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lr := startLostReply(t, func(cfg *dispatcher.Config) {
+				cfg.DeleteSent = deleteSent
+				cfg.Test.Now = frozenClock()
+			})
+			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
+			lr.proxy.release()
+			waitFor(t, 10*time.Second, "the event settled", func() bool { return lr.d.Stats().InFlight == 0 })
+
+			require.Empty(t, lr.errs.matching(outbox.ErrLockLost), "the completion's own earlier write is no lock loss")
+			st := lr.d.Stats()
+			require.Zero(t, st.LockLost)
+			if !deleteSent {
+				require.Equal(t, int32(1), lr.sent.Load(), "OnSent fires once")
+				require.Equal(t, uint64(1), st.Sent)
+				require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, lr.db, lr.id))
+				return
+			}
+			require.Zero(t, lr.sent.Load())
+			require.Zero(t, st.Sent)
+			require.Equal(t, uint64(1), st.OutcomeUnknown)
+			unknown := lr.errs.matching(outbox.ErrOutcomeUnknown)
+			require.Len(t, unknown, 1)
+			require.ErrorContains(t, unknown[0], lr.id.String())
+			require.Empty(t, statusCounts(t, lr.db), "the first write deleted the row")
+		})
+	}
+}
+
+// When the retries of a completion whose reply was lost cannot reach the
+// database before the event's local deadline passes, the dispatcher gives
+// the event up without knowing whether the first write took effect (it
+// did): it reports the outcome unknown, not a lock loss.
+//
+// The replies stay held until then. On the real clock the local deadline,
+// at most 800ms after the last renewal that got through (before the
+// hold), has passed when the second write fails (at least 1.1s after the
+// hold).
+func TestLostCompletionReplyPastDeadlineIsUnknown(t *testing.T) {
+	t.Parallel()
+	lr := startLostReply(t, nil)
+	waitFor(t, 20*time.Second, "the event given up", func() bool { return lr.d.Stats().InFlight == 0 })
+	lr.proxy.release()
+
+	require.Empty(t, lr.errs.matching(outbox.ErrLockLost))
+	unknown := lr.errs.matching(outbox.ErrOutcomeUnknown)
+	require.Len(t, unknown, 1)
+	require.ErrorContains(t, unknown[0], lr.id.String())
+	st := lr.d.Stats()
+	require.Zero(t, st.LockLost)
+	require.Equal(t, uint64(1), st.OutcomeUnknown)
+	require.Zero(t, lr.sent.Load())
+	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, lr.db, lr.id), "the first write took effect")
+}

@@ -1,0 +1,181 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// refuseOutcomeOf installs a trigger that raises whenever an outcome of
+// id is written (an update that spends an attempt: SENT, a retry or
+// FAILED). Claims, renewals, releases and recovery pass.
+func refuseOutcomeOf(t *testing.T, db *testdb.DB, id uuid.UUID) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.id = '%s' AND NEW.attempts > OLD.attempts THEN
+		RAISE EXCEPTION 'the test trigger refuses the outcome of %%', NEW.id;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events
+	FOR EACH ROW EXECUTE FUNCTION refuse_outcome()`, id))
+	require.NoError(t, err)
+}
+
+// One outcome the database refuses (a trigger raises for one event) does
+// not hold up the others written in the same statement: the write is split
+// until the refusal is narrowed down to that event, the others end SENT,
+// and the refused one is retried with backoff, then let go with an ERROR
+// log and outbox.ErrOutcomeRefused, its lease left to expire for recovery.
+// Stop, called while it is still retried, returns once it is let go.
+func TestRefusedOutcomeIsIsolated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	gate := insertEvents(t, db, "gate", 1)[0]
+	ids := insertEvents(t, db, "x", 4)
+	poison := ids[2]
+	refuseOutcomeOf(t, db, poison)
+
+	errs, logs := &errorLog{}, &logRecorder{}
+	cfg := baseConfig(db)
+	cfg.DrainTimeout = 20 * time.Second // longer than the refused outcome's tries: Stop waits for them, no longer
+	cfg.OnError = errs.add
+	cfg.Logger = slog.New(logs)
+	gateGo, xGo := make(chan struct{}), make(chan struct{})
+	xDone := make(chan struct{}, len(ids))
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("gate", func(context.Context, outbox.Event) error {
+		<-gateGo
+		return nil
+	}))
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		<-xGo
+		xDone <- struct{}{}
+		return nil
+	}))
+	runDispatcher(t, d)
+	releaseGate, releaseX := sync.OnceFunc(func() { close(gateGo) }), sync.OnceFunc(func() { close(xGo) })
+	t.Cleanup(releaseGate) // before the stop, should the test fail
+	t.Cleanup(releaseX)
+	waitFor(t, 10*time.Second, "all five events claimed", func() bool { return d.Stats().Claimed == 5 })
+
+	// The completer writes the gate's outcome first and waits on a row lock
+	// the test holds, so that the four other outcomes gather behind it and
+	// are written in one statement. (Should one reach the completer only
+	// after the lock is gone, it is written on its own and the rest of the
+	// test holds the same.)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var pid int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM outbox_events WHERE id = $1 FOR UPDATE`, gate).Scan(&pid))
+	releaseGate()
+	waitFor(t, 10*time.Second, "the gate's completion to wait on the test's lock", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n))
+		return n > 0
+	})
+	releaseX()
+	for range ids {
+		<-xDone
+	}
+	time.Sleep(100 * time.Millisecond) // each outcome reaches the completer as its handler returns
+	require.NoError(t, tx.Rollback(ctx))
+
+	waitFor(t, 10*time.Second, "the gate and the three other events SENT", func() bool {
+		return statusCounts(t, db)[outbox.StatusSent] == 4
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(stopCtx), "Stop returns once the refused outcome is let go")
+
+	for _, id := range append([]uuid.UUID{gate}, ids...) {
+		if id != poison {
+			require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, id))
+		}
+	}
+	require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, poison), "left for its lease to expire")
+	refused := errs.matching(outbox.ErrOutcomeRefused)
+	require.Len(t, refused, 1)
+	require.ErrorContains(t, refused[0], poison.String())
+	require.Equal(t, 1, logs.count(slog.LevelError, "event_id", poison.String()), "an ERROR log names the event")
+	st := d.Stats()
+	require.Equal(t, uint64(4), st.Sent)
+	require.Zero(t, st.LockLost)
+}
+
+// poolWithoutDelete returns a pool on db's schema acting as a role that
+// may read, insert and update the outbox but not delete from it. The role
+// is dropped when the test ends.
+func poolWithoutDelete(t *testing.T, db *testdb.DB) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	role := "pgotest_nodelete_" + uuid.NewString()[:8]
+	quoted := pgx.Identifier{role}.Sanitize()
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+quoted)
+	require.NoError(t, err)
+	t.Cleanup(func() { // before the schema goes, after the pool below closed
+		_, err := db.Pool.Exec(ctx, `DROP OWNED BY `+quoted+`; DROP ROLE `+quoted)
+		require.NoError(t, err)
+	})
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+GRANT SELECT, INSERT, UPDATE ON %[1]s.outbox_events TO %[2]s`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
+	require.NoError(t, err)
+	cfg := poolConfig(t, db)
+	cfg.ConnConfig.RuntimeParams["role"] = role
+	return openPool(t, cfg)
+}
+
+// With DeleteSent and a role that may not DELETE, the database refuses
+// every success. The dispatcher lets go of the events after a bounded
+// number of tries, each reported as outbox.ErrOutcomeRefused with an
+// ERROR log, and Stop returns.
+func TestStopEndsWhenDeleteIsRefused(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 2)
+	errs, logs := &errorLog{}, &logRecorder{}
+	cfg := baseConfig(db)
+	cfg.DeleteSent = true
+	cfg.OnError = errs.add
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(poolWithoutDelete(t, db), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "a refused delete", func() bool {
+		return len(errs.filter(func(err error) bool {
+			var pgErr *pgconn.PgError
+			return errors.As(err, &pgErr) && pgErr.Code == "42501" // insufficient_privilege
+		})) > 0
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(ctx), "Stop returns once the refused outcomes are let go")
+	require.Len(t, errs.matching(outbox.ErrOutcomeRefused), len(ids))
+	for _, id := range ids {
+		require.Equal(t, 1, logs.count(slog.LevelError, "event_id", id.String()), "an ERROR log names the event")
+		require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, id), "left for its lease to expire")
+	}
+	require.Zero(t, d.Stats().Sent)
+}
