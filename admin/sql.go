@@ -24,8 +24,11 @@ const recordColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coales
 // replaySet is what a replay writes: due now by the database clock, with a
 // fresh retry and recovery budget. last_error_code, last_error and
 // attempt_log stay as history; the lease columns are already NULL on a
-// FAILED row.
-const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, failed_at = NULL`
+// FAILED row. The token of the claim that wrote the FAILED outcome goes,
+// so that a dispatcher retrying that write after its reply was lost does
+// not take the replayed row for its own retry.
+const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, failed_at = NULL,
+	lock_token = NULL, started_at = NULL`
 
 // bounded is the shape of every bulk write: lock at most n matching rows
 // in a sub-select (SKIP LOCKED) and reach them through the primary key

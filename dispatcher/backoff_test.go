@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,4 +138,41 @@ func TestRecoveryShrinksUnderStatementTimeout(t *testing.T) {
 	runDispatcher(t, d)
 	waitFor(t, 60*time.Second, "recovered events to run", recovered.Load)
 	require.Positive(t, d.Stats().Recovered)
+}
+
+// Under a statement_timeout that the completer's writes cannot meet, it
+// splits them and bounds the next ones, so outcomes are recorded rather
+// than given up.
+func TestCompletionsShrinkUnderStatementTimeout(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	const n = 4_000
+	insertEvents(t, db, "x", n)
+	// Each SENT row costs 0.1ms more, so that a write of more than about
+	// 200 rows cannot meet a 20ms statement_timeout.
+	_, err := db.Pool.Exec(context.Background(), `
+CREATE FUNCTION slow_sent() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.0001); RETURN NEW; END $$;
+CREATE TRIGGER slow_sent BEFORE UPDATE ON outbox_events FOR EACH ROW
+	WHEN (NEW.status = 'SENT') EXECUTE FUNCTION slow_sent();`)
+	require.NoError(t, err)
+	errs := &errorLog{}
+	cfg := baseConfig(db)
+	cfg.BatchSize = 1_000
+	cfg.Concurrency = 4_000
+	cfg.OnError = errs.add
+	d, err := dispatcher.New(poolWith(t, db, map[string]string{"statement_timeout": "20ms"}), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 60*time.Second, "every event SENT under a 20ms statement_timeout", func() bool {
+		return statusCounts(t, db)[outbox.StatusSent] == n
+	})
+	require.Empty(t, errs.matching(outbox.ErrOutcomeRefused))
+	require.Empty(t, errs.matching(outbox.ErrOutcomeUnknown))
+	require.Zero(t, d.Stats().LockLost)
+	timedOut := errs.filter(func(err error) bool {
+		return strings.Contains(err.Error(), "complete") && strings.Contains(err.Error(), "57014")
+	})
+	require.NotEmpty(t, timedOut, "the test must make writes run out of time")
 }

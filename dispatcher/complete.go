@@ -47,6 +47,12 @@ const (
 	maxWritesPerRound = 64
 )
 
+// maxLateTries bounds the failed writes, past the local deadline, of an
+// outcome whose earlier write may have taken effect: past the deadline only
+// reading the row back can still tell (the fence refuses the write itself),
+// and a database that does not answer ends it.
+const maxLateTries = 2
+
 // completeLoop writes outcomes as they arrive. While one write is in
 // flight the next outcomes gather, so under load each statement carries a
 // batch (group commit) and when idle each outcome is written at once. An
@@ -89,10 +95,21 @@ func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
 	if len(items) == 0 {
 		return wait, len(dropped) > 0
 	}
+	limit := d.writeLimit
 	budget := maxWritesPerRound
 	d.writeParts(items, &budget)
+	if d.writeLimit == limit && limit > 0 && len(items) == limit {
+		d.writeLimit = 2 * limit // a full write went through: grow back
+		if d.writeLimit > maxWriteLimit {
+			d.writeLimit = 0
+		}
+	}
 	return wait, true
 }
+
+// maxWriteLimit is the write size past which the completer stops bounding
+// its writes again, after statement timeouts made it shrink them.
+const maxWriteLimit = 1 << 16
 
 // takePending moves the outcomes that are ready to completing, drops those
 // whose lease was lost, and leaves those waiting for a retry. It returns
@@ -112,6 +129,8 @@ func (d *Dispatcher) takePending() (items, dropped []*item, wait time.Duration) 
 			if w := it.retryAt.Sub(now); wait == 0 || w < wait {
 				wait = w
 			}
+		case d.writeLimit > 0 && len(items) >= d.writeLimit:
+			later = append(later, it) // the next round takes it
 		default:
 			it.state = itemCompleting
 			items = append(items, it)
@@ -131,13 +150,30 @@ func (d *Dispatcher) writeParts(items []*item, budget *int) {
 	if err == nil {
 		return
 	}
-	if len(items) > 1 && refused(err) && *budget >= 2 {
+	if !refused(err) && !unsent(err) {
+		d.mayHaveWritten(items)
+	}
+	if len(items) > 1 && (refused(err) || ranOutOfTime(err)) && *budget >= 2 {
+		if ranOutOfTime(err) {
+			d.writeLimit = max(1, len(items)/2)
+		}
 		half := len(items) / 2
 		d.writeParts(items[:half], budget)
 		d.writeParts(items[half:], budget)
 		return
 	}
 	d.retryLater(items, err)
+}
+
+// mayHaveWritten notes that a write of items may have taken effect
+// although it reported an error (its reply was lost, or it timed out), so
+// that the next write reads back what the rows show.
+func (d *Dispatcher) mayHaveWritten(items []*item) {
+	d.mu.Lock()
+	for _, it := range items {
+		it.maybeWritten = true
+	}
+	d.mu.Unlock()
 }
 
 // refused reports whether err is the database refusing a statement (an
@@ -180,14 +216,15 @@ func (d *Dispatcher) retryLater(items []*item, err error) {
 		it.tries++
 		if isRefusal {
 			it.refusals++
-		} else if !unsent(err) {
-			it.maybeWritten = true
+		}
+		if d.expired(it) {
+			it.late++
 		}
 		switch {
 		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
 			d.removeLocked(it)
 			refusedItems = append(refusedItems, it)
-		case d.expired(it):
+		case d.expired(it) && (!it.maybeWritten || it.late > maxLateTries):
 			d.loseLocked(it)
 			it.state = itemDone
 			d.pending = append(d.pending, it)
@@ -201,20 +238,33 @@ func (d *Dispatcher) retryLater(items []*item, err error) {
 	signal(d.flush)
 	d.reportError("completion failed, will retry", err)
 	for _, it := range refusedItems {
-		d.reportRefused(it, err)
+		d.reportGivenUp(it, err)
 	}
 }
 
-// reportRefused logs, at ERROR, an event whose outcome the database would
-// not take, and reports it to OnError. Its lease expires and recovery
-// returns it to PENDING.
-func (d *Dispatcher) reportRefused(it *item, err error) {
+// reportGivenUp logs, at ERROR, an event whose outcome the completer gave
+// up writing, and reports it to OnError: matching outbox.ErrOutcomeRefused
+// when the database kept refusing it, outbox.ErrOutcomeUnknown when an
+// earlier write of it may have taken effect, else outbox.ErrLockLost (the
+// row was not changed). Its lease expires and recovery returns it to
+// PENDING.
+func (d *Dispatcher) reportGivenUp(it *item, err error) {
+	cause := outbox.ErrLockLost
+	switch {
+	case it.refusals >= maxRefusals:
+		cause = outbox.ErrOutcomeRefused
+	case it.maybeWritten:
+		cause = outbox.ErrOutcomeUnknown
+		d.stats.outcomeUnknown.Add(1)
+	default:
+		d.stats.lockLost.Add(1)
+	}
 	d.stats.errors.Add(1)
 	d.cfg.Logger.Error("pgoutbox: gave up writing an outcome; the event's lease will expire and be recovered",
 		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", it.event.ID.String(),
-		"event_type", it.event.Type, "tries", it.tries, "error", err)
+		"event_type", it.event.Type, "tries", it.tries, "refusals", it.refusals, "error", err)
 	if d.cfg.OnError != nil {
-		d.cfg.OnError(fmt.Errorf("event %s: %w: %w", it.event.ID, outbox.ErrOutcomeRefused, err))
+		d.cfg.OnError(fmt.Errorf("event %s: %w: %w", it.event.ID, cause, err))
 	}
 }
 
@@ -310,6 +360,7 @@ func itemsByID(items []*item) map[uuid.UUID]*item {
 // outcomes sorts items into those to release and the outcomes to record.
 func (d *Dispatcher) outcomes(items []*item) (releases []*item, params lease.CompleteParams) {
 	params.DeleteSent = d.cfg.DeleteSent
+	params.StatementTimeout = opTimeout(d.cfg.LeaseDuration)
 	for _, it := range items {
 		switch {
 		case it.result.release:
@@ -369,11 +420,12 @@ func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unkn
 	}
 }
 
-// release returns items to PENDING without spending an attempt. A row
-// locked elsewhere at that moment (most often by this dispatcher's own
-// heartbeat) is tried again up to releaseTries times; one still busy then
-// is let go all the same: its lease expires and recovery returns it,
-// without a recovery counted since its attempt never started.
+// release returns items to PENDING without spending an attempt. It never
+// runs beside this dispatcher's own renewals and start marks (leaseWrites),
+// so a row is busy only when a third party holds it; such a row is tried
+// again up to releaseTries times, then let go all the same: its lease
+// expires and recovery returns it (counting a recovery if the claim had
+// marked it started).
 func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
@@ -383,7 +435,9 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 		refs[i] = it.ref()
 	}
 	for try := 1; len(refs) > 0; try++ {
+		d.leaseWrites.Lock()
 		res, err := d.store.Release(ctx, d.pool, refs)
+		d.leaseWrites.Unlock()
 		if err != nil {
 			return err
 		}

@@ -52,6 +52,11 @@ type Dispatcher struct {
 	dbCtx   context.Context // the dispatcher's own statements: never cancelled
 	workCtx context.Context // handlers and publishes: cancelled at the hard stop
 
+	// leaseWrites keeps this dispatcher's renewals, start marks and
+	// releases from running at once: they skip rows locked elsewhere, and
+	// must not find each other's.
+	leaseWrites sync.Mutex
+
 	mu       sync.Mutex
 	state    runState
 	result   error
@@ -59,8 +64,11 @@ type Dispatcher struct {
 	held     map[lease.Ref]*item // events claimed and not yet let go, by id and token
 	latest   map[uuid.UUID]*item // the newest held item of each event id
 	pending  []*item             // outcomes waiting for the completer
-	stopping bool                // no handler may start any more
-	idle     chan struct{}       // closed when held empties while stopping
+	// writeLimit bounds the outcomes of one write after writes ran out of
+	// time (0: no bound); the completer's alone, not guarded.
+	writeLimit int
+	stopping   bool          // no handler may start any more
+	idle       chan struct{} // closed when held empties while stopping
 
 	// Start marks (see start.go), guarded by mu.
 	quickSince time.Time // handlers have started with no slow slot wait since; zero: no evidence

@@ -42,7 +42,9 @@ func (d *Dispatcher) renew() {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.Test.Now()
+	d.leaseWrites.Lock()
 	res, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
+	d.leaseWrites.Unlock()
 	if err != nil {
 		d.reportError("lease renewal failed", err)
 		return

@@ -144,5 +144,9 @@ func (d *Dispatcher) opContext() (context.Context, context.CancelFunc) {
 
 // opContextFrom bounds one database operation under parent.
 func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(parent, min(d.cfg.LeaseDuration/2, 30*time.Second))
+	return context.WithTimeout(parent, opTimeout(d.cfg.LeaseDuration))
 }
+
+// opTimeout is how long one of the dispatcher's own database operations
+// may take: half the lease, at most 30s.
+func opTimeout(lease time.Duration) time.Duration { return min(lease/2, 30*time.Second) }

@@ -27,9 +27,11 @@ import (
 //     a marked event starts in its own slot without competing.
 //
 // The first rule is what keeps claiming ahead free at full speed. Its cost:
-// when handlers turn slow, the claims sent before a slot wait of
-// slowSlotWait is seen may mark events that then wait for a slot; a worker
-// that dies before they start charges them one recovery each.
+// events marked by a claim are charged a recovery if the worker dies after
+// the claim and before they start (in the moment between the two while
+// handlers keep up; for longer when handlers turn slow before a slot wait
+// of slowSlotWait is seen). Under at-most-once, where such a charge makes
+// the event FAILED, only the second rule applies.
 const (
 	// slowSlotWait is how long an event must wait for a handler slot for
 	// the dispatcher to mark only what it can start at once.
@@ -48,7 +50,8 @@ const (
 // them first (give back what the claim does not use with releaseSlots).
 func (d *Dispatcher) startsFor(limit int) (starts, slots int) {
 	d.mu.Lock()
-	calm := len(d.handlers) == 0 || !d.quickSince.IsZero() && time.Since(d.quickSince) >= calmAfter
+	calm := d.cfg.Delivery == AtLeastOnce &&
+		(len(d.handlers) == 0 || !d.quickSince.IsZero() && time.Since(d.quickSince) >= calmAfter)
 	d.mu.Unlock()
 	if calm {
 		return limit, 0
@@ -159,7 +162,9 @@ func (d *Dispatcher) markOnce() (again bool) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
+	d.leaseWrites.Lock()
 	res, err := d.store.Start(ctx, d.pool, refs)
+	d.leaseWrites.Unlock()
 	if err != nil {
 		d.reportError("start marks failed, will retry", err)
 		res = lease.RefResult{Busy: refs}

@@ -60,6 +60,7 @@ type item struct {
 	// Dispatcher.mu: how many, how many the database refused, whether one
 	// may have taken effect (its reply was lost), and when to try again.
 	tries, refusals int
+	late            int // failed writes past the local deadline
 	maybeWritten    bool
 	retryAt         time.Time
 	// marked: the row shows that this attempt started (see start.go);

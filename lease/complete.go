@@ -36,6 +36,12 @@ type CompleteParams struct {
 	Failed []Failure
 	// DeleteSent deletes succeeded rows instead of marking them SENT.
 	DeleteSent bool
+	// StatementTimeout, when positive, bounds the statements on the server
+	// as well (the lesser of it and the session's statement_timeout), so
+	// that a write the caller gave up on (its context ended, and the
+	// cancel request did not reach the server) cannot go on beside the
+	// caller's retry of it.
+	StatementTimeout time.Duration
 }
 
 // Retried is a row returned to PENDING for a later attempt.
@@ -72,6 +78,9 @@ type CompleteResult struct {
 // unexpired lease. Rows that fail the fence are reported in Lost.
 func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (CompleteResult, error) {
 	batch := &pgx.Batch{}
+	if p.StatementTimeout > 0 {
+		batch.Queue(boundTimeout, p.StatementTimeout.Milliseconds())
+	}
 	sentSQL := s.sql.sent
 	if p.DeleteSent {
 		sentSQL = s.sql.deleteSent
@@ -84,10 +93,10 @@ func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (Complete
 	for _, g := range failedGroups {
 		batch.Queue(s.sql.failed, failureArgs(g, p.Failed)...)
 	}
-	if batch.Len() == 0 {
+	if len(sentGroups)+len(failedGroups) == 0 {
 		return CompleteResult{}, nil
 	}
-	res, err := s.runComplete(ctx, db, batch, len(sentGroups))
+	res, err := s.runComplete(ctx, db, batch, len(sentGroups), p.StatementTimeout > 0)
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("pgoutbox: complete: %w", err)
 	}
@@ -95,16 +104,30 @@ func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (Complete
 	return res, nil
 }
 
-// runComplete sends the batch: first the statements for successes (each
-// returning ids), then those for failures.
-func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentStatements int) (res CompleteResult, err error) {
+// boundTimeout sets statement_timeout for the rest of the transaction (the
+// implicit one of a batch) to $1 milliseconds, or to the session's value
+// when that is lower and not 0.
+const boundTimeout = `SELECT set_config('statement_timeout', (SELECT CASE WHEN t = 0 THEN $1::bigint ELSE least(t, $1::bigint) END
+	FROM (SELECT (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS t) AS s)::text, true)`
+
+// runComplete sends the batch: first, when bounded, the statement that
+// sets the timeout, then the statements for successes (each returning
+// ids), then those for failures.
+func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentStatements int, bounded bool) (res CompleteResult, err error) {
 	br := db.SendBatch(ctx, batch)
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	for i := range batch.Len() {
+	first := 0
+	if bounded {
+		if _, err := br.Exec(); err != nil {
+			return res, err
+		}
+		first = 1
+	}
+	for i := range batch.Len() - first {
 		rows, err := br.Query()
 		if err != nil {
 			return res, err

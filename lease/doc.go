@@ -43,12 +43,17 @@
 //
 // Claim, Recover, Renew, Start and Release lock their rows with SKIP
 // LOCKED and change only the rows they locked: they never wait for a row
-// lock, so they cannot be part of a deadlock. Complete may wait, but its
-// fence reads the clock at each row (clock_timestamp() < lease_until), so
-// it never waits on a row whose lease has passed, and only such a row can
-// be held under another token; run one Complete at a time per set of
-// tokens (the dispatcher has one completer) and no two statements of this
-// package can wait on each other.
+// lock, so they cannot be part of a deadlock. (Like any locking read, they
+// may keep the lock of a row whose newer version no longer matches; that
+// lock is held by a statement that waits for nothing, so no cycle goes
+// through it.) Complete may wait, but its fence reads the clock at each
+// row (clock_timestamp() < lease_until), so it never waits on a row whose
+// lease has passed, and only such a row can be held under another token.
+// Two Completes of the same tokens could still wait on each other, so run
+// one at a time per set of tokens (the dispatcher has one completer) and
+// bound each with CompleteParams.StatementTimeout, which ends a write on
+// the server when its caller gives up on it, before the caller retries.
+// Under these rules no two statements of this package wait on each other.
 //
 // # Time
 //

@@ -205,3 +205,21 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A completion bounded by StatementTimeout gives up on the server, not
+// only on the client: it cannot wait on beside a retry of it.
+func TestCompleteStatementTimeoutBindsTheServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := claimN(t, e, 1)
+	lockRow(t, e, b.Events[0].ID)
+	start := time.Now()
+	_, err := e.store.Complete(context.Background(), e.db.Pool,
+		lease.CompleteParams{Sent: b.Refs(), StatementTimeout: 200 * time.Millisecond})
+	require.ErrorContains(t, err, "57014")
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	var after string
+	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&after))
+	require.Equal(t, "0", after, "the bound ends with the write's transaction")
+}

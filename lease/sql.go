@@ -69,10 +69,11 @@ const lockedRefs = `req AS (
 
 // refResults reports, after a lockedRefs statement whose data-modifying
 // CTE "changed" returns (id, lock_token), every changed ref (true) and
-// every busy ref (false).
+// every busy ref (false): one whose row exists but was locked elsewhere.
 const refResults = `SELECT id, lock_token, true FROM changed
 UNION ALL
-SELECT r.id, r.token, false FROM req AS r WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id)`
+SELECT r.id, r.token, false FROM req AS r
+WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id) AND EXISTS (SELECT 1 FROM %[1]s AS b WHERE b.id = r.id)`
 
 // recoverStarted is true for a recovered row whose attempt had started:
 // only those spend the poison budget (recoveries) or can be FAILED. A row
