@@ -114,41 +114,28 @@ const boundTimeout = `SELECT set_config('statement_timeout', (SELECT CASE WHEN t
 // sets the timeout, then the statements for successes (each returning
 // ids), then those for failures.
 func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentStatements int, bounded bool) (res CompleteResult, err error) {
-	br := db.SendBatch(ctx, batch)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	first := 0
 	if bounded {
-		if _, err := br.Exec(); err != nil {
-			return res, err
-		}
-		first = 1
+		sentStatements++
 	}
-	for i := range batch.Len() - first {
-		rows, err := br.Query()
-		if err != nil {
-			return res, err
-		}
-		if i < sentStatements {
+	err = queryBatch(ctx, db, batch, func(i int, rows pgx.Rows) error {
+		switch {
+		case bounded && i == 0:
+			rows.Close()
+			return rows.Err()
+		case i < sentStatements:
 			ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
 				var id [16]byte // directly, where uuid.UUID would go through text
 				err := row.Scan(&id)
 				return id, err
 			})
-			if err != nil {
-				return res, err
-			}
 			res.Sent = append(res.Sent, ids...)
-			continue
+			return err
+		default:
+			_, err := collectOutcomes(rows, &res, nil)
+			return err
 		}
-		if _, err := collectOutcomes(rows, &res, nil); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
+	})
+	return res, err
 }
 
 func failureRefs(fs []Failure) []Ref {
@@ -238,20 +225,12 @@ func (s *Store) Outcomes(ctx context.Context, db DB, refs []Ref) (res CompleteRe
 	for _, g := range groupByToken(refs) {
 		batch.Queue(s.sql.outcomes, g.ids, g.token)
 	}
-	br := db.SendBatch(ctx, batch)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	for range batch.Len() {
-		rows, err := br.Query()
-		if err != nil {
-			return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
-		}
-		if gone, err = collectOutcomes(rows, &res, gone); err != nil {
-			return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
-		}
+	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) (err error) {
+		gone, err = collectOutcomes(rows, &res, gone)
+		return err
+	})
+	if err != nil {
+		return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
 	}
 	return res, gone, nil
 }

@@ -243,20 +243,10 @@ func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, a
 		}
 		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
 	}
-	br := db.SendBatch(ctx, batch)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	for range batch.Len() {
-		rows, err := br.Query()
-		if err != nil {
-			return RefResult{}, err
-		}
+	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) error {
 		var id, token [16]byte
 		var done bool
-		_, err = pgx.ForEachRow(rows, []any{&id, &token, &done}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&id, &token, &done}, func() error {
 			if done {
 				res.Done = append(res.Done, Ref{ID: id, Token: token})
 			} else {
@@ -264,9 +254,10 @@ func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, a
 			}
 			return nil
 		})
-		if err != nil {
-			return RefResult{}, err
-		}
+		return err
+	})
+	if err != nil {
+		return RefResult{}, err
 	}
 	return res, nil
 }
@@ -301,6 +292,27 @@ func groupByToken(refs []Ref) []tokenGroup {
 		groups[g].index = append(groups[g].index, i)
 	}
 	return groups
+}
+
+// queryBatch sends batch in one round trip and hands each statement's
+// rows, in order, to each, which must read or close them.
+func queryBatch(ctx context.Context, db DB, batch *pgx.Batch, each func(i int, rows pgx.Rows) error) (err error) {
+	br := db.SendBatch(ctx, batch)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for i := range batch.Len() {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if err := each(i, rows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Release returns held rows that were never started to PENDING, keeping
