@@ -146,10 +146,17 @@ type Config struct {
 	WakeupCooldown time.Duration
 	// IdlePollInterval is the longest the poll interval stretches to while
 	// wake-ups work and the table is idle: each empty poll doubles the
-	// interval up to it, and any claimed event resets it. Retries still
-	// run on time, because the dispatcher also sleeps until the next
-	// PENDING event's next_attempt_at at the latest. Defaults to
-	// 10 × PollInterval, at most 1m; PollInterval to 1h.
+	// interval up to it, and any claimed event resets it. Retries and
+	// delayed events still run on time, because the dispatcher also sleeps
+	// until the next PENDING event's next_attempt_at at the latest.
+	// Defaults to PollInterval: no stretching, so that every committed
+	// event is claimed within PollInterval of its commit even when no
+	// notification announced it (an emitter's NotifyInterval skips the
+	// notify of Emit calls soon after one that notified, and that one may
+	// roll back or commit much earlier or later). Stretch only where every
+	// event's own transaction notifies (emitter NotifyInterval -1, no other
+	// writers); otherwise such an event can wait up to IdlePollInterval.
+	// PollInterval to 1h.
 	IdlePollInterval time.Duration
 
 	// RecoverEvery runs recovery of expired leases every Nth poll cycle.
@@ -225,7 +232,7 @@ func (c Config) withDefaults() Config {
 	if c.WakeupCooldown == -1 {
 		c.WakeupCooldown = 0
 	}
-	c.IdlePollInterval = cmp.Or(c.IdlePollInterval, max(c.PollInterval, min(10*c.PollInterval, time.Minute)))
+	c.IdlePollInterval = cmp.Or(c.IdlePollInterval, c.PollInterval)
 	c.RecoverEvery = cmp.Or(c.RecoverEvery, 10)
 	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
 	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)

@@ -64,9 +64,9 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	}
 }
 
-// poller holds the poll timer, whose interval stretches while the table is
-// idle and wake-ups work, and the timer that fires when the next retry is
-// due.
+// poller holds the poll timer, whose interval stretches (up to
+// IdlePollInterval, by default not at all) while the table is idle and
+// wake-ups work, and the timer that fires when the next retry is due.
 type poller struct {
 	cfg           Config
 	interval      time.Duration
@@ -128,7 +128,12 @@ func (p *poller) coolDown() bool {
 
 // next sets the interval of the next poll: doubled (up to IdlePollInterval)
 // when wake-ups work and nothing was claimed since the last poll, else
-// PollInterval.
+// PollInterval. With IdlePollInterval at its default, PollInterval, polls
+// stay PollInterval apart: an event that no wake-up announced (an emitter's
+// NotifyInterval skipped its notify, and the notify it relied on rolled
+// back, is still open, or came long before its commit) is then claimed
+// within PollInterval of its commit. The dispatcher cannot tell such
+// events from none, so no stretch keeps that bound.
 func (p *poller) next(wakeups bool, claimed uint64) {
 	if wakeups && claimed == p.lastClaimed {
 		p.interval = min(2*p.interval, p.cfg.IdlePollInterval)

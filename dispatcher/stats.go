@@ -47,7 +47,8 @@ type Stats struct {
 	// the poll interval was stretched.
 	DueWakeups uint64
 	// PollInterval is the current interval between polls: PollInterval,
-	// or more while it is stretched (idle, wake-ups working).
+	// or more while it is stretched (idle, wake-ups working, and
+	// IdlePollInterval set above PollInterval).
 	PollInterval time.Duration
 	// WakeupsActive is true while the listener is connected and listening.
 	WakeupsActive bool

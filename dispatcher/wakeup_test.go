@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -56,22 +57,24 @@ func wakeupConfig(t *testing.T, db *testdb.DB) (dispatcher.Config, *atomic.Bool,
 	return cfg, down, app
 }
 
-// handledAt records, per event, the dispatcher's poll count when its
-// handler ran.
+// handledAt records, per event, the dispatcher's poll count and the time
+// when its handler ran.
 type handledAt struct {
 	mu    sync.Mutex
 	polls map[uuid.UUID]uint64
+	times map[uuid.UUID]time.Time
 	ch    chan uuid.UUID
 }
 
 func newHandledAt() *handledAt {
-	return &handledAt{polls: map[uuid.UUID]uint64{}, ch: make(chan uuid.UUID, 100)}
+	return &handledAt{polls: map[uuid.UUID]uint64{}, times: map[uuid.UUID]time.Time{}, ch: make(chan uuid.UUID, 100)}
 }
 
 func (h *handledAt) handler(d **dispatcher.Dispatcher) outbox.Handler {
 	return func(_ context.Context, e outbox.Event) error {
 		h.mu.Lock()
 		h.polls[e.ID] = (*d).Stats().PollCycles
+		h.times[e.ID] = time.Now()
 		h.mu.Unlock()
 		h.ch <- e.ID
 		return nil
@@ -93,6 +96,15 @@ func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 			t.Fatalf("event %s was not handled", id)
 		}
 	}
+}
+
+// waitTime waits until id is handled and returns when its handler ran.
+func (h *handledAt) waitTime(t *testing.T, id uuid.UUID) time.Time {
+	t.Helper()
+	h.wait(t, id)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.times[id]
 }
 
 // startListening runs a dispatcher whose handler records its poll count,
@@ -340,4 +352,121 @@ func TestDueEventsRunWhilePollStretched(t *testing.T) {
 	first, second := <-attempts, <-attempts
 	require.Equal(t, polls, first, "the delayed event ran before the next poll")
 	require.Equal(t, polls, second, "the 1ms retry ran before the next poll")
+}
+
+// skipScene is what a scenario of TestSkippedNotifyWaitsAtMostPollInterval
+// works with.
+type skipScene struct {
+	e     *emitter.Emitter
+	pool  *pgxpool.Pool
+	h     *handledAt
+	quiet func() // leaves the table idle, then waits for a poll
+}
+
+// A throttled notify costs at most PollInterval. An Emit sends no notify
+// when an earlier Emit of its Emitter took the NotifyInterval's one; here
+// that notify never arrives (its transaction or savepoint rolled back),
+// has not yet (its transaction is still open), or arrived long before. On
+// a table that looked idle, with the dispatcher's defaults apart from a
+// short PollInterval (IdlePollInterval keeps its default relation to it),
+// the event that sent no notify is still handed out within PollInterval of
+// its commit.
+func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
+	t.Parallel()
+	const poll = 200 * time.Millisecond
+	// A poll cycle, a claim round trip and the handler's start, on a
+	// loaded machine.
+	const slack = 200 * time.Millisecond
+
+	// run runs a dispatcher, leaves its table idle, and has emit commit an
+	// event whose Emit sent no notify, right after a poll (so that a
+	// stretched poll would be far off); emit returns the event, its commit
+	// time and how many notifications it sent on purpose. run checks how
+	// long after its commit the event was handed out.
+	run := func(t *testing.T, emit func(s skipScene) (uuid.UUID, time.Time, uint64)) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, _, _ := wakeupConfig(t, db)
+		cfg.PollInterval = poll
+		d, h := startListening(t, db, cfg)
+		quiet := func() {
+			time.Sleep(3 * time.Second) // long enough for polls to stretch, if they do
+			polls := d.Stats().PollCycles
+			waitFor(t, 10*time.Second, "a poll", func() bool { return d.Stats().PollCycles > polls })
+		}
+		quiet()
+		wakeups := d.Stats().Wakeups
+		// A NotifyInterval wide enough that the event's Emit skips its
+		// notify however slow the machine.
+		e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
+		require.NoError(t, err)
+		id, committed, notified := emit(skipScene{e: e, pool: db.Pool, h: h, quiet: quiet})
+		delay := h.waitTime(t, id).Sub(committed)
+		t.Logf("handed out %v after its commit (poll interval %v)", delay, d.Stats().PollInterval)
+		require.Equal(t, wakeups+notified, d.Stats().Wakeups, "no notification announced the event")
+		require.LessOrEqual(t, delay, poll+slack, "handed out within PollInterval of its commit")
+	}
+	begin := func(t *testing.T, s skipScene) pgx.Tx {
+		t.Helper()
+		tx, err := s.pool.Begin(context.Background())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+	emitIn := func(t *testing.T, s skipScene, tx pgx.Tx) uuid.UUID {
+		t.Helper()
+		ids, err := s.e.Emit(context.Background(), tx, outbox.Event{Type: "x", Payload: []byte("{}")})
+		require.NoError(t, err)
+		return ids[0]
+	}
+	commit := func(t *testing.T, tx pgx.Tx) time.Time {
+		t.Helper()
+		require.NoError(t, tx.Commit(context.Background()))
+		return time.Now()
+	}
+	// pair emits one event in a transaction it leaves open (taking the
+	// notify) and then one, id, in another (which sends none).
+	pair := func(t *testing.T, s skipScene) (notifying pgx.Tx, first uuid.UUID, tx pgx.Tx, id uuid.UUID) {
+		t.Helper()
+		notifying = begin(t, s)
+		first = emitIn(t, s, notifying)
+		tx = begin(t, s)
+		return notifying, first, tx, emitIn(t, s, tx)
+	}
+
+	t.Run("NotifyingTxRolledBack", func(t *testing.T) {
+		run(t, func(s skipScene) (uuid.UUID, time.Time, uint64) {
+			notifying, _, tx, id := pair(t, s)
+			require.NoError(t, notifying.Rollback(context.Background()))
+			return id, commit(t, tx), 0
+		})
+	})
+	t.Run("NotifyingSavepointRolledBack", func(t *testing.T) {
+		run(t, func(s skipScene) (uuid.UUID, time.Time, uint64) {
+			tx := begin(t, s)
+			sp, err := tx.Begin(context.Background())
+			require.NoError(t, err)
+			emitIn(t, s, sp)
+			require.NoError(t, sp.Rollback(context.Background()))
+			id := emitIn(t, s, tx) // the sibling, after the savepoint
+			return id, commit(t, tx), 0
+		})
+	})
+	t.Run("NotifyingTxStillOpen", func(t *testing.T) {
+		run(t, func(s skipScene) (uuid.UUID, time.Time, uint64) {
+			_, _, tx, id := pair(t, s) // the notifying one is rolled back when the test ends
+			return id, commit(t, tx), 0
+		})
+	})
+	// The notify arrived, but long before the event committed: polls had
+	// time to stretch again after the claim it caused.
+	t.Run("NotifyingTxCommittedLongBefore", func(t *testing.T) {
+		run(t, func(s skipScene) (uuid.UUID, time.Time, uint64) {
+			notifying, first, tx, id := pair(t, s)
+			require.NoError(t, notifying.Commit(context.Background()))
+			s.h.wait(t, first)
+			s.quiet()
+			return id, commit(t, tx), 1
+		})
+	})
 }

@@ -54,7 +54,9 @@ type Config struct {
 	// pg_notify: its event is claimed by the dispatcher's trailing claim,
 	// one WakeupCooldown after the wake-up (when that is above 0), when
 	// its transaction has committed by then, and otherwise by a later
-	// wake-up or poll. An Emit that took the notify and failed gives it
+	// wake-up or poll: with the dispatcher's defaults within its
+	// PollInterval of the commit, even when the transaction that notified
+	// rolls back. An Emit that took the notify and failed gives it
 	// back; a transaction that rolls back after it does not. Each
 	// committing transaction that notified holds a database-wide lock
 	// through its WAL flush, so notifying every Emit serialises the commits
