@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // result is one in-process run of outboxctl.
@@ -235,7 +237,7 @@ func TestMigrateAndVerify(t *testing.T) {
 
 	r = onDB(t, db, "migrate")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "is at schema version 1")
+	require.Contains(t, r.stdout, fmt.Sprintf("is at schema version %d", migrations.Latest()))
 
 	r = onDB(t, db, "verify")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -243,7 +245,7 @@ func TestMigrateAndVerify(t *testing.T) {
 
 	r = onDB(t, db, "migrate", "-table", "other_events", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.JSONEq(t, `{"table": "`+db.Schema+`.other_events", "version": 1}`, r.stdout)
+	require.JSONEq(t, fmt.Sprintf(`{"table": "%s.other_events", "version": %d}`, db.Schema, migrations.Latest()), r.stdout)
 }
 
 func TestBadUsage(t *testing.T) {
