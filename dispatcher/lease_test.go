@@ -122,13 +122,20 @@ func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*d
 	cfg.Owner = kp.app
 	d, err := dispatcher.New(kp.Pool, cfg)
 	require.NoError(t, err)
+	started := make(chan struct{}, 1)
 	require.NoError(t, d.Handle(eventType, func(ctx context.Context, e outbox.Event) error {
+		started <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
 	}))
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
 	waitFor(t, 15*time.Second, "the victim to hold the event", func() bool { return lockOwner(t, db, id) == kp.app })
+	select { // the handler started: its attempt counts a recovery
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the victim's handler did not start")
+	}
 	return d, kp, errc
 }
 
