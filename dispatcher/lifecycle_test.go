@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,6 +223,32 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 	_, err := dispatcher.New(nil, baseConfig(db))
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
+
+// An Owner that PostgreSQL text cannot hold would make every claim fail
+// (SQLSTATE 22021) and leave events PENDING forever: New refuses it.
+func TestNewRejectsOwnerThatIsNotText(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for name, owner := range map[string]string{
+		"InvalidUTF8": "worker-\xff",
+		"NUL":         "worker-\x00-1",
+		"TooLong":     strings.Repeat("é", 101),
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := baseConfig(db)
+			cfg.Owner = owner
+			_, err := dispatcher.New(db.Pool, cfg)
+			var ce *outbox.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "Owner", ce.Option)
+			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		})
+	}
+	cfg := baseConfig(db)
+	cfg.Owner = strings.Repeat("é", 100) // 200 bytes of UTF-8: the limit
+	_, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
 }
 
 // The dispatcher runs at most Concurrency handlers at once and holds at
