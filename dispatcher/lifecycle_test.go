@@ -137,14 +137,16 @@ func TestRunFailsWithoutTable(t *testing.T) {
 }
 
 // The publisher gets one call per batch with each event's destination, and
-// each event gets its own outcome.
+// each event gets its own outcome. An event the publisher cannot carry
+// (its error matches outbox.ErrInvalidEvent) is recorded as invalid_event.
 func TestPublisherOutcomesPerEvent(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	ids := insertEvents(t, db, "order.created", 4)
+	ids := insertEvents(t, db, "order.created", 5)
 	pub := &recordingPublisher{failWith: map[[16]byte]error{
 		ids[1]: errors.New("broker busy"),
 		ids[2]: outbox.Permanent(errors.New("message too large")),
+		ids[4]: outbox.Permanent(fmt.Errorf("broker: %w", &outbox.ValidationError{Index: -1, Field: "Headers", Reason: "name \"x/y\" is not a token"})),
 	}}
 	cfg := baseConfig(db)
 	cfg.Publisher = pub
@@ -155,12 +157,13 @@ func TestPublisherOutcomesPerEvent(t *testing.T) {
 	runDispatcher(t, d)
 	waitFor(t, 10*time.Second, "all final", func() bool {
 		c := statusCounts(t, db)
-		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 4
+		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 5
 	})
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[0]))
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 2, Code: "publish_error"}, readRow(t, db, ids[1]))
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 1, Code: "publish_error"}, readRow(t, db, ids[2]))
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[3]))
+	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 1, Code: "invalid_event"}, readRow(t, db, ids[4]))
 	for _, m := range pub.published() {
 		require.Equal(t, "orders.order.created", m.Destination)
 		require.Equal(t, []byte("{}"), m.Event.Payload)
