@@ -3,6 +3,10 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"math"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 )
 
 // Sentinel errors, for callers that branch with errors.Is.
@@ -36,6 +40,29 @@ func (e *InputError) Unwrap() error { return ErrInvalidInput }
 // inputErr builds an *InputError with a formatted reason.
 func inputErr(param, format string, args ...any) error {
 	return &InputError{Param: param, Reason: fmt.Sprintf(format, args...)}
+}
+
+// checkText checks a filter that is compared with a text column: it must
+// be valid UTF-8 without NUL, which is all PostgreSQL text can hold. The
+// reason never quotes the value.
+func checkText(param, value string) error {
+	if reason := pgtext.Problem(value, math.MaxInt); reason != "" {
+		return inputErr(param, "%s", reason)
+	}
+	return nil
+}
+
+// checkTime checks an instant compared with a timestamptz column: zero
+// (no filter) or in the years 1 to 9999, the range RFC 3339 and JSON can
+// write (PostgreSQL's own is wider, and fails a statement beyond it).
+func checkTime(param string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return inputErr(param, "is in the year %d, must be in the years 1 to 9999 (or zero for any)", y)
+	}
+	return nil
 }
 
 // checkLimit applies def to a zero limit and checks the range 1..max.

@@ -95,6 +95,38 @@ func TestBadInput(t *testing.T) {
 			_, err := b.admin.Replay(ctx, admin.ReplayParams{Limit: -1})
 			return err
 		}},
+		{"ListTypeNUL", "Type", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Type: "test\x00event"})
+			return err
+		}},
+		{"ListTypeInvalidUTF8", "Type", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Type: "test\xffevent"})
+			return err
+		}},
+		{"ReplayTypeNUL", "Type", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Type: "test\x00event"})
+			return err
+		}},
+		{"ReplayTypeInvalidUTF8", "Type", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Type: "test\xffevent", DryRun: true})
+			return err
+		}},
+		{"ReplayCodeNUL", "Code", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Code: "publish\x00error", DryRun: true})
+			return err
+		}},
+		{"ReplayCodeInvalidUTF8", "Code", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{Code: "publish\xfferror"})
+			return err
+		}},
+		{"ReplayFailedBeforeTooLate", "FailedBefore", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{FailedBefore: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)})
+			return err
+		}},
+		{"ReplayFailedBeforeTooEarly", "FailedBefore", func() error {
+			_, err := b.admin.Replay(ctx, admin.ReplayParams{FailedBefore: time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC), DryRun: true})
+			return err
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

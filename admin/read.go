@@ -99,6 +99,7 @@ type ListParams struct {
 	// Status keeps only rows in this status. Empty means every status.
 	Status outbox.Status
 	// Type keeps only rows of this event type. Empty means every type.
+	// It must be valid UTF-8 without NUL.
 	Type string
 	// After continues from a previous page's Next. The zero value starts
 	// at the beginning.
@@ -128,6 +129,9 @@ type Page struct {
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
+	}
+	if err := checkText("Type", p.Type); err != nil {
+		return Page{}, err
 	}
 	limit, err := checkLimit(p.Limit, DefaultListLimit, MaxListLimit)
 	if err != nil {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -29,12 +30,14 @@ type ReplayParams struct {
 	// replay) are reported as skipped and left alone. When IDs is set the
 	// filter fields and Limit must be empty: the list is the bound.
 	IDs []uuid.UUID
-	// Type keeps only rows of this event type. Empty means any.
+	// Type keeps only rows of this event type. Empty means any. It must be
+	// valid UTF-8 without NUL.
 	Type string
 	// Code keeps only rows whose last_error_code is this. Empty means any.
+	// It must be valid UTF-8 without NUL.
 	Code outbox.Code
-	// FailedBefore keeps only rows that failed before this instant. Zero
-	// means any.
+	// FailedBefore keeps only rows that failed before this instant, in the
+	// years 1 to 9999. Zero means any.
 	FailedBefore time.Time
 	// Limit is the most rows a filter replay changes, oldest seq first,
 	// 1 to [MaxReplayLimit]. Defaults to [DefaultReplayLimit]. A filter
@@ -116,6 +119,9 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	}
 	if p.IDs != nil {
 		return write{}, nil, inputErr("IDs", "is empty; leave it nil to replay by filter")
+	}
+	if err := cmp.Or(checkText("Type", p.Type), checkText("Code", string(p.Code)), checkTime("FailedBefore", p.FailedBefore)); err != nil {
+		return write{}, nil, err
 	}
 	limit, err := checkLimit(p.Limit, DefaultReplayLimit, MaxReplayLimit)
 	if err != nil {

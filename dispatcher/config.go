@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -70,7 +72,8 @@ type Config struct {
 	// Table is the outbox to dispatch. Defaults to public.outbox_events.
 	Table outbox.Table
 	// Owner names this dispatcher in lock_owner and the attempt log.
-	// Defaults to "<hostname>-<pid>-<random>"; at most 200 bytes.
+	// Defaults to "<hostname>-<pid>-<random>"; at most 200 bytes of UTF-8
+	// without NUL (PostgreSQL text cannot hold anything else).
 	Owner string
 
 	// BatchSize is the most events one claim takes. Defaults to 100;
@@ -257,7 +260,7 @@ func (c Config) validate() error {
 		option string
 		reason string
 	}{
-		{len(c.Owner) <= 200, "Owner", "must be at most 200 bytes"},
+		{pgtext.Problem(c.Owner, maxOwnerLen) == "", "Owner", "must be at most 200 bytes of UTF-8 without NUL"},
 		{between(c.BatchSize, 1, 10_000), "BatchSize", "must be between 1 and 10000"},
 		{between(c.Concurrency, 1, 100_000), "Concurrency", "must be between 1 and 100000"},
 		{between(c.Claimers, 1, 16), "Claimers", "must be between 1 and 16"},
@@ -287,13 +290,20 @@ func (c Config) validate() error {
 
 func between[T cmp.Ordered](v, lo, hi T) bool { return v >= lo && v <= hi }
 
+// maxOwnerLen bounds Config.Owner, in bytes.
+const maxOwnerLen = 200
+
+// defaultOwner is "<hostname>-<pid>-<random>", with the host name cut to
+// 100 bytes of valid UTF-8 without NUL so that the result passes validate.
 func defaultOwner() string {
 	host, err := os.Hostname()
+	host = strings.ToValidUTF8(strings.ReplaceAll(host, "\x00", ""), "")
+	for len(host) > 100 {
+		_, size := utf8.DecodeLastRuneInString(host)
+		host = host[:len(host)-size]
+	}
 	if err != nil || host == "" {
 		host = "dispatcher"
-	}
-	if len(host) > 100 {
-		host = host[:100]
 	}
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
 }

@@ -35,6 +35,8 @@
 //	timeout                       HandlerTimeout or PublishTimeout passed
 //	panic                         the handler or publisher panicked (recovered)
 //	no_handler                    no handler and no destination (FAILED at once)
+//	invalid_event                 the publisher cannot carry the event as it is
+//	                              (its error matches outbox.ErrInvalidEvent)
 //
 // A failure is retried at the database's now() + Backoff.Delay(attempt)
 // until MaxAttempts, unless it is wrapped by outbox.Permanent, is

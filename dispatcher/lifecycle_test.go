@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,14 +137,16 @@ func TestRunFailsWithoutTable(t *testing.T) {
 }
 
 // The publisher gets one call per batch with each event's destination, and
-// each event gets its own outcome.
+// each event gets its own outcome. An event the publisher cannot carry
+// (its error matches outbox.ErrInvalidEvent) is recorded as invalid_event.
 func TestPublisherOutcomesPerEvent(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	ids := insertEvents(t, db, "order.created", 4)
+	ids := insertEvents(t, db, "order.created", 5)
 	pub := &recordingPublisher{failWith: map[[16]byte]error{
 		ids[1]: errors.New("broker busy"),
 		ids[2]: outbox.Permanent(errors.New("message too large")),
+		ids[4]: outbox.Permanent(fmt.Errorf("broker: %w", &outbox.ValidationError{Index: -1, Field: "Headers", Reason: "name \"x/y\" is not a token"})),
 	}}
 	cfg := baseConfig(db)
 	cfg.Publisher = pub
@@ -154,12 +157,13 @@ func TestPublisherOutcomesPerEvent(t *testing.T) {
 	runDispatcher(t, d)
 	waitFor(t, 10*time.Second, "all final", func() bool {
 		c := statusCounts(t, db)
-		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 4
+		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 5
 	})
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[0]))
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 2, Code: "publish_error"}, readRow(t, db, ids[1]))
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 1, Code: "publish_error"}, readRow(t, db, ids[2]))
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, ids[3]))
+	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 1, Code: "invalid_event"}, readRow(t, db, ids[4]))
 	for _, m := range pub.published() {
 		require.Equal(t, "orders.order.created", m.Destination)
 		require.Equal(t, []byte("{}"), m.Event.Payload)
@@ -222,6 +226,32 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 	_, err := dispatcher.New(nil, baseConfig(db))
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
+
+// An Owner that PostgreSQL text cannot hold would make every claim fail
+// (SQLSTATE 22021) and leave events PENDING forever: New refuses it.
+func TestNewRejectsOwnerThatIsNotText(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for name, owner := range map[string]string{
+		"InvalidUTF8": "worker-\xff",
+		"NUL":         "worker-\x00-1",
+		"TooLong":     strings.Repeat("é", 101),
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := baseConfig(db)
+			cfg.Owner = owner
+			_, err := dispatcher.New(db.Pool, cfg)
+			var ce *outbox.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "Owner", ce.Option)
+			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		})
+	}
+	cfg := baseConfig(db)
+	cfg.Owner = strings.Repeat("é", 100) // 200 bytes of UTF-8: the limit
+	_, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
 }
 
 // The dispatcher runs at most Concurrency handlers at once and holds at

@@ -376,8 +376,17 @@ func (d *Dispatcher) publish(items []*item) {
 			d.finish(it, result{})
 			continue
 		}
-		d.finish(it, d.classify(it, ctx, errs[i], outbox.CodePublishError))
+		d.finish(it, d.classify(it, ctx, errs[i], publishCode(errs[i])))
 	}
+}
+
+// publishCode is the code of a publisher's error: invalid_event when the
+// publisher cannot carry the event as it is, else publish_error.
+func publishCode(err error) outbox.Code {
+	if errors.Is(err, outbox.ErrInvalidEvent) {
+		return outbox.CodeInvalidEvent
+	}
+	return outbox.CodePublishError
 }
 
 // callPublisher calls Publish, recovering a panic and checking that it

@@ -43,8 +43,10 @@
 // # Failure modes
 //
 // A nil, committed, rolled-back or aborted transaction gives an error that
-// matches outbox.ErrTxDone. An error from PostgreSQL (a caller-set ID already
-// in the table, a missing table, a cancelled ctx) is returned wrapped; as
+// matches outbox.ErrTxDone. A ctx already done when Emit is called gives its
+// error and sends nothing: the transaction is unchanged and still usable.
+// An error from PostgreSQL (a caller-set ID already in the table, a missing
+// table, a ctx that ends while the statement runs) is returned wrapped; as
 // with any failed statement the transaction is then aborted and can only be
 // rolled back.
 package emitter

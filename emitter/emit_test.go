@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
 
 func TestEmit(t *testing.T) {
@@ -94,6 +95,28 @@ func TestEmit(t *testing.T) {
 		require.Equal(t, fullEvent(), b.readEvent(t, ids[0]))
 	})
 
+	t.Run("HeaderRuleEdgesRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		// What the header rule accepts, every publisher carries byte for
+		// byte (the conformance suite checks that half): Emit takes it and
+		// stores it as it is.
+		var events []outbox.Event
+		for _, c := range outboxtest.HeaderCases() {
+			if c.Field == "" {
+				events = append(events, c.Event)
+			}
+		}
+		tx := b.begin(t)
+		ids, err := b.emitter.Emit(ctx, tx, events...)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		for i, want := range events {
+			got := b.readEvent(t, ids[i])
+			got.ID, got.Attempt, got.CreatedAt = want.ID, want.Attempt, want.CreatedAt
+			require.Empty(t, outboxtest.EventDiff(want, got))
+		}
+	})
+
 	t.Run("LargeBatchByCopy", func(t *testing.T) {
 		t.Parallel()
 		events := manyEvents(5000, 0)
@@ -143,7 +166,7 @@ func fullEvent() outbox.Event {
 		ContentType:    "application/cloudevents+json; charset=utf-8",
 		// An escaped backslash before u0000 is not the \u0000 escape.
 		Payload: []byte(`{"path":"C:\\u0000dir","emoji":"✓"}`),
-		Headers: map[string]string{"trace": "a\"b\\c\td", "ü": "<&>", "empty": ""},
+		Headers: map[string]string{"trace": "a\"b\\c\td", "x-amp": "<&> ü", "empty": ""},
 	}
 }
 
@@ -152,8 +175,9 @@ func (b *testBundle) readEvent(t *testing.T, id uuid.UUID) outbox.Event {
 	t.Helper()
 	var got outbox.Event
 	var headers []byte
-	err := b.db.Pool.QueryRow(context.Background(), `SELECT event_type, aggregate_type, aggregate_id,
-		partition_key, idempotency_key, content_type, payload, headers FROM outbox_events WHERE id = $1`, id).
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT event_type, coalesce(aggregate_type, ''),
+		coalesce(aggregate_id, ''), coalesce(partition_key, ''), coalesce(idempotency_key, ''),
+		coalesce(content_type, ''), payload, headers FROM outbox_events WHERE id = $1`, id).
 		Scan(&got.Type, &got.AggregateType, &got.AggregateID, &got.PartitionKey,
 			&got.IdempotencyKey, &got.ContentType, &got.Payload, &headers)
 	require.NoError(t, err)

@@ -77,8 +77,10 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // All events are validated before anything is sent. A nil or finished tx, or
 // an invalid event, gives an *outbox.ValidationError (errors.Is
 // [outbox.ErrInvalidEvent]; for the tx also [outbox.ErrTxDone]); nothing is
-// written and an open tx is still usable. Emit with no events returns nil,
-// nil and sends nothing.
+// written and an open tx is still usable. A ctx that is already done gives
+// its error (errors.Is ctx.Err()) with the same guarantee: nothing is sent
+// and tx is unchanged. Emit with no events returns nil, nil and sends
+// nothing.
 //
 // When ctx carries an OpenTelemetry span, each event also gets the W3C
 // "traceparent" (and "tracestate") headers of that span, unless it carries
@@ -91,9 +93,10 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // connection runs them, to prepare the statements). Batches of 5,000 events
 // or more (or 64 MiB of payload) in which no event has a Delay go by COPY
 // instead, which is faster there and takes two or three round trips. Any
-// other error comes
-// from PostgreSQL; as with every failed statement, tx is then aborted and
-// only a rollback remains.
+// other error comes from PostgreSQL or the connection, including a ctx that
+// ends while the statement runs (pgx cancels the statement or closes the
+// connection): tx is then aborted, its Commit fails, and only a rollback
+// remains.
 func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
 	if isNil(tx) {
 		return nil, txError("is nil", nil)
@@ -109,6 +112,9 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 		if th := traceHeaders(ctx); th != nil {
 			cols.addHeaders(withTrace(events, th))
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("emitter: context is done; nothing was sent and tx is unchanged: %w", err)
 	}
 	if err := e.write(ctx, tx, cols); err != nil {
 		return nil, err

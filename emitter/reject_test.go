@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
 
 // Ways a test hands Emit its transaction.
@@ -84,6 +85,30 @@ func textCases() []rejectCase {
 	return cases
 }
 
+// headerRuleCases are values that no shipped publisher carries byte for
+// byte: NATS refuses header names that are not tokens, trims spaces and
+// tabs around values and turns CR and LF inside them into spaces. Every
+// field that travels as a broker header follows the rule. The cases of
+// outboxtest.HeaderCases that break it come on top.
+func headerRuleCases() []rejectCase {
+	cases := []rejectCase{
+		{name: "AggregateTypeHasCR", edit: editText("AggregateType", "order\rline"), field: "AggregateType"},
+		{name: "ContentTypeLeadingSpace", edit: editText("ContentType", " text/plain"), field: "ContentType"},
+		{name: "HeaderValueTrailingSpace", edit: editText("HeaderValue", "  "), field: "Headers"},
+		{name: "HeaderValueTrailingTab", edit: editText("HeaderValue", "\t"), field: "Headers"},
+		{name: "PartitionKeyTrailingTab", edit: editText("PartitionKey", "key\t"), field: "PartitionKey"},
+		{name: "TypeHasLF", edit: editText("Type", "order\ncreated"), field: "Type"},
+	}
+	for _, c := range outboxtest.HeaderCases() {
+		if c.Field != "" {
+			ev := c.Event
+			cases = append(cases, rejectCase{name: "HeaderRule" + c.Name, field: c.Field,
+				events: func() []outbox.Event { return []outbox.Event{ev} }})
+		}
+	}
+	return cases
+}
+
 func manyHeaders(n int) map[string]string {
 	h := make(map[string]string, n)
 	for i := range n {
@@ -146,6 +171,7 @@ func rejectCases() []rejectCase {
 		{name: "TypeTrailingSpace", edit: editText("Type", "order.created\u00a0"), field: "Type"},
 	}
 	cases = append(cases, textCases()...)
+	cases = append(cases, headerRuleCases()...)
 	slices.SortFunc(cases, func(a, b rejectCase) int { return strings.Compare(a.name, b.name) })
 	return cases
 }

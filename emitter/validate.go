@@ -45,9 +45,6 @@ func (e *Emitter) validateEvent(i int, ev *outbox.Event) error {
 			return invalid(i, t.field, reason)
 		}
 	}
-	if strings.ContainsAny(ev.ContentType, "\r\n") {
-		return invalid(i, "ContentType", "contains CR or LF")
-	}
 	if ev.Delay < 0 {
 		return invalid(i, "Delay", "is negative")
 	}
@@ -57,10 +54,15 @@ func (e *Emitter) validateEvent(i int, ev *outbox.Event) error {
 	if reason := e.headersProblem(ev.Headers); reason != "" {
 		return invalid(i, "Headers", reason)
 	}
+	// What travels as a broker header must arrive byte for byte.
+	if field, reason := outbox.HeaderProblem(*ev); field != "" {
+		return invalid(i, field, reason)
+	}
 	return nil
 }
 
-// typeProblem says what is wrong with an event type, or "".
+// typeProblem says what is wrong with an event type, or "". The header
+// rule, checked later, covers the rest.
 func typeProblem(t string) string {
 	if t == "" {
 		return "is empty"
@@ -126,8 +128,8 @@ func hasNULEscape(doc []byte) bool {
 	return false
 }
 
-// headersProblem checks the number, total size and characters of headers.
-// Reasons may name a header but never quote a value.
+// headersProblem checks the number and total size of headers; the header
+// rule checks their names and values. Reasons never quote a value.
 func (e *Emitter) headersProblem(h map[string]string) string {
 	if len(h) == 0 {
 		return ""
@@ -141,44 +143,9 @@ func (e *Emitter) headersProblem(h map[string]string) string {
 	total := 0
 	for name, value := range h {
 		total += len(name) + len(value)
-		if reason := headerNameProblem(name); reason != "" {
-			return reason
-		}
-		if reason := headerValueProblem(value); reason != "" {
-			return fmt.Sprintf("value of %q %s", name, reason)
-		}
 	}
 	if total > e.cfg.MaxHeaderBytes {
 		return fmt.Sprintf("total %d bytes, more than the limit of %d", total, e.cfg.MaxHeaderBytes)
-	}
-	return ""
-}
-
-// reservedHeaderPrefix starts the header names the publishers set for the
-// event's own fields (event ID, type, keys…); users may not set them.
-const reservedHeaderPrefix = "pgoutbox-"
-
-func headerNameProblem(name string) string {
-	if name == "" {
-		return "have an empty name"
-	}
-	if len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix) {
-		return fmt.Sprintf("have the name %q, whose prefix Pgoutbox- is reserved for the event's own fields", name)
-	}
-	if reason := headerValueProblem(name); reason != "" {
-		return "have a name that " + reason
-	}
-	return ""
-}
-
-func headerValueProblem(v string) string {
-	switch {
-	case !utf8.ValidString(v):
-		return "is not valid UTF-8"
-	case strings.IndexByte(v, 0) >= 0:
-		return "contains a NUL byte"
-	case strings.ContainsAny(v, "\r\n"):
-		return "contains CR or LF"
 	}
 	return ""
 }

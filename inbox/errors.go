@@ -23,7 +23,7 @@ var (
 // is not quoted either.
 type InputError struct {
 	// Arg is the argument at fault: "tx", "consumer", "event.ID", "work",
-	// "olderThan" or "batchSize".
+	// "db", "olderThan" or "batchSize".
 	Arg string
 	// Reason says what is wrong, in a few words.
 	Reason string

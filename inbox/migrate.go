@@ -38,8 +38,9 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 // and safe when several processes call it at once: it holds a session
 // advisory lock keyed by the table's qualified name while it runs, so one
 // caller migrates and the others wait and then find nothing to do. It needs
-// a direct connection, not one behind a transaction-mode pooler. An invalid
-// table name gives an *outbox.ConfigError and touches nothing.
+// a direct connection, not one behind a transaction-mode pooler. A nil conn
+// or an invalid table name gives an *outbox.ConfigError (naming "conn" or
+// "Table") and touches nothing; so do [Version] and [Verify].
 func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	set, err := cfg.migrationSet()
 	if err != nil {
@@ -87,6 +88,9 @@ func (c Config) migrationSet() (tmplmigrate.Set, error) {
 // an error matching [outbox.ErrSchemaMismatch] that lists everything
 // missing or different. It only reads the catalogs and the version table.
 func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	if err := tmplmigrate.CheckConn(conn); err != nil {
+		return err
+	}
 	names, err := cfg.names()
 	if err != nil {
 		return err

@@ -169,11 +169,12 @@ func queryError(op string, id uuid.UUID, err error) error {
 	return fmt.Errorf("pgoutbox: inbox: %s event %s: %w", op, id, err)
 }
 
-// isNil reports whether tx is nil or a nil pointer in a non-nil interface.
-func isNil(tx pgx.Tx) bool {
-	if tx == nil {
+// isNil reports whether v (a pgx.Tx or a DB) is nil or a nil pointer in a
+// non-nil interface.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(tx)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

@@ -23,10 +23,14 @@ const MaxBatchSize = 10_000
 // retry horizon, and any replay an operator may run. A record purged
 // before its last redelivery lets that redelivery run the work again.
 //
-// olderThan must be positive and batchSize 1 to [MaxBatchSize]; otherwise
-// Purge returns an [*InputError] and deletes nothing. After an error the
-// count says how many rows earlier batches deleted.
+// db must not be nil, olderThan must be positive and batchSize 1 to
+// [MaxBatchSize]; otherwise Purge returns an [*InputError] and deletes
+// nothing. After an error the count says how many rows earlier batches
+// deleted.
 func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batchSize int) (int64, error) {
+	if isNil(db) {
+		return 0, &InputError{Arg: "db", Reason: "is nil"}
+	}
 	if olderThan <= 0 {
 		return 0, &InputError{Arg: "olderThan", Reason: fmt.Sprintf("is %s, must be positive", olderThan)}
 	}

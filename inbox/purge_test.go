@@ -56,6 +56,11 @@ func TestPurge(t *testing.T) {
 			require.Equal(t, args.arg, inputErr.Arg)
 			require.Zero(t, n)
 		}
+		n, err := b.ib.Purge(ctx, nil, time.Hour, 10)
+		var inputErr *inbox.InputError
+		require.ErrorAs(t, err, &inputErr)
+		require.Equal(t, "db", inputErr.Arg)
+		require.Zero(t, n)
 		require.Equal(t, 3, b.records(t))
 	})
 

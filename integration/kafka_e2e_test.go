@@ -45,24 +45,7 @@ func TestKafkaEndToEndKillAndRecover(t *testing.T) {
 
 	// The consumer reads the topic from its start, for the whole test.
 	got := newTally()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	var consuming sync.WaitGroup
-	consuming.Go(func() {
-		for ctx.Err() == nil {
-			fetches := cl.PollFetches(ctx)
-			for r := range fetches.RecordsAll() {
-				e, err := kafkapub.Decode(r)
-				if err != nil {
-					t.Errorf("not an event: %v", err)
-					continue
-				}
-				got.add(e.ID)
-			}
-		}
-	})
-	t.Cleanup(func() { cancel(); consuming.Wait(); cl.Close() })
+	consumeKafka(t, seeds, topic, func(e outbox.Event) { got.add(e.ID) })
 
 	n := e2eEvents()
 	res := runKillScenario(t, db, e2eBroker{
@@ -97,6 +80,34 @@ func newKafkaPublisher(addr, prefix string) (outbox.Publisher, func(), error) {
 		return nil, nil, err
 	}
 	return p, p.Close, nil
+}
+
+// consumeKafka reads topic from its start until the test ends, handing
+// every record decoded with kafkapub.Decode to on. A record that is not an
+// event fails the test.
+func consumeKafka(t *testing.T, seeds []string, topic string, on func(outbox.Event)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	var consuming sync.WaitGroup
+	consuming.Go(func() {
+		for ctx.Err() == nil {
+			for r := range cl.PollFetches(ctx).RecordsAll() {
+				e, err := kafkapub.Decode(r)
+				if err != nil {
+					t.Errorf("not an event: %v", err)
+					continue
+				}
+				on(e)
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); consuming.Wait(); cl.Close() })
 }
 
 // kafkaSeeds returns KAFKA_BROKERS, or the address of an in-process kfake

@@ -54,21 +54,7 @@ func TestNATSEndToEndKillAndRecover(t *testing.T) {
 	// The consumer: an ordered consumer hands out every stored message
 	// once, so the counts are the stream's content.
 	got := newTally()
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		e, err := natspub.DecodeJetStream(msg)
-		if err != nil {
-			t.Errorf("not an event: %v", err)
-			return
-		}
-		if id := msg.Headers().Get(jetstream.MsgIDHeader); id != e.ID.String() {
-			t.Errorf("Nats-Msg-Id %q, event ID %s", id, e.ID)
-		}
-		got.add(e.ID)
-	})
-	require.NoError(t, err)
-	t.Cleanup(cc.Stop)
+	consumeStream(t, stream, func(e outbox.Event) { got.add(e.ID) })
 
 	n := e2eEvents()
 	res := runKillScenario(t, db, e2eBroker{
@@ -90,6 +76,29 @@ func TestNATSEndToEndKillAndRecover(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(n), info.State.Msgs)
 	t.Logf("nats: %d events re-published after the kill were dropped by the stream as duplicates", res.Republished)
+}
+
+// consumeStream hands every message stored in stream, decoded with
+// natspub.DecodeJetStream, to on until the test ends; an ordered consumer
+// hands out each stored message once. A message that is not an event, or
+// whose Nats-Msg-Id is not its event ID, fails the test.
+func consumeStream(t *testing.T, stream jetstream.Stream, on func(outbox.Event)) {
+	t.Helper()
+	cons, err := stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		e, err := natspub.DecodeJetStream(msg)
+		if err != nil {
+			t.Errorf("not an event: %v", err)
+			return
+		}
+		if id := msg.Headers().Get(jetstream.MsgIDHeader); id != e.ID.String() {
+			t.Errorf("Nats-Msg-Id %q, event ID %s", id, e.ID)
+		}
+		on(e)
+	})
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
 }
 
 // newNATSPublisher connects to url and returns a natspub Publisher for

@@ -19,7 +19,9 @@ var files embed.FS
 // names in double braces are filled in by [Migrate] or [Render].
 var FS fs.FS = files
 
-// Config says which outbox to migrate or verify.
+// Config says which outbox to migrate or verify. [Migrate], [Version] and
+// [Verify] given a nil connection return an *outbox.ConfigError naming
+// "conn" and touch nothing.
 type Config struct {
 	// Table is the outbox's schema and table name. Defaults to
 	// public.outbox_events.

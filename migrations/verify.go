@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -71,6 +72,9 @@ func (e *VerifyError) Unwrap() error { return outbox.ErrSchemaMismatch }
 // USAGE on the schema and SELECT on the version table. It takes at most two
 // round trips.
 func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	if err := tmplmigrate.CheckConn(conn); err != nil {
+		return err
+	}
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
 		return err

@@ -28,4 +28,9 @@ const (
 	CodeLockLost Code = "lock_lost"
 	// CodePanic: a handler or publisher panicked; the panic was recovered.
 	CodePanic Code = "panic"
+	// CodeInvalidEvent: the publisher cannot carry the event as it is (its
+	// error matches [ErrInvalidEvent]), for example a field that breaks
+	// the header rule in a row written around Emit. Replaying it fails the
+	// same way; fix the row or the publisher first.
+	CodeInvalidEvent Code = "invalid_event"
 )

@@ -24,4 +24,31 @@
 //
 // Delivery is at-least-once. [Event.ID] is stable from emit to every
 // redelivery and is the consumers' idempotency key.
+//
+// # The header rule
+//
+// Publishers send an event's Type, AggregateType, AggregateID,
+// PartitionKey, IdempotencyKey, ContentType and Headers as broker message
+// headers. Kafka headers are bytes and carry anything. NATS headers are
+// MIME-like lines, "Name: value" ending in CRLF: nats.go refuses a name
+// that is not an RFC 9110 token, trims spaces and tabs (and CR, LF) around
+// a value, turns CR and LF inside it into spaces, and its decoder skips
+// spaces and tabs after the colon. Every other byte of a value, control
+// characters and non-ASCII UTF-8 included, arrives as sent. So, for every
+// field that travels as a header, the rule is:
+//
+//   - a header name is 1 or more RFC 9110 token characters (ASCII letters,
+//     digits and !#$%&'*+-.^_`|~) and does not start with "Pgoutbox-" or
+//     "Nats-" in any case (the names of the event's own fields, and of the
+//     headers the NATS server acts on);
+//   - a value (a header's value, or one of those fields) is valid UTF-8
+//     without NUL, CR or LF, and does not start or end with a space or a
+//     tab. An empty value is fine: a header with an empty value arrives
+//     with an empty value, and an empty field is not sent.
+//
+// [HeaderProblem] checks it. Emit rejects an event that breaks it, so a
+// publisher meets one only in a row written around Emit; a shipped
+// publisher that cannot carry such an event byte for byte fails it with a
+// permanent error wrapping a *[ValidationError] (errors.Is
+// [ErrInvalidEvent]), which the dispatcher records as [CodeInvalidEvent].
 package outbox

@@ -8,8 +8,10 @@ import (
 // Sentinel errors, for callers that branch with errors.Is. Every typed error
 // in this package unwraps to one of them.
 var (
-	// ErrInvalidEvent is the root of every event validation failure. Nothing
-	// was written when it is returned, and the transaction is still usable.
+	// ErrInvalidEvent is the root of every event validation failure. When
+	// Emit returns it, nothing was written and the transaction is still
+	// usable; when a publisher does, it cannot carry the event as it is
+	// (see the header rule in the package documentation).
 	ErrInvalidEvent = errors.New("pgoutbox: invalid event")
 	// ErrInvalidConfig is the root of every configuration error.
 	ErrInvalidConfig = errors.New("pgoutbox: invalid configuration")

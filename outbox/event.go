@@ -22,11 +22,16 @@ type Event struct {
 	// at emit". A caller that sets it must keep it unique in the table.
 	ID uuid.UUID
 	// Type names what happened, e.g. "order.created". Required; 1 to 255
-	// bytes of UTF-8 with no leading or trailing white space. The dispatcher
-	// routes on it.
+	// bytes of UTF-8 with no leading or trailing white space (any Unicode
+	// white space) that follow the header rule (see the package
+	// documentation). The dispatcher routes on it.
 	Type string
 	// AggregateType names the kind of entity the event is about, e.g.
-	// "order". Optional, at most 255 bytes.
+	// "order". Optional, at most 255 bytes. AggregateType, AggregateID,
+	// PartitionKey, IdempotencyKey and ContentType travel as broker
+	// headers and follow the header rule (see the package documentation):
+	// UTF-8 without NUL, CR or LF, not starting or ending with a space or
+	// a tab.
 	AggregateType string
 	// AggregateID identifies that entity. Optional, at most 1024 bytes.
 	AggregateID string
@@ -37,15 +42,17 @@ type Event struct {
 	// consumers as metadata. The outbox does not enforce its uniqueness.
 	// Optional, at most 1024 bytes.
 	IdempotencyKey string
-	// Headers are passed on to handlers and brokers. Names must be
-	// non-empty; names and values must be UTF-8 without CR, LF or NUL. The
-	// emitter bounds their number and total size.
+	// Headers are passed on to handlers and brokers, and follow the header
+	// rule (see the package documentation): names are RFC 9110 tokens not
+	// starting with Pgoutbox- or Nats-, values are UTF-8 without NUL, CR
+	// or LF that do not start or end with a space or a tab (empty is
+	// fine). The emitter bounds their number and total size.
 	Headers map[string]string
 	// ContentType describes Payload, e.g. "application/json" or
-	// "application/x-protobuf". Optional, at most 255 bytes, no CR or LF
-	// (it travels in broker headers). A JSON content type (media type
-	// application/json or any +json, in any case, parameters ignored) makes
-	// Emit check that Payload is valid JSON without \u0000.
+	// "application/x-protobuf". Optional, at most 255 bytes, under the
+	// header rule. A JSON content type (media type application/json or any
+	// +json, in any case, parameters ignored) makes Emit check that
+	// Payload is valid JSON without \u0000.
 	ContentType string
 	// Payload is the message body, stored as bytea and never logged. The
 	// emitter bounds its size (1 MiB by default).

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
 
 func TestValidateIdentifier(t *testing.T) {
@@ -104,4 +105,53 @@ func TestErrorTexts(t *testing.T) {
 	ce := &outbox.ConfigError{Option: "BatchSize", Reason: "must be between 1 and 10000"}
 	require.ErrorIs(t, ce, outbox.ErrInvalidConfig)
 	require.Contains(t, ce.Error(), "BatchSize")
+}
+
+func TestHeaderRule(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"a", "X-Trace-Id", "traceparent", "!#$%&'*+-.^_`|~09AZaz", "Pgoutbox", "nats"} {
+		require.Empty(t, outbox.HeaderNameProblem(ok), ok)
+	}
+	for _, bad := range []string{"", "x/y", "a:b", "has space", "héader", "a\tb", "a\x7f", "a\x00", "(x)", "a,b",
+		"Pgoutbox-Event-Id", "PGOUTBOX-x", "Nats-Msg-Id", "nats-rollup"} {
+		require.NotEmpty(t, outbox.HeaderNameProblem(bad), "%q", bad)
+	}
+	for _, ok := range []string{"", "v", "a  b", "a\tb", "\x01c\x7f", "\u00a0nbsp\u00a0", "\vv\f", "日本語 ✓", ": a: b", `"q"`} {
+		require.Empty(t, outbox.HeaderValueProblem(ok), "%q", ok)
+	}
+	for bad, reason := range map[string]string{
+		" v": "starts or ends with a space or a tab", "v ": "starts or ends with a space or a tab",
+		"\tv": "starts or ends with a space or a tab", " ": "starts or ends with a space or a tab",
+		"a\nb": "contains CR or LF", "key-1\r\n": "contains CR or LF", "a\rb": "contains CR or LF",
+		"a\x00b": "contains a NUL byte", "a\xffb": "is not valid UTF-8",
+	} {
+		require.Equal(t, reason, outbox.HeaderValueProblem(bad), "%q", bad)
+	}
+
+	e := outbox.Event{Type: "t", AggregateID: "id", Headers: map[string]string{"x-empty": "", "x": "SECRET"}}
+	field, reason := outbox.HeaderProblem(e)
+	require.Empty(t, field+reason)
+	for name, edit := range map[string]func(*outbox.Event){
+		"Type":           func(e *outbox.Event) { e.Type = "order\ncreated" },
+		"AggregateType":  func(e *outbox.Event) { e.AggregateType = "a\rb" },
+		"AggregateID":    func(e *outbox.Event) { e.AggregateID = " agg-2 " },
+		"PartitionKey":   func(e *outbox.Event) { e.PartitionKey = "k\t" },
+		"IdempotencyKey": func(e *outbox.Event) { e.IdempotencyKey = "key-1\r\n" },
+		"ContentType":    func(e *outbox.Event) { e.ContentType = " text/plain" },
+		"Headers":        func(e *outbox.Event) { e.Headers = map[string]string{"x": "  SECRET  "} },
+	} {
+		bad := e
+		edit(&bad)
+		field, reason := outbox.HeaderProblem(bad)
+		require.Equal(t, name, field)
+		require.NotEmpty(t, reason)
+		require.NotContains(t, reason, "SECRET")
+	}
+	for _, c := range outboxtest.HeaderCases() {
+		field, _ := outbox.HeaderProblem(c.Event)
+		require.Equal(t, c.Field, field, c.Name)
+	}
+	field, reason = outbox.HeaderProblem(outbox.Event{Type: "t", Headers: map[string]string{"x/y": "v"}})
+	require.Equal(t, "Headers", field)
+	require.Equal(t, `name "x/y" holds '/' at byte 1; a header name holds only ASCII letters, digits and !#$%&'*+-.^_`+"`|~", reason)
 }

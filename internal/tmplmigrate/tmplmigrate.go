@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // Set is one table's migrations: the templates and what fills them in.
@@ -24,12 +25,25 @@ type Set struct {
 	Data map[string]any
 }
 
+// CheckConn returns an *outbox.ConfigError naming "conn" when conn is nil,
+// as dispatcher.New names a nil pool, and nil otherwise. Every function
+// that takes a *pgx.Conn from a caller checks it first.
+func CheckConn(conn *pgx.Conn) error {
+	if conn == nil {
+		return &outbox.ConfigError{Option: "conn", Reason: "must not be nil"}
+	}
+	return nil
+}
+
 // Migrate applies what is missing of s on conn. It holds a session advisory
 // lock keyed by the table's qualified name while it runs, so that
 // concurrent callers migrate one at a time and the later ones find nothing
 // to do, and it creates the schema before tern creates its version table
 // in it.
 func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
+	if err := CheckConn(conn); err != nil {
+		return err
+	}
 	table := s.Names.Table
 	key := "pgoutbox.migrate:" + table.String()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
@@ -71,6 +85,9 @@ func load(m *migrate.Migrator, s Set) error {
 // Version returns the version recorded in versionTable (quoted, qualified),
 // or 0 when the table does not exist.
 func Version(ctx context.Context, conn *pgx.Conn, versionTable string) (int32, error) {
+	if err := CheckConn(conn); err != nil {
+		return 0, err
+	}
 	var exists bool
 	err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists)
 	if err != nil || !exists {

@@ -19,5 +19,9 @@
 //     Features.ServerDedupe says it can be;
 //   - messages of one key arrive in batch order, where
 //     Features.KeyOrder says the broker keeps it;
+//   - every field that travels as a broker header arrives byte for byte
+//     at the edges of the header rule (see [HeaderCases]), and an event
+//     that breaks the rule arrives byte for byte too or fails permanently
+//     with an error matching outbox.ErrInvalidEvent;
 //   - errors never contain payload bytes or header values.
 package outboxtest

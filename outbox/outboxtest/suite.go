@@ -82,6 +82,7 @@ func RunPublisherSuite(t *testing.T, h Harness, f Features) {
 		}
 		testKeyOrder(t, h)
 	})
+	t.Run("HeaderRule", func(t *testing.T) { testHeaderRule(t, h) })
 	t.Run("PerEventOutcomes", func(t *testing.T) { testPerEvent(t, h) })
 }
 

@@ -27,11 +27,15 @@
 // The value is the event payload, unchanged. The event's fields travel in
 // headers named by the Header constants ([HeaderEventID],
 // [HeaderEventType], …), all starting with [ReservedPrefix]; the event's
-// own headers follow under their own names, so a "traceparent" header
-// reaches consumers as "traceparent". An event header whose name starts
-// with ReservedPrefix is refused with a permanent error (the emitter
-// already rejects it). [Decode] turns a consumed record back into an
-// outbox.Event.
+// own headers follow under their own names, an empty value included, so a
+// "traceparent" header reaches consumers as "traceparent". Kafka headers
+// are bytes: every name and value arrives byte for byte, including what
+// the header rule of package outbox (which the emitter enforces for the
+// sake of NATS) refuses. Only an event header whose name starts with
+// ReservedPrefix is refused, with a permanent error wrapping an
+// *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent, recorded as
+// outbox.CodeInvalidEvent; the emitter already rejects it). [Decode] turns
+// a consumed record back into an outbox.Event.
 //
 // # Keys and order
 //

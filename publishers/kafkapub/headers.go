@@ -55,30 +55,34 @@ const ownHeaders = 9
 // that does not carry an outbox event.
 var ErrNotAnEvent = errors.New("kafkapub: record is not an outbox event")
 
-// encodeHeaders returns the record headers for e. All values share one
-// buffer, sized up front, so a record costs two allocations however many
-// headers it has.
+// encodeHeaders returns the record headers for e: a field of the event
+// only when it is not empty, an event header always, an empty value
+// included. All values share one buffer, sized up front, so a record costs
+// two allocations however many headers it has.
 func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
 	hs := make([]kgo.RecordHeader, 0, ownHeaders+len(e.Headers))
 	buf := make([]byte, 0, headerBytes(e))
 	add := func(k string, v []byte) { // v was appended to buf
-		if len(v) > 0 {
-			hs = append(hs, kgo.RecordHeader{Key: k, Value: v[:len(v):len(v)]})
-		}
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: v[:len(v):len(v)]})
 		buf = v[len(v):]
 	}
-	add(HeaderEventID, appendUUID(buf, e.ID))
-	add(HeaderEventType, append(buf, e.Type...))
-	add(HeaderAggregateType, append(buf, e.AggregateType...))
-	add(HeaderAggregateID, append(buf, e.AggregateID...))
-	add(HeaderPartitionKey, append(buf, e.PartitionKey...))
-	add(HeaderIdempotencyKey, append(buf, e.IdempotencyKey...))
-	add(HeaderContentType, append(buf, e.ContentType...))
+	field := func(k string, v []byte) {
+		if len(v) > 0 {
+			add(k, v)
+		}
+	}
+	field(HeaderEventID, appendUUID(buf, e.ID))
+	field(HeaderEventType, append(buf, e.Type...))
+	field(HeaderAggregateType, append(buf, e.AggregateType...))
+	field(HeaderAggregateID, append(buf, e.AggregateID...))
+	field(HeaderPartitionKey, append(buf, e.PartitionKey...))
+	field(HeaderIdempotencyKey, append(buf, e.IdempotencyKey...))
+	field(HeaderContentType, append(buf, e.ContentType...))
 	if e.Attempt > 0 {
-		add(HeaderAttempt, strconv.AppendInt(buf, int64(e.Attempt), 10))
+		field(HeaderAttempt, strconv.AppendInt(buf, int64(e.Attempt), 10))
 	}
 	if !e.CreatedAt.IsZero() {
-		add(HeaderCreatedAt, e.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano))
+		field(HeaderCreatedAt, e.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano))
 	}
 	for k, v := range e.Headers {
 		add(k, append(buf, v...))
@@ -87,11 +91,15 @@ func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
 }
 
 // checkHeaderNames refuses, permanently, an event header whose name starts
-// with ReservedPrefix. The error names the header, never its value.
+// with ReservedPrefix: Decode would take it for a field of the event. The
+// error wraps an *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent)
+// and names the header, never its value. Kafka carries every other name
+// and value byte for byte, so nothing else of the header rule is checked.
 func checkHeaderNames(e outbox.Event) error {
 	for k := range e.Headers {
 		if len(k) >= len(ReservedPrefix) && strings.EqualFold(k[:len(ReservedPrefix)], ReservedPrefix) {
-			return outbox.Permanent(fmt.Errorf("kafkapub: event header %q uses the reserved prefix %s", k, ReservedPrefix))
+			return outbox.Permanent(fmt.Errorf("kafkapub: %w", &outbox.ValidationError{
+				Index: -1, Field: "Headers", Reason: fmt.Sprintf("name %q uses the reserved prefix %s", k, ReservedPrefix)}))
 		}
 	}
 	return nil

@@ -44,14 +44,23 @@
 // [HeaderEventType], [HeaderAggregateType], [HeaderAggregateID],
 // [HeaderPartitionKey], [HeaderIdempotencyKey], [HeaderContentType],
 // [HeaderAttempt] and [HeaderCreatedAt]; empty fields are left out. The
-// event's own headers follow under their own names, so trace context
-// (traceparent, tracestate) reaches consumers as NATS clients expect it.
-// A user header whose name starts with [ReservedPrefix] or with "Nats-"
-// (any case) is refused: the message fails permanently with an error that
-// names the header. Letting it through would either be ambiguous on
-// decode or change what the server does (Nats-Msg-Id would defeat
-// deduplication, Nats-Rollup can purge a subject), and dropping it would
-// lose data silently. Event.Delay is not transmitted.
+// event's own headers follow under their own names, an empty value
+// included, so trace context (traceparent, tracestate) reaches consumers
+// as NATS clients expect it. Event.Delay is not transmitted.
+//
+// NATS headers are MIME-like lines: nats.go refuses a header name that is
+// not a token, trims spaces and tabs around values and turns CR and LF
+// inside them into spaces. What the emitter accepts (the header rule of
+// package outbox) arrives byte for byte. An event that breaks the rule, a
+// row written around Emit, fails permanently with an error wrapping an
+// *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent, recorded as
+// outbox.CodeInvalidEvent) that names the field and, for a header, its
+// name, never a value: sending it would change it or fail with a
+// retryable client error. So does a user header whose name starts with
+// [ReservedPrefix] or with "Nats-" (any case): letting it through would
+// either be ambiguous on decode or change what the server does
+// (Nats-Msg-Id would defeat deduplication, Nats-Rollup can purge a
+// subject), and dropping it would lose data silently.
 //
 // # Deduplication
 //
@@ -100,7 +109,9 @@
 //     with an asynchronous error and no ack, so it is reported once
 //     Config.AckTimeout has passed, by matching the connection's last
 //     error against the subject;
-//   - a malformed subject, a zero event ID, a reserved user header.
+//   - a malformed subject, a zero event ID, a field that breaks the header
+//     rule (a reserved user header among them; see Headers above), or a
+//     header the client still refuses to encode (nats.ErrBadHeaderMsg).
 //
 // Everything else — ack timeouts, disconnects, a full in-flight table,
 // storage errors, the end of ctx — is retryable.

@@ -21,14 +21,16 @@ var ErrAckTimeout = errors.New("natspub: no PubAck within the ack timeout")
 // permanentCause reports whether retrying cannot help a message that
 // failed with err: no stream answers for its subject, it is larger than
 // the server's max payload or the stream's max message size, the
-// connection may not publish on its subject, or the subject is malformed.
+// connection may not publish on its subject, or the subject or a header
+// is malformed (the client refuses to encode it).
 func permanentCause(err error) bool {
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrMaxPayload),
 		errors.Is(err, nats.ErrPermissionViolation),
-		errors.Is(err, nats.ErrBadSubject):
+		errors.Is(err, nats.ErrBadSubject),
+		errors.Is(err, nats.ErrBadHeaderMsg):
 		return true
 	}
 	var apiErr *jetstream.APIError

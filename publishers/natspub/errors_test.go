@@ -59,6 +59,28 @@ func TestClassification(t *testing.T) {
 			requireClean(t, err)
 		}
 	})
+	t.Run("HeaderNATSCannotCarryIsPermanent", func(t *testing.T) {
+		t.Parallel()
+		// Rows written around Emit: NATS would refuse the name (and the
+		// client's error is retryable) or change the value.
+		b := setup(t, jetstream.StreamConfig{})
+		p := publisher(t, b, natspub.Config{})
+		msgs := messages("ok.rule", 4)
+		msgs[0].Event.Headers["x/y"] = "v"
+		msgs[1].Event.Headers["x-secret"] = "  SECRET  "
+		msgs[2].Event.AggregateID = "line1\nline2"
+		errs := p.Publish(context.Background(), msgs)
+		for i, field := range []string{"Headers", "Headers", "AggregateID"} {
+			require.True(t, outbox.IsPermanent(errs[i]), "%v", errs[i])
+			require.ErrorIs(t, errs[i], outbox.ErrInvalidEvent)
+			var verr *outbox.ValidationError
+			require.ErrorAs(t, errs[i], &verr)
+			require.Equal(t, field, verr.Field)
+			requireClean(t, errs[i])
+		}
+		require.ErrorContains(t, errs[0], `"x/y"`)
+		require.NoError(t, errs[3])
+	})
 	t.Run("LeaderlessStreamIsRetryable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, jetstream.StreamConfig{})

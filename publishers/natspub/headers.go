@@ -45,8 +45,9 @@ const (
 
 	// ReservedPrefix starts every header name of ours. A user header whose
 	// name starts with it, or with "Nats-" (headers the NATS server acts
-	// on, such as Nats-Msg-Id or Nats-Rollup), in any case, is refused: the
-	// message fails with a permanent error naming the header.
+	// on, such as Nats-Msg-Id or Nats-Rollup), in any case, breaks the
+	// header rule: the emitter rejects it, and the message fails with a
+	// permanent error naming the header.
 	ReservedPrefix = "Pgoutbox-"
 )
 
@@ -69,23 +70,25 @@ func hasPrefixFold(s, prefix string) bool {
 const maxOwnHeaders = 10
 
 // encodeHeaders returns the NATS headers for e, whose ID in text is id.
-// Its error names a reserved user header but never quotes a value.
-func encodeHeaders(e outbox.Event, id string) (nats.Header, error) {
+// The caller has checked e against the header rule (carriable), so every
+// name is a token and every value arrives as it is; a user header keeps
+// an empty value, while an empty field of the event is left out.
+func encodeHeaders(e outbox.Event, id string) nats.Header {
 	h := make(nats.Header, maxOwnHeaders+len(e.Headers))
 	// One backing array for the single-value slices saves an allocation
 	// per header.
 	vals := make([]string, 0, maxOwnHeaders+len(e.Headers))
+	add := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	set := func(k, v string) {
 		if v != "" {
-			vals = append(vals, v)
-			h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+			add(k, v)
 		}
 	}
 	for k, v := range e.Headers {
-		if reserved(k) {
-			return nil, fmt.Errorf("natspub: event header %q uses a reserved name (%s* or Nats-*)", k, ReservedPrefix)
-		}
-		set(k, v)
+		add(k, v)
 	}
 	set(HeaderEventID, id)
 	set(HeaderEventType, e.Type)
@@ -100,7 +103,22 @@ func encodeHeaders(e outbox.Event, id string) (nats.Header, error) {
 	if !e.CreatedAt.IsZero() {
 		set(HeaderCreatedAt, e.CreatedAt.UTC().Format(time.RFC3339Nano))
 	}
-	return h, nil
+	return h
+}
+
+// carriable returns nil when NATS carries every field of e that travels as
+// a header byte for byte, which is what the header rule Emit enforces
+// says, and otherwise a *outbox.ValidationError naming the first field
+// that breaks it (never quoting a value). Reserved names (ours, and the
+// Nats-* headers the server acts on) break it too: letting one through
+// would be ambiguous on decode or change what the server does.
+func carriable(e outbox.Event) error {
+	field, reason := outbox.HeaderProblem(e)
+	if field == "" {
+		return nil
+	}
+	return fmt.Errorf("natspub: the event cannot travel as NATS headers unchanged: %w",
+		&outbox.ValidationError{Index: -1, Field: field, Reason: reason})
 }
 
 // Decode rebuilds the event a [Publisher] sent from a message read with

@@ -161,7 +161,7 @@ func cmpErr(a, b error) error {
 
 // buildMsg returns the NATS message for e (whose ID in text is id) on
 // subject, or a permanent cause: a malformed subject, a zero event ID (it
-// is the dedupe key), a reserved user header.
+// is the dedupe key), a field NATS would not carry unchanged.
 func buildMsg(subject, id string, e outbox.Event) (*nats.Msg, error) {
 	if reason := checkSubject(subject); reason != "" {
 		return nil, fmt.Errorf("natspub: subject %q %s", subject, reason)
@@ -169,11 +169,10 @@ func buildMsg(subject, id string, e outbox.Event) (*nats.Msg, error) {
 	if e.ID == uuid.Nil {
 		return nil, errors.New("natspub: event has no ID (the stream deduplicates on it)")
 	}
-	h, err := encodeHeaders(e, id)
-	if err != nil {
+	if err := carriable(e); err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}, nil
+	return &nats.Msg{Subject: subject, Header: encodeHeaders(e, id), Data: e.Payload}, nil
 }
 
 // awaitOldest waits for the outcome of the oldest message in flight and
