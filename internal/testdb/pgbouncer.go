@@ -142,8 +142,12 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -156,9 +160,9 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		select {
-		case err := <-exited:
+		case <-exited:
 			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("pgbouncer exited (%v): %s", err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("pgbouncer exited (%w): %s", waitErr, strings.TrimSpace(string(out)))
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
