@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +121,15 @@ func (b *Bouncer) ini(server *pgx.ConnConfig, port int) string {
 	return s.String()
 }
 
+// watchdog runs PgBouncer ("$0" "$@") and kills it when its stdin, a
+// pipe from the test process, closes: at cleanup, and also when the test
+// binary dies without cleaning up (a -timeout panic), so that no PgBouncer
+// outlives its test. A signal from here would not do: PgBouncer runs as
+// another user. The reader gets the pipe as fd 3, since sh gives a
+// background command /dev/null as its stdin. The shell exits with
+// PgBouncer.
+const watchdog = `exec 3<&0; "$0" "$@" </dev/null & pid=$!; (read -r _ <&3; kill "$pid" 2>/dev/null) & wait "$pid"`
+
 // run starts PgBouncer on port and waits until it accepts connections.
 // It is stopped when tb ends.
 func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
@@ -132,13 +140,17 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	var args []string
+	args := []string{"-c", watchdog, bin}
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "nobody")
 	}
-	cmd := exec.Command(bin, append(args, filepath.Join(dir, "pgbouncer.ini"))...)
+	cmd := exec.Command("/bin/sh", append(args, filepath.Join(dir, "pgbouncer.ini"))...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	alive, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -149,7 +161,7 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 		close(exited)
 	}()
 	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = alive.Close()
 		select {
 		case <-exited:
 		case <-time.After(5 * time.Second):
