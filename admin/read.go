@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -194,7 +195,7 @@ type Detail struct {
 func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	var d Detail
 	var headers, log []byte
-	err := a.db.QueryRow(ctx, a.sql.inspect, id).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
+	err := a.db.QueryRow(ctx, a.sql.inspect, pguuid.Of(id)).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s in %s: %w", id, a.table, ErrNotFound)
 	}

@@ -36,7 +36,7 @@ func (c *columns) useCopy() bool {
 // sendCopy writes the columns with COPY, then (when notify) notifies.
 func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	src := pgx.CopyFromSlice(len(c.ids), func(i int) ([]any, error) {
-		return []any{c.rawIDs[i], c.types[i], nullable(c.aggTypes[i]), nullable(c.aggIDs[i]),
+		return []any{c.idArgs[i], c.types[i], nullable(c.aggTypes[i]), nullable(c.aggIDs[i]),
 			nullable(c.partitionKeys[i]), nullable(c.idemKeys[i]), nullable(c.contentTypes[i]),
 			c.payloads[i], c.headers[i]}, nil
 	})

@@ -194,7 +194,7 @@ func databaseOf(tx pgx.Tx) string {
 // send runs the insert and (when notify) the notify in one batch.
 func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	b := &pgx.Batch{}
-	b.Queue(e.insertSQL, c.rawIDs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
+	b.Queue(e.insertSQL, c.idArgs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
 		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
 	if notify {
 		b.Queue(e.notifySQL, e.notifyArgs...)

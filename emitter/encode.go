@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -15,7 +16,7 @@ import (
 // NULL.
 type columns struct {
 	ids           []uuid.UUID
-	rawIDs        [][16]byte // the ids as pgx encodes them directly; uuid.UUID goes through driver.Valuer and text
+	idArgs        pguuid.Array // the ids as parameters (see pguuid)
 	types         []string
 	aggTypes      []string
 	aggIDs        []string
@@ -48,7 +49,7 @@ func encode(events []outbox.Event) (*columns, error) {
 	n := len(events)
 	c := &columns{
 		ids:           make([]uuid.UUID, n),
-		rawIDs:        make([][16]byte, n),
+		idArgs:        make(pguuid.Array, n),
 		types:         make([]string, n),
 		aggTypes:      make([]string, n),
 		aggIDs:        make([]string, n),
@@ -65,7 +66,7 @@ func encode(events []outbox.Event) (*columns, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.ids[i], c.rawIDs[i] = id, id
+		c.ids[i], c.idArgs[i] = id, pguuid.Of(id)
 		c.types[i] = ev.Type
 		c.aggTypes[i] = ev.AggregateType
 		c.aggIDs[i] = ev.AggregateID

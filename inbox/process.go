@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -70,7 +71,7 @@ func (ib *Inbox) Process(ctx context.Context, tx pgx.Tx, consumer string, e outb
 	}
 	if err := work(ctx, tx); err != nil {
 		// Best effort: in an aborted tx this fails, and so will commit.
-		_, _ = tx.Exec(ctx, ib.sql.forget, consumer, e.ID)
+		_, _ = tx.Exec(ctx, ib.sql.forget, consumer, pguuid.Of(e.ID))
 		return Result{}, err
 	}
 	return res, nil
@@ -99,7 +100,7 @@ func (ib *Inbox) Record(ctx context.Context, tx pgx.Tx, consumer string, e outbo
 // record tries the insert once and, on conflict, compares with the stored
 // row. done is false when that row was gone by the time it was read.
 func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, hash []byte) (res Result, done bool, err error) {
-	err = tx.QueryRow(ctx, ib.sql.insert, consumer, id, hash).Scan(&res.ProcessedAt)
+	err = tx.QueryRow(ctx, ib.sql.insert, consumer, pguuid.Of(id), hash).Scan(&res.ProcessedAt)
 	if err == nil {
 		return res, true, nil
 	}
@@ -109,7 +110,7 @@ func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid
 	// A new statement, so in READ COMMITTED a fresh snapshot: it sees the
 	// row of the transaction the insert waited for.
 	var stored []byte
-	err = tx.QueryRow(ctx, ib.sql.lookup, consumer, id).Scan(&stored, &res.ProcessedAt)
+	err = tx.QueryRow(ctx, ib.sql.lookup, consumer, pguuid.Of(id)).Scan(&stored, &res.ProcessedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Result{}, false, nil

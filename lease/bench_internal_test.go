@@ -51,13 +51,13 @@ func TestGroupByTokenSplitsLargeGroups(t *testing.T) {
 	if len(groups) != 3 {
 		t.Fatalf("got %d groups, want 3", len(groups))
 	}
-	if groups[0].token != [16]byte(a) || len(groups[0].ids) != MaxRefsPerStatement {
-		t.Fatalf("first group: token %x, %d ids", groups[0].token, len(groups[0].ids))
+	if groups[0].token.Bytes != a || len(groups[0].ids) != MaxRefsPerStatement {
+		t.Fatalf("first group: token %x, %d ids", groups[0].token.Bytes, len(groups[0].ids))
 	}
-	if groups[1].token != [16]byte(a) || len(groups[1].ids) != 2 || groups[1].index[1] != len(refs)-1 {
+	if groups[1].token.Bytes != a || len(groups[1].ids) != 2 || groups[1].index[1] != len(refs)-1 {
 		t.Fatalf("second group: %+v", groups[1].index)
 	}
-	if groups[2].token != [16]byte(b) || groups[2].index[0] != MaxRefsPerStatement+1 {
+	if groups[2].token.Bytes != b || groups[2].index[0] != MaxRefsPerStatement+1 {
 		t.Fatalf("third group: %+v", groups[2].index)
 	}
 }

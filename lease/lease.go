@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -72,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim token: %w", err)
 	}
-	rows, err := db.Query(ctx, s.sql.claim, p.Limit, [16]byte(token), p.Owner, micros(p.Lease), p.Start)
+	rows, err := db.Query(ctx, s.sql.claim, p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease), p.Start)
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
@@ -131,7 +133,7 @@ func inClaimOrder(rows []claimedRow) ([]outbox.Event, []bool) {
 func (s *Store) releaseToken(ctx context.Context, db DB, token uuid.UUID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _ = db.Exec(ctx, s.sql.releaseToken, [16]byte(token))
+	_, _ = db.Exec(ctx, s.sql.releaseToken, pguuid.Of(token))
 }
 
 // scanned holds the columns of a row that nextEvent converts: the id as
@@ -237,9 +239,9 @@ func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, a
 	}
 	batch := &pgx.Batch{}
 	for chunk := range slices.Chunk(refs, MaxRefsPerStatement) {
-		ids, tokens := make([][16]byte, len(chunk)), make([][16]byte, len(chunk))
+		ids, tokens := make(pguuid.Array, len(chunk)), make(pguuid.Array, len(chunk))
 		for i, r := range chunk {
-			ids[i], tokens[i] = r.ID, r.Token
+			ids[i], tokens[i] = pguuid.Of(r.ID), pguuid.Of(r.Token)
 		}
 		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
 	}
@@ -271,8 +273,8 @@ const MaxRefsPerStatement = 1000
 // tokenGroup is up to MaxRefsPerStatement ids held under one token, with
 // their positions in the caller's slice.
 type tokenGroup struct {
-	token [16]byte   // plain arrays: pgx encodes them directly, while
-	ids   [][16]byte // uuid.UUID would go through driver.Valuer and text
+	token pgtype.UUID  // pgtype: pgx encodes it in binary, or in text
+	ids   pguuid.Array // where it must pick the type itself (see pguuid)
 	index []int
 }
 
@@ -284,11 +286,11 @@ func groupByToken(refs []Ref) []tokenGroup {
 	for i, r := range refs {
 		g, ok := open[r.Token]
 		if !ok || len(groups[g].ids) == MaxRefsPerStatement {
-			groups = append(groups, tokenGroup{token: r.Token})
+			groups = append(groups, tokenGroup{token: pguuid.Of(r.Token)})
 			g = len(groups) - 1
 			open[r.Token] = g
 		}
-		groups[g].ids = append(groups[g].ids, [16]byte(r.ID))
+		groups[g].ids = append(groups[g].ids, pguuid.Of(r.ID))
 		groups[g].index = append(groups[g].index, i)
 	}
 	return groups

@@ -373,3 +373,34 @@ func TestDatabaseURLFromEnv(t *testing.T) {
 		require.NotContains(t, r.stdout+r.stderr, secret, "%v", args)
 	}
 }
+
+// TestExecModes runs each command in each pgx query exec mode, set in the
+// URL as users do, directly and through PgBouncer in transaction mode
+// (migrate only directly: it needs a session).
+func TestExecModes(t *testing.T) {
+	t.Parallel()
+	testdb.ForEachRoute(t, func(t *testing.T, route testdb.Route) {
+		db := testdb.NewMigrated(t)
+		failed := insert(t, db, "FAILED", "a", 2)
+		insert(t, db, "SENT", "a", 1)
+		on := func(cmd string, args ...string) result {
+			t.Helper()
+			r := ctl(t, append([]string{cmd, "-url", db.RouteURL(t, route), "-schema", db.Schema}, args...)...)
+			require.Equal(t, 0, r.code, "%s: %s", cmd, r.stderr)
+			return r
+		}
+
+		require.Regexp(t, `(?m)^FAILED\s+2$`, on("counts").stdout)
+		require.Contains(t, on("list", "-status", "failed").stdout, failed[1].String())
+		require.Contains(t, on("inspect", failed[0].String()).stdout, "handler_error")
+		require.Contains(t, on("replay", "-id", failed[0].String()).stdout, "dry run: would replay 1 FAILED events")
+		require.Contains(t, on("replay", "-yes", "-id", failed[0].String()).stdout, "replayed "+failed[0].String())
+		require.Contains(t, on("replay", "-yes", "-type", "a").stdout, "replayed "+failed[1].String())
+		require.Contains(t, on("purge", "-status", "sent", "-older-than", "30m", "-yes").stdout, "deleted 1 SENT events")
+		require.Contains(t, on("verify").stdout, "matches schema version")
+		if route.Bouncer == nil {
+			require.Contains(t, on("migrate", "-table", "other_events").stdout, "is at schema version")
+		}
+		require.Equal(t, 2, count(t, db, "PENDING"))
+	})
+}

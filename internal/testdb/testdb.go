@@ -145,12 +145,7 @@ func (db *DB) NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 // test ends.
 func (db *DB) Conn(tb testing.TB) *pgx.Conn {
 	tb.Helper()
-	cfg, err := pgx.ParseConfig(db.URL)
-	if err != nil {
-		tb.Fatalf("testdb: parse url: %v", err)
-	}
-	cfg.RuntimeParams["search_path"] = db.Schema
-	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	conn, err := pgx.ConnectConfig(context.Background(), db.DirectConnConfig(tb))
 	if err != nil {
 		tb.Fatalf("testdb: connect: %v", err)
 	}

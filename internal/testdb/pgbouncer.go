@@ -1,0 +1,238 @@
+package testdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Bouncer is a PgBouncer in transaction mode on a loopback port, in front
+// of the test database.
+type Bouncer struct {
+	// URL reaches the test database through PgBouncer.
+	URL string
+	// Version is PgBouncer's, e.g. "1.18.0".
+	Version string
+	// Prepared is true when PgBouncer keeps protocol-level prepared
+	// statements across transactions (1.21 and later, with
+	// max_prepared_statements set), so that pgx's cache_statement mode
+	// works through it.
+	Prepared bool
+}
+
+// bouncerPaths are where pgbouncer is looked for beyond PATH: Debian
+// installs it in /usr/sbin, which a non-root PATH often lacks.
+var bouncerPaths = []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer"}
+
+// findBouncer returns the pgbouncer binary, or "" when none is installed.
+func findBouncer() string {
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p
+	}
+	for _, p := range bouncerPaths {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	return ""
+}
+
+// StartBouncer starts PgBouncer in transaction mode on a free loopback
+// port, in front of the test database, and stops it when tb ends. When
+// the pgbouncer binary is not installed it returns nil and the reason to
+// give for skipping; any other failure fails tb.
+func StartBouncer(tb testing.TB) (*Bouncer, string) {
+	tb.Helper()
+	bin := findBouncer()
+	if bin == "" {
+		return nil, "pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run installs it): " +
+			"the routes through a transaction-mode pooler are not tested"
+	}
+	server, err := pgx.ParseConfig(URL(tb))
+	if err != nil {
+		tb.Fatalf("testdb: parse url: %v", err)
+	}
+	version, err := bouncerVersion(bin)
+	if err != nil {
+		tb.Fatalf("testdb: %s --version: %v", bin, err)
+	}
+	b := &Bouncer{Version: version, Prepared: versionAtLeast(version, 1, 21)}
+	dir := bouncerDir(tb)
+	var lastErr error
+	for range 5 { // another process may take the free port first
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("testdb: free port: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(b.ini(server, port)), 0o644); err != nil {
+			tb.Fatalf("testdb: write pgbouncer.ini: %v", err)
+		}
+		if lastErr = b.run(tb, bin, dir, port); lastErr == nil {
+			u := url.URL{Scheme: "postgres", User: url.User(server.User), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+				Path: "/" + server.Database, RawQuery: "sslmode=disable"}
+			b.URL = u.String()
+			return b, ""
+		}
+	}
+	tb.Fatalf("testdb: start pgbouncer: %v", lastErr)
+	return nil, ""
+}
+
+// bouncerDir returns a directory for PgBouncer's files that the user it
+// runs as can read: PgBouncer refuses to run as root, so as root it runs
+// as nobody.
+func bouncerDir(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatalf("testdb: chmod %s: %v", dir, err)
+	}
+	return dir
+}
+
+// ini is PgBouncer's configuration: every database of the test server,
+// logged into as the test user (auth_type any: no client
+// authentication), in transaction mode.
+func (b *Bouncer) ini(server *pgx.ConnConfig, port int) string {
+	target := fmt.Sprintf("host=%s port=%d user=%s", iniValue(server.Host), server.Port, iniValue(server.User))
+	if server.Password != "" {
+		target += " password=" + iniValue(server.Password)
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "[databases]\n* = %s\n\n[pgbouncer]\n", target)
+	fmt.Fprintf(&s, "listen_addr = 127.0.0.1\nlisten_port = %d\nunix_socket_dir =\n", port)
+	s.WriteString("auth_type = any\npool_mode = transaction\n")
+	s.WriteString("max_client_conn = 500\ndefault_pool_size = 10\n")
+	if b.Prepared {
+		s.WriteString("max_prepared_statements = 200\n")
+	}
+	return s.String()
+}
+
+// watchdog runs PgBouncer ("$0" "$@") and kills it when its stdin, a
+// pipe from the test process, closes: at cleanup, and also when the test
+// binary dies without cleaning up (a -timeout panic), so that no PgBouncer
+// outlives its test. A signal from here would not do: PgBouncer runs as
+// another user. The reader gets the pipe as fd 3, since sh gives a
+// background command /dev/null as its stdin. The shell exits with
+// PgBouncer.
+const watchdog = `exec 3<&0; "$0" "$@" </dev/null & pid=$!; (read -r _ <&3; kill "$pid" 2>/dev/null) & wait "$pid"`
+
+// run starts PgBouncer on port and waits until it accepts connections.
+// It is stopped when tb ends.
+func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
+	tb.Helper()
+	logPath := filepath.Join(dir, "pgbouncer.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logFile.Close() }()
+	args := []string{"-c", watchdog, bin}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "nobody")
+	}
+	cmd := exec.Command("/bin/sh", append(args, filepath.Join(dir, "pgbouncer.ini"))...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	alive, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() {
+		_ = alive.Close()
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case <-exited:
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("pgbouncer exited (%w): %s", waitErr, strings.TrimSpace(string(out)))
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = c.Close()
+			tb.Cleanup(stop)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("pgbouncer did not listen on %s within 10s: %s", addr, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// bouncerVersion runs pgbouncer --version and returns its version.
+func bouncerVersion(bin string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, out)
+	}
+	m := regexp.MustCompile(`PgBouncer (\d+\.\d+(?:\.\d+)?)`).FindSubmatch(out)
+	if m == nil {
+		return "", errors.New("no version in: " + string(out))
+	}
+	return string(m[1]), nil
+}
+
+// versionAtLeast reports whether a dotted version is at least
+// major.minor.
+func versionAtLeast(version string, major, minor int) bool {
+	parts := strings.Split(version, ".")
+	maj, _ := strconv.Atoi(parts[0])
+	var mnr int
+	if len(parts) > 1 {
+		mnr, _ = strconv.Atoi(parts[1])
+	}
+	return maj > major || maj == major && mnr >= minor
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// iniValue quotes a value of PgBouncer's connection strings when it needs
+// it.
+func iniValue(s string) string {
+	if s != "" && !strings.ContainsAny(s, ` '\`) {
+		return s
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
