@@ -372,3 +372,34 @@ func TestHandlerContextEndsOnReturn(t *testing.T) {
 		t.Fatal("the handler's context outlived the handler")
 	}
 }
+
+// With Concurrency 1, the handlers of one batch run in claim order: slots
+// are taken in the batch's order. (Across batches claimed ahead the order
+// is not kept yet.)
+func TestConcurrencyOneRunsBatchInClaimOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 20)
+	var mu sync.Mutex
+	var got []uuid.UUID
+	cfg := baseConfig(db)
+	cfg.Concurrency = 1
+	cfg.BatchSize = 20
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		mu.Lock()
+		got = append(got, e.ID)
+		mu.Unlock()
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "every event handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(ids)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, ids, got)
+}

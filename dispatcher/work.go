@@ -118,14 +118,15 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
 // runBatch runs the local handlers of a batch concurrently, publishes at
 // once the events that have a destination and no handler, and then, in
 // one call, those whose handler succeeded and that have a destination.
+// The batch's handler slots are taken in claim order, so with Concurrency
+// 1 the handlers of one batch run in claim order.
 func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var toPublish []*item // started: their handler succeeded
-	var publishOnly []*item
+	var publishOnly, handled []*item
 	for _, it := range items {
-		h := d.handler(it.event.Type)
-		dest := d.destination(it.event)
+		h, dest := d.handler(it.event.Type), d.destination(it.event)
 		if h == nil && it.hasSlot {
 			d.releaseSlots(1) // taken for a handler it does not have
 		}
@@ -137,30 +138,44 @@ func (d *Dispatcher) runBatch(items []*item) {
 		case h == nil:
 			publishOnly = append(publishOnly, it)
 		default:
-			wg.Go(func() {
-				if !it.hasSlot && !d.acquireSlot(it) {
-					return
-				}
-				defer d.releaseSlots(1)
-				if !d.await(it) || len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
-					return
-				}
-				res := d.callHandler(it, h)
-				if res.err != nil || dest == "" {
-					d.finish(it, res)
-					return
-				}
-				mu.Lock()
-				toPublish = append(toPublish, it)
-				mu.Unlock()
-			})
+			handled = append(handled, it)
 		}
 	}
 	if len(publishOnly) > 0 {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
 	}
+	for _, it := range handled {
+		if !it.hasSlot && !d.acquireSlot(it) {
+			continue // let go meanwhile
+		}
+		wg.Go(func() {
+			defer d.releaseSlots(1)
+			if res, ok := d.runHandler(it); ok {
+				mu.Lock()
+				toPublish = append(toPublish, it)
+				mu.Unlock()
+			} else if res != nil {
+				d.finish(it, *res)
+			}
+		})
+	}
 	wg.Wait()
 	d.publish(d.stillHeld(toPublish))
+}
+
+// runHandler starts the handler of an item that holds a slot, once its
+// start is marked. It returns ok when the handler succeeded and the event
+// has a destination (it is published with its batch), else the result to
+// record, or nil when the item may not start (let go meanwhile).
+func (d *Dispatcher) runHandler(it *item) (res *result, ok bool) {
+	if !d.await(it) || len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
+		return nil, false
+	}
+	r := d.callHandler(it, d.handler(it.event.Type))
+	if r.err != nil || d.destination(it.event) == "" {
+		return &r, false
+	}
+	return nil, true
 }
 
 // beginPublish marks and begins the items that only need publishing, and
