@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/emitter"
@@ -77,4 +79,56 @@ func TestEmitContextDone(t *testing.T) {
 		require.Zero(t, b.businessCount(t, "during"))
 		require.NoError(t, holder.Rollback(bg))
 	})
+}
+
+// cancelAfterCopy is a pgx tracer that cancels the Emit's ctx as soon as
+// its COPY has finished: the ctx ends between the COPY and the notify.
+type cancelAfterCopy struct{ cancel context.CancelFunc }
+
+func (c *cancelAfterCopy) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (c *cancelAfterCopy) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *cancelAfterCopy) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	return ctx
+}
+func (c *cancelAfterCopy) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// A ctx that ends after a COPY went through but before its notify does not
+// make Emit report a failure for events that Commit then persists: the
+// notify is still sent and Emit succeeds.
+func TestEmitCopyThenContextEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, emitter.Config{NotifyInterval: -1})
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = b.db.Schema
+	tr := &cancelAfterCopy{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	events := make([]outbox.Event, 5000)
+	for i := range events {
+		events[i] = validEvent()
+		events[i].Type = "copy.cancel"
+	}
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.cancel = cancel
+	ids, err := b.emitter.Emit(ctx, tx, events...)
+	tr.cancel = nil
+	require.NoError(t, err, "the events are in the transaction")
+	require.Len(t, ids, len(events))
+	require.NoError(t, tx.Commit(context.Background()))
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox_events WHERE event_type = 'copy.cancel'`).Scan(&n))
+	require.Equal(t, len(events), n)
 }

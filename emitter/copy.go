@@ -3,6 +3,7 @@ package emitter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,6 +35,10 @@ func (c *columns) useCopy() bool {
 }
 
 // sendCopy writes the columns with COPY, then (when notify) notifies.
+// notifyTimeout bounds the notify sent after a COPY, which runs even when
+// the caller's ctx ended during the COPY.
+const notifyTimeout = 5 * time.Second
+
 func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	src := pgx.CopyFromSlice(len(c.ids), func(i int) ([]any, error) {
 		return []any{c.idArgs[i], c.types[i], nullable(c.aggTypes[i]), nullable(c.aggIDs[i]),
@@ -45,7 +50,12 @@ func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns, notify bo
 		err = fmt.Errorf("copied %d rows, want %d", n, len(c.ids))
 	}
 	if err == nil && notify {
-		_, err = tx.Exec(ctx, e.notifySQL, e.notifyArgs...)
+		// The rows are in the transaction: a ctx that ended meanwhile
+		// must not leave it committable with Emit reporting a failure.
+		// The notify is queued until commit and takes no time.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyTimeout)
+		_, err = tx.Exec(nctx, e.notifySQL, e.notifyArgs...)
+		cancel()
 	}
 	if err != nil {
 		return sendError(err)

@@ -96,7 +96,8 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // other error comes from PostgreSQL or the connection, including a ctx that
 // ends while the statement runs (pgx cancels the statement or closes the
 // connection): tx is then aborted, its Commit fails, and only a rollback
-// remains.
+// remains. (A ctx that ends after a COPY went through does not stop the
+// notify that follows it: Emit then succeeds.)
 func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
 	if isNil(tx) {
 		return nil, txError("is nil", nil)
