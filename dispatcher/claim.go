@@ -87,11 +87,11 @@ func (c *claims) finished(r claimResult) bool {
 	c.reserved -= r.limit
 	c.backlog = r.err == nil && r.got == r.limit
 	if r.err != nil {
-		c.failed(r.err)
+		c.failed(r)
 	} else {
 		c.failures = 0
-		if c.backlog {
-			c.size = min(2*c.size, c.d.cfg.BatchSize)
+		if c.backlog { // a full claim of r.limit: twice that may fit
+			c.size = max(c.size, min(2*r.limit, c.d.cfg.BatchSize))
 		}
 	}
 	if c.backlog || c.wanted {
@@ -101,10 +101,10 @@ func (c *claims) finished(r claimResult) bool {
 }
 
 // failed backs claiming off after a failed claim, and shrinks the claims
-// when it ran out of time.
-func (c *claims) failed(err error) {
-	if ranOutOfTime(err) {
-		c.size = max(1, c.size/2)
+// below the one that ran out of time.
+func (c *claims) failed(r claimResult) {
+	if ranOutOfTime(r.err) {
+		c.size = min(c.size, max(1, r.limit/2))
 	}
 	c.failures++
 	wait := min(firstClaimRetry<<min(c.failures-1, 20), c.d.cfg.PollInterval)
@@ -122,8 +122,15 @@ func (c *claims) retryNow() {
 // statement_timeout (or any cancellation by the server) or the
 // operation's own timeout.
 func ranOutOfTime(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || statementTimedOut(err)
+}
+
+// statementTimedOut reports whether the server ended a statement
+// (statement_timeout, or a cancel request): it answers, and a smaller
+// statement may fit.
+func statementTimedOut(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // settled reports whether no claim is in flight, wanted or backing off and

@@ -16,6 +16,10 @@ import (
 // Polls recover expired leases every RecoverEvery-th time. It returns when
 // ctx ends or Stop is called, once no claim is in flight.
 func (d *Dispatcher) coordinate(ctx context.Context) {
+	// Recoveries run in this loop: a stop must end one that waits for the
+	// database (it rolls back, and the next dispatcher does it).
+	stopCtx, cancel := d.untilStop(ctx)
+	defer cancel()
 	p := newPoller(d.cfg)
 	defer p.stop()
 	c := newClaims(d)
@@ -25,13 +29,16 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	}
 	c.wake()
 	for {
+		if ctx.Err() != nil || d.stopRequested() {
+			return // before any other ready case: a stop is never put off
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-d.stopCh:
 			return
 		case <-p.poll.C:
-			d.pollCycle(p)
+			d.pollCycle(stopCtx, p)
 			c.wake()
 			p.next(d.wakeupsActive.Load(), d.stats.claimed.Load())
 		case <-d.trigger:
@@ -167,11 +174,11 @@ func (p *poller) recoverDue(n uint64) bool {
 }
 
 // pollCycle counts a poll and recovers expired leases when it is time.
-func (d *Dispatcher) pollCycle(p *poller) {
+func (d *Dispatcher) pollCycle(ctx context.Context, p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
-		p.recoverLimit = d.recoverLeases(p.recoverLimit)
+		p.recoverLimit = d.recoverLeases(ctx, p.recoverLimit)
 	}
 }
 
@@ -215,10 +222,10 @@ const maxRecoverTries = 4
 // once when a recovery runs out of time (a statement_timeout shorter than
 // a recovery of limit rows takes), and returns the limit for the next
 // cycle.
-func (d *Dispatcher) recoverLeases(limit int) int {
+func (d *Dispatcher) recoverLeases(ctx context.Context, limit int) int {
 	for try := 1; ; try++ {
-		next, timedOut := d.recoverExpired(limit)
-		if !timedOut || try == maxRecoverTries || next == limit {
+		next, timedOut := d.recoverExpired(ctx, limit)
+		if !timedOut || try == maxRecoverTries || next == limit || ctx.Err() != nil {
 			return next
 		}
 		limit = next
@@ -228,17 +235,23 @@ func (d *Dispatcher) recoverLeases(limit int) int {
 // recoverExpired returns up to limit expired leases to PENDING (or
 // FAILED), in one statement, and returns the limit for the next recovery:
 // halved when this one ran out of time, doubled back after a full one.
-func (d *Dispatcher) recoverExpired(limit int) (next int, timedOut bool) {
-	ctx, cancel := d.opContext()
+func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, timedOut bool) {
+	ctx, cancel := d.opContextFrom(stop)
 	defer cancel()
 	res, err := d.store.Recover(ctx, d.pool, lease.RecoverParams{
 		Limit: limit, MaxRecoveries: d.cfg.MaxRecoveries,
 		AtMostOnce: d.cfg.Delivery == AtMostOnce,
 	})
 	if err != nil {
+		if stop.Err() != nil {
+			return limit, false // cut short by the stop
+		}
 		d.reportError("recovery failed", err)
-		if ranOutOfTime(err) {
+		switch {
+		case statementTimedOut(err): // the server ended it: a smaller batch fits
 			return max(1, limit/2), true
+		case ranOutOfTime(err): // no answer in time: smaller next time, no retry now
+			return max(1, limit/2), false
 		}
 		return limit, false
 	}

@@ -263,8 +263,18 @@ type limitedLine struct {
 func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lines == nil || len(l.lines) > 1000 {
-		l.lines = map[string]*limitedLine{} // bounded memory: forget old lines
+	if l.lines == nil {
+		l.lines = map[string]*limitedLine{}
+	}
+	if len(l.lines) > 1000 { // bounded memory: forget the lines not held back
+		for k, line := range l.lines {
+			if now.Sub(line.logged) >= repeatLogInterval {
+				delete(l.lines, k)
+			}
+		}
+		if len(l.lines) > 1000 {
+			clear(l.lines)
+		}
 	}
 	line := l.lines[key]
 	if line == nil {

@@ -56,15 +56,8 @@ func (d *Dispatcher) run(ctx context.Context) error {
 // or a cancelled ctx during start-up is not an error: like one after it,
 // Run then returns nil.
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := d.untilStop(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-d.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	err := d.checkTable(ctx)
 	var listener *pgx.Conn
 	if err == nil {
@@ -77,6 +70,20 @@ func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 		return nil, nil
 	}
 	return listener, err
+}
+
+// untilStop returns a context that ends with ctx or when Stop is called;
+// call cancel when done with it.
+func (d *Dispatcher) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-d.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // stoppedStarting reports whether Run was asked to stop (ctx ended or Stop
