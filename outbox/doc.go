@@ -38,9 +38,11 @@
 // field that travels as a header, the rule is:
 //
 //   - a header name is 1 or more RFC 9110 token characters (ASCII letters,
-//     digits and !#$%&'*+-.^_`|~) and does not start with "Pgoutbox-" or
+//     digits and !#$%&'*+-.^_`|~), does not start with "Pgoutbox-" or
 //     "Nats-" in any case (the names of the event's own fields, and of the
-//     headers the NATS server acts on);
+//     headers the NATS server acts on), and is not "Status" or
+//     "Description" in any case (NATS clients take a bodiless message with
+//     a Status header for a control message and never deliver it);
 //   - a value (a header's value, or one of those fields) is valid UTF-8
 //     without NUL, CR or LF, and does not start or end with a space or a
 //     tab. An empty value is fine: a header with an empty value arrives

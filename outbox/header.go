@@ -11,6 +11,12 @@ import (
 // headers the NATS server acts on (Nats-Msg-Id, Nats-Rollup, …).
 var reservedHeaderPrefixes = [...]string{"Pgoutbox-", "Nats-"}
 
+// reservedHeaderNames are the header names an event may not use, in any
+// case: NATS clients take a message with an empty body and a "Status"
+// header (and its "Description") for a server status or control message
+// and never hand it to the application.
+var reservedHeaderNames = [...]string{"Status", "Description"}
+
 // HeaderNameProblem says why name cannot be the name of an event header
 // under the header rule (see the package documentation), or returns ""
 // when it can. The reason quotes at most the offending byte.
@@ -21,6 +27,11 @@ func HeaderNameProblem(name string) string {
 	for _, prefix := range reservedHeaderPrefixes {
 		if len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) {
 			return "starts with " + prefix + ", a reserved prefix (any case)"
+		}
+	}
+	for _, reserved := range reservedHeaderNames {
+		if strings.EqualFold(name, reserved) {
+			return "is " + reserved + ", a reserved name (any case)"
 		}
 	}
 	for i := range len(name) {

@@ -84,6 +84,8 @@ func HeaderCases() []HeaderCase {
 		{"HeaderNameNATSPrefix", "Headers", header("Nats-Rollup", "sub")},
 		{"HeaderNameNonASCII", "Headers", header("héader", "v")},
 		{"HeaderNameReserved", "Headers", header("Pgoutbox-Event-Type", "other")},
+		{"HeaderNameStatus", "Headers", header("status", "404")}, // with no body NATS hides it
+		{"HeaderNameDescription", "Headers", header("Description", "v")},
 		{"HeaderValueSpaceAround", "Headers", header("x-h", "  "+marker+"  ")},
 		{"IdempotencyKeyEndsInCRLF", "IdempotencyKey", func(e *outbox.Event) { e.IdempotencyKey = "key-1\r\n" }},
 		{"TypeHasCRLF", "Type", func(e *outbox.Event) { e.Type = "order\r\ncreated" }},
