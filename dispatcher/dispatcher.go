@@ -35,6 +35,9 @@ type Dispatcher struct {
 	store    *lease.Store
 	stats    counters
 	logLimit logLimiter
+	// handlerTime is the running average of handler durations in
+	// nanoseconds; 0 before the first call returns (see start.go).
+	handlerTime atomic.Int64
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -71,7 +74,7 @@ type Dispatcher struct {
 	idle       chan struct{} // closed when held empties while stopping
 
 	// Start marks (see start.go), guarded by mu.
-	quickSince time.Time // handlers have started with no slow slot wait since; zero: no evidence
+	slowUntil  time.Time // handlers count as slow until then (see start.go)
 	toMark     []*item   // items waiting for the marker
 	markSignal chan struct{}
 }

@@ -17,11 +17,13 @@ import (
 //
 // How many events a claim marks is decided when it is sent:
 //
-//   - all of them when handlers have been starting for calmAfter without
-//     any event waiting slowSlotWait for a slot (handlers keep up, so the
-//     batch starts as soon as it arrives), and for a dispatcher with no
-//     local handlers (it publishes each batch as soon as it arrives);
-//   - otherwise (and so until the first handlers have run) only as many
+//   - all of them when handlers are quick: the recent handler calls took
+//     quickHandler or less on average, and no event has had to wait
+//     slowSlotWait for a slot while a handler had been running for
+//     slowHandler in the last slowFor (so the batch starts as soon as it
+//     arrives); and for a dispatcher with no local handlers (it publishes
+//     each batch as soon as it arrives);
+//   - otherwise (and so until a first handler has returned) only as many
 //     as there are free handler slots, which the claim takes for them: a
 //     slot frees up for a waiting event before it is free for a claim, and
 //     a marked event starts in its own slot without competing.
@@ -29,16 +31,20 @@ import (
 // The first rule is what keeps claiming ahead free at full speed. Its cost:
 // events marked by a claim are charged a recovery if the worker dies after
 // the claim and before they start (in the moment between the two while
-// handlers keep up; for longer when handlers turn slow before a slot wait
-// of slowSlotWait is seen). Under at-most-once, where such a charge makes
-// the event FAILED, only the second rule applies.
+// handlers are quick; for longer if they turn slow before it is seen).
+// Under at-most-once, where such a charge makes the event FAILED, only the
+// second rule applies.
 const (
-	// slowSlotWait is how long an event must wait for a handler slot for
-	// the dispatcher to mark only what it can start at once.
+	// quickHandler is the average handler duration up to which handlers
+	// count as quick.
+	quickHandler = 5 * time.Millisecond
+	// slowSlotWait is how long an event must wait for a handler slot, and
+	// slowHandler how long a handler must have been running then, for
+	// handlers to count as slow for the next slowFor. (A shorter run is as
+	// likely the scheduler or the database being busy.)
 	slowSlotWait = 10 * time.Millisecond
-	// calmAfter is how long handlers must have been starting without an
-	// event waiting slowSlotWait for a slot before claims mark every event.
-	calmAfter = 200 * time.Millisecond
+	slowHandler  = 100 * time.Millisecond
+	slowFor      = 200 * time.Millisecond
 	// busyRetry is how soon the marker tries again an event whose row was
 	// locked elsewhere.
 	busyRetry = 20 * time.Millisecond
@@ -49,11 +55,7 @@ const (
 // events of the claim start in those slots, so no other event can take
 // them first (give back what the claim does not use with releaseSlots).
 func (d *Dispatcher) startsFor(limit int) (starts, slots int) {
-	d.mu.Lock()
-	calm := d.cfg.Delivery == AtLeastOnce &&
-		(len(d.handlers) == 0 || !d.quickSince.IsZero() && time.Since(d.quickSince) >= calmAfter)
-	d.mu.Unlock()
-	if calm {
+	if d.handlersQuick() {
 		return limit, 0
 	}
 	for slots < limit {
@@ -67,6 +69,37 @@ func (d *Dispatcher) startsFor(limit int) (starts, slots int) {
 	return slots, slots
 }
 
+// handlersQuick reports whether a claim may mark all its events (see the
+// rules above).
+func (d *Dispatcher) handlersQuick() bool {
+	if d.cfg.Delivery != AtLeastOnce {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.handlers) == 0 {
+		return true
+	}
+	avg := time.Duration(d.handlerTime.Load())
+	return avg > 0 && avg <= quickHandler && time.Now().After(d.slowUntil)
+}
+
+// noteHandlerTime adds one handler call's duration to the running average
+// (a weight of 1/8 for the newest).
+func (d *Dispatcher) noteHandlerTime(took time.Duration) {
+	took = max(took, time.Nanosecond) // 0 means "no call yet"
+	for {
+		old := d.handlerTime.Load()
+		avg := int64(took)
+		if old > 0 {
+			avg = old + (int64(took)-old)/8
+		}
+		if d.handlerTime.CompareAndSwap(old, max(avg, 1)) {
+			return
+		}
+	}
+}
+
 // releaseSlots gives back n handler slots.
 func (d *Dispatcher) releaseSlots(n int) {
 	for range n {
@@ -74,20 +107,19 @@ func (d *Dispatcher) releaseSlots(n int) {
 	}
 }
 
-// noteSlowSlot records that an event waited slowSlotWait for a slot: the
-// evidence that handlers keep up starts again from nothing.
+// noteSlowSlot records that an event waited slowSlotWait for a slot. If a
+// handler has been running for slowHandler or more, handlers count as slow
+// for the next slowFor. (A wait behind quick handlers is only the
+// scheduler or the database being busy.)
 func (d *Dispatcher) noteSlowSlot() {
 	d.mu.Lock()
-	d.quickSince = time.Time{}
-	d.mu.Unlock()
-}
-
-// noteStartLocked records that a handler started, the evidence that
-// handlers keep up as long as no event waits slowSlotWait for a slot. The
-// caller holds d.mu.
-func (d *Dispatcher) noteStartLocked() {
-	if d.quickSince.IsZero() {
-		d.quickSince = time.Now()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for _, it := range d.held {
+		if it.state == itemRunning && now.Sub(it.startedAt) >= slowHandler {
+			d.slowUntil = now.Add(slowFor)
+			return
+		}
 	}
 }
 

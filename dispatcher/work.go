@@ -71,9 +71,11 @@ type item struct {
 	// hasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	hasSlot bool
-	done    chan struct{}   // closed when the item is let go
-	after   <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result  result          // set when state becomes itemDone
+	// startedAt is when its handler started; guarded by Dispatcher.mu.
+	startedAt time.Time
+	done      chan struct{}   // closed when the item is let go
+	after     <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result    result          // set when state becomes itemDone
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -217,7 +219,7 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 
 // acquireSlot waits for one of the Concurrency handler slots. It returns
 // false when the item is let go (released at stop, or lost) first. A wait
-// of slowSlotWait or more is noted, and again every calmAfter/2 while it
+// of slowSlotWait or more is noted, and again every slowFor/2 while it
 // lasts, so that claims mark only what can start at once (see start.go).
 func (d *Dispatcher) acquireSlot(it *item) bool {
 	select {
@@ -233,7 +235,7 @@ func (d *Dispatcher) acquireSlot(it *item) bool {
 			return true
 		case <-slow.C:
 			d.noteSlowSlot()
-			slow.Reset(calmAfter / 2)
+			slow.Reset(slowFor / 2)
 		case <-it.done:
 			return false
 		case <-it.batch.ctx.Done():
@@ -301,9 +303,7 @@ func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
 		return false
 	}
 	it.state = itemRunning
-	if timeout != 0 {
-		d.noteStartLocked()
-	}
+	it.startedAt = time.Now()
 	parent := it.batch.ctx
 	if timeout > 0 {
 		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)
@@ -341,7 +341,9 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 		}
 	}()
+	start := time.Now()
 	err := h(it.ctx, it.event)
+	d.noteHandlerTime(time.Since(start))
 	if err == nil {
 		return result{}
 	}

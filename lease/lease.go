@@ -74,7 +74,15 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim token: %w", err)
 	}
-	rows, err := db.Query(ctx, s.sql.claim, p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease), p.Start)
+	args := []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
+	sql := s.sql.claim
+	switch {
+	case p.Start == p.Limit:
+		sql = s.sql.claimStarted
+	case p.Start > 0:
+		sql, args = s.sql.claimSome, append(args, p.Start)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claim, renew, start, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes string
+	claim, claimStarted, claimSome, renew, start, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -100,12 +100,10 @@ func eventColumns(alias string) string {
 // 11.8ms instead of 10.4ms.
 var claimedColumns = eventColumns("o") + `, o.lease_until, o.next_attempt_at, o.seq, o.started_at IS NOT NULL`
 
-func buildStatements(t string) statements {
-	return statements{
-		// The first $5 rows in claim order are marked started: the
-		// dispatcher starts them at once. ARRAY() keeps the order the
-		// CTE locked them in.
-		claim: fmt.Sprintf(`WITH due AS MATERIALIZED (
+// claimSQL is the claim statement with the given started_at expression.
+// ARRAY() keeps the order the CTE locked the rows in.
+func claimSQL(t, startedAt string) string {
+	return fmt.Sprintf(`WITH due AS MATERIALIZED (
 	SELECT id FROM %[1]s
 	WHERE status = 'PENDING' AND next_attempt_at <= now()
 	ORDER BY next_attempt_at, seq
@@ -117,9 +115,21 @@ func buildStatements(t string) statements {
 UPDATE %[1]s AS o
 SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
 	lease_until = now() + $4::bigint * interval '1 microsecond',
-	started_at = CASE WHEN o.id = ANY ((SELECT a[1:$5::int] FROM ids)::uuid[]) THEN now() END
+	started_at = %[3]s
 WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
-RETURNING %[2]s`, t, claimedColumns),
+RETURNING %[2]s`, t, claimedColumns, startedAt)
+}
+
+func buildStatements(t string) statements {
+	return statements{
+		// Three forms of the claim, by how many of its rows are marked
+		// started (the dispatcher starts them at once): none, all, or
+		// the first $5 in claim order. Only the last compares each row
+		// with the marked ids: for a whole batch that made the claim
+		// O(B²), 13% of dispatch throughput at B=1,000.
+		claim:        claimSQL(t, `NULL`),
+		claimStarted: claimSQL(t, `now()`),
+		claimSome:    claimSQL(t, `CASE WHEN o.id = ANY ((SELECT a[1:$5::int] FROM ids)::uuid[]) THEN now() END`),
 
 		// start marks held rows started, fenced like a completion but
 		// without waiting for a row lock (see lockedRefs).
