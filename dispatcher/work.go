@@ -150,9 +150,10 @@ func (d *Dispatcher) runBatch(items []*item) {
 		if !it.hasSlot && !d.acquireSlot(it) {
 			continue // let go meanwhile
 		}
+		h := d.handler(it.event.Type)
 		wg.Go(func() {
 			defer d.releaseSlots(1)
-			if res, ok := d.runHandler(it); ok {
+			if res, ok := d.runHandler(it, h); ok {
 				mu.Lock()
 				toPublish = append(toPublish, it)
 				mu.Unlock()
@@ -169,11 +170,15 @@ func (d *Dispatcher) runBatch(items []*item) {
 // start is marked. It returns ok when the handler succeeded and the event
 // has a destination (it is published with its batch), else the result to
 // record, or nil when the item may not start (let go meanwhile).
-func (d *Dispatcher) runHandler(it *item) (res *result, ok bool) {
-	if !d.await(it) || len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
+//
+// it.marked is read without the lock: it is set before runBatch starts
+// (by the claim) or by the marker after markStarted queued the item, never
+// while this reads it.
+func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok bool) {
+	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
 		return nil, false
 	}
-	r := d.callHandler(it, d.handler(it.event.Type))
+	r := d.callHandler(it, h)
 	if r.err != nil || d.destination(it.event) == "" {
 		return &r, false
 	}
