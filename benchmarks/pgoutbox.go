@@ -47,13 +47,13 @@ func pgoutboxEmitBatch(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	events := make([]outbox.Event, o.Batch)
 	body := payload(o.Payload)
 	return emitRun(ctx, o, "emit-batch", func(ctx context.Context, tx pgx.Tx, n int) error {
-		for i := range events[:n] {
+		events := make([]outbox.Event, n) // per call: writers run at once
+		for i := range events {
 			events[i] = outbox.Event{Type: eventType, Payload: body}
 		}
-		_, err := em.Emit(ctx, tx, events[:n]...)
+		_, err := em.Emit(ctx, tx, events...)
 		return err
 	}, o.Batch)
 }

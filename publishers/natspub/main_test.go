@@ -50,10 +50,40 @@ func chooseServer() (string, func(), error) {
 	}
 	if probe(localNATS) == nil {
 		fmt.Fprintln(os.Stderr, "natspub tests: using the NATS server at", localNATS)
+		if err := anchor(localNATS); err != nil {
+			return "", nil, err
+		}
 		return localNATS, func() {}, nil
 	}
 	fmt.Fprintln(os.Stderr, "natspub tests: no NATS server at", localNATS, "- starting one in process")
 	return embedded()
+}
+
+// anchor makes sure the shared server keeps one stream of ours that no
+// test deletes. Seen here twice: with tests creating and deleting streams
+// at once, the server removed its account's stream directory when one
+// deletion left it empty, and a creation at that moment failed with
+// "error creating store for stream" (10049) until it was recreated by
+// hand. While one stream remains, the directory is never empty.
+func anchor(url string) error {
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "pgoutbox_test_anchor", Subjects: []string{"pgoutbox_test_anchor"}, MaxMsgs: 1,
+	})
+	if err != nil {
+		return fmt.Errorf("anchor stream: %w", err)
+	}
+	return nil
 }
 
 // embedded starts an in-process server for the whole package run.
