@@ -59,23 +59,30 @@ const maxLateTries = 2
 // outcome whose write failed waits for its own retry time; the others do
 // not wait for it.
 func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
+	serveLoop(quit, d.flush, func() time.Duration {
+		for {
+			if wait, wrote := d.completeOnce(); !wrote {
+				return wait
+			}
+		}
+	})
+}
+
+// serveLoop is the loop of a background writer (the completer, the
+// marker): until quit, it runs once on each signal, and again when the
+// wait once returned (0: none) has passed.
+func serveLoop(quit, signal <-chan struct{}, once func() (wait time.Duration)) {
 	retry := stoppedTimer()
 	defer retry.Stop()
 	for {
 		select {
 		case <-quit:
 			return
-		case <-d.flush:
+		case <-signal:
 		case <-retry.C:
 		}
-		for {
-			wait, wrote := d.completeOnce()
-			if !wrote {
-				if wait > 0 {
-					retry.Reset(wait)
-				}
-				break
-			}
+		if wait := once(); wait > 0 {
+			retry.Reset(wait)
 		}
 	}
 }

@@ -93,7 +93,9 @@
 // an ERROR log and an OnError error matching outbox.ErrOutcomeRefused: the
 // other outcomes of the same write are recorded, and the event's lease
 // expires for recovery. Any other outcome is let go after 20 failed
-// writes, or at the first failure past its local deadline. Each write is
+// writes, or at the first failure past its local deadline (the third, when
+// an earlier write of it may have taken effect: only reading the row back
+// can tell, and the retry does). Each write is
 // bounded by min(LeaseDuration/2, 30s). So the margin is about 1.5s of
 // waiting plus five writes for a refused outcome, and at most 31s of
 // waiting plus 20 writes in all, besides the time handlers that ignore

@@ -162,19 +162,12 @@ func (d *Dispatcher) markStarted(items []*item) []*item {
 // markLoop is the marker: it writes the start marks that handler slots
 // wait for, all waiting ones in one statement.
 func (d *Dispatcher) markLoop(quit <-chan struct{}) {
-	retry := stoppedTimer()
-	defer retry.Stop()
-	for {
-		select {
-		case <-quit:
-			return
-		case <-d.markSignal:
-		case <-retry.C:
-		}
+	serveLoop(quit, d.markSignal, func() time.Duration {
 		if d.markOnce() {
-			retry.Reset(busyRetry)
+			return busyRetry
 		}
-	}
+		return 0
+	})
 }
 
 // markOnce writes the waiting marks. It reports whether some must be

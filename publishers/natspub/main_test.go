@@ -66,7 +66,21 @@ func chooseServer() (string, func(), error) {
 // "error creating store for stream" (10049) until it was recreated by
 // hand. While one stream remains, the directory is never empty.
 func anchor(url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+	return withJetStream(url, 10*time.Second, func(ctx context.Context, js jetstream.JetStream) error {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: "pgoutbox_test_anchor", Subjects: []string{"pgoutbox_test_anchor"}, MaxMsgs: 1,
+		})
+		if err != nil {
+			return fmt.Errorf("anchor stream: %w", err)
+		}
+		return nil
+	})
+}
+
+// withJetStream connects to url (without reconnecting) and runs f with a
+// JetStream context, bounded by timeout.
+func withJetStream(url string, timeout time.Duration, f func(context.Context, jetstream.JetStream) error) error {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
 	if err != nil {
 		return err
 	}
@@ -75,15 +89,9 @@ func anchor(url string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: "pgoutbox_test_anchor", Subjects: []string{"pgoutbox_test_anchor"}, MaxMsgs: 1,
-	})
-	if err != nil {
-		return fmt.Errorf("anchor stream: %w", err)
-	}
-	return nil
+	return f(ctx, js)
 }
 
 // embedded starts an in-process server for the whole package run.
@@ -102,19 +110,10 @@ func embedded() (string, func(), error) {
 
 // probe checks that url answers and has JetStream.
 func probe(url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
-	if err != nil {
+	return withJetStream(url, 2*time.Second, func(ctx context.Context, js jetstream.JetStream) error {
+		_, err := js.AccountInfo(ctx)
 		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
+	})
 }
 
 // startServer starts an in-process server with JetStream on a random
