@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 

@@ -3,7 +3,7 @@ package dispatcher
 import (
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/lease"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 

@@ -1,9 +1,14 @@
 // Package lease holds the statements that move event rows in and out of
 // PROCESSING: claim, renew, fenced completion, recovery of expired leases
 // and release. Each takes a whole batch in one statement; none is ever run
-// once per row. The dispatcher package drives them; they are exported so
-// that tests, tools and other coordinators can use the same fenced
-// transitions.
+// once per row. The dispatcher package drives them.
+//
+// The package is internal on purpose: its types spell out the SQL and the
+// row state machine (tokens, started_at, recoveries), which must stay free
+// to change between minor versions without breaking anyone. What users
+// may rely on is the dispatcher's behaviour and the table's documented
+// columns (docs/schema.md), not these calls; tools that need a transition
+// use the admin package, which keeps the same fencing rules.
 //
 // # Claim
 //
