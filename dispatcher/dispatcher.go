@@ -54,6 +54,7 @@ type Dispatcher struct {
 	// Set by Run before any goroutine starts; read-only after.
 	dbCtx   context.Context // the dispatcher's own statements: never cancelled
 	workCtx context.Context // handlers and publishes: cancelled at the hard stop
+	workers *workers        // goroutines for handler calls
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and

@@ -31,6 +31,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	defer hardStop(nil)
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
+	d.workers = newWorkers(quit.Done())
 	var helpers sync.WaitGroup
 	helpers.Go(func() { d.completeLoop(quit.Done()) })
 	helpers.Go(func() { d.heartbeatLoop(quit.Done()) })

@@ -151,7 +151,9 @@ func (d *Dispatcher) runBatch(items []*item) {
 			continue // let go meanwhile
 		}
 		h := d.handler(it.event.Type)
-		wg.Go(func() {
+		wg.Add(1)
+		d.workers.Go(func() {
+			defer wg.Done()
 			defer d.releaseSlots(1)
 			if res, ok := d.runHandler(it, h); ok {
 				mu.Lock()
