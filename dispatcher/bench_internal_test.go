@@ -35,6 +35,9 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	d.dbCtx, d.workCtx = context.Background(), context.Background()
+	quit := make(chan struct{})
+	defer close(quit)
+	d.workers = newWorkers(quit)
 	events := make([]outbox.Event, batch)
 	for i := range events {
 		events[i] = outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Payload: []byte(`{}`), Attempt: 1}

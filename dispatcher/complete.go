@@ -449,10 +449,9 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 			return err
 		}
 		d.stats.released.Add(uint64(len(res.Done)))
-		if refs = res.Busy; try == releaseTries || len(refs) == 0 {
+		if refs = res.Busy; try == releaseTries || len(refs) == 0 || !sleep(ctx, busyRetry) {
 			break
 		}
-		time.Sleep(busyRetry)
 	}
 	d.removeItems(items)
 	return nil
