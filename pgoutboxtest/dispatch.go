@@ -124,8 +124,9 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, DefaultDispatchTimeout)
 }
 
-// waitIdle reads the table until it is idle, the dispatcher's Run
-// returns (ran is then true), or ctx ends. It triggers a claim whenever
+// waitIdle reads the table, once the dispatcher has issued its first
+// claim, until it is idle, the dispatcher's Run returns (ran is then
+// true), or ctx ends. It triggers a claim whenever
 // events are due, so that a long PollInterval does not slow the test down.
 func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run <-chan error) (ran bool, err error) {
 	tick := time.NewTicker(idleCheckInterval)
@@ -141,13 +142,16 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 			return false, fmt.Errorf("%s not idle when the context ended (%w)", a.Table(), context.Cause(ctx))
 		case <-tick.C:
 		}
+		if d.Stats().ClaimCycles == 0 {
+			continue // still starting: Run reports what keeps it from starting
+		}
 		c, err := a.Counts(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			return false, err
 		case err != nil:
 			continue // the deadline passed during the read: the case above reports it
-		case c.Processing == 0 && c.Due == 0 && d.Stats().ClaimCycles > 0:
+		case c.Processing == 0 && c.Due == 0:
 			return false, nil
 		case c.Due > 0:
 			d.Trigger()
