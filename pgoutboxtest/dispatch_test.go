@@ -30,7 +30,7 @@ func TestDispatchUntilIdle(t *testing.T) {
 		b := setup(t)
 		b.emit(t, jsonEvent("order.placed", "1", `{}`))
 		cfg := b.config()
-		cfg.PollInterval = time.Hour // the follow-up must not wait for a poll,
+		cfg.PollInterval = time.Hour           // the follow-up must not wait for a poll,
 		cfg.Wakeup = dispatcher.WakeupDisabled // nor for a notification
 		placed := func(ctx context.Context, e outbox.Event) error {
 			tx, err := b.db.Pool.Begin(ctx)
