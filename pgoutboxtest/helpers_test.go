@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -134,4 +135,16 @@ func (e *exampleTB) done() {
 	for i := len(e.cleanups) - 1; i >= 0; i-- {
 		e.cleanups[i]()
 	}
+}
+
+// exampleSetup gives an example a schema with a migrated outbox table and
+// an orders table, as a test's own set-up would.
+func exampleSetup() (*exampleTB, *pgxpool.Pool, outbox.Table) {
+	t := &exampleTB{}
+	db := testdb.NewMigrated(t)
+	if _, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY)`); err != nil {
+		t.done()
+		panic(err)
+	}
+	return t, db.Pool, db.Table()
 }
