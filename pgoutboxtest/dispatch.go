@@ -43,9 +43,12 @@ type DispatchResult struct {
 // type → handler, each registered with Dispatcher.Handle) until the table
 // is idle, stops it cleanly and returns the counts. The table is idle once
 // the dispatcher has issued its first claim and no row is PROCESSING and
-// no PENDING row is due by the database clock: events scheduled later (a
-// Delay, a retry's backoff) stay PENDING, counted in Counts.Pending. Give
-// cfg a short Backoff and call it again to see retries run.
+// no PENDING row is due by the database clock. Events scheduled later (a
+// Delay, a retry's backoff) stay PENDING and count as idle: a failed
+// attempt ends the run with its retry pending (Counts.Pending,
+// Stats.Retried). To see the retry run, call DispatchUntilIdle again once
+// it is due. While events are due it triggers claims itself, so a long
+// PollInterval or disabled wake-ups do not slow the test down.
 //
 // The test fails, after the dispatcher has stopped, when cfg or a handler
 // is refused, when the dispatcher cannot start (a missing table, say),
@@ -126,8 +129,7 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 
 // waitIdle reads the table, once the dispatcher has issued its first
 // claim, until it is idle, the dispatcher's Run returns (ran is then
-// true), or ctx ends. It triggers a claim whenever
-// events are due, so that a long PollInterval does not slow the test down.
+// true), or ctx ends. It triggers a claim whenever events are due.
 func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run <-chan error) (ran bool, err error) {
 	tick := time.NewTicker(idleCheckInterval)
 	defer tick.Stop()

@@ -19,6 +19,8 @@ import (
 // transaction wrote before it commits, or a *pgxpool.Pool or *pgx.Conn,
 // to see committed rows. The assertions only read.
 type DB interface {
+	// Query runs a read-only statement; pgx.Tx, *pgx.Conn and
+	// *pgxpool.Pool implement it.
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
