@@ -61,7 +61,12 @@ WHERE status = 'PROCESSING' OR (status = 'PENDING' AND next_attempt_at <= now())
 // rowsOfTypes returns the rows whose type is in types, or every row when
 // types is nil, in emit order.
 func (r reader) rowsOfTypes(ctx context.Context, db DB, types []string) ([]row, error) {
-	rows, err := db.Query(ctx, r.ofTypes, types)
+	return r.collect(ctx, db, r.ofTypes, types)
+}
+
+// collect runs a statement of rowColumns with its one argument.
+func (r reader) collect(ctx context.Context, db DB, sql string, arg any) ([]row, error) {
+	rows, err := db.Query(ctx, sql, arg)
 	if err != nil {
 		return nil, r.readError(err)
 	}
@@ -99,15 +104,7 @@ func (r reader) latestRows(ctx context.Context, db DB, n int) ([]row, int64, err
 // busy returns the first n rows that keep the table from being idle: due
 // PENDING rows and PROCESSING rows.
 func (r reader) busy(ctx context.Context, db DB, n int) ([]row, error) {
-	rows, err := db.Query(ctx, r.busyRows, n)
-	if err != nil {
-		return nil, r.readError(err)
-	}
-	out, err := pgx.CollectRows(rows, scanRow)
-	if err != nil {
-		return nil, r.readError(err)
-	}
-	return out, nil
+	return r.collect(ctx, db, r.busyRows, n)
 }
 
 func (r reader) readError(err error) error {
