@@ -36,6 +36,7 @@ func TestExecModes(t *testing.T) {
 			})
 			require.Equal(t, []byte(`{"n":1}`), got.Payload)
 			pgoutboxtest.RequireManyEmitted(ctx, t, db, b.table, pgoutboxtest.Want{Type: "a"}, pgoutboxtest.Want{Type: "b"})
+			pgoutboxtest.RequireManyEmitted(ctx, t, db, b.table, pgoutboxtest.Want{AggregateID: "1"}, pgoutboxtest.Want{AggregateID: "2"})
 			pgoutboxtest.RequireNotEmitted(ctx, t, db, b.table, pgoutboxtest.Want{Type: "c"})
 			msg := requireFails(t, func(tb pgoutboxtest.TB) {
 				pgoutboxtest.RequireEmitted(ctx, tb, db, b.table, pgoutboxtest.Want{Type: "c"})
