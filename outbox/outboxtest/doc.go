@@ -24,4 +24,7 @@
 //     that breaks the rule arrives byte for byte too or fails permanently
 //     with an error matching outbox.ErrInvalidEvent;
 //   - errors never contain payload bytes or header values.
+//
+// To test code that emits events (rather than a publisher), use
+// github.com/pgoutbox/pgoutbox/pgoutboxtest.
 package outboxtest

@@ -1,0 +1,192 @@
+package pgoutboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// DefaultDispatchTimeout bounds [DispatchUntilIdle] when its ctx has no
+// deadline.
+const DefaultDispatchTimeout = 10 * time.Second
+
+// idleCheckInterval is the time between two reads of the table while
+// DispatchUntilIdle waits for it to become idle.
+const idleCheckInterval = 10 * time.Millisecond
+
+// stopGrace is how much longer than the dispatcher's DrainTimeout
+// DispatchUntilIdle waits for it to stop.
+const stopGrace = 10 * time.Second
+
+// DispatchResult is what [DispatchUntilIdle] saw once the dispatcher had
+// stopped.
+type DispatchResult struct {
+	// Counts are the table's rows per status (and the due PENDING rows)
+	// after the dispatcher stopped: every status, whoever wrote it.
+	Counts admin.Counts
+	// Stats are the dispatcher's own counters: what it claimed, sent,
+	// retried and failed during this run.
+	Stats dispatcher.Stats
+}
+
+// DispatchUntilIdle runs a dispatcher on pool with cfg and handlers (event
+// type → handler, each registered with Dispatcher.Handle) until the table
+// is idle, stops it cleanly and returns the counts. The table is idle once
+// the dispatcher has issued its first claim and no row is PROCESSING and
+// no PENDING row is due by the database clock. Events scheduled later (a
+// Delay, a retry's backoff) stay PENDING and count as idle: a failed
+// attempt ends the run with its retry pending (Counts.Pending,
+// Stats.Retried). To see the retry run, call DispatchUntilIdle again once
+// it is due. While events are due it triggers claims itself, so a long
+// PollInterval or disabled wake-ups do not slow the test down.
+//
+// The test fails, after the dispatcher has stopped, when cfg or a handler
+// is refused, when the dispatcher cannot start (a missing table, say),
+// when its stop does not end cleanly, or when the table is not idle by
+// ctx's deadline ([DefaultDispatchTimeout] when ctx has none); the message
+// then lists the rows still due or in flight. Events that end FAILED do
+// not fail the test: check Counts.
+func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispatcher.Config, handlers map[string]outbox.Handler) DispatchResult {
+	tb.Helper()
+	const name = "DispatchUntilIdle"
+	d, r, err := newDispatcher(pool, cfg, handlers)
+	if err != nil {
+		fail(tb, name, "%v", err)
+		return DispatchResult{}
+	}
+	a, err := admin.New(pool, admin.Config{Table: cfg.Table})
+	if err != nil {
+		fail(tb, name, "%v", err)
+		return DispatchResult{}
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	run := make(chan error, 1)
+	go func() { run <- d.Run(context.WithoutCancel(ctx)) }()
+
+	ran, waitErr := waitIdle(ctx, d, a, run)
+	var b strings.Builder
+	if waitErr != nil {
+		fmt.Fprintf(&b, "%v", waitErr)
+		describeBusy(ctx, &b, r, pool, a)
+	}
+	if !ran {
+		if err := stop(ctx, d, run, cfg.DrainTimeout); err != nil {
+			if b.Len() > 0 {
+				b.WriteString("\n  ")
+			}
+			fmt.Fprintf(&b, "the dispatcher did not stop cleanly: %v", err)
+		}
+	}
+	if b.Len() > 0 {
+		fail(tb, name, "%s", b.String())
+		return DispatchResult{}
+	}
+	counts, err := a.Counts(context.WithoutCancel(ctx))
+	if err != nil {
+		fail(tb, name, "%v", err)
+		return DispatchResult{}
+	}
+	return DispatchResult{Counts: counts, Stats: d.Stats()}
+}
+
+// newDispatcher builds the dispatcher and the table reader for cfg.
+func newDispatcher(pool *pgxpool.Pool, cfg dispatcher.Config, handlers map[string]outbox.Handler) (*dispatcher.Dispatcher, reader, error) {
+	r, err := newReader(cfg.Table)
+	if err != nil {
+		return nil, reader{}, err
+	}
+	d, err := dispatcher.New(pool, cfg)
+	if err != nil {
+		return nil, reader{}, fmt.Errorf("dispatcher.New: %w", err)
+	}
+	for _, t := range slices.Sorted(maps.Keys(handlers)) {
+		if err := d.Handle(t, handlers[t]); err != nil {
+			return nil, reader{}, fmt.Errorf("handler for %q: %w", t, err)
+		}
+	}
+	return d, r, nil
+}
+
+// withDefaultTimeout gives ctx DefaultDispatchTimeout when it has no
+// deadline.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultDispatchTimeout)
+}
+
+// waitIdle reads the table, once the dispatcher has issued its first
+// claim, until it is idle, the dispatcher's Run returns (ran is then
+// true), or ctx ends. It triggers a claim whenever events are due.
+func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run <-chan error) (ran bool, err error) {
+	tick := time.NewTicker(idleCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-run:
+			if err == nil {
+				err = errors.New("its Run returned nil")
+			}
+			return true, fmt.Errorf("the dispatcher stopped before %s was idle: %w", a.Table(), err)
+		case <-ctx.Done():
+			return false, fmt.Errorf("%s not idle when the context ended (%w)", a.Table(), context.Cause(ctx))
+		case <-tick.C:
+		}
+		if d.Stats().ClaimCycles == 0 {
+			continue // still starting: Run reports what keeps it from starting
+		}
+		c, err := a.Counts(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return false, err
+		case err != nil:
+			continue // the deadline passed during the read: the case above reports it
+		case c.Processing == 0 && c.Due == 0:
+			return false, nil
+		case c.Due > 0:
+			d.Trigger()
+		}
+	}
+}
+
+// stop stops the dispatcher, waiting at most its DrainTimeout (as given;
+// the dispatcher's own default is longer) plus stopGrace, and returns
+// Run's result.
+func stop(ctx context.Context, d *dispatcher.Dispatcher, run <-chan error, drain time.Duration) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(drain, 0)+stopGrace)
+	defer cancel()
+	if err := d.Stop(stopCtx); err != nil {
+		return err
+	}
+	return <-run
+}
+
+// describeBusy adds the table's counts and the first rows still due or in
+// flight to a failure message.
+func describeBusy(ctx context.Context, b *strings.Builder, r reader, db DB, a *admin.Admin) {
+	ctx = context.WithoutCancel(ctx)
+	c, err := a.Counts(ctx)
+	if err != nil {
+		return // the failure already names the read that failed
+	}
+	fmt.Fprintf(b, "\n  %d PENDING (%d due), %d PROCESSING, %d SENT, %d FAILED",
+		c.Pending, c.Due, c.Processing, c.Sent, c.Failed)
+	rows, err := r.busy(ctx, db, shownRows)
+	if err != nil || len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n  the first %d events due or in flight:", len(rows))
+	listRows(b, rows, nil)
+}

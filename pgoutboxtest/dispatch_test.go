@@ -1,0 +1,146 @@
+package pgoutboxtest_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/pgoutboxtest"
+)
+
+// config is a dispatcher configuration for b's table that logs nothing.
+func (b *testBundle) config() dispatcher.Config {
+	return dispatcher.Config{Table: b.table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func TestDispatchUntilIdle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ClaimsFollowUpsWithoutWaitingForAPoll", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("order.placed", "1", `{}`))
+		cfg := b.config()
+		cfg.PollInterval = time.Hour           // the follow-up must not wait for a poll,
+		cfg.Wakeup = dispatcher.WakeupDisabled // nor for a notification
+		placed := func(ctx context.Context, e outbox.Event) error {
+			tx, err := b.db.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := b.emitter.Emit(ctx, tx, jsonEvent("order.shipped", e.AggregateID, `{}`)); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+		shipped := func(context.Context, outbox.Event) error { return nil }
+		res := pgoutboxtest.DispatchUntilIdle(ctx, t, b.db.Pool, cfg,
+			map[string]outbox.Handler{"order.placed": placed, "order.shipped": shipped})
+		require.Equal(t, int64(2), res.Counts.Sent)
+		pgoutboxtest.RequireManyEmitted(ctx, t, b.db.Pool, b.table,
+			pgoutboxtest.Want{Type: "order.placed", Status: outbox.StatusSent},
+			pgoutboxtest.Want{Type: "order.shipped", AggregateID: "1", Status: outbox.StatusSent})
+	})
+
+	t.Run("DeliversEveryDueEventAndStops", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("a", "1", `{}`), jsonEvent("a", "2", `{}`), jsonEvent("b", "3", `{}`))
+		var calls atomic.Int32
+		h := func(context.Context, outbox.Event) error { calls.Add(1); return nil }
+		res := pgoutboxtest.DispatchUntilIdle(ctx, t, b.db.Pool, b.config(), map[string]outbox.Handler{"a": h, "b": h})
+		require.Equal(t, int32(3), calls.Load())
+		require.Equal(t, int64(3), res.Counts.Sent)
+		require.Equal(t, int64(3), res.Counts.Total())
+		require.Equal(t, uint64(3), res.Stats.Sent)
+		require.Equal(t, 0, res.Stats.InFlight)
+	})
+
+	t.Run("FailsOnABadConfig", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		cfg := b.config()
+		cfg.BatchSize = 1_000_000
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, nil)
+		})
+		require.Contains(t, msg, "DispatchUntilIdle: dispatcher.New: ")
+		require.Contains(t, msg, "BatchSize")
+	})
+
+	t.Run("FailsOnANilHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, b.config(), map[string]outbox.Handler{"a": nil})
+		})
+		require.Contains(t, msg, `DispatchUntilIdle: handler for "a": `)
+	})
+
+	t.Run("FailsWhenTheDispatcherCannotStart", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		cfg := b.config()
+		cfg.Table.Name = "missing"
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, nil)
+		})
+		require.Contains(t, msg, "DispatchUntilIdle: the dispatcher stopped before "+cfg.Table.String()+" was idle: ")
+		require.Contains(t, msg, "does not exist")
+	})
+
+	t.Run("FailsWhenTheTableIsNotIdleInTime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stuck := b.emit(t, jsonEvent("slow", "1", `{}`))[0]
+		cfg := b.config()
+		cfg.DrainTimeout = 50 * time.Millisecond
+		slow := func(ctx context.Context, _ outbox.Event) error { <-ctx.Done(); return ctx.Err() }
+		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, map[string]outbox.Handler{"slow": slow})
+		})
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.Contains(t, msg, b.table.String()+" not idle when the context ended (context deadline exceeded)")
+		require.Contains(t, msg, "0 PENDING (0 due), 1 PROCESSING, 0 SENT, 0 FAILED")
+		require.Contains(t, msg, "the first 1 events due or in flight:\n    seq 1  id "+stuck.ID.String())
+		// The dispatcher stopped: the handler's attempt was recorded.
+		pgoutboxtest.RequireEmitted(context.Background(), t, b.db.Pool, b.table, pgoutboxtest.Want{Type: "slow", Status: outbox.StatusPending})
+	})
+
+	t.Run("LeavesFailuresToTheCaller", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("a", "1", `{}`), jsonEvent("b", "2", `{}`))
+		cfg := b.config()
+		cfg.Backoff = outbox.Backoff{Initial: time.Hour}
+		res := pgoutboxtest.DispatchUntilIdle(ctx, t, b.db.Pool, cfg, map[string]outbox.Handler{
+			"a": func(context.Context, outbox.Event) error { return outbox.Permanent(errors.New("no")) },
+			"b": func(context.Context, outbox.Event) error { return errors.New("later") },
+		})
+		require.Equal(t, int64(1), res.Counts.Failed)
+		require.Equal(t, int64(1), res.Counts.Pending, "a retry due in an hour counts as idle")
+		require.Equal(t, int64(0), res.Counts.Due)
+		require.Equal(t, uint64(1), res.Stats.Retried)
+	})
+
+	t.Run("ReturnsAtOnceOnAnEmptyTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res := pgoutboxtest.DispatchUntilIdle(ctx, t, b.db.Pool, b.config(), nil)
+		require.Equal(t, int64(0), res.Counts.Total())
+		require.Positive(t, res.Stats.ClaimCycles)
+	})
+}
