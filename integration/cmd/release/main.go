@@ -6,6 +6,7 @@
 //	go run ./integration/cmd/release tidy    # in make lint: fails if a go.mod or go.sum is not tidy
 //	go run ./integration/cmd/release tidy -w # make tidy: writes the tidied files
 //	go run ./integration/cmd/release pack DIR
+//	go run ./integration/cmd/release bump vX.Y.Z
 //
 // check enforces the version rules: VERSION is a semantic version, every
 // publisher requires the core at it, no published go.mod has a replace
@@ -14,7 +15,8 @@
 // the published modules of the working tree at VERSION into a local
 // module proxy and builds and vets each alone against it (GOWORK=off).
 // tidy runs go mod tidy on every module against the same proxy. pack
-// writes that proxy into DIR, for trying an install by hand. The exit
+// writes that proxy into DIR, for trying an install by hand. bump writes a
+// new version to VERSION and to every requirement of our modules. The exit
 // status is 1 when a check fails, 2 on bad usage.
 package main
 
@@ -29,7 +31,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/integration/internal/release"
 )
 
-const usage = `usage: release check | build | tidy [-w] | pack DIR
+const usage = `usage: release check | build | tidy [-w] | pack DIR | bump vX.Y.Z
 run inside the repository (see docs/releasing.md)`
 
 var errUsage = errors.New(usage)
@@ -72,6 +74,11 @@ func run(ctx context.Context, args []string) error {
 			return errUsage
 		}
 		return repo.Pack(args[1])
+	case "bump":
+		if len(args) != 2 {
+			return errUsage
+		}
+		return repo.Bump(args[1])
 	}
 	return errUsage
 }

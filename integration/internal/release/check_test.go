@@ -88,3 +88,35 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestBump(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files := map[string]string{
+		"VERSION":      "v0.1.0\n",
+		"go.work":      "go 1.26.0\n\nuse (\n\t.\n\t./publishers/x\n)\n",
+		"go.mod":       "module github.com/pgoutbox/pgoutbox\n\ngo 1.26.0\n",
+		"CHANGELOG.md": "## [Unreleased]\n",
+		"publishers/x/go.mod": "module github.com/pgoutbox/pgoutbox/publishers/x\n\ngo 1.26.0\n\n" +
+			"require (\n\tgithub.com/google/uuid v1.6.0\n\tgithub.com/pgoutbox/pgoutbox v0.1.0\n)\n",
+	}
+	for name, data := range files {
+		name = filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(name), 0o755))
+		require.NoError(t, os.WriteFile(name, []byte(data), 0o644))
+	}
+	repo, err := release.Load(dir)
+	require.NoError(t, err)
+
+	require.Error(t, repo.Bump("0.2"))
+	require.NoError(t, repo.Bump("v0.2.0"))
+
+	repo, err = release.Load(dir)
+	require.NoError(t, err)
+	require.Equal(t, "v0.2.0", repo.Version)
+	require.NoError(t, repo.Check())
+	gomod, err := os.ReadFile(filepath.Join(dir, "publishers", "x", "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(gomod), "github.com/google/uuid v1.6.0\n")
+	require.Contains(t, string(gomod), "github.com/pgoutbox/pgoutbox v0.2.0\n")
+}
