@@ -19,8 +19,10 @@
 //     (GOPROXY=file://…), and a go command that resolves them from there
 //     with a module cache of its own, so a packed version never lands in
 //     the shared module cache where it would shadow the next pack.
-//   - [Repo.BuildAlone] and [Repo.CheckTidy]: each module built, vetted and
-//     tidy-checked alone (GOWORK=off) against that proxy.
+//   - [Repo.BuildAlone], [Repo.CheckTidy] and [Repo.Tidy]: each module built,
+//     vetted, tidy-checked or tidied alone (GOWORK=off) against that proxy.
+//   - [Repo.Bump]: a new version written to VERSION and to every
+//     requirement of our modules.
 //
 // The command integration/cmd/release runs these for the Makefile; the
 // package's TestInstall builds a fresh consumer module against the proxy.
