@@ -6,9 +6,9 @@ SHELL := /bin/bash
 
 # The workspace's modules, as directories relative to this one ("." first).
 MODULES := $(patsubst $(CURDIR)/%,./%,$(patsubst $(CURDIR),.,$(shell go list -m -f '{{.Dir}}')))
-# Modules that are published (all but integration and examples), so must
-# also build without go.work: a forgotten version bump cannot hide.
-PUBLISHED := $(filter-out ./integration ./examples,$(MODULES))
+# Packs the published modules (the root and publishers/*) at VERSION into a
+# local module proxy and checks them as users meet them: see docs/releasing.md.
+RELEASE := go run ./integration/cmd/release
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -24,7 +24,7 @@ TESTFLAGS ?=
 .PHONY: help
 help: ## Show this help
 	@echo "Usage: make TARGET"
-	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
 test: ## Run every test of every module with -race against a real PostgreSQL (see docs/testing.md)
@@ -78,19 +78,26 @@ demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process k
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/kafka
 
 .PHONY: lint
-lint: ## Check gofmt, then run go vet and golangci-lint in every module
+lint: ## Check gofmt, the release rules, that every go.mod and go.sum is tidy, then run go vet and golangci-lint in every module
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l lists files to format:"; echo "$$out"; exit 1; fi
+	@echo "==> release check, then go mod tidy in every module against the local proxy"
+	@$(RELEASE) check && $(RELEASE) tidy
 	@for dir in $(MODULES); do echo "==> go vet ./... in $$dir"; (cd "$$dir" && go vet ./...) || exit 1; done
 	@for dir in $(MODULES); do echo "==> golangci-lint run ./... in $$dir"; (cd "$$dir" && $(GOLANGCI_LINT) run ./...) || exit 1; done
 
 .PHONY: build
-build: ## Build every module; build and vet each published module alone (GOWORK=off); check the core's dependencies
+build: ## Build every module; build and vet each published module alone (GOWORK=off, the root at VERSION from a local proxy); check the core's dependencies
 	@for dir in $(MODULES); do echo "==> go build ./... in $$dir"; (cd "$$dir" && go build -o /dev/null ./...) || exit 1; done
-	@for dir in $(PUBLISHED); do echo "==> GOWORK=off go build, go vet ./... in $$dir"; (cd "$$dir" && GOWORK=off go build -o /dev/null ./... && GOWORK=off go vet ./...) || exit 1; done
+	@echo "==> GOWORK=off go build, go vet ./... in each published module, against the local proxy"
+	@$(RELEASE) build
 	@echo "==> the core module requires no broker client and no testcontainers"
 	@bad=$$(GOWORK=off go list -m all | grep -E 'testcontainers|twmb/franz-go|nats-io' || true); \
 		if [ -n "$$bad" ]; then echo "core go.mod pulls in:"; echo "$$bad"; exit 1; fi
 
 .PHONY: tidy
-tidy: ## Run go mod tidy in every module
-	@for dir in $(MODULES); do echo "==> go mod tidy in $$dir"; (cd "$$dir" && go mod tidy) || exit 1; done
+tidy: ## Run go mod tidy in every module (GOWORK=off, our modules at VERSION from the local proxy)
+	@$(RELEASE) tidy -w
+
+.PHONY: release-check
+release-check: ## Check the versions before a release: VERSION, requirements, no replace in published modules, CHANGELOG, go.work, go lines
+	@$(RELEASE) check

@@ -10,9 +10,9 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
-	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/natspub v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/stretchr/testify v1.12.1

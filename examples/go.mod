@@ -7,9 +7,9 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
-	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/natspub v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0

@@ -7,9 +7,9 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
-	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.0.0-00010101000000-000000000000
-	github.com/pgoutbox/pgoutbox/publishers/natspub v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
@@ -17,6 +17,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
+	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.24.0
 )
 

@@ -2,11 +2,9 @@ module github.com/pgoutbox/pgoutbox/publishers/kafkapub
 
 go 1.26.0
 
-replace github.com/pgoutbox/pgoutbox => ../..
-
 require (
 	github.com/google/uuid v1.6.0
-	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0

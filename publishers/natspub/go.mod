@@ -2,13 +2,11 @@ module github.com/pgoutbox/pgoutbox/publishers/natspub
 
 go 1.26.0
 
-replace github.com/pgoutbox/pgoutbox => ../..
-
 require (
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
-	github.com/pgoutbox/pgoutbox v0.0.0-00010101000000-000000000000
+	github.com/pgoutbox/pgoutbox v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 
