@@ -371,7 +371,11 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	if delay, ok := outbox.SnoozeDelay(err); ok && !outbox.IsPermanent(err) {
 		return d.snoozed(it, err, delay)
 	}
-	return d.classify(it, it.ctx, err, outbox.CodeHandlerError)
+	code := outbox.CodeHandlerError
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = outbox.CodeTimeout // a timeout of the handler's own, or a middleware's
+	}
+	return d.classify(it, it.ctx, err, code)
 }
 
 // snoozed is the result of a handler that returned outbox.Snooze: the
