@@ -29,6 +29,8 @@ const (
 	// AtMostOnce never runs an event's handler (or publishes it) twice: a
 	// failed attempt becomes FAILED at once, and so does an event whose
 	// lease expired while it was held. Events may be lost; none repeat.
+	// A handler that returns outbox.Snooze declares that it did nothing,
+	// so its event runs again after the snooze in this mode too.
 	AtMostOnce
 )
 
