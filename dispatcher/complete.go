@@ -23,7 +23,10 @@ func (d *Dispatcher) finish(it *item, res result) {
 		d.reportLost(it.event.ID)
 		return
 	}
-	it.state, it.result, it.endedAt = itemDone, res, time.Now()
+	it.state, it.result = itemDone, res
+	if !it.startedAt.IsZero() {
+		it.ran = time.Since(it.startedAt)
+	}
 	d.pending = append(d.pending, it)
 	d.mu.Unlock()
 	signal(d.flush)

@@ -48,7 +48,7 @@ func outcomeOf(it *item, status outbox.Status) Outcome {
 	o := Outcome{
 		Event: it.event, Status: status, Err: it.result.err, Code: it.result.code,
 		QueueWait:   max(0, it.waited+it.startedAt.Sub(it.batch.claimedAt)),
-		RunDuration: max(0, it.endedAt.Sub(it.startedAt)),
+		RunDuration: it.ran,
 	}
 	o.Snoozed = it.result.snooze
 	return o

@@ -75,12 +75,13 @@ type item struct {
 	// waited is how long the event had been due when the claim took it
 	// (database clock).
 	waited time.Duration
-	// startedAt is when its handler started, endedAt when its outcome
-	// was handed to the completer; guarded by Dispatcher.mu.
-	startedAt, endedAt time.Time
-	done               chan struct{}   // closed when the item is let go
-	after              <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result             result          // set when state becomes itemDone
+	// startedAt is when its handler started, and ran how long until its
+	// outcome was handed to the completer; guarded by Dispatcher.mu.
+	startedAt time.Time
+	ran       time.Duration
+	done      chan struct{}   // closed when the item is let go
+	after     <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result    result          // set when state becomes itemDone
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
