@@ -142,8 +142,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 // middleware, a middleware that returns a nil handler, a type that
 // already has a handler, or a call after Run started.
 func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Middleware) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	switch {
 	case strings.TrimSpace(eventType) == "":
 		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-empty event type"}
@@ -151,14 +149,19 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-nil handler"}
 	case slices.ContainsFunc(mw, isNil):
 		return &outbox.ConfigError{Option: "Handle", Reason: "needs non-nil middleware"}
+	}
+	// The middleware runs outside the lock: it may call the dispatcher.
+	wrapped := wrap(h, slices.Concat(d.cfg.Middleware, mw))
+	if wrapped == nil {
+		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("middleware returned a nil handler for %q", eventType)}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
 	case d.handlers[eventType] != nil:
 		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("already has a handler for %q", eventType)}
 	case d.state != stateNew:
 		return &outbox.ConfigError{Option: "Handle", Reason: "must be called before Run"}
-	}
-	wrapped := wrap(h, slices.Concat(d.cfg.Middleware, mw))
-	if wrapped == nil {
-		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("middleware returned a nil handler for %q", eventType)}
 	}
 	d.handlers[eventType] = wrapped
 	return nil
