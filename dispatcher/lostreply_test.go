@@ -104,6 +104,11 @@ func TestLostCompletionReplyIsRecognised(t *testing.T) {
 			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
 			lr.proxy.release()
 			waitFor(t, 10*time.Second, "the event settled", func() bool { return lr.d.Stats().InFlight == 0 })
+			// The outcome is counted and reported just after the event is
+			// let go.
+			waitFor(t, 10*time.Second, "the outcome reported", func() bool {
+				return lr.sent.Load() > 0 || len(lr.errs.matching(outbox.ErrOutcomeUnknown)) > 0
+			})
 
 			require.Empty(t, lr.errs.matching(outbox.ErrLockLost), "the completion's own earlier write is no lock loss")
 			st := lr.d.Stats()
