@@ -86,6 +86,9 @@ type Record struct {
 	Attempts int `json:"attempts"`
 	// Recoveries counts expired leases taken back.
 	Recoveries int `json:"recoveries"`
+	// Snoozes counts the times a handler gave the event back with
+	// outbox.Snooze (due again later, no attempt spent).
+	Snoozes int `json:"snoozes"`
 	// NextAttemptAt is when a PENDING row is due (database clock).
 	NextAttemptAt time.Time `json:"next_attempt_at"`
 	// LockOwner is the worker that claimed the row last.
@@ -111,7 +114,7 @@ type Record struct {
 // targets returns the scan destinations of recordColumns, in order.
 func (r *Record) targets() []any {
 	return []any{&r.ID, &r.Seq, &r.Type, &r.AggregateType, &r.AggregateID, &r.PartitionKey,
-		&r.IdempotencyKey, &r.ContentType, &r.PayloadSize, &r.Status, &r.Attempts, &r.Recoveries,
+		&r.IdempotencyKey, &r.ContentType, &r.PayloadSize, &r.Status, &r.Attempts, &r.Recoveries, &r.Snoozes,
 		&r.NextAttemptAt, &r.LockOwner, &r.LockedAt, &r.LeaseUntil, &r.HeartbeatAt,
 		&r.LastErrorCode, &r.LastError, &r.CreatedAt, &r.SentAt, &r.FailedAt}
 }

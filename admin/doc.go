@@ -32,9 +32,9 @@
 //
 // # Replay
 //
-// A replayed row becomes PENDING with next_attempt_at = now(), attempts
-// and recoveries 0 and failed_at NULL: it gets the whole retry budget
-// again. last_error_code, last_error and the attempt log stay as history.
+// A replayed row becomes PENDING with next_attempt_at = now(), attempts,
+// recoveries and snoozes 0 and failed_at NULL: it gets the whole retry
+// and snooze budget again. last_error_code, last_error and the attempt log stay as history.
 // The UPDATE and a pg_notify on the outbox's channel (the emitter's
 // default, see internal/sqlname) run in one transaction, so dispatchers
 // wake when the replay commits; a missed notification only delays the

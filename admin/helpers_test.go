@@ -41,6 +41,7 @@ type row struct {
 	FailedAgo  time.Duration
 	Attempts   int
 	Recoveries int
+	Snoozes    int
 	Payload    []byte
 	Headers    map[string]string
 	AttemptLog string // a JSON array; defaults to []
@@ -65,7 +66,7 @@ func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
 			code = &r.Code
 		}
 		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
-	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at)
+	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
 	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
@@ -73,9 +74,9 @@ VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $
 	CASE WHEN $3 = 'PROCESSING' THEN now() END,
 	CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
 	CASE WHEN $3 = 'SENT' OR $11::bigint > 0 THEN now() - $11::bigint * interval '1 microsecond' END,
-	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END)`,
+	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END, $13)`,
 			ids[i], r.Type, r.Status, r.DueIn.Microseconds(), r.Attempts, r.Recoveries,
-			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds())
+			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes)
 	}
 	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
 	return ids

@@ -154,7 +154,7 @@ func TestList(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.insert(t, row{Status: "FAILED", Type: "order.created", Code: "handler_error",
-			Attempts: 3, Recoveries: 1, Payload: []byte("secret payload")})[0]
+			Attempts: 3, Recoveries: 1, Snoozes: 7, Payload: []byte("secret payload")})[0]
 		page, err := b.admin.List(ctx, admin.ListParams{})
 		require.NoError(t, err)
 		require.Len(t, page.Events, 1)
@@ -166,6 +166,7 @@ func TestList(t *testing.T) {
 		require.Equal(t, "boom: handler_error", r.LastError)
 		require.Equal(t, 3, r.Attempts)
 		require.Equal(t, 1, r.Recoveries)
+		require.Equal(t, 7, r.Snoozes)
 		require.Equal(t, len("secret payload"), r.PayloadSize)
 		require.NotNil(t, r.FailedAt)
 		require.Nil(t, r.SentAt)

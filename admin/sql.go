@@ -17,17 +17,17 @@ type write struct{ run, dry string }
 // them.
 const recordColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coalesce(aggregate_id, ''),
 	coalesce(partition_key, ''), coalesce(idempotency_key, ''), coalesce(content_type, ''),
-	coalesce(octet_length(payload), 0), status, attempts, recoveries, next_attempt_at,
+	coalesce(octet_length(payload), 0), status, attempts, recoveries, snoozes, next_attempt_at,
 	coalesce(lock_owner, ''), locked_at, lease_until, heartbeat_at,
 	coalesce(last_error_code, ''), coalesce(last_error, ''), created_at, sent_at, failed_at`
 
 // replaySet is what a replay writes: due now by the database clock, with a
-// fresh retry and recovery budget. last_error_code, last_error and
+// fresh retry, recovery and snooze budget. last_error_code, last_error and
 // attempt_log stay as history; the lease columns are already NULL on a
 // FAILED row. The token of the claim that wrote the FAILED outcome goes,
 // so that a dispatcher retrying that write after its reply was lost does
 // not take the replayed row for its own retry.
-const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, failed_at = NULL,
+const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, snoozes = 0, failed_at = NULL,
 	lock_token = NULL, started_at = NULL`
 
 // bounded is the shape of every bulk write: lock at most n matching rows

@@ -62,8 +62,8 @@ type ReplayResult struct {
 }
 
 // Replay returns FAILED rows to PENDING, due now by the database clock,
-// with attempts and recoveries reset to 0 and failed_at cleared, so that
-// they get the full retry budget again. last_error_code, last_error and
+// with attempts, recoveries and snoozes reset to 0 and failed_at cleared,
+// so that they get the full retry and snooze budget again. last_error_code, last_error and
 // the attempt log are kept as history; the next failure appends to the log.
 // It is one bounded UPDATE that locks its rows with SKIP LOCKED, followed,
 // in the same transaction and only when rows changed, by a pg_notify on the

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
-	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -50,7 +50,7 @@ func TestReplay(t *testing.T) {
 		b := setup(t)
 		log := `[{"attempt": 5, "outcome": "failed", "code": "handler_error", "message": "m", "owner": "w",
 			"started": "2024-05-01T10:00:00Z", "ended": "2024-05-01T10:00:01Z"}]`
-		id := b.insert(t, row{Status: "FAILED", Code: "handler_error", Attempts: 5, Recoveries: 2,
+		id := b.insert(t, row{Status: "FAILED", Code: "snooze_limit", Attempts: 5, Recoveries: 2, Snoozes: 1000,
 			DueIn: time.Hour, AttemptLog: log})[0]
 		res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{id}})
 		require.NoError(t, err)
@@ -61,9 +61,10 @@ func TestReplay(t *testing.T) {
 		require.Equal(t, outbox.StatusPending, d.Status)
 		require.Zero(t, d.Attempts)
 		require.Zero(t, d.Recoveries)
+		require.Zero(t, d.Snoozes)
 		require.Nil(t, d.FailedAt)
-		require.Equal(t, outbox.CodeHandlerError, d.LastErrorCode)
-		require.Equal(t, "boom: handler_error", d.LastError)
+		require.Equal(t, outbox.CodeSnoozeLimit, d.LastErrorCode)
+		require.Equal(t, "boom: snooze_limit", d.LastError)
 		require.Len(t, d.AttemptLog, 1)
 		require.Equal(t, 1, b.countWhere(t, "id = $1 AND next_attempt_at <= now()", id), "due now by the database clock")
 	})

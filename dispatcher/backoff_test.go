@@ -103,7 +103,11 @@ func TestClaimsShrinkUnderStatementTimeout(t *testing.T) {
 	cfg.BatchSize = 10_000
 	cfg.Concurrency = 10_000
 	cfg.Claimers = 1
-	cfg.OnSent = func(outbox.Event) { sent.Add(1) }
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Status == outbox.StatusSent {
+			sent.Add(1)
+		}
+	}
 	d, err := dispatcher.New(poolWith(t, db, map[string]string{"statement_timeout": "30ms"}), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))

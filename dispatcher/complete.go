@@ -24,6 +24,9 @@ func (d *Dispatcher) finish(it *item, res result) {
 		return
 	}
 	it.state, it.result = itemDone, res
+	if !it.startedAt.IsZero() {
+		it.ran = time.Since(it.startedAt)
+	}
 	d.pending = append(d.pending, it)
 	d.mu.Unlock()
 	signal(d.flush)
@@ -381,11 +384,15 @@ func (d *Dispatcher) outcomes(items []*item) (releases []*item, params lease.Com
 	return releases, params
 }
 
-// failure decides whether a failed attempt is final and when to retry.
+// failure decides whether a failed attempt is final and when to retry,
+// or records the snooze a handler asked for.
 func (d *Dispatcher) failure(it *item) lease.Failure {
 	r := it.result
+	if r.snooze {
+		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
+	}
 	final := d.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
-		r.code == outbox.CodeNoHandler || it.event.Attempt >= d.cfg.MaxAttempts
+		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= d.cfg.MaxAttempts
 	return lease.Failure{
 		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
 		Delay: d.cfg.Backoff.Delay(it.event.Attempt),
@@ -396,29 +403,10 @@ func (d *Dispatcher) failure(it *item) lease.Failure {
 func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
 	byID := itemsByID(items)
 	d.removeItems(items)
-	for _, id := range res.Sent {
-		d.stats.sent.Add(1)
-		if d.cfg.OnSent != nil {
-			d.cfg.OnSent(byID[id].event)
-		}
-	}
 	if len(res.Retried) > 0 {
 		signal(d.retried)
 	}
-	for _, r := range res.Retried {
-		it := byID[r.ID]
-		d.stats.retried.Add(1)
-		if d.cfg.OnRetry != nil {
-			d.cfg.OnRetry(it.event, it.result.code, it.result.err, r.NextAttemptAt)
-		}
-	}
-	for _, f := range res.Failed {
-		it := byID[f.ID]
-		d.stats.failed.Add(1)
-		if d.cfg.OnFailed != nil {
-			d.cfg.OnFailed(it.event, it.result.code, it.result.err)
-		}
-	}
+	d.reportOutcomes(byID, res)
 	for _, id := range res.Lost {
 		d.reportLost(id)
 	}

@@ -2,9 +2,11 @@ package dispatcher
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,6 +29,8 @@ const (
 	// AtMostOnce never runs an event's handler (or publishes it) twice: a
 	// failed attempt becomes FAILED at once, and so does an event whose
 	// lease expired while it was held. Events may be lost; none repeat.
+	// A handler that returns outbox.Snooze declares that it did nothing,
+	// so its event runs again after the snooze in this mode too.
 	AtMostOnce
 )
 
@@ -181,16 +185,43 @@ type Config struct {
 	// type. Used only with a Publisher.
 	RouteFunc func(e outbox.Event) string
 
-	// OnSent is called after an event became SENT. Hooks run on the
-	// dispatcher's completion goroutine: keep them fast, never block.
-	OnSent func(e outbox.Event)
-	// OnRetry is called after a failed attempt was scheduled for retry at
-	// next (database clock).
-	OnRetry func(e outbox.Event, code outbox.Code, err error, next time.Time)
-	// OnFailed is called after an event became FAILED: the dead letter.
-	// It fires for failed attempts and for events this dispatcher's
-	// recovery made FAILED (code worker_lost).
-	OnFailed func(e outbox.Event, code outbox.Code, err error)
+	// Middleware wraps every handler: those registered with Handle and
+	// DefaultHandler. The chain is built once, when a handler is
+	// registered; Middleware[0] is outermost (it sees each call first and
+	// its result last), then Middleware[1], and so on, then the
+	// middleware given to Handle for that handler, then the handler. An
+	// empty chain costs nothing per event. Entries must not be nil.
+	Middleware []outbox.Middleware
+	// DefaultHandler, if set, handles the events of every type that no
+	// Handle call registered a handler for (the catch-all), wrapped in
+	// Middleware like the others; the event is then published as usual
+	// when the router gives it a destination. Defaults to nil: such an
+	// event is only published when it has a destination, and FAILED with
+	// no_handler when it has none.
+	DefaultHandler outbox.Handler
+
+	// MaxSnoozes is how often one event may be given back with
+	// outbox.Snooze: the snooze past it makes the event FAILED with
+	// outbox.CodeSnoozeLimit (spending an attempt), so that no event
+	// snoozes forever unnoticed. The count is the row's snoozes column; a
+	// replay resets it. Defaults to 1,000; 1 to 1,000,000.
+	MaxSnoozes int
+
+	// OnOutcome is called once for every outcome this dispatcher recorded,
+	// after it was committed: an event that became SENT (or was deleted,
+	// with DeleteSent), a failed attempt returned to PENDING for a retry,
+	// an event a handler snoozed, an event that became FAILED (the dead
+	// letter), including those this dispatcher's recovery made FAILED
+	// with worker_lost. It is not called for outcomes that could not be
+	// recorded or whose fate is unknown (OnError receives those), nor for
+	// events released unstarted at stop.
+	//
+	// ctx carries the values of the context given to Run, never its
+	// cancellation. OnOutcome runs on the dispatcher's completion
+	// goroutine (recovery's worker_lost outcomes on the coordinator's),
+	// so keep it fast and never block: the next outcomes wait for it. The
+	// two goroutines may call it at the same time.
+	OnOutcome func(ctx context.Context, o Outcome)
 	// OnError is called for internal errors: failed claims, renewals and
 	// completions, outcomes that could not be recorded because the lease
 	// was lost (errors.Is(err, outbox.ErrLockLost)) or that the database
@@ -239,6 +270,7 @@ func (c Config) withDefaults() Config {
 	c.RecoverEvery = cmp.Or(c.RecoverEvery, 10)
 	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
 	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)
+	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, 1000)
 	if c.RouteFunc == nil {
 		c.RouteFunc = func(e outbox.Event) string { return e.Type }
 	}
@@ -279,6 +311,8 @@ func (c Config) validate() error {
 		{between(c.RecoverEvery, 1, 1000), "RecoverEvery", "must be between 1 and 1000"},
 		{between(c.RecoverBatchSize, 1, 100_000), "RecoverBatchSize", "must be between 1 and 100000"},
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
+		{between(c.MaxSnoozes, 1, 1_000_000), "MaxSnoozes", "must be between 1 and 1000000"},
+		{!slices.ContainsFunc(c.Middleware, isNil), "Middleware", "must not hold nil"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -307,3 +341,5 @@ func defaultOwner() string {
 	}
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
 }
+
+func isNil(m outbox.Middleware) bool { return m == nil }

@@ -210,8 +210,8 @@ func (d *Dispatcher) armDue(p *poller) {
 	}
 }
 
-// errWorkerLost is the error OnFailed receives for events that recovery
-// made FAILED.
+// errWorkerLost is the error of the outcomes of events that recovery made
+// FAILED.
 var errWorkerLost = errors.New("lease expired: the worker holding the event stopped renewing it")
 
 // maxRecoverTries bounds the recoveries one poll cycle runs, each with half
@@ -260,9 +260,9 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
-	if d.cfg.OnFailed != nil {
+	if d.cfg.OnOutcome != nil {
 		for _, e := range res.Failed {
-			d.cfg.OnFailed(e, outbox.CodeWorkerLost, errWorkerLost)
+			d.cfg.OnOutcome(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 		}
 	}
 	if n := len(res.Pending) + len(res.Failed); n > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,10 +65,13 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	state    runState
 	result   error
-	handlers map[string]outbox.Handler
-	held     map[lease.Ref]*item // events claimed and not yet let go, by id and token
-	latest   map[uuid.UUID]*item // the newest held item of each event id
-	pending  []*item             // outcomes waiting for the completer
+	handlers map[string]outbox.Handler // wrapped in their middleware
+	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
+	// nil when unset.
+	defaultHandler outbox.Handler
+	held           map[lease.Ref]*item // events claimed and not yet let go, by id and token
+	latest         map[uuid.UUID]*item // the newest held item of each event id
+	pending        []*item             // outcomes waiting for the completer
 	// writeLimit bounds the outcomes of one write after writes ran out of
 	// time (0: no bound); the completer's alone, not guarded.
 	writeLimit int
@@ -110,8 +114,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			listenerConfig.RuntimeParams["application_name"] = "pgoutbox-listener"
 		}
 	}
+	var defaultHandler outbox.Handler
+	if cfg.DefaultHandler != nil {
+		if defaultHandler = wrap(cfg.DefaultHandler, cfg.Middleware); defaultHandler == nil {
+			return nil, &outbox.ConfigError{Option: "Middleware", Reason: "returned a nil handler"}
+		}
+	}
 	return &Dispatcher{
-		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig,
+		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		trigger:    make(chan struct{}, 1),
 		capacity:   make(chan struct{}, 1),
 		retried:    make(chan struct{}, 1),
@@ -126,25 +136,45 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}, nil
 }
 
-// Handle registers h as the local handler of events of eventType. Register
-// every handler before Run. It returns an *outbox.ConfigError for an empty
-// type, a nil handler, a type that already has a handler, or a call after
-// Run started.
-func (d *Dispatcher) Handle(eventType string, h outbox.Handler) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// Handle registers h as the local handler of events of eventType, wrapped
+// in Config.Middleware and then in mw (the first of mw outermost of the
+// two; see Config.Middleware). Register every handler before Run. It
+// returns an *outbox.ConfigError for an empty type, a nil handler or
+// middleware, a middleware that returns a nil handler, a type that
+// already has a handler, or a call after Run started.
+func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Middleware) error {
 	switch {
 	case strings.TrimSpace(eventType) == "":
 		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-empty event type"}
 	case h == nil:
 		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-nil handler"}
+	case slices.ContainsFunc(mw, isNil):
+		return &outbox.ConfigError{Option: "Handle", Reason: "needs non-nil middleware"}
+	}
+	// The middleware runs outside the lock: it may call the dispatcher.
+	wrapped := wrap(h, slices.Concat(d.cfg.Middleware, mw))
+	if wrapped == nil {
+		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("middleware returned a nil handler for %q", eventType)}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
 	case d.handlers[eventType] != nil:
 		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("already has a handler for %q", eventType)}
 	case d.state != stateNew:
 		return &outbox.ConfigError{Option: "Handle", Reason: "must be called before Run"}
 	}
-	d.handlers[eventType] = h
+	d.handlers[eventType] = wrapped
 	return nil
+}
+
+// wrap returns h wrapped in chain, chain[0] outermost; nil if a
+// middleware returned nil.
+func wrap(h outbox.Handler, chain []outbox.Middleware) outbox.Handler {
+	for i := len(chain) - 1; i >= 0 && h != nil; i-- {
+		h = chain[i](h)
+	}
+	return h
 }
 
 // Trigger asks for a claim cycle now instead of at the next poll. Calls are

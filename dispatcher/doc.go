@@ -29,20 +29,45 @@
 // # Outcomes
 //
 // An event succeeds when its local handler (if any) and the publisher (if
-// the router gives it a destination) succeed. It fails with
+// the router gives it a destination) succeed. Its handler is the one
+// registered for its type with Handle, else Config.DefaultHandler (the
+// catch-all, off by default). It fails with
 //
 //	handler_error, publish_error  the handler or publisher returned an error
-//	timeout                       HandlerTimeout or PublishTimeout passed
+//	timeout                       HandlerTimeout or PublishTimeout passed, or
+//	                              the handler's error matches
+//	                              context.DeadlineExceeded (a timeout of its own,
+//	                              or a middleware's)
 //	panic                         the handler or publisher panicked (recovered)
 //	no_handler                    no handler and no destination (FAILED at once)
 //	invalid_event                 the publisher cannot carry the event as it is
 //	                              (its error matches outbox.ErrInvalidEvent)
+//	snooze_limit                  the handler snoozed once more than MaxSnoozes
+//	                              allows (FAILED at once)
 //
 // A failure is retried at the database's now() + Backoff.Delay(attempt)
 // until MaxAttempts, unless it is wrapped by outbox.Permanent, is
-// no_handler, or Delivery is AtMostOnce: those become FAILED (the dead
-// letter, OnFailed). Outcomes are written by one completer goroutine that
-// batches whatever has finished since its last write.
+// no_handler or snooze_limit, or Delivery is AtMostOnce: those become
+// FAILED (the dead letter). Outcomes are written by one completer
+// goroutine that batches whatever has finished since its last write.
+//
+// A handler that returns outbox.Snooze(d) gives its event back: PENDING
+// again, due at the database's now() + d, without spending an attempt
+// (the row's snoozes column counts it instead). The snooze goes through
+// the same batched, fenced write as a retry.
+//
+// # Hooks and middleware
+//
+// Config.OnOutcome receives one Outcome for every outcome recorded: SENT,
+// PENDING (a retry or a snooze) or FAILED, with the code, the error, the
+// next attempt time, the queue wait and the run duration. A struct, so
+// that fields can be added without breaking anyone.
+//
+// Handler middleware (outbox.Middleware) wraps handlers: Config.Middleware
+// for every handler, outermost first, then the middleware given to Handle
+// for one type. Chains are built once, when a handler is registered, so an
+// empty chain costs nothing per event. TracingMiddleware runs each call
+// in an OpenTelemetry span under the emitting span.
 //
 // # Leases
 //
@@ -53,8 +78,8 @@
 // it, or when a renewal comes back without an event, the handler's context
 // is cancelled and the outcome is not written. If the outcome of a lost
 // lease reaches the database anyway, the fenced statement changes nothing.
-// Either way OnError receives an error matching outbox.ErrLockLost and no
-// OnSent, OnRetry or OnFailed hook fires.
+// Either way OnError receives an error matching outbox.ErrLockLost and
+// OnOutcome is not called.
 //
 // A handler that ignores its context keeps running; the dispatcher waits for
 // it (renewing its lease) rather than start the event again beside it.

@@ -40,6 +40,38 @@ func insertEvents(t *testing.T, db *testdb.DB, eventType string, n int) []uuid.U
 	return ids
 }
 
+// outcomeLog records what OnOutcome receives.
+type outcomeLog struct {
+	mu       sync.Mutex
+	outcomes []dispatcher.Outcome
+}
+
+func (l *outcomeLog) add(_ context.Context, o dispatcher.Outcome) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.outcomes = append(l.outcomes, o)
+}
+
+// of returns the outcomes recorded so far for the event id.
+func (l *outcomeLog) of(id uuid.UUID) []dispatcher.Outcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []dispatcher.Outcome
+	for _, o := range l.outcomes {
+		if o.Event.ID == id {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// wait waits until n outcomes of id were recorded and returns them.
+func (l *outcomeLog) wait(t *testing.T, id uuid.UUID, n int) []dispatcher.Outcome {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d outcomes of %s", n, id), func() bool { return len(l.of(id)) >= n })
+	return l.of(id)
+}
+
 // quietLogger discards logs.
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -102,6 +134,7 @@ type row struct {
 	Status     outbox.Status
 	Attempts   int
 	Recoveries int
+	Snoozes    int
 	Code       string
 }
 
@@ -109,8 +142,8 @@ func readRow(t *testing.T, db *testdb.DB, id uuid.UUID) row {
 	t.Helper()
 	var r row
 	err := db.Pool.QueryRow(context.Background(),
-		`SELECT status, attempts, recoveries, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
-		Scan(&r.Status, &r.Attempts, &r.Recoveries, &r.Code)
+		`SELECT status, attempts, recoveries, snoozes, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempts, &r.Recoveries, &r.Snoozes, &r.Code)
 	require.NoError(t, err)
 	return r
 }

@@ -29,9 +29,7 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	cfgA.LeaseDuration = 30 * time.Second // no heartbeat within the test
 	cfgA.Concurrency = 1                  // A, busy with the stale handler, claims nothing else
 	cfgA.RecoverEvery = 1000              // and leaves recovery to B
-	cfgA.OnSent = func(outbox.Event) { staleHooks.Add(1) }
-	cfgA.OnRetry = func(outbox.Event, outbox.Code, error, time.Time) { staleHooks.Add(1) }
-	cfgA.OnFailed = func(outbox.Event, outbox.Code, error) { staleHooks.Add(1) }
+	cfgA.OnOutcome = func(context.Context, dispatcher.Outcome) { staleHooks.Add(1) }
 	cfgA.OnError = func(err error) {
 		if errors.Is(err, outbox.ErrLockLost) {
 			lockLost <- err
@@ -53,7 +51,11 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	var bSent atomic.Int32
 	cfgB := baseConfig(db)
 	cfgB.RecoverEvery = 1
-	cfgB.OnSent = func(outbox.Event) { bSent.Add(1) }
+	cfgB.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Status == outbox.StatusSent {
+			bSent.Add(1)
+		}
+	}
 	b, err := dispatcher.New(db.NewPool(t, 4), cfgB)
 	require.NoError(t, err)
 	require.NoError(t, b.Handle("x", func(context.Context, outbox.Event) error { return nil }))
@@ -189,15 +191,15 @@ func TestPoisonEventFailsWithWorkerLost(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.RecoverEvery = 1
 	deadLetter := make(chan outbox.Code, 1)
-	cfg.OnFailed = func(e outbox.Event, code outbox.Code, _ error) {
-		if e.ID == id && e.Type == "poison" {
-			deadLetter <- code
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Event.ID == id && o.Event.Type == "poison" && o.Status == outbox.StatusFailed {
+			deadLetter <- o.Code
 		}
 	}
 	r, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, r)
-	require.Equal(t, outbox.CodeWorkerLost, <-deadLetter, "OnFailed fires for a recovery failure")
+	require.Equal(t, outbox.CodeWorkerLost, <-deadLetter, "OnOutcome reports a recovery failure")
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 0, Recoveries: 4, Code: "worker_lost"}, readRow(t, db, id))
 	require.Equal(t, uint64(1), r.Stats().RecoveredFailed)
 }

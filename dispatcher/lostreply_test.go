@@ -25,7 +25,7 @@ type lostReply struct {
 	d     *dispatcher.Dispatcher
 	proxy *replyProxy
 	errs  *errorLog
-	sent  atomic.Int32  // OnSent calls for the event
+	sent  atomic.Int32  // SENT outcomes of the event
 	held  chan struct{} // closed when the handler has held the replies
 	id    uuid.UUID
 }
@@ -43,8 +43,8 @@ func startLostReply(t *testing.T, configure func(*dispatcher.Config)) *lostReply
 	cfg.LeaseDuration = time.Second
 	cfg.Wakeup = dispatcher.WakeupDisabled // the listener's connection would go through the proxy too
 	cfg.OnError = lr.errs.add
-	cfg.OnSent = func(e outbox.Event) {
-		if e.ID == lr.id {
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Event.ID == lr.id && o.Status == outbox.StatusSent {
 			lr.sent.Add(1)
 		}
 	}
@@ -75,7 +75,7 @@ func (lr *lostReply) failedWrites() int {
 }
 
 // A completion whose write committed but whose reply was lost is retried,
-// and the retry recognises the outcome its own claim wrote: OnSent fires
+// and the retry recognises the outcome its own claim wrote: OnOutcome reports SENT
 // once, and no lock loss is reported. With DeleteSent, where the row is
 // gone and nothing shows whose write removed it, the outcome is reported
 // unknown (outbox.ErrOutcomeUnknown), never as a lock loss.
@@ -104,12 +104,17 @@ func TestLostCompletionReplyIsRecognised(t *testing.T) {
 			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
 			lr.proxy.release()
 			waitFor(t, 10*time.Second, "the event settled", func() bool { return lr.d.Stats().InFlight == 0 })
+			// The outcome is counted and reported just after the event is
+			// let go.
+			waitFor(t, 10*time.Second, "the outcome reported", func() bool {
+				return lr.sent.Load() > 0 || len(lr.errs.matching(outbox.ErrOutcomeUnknown)) > 0
+			})
 
 			require.Empty(t, lr.errs.matching(outbox.ErrLockLost), "the completion's own earlier write is no lock loss")
 			st := lr.d.Stats()
 			require.Zero(t, st.LockLost)
 			if !deleteSent {
-				require.Equal(t, int32(1), lr.sent.Load(), "OnSent fires once")
+				require.Equal(t, int32(1), lr.sent.Load(), "OnOutcome reports SENT once")
 				require.Equal(t, uint64(1), st.Sent)
 				require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, lr.db, lr.id))
 				return

@@ -93,10 +93,13 @@ func TestOutcomes(t *testing.T) {
 			var calls atomic.Int32
 			var failed []outbox.Code
 			var mu sync.Mutex
-			cfg.OnFailed = func(e outbox.Event, code outbox.Code, err error) {
+			cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+				if o.Status != outbox.StatusFailed {
+					return
+				}
 				mu.Lock()
 				defer mu.Unlock()
-				failed = append(failed, code)
+				failed = append(failed, o.Code)
 			}
 			d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 			require.NoError(t, err)
@@ -112,7 +115,7 @@ func TestOutcomes(t *testing.T) {
 				return s == outbox.StatusSent || s == outbox.StatusFailed
 			})
 			if tt.want.Status == outbox.StatusFailed { // the hook fires just after the row commits
-				waitFor(t, 10*time.Second, "OnFailed", func() bool {
+				waitFor(t, 10*time.Second, "the FAILED outcome", func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					return len(failed) > 0
@@ -145,8 +148,10 @@ func TestRetryTimeUsesDatabaseClock(t *testing.T) {
 		next time.Time
 	}
 	retried := make(chan retry, 1)
-	cfg.OnRetry = func(_ outbox.Event, code outbox.Code, _ error, next time.Time) {
-		retried <- retry{code, next}
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Status == outbox.StatusPending {
+			retried <- retry{o.Code, o.NextAttemptAt}
+		}
 	}
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
@@ -161,7 +166,7 @@ func TestRetryTimeUsesDatabaseClock(t *testing.T) {
 		`SELECT extract(epoch FROM next_attempt_at - now()), next_attempt_at FROM outbox_events WHERE id = $1`, id).
 		Scan(&delay, &stored))
 	require.InDelta(t, 10, delay, 2, "next_attempt_at = database now() + 10s")
-	require.True(t, r.next.Equal(stored), "OnRetry reports the stored time")
+	require.True(t, r.next.Equal(stored), "the outcome reports the stored time")
 	require.Equal(t, row{Status: outbox.StatusPending, Attempts: 1, Code: "handler_error"}, readRow(t, db, id))
 }
 

@@ -14,6 +14,9 @@ type Stats struct {
 	Sent uint64
 	// Retried counts failed attempts that were scheduled for retry.
 	Retried uint64
+	// Snoozed counts attempts whose handler gave the event back with
+	// outbox.Snooze (PENDING again, no attempt spent).
+	Snoozed uint64
 	// Failed counts events that became FAILED through this dispatcher's
 	// completions (not through recovery; see RecoveredFailed).
 	Failed uint64
@@ -62,7 +65,8 @@ type Stats struct {
 
 // counters are the live values behind Stats.
 type counters struct {
-	claimed, sent, retried, failed, lockLost     atomic.Uint64
+	claimed, sent, retried, snoozed, failed      atomic.Uint64
+	lockLost                                     atomic.Uint64
 	outcomeUnknown                               atomic.Uint64
 	recovered, recoveredFailed, released, errors atomic.Uint64
 	pollCycles, claimCycles                      atomic.Uint64
@@ -72,7 +76,7 @@ type counters struct {
 
 func (c *counters) snapshot(inFlight int) Stats {
 	s := Stats{
-		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(),
+		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(), Snoozed: c.snoozed.Load(),
 		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), OutcomeUnknown: c.outcomeUnknown.Load(), Recovered: c.recovered.Load(),
 		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),

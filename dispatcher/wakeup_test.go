@@ -172,7 +172,11 @@ func TestWakeupModes(t *testing.T) {
 		cfg.PollInterval = 20 * time.Millisecond
 		cfg.WakeupProbeTimeout = 200 * time.Millisecond
 		var sent atomic.Int32
-		cfg.OnSent = func(outbox.Event) { sent.Add(1) }
+		cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+			if o.Status == outbox.StatusSent {
+				sent.Add(1)
+			}
+		}
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
@@ -222,7 +226,11 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	cfg, _, _ := wakeupConfig(t, db)
 	var sent atomic.Int64
-	cfg.OnSent = func(outbox.Event) { sent.Add(1) }
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Status == outbox.StatusSent {
+			sent.Add(1)
+		}
+	}
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))

@@ -17,6 +17,7 @@ import (
 // local deadlines.
 type heldBatch struct {
 	token     uuid.UUID
+	claimedAt time.Time // local time the claim came back
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	items     []*item
@@ -71,8 +72,13 @@ type item struct {
 	// hasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	hasSlot bool
-	// startedAt is when its handler started; guarded by Dispatcher.mu.
+	// waited is how long the event had been due when the claim took it
+	// (database clock).
+	waited time.Duration
+	// startedAt is when its handler started, and ran how long until its
+	// outcome was handed to the completer; guarded by Dispatcher.mu.
 	startedAt time.Time
+	ran       time.Duration
 	done      chan struct{}   // closed when the item is let go
 	after     <-chan struct{} // an older item of the same event, lost but still running, must end first
 	result    result          // set when state becomes itemDone
@@ -82,16 +88,18 @@ func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.ba
 
 // result is the outcome of one attempt.
 type result struct {
-	err     error       // nil on success
-	code    outbox.Code // reason of a failure
-	release bool        // return unstarted-equivalent work to PENDING
+	err     error         // nil on success
+	code    outbox.Code   // reason of a failure; empty for a snooze
+	release bool          // return unstarted-equivalent work to PENDING
+	snooze  bool          // the handler gave the event back (outbox.Snooze)
+	delay   time.Duration // the snooze's delay
 }
 
 // start registers a claimed batch as held and runs it. slots is the
 // number of handler slots startsFor took for the claim: the marked events
 // among the first slots start in them, and the rest are given back.
 func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
-	hb := &heldBatch{token: b.Token}
+	hb := &heldBatch{token: b.Token, claimedAt: time.Now()}
 	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
 	items := make([]*item, len(b.Events))
 	deadline := d.localDeadline(sentAt)
@@ -99,6 +107,9 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
 	d.mu.Lock()
 	for i, e := range b.Events {
 		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
+		if i < len(b.Waited) {
+			it.waited = b.Waited[i]
+		}
 		if it.marked && given < slots {
 			it.hasSlot = true
 			given++
@@ -211,10 +222,16 @@ var errHandlerReturned = errors.New("pgoutbox: the handler returned")
 
 var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
 
+// handler returns the handler of an event type, wrapped in its
+// middleware: the one registered for the type, else DefaultHandler, else
+// nil.
 func (d *Dispatcher) handler(eventType string) outbox.Handler {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.handlers[eventType]
+	if h := d.handlers[eventType]; h != nil {
+		return h
+	}
+	return d.defaultHandler
 }
 
 func (d *Dispatcher) destination(e outbox.Event) string {
@@ -354,7 +371,26 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	if err == nil {
 		return result{}
 	}
-	return d.classify(it, it.ctx, err, outbox.CodeHandlerError)
+	if delay, ok := outbox.SnoozeDelay(err); ok && !outbox.IsPermanent(err) {
+		return d.snoozed(it, err, delay)
+	}
+	code := outbox.CodeHandlerError
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = outbox.CodeTimeout // a timeout of the handler's own, or a middleware's
+	}
+	return d.classify(it, it.ctx, err, code)
+}
+
+// snoozed is the result of a handler that returned outbox.Snooze: the
+// snooze, or a final failure with snooze_limit once the event has snoozed
+// MaxSnoozes times. A snooze is honoured even at the hard stop or past
+// the handler timeout: the handler said it did nothing.
+func (d *Dispatcher) snoozed(it *item, err error, delay time.Duration) result {
+	if it.event.Snoozes >= d.cfg.MaxSnoozes {
+		return result{code: outbox.CodeSnoozeLimit, err: fmt.Errorf(
+			"the event has snoozed %d times, the most MaxSnoozes allows: %w", it.event.Snoozes, err)}
+	}
+	return result{err: err, snooze: true, delay: delay}
 }
 
 // handlerContext applies a timeout, where there is one.

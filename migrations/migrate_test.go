@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"sync"
 	"testing"
@@ -145,4 +146,35 @@ func TestInvalidConfig(t *testing.T) {
 			require.Empty(t, tablesIn(t, conn, db.Schema))
 		})
 	}
+}
+
+// An outbox at version 2 with rows in it upgrades in place: its rows keep
+// their state and read 0 snoozes.
+func TestMigrateUpgradesExistingTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
+		text, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		mustExec(t, conn, string(text))
+	}
+	mustExec(t, conn, "INSERT INTO "+quoted(db.Table())+
+		" (id, event_type, status, attempts, last_error_code) VALUES (gen_random_uuid(), 'x', 'FAILED', 4, 'timeout')")
+	require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrSchemaMismatch, "version 2 is not the latest")
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	var status string
+	var attempts, snoozes int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT status, attempts, snoozes FROM "+quoted(db.Table())).
+		Scan(&status, &attempts, &snoozes))
+	require.Equal(t, "FAILED", status)
+	require.Equal(t, 4, attempts)
+	require.Zero(t, snoozes)
 }

@@ -27,6 +27,7 @@ func TestRender(t *testing.T) {
 	require.Equal(t, []string{
 		"001_create_outbox.down.sql", "001_create_outbox.up.sql",
 		"002_started_at.down.sql", "002_started_at.up.sql",
+		"003_snoozes.down.sql", "003_snoozes.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -40,13 +41,18 @@ func TestRender(t *testing.T) {
 
 	mustExec(t, conn, read("001_create_outbox.up.sql"))
 	mustExec(t, conn, read("002_started_at.up.sql"))
+	mustExec(t, conn, read("003_snoozes.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
-	mustExec(t, conn, read("002_started_at.down.sql"))
+	mustExec(t, conn, read("003_snoozes.down.sql"))
 	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, v)
+	mustExec(t, conn, read("002_started_at.down.sql"))
+	v, err = migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
 	mustExec(t, conn, read("001_create_outbox.down.sql"))

@@ -66,6 +66,7 @@ var expectedColumns = []columnSpec{
 	{name: "sent_at", typ: "timestamp with time zone"},
 	{name: "failed_at", typ: "timestamp with time zone"},
 	{name: "started_at", typ: "timestamp with time zone"},
+	{name: "snoozes", typ: "integer", notNull: true, def: "0"},
 }
 
 // expectedConstraints lists every named constraint of the outbox table.

@@ -33,4 +33,9 @@ const (
 	// the header rule in a row written around Emit. Replaying it fails the
 	// same way; fix the row or the publisher first.
 	CodeInvalidEvent Code = "invalid_event"
+	// CodeSnoozeLimit: a handler returned [Snooze] for an event that had
+	// already been snoozed as often as the dispatcher allows
+	// (dispatcher.Config.MaxSnoozes). The event goes to FAILED; a replay
+	// resets its snoozes.
+	CodeSnoozeLimit Code = "snooze_limit"
 )

@@ -16,6 +16,10 @@
 //	                                         └──────────────────┤
 //	                 lease expired, recovered (no budget spent)─┘ failure ──▶ FAILED
 //
+// A handler may also give its event back with [Snooze]: PENDING again at a
+// later database time, without spending an attempt. A [Middleware] wraps
+// handlers; [JSONHandler] decodes payloads for them.
+//
 // A rolled-back transaction leaves no row at all. Every transition out of
 // PROCESSING is fenced by the lock token taken at claim, so a worker whose
 // lease was lost cannot overwrite a newer outcome; it gets [ErrLockLost].

@@ -64,6 +64,10 @@ type Event struct {
 	// Attempt is the 1-based number of the current delivery attempt. The
 	// dispatcher sets it on the events it hands out; Emit ignores it.
 	Attempt int
+	// Snoozes is how often a handler gave the event back with [Snooze]
+	// before this attempt (the row's snoozes column). The dispatcher sets
+	// it on the events it hands out; Emit ignores it.
+	Snoozes int
 	// CreatedAt is the database time of the emitting transaction. The
 	// dispatcher sets it on the events it hands out; Emit ignores it.
 	CreatedAt time.Time

@@ -81,13 +81,13 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		rows := make([][]string, len(page.Events))
 		for i, r := range page.Events {
 			rows[i] = []string{fmt.Sprint(r.Seq), r.ID.String(), string(r.Status), r.Type, fmt.Sprint(r.Attempts),
-				r.NextAttemptAt.Format(time.RFC3339), r.CreatedAt.Format(time.RFC3339), string(r.LastErrorCode)}
+				fmt.Sprint(r.Snoozes), r.NextAttemptAt.Format(time.RFC3339), r.CreatedAt.Format(time.RFC3339), string(r.LastErrorCode)}
 		}
 		footer := fmt.Sprintf("%d events; no more pages", len(rows))
 		if !page.Next.IsZero() {
 			footer = fmt.Sprintf("%d events; next page: -after %s", len(rows), page.Next)
 		}
-		return e.printTable([]string{"SEQ", "ID", "STATUS", "TYPE", "ATTEMPTS", "NEXT_ATTEMPT_AT", "CREATED_AT", "LAST_ERROR_CODE"}, rows, footer)
+		return e.printTable([]string{"SEQ", "ID", "STATUS", "TYPE", "ATTEMPTS", "SNOOZES", "NEXT_ATTEMPT_AT", "CREATED_AT", "LAST_ERROR_CODE"}, rows, footer)
 	}
 }
 

@@ -93,6 +93,7 @@ func TestList(t *testing.T) {
 
 	r := onDB(t, db, "list", "-limit", "2")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `ATTEMPTS\s+SNOOZES\s+NEXT_ATTEMPT_AT`, r.stdout)
 	require.Contains(t, r.stdout, a[0].String())
 	require.Contains(t, r.stdout, a[1].String())
 	require.NotContains(t, r.stdout, a[2].String())
@@ -108,14 +109,16 @@ func TestList(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var page struct {
 		Events []struct {
-			ID     uuid.UUID
-			Status string
+			ID      uuid.UUID
+			Status  string
+			Snoozes *int
 		}
 		Next string
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
 	require.Len(t, page.Events, 1)
 	require.Equal(t, f[0], page.Events[0].ID)
+	require.NotNil(t, page.Events[0].Snoozes, "the JSON holds snoozes")
 	require.Empty(t, page.Next)
 
 	r = onDB(t, db, "list", "-type", "b")
@@ -135,10 +138,13 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	id := insert(t, db, "FAILED", "order.created", 1)[0]
+	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET snoozes = 42`)
+	require.NoError(t, err)
 
 	for _, args := range [][]string{{id.String()}, {"-id", id.String()}} {
 		r := onDB(t, db, "inspect", args...)
 		require.Equal(t, 0, r.code, r.stderr)
+		require.Regexp(t, `snoozes:\s+42\n`, r.stdout)
 		require.Contains(t, r.stdout, "order.created")
 		require.Contains(t, r.stdout, `{"n":1}`)
 		require.Contains(t, r.stdout, "h: v")

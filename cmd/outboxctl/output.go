@@ -52,7 +52,7 @@ func (e *env) printDetail(d admin.Detail) error {
 	}
 	fields := [][]string{
 		{"id:", d.ID.String()}, {"seq:", fmt.Sprint(d.Seq)}, {"type:", d.Type}, {"status:", string(d.Status)},
-		{"attempts:", fmt.Sprint(d.Attempts)}, {"recoveries:", fmt.Sprint(d.Recoveries)},
+		{"attempts:", fmt.Sprint(d.Attempts)}, {"recoveries:", fmt.Sprint(d.Recoveries)}, {"snoozes:", fmt.Sprint(d.Snoozes)},
 		{"aggregate:", strings.Trim(d.AggregateType+" "+d.AggregateID, " ")}, {"partition_key:", d.PartitionKey},
 		{"idempotency_key:", d.IdempotencyKey}, {"content_type:", d.ContentType},
 		{"created_at:", ts(&d.CreatedAt)}, {"next_attempt_at:", ts(&d.NextAttemptAt)},

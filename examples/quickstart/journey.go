@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -52,18 +54,20 @@ func (j *journey) processing(e outbox.Event) {
 	j.step(e.ID, "PROCESSING   attempt %d", e.Attempt)
 }
 
-func (j *journey) sent(e outbox.Event) {
-	j.step(e.ID, "SENT")
-	j.settle(e.ID, outbox.StatusSent)
-}
-
-func (j *journey) retry(e outbox.Event, code outbox.Code, err error, next time.Time) {
-	j.step(e.ID, "PENDING      %s: %v; retry in %s", code, err, time.Until(next).Round(10*time.Millisecond))
-}
-
-func (j *journey) failed(e outbox.Event, code outbox.Code, err error) {
-	j.step(e.ID, "FAILED       %s: %v (dead letter, kept for replay)", code, err)
-	j.settle(e.ID, outbox.StatusFailed)
+// outcome is the dispatcher's OnOutcome hook: it prints each outcome as a
+// step of the event's journey.
+func (j *journey) outcome(_ context.Context, o dispatcher.Outcome) {
+	e := o.Event
+	switch o.Status {
+	case outbox.StatusSent:
+		j.step(e.ID, "SENT")
+		j.settle(e.ID, outbox.StatusSent)
+	case outbox.StatusPending:
+		j.step(e.ID, "PENDING      %s: %v; retry in %s", o.Code, o.Err, time.Until(o.NextAttemptAt).Round(10*time.Millisecond))
+	case outbox.StatusFailed:
+		j.step(e.ID, "FAILED       %s: %v (dead letter, kept for replay)", o.Code, o.Err)
+		j.settle(e.ID, outbox.StatusFailed)
+	}
 }
 
 func (j *journey) settle(id uuid.UUID, s outbox.Status) {

@@ -167,9 +167,7 @@ func dispatch(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
 		PollInterval: 100 * time.Millisecond,
 		MaxAttempts:  3,
 		Backoff:      outbox.Backoff{Initial: 300 * time.Millisecond, Jitter: -1},
-		OnSent:       j.sent,
-		OnRetry:      j.retry,
-		OnFailed:     j.failed,
+		OnOutcome:    j.outcome,
 		Logger:       quietLogger(),
 	})
 	if err != nil {

@@ -33,6 +33,17 @@ func TestClaim(t *testing.T) {
 		require.Equal(t, 4, get(t, e.db.Pool, id).Attempts, "a claim spends no attempt")
 	})
 
+	t.Run("waited is how long each event was due, on the database clock", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		insert(t, e.db.Pool, spec{DueIn: -10 * time.Second}, spec{DueIn: -time.Second})
+
+		b := claimN(t, e, 2)
+		require.Len(t, b.Waited, 2)
+		require.InDelta(t, 10, b.Waited[0].Seconds(), 1, "oldest due first")
+		require.InDelta(t, 1, b.Waited[1].Seconds(), 1)
+	})
+
 	t.Run("empty table gives an empty batch", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)

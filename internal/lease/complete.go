@@ -24,8 +24,14 @@ type Failure struct {
 	// Final makes the row FAILED; otherwise it returns to PENDING, due at
 	// the database's now() + Delay.
 	Final bool
-	// Delay is the backoff before the retry; ignored when Final.
+	// Delay is the backoff before the retry, or the snooze; ignored when
+	// Final.
 	Delay time.Duration
+	// Snooze returns the row to PENDING, due at the database's now() +
+	// Delay, without spending an attempt: attempts, last_error_code,
+	// last_error and attempt_log stay as they are and snoozes grows by
+	// one. Code and Message are not stored. Ignored when Final.
+	Snooze bool
 }
 
 // CompleteParams are the outcomes to record.
@@ -44,10 +50,12 @@ type CompleteParams struct {
 	StatementTimeout time.Duration
 }
 
-// Retried is a row returned to PENDING for a later attempt.
+// Retried is a row returned to PENDING for a later attempt: a retry, or a
+// snooze (Failure.Snooze).
 type Retried struct {
 	ID uuid.UUID
-	// Attempts is the number of ended attempts, this one included.
+	// Attempts is the number of ended attempts, this one included (unless
+	// it snoozed).
 	Attempts int
 	// NextAttemptAt is when the row becomes due again (database clock).
 	NextAttemptAt time.Time
@@ -154,12 +162,13 @@ func failureArgs(g tokenGroup, fs []Failure) []any {
 	messages := make([]string, n)
 	finals := make([]bool, n)
 	delays := make([]int64, n)
+	snoozes := make([]bool, n)
 	for j, i := range g.index {
 		f := fs[i]
 		codes[j], messages[j] = string(f.Code), cleanMessage(f.Message)
-		finals[j], delays[j] = f.Final, micros(f.Delay)
+		finals[j], delays[j], snoozes[j] = f.Final, micros(f.Delay), f.Snooze && !f.Final
 	}
-	return []any{g.ids, g.token, codes, messages, finals, delays}
+	return []any{g.ids, g.token, codes, messages, finals, delays, snoozes}
 }
 
 // maxMessageBytes bounds the error text sent to the database.

@@ -134,6 +134,53 @@ func TestComplete(t *testing.T) {
 		require.Equal(t, 1, entry.Attempt)
 	})
 
+	t.Run("snooze spends no attempt", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		b := claimN(t, e, 2)
+		refs := b.Refs()
+		// An earlier failure, which the snooze must keep.
+		_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET attempts = 2, last_error_code = 'timeout',
+			last_error = 'slow', attempt_log = '[{"attempt": 2, "outcome": "retry"}]' WHERE id = $1`, refs[0].ID)
+		require.NoError(t, err)
+		before := dbClock(t, e.db.Pool)
+		res, err := e.store.Complete(t.Context(), e.db.Pool, lease.CompleteParams{Failed: []lease.Failure{
+			{Ref: refs[0], Snooze: true, Delay: time.Hour, Code: outbox.CodeHandlerError, Message: "not stored"},
+			{Ref: refs[1], Snooze: true, Final: true, Code: outbox.CodeSnoozeLimit, Message: "too many"},
+		}})
+		require.NoError(t, err)
+		after := dbClock(t, e.db.Pool)
+		require.Empty(t, res.Lost)
+		require.Len(t, res.Retried, 1)
+		require.Equal(t, 2, res.Retried[0].Attempts, "no attempt spent")
+		require.Equal(t, []lease.Dead{{ID: refs[1].ID, Attempts: 1}}, res.Failed, "Final wins over Snooze")
+
+		r := get(t, e.db.Pool, refs[0].ID)
+		require.Equal(t, "PENDING", r.Status)
+		require.Equal(t, 2, r.Attempts)
+		require.Equal(t, 1, r.Snoozes)
+		between(t, r.NextAttemptAt, before.Add(time.Hour), after.Add(time.Hour), "next_attempt_at")
+		require.True(t, res.Retried[0].NextAttemptAt.Equal(r.NextAttemptAt))
+		require.Equal(t, "timeout", *r.LastErrorCode, "the last failure stays")
+		require.Equal(t, "slow", *r.LastError)
+		require.Len(t, r.AttemptLog, 1, "a snooze adds no log entry")
+		requireLeaseEnded(t, r, &b.Token)
+
+		r = get(t, e.db.Pool, refs[1].ID)
+		require.Equal(t, "FAILED", r.Status)
+		require.Zero(t, r.Snoozes)
+		require.Equal(t, string(outbox.CodeSnoozeLimit), *r.LastErrorCode)
+
+		// The next claim hands out the snooze count and the same attempt
+		// number.
+		_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET next_attempt_at = now() WHERE id = $1`, refs[0].ID)
+		require.NoError(t, err)
+		again := claimN(t, e, 1)
+		require.Equal(t, refs[0].ID, again.Events[0].ID)
+		require.Equal(t, 3, again.Events[0].Attempt)
+		require.Equal(t, 1, again.Events[0].Snoozes)
+	})
+
 	t.Run("long message is cut", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)

@@ -44,6 +44,14 @@
 // checks status and expiry on the newest version of each row it locks, so
 // a row completed at the same moment stays completed.
 //
+// # Snooze
+//
+// A snooze (Failure.Snooze) is written by Complete's statement for failed
+// attempts, under the same fence and in the same round trip: the row
+// returns to PENDING due at now() + delay, with attempts, its last error
+// and its attempt log unchanged and the snoozes counter one higher. It
+// takes no other lock and no other path than a retry.
+//
 // # Locks and deadlocks
 //
 // Claim, Recover, Renew, Start and Release lock their rows with SKIP

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
 // env is one test's migrated schema and a Store on its outbox table.
@@ -108,6 +108,7 @@ type row struct {
 	Status        string            `db:"status"`
 	Attempts      int               `db:"attempts"`
 	Recoveries    int               `db:"recoveries"`
+	Snoozes       int               `db:"snoozes"`
 	NextAttemptAt time.Time         `db:"next_attempt_at"`
 	LockToken     *uuid.UUID        `db:"lock_token"`
 	LockOwner     *string           `db:"lock_owner"`
@@ -124,7 +125,7 @@ type row struct {
 	FailedAt      *time.Time        `db:"failed_at"`
 }
 
-const rowColumns = `id, seq, status, attempts, recoveries, next_attempt_at, lock_token, lock_owner,
+const rowColumns = `id, seq, status, attempts, recoveries, snoozes, next_attempt_at, lock_token, lock_owner,
 	locked_at, lease_until, heartbeat_at, last_error_code, last_error, attempt_log, headers, payload,
 	created_at, sent_at, failed_at`
 

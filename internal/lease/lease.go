@@ -52,6 +52,10 @@ type Batch struct {
 	// Started says, for each of Events, whether the claim marked it
 	// started (see ClaimParams.Start).
 	Started []bool
+	// Waited says, for each of Events, how long it had been due when the
+	// claim took it (database clock: the claim's now() minus the row's
+	// next_attempt_at, never negative).
+	Waited []time.Duration
 }
 
 // Refs returns the refs of every event in the batch.
@@ -100,7 +104,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		s.releaseToken(ctx, db, token)
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	b.Events, b.Started = inClaimOrder(claimed)
+	b.Events, b.Started, b.Waited = inClaimOrder(claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond))
 	return b, nil
 }
 
@@ -113,9 +117,10 @@ type claimedRow struct {
 }
 
 // inClaimOrder returns the events oldest due first, then in insert order:
-// the order of the due index the claim locked them in; and whether each
-// was marked started.
-func inClaimOrder(rows []claimedRow) ([]outbox.Event, []bool) {
+// the order of the due index the claim locked them in; whether each was
+// marked started; and how long each had been due at now, the claim's
+// database time.
+func inClaimOrder(rows []claimedRow, now time.Time) ([]outbox.Event, []bool, []time.Duration) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -123,14 +128,16 @@ func inClaimOrder(rows []claimedRow) ([]outbox.Event, []bool) {
 		return cmp.Compare(a.seq, b.seq)
 	})
 	if len(rows) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	events := make([]outbox.Event, len(rows))
 	started := make([]bool, len(rows))
+	waited := make([]time.Duration, len(rows))
 	for i := range rows {
 		events[i], started[i] = rows[i].event, rows[i].started
+		waited[i] = max(0, now.Sub(rows[i].due))
 	}
-	return events, started
+	return events, started, waited
 }
 
 // releaseToken returns every row still held under token to PENDING, best
@@ -156,7 +163,7 @@ type scanned struct {
 // lands in e.Attempt, the id and headers in s; nextEvent finishes them.
 func eventTargets(e *outbox.Event, s *scanned) []any {
 	return []any{&s.id, &e.Type, &e.AggregateType, &e.AggregateID, &e.PartitionKey,
-		&e.IdempotencyKey, &e.ContentType, &e.Payload, &s.headers, &e.Attempt, &e.CreatedAt}
+		&e.IdempotencyKey, &e.ContentType, &e.Payload, &s.headers, &e.Attempt, &e.Snoozes, &e.CreatedAt}
 }
 
 // nextEvent returns the scanned event, with its id, Attempt = ended

@@ -90,7 +90,7 @@ const recoverFinal = `(` + recoverStarted + ` AND ($3::bool OR o.recoveries + 1 
 func eventColumns(alias string) string {
 	return strings.ReplaceAll(`c.id, c.event_type, coalesce(c.aggregate_type, ''), coalesce(c.aggregate_id, ''),
 	coalesce(c.partition_key, ''), coalesce(c.idempotency_key, ''), coalesce(c.content_type, ''),
-	c.payload, c.headers, c.attempts, c.created_at`, "c.", alias+".")
+	c.payload, c.headers, c.attempts, c.snoozes, c.created_at`, "c.", alias+".")
 }
 
 // claimedColumns is what Claim returns for each row, in scan order: the
@@ -166,16 +166,25 @@ RETURNING o.id`, t, settled, fenced),
 WHERE %[2]s
 RETURNING o.id`, t, fenced),
 
+		// failed records failed attempts and snoozes. A snoozed row
+		// (x.snooze, never x.final) returns to PENDING due at now() +
+		// delay with its attempts, error and attempt log unchanged and
+		// one more snooze: it goes through the same fenced statement as
+		// a retry, so it takes no other path and no other lock order.
+		// The log keeps failures only, so that a handler that snoozes
+		// often does not push them out of its window of ten.
 		failed: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = CASE WHEN x.final THEN 'FAILED' ELSE 'PENDING' END,
-	attempts = o.attempts + 1,
+	attempts = o.attempts + CASE WHEN x.snooze THEN 0 ELSE 1 END,
+	snoozes = o.snoozes + CASE WHEN x.snooze THEN 1 ELSE 0 END,
 	next_attempt_at = CASE WHEN x.final THEN o.next_attempt_at
 		ELSE now() + x.delay * interval '1 microsecond' END,
 	failed_at = CASE WHEN x.final THEN now() END,
-	last_error_code = x.code, last_error = left(x.message, 2048), %[2]s,
-	attempt_log = %[3]s
-FROM unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[])
-	AS x(id, code, message, final, delay)
+	last_error_code = CASE WHEN x.snooze THEN o.last_error_code ELSE x.code END,
+	last_error = CASE WHEN x.snooze THEN o.last_error ELSE left(x.message, 2048) END, %[2]s,
+	attempt_log = CASE WHEN x.snooze THEN o.attempt_log ELSE %[3]s END
+FROM unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[], $7::bool[])
+	AS x(id, code, message, final, delay, snooze)
 WHERE %[4]s AND o.id = x.id
 RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
 			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),

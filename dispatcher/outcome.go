@@ -1,0 +1,86 @@
+package dispatcher
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Outcome is what the database recorded for one attempt at an event, as
+// Config.OnOutcome receives it. New fields may be added; none will change
+// meaning.
+type Outcome struct {
+	// Event is the event as the handler received it: Event.Attempt is the
+	// number of this attempt, Event.Snoozes the snoozes before it.
+	Event outbox.Event
+	// Status is where the event went: outbox.StatusSent, outbox.StatusPending
+	// (a retry, or a snooze when Snoozed) or outbox.StatusFailed.
+	Status outbox.Status
+	// Snoozed is true when a handler gave the event back with
+	// outbox.Snooze: Status is PENDING, no attempt was spent and Code is
+	// empty.
+	Snoozed bool
+	// Code is the stable reason of a failed attempt (retried or FAILED);
+	// empty for SENT and for a snooze.
+	Code outbox.Code
+	// Err is the handler's or publisher's error (the snooze error for a
+	// snooze); nil for SENT. Like every error of the dispatcher, it holds
+	// no payload unless the handler put one there.
+	Err error
+	// NextAttemptAt is when a PENDING event becomes due again, by the
+	// database clock; zero for SENT and FAILED.
+	NextAttemptAt time.Time
+	// QueueWait is how long the event waited from when it became due
+	// (next_attempt_at, database clock) until its handler (or publish)
+	// started; zero for recovery's worker_lost.
+	QueueWait time.Duration
+	// RunDuration is how long the handler and publish of this attempt
+	// took, until the outcome was handed to the completer; zero for
+	// recovery's worker_lost.
+	RunDuration time.Duration
+}
+
+// outcomeOf is the Outcome of a completed item that reached status.
+func outcomeOf(it *item, status outbox.Status) Outcome {
+	o := Outcome{
+		Event: it.event, Status: status, Err: it.result.err, Code: it.result.code,
+		QueueWait:   max(0, it.waited+it.startedAt.Sub(it.batch.claimedAt)),
+		RunDuration: it.ran,
+	}
+	o.Snoozed = it.result.snooze
+	return o
+}
+
+// reportOutcomes counts the outcomes of a completion and passes them to
+// OnOutcome.
+func (d *Dispatcher) reportOutcomes(byID map[uuid.UUID]*item, res lease.CompleteResult) {
+	hook := d.cfg.OnOutcome
+	for _, id := range res.Sent {
+		d.stats.sent.Add(1)
+		if hook != nil {
+			hook(d.dbCtx, outcomeOf(byID[id], outbox.StatusSent))
+		}
+	}
+	for _, r := range res.Retried {
+		it := byID[r.ID]
+		if it.result.snooze {
+			d.stats.snoozed.Add(1)
+		} else {
+			d.stats.retried.Add(1)
+		}
+		if hook != nil {
+			o := outcomeOf(it, outbox.StatusPending)
+			o.NextAttemptAt = r.NextAttemptAt
+			hook(d.dbCtx, o)
+		}
+	}
+	for _, f := range res.Failed {
+		d.stats.failed.Add(1)
+		if hook != nil {
+			hook(d.dbCtx, outcomeOf(byID[f.ID], outbox.StatusFailed))
+		}
+	}
+}

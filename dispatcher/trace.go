@@ -1,0 +1,56 @@
+package dispatcher
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// tracerName is the instrumentation scope of TracingMiddleware's spans.
+const tracerName = "github.com/pgoutbox/pgoutbox/dispatcher"
+
+// TracingMiddleware returns a middleware that runs each handler call in an
+// OpenTelemetry span of kind consumer named "handle <event type>", the
+// child of the span that emitted the event when the event carries its W3C
+// trace context (the traceparent and tracestate headers the emitter
+// writes), so that a trace follows an event from the transaction that
+// emitted it into its handler. The span carries the event's id, type,
+// attempt and snoozes; a handler error sets its status to error, with the
+// error's text (a snooze does not). Pass otel.GetTracerProvider() for the
+// application's global provider; a nil tp starts no span of its own, but
+// the handler's context still carries the emitting span's context.
+//
+// Only the OpenTelemetry API is used: whatever SDK (or none) the
+// application installed records the spans.
+func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	tracer := tp.Tracer(tracerName)
+	return func(next outbox.Handler) outbox.Handler {
+		return func(ctx context.Context, e outbox.Event) error {
+			ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(e.Headers))
+			ctx, span := tracer.Start(ctx, "handle "+e.Type, trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(
+					attribute.String("messaging.system", "pgoutbox"),
+					attribute.String("messaging.operation.type", "process"),
+					attribute.String("messaging.message.id", e.ID.String()),
+					attribute.String("pgoutbox.event.type", e.Type),
+					attribute.Int("pgoutbox.event.attempt", e.Attempt),
+					attribute.Int("pgoutbox.event.snoozes", e.Snoozes),
+				))
+			defer span.End()
+			err := next(ctx, e)
+			if _, snoozed := outbox.SnoozeDelay(err); err != nil && !snoozed {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			return err
+		}
+	}
+}
