@@ -48,21 +48,22 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d.start(lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
-		for d.pendingCount() < batch {
-			<-d.flush
+		d.dispatch(lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
+		for d.held.outcomeCount() < batch {
+			<-d.held.outcomesReady
 		}
-		items, _, _ := d.takePending()
-		if _, params := d.outcomes(items); len(params.Sent) != batch {
+		items, _, _ := d.held.takeOutcomes(0)
+		if _, params := d.completeParams(items); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}
-		d.removeItems(items)
+		d.held.remove(items)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
 }
 
-func (d *Dispatcher) pendingCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.pending)
+// outcomeCount is how many outcomes wait for the completer.
+func (s *heldSet) outcomeCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outcomes)
 }

@@ -156,12 +156,11 @@ func (c *claims) wait() {
 // batches are claimed ahead while Concurrency handlers run, so that
 // claiming and dispatching overlap.
 func (d *Dispatcher) claimLimit(reserved int) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopping {
+	held, stopping := d.held.room()
+	if stopping {
 		return 0
 	}
-	used := len(d.held) + reserved
+	used := held + reserved
 	free := d.cfg.Concurrency + d.cfg.Claimers*d.cfg.BatchSize - used
 	if free < max(1, d.cfg.BatchSize/2) && used > 0 {
 		return 0
@@ -186,7 +185,7 @@ func (d *Dispatcher) claim(limit int) claimResult {
 	}
 	if len(b.Events) > 0 {
 		d.stats.claimed.Add(uint64(len(b.Events)))
-		d.start(b, sentAt, slots)
+		d.dispatch(b, sentAt, slots)
 	} else {
 		d.releaseSlots(slots)
 	}

@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,25 +11,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// finish hands an item's result to the completer. An item whose lease was
-// lost meanwhile is dropped and reported as outbox.ErrLockLost.
-func (d *Dispatcher) finish(it *item, res result) {
-	d.mu.Lock()
-	if it.lost {
-		d.removeLocked(it)
-		d.mu.Unlock()
-		d.reportLost(it.event.ID)
-		return
-	}
-	it.state, it.result = itemDone, res
-	if !it.startedAt.IsZero() {
-		it.ran = time.Since(it.startedAt)
-	}
-	d.pending = append(d.pending, it)
-	d.mu.Unlock()
-	signal(d.flush)
-}
 
 // The completer's retry policy for a write the database did not take.
 const (
@@ -56,45 +36,23 @@ const (
 // and a database that does not answer ends it.
 const maxLateTries = 2
 
-// completeLoop writes outcomes as they arrive. While one write is in
-// flight the next outcomes gather, so under load each statement carries a
-// batch (group commit) and when idle each outcome is written at once. An
-// outcome whose write failed waits for its own retry time; the others do
-// not wait for it.
+// completeLoop writes outcomes as they arrive, until quit closes (see
+// writeReady).
 func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
-	serveLoop(quit, d.flush, func() time.Duration {
+	serveLoop(quit, d.held.outcomesReady, func() time.Duration {
 		for {
-			if wait, wrote := d.completeOnce(); !wrote {
+			if wait, wrote := d.writeReady(); !wrote {
 				return wait
 			}
 		}
 	})
 }
 
-// serveLoop is the loop of a background writer (the completer, the
-// marker): until quit, it runs once on each signal, and again when the
-// wait once returned (0: none) has passed.
-func serveLoop(quit, signal <-chan struct{}, once func() (wait time.Duration)) {
-	retry := stoppedTimer()
-	defer retry.Stop()
-	for {
-		select {
-		case <-quit:
-			return
-		case <-signal:
-		case <-retry.C:
-		}
-		if wait := once(); wait > 0 {
-			retry.Reset(wait)
-		}
-	}
-}
-
-// completeOnce writes the outcomes that are ready. It reports whether
-// there were any, and how long until the next outcome waiting for a retry
-// is ready (0 for none).
-func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
-	items, dropped, wait := d.takePending()
+// writeReady writes the outcomes that are ready. It reports whether there
+// were any, and how long until the next outcome waiting for a retry is
+// ready (0 for none).
+func (d *Dispatcher) writeReady() (wait time.Duration, wrote bool) {
+	items, dropped, wait := d.held.takeOutcomes(d.writeLimit)
 	for _, it := range dropped {
 		if it.maybeWritten {
 			d.reportUnknown(it.event.ID, "the write's reply was lost and the lease ran out before a retry got through")
@@ -107,7 +65,7 @@ func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
 	}
 	limit := d.writeLimit
 	budget := maxWritesPerRound
-	d.writeParts(items, &budget)
+	d.writeSplitting(items, &budget)
 	if d.writeLimit == limit && limit > 0 && len(items) == limit {
 		d.writeLimit = 2 * limit // a full write went through: grow back
 		if d.writeLimit > maxWriteLimit {
@@ -121,69 +79,107 @@ func (d *Dispatcher) completeOnce() (wait time.Duration, wrote bool) {
 // its writes again, after statement timeouts made it shrink them.
 const maxWriteLimit = 1 << 16
 
-// takePending moves the outcomes that are ready to completing, drops those
-// whose lease was lost, and leaves those waiting for a retry. It returns
-// the time until the earliest of those is ready.
-func (d *Dispatcher) takePending() (items, dropped []*item, wait time.Duration) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	now := time.Now()
-	var later []*item
-	for _, it := range d.pending {
-		switch {
-		case it.lost:
-			d.removeLocked(it)
-			dropped = append(dropped, it)
-		case it.retryAt.After(now):
-			later = append(later, it)
-			if w := it.retryAt.Sub(now); wait == 0 || w < wait {
-				wait = w
-			}
-		case d.writeLimit > 0 && len(items) >= d.writeLimit:
-			later = append(later, it) // the next round takes it
-		default:
-			it.state = itemCompleting
-			items = append(items, it)
-		}
-	}
-	d.pending = later
-	return items, dropped, wait
-}
-
-// writeParts writes the outcomes of items. When the database refuses the
-// write, it splits the items in halves and writes each, so that the
+// writeSplitting writes the outcomes of items. When the database refuses
+// the write, it splits the items in halves and writes each, so that the
 // outcomes it does take are recorded and a refusal is narrowed down to the
 // events that cause it, within budget statements.
-func (d *Dispatcher) writeParts(items []*item, budget *int) {
+func (d *Dispatcher) writeSplitting(items []*item, budget *int) {
 	*budget--
-	err := d.complete(items)
+	err := d.write(items)
 	if err == nil {
 		return
 	}
 	if !refused(err) && !unsent(err) {
-		d.mayHaveWritten(items)
+		d.held.mayHaveWritten(items)
 	}
 	if len(items) > 1 && (refused(err) || ranOutOfTime(err)) && *budget >= 2 {
 		if ranOutOfTime(err) {
 			d.writeLimit = max(1, len(items)/2)
 		}
 		half := len(items) / 2
-		d.writeParts(items[:half], budget)
-		d.writeParts(items[half:], budget)
+		d.writeSplitting(items[:half], budget)
+		d.writeSplitting(items[half:], budget)
 		return
 	}
 	d.retryLater(items, err)
 }
 
-// mayHaveWritten notes that a write of items may have taken effect
-// although it reported an error (its reply was lost, or it timed out), so
-// that the next write reads back what the rows show.
-func (d *Dispatcher) mayHaveWritten(items []*item) {
-	d.mu.Lock()
-	for _, it := range items {
-		it.maybeWritten = true
+// write writes the outcomes of the items still held: releases, then
+// successes and failures in one round trip; then reports them and lets
+// their events go.
+func (d *Dispatcher) write(items []*item) error {
+	items = d.held.owned(items)
+	if len(items) == 0 {
+		return nil
 	}
-	d.mu.Unlock()
+	ctx, cancel := d.opContext()
+	defer cancel()
+	releases, params := d.completeParams(items)
+	if err := d.release(ctx, releases); err != nil {
+		return err
+	}
+	res, err := d.store.Complete(ctx, d.pool, params)
+	if err != nil {
+		return err
+	}
+	unknown, err := d.settleLost(ctx, items, &res)
+	if err != nil {
+		return err
+	}
+	d.written(items, res, unknown)
+	return nil
+}
+
+// params sorts items into those to release and the outcomes to record.
+func (d *Dispatcher) completeParams(items []*item) (releases []*item, params lease.CompleteParams) {
+	params.DeleteSent = d.cfg.DeleteSent
+	params.StatementTimeout = opTimeout(d.cfg.LeaseDuration)
+	for _, it := range items {
+		switch {
+		case it.result.release:
+			releases = append(releases, it)
+		case it.result.err == nil:
+			params.Sent = append(params.Sent, it.ref())
+		default:
+			params.Failed = append(params.Failed, d.failure(it))
+		}
+	}
+	return releases, params
+}
+
+// retryLater puts the outcomes of a failed write back in line, each due
+// again after its own backoff, and lets go of those that failed too often
+// or whose lease can no longer be trusted.
+func (d *Dispatcher) retryLater(items []*item, err error) {
+	isRefusal := refused(err)
+	now := time.Now()
+	givenUp := d.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
+		it.tries++
+		if isRefusal {
+			it.refusals++
+		}
+		if expired {
+			it.late++
+		}
+		switch {
+		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
+			return writeGiveUp
+		case expired && (!it.maybeWritten || it.late > maxLateTries):
+			return writeLost
+		}
+		it.retryAt = now.Add(retryBackoff(it.tries))
+		return writeAgain
+	})
+	d.reportError("completion failed, will retry", err)
+	for _, it := range givenUp {
+		d.reportGivenUp(it, err)
+	}
+}
+
+// retryBackoff is how long an outcome waits after its tries-th failed
+// write: doubling from firstRetry, at most maxRetryWait.
+func retryBackoff(tries int) time.Duration {
+	return min(firstRetry<<min(tries-1, 16), maxRetryWait)
 }
 
 // refused reports whether err is the database refusing a statement (an
@@ -209,112 +205,6 @@ func refused(err error) bool {
 func unsent(err error) bool {
 	var connectErr *pgconn.ConnectError
 	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr)
-}
-
-// retryLater puts the outcomes of a failed write back in line, each due
-// again after its own backoff, and lets go of those that failed too often
-// or whose lease can no longer be trusted.
-func (d *Dispatcher) retryLater(items []*item, err error) {
-	isRefusal := refused(err)
-	var refusedItems []*item
-	d.mu.Lock()
-	now := time.Now()
-	for _, it := range items {
-		if d.held[it.ref()] != it {
-			continue
-		}
-		it.tries++
-		if isRefusal {
-			it.refusals++
-		}
-		if d.expired(it) {
-			it.late++
-		}
-		switch {
-		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
-			d.removeLocked(it)
-			refusedItems = append(refusedItems, it)
-		case d.expired(it) && (!it.maybeWritten || it.late > maxLateTries):
-			d.loseLocked(it)
-			it.state = itemDone
-			d.pending = append(d.pending, it)
-		default:
-			it.state = itemDone
-			it.retryAt = now.Add(min(firstRetry<<(it.tries-1), maxRetryWait))
-			d.pending = append(d.pending, it)
-		}
-	}
-	d.mu.Unlock()
-	signal(d.flush)
-	d.reportError("completion failed, will retry", err)
-	for _, it := range refusedItems {
-		d.reportGivenUp(it, err)
-	}
-}
-
-// reportGivenUp logs, at ERROR, an event whose outcome the completer gave
-// up writing, and reports it to OnError: matching outbox.ErrOutcomeRefused
-// when the database kept refusing it, outbox.ErrOutcomeUnknown when an
-// earlier write of it may have taken effect, else outbox.ErrLockLost (the
-// row was not changed). Its lease expires and recovery returns it to
-// PENDING.
-func (d *Dispatcher) reportGivenUp(it *item, err error) {
-	cause := outbox.ErrLockLost
-	switch {
-	case it.refusals >= maxRefusals:
-		cause = outbox.ErrOutcomeRefused
-	case it.maybeWritten:
-		cause = outbox.ErrOutcomeUnknown
-		d.stats.outcomeUnknown.Add(1)
-	default:
-		d.stats.lockLost.Add(1)
-	}
-	d.stats.errors.Add(1)
-	d.cfg.Logger.Error("pgoutbox: gave up writing an outcome; the event's lease will expire and be recovered",
-		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", it.event.ID.String(),
-		"event_type", it.event.Type, "tries", it.tries, "refusals", it.refusals, "error", err)
-	if d.cfg.OnError != nil {
-		d.cfg.OnError(fmt.Errorf("event %s: %w: %w", it.event.ID, cause, err))
-	}
-}
-
-// complete writes the outcomes of the items still held: releases, then
-// successes and failures in one round trip.
-func (d *Dispatcher) complete(items []*item) error {
-	items = d.stillOwned(items)
-	if len(items) == 0 {
-		return nil
-	}
-	ctx, cancel := d.opContext()
-	defer cancel()
-	releases, params := d.outcomes(items)
-	if err := d.release(ctx, releases); err != nil {
-		return err
-	}
-	res, err := d.store.Complete(ctx, d.pool, params)
-	if err != nil {
-		return err
-	}
-	unknown, err := d.settleLost(ctx, items, &res)
-	if err != nil {
-		return err
-	}
-	d.applyComplete(items, res, unknown)
-	return nil
-}
-
-// stillOwned drops the items this process no longer holds (let go by an
-// earlier part of the same round).
-func (d *Dispatcher) stillOwned(items []*item) []*item {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	kept := items[:0:0]
-	for _, it := range items {
-		if d.held[it.ref()] == it {
-			kept = append(kept, it)
-		}
-	}
-	return kept
 }
 
 // settleLost looks again at the rows a completion found no longer held
@@ -359,31 +249,6 @@ func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.C
 	return unknown, nil
 }
 
-func itemsByID(items []*item) map[uuid.UUID]*item {
-	byID := make(map[uuid.UUID]*item, len(items))
-	for _, it := range items {
-		byID[it.event.ID] = it
-	}
-	return byID
-}
-
-// outcomes sorts items into those to release and the outcomes to record.
-func (d *Dispatcher) outcomes(items []*item) (releases []*item, params lease.CompleteParams) {
-	params.DeleteSent = d.cfg.DeleteSent
-	params.StatementTimeout = opTimeout(d.cfg.LeaseDuration)
-	for _, it := range items {
-		switch {
-		case it.result.release:
-			releases = append(releases, it)
-		case it.result.err == nil:
-			params.Sent = append(params.Sent, it.ref())
-		default:
-			params.Failed = append(params.Failed, d.failure(it))
-		}
-	}
-	return releases, params
-}
-
 // failure decides whether a failed attempt is final and when to retry,
 // or records the snooze a handler asked for.
 func (d *Dispatcher) failure(it *item) lease.Failure {
@@ -399,20 +264,29 @@ func (d *Dispatcher) failure(it *item) lease.Failure {
 	}
 }
 
-// applyComplete lets go of completed items, fires hooks and counts.
-func (d *Dispatcher) applyComplete(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
+// written lets go of the items whose outcomes a write recorded (or found
+// lost), then reports them: counts, OnOutcome, OnError.
+func (d *Dispatcher) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
 	byID := itemsByID(items)
-	d.removeItems(items)
+	d.held.remove(items)
 	if len(res.Retried) > 0 {
-		signal(d.retried)
+		signal(d.retryScheduled)
 	}
-	d.reportOutcomes(byID, res)
+	d.reportOutcomes(d.dbCtx, byID, res)
 	for _, id := range res.Lost {
 		d.reportLost(id)
 	}
 	for _, id := range unknown {
 		d.reportUnknown(id, "the write's reply was lost and the row is gone")
 	}
+}
+
+func itemsByID(items []*item) map[uuid.UUID]*item {
+	byID := make(map[uuid.UUID]*item, len(items))
+	for _, it := range items {
+		byID[it.event.ID] = it
+	}
+	return byID
 }
 
 // release returns items to PENDING without spending an attempt. It never
@@ -441,57 +315,9 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 			break
 		}
 	}
-	d.removeItems(items)
+	d.held.remove(items)
 	return nil
 }
 
 // releaseTries bounds the tries of a release whose rows are busy.
 const releaseTries = 5
-
-// reportUnknown counts and reports an outcome that may or may not have
-// been recorded: an earlier write of it may have taken effect, and why
-// that cannot be known.
-func (d *Dispatcher) reportUnknown(id uuid.UUID, why string) {
-	d.stats.outcomeUnknown.Add(1)
-	d.reportError("outcome unknown", fmt.Errorf("event %s: %w: %s", id, outbox.ErrOutcomeUnknown, why))
-}
-
-// reportLost counts and reports an outcome that could not be recorded.
-func (d *Dispatcher) reportLost(id uuid.UUID) {
-	d.stats.lockLost.Add(1)
-	d.reportError("outcome not recorded", fmt.Errorf("event %s: %w", id, outbox.ErrLockLost))
-}
-
-// removeItems lets go of items.
-func (d *Dispatcher) removeItems(items []*item) {
-	d.mu.Lock()
-	for _, it := range items {
-		d.removeLocked(it)
-	}
-	d.mu.Unlock()
-	signal(d.capacity)
-}
-
-// removeLocked lets go of one item: it is no longer held by this process.
-func (d *Dispatcher) removeLocked(it *item) {
-	if d.held[it.ref()] != it {
-		return
-	}
-	delete(d.held, it.ref())
-	if d.latest[it.event.ID] == it {
-		delete(d.latest, it.event.ID)
-	}
-	close(it.done)
-	b := it.batch
-	if b.remaining--; b.remaining == 0 {
-		b.timer.Stop()
-		b.cancel(nil)
-		if b.stopTimeout != nil {
-			b.stopTimeout()
-		}
-	}
-	if d.stopping && len(d.held) == 0 {
-		close(d.idle)
-	}
-	signal(d.capacity)
-}

@@ -48,9 +48,9 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 		case <-p.cooled.C:
 			p.cooling, p.lastWake = false, time.Now()
 			c.wake()
-		case <-d.capacity:
+		case <-d.held.freed:
 			c.roomFreed()
-		case <-d.retried:
+		case <-d.retryScheduled:
 			if c.settled() {
 				d.armDue(p)
 			}
@@ -94,12 +94,6 @@ func newPoller(cfg Config) *poller {
 		due: stoppedTimer(), cooled: stoppedTimer(), lastRecovered: time.Now(),
 		recoverLimit: cfg.RecoverBatchSize,
 	}
-}
-
-func stoppedTimer() *time.Timer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
 }
 
 func (p *poller) stop() {
@@ -260,9 +254,9 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
-	if d.cfg.OnOutcome != nil {
+	if d.onOutcome != nil {
 		for _, e := range res.Failed {
-			d.cfg.OnOutcome(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
+			d.onOutcome(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 		}
 	}
 	if n := len(res.Pending) + len(res.Failed); n > 0 {

@@ -8,9 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,26 +29,28 @@ var errHardStop = errors.New("pgoutbox: dispatcher stopped")
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	store    *lease.Store
-	stats    counters
-	logLimit logLimiter
+	cfg   Config
+	pool  *pgxpool.Pool
+	store *lease.Store
+	*reporter
+	held *heldSet // the events held, and every change of their state
 	// handlerTime is the running average of handler durations in
 	// nanoseconds; 0 before the first call returns (see start.go).
 	handlerTime atomic.Int64
+	// slowUntil is when handlers stop counting as slow (Unix nanoseconds;
+	// see start.go).
+	slowUntil atomic.Int64
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
 
-	trigger  chan struct{} // manual and notify wake-ups, coalesced
-	capacity chan struct{} // an in-flight slot was freed
-	retried  chan struct{} // a retry was scheduled: the next due time moved
-	slots    chan struct{} // one token per running handler call, Concurrency in all
-	flush    chan struct{} // outcomes wait for the completer
-	stopCh   chan struct{} // Stop was called
-	done     chan struct{} // Run returned
-	stopOnce sync.Once
+	trigger        chan struct{} // manual and notify wake-ups, coalesced
+	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
+	markSignal     chan struct{} // start marks wait for the marker
+	slots          chan struct{} // one token per running handler call, Concurrency in all
+	stopCh         chan struct{} // Stop was called
+	done           chan struct{} // Run returned
+	stopOnce       sync.Once
 
 	// Set by Run before any goroutine starts; read-only after.
 	dbCtx   context.Context // the dispatcher's own statements: never cancelled
@@ -59,9 +59,12 @@ type Dispatcher struct {
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and
-	// must not find each other's.
+	// must not find each other's. It is never held while heldSet.mu or
+	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
 
+	// mu guards the fields below. It is never held while heldSet.mu or
+	// leaseWrites is taken, nor taken while they are held.
 	mu       sync.Mutex
 	state    runState
 	result   error
@@ -69,19 +72,10 @@ type Dispatcher struct {
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
 	defaultHandler outbox.Handler
-	held           map[lease.Ref]*item // events claimed and not yet let go, by id and token
-	latest         map[uuid.UUID]*item // the newest held item of each event id
-	pending        []*item             // outcomes waiting for the completer
+
 	// writeLimit bounds the outcomes of one write after writes ran out of
 	// time (0: no bound); the completer's alone, not guarded.
 	writeLimit int
-	stopping   bool          // no handler may start any more
-	idle       chan struct{} // closed when held empties while stopping
-
-	// Start marks (see start.go), guarded by mu.
-	slowUntil  time.Time // handlers count as slow until then (see start.go)
-	toMark     []*item   // items waiting for the marker
-	markSignal chan struct{}
 }
 
 type runState int
@@ -122,17 +116,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	return &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		trigger:    make(chan struct{}, 1),
-		capacity:   make(chan struct{}, 1),
-		retried:    make(chan struct{}, 1),
-		slots:      make(chan struct{}, cfg.Concurrency),
-		flush:      make(chan struct{}, 1),
-		markSignal: make(chan struct{}, 1),
-		stopCh:     make(chan struct{}),
-		done:       make(chan struct{}),
-		handlers:   make(map[string]outbox.Handler),
-		held:       make(map[lease.Ref]*item),
-		latest:     make(map[uuid.UUID]*item),
+		reporter:       newReporter(cfg),
+		held:           newHeldSet(cfg.Test.Now, cfg.LeaseDuration),
+		trigger:        make(chan struct{}, 1),
+		retryScheduled: make(chan struct{}, 1),
+		slots:          make(chan struct{}, cfg.Concurrency),
+		markSignal:     make(chan struct{}, 1),
+		stopCh:         make(chan struct{}),
+		done:           make(chan struct{}),
+		handlers:       make(map[string]outbox.Handler),
 	}, nil
 }
 
@@ -184,10 +176,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	d.mu.Lock()
-	n := len(d.held)
-	d.mu.Unlock()
-	s := d.stats.snapshot(n)
+	s := d.stats.snapshot(d.held.len())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	return s
 }
@@ -250,75 +239,4 @@ func (d *Dispatcher) stopRequested() bool {
 	default:
 		return false
 	}
-}
-
-// signal does a non-blocking send on a coalescing channel.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// reportError counts err and passes it to OnError and, at a bounded rate
-// for repeats of the same message and error text, to the log.
-func (d *Dispatcher) reportError(msg string, err error) {
-	d.stats.errors.Add(1)
-	if suppressed, ok := d.logLimit.allow(msg+"\x00"+err.Error(), time.Now()); ok {
-		args := []any{"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err}
-		if suppressed > 0 {
-			args = append(args, "repeats_not_logged", suppressed)
-		}
-		d.cfg.Logger.Warn("pgoutbox: "+msg, args...)
-	}
-	if d.cfg.OnError != nil {
-		d.cfg.OnError(err)
-	}
-}
-
-// repeatLogInterval is the least time between two log lines of one
-// repeated error.
-const repeatLogInterval = 10 * time.Second
-
-// logLimiter lets each distinct line through at most once per
-// repeatLogInterval, counting the repeats it held back.
-type logLimiter struct {
-	mu    sync.Mutex
-	lines map[string]*limitedLine
-}
-
-type limitedLine struct {
-	logged     time.Time
-	suppressed int
-}
-
-// allow reports whether the line with this key may be logged at now, and
-// how many repeats were held back since it was last logged.
-func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lines == nil {
-		l.lines = map[string]*limitedLine{}
-	}
-	if len(l.lines) > 1000 { // bounded memory: forget the lines not held back
-		for k, line := range l.lines {
-			if now.Sub(line.logged) >= repeatLogInterval {
-				delete(l.lines, k)
-			}
-		}
-		if len(l.lines) > 1000 {
-			clear(l.lines)
-		}
-	}
-	line := l.lines[key]
-	if line == nil {
-		l.lines[key] = &limitedLine{logged: now}
-		return 0, true
-	}
-	if now.Sub(line.logged) < repeatLogInterval {
-		line.suppressed++
-		return 0, false
-	}
-	suppressed, line.suppressed, line.logged = line.suppressed, 0, now
-	return suppressed, true
 }

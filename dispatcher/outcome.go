@@ -3,9 +3,6 @@ package dispatcher
 import (
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -52,35 +49,4 @@ func outcomeOf(it *item, status outbox.Status) Outcome {
 	}
 	o.Snoozed = it.result.snooze
 	return o
-}
-
-// reportOutcomes counts the outcomes of a completion and passes them to
-// OnOutcome.
-func (d *Dispatcher) reportOutcomes(byID map[uuid.UUID]*item, res lease.CompleteResult) {
-	hook := d.cfg.OnOutcome
-	for _, id := range res.Sent {
-		d.stats.sent.Add(1)
-		if hook != nil {
-			hook(d.dbCtx, outcomeOf(byID[id], outbox.StatusSent))
-		}
-	}
-	for _, r := range res.Retried {
-		it := byID[r.ID]
-		if it.result.snooze {
-			d.stats.snoozed.Add(1)
-		} else {
-			d.stats.retried.Add(1)
-		}
-		if hook != nil {
-			o := outcomeOf(it, outbox.StatusPending)
-			o.NextAttemptAt = r.NextAttemptAt
-			hook(d.dbCtx, o)
-		}
-	}
-	for _, f := range res.Failed {
-		d.stats.failed.Add(1)
-		if hook != nil {
-			hook(d.dbCtx, outcomeOf(byID[f.ID], outbox.StatusFailed))
-		}
-	}
 }

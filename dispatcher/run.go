@@ -120,7 +120,7 @@ var errMissingTable = errors.New("missing outbox table")
 func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 	timer := time.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
-	idle := d.beginStop()
+	idle := d.held.stop()
 	d.releaseUnstarted()
 	select {
 	case <-idle:
@@ -132,17 +132,16 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 	return ErrDrainTimeout
 }
 
-// beginStop marks the dispatcher stopping and returns a channel closed once
-// no event is held any more.
-func (d *Dispatcher) beginStop() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stopping = true
-	d.idle = make(chan struct{})
-	if len(d.held) == 0 {
-		close(d.idle)
+// releaseUnstarted returns the held events whose handler never started to
+// PENDING. Called once the dispatcher is stopping, so none can start now.
+func (d *Dispatcher) releaseUnstarted() {
+	items := d.held.unstarted()
+	ctx, cancel := d.opContext()
+	defer cancel()
+	if err := d.release(ctx, items); err != nil {
+		d.reportError("release at stop failed; the leases will expire and be recovered", err)
+		d.held.remove(items)
 	}
-	return d.idle
 }
 
 // opContext bounds one database operation of the dispatcher's own.
@@ -158,3 +157,36 @@ func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, con
 // opTimeout is how long one of the dispatcher's own database operations
 // may take: half the lease, at most 30s.
 func opTimeout(lease time.Duration) time.Duration { return min(lease/2, 30*time.Second) }
+
+// serveLoop is the loop of a background writer (the completer, the
+// marker): until quit, it runs once on each signal, and again when the
+// wait once returned (0: none) has passed.
+func serveLoop(quit, signal <-chan struct{}, once func() (wait time.Duration)) {
+	retry := stoppedTimer()
+	defer retry.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-signal:
+		case <-retry.C:
+		}
+		if wait := once(); wait > 0 {
+			retry.Reset(wait)
+		}
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// signal does a non-blocking send on a coalescing channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -76,12 +76,13 @@ func (d *Dispatcher) handlersQuick() bool {
 		return false
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.handlers) == 0 {
+	noHandlers := len(d.handlers) == 0
+	d.mu.Unlock()
+	if noHandlers {
 		return true
 	}
 	avg := time.Duration(d.handlerTime.Load())
-	return avg > 0 && avg <= quickHandler && time.Now().After(d.slowUntil)
+	return avg > 0 && avg <= quickHandler && time.Now().UnixNano() > d.slowUntil.Load()
 }
 
 // noteHandlerTime adds one handler call's duration to the running average
@@ -107,19 +108,41 @@ func (d *Dispatcher) releaseSlots(n int) {
 	}
 }
 
+// acquireSlot waits for one of the Concurrency handler slots. It returns
+// false when the item is let go (released at stop, or lost) first. A wait
+// of slowSlotWait or more is noted, and again every slowFor/2 while it
+// lasts, so that claims mark only what can start at once (see start.go).
+func (d *Dispatcher) acquireSlot(it *item) bool {
+	select {
+	case d.slots <- struct{}{}:
+		return true
+	default:
+	}
+	slow := time.NewTimer(slowSlotWait)
+	defer slow.Stop()
+	for {
+		select {
+		case d.slots <- struct{}{}:
+			return true
+		case <-slow.C:
+			d.noteSlowSlot()
+			slow.Reset(slowFor / 2)
+		case <-it.done:
+			return false
+		case <-it.batch.ctx.Done():
+			return false
+		}
+	}
+}
+
 // noteSlowSlot records that an event waited slowSlotWait for a slot. If a
 // handler has been running for slowHandler or more, handlers count as slow
 // for the next slowFor. (A wait behind quick handlers is only the
 // scheduler or the database being busy.)
 func (d *Dispatcher) noteSlowSlot() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	now := time.Now()
-	for _, it := range d.held {
-		if it.state == itemRunning && now.Sub(it.startedAt) >= slowHandler {
-			d.slowUntil = now.Add(slowFor)
-			return
-		}
+	if d.held.runningSince(now.Add(-slowHandler)) {
+		d.slowUntil.Store(now.Add(slowFor).UnixNano())
 	}
 }
 
@@ -128,16 +151,7 @@ func (d *Dispatcher) noteSlowSlot() {
 // returns the items that may start; the others were let go (lost, or
 // released at stop).
 func (d *Dispatcher) markStarted(items []*item) []*item {
-	var wait []*item
-	d.mu.Lock()
-	for _, it := range items {
-		if !it.marked && d.held[it.ref()] == it {
-			it.marking = make(chan struct{})
-			d.toMark = append(d.toMark, it)
-			wait = append(wait, it)
-		}
-	}
-	d.mu.Unlock()
+	wait := d.held.queueMarks(items)
 	if len(wait) > 0 {
 		signal(d.markSignal)
 	}
@@ -148,15 +162,7 @@ func (d *Dispatcher) markStarted(items []*item) []*item {
 		case <-it.batch.ctx.Done():
 		}
 	}
-	kept := items[:0:0]
-	d.mu.Lock()
-	for _, it := range items {
-		if it.marked && d.held[it.ref()] == it {
-			kept = append(kept, it)
-		}
-	}
-	d.mu.Unlock()
-	return kept
+	return d.held.startable(items)
 }
 
 // markLoop is the marker: it writes the start marks that handler slots
@@ -173,11 +179,7 @@ func (d *Dispatcher) markLoop(quit <-chan struct{}) {
 // markOnce writes the waiting marks. It reports whether some must be
 // tried again (their rows were busy, or the write failed).
 func (d *Dispatcher) markOnce() (again bool) {
-	d.mu.Lock()
-	items := d.toMark
-	d.toMark = nil
-	d.mu.Unlock()
-	items = d.stillOwned(items)
+	items := d.held.takeMarks()
 	if len(items) == 0 {
 		return false
 	}
@@ -194,36 +196,5 @@ func (d *Dispatcher) markOnce() (again bool) {
 		d.reportError("start marks failed, will retry", err)
 		res = lease.RefResult{Busy: refs}
 	}
-	return d.applyMarks(items, res)
-}
-
-// applyMarks lets the marked items start, puts the busy ones back in line
-// and loses the rest. It reports whether any went back in line.
-func (d *Dispatcher) applyMarks(items []*item, res lease.RefResult) (again bool) {
-	state := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
-	for _, r := range res.Done {
-		state[r] = true
-	}
-	for _, r := range res.Busy {
-		state[r] = false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, it := range items {
-		if d.held[it.ref()] != it {
-			continue
-		}
-		done, known := state[it.ref()]
-		switch {
-		case done:
-			it.marked = true
-			close(it.marking)
-		case known:
-			d.toMark = append(d.toMark, it)
-			again = true
-		default:
-			d.loseLocked(it)
-		}
-	}
-	return again
+	return d.held.marked(items, res)
 }

@@ -7,84 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// heldBatch is the events of one claim: one token, one timer for their
-// local deadlines.
-type heldBatch struct {
-	token     uuid.UUID
-	claimedAt time.Time // local time the claim came back
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	items     []*item
-	remaining int         // items still held; guarded by Dispatcher.mu
-	timer     *time.Timer // fires at the earliest local deadline of its items
-	// timeout is the context, under ctx, whose deadline is
-	// timeoutAt: the handler timeout of the batch's events that started in
-	// the same timeoutGrain. Handlers starting together share its timer;
-	// cancelling ctx releases them all. Guarded by Dispatcher.mu.
-	timeout   context.Context
-	timeoutAt time.Time
-	// stopTimeout releases the latest timeout context's timer. Each is
-	// also released with ctx, when the batch ends; this only satisfies
-	// the rule that no cancel function is dropped.
-	stopTimeout context.CancelFunc
-}
-
-// itemState is where one held event is in its life in this process.
-type itemState int
-
-const (
-	itemQueued     itemState = iota // claimed, handler not started
-	itemRunning                     // handler or publisher running
-	itemDone                        // outcome waits for the completer
-	itemCompleting                  // outcome is being written
-)
-
-// item is one held event.
-type item struct {
-	event  outbox.Event
-	batch  *heldBatch
-	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
-	cancel context.CancelCauseFunc
-	state  itemState // guarded by Dispatcher.mu
-	lost   bool      // the lease is gone; guarded by Dispatcher.mu
-	// deadline is when this process stops trusting the lease (local
-	// clock): set at claim, moved by each renewal of this very (id,
-	// token). Guarded by Dispatcher.mu.
-	deadline time.Time
-	// The completer's record of failed writes of this outcome, guarded by
-	// Dispatcher.mu: how many, how many the database refused, whether one
-	// may have taken effect (its reply was lost), and when to try again.
-	tries, refusals int
-	late            int // failed writes past the local deadline
-	maybeWritten    bool
-	retryAt         time.Time
-	// marked: the row shows that this attempt started (see start.go);
-	// marking is closed by the marker once it is. Guarded by
-	// Dispatcher.mu.
-	marked  bool
-	marking chan struct{}
-	// hasSlot: the claim took a handler slot for this item (see
-	// startsFor). Set before runBatch starts; read by it only.
-	hasSlot bool
-	// waited is how long the event had been due when the claim took it
-	// (database clock).
-	waited time.Duration
-	// startedAt is when its handler started, and ran how long until its
-	// outcome was handed to the completer; guarded by Dispatcher.mu.
-	startedAt time.Time
-	ran       time.Duration
-	done      chan struct{}   // closed when the item is let go
-	after     <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result    result          // set when state becomes itemDone
-}
-
-func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
 
 // result is the outcome of one attempt.
 type result struct {
@@ -95,35 +20,11 @@ type result struct {
 	delay   time.Duration // the snooze's delay
 }
 
-// start registers a claimed batch as held and runs it. slots is the
-// number of handler slots startsFor took for the claim: the marked events
-// among the first slots start in them, and the rest are given back.
-func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
-	hb := &heldBatch{token: b.Token, claimedAt: time.Now()}
-	hb.ctx, hb.cancel = context.WithCancelCause(d.workCtx)
-	items := make([]*item, len(b.Events))
-	deadline := d.localDeadline(sentAt)
-	given := 0
-	d.mu.Lock()
-	for i, e := range b.Events {
-		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
-		if i < len(b.Waited) {
-			it.waited = b.Waited[i]
-		}
-		if it.marked && given < slots {
-			it.hasSlot = true
-			given++
-		}
-		if prev := d.latest[e.ID]; prev != nil {
-			it.after = prev.done
-		}
-		items[i] = it
-		d.held[it.ref()] = it
-		d.latest[e.ID] = it
-	}
-	hb.items, hb.remaining = items, len(items)
-	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
-	d.mu.Unlock()
+// dispatch holds a claimed batch sent at sentAt and runs it. slots is
+// the number of handler slots startsFor took for the claim: the marked
+// events among the first slots start in them, and the rest are given back.
+func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) {
+	items, given := d.held.add(d.workCtx, b, sentAt, slots)
 	d.releaseSlots(slots - given)
 	go d.runBatch(items)
 }
@@ -145,7 +46,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		}
 		switch {
 		case h == nil && dest == "":
-			if d.await(it) && d.begin(it, 0) {
+			if d.await(it) && d.held.begin(it, 0) {
 				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
 			}
 		case h == nil:
@@ -176,7 +77,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		})
 	}
 	wg.Wait()
-	d.publish(d.stillHeld(toPublish))
+	d.publish(d.dropLost(toPublish))
 }
 
 // runHandler starts the handler of an item that holds a slot, once its
@@ -188,7 +89,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 // (by the claim) or by the marker after markStarted queued the item, never
 // while this reads it.
 func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok bool) {
-	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.begin(it, d.cfg.HandlerTimeout) {
+	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
 		return nil, false
 	}
 	r := d.callHandler(it, h)
@@ -209,7 +110,7 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 	}
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
-		if d.begin(it, 0) {
+		if d.held.begin(it, 0) {
 			started = append(started, it)
 		}
 	}
@@ -241,43 +142,16 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 	return d.cfg.RouteFunc(e)
 }
 
-// acquireSlot waits for one of the Concurrency handler slots. It returns
-// false when the item is let go (released at stop, or lost) first. A wait
-// of slowSlotWait or more is noted, and again every slowFor/2 while it
-// lasts, so that claims mark only what can start at once (see start.go).
-func (d *Dispatcher) acquireSlot(it *item) bool {
-	select {
-	case d.slots <- struct{}{}:
-		return true
-	default:
-	}
-	slow := time.NewTimer(slowSlotWait)
-	defer slow.Stop()
-	for {
-		select {
-		case d.slots <- struct{}{}:
-			return true
-		case <-slow.C:
-			d.noteSlowSlot()
-			slow.Reset(slowFor / 2)
-		case <-it.done:
-			return false
-		case <-it.batch.ctx.Done():
-			return false
-		}
-	}
-}
-
 // await waits until an older item of the same event, whose lease was lost
 // while its handler kept running, has ended, so that one process never runs
 // two attempts of one event at once. It returns false if the item's own
 // context ended first.
 func (d *Dispatcher) await(it *item) bool {
-	if it.after == nil {
+	if it.olderDone == nil {
 		return true
 	}
 	select {
-	case <-it.after:
+	case <-it.olderDone:
 		return true
 	case <-it.done:
 		return false
@@ -286,74 +160,21 @@ func (d *Dispatcher) await(it *item) bool {
 	}
 }
 
-// stillHeld drops the items whose lease was lost or is past its local
+// dropLost drops the items whose lease was lost or is past its local
 // deadline (while they waited for the rest of their batch), finishing them
 // as lost, so that they are not published after another replica may have
 // taken them over. Like begin, it reads the deadline on the clock rather
 // than wait for the timer.
-func (d *Dispatcher) stillHeld(items []*item) []*item {
+func (d *Dispatcher) dropLost(items []*item) []*item {
 	kept := items[:0]
 	for _, it := range items {
-		d.mu.Lock()
-		if !it.lost && d.expired(it) {
-			d.loseLocked(it)
-		}
-		lost := it.lost
-		d.mu.Unlock()
-		if lost {
+		if d.held.loseIfExpired(it) {
 			d.finish(it, result{})
 			continue
 		}
 		kept = append(kept, it)
 	}
 	return kept
-}
-
-// begin moves a queued item to running and gives it its context, with a
-// deadline timeout from now when timeout > 0. It returns false when the
-// item may not start: the dispatcher is stopping (the item will be
-// released), or the lease is lost or past its local deadline (the item is
-// let go as lost). The deadline is read here, on the clock, not left to
-// the timer that marks items lost: after a pause of the process the timer
-// may not have run yet when the handler would start.
-func (d *Dispatcher) begin(it *item, timeout time.Duration) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopping || it.lost || it.state != itemQueued {
-		return false
-	}
-	if d.expired(it) {
-		d.loseLocked(it)
-		return false
-	}
-	it.state = itemRunning
-	it.startedAt = time.Now()
-	parent := it.batch.ctx
-	if timeout > 0 {
-		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)
-	}
-	it.ctx, it.cancel = context.WithCancelCause(parent)
-	return true
-}
-
-// timeoutContext returns a context under the batch's whose deadline is at
-// or after at, by less than timeoutGrain(timeout): events of one batch
-// that start together share one timer instead of arming one each. The
-// caller holds Dispatcher.mu.
-func (b *heldBatch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
-	grain := timeoutGrain(timeout)
-	at = at.Truncate(grain).Add(grain)
-	if b.timeout == nil || !b.timeoutAt.Equal(at) {
-		b.timeout, b.stopTimeout = context.WithDeadline(b.ctx, at)
-		b.timeoutAt = at
-	}
-	return b.timeout
-}
-
-// timeoutGrain is how much longer than HandlerTimeout a handler may get so
-// that handlers can share a timer: a 64th of the timeout, at most 10ms.
-func timeoutGrain(timeout time.Duration) time.Duration {
-	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
 }
 
 // callHandler runs h in the item's context, recovering a panic. The
@@ -393,14 +214,6 @@ func (d *Dispatcher) snoozed(it *item, err error, delay time.Duration) result {
 	return result{err: err, snooze: true, delay: delay}
 }
 
-// handlerContext applies a timeout, where there is one.
-func (d *Dispatcher) handlerContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		return context.WithCancel(parent)
-	}
-	return context.WithTimeout(parent, timeout)
-}
-
 // classify turns a failed call's error into a result: timeout when the
 // call's own deadline passed, release when the dispatcher's hard stop
 // cancelled it (at-least-once only), else the given code.
@@ -428,7 +241,7 @@ func (d *Dispatcher) publish(items []*item) {
 	for i, it := range items {
 		msgs[i] = outbox.Message{Destination: d.destination(it.event), Event: it.event}
 	}
-	ctx, cancel := d.handlerContext(items[0].batch.ctx, d.cfg.PublishTimeout)
+	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()
 	errs := d.callPublisher(ctx, msgs)
 	for i, it := range items {
@@ -472,4 +285,21 @@ func fill(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// publishContext is the context of one publish call: under the batch's,
+// with PublishTimeout when there is one.
+func publishContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return context.WithCancel(parent)
+	}
+	return context.WithTimeout(parent, timeout)
+}
+
+// finish hands an item's result to the completer. An item whose lease was
+// lost meanwhile is let go and reported as outbox.ErrLockLost.
+func (d *Dispatcher) finish(it *item, res result) {
+	if d.held.finish(it, res) {
+		d.reportLost(it.event.ID)
+	}
 }

@@ -1,0 +1,606 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// heldSet is the events this process holds: claimed, and not yet let go.
+// Every change of an event's state in this process is one of its methods,
+// named for the transition:
+//
+//	add ─▶ begin ─▶ finish ─▶ takeOutcomes ─▶ remove
+//	 │       │        │            │
+//	 │       └────────┴── lose ────┴─▶ (let go as lost)
+//	 └─ releaseUnstarted (at stop) ─▶ remove
+//
+// Locks. heldSet.mu is a leaf: while it is held nothing else is locked,
+// no statement runs and nothing outside this file is called (no hook,
+// handler or OnError); the only calls out are cancel functions of the
+// set's own contexts and non-blocking sends on its signal channels.
+// Whoever needs another lock as well (Dispatcher.mu, leaseWrites, the log
+// limiter) takes it before or after, never around, a held-set call, so no
+// order between them arises.
+type heldSet struct {
+	now   func() time.Time // the local clock of lease deadlines (Config.Test.Now)
+	trust time.Duration    // how long a claim or renewal is trusted: 4/5 of LeaseDuration
+
+	// outcomesReady is signalled when an outcome waits for the completer;
+	// freed when an event is let go (room for claims).
+	outcomesReady chan struct{}
+	freed         chan struct{}
+
+	mu       sync.Mutex
+	byRef    map[lease.Ref]*item // by id and token
+	latest   map[uuid.UUID]*item // the newest held item of each event id
+	outcomes []*item             // outcomes waiting for the completer
+	toMark   []*item             // items waiting for the marker (see start.go)
+	stopping bool                // no handler may start any more
+	idle     chan struct{}       // closed when the set empties while stopping
+}
+
+func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
+	return &heldSet{
+		now: now, trust: leaseDuration - leaseDuration/5,
+		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1),
+		byRef: make(map[lease.Ref]*item), latest: make(map[uuid.UUID]*item),
+	}
+}
+
+// heldBatch is the events of one claim: one token, one timer for their
+// local deadlines.
+type heldBatch struct {
+	token     uuid.UUID
+	claimedAt time.Time // local time the claim came back
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	items     []*item
+	remaining int         // items still held; guarded by heldSet.mu
+	timer     *time.Timer // fires at the earliest local deadline of its items
+	// timeout is the context, under ctx, whose deadline is timeoutAt: the
+	// handler timeout of the batch's events that started in the same
+	// timeoutGrain. Handlers starting together share its timer;
+	// cancelling ctx releases them all. Guarded by heldSet.mu.
+	timeout   context.Context
+	timeoutAt time.Time
+	// cancelTimeout stops the timer of the latest timeout context. Each is
+	// also stopped with ctx, when the batch ends; this only satisfies the
+	// rule that no cancel function is dropped.
+	cancelTimeout context.CancelFunc
+}
+
+// itemState is where one held event is in its life in this process.
+type itemState int
+
+const (
+	itemQueued     itemState = iota // claimed, handler not started
+	itemRunning                     // handler or publisher running
+	itemDone                        // outcome waits for the completer
+	itemCompleting                  // outcome is being written
+)
+
+// item is one held event. The fields marked "guarded" are guarded by
+// heldSet.mu; the completer's own record is read and written by the
+// completer goroutine alone.
+type item struct {
+	event  outbox.Event
+	batch  *heldBatch
+	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
+	cancel context.CancelCauseFunc
+	state  itemState // guarded
+	lost   bool      // the lease is gone; guarded
+	// deadline is when this process stops trusting the lease (local
+	// clock): set at claim, moved by each renewal of this very (id,
+	// token). Guarded.
+	deadline time.Time
+	// maybeWritten: a write of this outcome reported an error but may
+	// have taken effect (its reply was lost). Guarded; written by the
+	// completer only.
+	maybeWritten bool
+	// The completer's record of failed writes of this outcome: how many,
+	// how many the database refused, how many past the local deadline,
+	// and when to try again. The completer's alone.
+	tries, refusals, late int
+	retryAt               time.Time
+	// marked: the row shows that this attempt started (see start.go);
+	// marking is closed by the marker once it is. Guarded.
+	marked  bool
+	marking chan struct{}
+	// hasSlot: the claim took a handler slot for this item (see
+	// startsFor). Set before runBatch starts; read by it only.
+	hasSlot bool
+	// waited is how long the event had been due when the claim took it
+	// (database clock).
+	waited time.Duration
+	// startedAt is when its handler started, and ran how long until its
+	// outcome was handed to the completer; guarded.
+	startedAt time.Time
+	ran       time.Duration
+	done      chan struct{}   // closed when the item is let go
+	olderDone <-chan struct{} // an older item of the same event, lost but still running, must end first
+	result    result          // set when state becomes itemDone
+}
+
+func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
+
+// deadlineFrom is when this process stops trusting a lease claimed or
+// renewed at sentAt: the lease duration less a fifth of it, measured from
+// before the statement was sent, so that it passes before the database's
+// lease_until does.
+func (s *heldSet) deadlineFrom(sentAt time.Time) time.Time { return sentAt.Add(s.trust) }
+
+// add holds the events of a claim sent at sentAt, under one batch whose
+// context is under parent. The marked events among the first slots get a
+// handler slot each (hasSlot); add returns the items and how many slots
+// it gave.
+func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, slots int) (items []*item, given int) {
+	hb := &heldBatch{token: b.Token, claimedAt: time.Now()}
+	hb.ctx, hb.cancel = context.WithCancelCause(parent)
+	items = make([]*item, len(b.Events))
+	deadline := s.deadlineFrom(sentAt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range b.Events {
+		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
+		if i < len(b.Waited) {
+			it.waited = b.Waited[i]
+		}
+		if it.marked && given < slots {
+			it.hasSlot = true
+			given++
+		}
+		if prev := s.latest[e.ID]; prev != nil {
+			it.olderDone = prev.done
+		}
+		items[i] = it
+		s.byRef[it.ref()] = it
+		s.latest[e.ID] = it
+	}
+	hb.items, hb.remaining = items, len(items)
+	hb.timer = time.AfterFunc(deadline.Sub(s.now()), func() { s.loseExpired(hb) })
+	return items, given
+}
+
+// begin moves a queued item to running and gives it its context, with a
+// deadline timeout from now when timeout > 0. It returns false when the
+// item may not start: the dispatcher is stopping (the item will be
+// released), or the lease is lost or past its local deadline (the item is
+// let go as lost). The deadline is read here, on the clock, not left to
+// the timer that marks items lost: after a pause of the process the timer
+// may not have run yet when the handler would start.
+func (s *heldSet) begin(it *item, timeout time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || it.lost || it.state != itemQueued {
+		return false
+	}
+	if s.expired(it) {
+		s.loseLocked(it)
+		return false
+	}
+	it.state = itemRunning
+	it.startedAt = time.Now()
+	parent := it.batch.ctx
+	if timeout > 0 {
+		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)
+	}
+	it.ctx, it.cancel = context.WithCancelCause(parent)
+	return true
+}
+
+// timeoutContext returns a context under the batch's whose deadline is at
+// or after at, by less than timeoutGrain(timeout): events of one batch
+// that start together share one timer instead of arming one each. The
+// caller holds heldSet.mu.
+func (b *heldBatch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
+	grain := timeoutGrain(timeout)
+	at = at.Truncate(grain).Add(grain)
+	if b.timeout == nil || !b.timeoutAt.Equal(at) {
+		b.timeout, b.cancelTimeout = context.WithDeadline(b.ctx, at)
+		b.timeoutAt = at
+	}
+	return b.timeout
+}
+
+// timeoutGrain is how much longer than HandlerTimeout a handler may get so
+// that handlers can share a timer: a 64th of the timeout, at most 10ms.
+func timeoutGrain(timeout time.Duration) time.Duration {
+	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
+}
+
+// loseIfExpired gives up a started item whose local deadline has passed
+// (read on the clock, like begin), and reports whether the item is lost.
+func (s *heldSet) loseIfExpired(it *item) (lost bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !it.lost && s.expired(it) {
+		s.loseLocked(it)
+	}
+	return it.lost
+}
+
+// finish hands an item's result to the completer. An item whose lease
+// was lost meanwhile is let go instead, and finish reports it lost (the
+// caller reports outbox.ErrLockLost).
+func (s *heldSet) finish(it *item, res result) (lost bool) {
+	s.mu.Lock()
+	if it.lost {
+		s.removeLocked(it)
+		s.mu.Unlock()
+		return true
+	}
+	it.state, it.result = itemDone, res
+	if !it.startedAt.IsZero() {
+		it.ran = time.Since(it.startedAt)
+	}
+	s.outcomes = append(s.outcomes, it)
+	s.mu.Unlock()
+	signal(s.outcomesReady)
+	return false
+}
+
+// takeOutcomes moves up to limit (0: any number) of the outcomes whose
+// retry time has come to completing, lets go of those whose lease was
+// lost (dropped), and leaves the others waiting. It returns the time until
+// the earliest waiting retry is due (0 for none).
+func (s *heldSet) takeOutcomes(limit int) (items, dropped []*item, wait time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var later []*item
+	for _, it := range s.outcomes {
+		switch {
+		case it.lost:
+			s.removeLocked(it)
+			dropped = append(dropped, it)
+		case it.retryAt.After(now):
+			later = append(later, it)
+			if w := it.retryAt.Sub(now); wait == 0 || w < wait {
+				wait = w
+			}
+		case limit > 0 && len(items) >= limit:
+			later = append(later, it) // the next round takes it
+		default:
+			it.state = itemCompleting
+			items = append(items, it)
+		}
+	}
+	s.outcomes = later
+	return items, dropped, wait
+}
+
+// writeVerdict is what the completer decides for an outcome whose write
+// failed.
+type writeVerdict int
+
+const (
+	writeAgain  writeVerdict = iota // wait for its retryAt, then write again
+	writeLost                       // the lease can no longer be trusted: let go as lost
+	writeGiveUp                     // failed too often: let go now
+)
+
+// writeFailed puts the outcomes of a failed write back in line or lets
+// them go, as judge decides for each item still held (judge is told
+// whether the item's local deadline has passed; it runs under the lock,
+// so it must only read and update the item). It returns the items given
+// up.
+func (s *heldSet) writeFailed(items []*item, judge func(it *item, expired bool) writeVerdict) (givenUp []*item) {
+	s.mu.Lock()
+	for _, it := range items {
+		if s.byRef[it.ref()] != it {
+			continue
+		}
+		switch judge(it, s.expired(it)) {
+		case writeGiveUp:
+			s.removeLocked(it)
+			givenUp = append(givenUp, it)
+		case writeLost:
+			s.loseLocked(it)
+			it.state = itemDone
+			s.outcomes = append(s.outcomes, it)
+		default:
+			it.state = itemDone
+			s.outcomes = append(s.outcomes, it)
+		}
+	}
+	s.mu.Unlock()
+	signal(s.outcomesReady)
+	return givenUp
+}
+
+// mayHaveWritten notes that a write of items may have taken effect
+// although it reported an error (its reply was lost, or it timed out):
+// the completer, not the heartbeat or the deadline timer, then decides
+// their fate (see completerHolds).
+func (s *heldSet) mayHaveWritten(items []*item) {
+	s.mu.Lock()
+	for _, it := range items {
+		it.maybeWritten = true
+	}
+	s.mu.Unlock()
+}
+
+// owned returns the items this process still holds (in a new slice).
+func (s *heldSet) owned(items []*item) []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := items[:0:0]
+	for _, it := range items {
+		if s.byRef[it.ref()] == it {
+			kept = append(kept, it)
+		}
+	}
+	return kept
+}
+
+// live lists the held items whose lease is still worth renewing.
+func (s *heldSet) live() []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := make([]*item, 0, len(s.byRef))
+	for _, it := range s.byRef {
+		if !it.lost {
+			items = append(items, it)
+		}
+	}
+	return items
+}
+
+// renewed applies a renewal sent at sentAt: the items in renewed get the
+// new local deadline, the items in busy (their rows were locked elsewhere
+// at that moment) keep theirs, and the others are lost, unless the
+// completer holds their outcome (see completerHolds): a row that no
+// longer shows the lease may show the outcome its write recorded.
+func (s *heldSet) renewed(items []*item, res lease.RefResult, sentAt time.Time) {
+	keep := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
+	for _, r := range res.Done {
+		keep[r] = true
+	}
+	for _, r := range res.Busy {
+		keep[r] = false
+	}
+	deadline := s.deadlineFrom(sentAt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		if s.byRef[it.ref()] != it {
+			continue
+		}
+		renewed, known := keep[it.ref()]
+		switch {
+		case renewed:
+			it.deadline = later(it.deadline, deadline)
+		case !known && !completerHolds(it):
+			s.loseLocked(it)
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// loseExpired runs when a batch's deadline timer fires: every held item
+// of the batch whose local deadline has passed is lost, and the timer is
+// set for the earliest deadline of the rest. Items the completer holds
+// are left to it: it checks their deadline when a write fails.
+func (s *heldSet) loseExpired(b *heldBatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for _, it := range b.items {
+		if s.byRef[it.ref()] != it || it.lost || completerHolds(it) {
+			continue
+		}
+		if s.expired(it) {
+			s.loseLocked(it)
+			continue
+		}
+		if next.IsZero() || it.deadline.Before(next) {
+			next = it.deadline
+		}
+	}
+	if !next.IsZero() {
+		b.timer.Reset(max(next.Sub(s.now()), time.Millisecond))
+	}
+}
+
+// expired reports whether the item's local deadline has passed. The
+// caller holds s.mu.
+func (s *heldSet) expired(it *item) bool { return !s.now().Before(it.deadline) }
+
+// completerHolds reports whether the completer decides the fate of an
+// item's lease: its outcome is being written, or an earlier write of it
+// may have taken effect although its reply was lost (then the row may no
+// longer show the lease, and the next try reads what it shows). The
+// caller holds heldSet.mu.
+func completerHolds(it *item) bool { return it.state == itemCompleting || it.maybeWritten }
+
+// loseLocked gives up an item whose lease is gone: its context is
+// cancelled, and it is let go at once if it never started. A running item
+// is let go when its handler returns; a waiting outcome when the completer
+// picks it up. The caller holds s.mu.
+func (s *heldSet) loseLocked(it *item) {
+	it.lost = true
+	if it.cancel != nil {
+		it.cancel(outbox.ErrLockLost)
+	}
+	if it.state == itemQueued {
+		s.removeLocked(it)
+	}
+}
+
+// remove lets go of items.
+func (s *heldSet) remove(items []*item) {
+	s.mu.Lock()
+	for _, it := range items {
+		s.removeLocked(it)
+	}
+	s.mu.Unlock()
+	signal(s.freed)
+}
+
+// removeLocked lets go of one item: it is no longer held by this process.
+// The caller holds s.mu.
+func (s *heldSet) removeLocked(it *item) {
+	if s.byRef[it.ref()] != it {
+		return
+	}
+	delete(s.byRef, it.ref())
+	if s.latest[it.event.ID] == it {
+		delete(s.latest, it.event.ID)
+	}
+	close(it.done)
+	b := it.batch
+	if b.remaining--; b.remaining == 0 {
+		b.timer.Stop()
+		b.cancel(nil)
+		if b.cancelTimeout != nil {
+			b.cancelTimeout()
+		}
+	}
+	if s.stopping && len(s.byRef) == 0 {
+		close(s.idle)
+	}
+	signal(s.freed)
+}
+
+// stop marks the set stopping, so that no item begins any more, and
+// returns a channel closed once no item is held.
+func (s *heldSet) stop() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopping = true
+	s.idle = make(chan struct{})
+	if len(s.byRef) == 0 {
+		close(s.idle)
+	}
+	return s.idle
+}
+
+// unstarted lists the held items whose handler never started and whose
+// lease is not lost: what a stop releases. Called once stopping, so none
+// can start now.
+func (s *heldSet) unstarted() []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var items []*item
+	for _, it := range s.byRef {
+		if it.state == itemQueued && !it.lost {
+			items = append(items, it)
+		}
+	}
+	return items
+}
+
+// room is how many items are held, and whether the set is stopping (then
+// nothing may be claimed).
+func (s *heldSet) room() (held int, stopping bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byRef), s.stopping
+}
+
+// len is how many items are held.
+func (s *heldSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byRef)
+}
+
+// runningSince reports whether an item's handler has been running since
+// cutoff or earlier.
+func (s *heldSet) runningSince(cutoff time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.byRef {
+		if it.state == itemRunning && !it.startedAt.After(cutoff) {
+			return true
+		}
+	}
+	return false
+}
+
+// queueMarks queues for the marker the items still held whose start is
+// not marked, and returns them.
+func (s *heldSet) queueMarks(items []*item) (queued []*item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		if !it.marked && s.byRef[it.ref()] == it {
+			it.marking = make(chan struct{})
+			s.toMark = append(s.toMark, it)
+			queued = append(queued, it)
+		}
+	}
+	return queued
+}
+
+// takeMarks returns the queued items still held, emptying the queue.
+func (s *heldSet) takeMarks() []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := s.toMark
+	s.toMark = nil
+	kept := items[:0]
+	for _, it := range items {
+		if s.byRef[it.ref()] == it {
+			kept = append(kept, it)
+		}
+	}
+	return kept
+}
+
+// marked applies a start-mark statement: the items in res.Done may start,
+// those in res.Busy go back in the queue, and the rest are lost. It
+// reports whether any went back in the queue.
+func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
+	state := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
+	for _, r := range res.Done {
+		state[r] = true
+	}
+	for _, r := range res.Busy {
+		state[r] = false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		if s.byRef[it.ref()] != it {
+			continue
+		}
+		done, known := state[it.ref()]
+		switch {
+		case done:
+			it.marked = true
+			close(it.marking)
+		case known:
+			s.toMark = append(s.toMark, it)
+			again = true
+		default:
+			s.loseLocked(it)
+		}
+	}
+	return again
+}
+
+// startable returns the items still held whose start is marked.
+func (s *heldSet) startable(items []*item) []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := items[:0:0]
+	for _, it := range items {
+		if it.marked && s.byRef[it.ref()] == it {
+			kept = append(kept, it)
+		}
+	}
+	return kept
+}
