@@ -38,6 +38,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	quit := make(chan struct{})
 	defer close(quit)
 	d.workers = newWorkers(quit)
+	d.completer = newCompleter(context.Background(), d)
 	events := make([]outbox.Event, batch)
 	for i := range events {
 		events[i] = outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Payload: []byte(`{}`), Attempt: 1}
@@ -53,7 +54,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 			<-d.held.outcomesReady
 		}
 		items, _, _ := d.held.takeOutcomes(0)
-		if _, params := d.completeParams(items); len(params.Sent) != batch {
+		if _, params := d.completer.params(items); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}
 		d.held.remove(items)

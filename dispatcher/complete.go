@@ -3,14 +3,53 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
+
+// completer is the one goroutine that writes outcomes (see Run): it takes
+// the outcomes the held set collected, writes them in one fenced round
+// trip (releases first), reports them, and lets their events go. Only one
+// completer runs per dispatcher, so that no two Completes of the same
+// tokens ever wait on each other (see internal/lease, "Locks and
+// deadlocks").
+//
+// While one write is in flight the next outcomes gather, so under load
+// each statement carries a batch (group commit) and when idle each
+// outcome is written at once. A write the database refuses is split in
+// halves until the outcomes that cause it are isolated; an outcome whose
+// write failed waits for its own retry time (a backoff that a stop
+// interrupts: run returns at once when quit closes) and the others do not
+// wait for it.
+type completer struct {
+	ctx         context.Context // the dispatcher's own statements: never cancelled
+	cfg         *Config
+	held        *heldSet
+	store       *lease.Store
+	pool        *pgxpool.Pool
+	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
+	report      *reporter
+	// retryScheduled is signalled when a write scheduled a retry: the
+	// next due time may have moved (see the coordinator).
+	retryScheduled chan struct{}
+	// writeLimit bounds the outcomes of one write after writes ran out of
+	// time (0: no bound).
+	writeLimit int
+}
+
+func newCompleter(ctx context.Context, d *Dispatcher) *completer {
+	return &completer{
+		ctx: ctx, cfg: &d.cfg, held: d.held, store: d.store, pool: d.pool,
+		leaseWrites: &d.leaseWrites, report: d.reporter, retryScheduled: d.retryScheduled,
+	}
+}
 
 // The completer's retry policy for a write the database did not take.
 const (
@@ -36,12 +75,11 @@ const (
 // and a database that does not answer ends it.
 const maxLateTries = 2
 
-// completeLoop writes outcomes as they arrive, until quit closes (see
-// writeReady).
-func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
-	serveLoop(quit, d.held.outcomesReady, func() time.Duration {
+// run writes outcomes as they arrive, until quit closes.
+func (c *completer) run(quit <-chan struct{}) {
+	serveLoop(quit, c.held.outcomesReady, func() time.Duration {
 		for {
-			if wait, wrote := d.writeReady(); !wrote {
+			if wait, wrote := c.writeReady(); !wrote {
 				return wait
 			}
 		}
@@ -51,25 +89,25 @@ func (d *Dispatcher) completeLoop(quit <-chan struct{}) {
 // writeReady writes the outcomes that are ready. It reports whether there
 // were any, and how long until the next outcome waiting for a retry is
 // ready (0 for none).
-func (d *Dispatcher) writeReady() (wait time.Duration, wrote bool) {
-	items, dropped, wait := d.held.takeOutcomes(d.writeLimit)
+func (c *completer) writeReady() (wait time.Duration, wrote bool) {
+	items, dropped, wait := c.held.takeOutcomes(c.writeLimit)
 	for _, it := range dropped {
 		if it.maybeWritten {
-			d.reportUnknown(it.event.ID, "the write's reply was lost and the lease ran out before a retry got through")
+			c.report.reportUnknown(it.event.ID, "the write's reply was lost and the lease ran out before a retry got through")
 		} else {
-			d.reportLost(it.event.ID)
+			c.report.reportLost(it.event.ID)
 		}
 	}
 	if len(items) == 0 {
 		return wait, len(dropped) > 0
 	}
-	limit := d.writeLimit
+	limit := c.writeLimit
 	budget := maxWritesPerRound
-	d.writeSplitting(items, &budget)
-	if d.writeLimit == limit && limit > 0 && len(items) == limit {
-		d.writeLimit = 2 * limit // a full write went through: grow back
-		if d.writeLimit > maxWriteLimit {
-			d.writeLimit = 0
+	c.writeSplitting(items, &budget)
+	if c.writeLimit == limit && limit > 0 && len(items) == limit {
+		c.writeLimit = 2 * limit // a full write went through: grow back
+		if c.writeLimit > maxWriteLimit {
+			c.writeLimit = 0
 		}
 	}
 	return wait, true
@@ -83,57 +121,62 @@ const maxWriteLimit = 1 << 16
 // the write, it splits the items in halves and writes each, so that the
 // outcomes it does take are recorded and a refusal is narrowed down to the
 // events that cause it, within budget statements.
-func (d *Dispatcher) writeSplitting(items []*item, budget *int) {
+func (c *completer) writeSplitting(items []*item, budget *int) {
 	*budget--
-	err := d.write(items)
+	err := c.write(items)
 	if err == nil {
 		return
 	}
 	if !refused(err) && !unsent(err) {
-		d.held.mayHaveWritten(items)
+		c.held.mayHaveWritten(items)
 	}
 	if len(items) > 1 && (refused(err) || ranOutOfTime(err)) && *budget >= 2 {
 		if ranOutOfTime(err) {
-			d.writeLimit = max(1, len(items)/2)
+			c.writeLimit = max(1, len(items)/2)
 		}
 		half := len(items) / 2
-		d.writeSplitting(items[:half], budget)
-		d.writeSplitting(items[half:], budget)
+		c.writeSplitting(items[:half], budget)
+		c.writeSplitting(items[half:], budget)
 		return
 	}
-	d.retryLater(items, err)
+	c.retryLater(items, err)
 }
 
 // write writes the outcomes of the items still held: releases, then
 // successes and failures in one round trip; then reports them and lets
 // their events go.
-func (d *Dispatcher) write(items []*item) error {
-	items = d.held.owned(items)
+func (c *completer) write(items []*item) error {
+	items = c.held.owned(items)
 	if len(items) == 0 {
 		return nil
 	}
-	ctx, cancel := d.opContext()
+	ctx, cancel := c.opContext()
 	defer cancel()
-	releases, params := d.completeParams(items)
-	if err := d.release(ctx, releases); err != nil {
+	releases, params := c.params(items)
+	if err := c.release(ctx, releases); err != nil {
 		return err
 	}
-	res, err := d.store.Complete(ctx, d.pool, params)
+	res, err := c.store.Complete(ctx, c.pool, params)
 	if err != nil {
 		return err
 	}
-	unknown, err := d.settleLost(ctx, items, &res)
+	unknown, err := c.settleLost(ctx, items, &res)
 	if err != nil {
 		return err
 	}
-	d.written(items, res, unknown)
+	c.written(items, res, unknown)
 	return nil
 }
 
+// opContext bounds one statement of the completer.
+func (c *completer) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.ctx, opTimeout(c.cfg.LeaseDuration))
+}
+
 // params sorts items into those to release and the outcomes to record.
-func (d *Dispatcher) completeParams(items []*item) (releases []*item, params lease.CompleteParams) {
-	params.DeleteSent = d.cfg.DeleteSent
-	params.StatementTimeout = opTimeout(d.cfg.LeaseDuration)
+func (c *completer) params(items []*item) (releases []*item, params lease.CompleteParams) {
+	params.DeleteSent = c.cfg.DeleteSent
+	params.StatementTimeout = opTimeout(c.cfg.LeaseDuration)
 	for _, it := range items {
 		switch {
 		case it.result.release:
@@ -141,7 +184,7 @@ func (d *Dispatcher) completeParams(items []*item) (releases []*item, params lea
 		case it.result.err == nil:
 			params.Sent = append(params.Sent, it.ref())
 		default:
-			params.Failed = append(params.Failed, d.failure(it))
+			params.Failed = append(params.Failed, c.failure(it))
 		}
 	}
 	return releases, params
@@ -150,10 +193,10 @@ func (d *Dispatcher) completeParams(items []*item) (releases []*item, params lea
 // retryLater puts the outcomes of a failed write back in line, each due
 // again after its own backoff, and lets go of those that failed too often
 // or whose lease can no longer be trusted.
-func (d *Dispatcher) retryLater(items []*item, err error) {
+func (c *completer) retryLater(items []*item, err error) {
 	isRefusal := refused(err)
 	now := time.Now()
-	givenUp := d.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
+	givenUp := c.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
 		it.tries++
 		if isRefusal {
 			it.refusals++
@@ -170,9 +213,9 @@ func (d *Dispatcher) retryLater(items []*item, err error) {
 		it.retryAt = now.Add(retryBackoff(it.tries))
 		return writeAgain
 	})
-	d.reportError("completion failed, will retry", err)
+	c.report.reportError("completion failed, will retry", err)
 	for _, it := range givenUp {
-		d.reportGivenUp(it, err)
+		c.report.reportGivenUp(it, err)
 	}
 }
 
@@ -213,7 +256,7 @@ func unsent(err error) bool {
 // those from res.Lost to the lists they belong in, and returns the ids
 // whose outcome cannot be known (a success under DeleteSent whose row is
 // gone).
-func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
+func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
 	if len(res.Lost) == 0 {
 		return nil, nil
 	}
@@ -230,7 +273,7 @@ func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.C
 	if len(again) == 0 {
 		return nil, nil
 	}
-	own, gone, err := d.store.Outcomes(ctx, d.pool, again)
+	own, gone, err := c.store.Outcomes(ctx, c.pool, again)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +283,7 @@ func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.C
 	res.Lost = append(lost, own.Lost...)
 	var unknown []uuid.UUID
 	for _, id := range gone {
-		if it := byID[id]; d.cfg.DeleteSent && it.result.err == nil && !it.result.release {
+		if it := byID[id]; c.cfg.DeleteSent && it.result.err == nil && !it.result.release {
 			unknown = append(unknown, id)
 		} else {
 			res.Lost = append(res.Lost, id)
@@ -251,33 +294,33 @@ func (d *Dispatcher) settleLost(ctx context.Context, items []*item, res *lease.C
 
 // failure decides whether a failed attempt is final and when to retry,
 // or records the snooze a handler asked for.
-func (d *Dispatcher) failure(it *item) lease.Failure {
+func (c *completer) failure(it *item) lease.Failure {
 	r := it.result
 	if r.snooze {
 		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
 	}
-	final := d.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
-		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= d.cfg.MaxAttempts
+	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
+		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
 	return lease.Failure{
 		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
-		Delay: d.cfg.Backoff.Delay(it.event.Attempt),
+		Delay: c.cfg.Backoff.Delay(it.event.Attempt),
 	}
 }
 
 // written lets go of the items whose outcomes a write recorded (or found
 // lost), then reports them: counts, OnOutcome, OnError.
-func (d *Dispatcher) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
+func (c *completer) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
 	byID := itemsByID(items)
-	d.held.remove(items)
+	c.held.remove(items)
 	if len(res.Retried) > 0 {
-		signal(d.retryScheduled)
+		signal(c.retryScheduled)
 	}
-	d.reportOutcomes(d.dbCtx, byID, res)
+	c.report.reportOutcomes(c.ctx, byID, res)
 	for _, id := range res.Lost {
-		d.reportLost(id)
+		c.report.reportLost(id)
 	}
 	for _, id := range unknown {
-		d.reportUnknown(id, "the write's reply was lost and the row is gone")
+		c.report.reportUnknown(id, "the write's reply was lost and the row is gone")
 	}
 }
 
@@ -295,7 +338,7 @@ func itemsByID(items []*item) map[uuid.UUID]*item {
 // again up to releaseTries times, then let go all the same: its lease
 // expires and recovery returns it (counting a recovery if the claim had
 // marked it started).
-func (d *Dispatcher) release(ctx context.Context, items []*item) error {
+func (c *completer) release(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -304,18 +347,18 @@ func (d *Dispatcher) release(ctx context.Context, items []*item) error {
 		refs[i] = it.ref()
 	}
 	for try := 1; len(refs) > 0; try++ {
-		d.leaseWrites.Lock()
-		res, err := d.store.Release(ctx, d.pool, refs)
-		d.leaseWrites.Unlock()
+		c.leaseWrites.Lock()
+		res, err := c.store.Release(ctx, c.pool, refs)
+		c.leaseWrites.Unlock()
 		if err != nil {
 			return err
 		}
-		d.stats.released.Add(uint64(len(res.Done)))
+		c.report.stats.released.Add(uint64(len(res.Done)))
 		if refs = res.Busy; try == releaseTries || len(refs) == 0 || !sleep(ctx, busyRetry) {
 			break
 		}
 	}
-	d.held.remove(items)
+	c.held.remove(items)
 	return nil
 }
 

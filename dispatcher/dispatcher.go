@@ -53,9 +53,10 @@ type Dispatcher struct {
 	stopOnce       sync.Once
 
 	// Set by Run before any goroutine starts; read-only after.
-	dbCtx   context.Context // the dispatcher's own statements: never cancelled
-	workCtx context.Context // handlers and publishes: cancelled at the hard stop
-	workers *workers        // goroutines for handler calls
+	dbCtx     context.Context // the dispatcher's own statements: never cancelled
+	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
+	workers   *workers        // goroutines for handler calls
+	completer *completer
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and
@@ -72,10 +73,6 @@ type Dispatcher struct {
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
 	defaultHandler outbox.Handler
-
-	// writeLimit bounds the outcomes of one write after writes ran out of
-	// time (0: no bound); the completer's alone, not guarded.
-	writeLimit int
 }
 
 type runState int

@@ -33,7 +33,8 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = newWorkers(quit.Done())
 	var helpers sync.WaitGroup
-	helpers.Go(func() { d.completeLoop(quit.Done()) })
+	d.completer = newCompleter(d.dbCtx, d)
+	helpers.Go(func() { d.completer.run(quit.Done()) })
 	helpers.Go(func() { d.heartbeatLoop(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	if listener != nil {
@@ -138,7 +139,7 @@ func (d *Dispatcher) releaseUnstarted() {
 	items := d.held.unstarted()
 	ctx, cancel := d.opContext()
 	defer cancel()
-	if err := d.release(ctx, items); err != nil {
+	if err := d.completer.release(ctx, items); err != nil {
 		d.reportError("release at stop failed; the leases will expire and be recovered", err)
 		d.held.remove(items)
 	}

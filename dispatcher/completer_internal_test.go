@@ -1,0 +1,159 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+type completerBundle struct {
+	d        *Dispatcher
+	c        *completer
+	mu       sync.Mutex
+	outcomes []Outcome
+	errs     []error
+	errAt    []time.Time
+}
+
+// setupCompleter returns a completer writing through pool, with its
+// dispatcher's held set, recording what it reports.
+func setupCompleter(t *testing.T, pool *pgxpool.Pool, table outbox.Table) *completerBundle {
+	t.Helper()
+	b := &completerBundle{}
+	d, err := New(pool, Config{
+		Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 5,
+		OnOutcome: func(_ context.Context, o Outcome) {
+			b.mu.Lock()
+			b.outcomes = append(b.outcomes, o)
+			b.mu.Unlock()
+		},
+		OnError: func(err error) {
+			b.mu.Lock()
+			b.errs, b.errAt = append(b.errs, err), append(b.errAt, time.Now())
+			b.mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	b.d, b.c = d, newCompleter(context.Background(), d)
+	return b
+}
+
+// run runs the completer until the test ends or stop is called; stop
+// returns how long run took to return.
+func (b *completerBundle) run(t *testing.T) (stop func() time.Duration) {
+	t.Helper()
+	quit := make(chan struct{})
+	returned := make(chan time.Time, 1)
+	go func() {
+		b.c.run(quit)
+		returned <- time.Now()
+	}()
+	var once sync.Once
+	stop = func() time.Duration {
+		var took time.Duration
+		once.Do(func() {
+			asked := time.Now()
+			close(quit)
+			took = (<-returned).Sub(asked)
+		})
+		return took
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// finishAll holds the batch and finishes its events with results, in
+// order.
+func (b *completerBundle) finishAll(t *testing.T, batch lease.Batch, results ...result) []*item {
+	t.Helper()
+	items, _ := b.d.held.add(context.Background(), batch, time.Now(), 0)
+	for i, it := range items {
+		require.True(t, b.d.held.begin(it, 0))
+		require.False(t, b.d.held.finish(it, results[i]))
+	}
+	return items
+}
+
+func TestCompleter(t *testing.T) {
+	t.Parallel()
+
+	// One write records a success, a retry and a release, reports the
+	// first two and lets all three go.
+	t.Run("WritesOutcomes", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		ctx := context.Background()
+		_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+			SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 3)`)
+		require.NoError(t, err)
+		b := setupCompleter(t, db.Pool, db.Table())
+		batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 3, Lease: time.Minute, Start: 3})
+		require.NoError(t, err)
+		require.Len(t, batch.Events, 3)
+		b.run(t)
+		b.finishAll(t, batch, result{}, result{err: errors.New("boom"), code: outbox.CodeHandlerError}, result{release: true})
+		require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 10*time.Second, 5*time.Millisecond)
+		var statuses []string
+		require.NoError(t, pgxRows(ctx, db.Pool, batch, &statuses))
+		require.Equal(t, []string{"SENT", "PENDING", "PENDING"}, statuses)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		require.Len(t, b.outcomes, 2)
+		require.Equal(t, outbox.StatusSent, b.outcomes[0].Status)
+		require.Equal(t, outbox.StatusPending, b.outcomes[1].Status)
+		require.Equal(t, uint64(1), b.d.stats.released.Load())
+		require.Empty(t, b.errs)
+	})
+
+	// A write that cannot reach the database is tried again after waits
+	// doubling from firstRetry, and a stop ends the wait for the next try
+	// at once.
+	t.Run("RetriesWithCancellableBackoff", func(t *testing.T) {
+		t.Parallel()
+		pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b := setupCompleter(t, pool, outbox.Table{})
+		stop := b.run(t)
+		begun := time.Now()
+		b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, result{})
+		require.Eventually(t, func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.errs) >= 3
+		}, 10*time.Second, time.Millisecond)
+		took := stop()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		require.Less(t, took, 200*time.Millisecond, "the stop waited for the next try (due 400ms after the third)")
+		gaps := []time.Duration{b.errAt[1].Sub(b.errAt[0]), b.errAt[2].Sub(b.errAt[1])}
+		require.GreaterOrEqual(t, gaps[0], firstRetry)
+		require.GreaterOrEqual(t, gaps[1], 2*firstRetry)
+		require.Less(t, b.errAt[0].Sub(begun), firstRetry, "the first try is at once")
+		require.Equal(t, 1, b.d.held.len(), "the outcome waits, held, for its next try")
+	})
+}
+
+// pgxRows reads the statuses of the batch's rows, in claim order.
+func pgxRows(ctx context.Context, pool *pgxpool.Pool, batch lease.Batch, statuses *[]string) error {
+	for _, e := range batch.Events {
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT status FROM outbox_events WHERE id = $1`, e.ID).Scan(&s); err != nil {
+			return err
+		}
+		*statuses = append(*statuses, s)
+	}
+	return nil
+}
