@@ -2,36 +2,58 @@ package dispatcher
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
-// heartbeatLoop renews every held lease about every third of the lease
-// duration, in one round trip per beat, until quit closes.
-func (d *Dispatcher) heartbeatLoop(quit <-chan struct{}) {
-	ticker := time.NewTicker(d.cfg.LeaseDuration / 3)
+// heartbeat renews every held lease about every third of the lease
+// duration, in one round trip per beat. Each event is credited by its own
+// (id, token): the renewal of a newer claim of the same event never
+// extends an older, lost one.
+type heartbeat struct {
+	ctx         context.Context // the dispatcher's own statements: never cancelled
+	held        *heldSet
+	store       *lease.Store
+	pool        *pgxpool.Pool
+	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
+	report      *reporter
+	now         func() time.Time // the clock of local deadlines (Config.Test.Now)
+	lease       time.Duration    // LeaseDuration
+}
+
+func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
+	return &heartbeat{
+		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites,
+		report: d.reporter, now: d.cfg.Test.Now, lease: d.cfg.LeaseDuration,
+	}
+}
+
+// run beats every third of the lease duration until quit closes.
+func (h *heartbeat) run(quit <-chan struct{}) {
+	ticker := time.NewTicker(h.lease / 3)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-quit:
 			return
 		case <-ticker.C:
-			d.renew()
+			h.beat()
 		}
 	}
 }
 
-// renew extends the leases of all held events. Each event is credited by
-// its own (id, token): the renewal of a newer claim of the same event
-// never extends an older, lost one. Events the database did
+// beat extends the leases of all held events. Events the database did
 // not renew are lost: their handlers' contexts are cancelled and their
 // outcomes will not be written. Events whose rows were locked elsewhere at
 // that moment (busy) are neither: they keep their deadline until the next
 // beat. A failed renewal changes nothing locally; the local deadlines
 // then decide.
-func (d *Dispatcher) renew() {
-	items := d.held.live()
+func (h *heartbeat) beat() {
+	items := h.held.live()
 	if len(items) == 0 {
 		return
 	}
@@ -39,15 +61,15 @@ func (d *Dispatcher) renew() {
 	for i, it := range items {
 		refs[i] = it.ref()
 	}
-	ctx, cancel := context.WithTimeout(d.dbCtx, opTimeout(d.cfg.LeaseDuration))
+	ctx, cancel := context.WithTimeout(h.ctx, opTimeout(h.lease))
 	defer cancel()
-	sentAt := d.cfg.Test.Now()
-	d.leaseWrites.Lock()
-	res, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
-	d.leaseWrites.Unlock()
+	sentAt := h.now()
+	h.leaseWrites.Lock()
+	res, err := h.store.Renew(ctx, h.pool, refs, h.lease)
+	h.leaseWrites.Unlock()
 	if err != nil {
-		d.reportError("lease renewal failed", err)
+		h.report.reportError("lease renewal failed", err)
 		return
 	}
-	d.held.renewed(items, res, sentAt)
+	h.held.renewed(items, res, sentAt)
 }

@@ -35,7 +35,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	var helpers sync.WaitGroup
 	d.completer = newCompleter(d.dbCtx, d)
 	helpers.Go(func() { d.completer.run(quit.Done()) })
-	helpers.Go(func() { d.heartbeatLoop(quit.Done()) })
+	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	if listener != nil {
 		helpers.Go(func() { d.listenLoop(quit, listener) })

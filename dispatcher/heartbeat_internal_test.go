@@ -1,0 +1,91 @@
+package dispatcher
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// A beat renews exactly the (id, token) pairs the database holds: the
+// claimed event's lease and local deadline move on; an older claim of the
+// same event under another token (lost) is not credited by it, and is
+// given up.
+func TestHeartbeatBeat(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) VALUES (gen_random_uuid(), 'x', '\x7b7d')`)
+	require.NoError(t, err)
+	clock := &fakeClock{now: time.Now()}
+	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
+	cfg.Test.Now = clock.Now
+	d, err := New(db.Pool, cfg)
+	require.NoError(t, err)
+	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 10 * time.Second, Start: 1})
+	require.NoError(t, err)
+	require.Len(t, batch.Events, 1)
+	stale := lease.Batch{Token: uuid.New(), Events: batch.Events, Started: []bool{true}}
+	old, _ := d.held.add(context.Background(), stale, clock.Now(), 0)
+	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
+	require.True(t, d.held.begin(old[0], 0))
+
+	leaseUntil := func() time.Time {
+		var at time.Time
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT lease_until FROM outbox_events WHERE id = $1`, batch.Events[0].ID).Scan(&at))
+		return at
+	}
+	before := leaseUntil()
+	clock.add(5 * time.Second)
+	time.Sleep(10 * time.Millisecond) // the database clock moves on too
+	newHeartbeat(ctx, d).beat()
+
+	require.True(t, leaseUntil().After(before), "the lease was renewed")
+	require.Equal(t, clock.Now().Add(8*time.Second), held[0].deadline)
+	require.False(t, held[0].lost)
+	require.True(t, old[0].lost, "the stale claim was credited")
+	require.ErrorIs(t, context.Cause(old[0].ctx), outbox.ErrLockLost)
+}
+
+// run beats every third of the lease duration and returns when quit
+// closes.
+func TestHeartbeatRun(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) VALUES (gen_random_uuid(), 'x', '\x7b7d')`)
+	require.NoError(t, err)
+	d, err := New(db.Pool, Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 1500 * time.Millisecond, Start: 1})
+	require.NoError(t, err)
+	items, _ := d.held.add(context.Background(), batch, time.Now(), 0)
+	require.True(t, d.held.begin(items[0], 0))
+	first := items[0].deadline
+	quit := make(chan struct{})
+	returned := make(chan struct{})
+	go func() {
+		newHeartbeat(ctx, d).run(quit)
+		close(returned)
+	}()
+	require.Eventually(t, func() bool {
+		d.held.mu.Lock()
+		defer d.held.mu.Unlock()
+		return items[0].deadline.After(first)
+	}, 5*time.Second, 5*time.Millisecond, "no beat renewed the lease")
+	close(quit)
+	select {
+	case <-returned:
+	case <-time.After(time.Second):
+		t.Fatal("run did not return when quit closed")
+	}
+	require.False(t, items[0].lost)
+}
