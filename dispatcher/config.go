@@ -202,15 +202,10 @@ type Config struct {
 	// to slog.Default().
 	Logger *slog.Logger
 
-	// Test holds knobs for tests; leave it zero in production.
-	Test TestConfig
-}
-
-// TestConfig holds test-only knobs.
-type TestConfig struct {
-	// Now replaces time.Now for the dispatcher's local lease deadlines. The
-	// database clock still decides every due and expiry time.
-	Now func() time.Time
+	// now replaces time.Now for the dispatcher's local lease deadlines;
+	// only this package's tests set it (export_test.go). The database
+	// clock still decides every due and expiry time.
+	now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -245,8 +240,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Test.Now == nil {
-		c.Test.Now = time.Now
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return c
 }
