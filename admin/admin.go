@@ -45,11 +45,11 @@ type Admin struct {
 // does not touch the database.
 func New(db DB, cfg Config) (*Admin, error) {
 	if db == nil {
-		return nil, &outbox.ConfigError{Option: "db", Reason: "is nil"}
+		return nil, &outbox.InputError{Field: "db", Reason: "is nil"}
 	}
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
-		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, channel: names.Channel(), sql: buildStatements(names.Qualified)}, nil
 }

@@ -248,7 +248,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if err := c.Table.Validate(); err != nil {
-		return &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	checks := []struct {
 		ok     bool
@@ -277,7 +277,7 @@ func (c Config) validate() error {
 	}
 	for _, ch := range checks {
 		if !ch.ok {
-			return &outbox.ConfigError{Option: ch.option, Reason: ch.reason}
+			return &outbox.ConfigError{Field: ch.option, Reason: ch.reason}
 		}
 	}
 	return c.Backoff.Validate("Backoff")

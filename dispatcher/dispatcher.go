@@ -26,6 +26,10 @@ var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight ha
 // timeout.
 var errHardStop = errors.New("pgoutbox: dispatcher stopped")
 
+// ErrStarted is returned by Handle after Run was called: handlers are fixed
+// once the dispatcher starts.
+var ErrStarted = errors.New("pgoutbox: dispatcher: Handle called after Run")
+
 // Dispatcher claims committed events from one outbox table and delivers
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
@@ -89,10 +93,11 @@ const (
 
 // New returns a dispatcher for the table in cfg, reading and writing through
 // pool. It validates cfg and returns an *outbox.ConfigError naming the first
-// option out of range. It does not touch the database; Run does.
+// field out of range, or an *outbox.InputError for a nil pool. It does not
+// touch the database; Run does.
 func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
-		return nil, &outbox.ConfigError{Option: "pool", Reason: "must not be nil"}
+		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -100,7 +105,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	store, err := lease.New(cfg.Table)
 	if err != nil {
-		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	listenerConfig := cfg.ListenerConnConfig
 	if listenerConfig == nil {
@@ -126,21 +131,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 }
 
 // Handle registers h as the local handler of events of eventType. Register
-// every handler before Run. It returns an *outbox.ConfigError for an empty
-// type, a nil handler, a type that already has a handler, or a call after
-// Run started.
+// every handler before Run. It returns an *outbox.InputError naming
+// "eventType" for an empty type or one that already has a handler, or "h"
+// for a nil handler, and ErrStarted for a call after Run.
 func (d *Dispatcher) Handle(eventType string, h outbox.Handler) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case strings.TrimSpace(eventType) == "":
-		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-empty event type"}
+		return &outbox.InputError{Field: "eventType", Reason: "is empty"}
 	case h == nil:
-		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-nil handler"}
+		return &outbox.InputError{Field: "h", Reason: "is nil"}
 	case d.handlers[eventType] != nil:
-		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("already has a handler for %q", eventType)}
+		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
 	case d.state != stateNew:
-		return &outbox.ConfigError{Option: "Handle", Reason: "must be called before Run"}
+		return ErrStarted
 	}
 	d.handlers[eventType] = h
 	return nil

@@ -112,13 +112,13 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() (sqlname.Names, error) {
 	names, err := sqlname.For(c.Table)
 	if err != nil {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return sqlname.Names{}, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	if reason := channelProblem(c.NotifyChannel); reason != "" && !c.DisableNotify {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyChannel", Reason: reason}
+		return sqlname.Names{}, &outbox.ConfigError{Field: "NotifyChannel", Reason: reason}
 	}
 	if c.NotifyInterval != -1 && (c.NotifyInterval < 0 || c.NotifyInterval > 10*time.Second) {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "NotifyInterval",
+		return sqlname.Names{}, &outbox.ConfigError{Field: "NotifyInterval",
 			Reason: fmt.Sprintf("is %v, must be at most 10s, or -1 for a notify in every Emit", c.NotifyInterval)}
 	}
 	if err := checkRange("MaxPayloadBytes", c.MaxPayloadBytes, 1, MaxMaxPayloadBytes); err != nil {
@@ -138,7 +138,7 @@ func (c Config) validate() (sqlname.Names, error) {
 
 func checkRange(option string, v, lo, hi int) *outbox.ConfigError {
 	if v < lo || v > hi {
-		return &outbox.ConfigError{Option: option, Reason: fmt.Sprintf("is %d, must be %d to %d", v, lo, hi)}
+		return &outbox.ConfigError{Field: option, Reason: fmt.Sprintf("is %d, must be %d to %d", v, lo, hi)}
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func TestNew(t *testing.T) {
 			_, err := emitter.New(tc.cfg)
 			var cerr *outbox.ConfigError
 			require.ErrorAs(t, err, &cerr, "%+v", tc.cfg)
-			require.Equal(t, tc.option, cerr.Option)
+			require.Equal(t, tc.option, cerr.Field)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		}
 	})

@@ -230,14 +230,14 @@ func sendError(err error) error {
 	return fmt.Errorf("emitter: insert events: %w", err)
 }
 
-// txError reports an unusable transaction. It unwraps to ErrInvalidEvent,
-// ErrTxDone and cause.
-func txError(reason string, cause error) *outbox.ValidationError {
+// txError reports an unusable transaction. It unwraps to ErrInvalidInput,
+// ErrTxDone and cause, never to ErrInvalidEvent: the events may be fine.
+func txError(reason string, cause error) *outbox.InputError {
 	err := outbox.ErrTxDone
 	if cause != nil {
 		err = fmt.Errorf("%w: %w", outbox.ErrTxDone, cause)
 	}
-	return &outbox.ValidationError{Index: -1, Field: "tx", Reason: reason, Err: err}
+	return &outbox.InputError{Field: "tx", Reason: reason, Err: err}
 }
 
 // isNil reports whether tx is nil or a nil pointer in a non-nil interface

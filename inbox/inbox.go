@@ -41,7 +41,7 @@ func (c Config) names() (sqlname.Names, error) {
 	}
 	names, err := sqlname.For(t)
 	if err != nil {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return sqlname.Names{}, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return names, nil
 }

@@ -56,13 +56,13 @@ func (b Backoff) WithDefaults() Backoff {
 func (b Backoff) Validate(prefix string) error {
 	switch {
 	case b.Initial < time.Millisecond || b.Initial > 24*time.Hour:
-		return &ConfigError{Option: prefix + ".Initial", Reason: "must be between 1ms and 24h"}
+		return &ConfigError{Field: prefix + ".Initial", Reason: "must be between 1ms and 24h"}
 	case b.Multiplier < 1 || b.Multiplier > 10 || math.IsNaN(b.Multiplier):
-		return &ConfigError{Option: prefix + ".Multiplier", Reason: "must be between 1 and 10"}
+		return &ConfigError{Field: prefix + ".Multiplier", Reason: "must be between 1 and 10"}
 	case b.Max < b.Initial || b.Max > 7*24*time.Hour:
-		return &ConfigError{Option: prefix + ".Max", Reason: "must be between Initial and 7 days"}
+		return &ConfigError{Field: prefix + ".Max", Reason: "must be between Initial and 7 days"}
 	case b.Jitter < 0 || b.Jitter > 1 || math.IsNaN(b.Jitter):
-		return &ConfigError{Option: prefix + ".Jitter", Reason: "must be between 0 and 1 (or -1 for none)"}
+		return &ConfigError{Field: prefix + ".Jitter", Reason: "must be between 0 and 1 (or -1 for none)"}
 	}
 	return nil
 }

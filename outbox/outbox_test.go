@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func TestBackoffValidate(t *testing.T) {
 	} {
 		var ce *outbox.ConfigError
 		require.ErrorAs(t, b.WithDefaults().Validate("B"), &ce, field)
-		require.Equal(t, field, ce.Option)
+		require.Equal(t, field, ce.Field)
 	}
 }
 
@@ -102,9 +103,33 @@ func TestErrorTexts(t *testing.T) {
 	ve := &outbox.ValidationError{Index: 2, Field: "Type", Reason: "is empty"}
 	require.Equal(t, "pgoutbox: invalid event 2: Type is empty", ve.Error())
 	require.ErrorIs(t, ve, outbox.ErrInvalidEvent)
-	ce := &outbox.ConfigError{Option: "BatchSize", Reason: "must be between 1 and 10000"}
+	ce := &outbox.ConfigError{Field: "BatchSize", Reason: "must be between 1 and 10000"}
 	require.ErrorIs(t, ce, outbox.ErrInvalidConfig)
-	require.Contains(t, ce.Error(), "BatchSize")
+	require.Equal(t, "pgoutbox: invalid configuration: BatchSize must be between 1 and 10000", ce.Error())
+	ie := &outbox.InputError{Field: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
+	require.Equal(t, "pgoutbox: invalid input: tx is nil: "+outbox.ErrTxDone.Error(), ie.Error())
+}
+
+// TestErrorShape checks that the three typed errors share one shape: a
+// Field, one Unwrap giving the kind's sentinel and the cause, and no
+// kind matching another's sentinel.
+func TestErrorShape(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("cause")
+	kinds := []error{outbox.ErrInvalidEvent, outbox.ErrInvalidConfig, outbox.ErrInvalidInput}
+	for i, err := range []error{
+		&outbox.ValidationError{Index: 0, Field: "F", Reason: "r", Err: cause},
+		&outbox.ConfigError{Field: "F", Reason: "r", Err: cause},
+		&outbox.InputError{Field: "F", Reason: "r", Err: cause},
+	} {
+		wrapped := fmt.Errorf("outer: %w", err)
+		require.ErrorIs(t, wrapped, cause)
+		for j, kind := range kinds {
+			require.Equal(t, i == j, errors.Is(wrapped, kind), "%T and %v", err, kind)
+		}
+		require.Equal(t, []error{kinds[i], cause}, err.(interface{ Unwrap() []error }).Unwrap())
+	}
+	require.Equal(t, []error{outbox.ErrInvalidInput}, (&outbox.InputError{Field: "F"}).Unwrap())
 }
 
 func TestHeaderRule(t *testing.T) {

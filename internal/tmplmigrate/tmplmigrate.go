@@ -25,12 +25,12 @@ type Set struct {
 	Data map[string]any
 }
 
-// CheckConn returns an *outbox.ConfigError naming "conn" when conn is nil,
+// CheckConn returns an *outbox.InputError naming "conn" when conn is nil,
 // as dispatcher.New names a nil pool, and nil otherwise. Every function
 // that takes a *pgx.Conn from a caller checks it first.
 func CheckConn(conn *pgx.Conn) error {
 	if conn == nil {
-		return &outbox.ConfigError{Option: "conn", Reason: "must not be nil"}
+		return &outbox.InputError{Field: "conn", Reason: "must not be nil"}
 	}
 	return nil
 }

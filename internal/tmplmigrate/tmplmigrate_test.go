@@ -28,10 +28,10 @@ func TestNilConn(t *testing.T) {
 		"migrations.Version": version(func(ctx context.Context) (int32, error) { return migrations.Version(ctx, nil, migrations.Config{}) }),
 	} {
 		t.Run(name, func(t *testing.T) {
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, call(), &ce)
-			require.Equal(t, "conn", ce.Option)
-			require.ErrorIs(t, call(), outbox.ErrInvalidConfig)
+			var ie *outbox.InputError
+			require.ErrorAs(t, call(), &ie)
+			require.Equal(t, "conn", ie.Field)
+			require.ErrorIs(t, call(), outbox.ErrInvalidInput)
 		})
 	}
 }

@@ -78,7 +78,7 @@ func (c Config) validate() error {
 }
 
 func configError(option, reason string) error {
-	return &outbox.ConfigError{Option: option, Reason: reason}
+	return &outbox.ConfigError{Field: option, Reason: reason}
 }
 
 // KeyPartitionOrAggregate is the default [Config.KeyFunc]: the event's

@@ -34,7 +34,8 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // kgo.UnknownTopicRetries on the client instead.
 //
 // New returns an *outbox.ConfigError naming the field when cfg is out of
-// range, and one naming "client" when client is nil or transactional
+// range, and an *outbox.InputError naming "client" when client is nil or
+// transactional
 // (records produced outside a transaction would all fail).
 func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
@@ -91,10 +92,10 @@ func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 // checkClient rejects a client the Publisher cannot produce through.
 func checkClient(client *kgo.Client) error {
 	if client == nil {
-		return configError("client", "must not be nil")
+		return &outbox.InputError{Field: "client", Reason: "must not be nil"}
 	}
 	if txnID, _ := client.OptValue(kgo.TransactionalID).(string); txnID != "" {
-		return configError("client", "must not be transactional (kgo.TransactionalID)")
+		return &outbox.InputError{Field: "client", Reason: "must not be transactional (kgo.TransactionalID)"}
 	}
 	return nil
 }

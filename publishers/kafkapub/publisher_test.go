@@ -272,13 +272,13 @@ func TestConfig(t *testing.T) {
 	t.Run("NilClient", func(t *testing.T) {
 		t.Parallel()
 		_, err := kafkapub.New(nil, kafkapub.Config{})
-		requireConfigError(t, err, "client")
+		requireInputError(t, err, "client")
 	})
 
 	t.Run("TransactionalClient", func(t *testing.T) {
 		t.Parallel()
 		_, err := kafkapub.NewFromOpts(kafkapub.Config{}, kgo.SeedBrokers("127.0.0.1:1"), kgo.TransactionalID("tx"))
-		requireConfigError(t, err, "client")
+		requireInputError(t, err, "client")
 	})
 }
 
@@ -286,8 +286,16 @@ func requireConfigError(t *testing.T, err error, option string) {
 	t.Helper()
 	var ce *outbox.ConfigError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, option, ce.Option)
+	require.Equal(t, option, ce.Field)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
+
+func requireInputError(t *testing.T, err error, field string) {
+	t.Helper()
+	var ie *outbox.InputError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, field, ie.Field)
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
 
 func TestKeyFuncs(t *testing.T) {

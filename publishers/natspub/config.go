@@ -64,12 +64,12 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.MaxPending < 1 || c.MaxPending > MaxMaxPending:
-		return &outbox.ConfigError{Option: "MaxPending", Reason: "must be between 1 and 65536"}
+		return &outbox.ConfigError{Field: "MaxPending", Reason: "must be between 1 and 65536"}
 	case c.AckTimeout < MinAckTimeout || c.AckTimeout > MaxAckTimeout:
-		return &outbox.ConfigError{Option: "AckTimeout", Reason: "must be between 10ms and 10m"}
+		return &outbox.ConfigError{Field: "AckTimeout", Reason: "must be between 10ms and 10m"}
 	}
 	if reason := checkPrefix(c.SubjectPrefix); reason != "" {
-		return &outbox.ConfigError{Option: "SubjectPrefix", Reason: reason}
+		return &outbox.ConfigError{Field: "SubjectPrefix", Reason: reason}
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestNewConfig(t *testing.T) {
 				_, err := natspub.New(js, cfg)
 				var cerr *outbox.ConfigError
 				require.True(t, errors.As(err, &cerr), "%+v: %v", cfg, err)
-				require.Equal(t, option, cerr.Option, "%+v", cfg)
+				require.Equal(t, option, cerr.Field, "%+v", cfg)
 				require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 			}
 		}
@@ -38,7 +38,9 @@ func TestNewConfig(t *testing.T) {
 	t.Run("NilJetStream", func(t *testing.T) {
 		t.Parallel()
 		_, err := natspub.New(nil, natspub.Config{})
-		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		var ie *outbox.InputError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "js", ie.Field)
 	})
 	t.Run("Valid", func(t *testing.T) {
 		t.Parallel()

@@ -27,10 +27,10 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // builds (connection, TLS, credentials, domain, async-publish limits all
 // pass through) and keeps open while the Publisher is used. cfg's zero
 // fields take their defaults; an out-of-range field returns an
-// *outbox.ConfigError naming it.
+// *outbox.ConfigError naming it, a nil js an *outbox.InputError.
 func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if js == nil {
-		return nil, &outbox.ConfigError{Option: "js", Reason: "must not be nil"}
+		return nil, &outbox.InputError{Field: "js", Reason: "must not be nil"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
