@@ -25,8 +25,8 @@ type DB interface {
 
 // Config says which outbox table to operate on. The zero value is usable.
 type Config struct {
-	// Table is the outbox table. Defaults to public.outbox_events; both
-	// names must pass [outbox.ValidateIdentifier].
+	// Table is the outbox table. Defaults to public.outbox_events; see
+	// [outbox.Table] for the names it accepts.
 	Table outbox.Table
 }
 

@@ -49,7 +49,7 @@ func baseConfig(db *testdb.DB) dispatcher.Config {
 		Table:        db.Table(),
 		PollInterval: 20 * time.Millisecond,
 		Logger:       quietLogger(),
-		Backoff:      outbox.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1},
+		Backoff:      outbox.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, NoJitter: true},
 	}
 }
 

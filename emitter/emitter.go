@@ -46,7 +46,7 @@ func New(cfg Config) (*Emitter, error) {
 	}
 	if !cfg.DisableNotify {
 		e.notifySQL = notifySQL
-		e.notifyArgs = []any{cfg.NotifyChannel}
+		e.notifyArgs = []any{names.Channel()}
 	}
 	return e, nil
 }
@@ -147,7 +147,7 @@ func (e *Emitter) notifyNow(tx pgx.Tx) (bool, func()) {
 	switch {
 	case e.notifySQL == "":
 		return false, nil
-	case e.cfg.NotifyInterval < 0:
+	case e.cfg.NotifyEveryEmit:
 		return true, nil
 	}
 	return e.throttle.take(databaseOf(tx), e.cfg.NotifyInterval)

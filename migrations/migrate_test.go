@@ -119,7 +119,7 @@ func TestInvalidConfig(t *testing.T) {
 		{"SchemaUppercase", outbox.Table{Schema: "Outbox"}},
 		{"TableInjection", outbox.Table{Schema: db.Schema, Name: `x"; DROP SCHEMA public; --`}},
 		{"TableStartsWithDigit", outbox.Table{Schema: db.Schema, Name: "1events"}},
-		{"TableTooLongForSuffixes", outbox.Table{Schema: db.Schema, Name: strings.Repeat("t", outbox.MaxIdentifierLen-outbox.MaxTableSuffixLen+1)}},
+		{"TableTooLongForSuffixes", outbox.Table{Schema: db.Schema, Name: strings.Repeat("t", 49)}},
 		{"TableUppercase", outbox.Table{Schema: db.Schema, Name: "Events"}},
 	}
 	for _, tt := range tests {

@@ -14,27 +14,38 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
 
-func TestValidateIdentifier(t *testing.T) {
+func TestTableValidate(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"a", "outbox_events", "_x1", strings.Repeat("a", 63)} {
-		require.NoError(t, outbox.ValidateIdentifier(ok), ok)
+		require.NoError(t, outbox.Table{Schema: ok}.Validate(), ok)
 	}
-	for _, bad := range []string{"", "Outbox", "1abc", "pg_outbox", "a-b", "a b", `a"b`, "été", strings.Repeat("a", 64)} {
-		require.ErrorIs(t, outbox.ValidateIdentifier(bad), outbox.ErrInvalidIdentifier, bad)
+	for _, bad := range []string{"Outbox", "1abc", "pg_outbox", "a-b", "a b", `a"b`, "été", strings.Repeat("a", 64)} {
+		require.ErrorIs(t, outbox.Table{Schema: bad}.Validate(), outbox.ErrInvalidIdentifier, bad)
+		require.ErrorIs(t, outbox.Table{Name: bad}.Validate(), outbox.ErrInvalidIdentifier, bad)
 	}
 }
 
 func TestTableValidateLeavesRoomForSuffixes(t *testing.T) {
 	t.Parallel()
-	max := outbox.MaxIdentifierLen - outbox.MaxTableSuffixLen
-	require.NoError(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max)}.Validate())
-	require.ErrorIs(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max+1)}.Validate(), outbox.ErrInvalidIdentifier)
+	require.NoError(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", 48)}.Validate())
+	require.ErrorIs(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", 49)}.Validate(), outbox.ErrInvalidIdentifier)
 	require.Equal(t, outbox.Table{Schema: "public", Name: "outbox_events"}, outbox.Table{}.WithDefaults())
+}
+
+// TestTableZeroValue checks that a zero Table, and empty names, stand for
+// the default table without WithDefaults being called first.
+func TestTableZeroValue(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, outbox.Table{}.Validate())
+	require.NoError(t, outbox.Table{Schema: "app"}.Validate())
+	require.NoError(t, outbox.Table{Name: "events"}.Validate())
+	require.Equal(t, "public.outbox_events", outbox.Table{}.String())
+	require.Equal(t, "app.outbox_events", outbox.Table{Schema: "app"}.String())
 }
 
 func TestBackoffDelay(t *testing.T) {
 	t.Parallel()
-	b := outbox.Backoff{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second, Jitter: -1}.WithDefaults()
+	b := outbox.Backoff{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second, NoJitter: true}.WithDefaults()
 	require.NoError(t, b.Validate("Backoff"))
 	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 10 * time.Second, 10_000: 10 * time.Second} {
 		require.Equal(t, want, b.Delay(n), "attempt %d", n)
@@ -50,6 +61,23 @@ func TestBackoffDelay(t *testing.T) {
 	require.Greater(t, len(seen), 1, "jitter spreads delays")
 }
 
+// TestBackoffZeroValue checks that a zero Backoff, and zero fields, act as
+// the defaults without WithDefaults being called first.
+func TestBackoffZeroValue(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, outbox.Backoff{}.Validate("B"))
+	for range 50 {
+		d := outbox.Backoff{}.Delay(1)
+		require.GreaterOrEqual(t, d, 900*time.Millisecond)
+		require.LessOrEqual(t, d, 1100*time.Millisecond)
+	}
+	require.Equal(t, 4*time.Second, outbox.Backoff{NoJitter: true}.Delay(3))
+	require.Equal(t, time.Hour, outbox.Backoff{NoJitter: true}.Delay(100))
+	b := outbox.Backoff{NoJitter: true}.WithDefaults()
+	require.Equal(t, b, b.WithDefaults(), "WithDefaults is idempotent")
+	require.Zero(t, b.Jitter)
+}
+
 func TestBackoffValidate(t *testing.T) {
 	t.Parallel()
 	for field, b := range map[string]outbox.Backoff{
@@ -59,9 +87,12 @@ func TestBackoffValidate(t *testing.T) {
 		"B.Jitter":     {Jitter: 1.5},
 	} {
 		var ce *outbox.ConfigError
+		require.ErrorAs(t, b.Validate("B"), &ce, field)
 		require.ErrorAs(t, b.WithDefaults().Validate("B"), &ce, field)
 		require.Equal(t, field, ce.Field)
 	}
+	require.ErrorContains(t, outbox.Backoff{Jitter: -1}.Validate("B"), "set NoJitter")
+	require.ErrorContains(t, outbox.Backoff{Jitter: 0.5, NoJitter: true}.Validate("B"), "must be zero when NoJitter is set")
 }
 
 func TestPermanent(t *testing.T) {

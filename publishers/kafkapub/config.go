@@ -29,15 +29,22 @@ type Config struct {
 
 	// UnknownTopicRetries is how many times franz-go looks a topic up
 	// again after the cluster answered UNKNOWN_TOPIC_OR_PARTITION before
-	// it fails the records, which Publish then reports as permanent. -1
-	// means retry until the Publish context ends; 0 selects the default.
-	// From -1 to 100. Defaults to 1, so a missing topic fails after two
-	// metadata lookups instead of franz-go's five.
+	// it fails the records, which Publish then reports as permanent.
+	// From 1 to 100; 0 selects the default. Defaults to 1, so a missing
+	// topic fails after two metadata lookups instead of franz-go's five.
+	// Set UnlimitedUnknownTopicRetries instead to retry until the Publish
+	// context ends.
 	//
 	// It is applied only to the client [NewFromOpts] builds, before the
 	// caller's options, so a kgo.UnknownTopicRetries among them wins.
 	// [New] uses the caller's client exactly as it was built.
 	UnknownTopicRetries int
+	// UnlimitedUnknownTopicRetries makes franz-go look a missing topic up
+	// again until the Publish context ends, for topics that are created
+	// after their first events are published (UnknownTopicRetries must
+	// then be zero). Like UnknownTopicRetries, it applies only to the
+	// client NewFromOpts builds. Defaults to false.
+	UnlimitedUnknownTopicRetries bool
 }
 
 // Defaults applied by withDefaults.
@@ -55,10 +62,19 @@ func (c Config) withDefaults() Config {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = defaultPublishTimeout
 	}
-	if c.UnknownTopicRetries == 0 {
+	if c.UnknownTopicRetries == 0 && !c.UnlimitedUnknownTopicRetries {
 		c.UnknownTopicRetries = defaultUnknownTopicRetries
 	}
 	return c
+}
+
+// unknownTopicRetries is the value of kgo.UnknownTopicRetries for c, whose
+// -1 means "until the context ends".
+func (c Config) unknownTopicRetries() int {
+	if c.UnlimitedUnknownTopicRetries {
+		return -1
+	}
+	return c.UnknownTopicRetries
 }
 
 // validate reports the first field that is out of range as an
@@ -71,8 +87,10 @@ func (c Config) validate() error {
 		return configError("TopicPrefix", "must contain only ASCII letters, digits, '.', '_' and '-'")
 	case c.PublishTimeout < time.Millisecond || c.PublishTimeout > time.Hour:
 		return configError("PublishTimeout", "must be between 1ms and 1h")
-	case c.UnknownTopicRetries < -1 || c.UnknownTopicRetries > 100:
-		return configError("UnknownTopicRetries", "must be between -1 and 100")
+	case c.UnlimitedUnknownTopicRetries && c.UnknownTopicRetries != 0:
+		return configError("UnknownTopicRetries", "must be zero when UnlimitedUnknownTopicRetries is set")
+	case !c.UnlimitedUnknownTopicRetries && (c.UnknownTopicRetries < 1 || c.UnknownTopicRetries > 100):
+		return configError("UnknownTopicRetries", "must be between 1 and 100 (set UnlimitedUnknownTopicRetries to retry until the Publish context ends)")
 	}
 	return nil
 }

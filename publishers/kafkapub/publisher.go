@@ -30,7 +30,8 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // is used exactly as configured: franz-go's defaults already require acks
 // from all in-sync replicas and produce idempotently, and a caller that
 // weakens them (kgo.RequiredAcks, kgo.DisableIdempotentWrite) gets what it
-// asked for. cfg.UnknownTopicRetries does not apply; set
+// asked for. cfg.UnknownTopicRetries and UnlimitedUnknownTopicRetries do
+// not apply; set
 // kgo.UnknownTopicRetries on the client instead.
 //
 // New returns an *outbox.ConfigError naming the field when cfg is out of
@@ -55,7 +56,7 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 // Before the caller's options, so that any of them overrides, it applies:
 //   - kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default, stated so it
 //     holds;
-//   - kgo.UnknownTopicRetries(cfg.UnknownTopicRetries) and
+//   - kgo.UnknownTopicRetries from cfg.UnknownTopicRetries and
 //     kgo.MetadataMinAge(time.Second) (franz-go: 5s), so a missing topic
 //     fails within about a second and a retryable broker error is retried
 //     within about a second, instead of up to 5s per metadata lookup;
@@ -74,7 +75,7 @@ func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 	}
 	defaults := []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.UnknownTopicRetries(cfg.UnknownTopicRetries),
+		kgo.UnknownTopicRetries(cfg.unknownTopicRetries()),
 		kgo.MetadataMinAge(time.Second),
 		kgo.ProducerLinger(0),
 	}

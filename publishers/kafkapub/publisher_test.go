@@ -238,7 +238,8 @@ func TestConfig(t *testing.T) {
 		{"TopicPrefixBadCharacter", kafkapub.Config{TopicPrefix: "a/b"}, "TopicPrefix"},
 		{"TopicPrefixTooLong", kafkapub.Config{TopicPrefix: strings.Repeat("a", 201)}, "TopicPrefix"},
 		{"UnknownTopicRetriesAbove100", kafkapub.Config{UnknownTopicRetries: 101}, "UnknownTopicRetries"},
-		{"UnknownTopicRetriesBelowMinus1", kafkapub.Config{UnknownTopicRetries: -2}, "UnknownTopicRetries"},
+		{"UnknownTopicRetriesMinus1", kafkapub.Config{UnknownTopicRetries: -1}, "UnknownTopicRetries"},
+		{"UnknownTopicRetriesWithUnlimited", kafkapub.Config{UnknownTopicRetries: 3, UnlimitedUnknownTopicRetries: true}, "UnknownTopicRetries"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,10 +264,27 @@ func TestConfig(t *testing.T) {
 	t.Run("InRange", func(t *testing.T) {
 		t.Parallel()
 		p, err := kafkapub.NewFromOpts(kafkapub.Config{
-			TopicPrefix: "prod.", PublishTimeout: time.Hour, UnknownTopicRetries: -1,
+			TopicPrefix: "prod.", PublishTimeout: time.Hour, UnknownTopicRetries: 100,
 		}, kgo.SeedBrokers("127.0.0.1:1"))
 		require.NoError(t, err)
 		p.Close()
+	})
+
+	// The client NewFromOpts builds gets 1 by default, the configured
+	// count, or franz-go's -1 (until the context ends) for
+	// UnlimitedUnknownTopicRetries.
+	t.Run("UnknownTopicRetriesReachTheClient", func(t *testing.T) {
+		t.Parallel()
+		for want, cfg := range map[int64]kafkapub.Config{
+			1:  {},
+			7:  {UnknownTopicRetries: 7},
+			-1: {UnlimitedUnknownTopicRetries: true},
+		} {
+			p, err := kafkapub.NewFromOpts(cfg, kgo.SeedBrokers("127.0.0.1:1"))
+			require.NoError(t, err)
+			require.Equal(t, want, p.Client().OptValue(kgo.UnknownTopicRetries), "%+v", cfg)
+			p.Close()
+		}
 	})
 
 	t.Run("NilClient", func(t *testing.T) {

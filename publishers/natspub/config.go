@@ -12,8 +12,6 @@ import (
 const (
 	// DefaultMaxPending is the default of Config.MaxPending.
 	DefaultMaxPending = 512
-	// MaxMaxPending is the largest Config.MaxPending accepted.
-	MaxMaxPending = 65536
 	// DefaultAckTimeout is the default of Config.AckTimeout.
 	DefaultAckTimeout = 5 * time.Second
 	// MinAckTimeout is the smallest Config.AckTimeout accepted.
@@ -24,6 +22,9 @@ const (
 	// bytes.
 	MaxSubjectPrefixLen = 255
 )
+
+// maxPendingLimit is the largest Config.MaxPending accepted.
+const maxPendingLimit = 65536
 
 // Config tunes a [Publisher]. The zero value is valid and means every
 // default.
@@ -63,7 +64,7 @@ func (c Config) withDefaults() Config {
 // validate reports the first out-of-range field as an *outbox.ConfigError.
 func (c Config) validate() error {
 	switch {
-	case c.MaxPending < 1 || c.MaxPending > MaxMaxPending:
+	case c.MaxPending < 1 || c.MaxPending > maxPendingLimit:
 		return &outbox.ConfigError{Field: "MaxPending", Reason: "must be between 1 and 65536"}
 	case c.AckTimeout < MinAckTimeout || c.AckTimeout > MaxAckTimeout:
 		return &outbox.ConfigError{Field: "AckTimeout", Reason: "must be between 10ms and 10m"}

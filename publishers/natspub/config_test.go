@@ -20,7 +20,7 @@ func TestNewConfig(t *testing.T) {
 		t.Parallel()
 		for option, cfgs := range map[string][]natspub.Config{
 			"AckTimeout": {{AckTimeout: -time.Second}, {AckTimeout: time.Millisecond}, {AckTimeout: 11 * time.Minute}},
-			"MaxPending": {{MaxPending: -1}, {MaxPending: natspub.MaxMaxPending + 1}},
+			"MaxPending": {{MaxPending: -1}, {MaxPending: 65537}},
 			"SubjectPrefix": {
 				{SubjectPrefix: "a b."}, {SubjectPrefix: "*."}, {SubjectPrefix: "a.>."}, {SubjectPrefix: "a..b."},
 				{SubjectPrefix: ".a"}, {SubjectPrefix: "a\x00."}, {SubjectPrefix: strings.Repeat("a", 256)},
@@ -51,7 +51,7 @@ func TestNewConfig(t *testing.T) {
 			{SubjectPrefix: "orders.v1-"},
 			{SubjectPrefix: strings.Repeat("a", natspub.MaxSubjectPrefixLen)},
 			{MaxPending: 1, AckTimeout: natspub.MinAckTimeout},
-			{MaxPending: natspub.MaxMaxPending, AckTimeout: natspub.MaxAckTimeout},
+			{MaxPending: 65536, AckTimeout: natspub.MaxAckTimeout},
 		} {
 			p, err := natspub.New(js, cfg)
 			require.NoError(t, err, "%+v", cfg)
