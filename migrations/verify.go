@@ -71,15 +71,20 @@ func (e *VerifyError) Unwrap() error { return outbox.ErrSchemaMismatch }
 // creates, alters or drops anything, and works for a role that has only
 // USAGE on the schema and SELECT on the version table. It takes at most two
 // round trips.
-func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	if err := tmplmigrate.CheckConn(conn); err != nil {
-		return err
-	}
+func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
 		return err
 	}
-	cat, err := readCatalog(ctx, conn, names)
+	var cat *catalog
+	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
+		cat, err = readCatalog(ctx, c, names)
+		return err
+	})
+	var input *outbox.InputError
+	if errors.As(err, &input) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("pgoutbox: verify %s: %w", names.Table, err)
 	}
