@@ -97,3 +97,20 @@ func TestNoDrain(t *testing.T) {
 	require.ErrorIs(t, <-errc, dispatcher.ErrDrainTimeout)
 	require.Less(t, time.Since(begun), 5*time.Second)
 }
+
+// A dispatcher given another Table than the one migrated (here: another
+// name in the same schema) fails at start with outbox.ErrMissingTable
+// instead of polling a table that never fills.
+func TestRunDetectsTableMismatch(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg := baseConfig(db)
+	cfg.Table.Name = "other_events"
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, outbox.ErrMissingTable)
+	require.ErrorContains(t, err, db.Schema+".other_events")
+}

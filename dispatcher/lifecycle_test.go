@@ -133,7 +133,8 @@ func TestRunFailsWithoutTable(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table(), Logger: quietLogger()})
 	require.NoError(t, err)
 	err = d.Run(context.Background())
-	require.ErrorContains(t, err, "does not exist")
+	require.ErrorIs(t, err, outbox.ErrMissingTable)
+	require.ErrorContains(t, err, db.Table().String())
 }
 
 // The publisher gets one call per batch with each event's destination, and

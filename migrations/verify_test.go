@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -148,6 +149,8 @@ func TestVerify(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
+			missing := tt.want[0].Object == "table %[1]s.outbox_events" && tt.want[0].Actual == "missing"
+			require.Equal(t, missing, errors.Is(err, outbox.ErrMissingTable), "only a missing table matches ErrMissingTable")
 			var verr *migrations.VerifyError
 			require.ErrorAs(t, err, &verr)
 			want := make([]migrations.Problem, len(tt.want))

@@ -31,6 +31,12 @@ var (
 	// ErrSchemaMismatch is the root of the error Verify returns when the
 	// database does not hold the objects the library relies on.
 	ErrSchemaMismatch = errors.New("pgoutbox: schema does not match")
+	// ErrMissingTable is returned (wrapped) when the outbox table a call
+	// names does not exist: by a dispatcher's Run at start, before it
+	// claims anything, and by migrations.Verify alongside
+	// ErrSchemaMismatch. The usual causes are a Table that differs from
+	// the one given to migrations.Migrate, or Migrate not run yet.
+	ErrMissingTable = errors.New("pgoutbox: table does not exist")
 	// ErrLockLost is reported when a worker tries to complete or renew an
 	// event whose lease it no longer holds (expired, recovered, or taken by
 	// another worker). The row was not changed.
