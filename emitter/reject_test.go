@@ -132,7 +132,7 @@ func rejectCases() []rejectCase {
 		{name: "HeaderNameEmpty", edit: editText("HeaderName", ""), field: "Headers"},
 		{name: "HeaderNameHasCR", edit: editText("HeaderName", "a\rb"), field: "Headers"},
 		{name: "HeaderNameHasLF", edit: editText("HeaderName", "a\nb"), field: "Headers"},
-		{name: "HeaderNameReservedPrefix", edit: editText("HeaderName", "PGOUTBOX-Event-Id"), field: "Headers"},
+		{name: "HeaderNameReservedPrefix", edit: editText("HeaderName", "CE_id"), field: "Headers"},
 		{name: "HeaderValueHasCR", edit: editText("HeaderValue", "\rX"), field: "Headers"},
 		{name: "HeaderValueHasLF", edit: editText("HeaderValue", "\nX"), field: "Headers"},
 		{name: "HeadersNotAllowed", cfg: emitter.Config{NoHeaders: true}, field: "Headers"},

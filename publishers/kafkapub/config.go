@@ -16,6 +16,13 @@ type Config struct {
 	// most 200 bytes. Defaults to "" (the destination is the topic).
 	TopicPrefix string
 
+	// Source is the CloudEvents source attribute of every record (header
+	// ce_source): a URI reference naming the producing service, e.g.
+	// "/orders-service" or "urn:acme:orders". At most 1024 bytes that
+	// follow the header rule for values (see package outbox). Defaults to
+	// outbox.DefaultSource ("/pgoutbox").
+	Source string
+
 	// KeyFunc returns the record key of an event. A nil or empty key lets
 	// franz-go's partitioner spread records, with no ordering between
 	// them. Records with equal keys go to the same partition and keep
@@ -52,10 +59,14 @@ const (
 	defaultPublishTimeout      = 30 * time.Second
 	defaultUnknownTopicRetries = 1
 	maxTopicPrefixLen          = 200
+	maxSourceLen               = 1024
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
+	if c.Source == "" {
+		c.Source = outbox.DefaultSource
+	}
 	if c.KeyFunc == nil {
 		c.KeyFunc = KeyPartitionOrAggregate
 	}
@@ -85,6 +96,10 @@ func (c Config) validate() error {
 		return configError("TopicPrefix", "must be at most 200 bytes")
 	case !legalTopicChars(c.TopicPrefix):
 		return configError("TopicPrefix", "must contain only ASCII letters, digits, '.', '_' and '-'")
+	case len(c.Source) > maxSourceLen:
+		return configError("Source", "must be at most 1024 bytes")
+	case outbox.HeaderValueProblem(c.Source) != "":
+		return configError("Source", outbox.HeaderValueProblem(c.Source))
 	case c.PublishTimeout < time.Millisecond || c.PublishTimeout > time.Hour:
 		return configError("PublishTimeout", "must be between 1ms and 1h")
 	case c.UnlimitedUnknownTopicRetries && c.UnknownTopicRetries != 0:

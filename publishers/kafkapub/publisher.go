@@ -119,8 +119,8 @@ func (p *Publisher) Close() {
 // Config.TopicPrefix + Destination, and waits for the broker's
 // acknowledgement of each. It returns one error per message, in order: nil
 // when acknowledged, an error wrapped with outbox.Permanent when the topic
-// does not exist or is invalid, an event header name starts with
-// [ReservedPrefix], the record is too large or invalid, or access is
+// does not exist or is invalid, an event header name is reserved for the
+// CloudEvents attributes ([HeaderPrefix]), the record is too large or invalid, or access is
 // denied, and a retryable error otherwise.
 //
 // A broker rejects a whole record batch when the batch, or one record in
@@ -215,7 +215,7 @@ func (p *Publisher) record(topic string, m outbox.Message) *kgo.Record {
 		Topic:   topic,
 		Key:     p.cfg.KeyFunc(m.Event),
 		Value:   m.Event.Payload,
-		Headers: encodeHeaders(m.Event),
+		Headers: encodeHeaders(m.Event, p.cfg.Source),
 	}
 }
 

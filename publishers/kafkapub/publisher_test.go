@@ -208,7 +208,7 @@ func TestPublishErrors(t *testing.T) {
 		t.Parallel()
 		_, p, topic := setup(t)
 		spoof := secretEvent(1)
-		spoof.Headers["Pgoutbox-Event-Id"] = secret
+		spoof.Headers["ce_id"] = secret
 		errs := p.Publish(timeout(t), toTopic(topic, spoof, secretEvent(2)))
 		requireErrs(t, errs[:1], true)
 		require.NoError(t, errs[1])
@@ -237,6 +237,8 @@ func TestConfig(t *testing.T) {
 		{"PublishTimeoutBelowAMillisecond", kafkapub.Config{PublishTimeout: time.Microsecond}, "PublishTimeout"},
 		{"TopicPrefixBadCharacter", kafkapub.Config{TopicPrefix: "a/b"}, "TopicPrefix"},
 		{"TopicPrefixTooLong", kafkapub.Config{TopicPrefix: strings.Repeat("a", 201)}, "TopicPrefix"},
+		{"SourceHasLF", kafkapub.Config{Source: "a\nb"}, "Source"},
+		{"SourceTooLong", kafkapub.Config{Source: strings.Repeat("s", 1025)}, "Source"},
 		{"UnknownTopicRetriesAbove100", kafkapub.Config{UnknownTopicRetries: 101}, "UnknownTopicRetries"},
 		{"UnknownTopicRetriesMinus1", kafkapub.Config{UnknownTopicRetries: -1}, "UnknownTopicRetries"},
 		{"UnknownTopicRetriesWithUnlimited", kafkapub.Config{UnknownTopicRetries: 3, UnlimitedUnknownTopicRetries: true}, "UnknownTopicRetries"},

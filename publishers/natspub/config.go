@@ -23,8 +23,12 @@ const (
 	MaxSubjectPrefixLen = 255
 )
 
-// maxPendingLimit is the largest Config.MaxPending accepted.
-const maxPendingLimit = 65536
+// maxPendingLimit is the largest Config.MaxPending accepted, maxSourceLen
+// the longest Config.Source, in bytes.
+const (
+	maxPendingLimit = 65536
+	maxSourceLen    = 1024
+)
 
 // Config tunes a [Publisher]. The zero value is valid and means every
 // default.
@@ -37,6 +41,13 @@ type Config struct {
 	// wildcard token ("*" or ">"), no empty token, so it normally ends with
 	// a dot. Defaults to "" (the destination is the subject).
 	SubjectPrefix string
+
+	// Source is the CloudEvents source attribute of every message (header
+	// ce-source): a URI reference naming the producing service, e.g.
+	// "/orders-service" or "urn:acme:orders". At most 1024 bytes that
+	// follow the header rule for values (see package outbox). Defaults to
+	// outbox.DefaultSource ("/pgoutbox").
+	Source string
 
 	// MaxPending is how many messages one Publish call keeps in flight
 	// without a PubAck: the batch is pipelined through this window. The
@@ -56,6 +67,7 @@ type Config struct {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
+	c.Source = cmp.Or(c.Source, outbox.DefaultSource)
 	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
 	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
 	return c
@@ -68,6 +80,12 @@ func (c Config) validate() error {
 		return &outbox.ConfigError{Field: "MaxPending", Reason: "must be between 1 and 65536"}
 	case c.AckTimeout < MinAckTimeout || c.AckTimeout > MaxAckTimeout:
 		return &outbox.ConfigError{Field: "AckTimeout", Reason: "must be between 10ms and 10m"}
+	}
+	if len(c.Source) > maxSourceLen {
+		return &outbox.ConfigError{Field: "Source", Reason: "must be at most 1024 bytes"}
+	}
+	if reason := outbox.HeaderValueProblem(c.Source); reason != "" {
+		return &outbox.ConfigError{Field: "Source", Reason: reason}
 	}
 	if reason := checkPrefix(c.SubjectPrefix); reason != "" {
 		return &outbox.ConfigError{Field: "SubjectPrefix", Reason: reason}

@@ -21,6 +21,7 @@ func TestNewConfig(t *testing.T) {
 		for option, cfgs := range map[string][]natspub.Config{
 			"AckTimeout": {{AckTimeout: -time.Second}, {AckTimeout: time.Millisecond}, {AckTimeout: 11 * time.Minute}},
 			"MaxPending": {{MaxPending: -1}, {MaxPending: 65537}},
+			"Source":     {{Source: " /x"}, {Source: "a\nb"}, {Source: strings.Repeat("s", 1025)}},
 			"SubjectPrefix": {
 				{SubjectPrefix: "a b."}, {SubjectPrefix: "*."}, {SubjectPrefix: "a.>."}, {SubjectPrefix: "a..b."},
 				{SubjectPrefix: ".a"}, {SubjectPrefix: "a\x00."}, {SubjectPrefix: strings.Repeat("a", 256)},
