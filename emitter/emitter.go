@@ -70,14 +70,15 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // in the order of events: the caller's ID where set, else a fresh UUIDv7.
 // The rows become visible to dispatchers when tx commits, and vanish if it
 // rolls back; Emit never commits or rolls back tx. Unless notify is
-// disabled, Emit also queues one pg_notify on the configured channel, which
+// disabled, Emit also queues one pg_notify on the table's channel, which
 // PostgreSQL delivers only at commit, when NotifyInterval has passed since
 // the last Emit of this Emitter that did.
 //
-// All events are validated before anything is sent. A nil or finished tx, or
-// an invalid event, gives an *outbox.ValidationError (errors.Is
-// [outbox.ErrInvalidEvent]; for the tx also [outbox.ErrTxDone]); nothing is
-// written and an open tx is still usable. A ctx that is already done gives
+// All events are validated before anything is sent. An invalid event gives
+// an *outbox.ValidationError (errors.Is [outbox.ErrInvalidEvent]); a nil,
+// finished or aborted tx an *outbox.InputError naming "tx" (errors.Is
+// [outbox.ErrTxDone] and [outbox.ErrInvalidInput], not ErrInvalidEvent).
+// Nothing is written and an open tx is still usable. A ctx that is already done gives
 // its error (errors.Is ctx.Err()) with the same guarantee: nothing is sent
 // and tx is unchanged. Emit with no events returns nil, nil and sends
 // nothing.
