@@ -82,10 +82,11 @@ func hasPrefixFold(s, prefix string) bool {
 // Nats-Msg-Id that jetstream.WithMsgID adds.
 const maxOwnHeaders = 12
 
-// encodeHeaders returns the NATS headers for e, whose ID in text is id.
-// The caller has checked e against the header rule (carriable), so every
-// name is a token and every value arrives as it is; a user header keeps
-// an empty value, while an empty field of the event is left out.
+// encodeHeaders returns the NATS headers for e, whose ID in text is id,
+// from source. The caller has checked e against the header rule
+// (carriable), so every name is a token and every user header value
+// arrives as it is, an empty one included; attribute values are
+// percent-encoded, and an empty field of the event is left out.
 func encodeHeaders(e outbox.Event, id, source string) nats.Header {
 	h := make(nats.Header, maxOwnHeaders+len(e.Headers))
 	// One backing array for the single-value slices saves an allocation
