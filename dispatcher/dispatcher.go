@@ -171,7 +171,8 @@ func (d *Dispatcher) Stats() Stats {
 // finish within DrainTimeout (cancelling their contexts after it), records
 // their outcomes and returns. It returns nil after a clean stop,
 // ErrDrainTimeout when handlers had to be cancelled, or the error that kept
-// it from starting (for example a missing outbox table). A stop (ctx
+// it from starting (for example outbox.ErrMissingTable, wrapped, for a
+// Table that was never migrated). A stop (ctx
 // ending, or Stop) at any moment is a clean stop: during the start-up
 // checks too, which it interrupts, Run returns nil.
 //
