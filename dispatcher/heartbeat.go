@@ -41,7 +41,7 @@ func (d *Dispatcher) renew() {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	sentAt := d.cfg.Test.Now()
+	sentAt := d.cfg.now()
 	d.leaseWrites.Lock()
 	res, err := d.store.Renew(ctx, d.pool, refs, d.cfg.LeaseDuration)
 	d.leaseWrites.Unlock()
@@ -113,7 +113,7 @@ func (d *Dispatcher) localDeadline(sentAt time.Time) time.Time {
 // expired reports whether the item's local deadline has passed. The caller
 // holds d.mu.
 func (d *Dispatcher) expired(it *item) bool {
-	return !d.cfg.Test.Now().Before(it.deadline)
+	return !d.cfg.now().Before(it.deadline)
 }
 
 // onDeadline runs when a batch's deadline timer fires: every held item of
@@ -138,7 +138,7 @@ func (d *Dispatcher) onDeadline(b *heldBatch) {
 		}
 	}
 	if !next.IsZero() {
-		b.timer.Reset(max(next.Sub(d.cfg.Test.Now()), time.Millisecond))
+		b.timer.Reset(max(next.Sub(d.cfg.now()), time.Millisecond))
 	}
 }
 

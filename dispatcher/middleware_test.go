@@ -125,11 +125,11 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 	_, err := dispatcher.New(pool, dispatcher.Config{Middleware: []outbox.Middleware{ok, nil}})
 	var cerr *outbox.ConfigError
 	require.ErrorAs(t, err, &cerr)
-	require.Equal(t, "Middleware", cerr.Option)
+	require.Equal(t, "Middleware", cerr.Field)
 
 	_, err = dispatcher.New(pool, dispatcher.Config{Middleware: []outbox.Middleware{returnsNil}, DefaultHandler: h})
 	require.ErrorAs(t, err, &cerr)
-	require.Equal(t, "Middleware", cerr.Option)
+	require.Equal(t, "Middleware", cerr.Field)
 
 	d, err := dispatcher.New(pool, dispatcher.Config{})
 	require.NoError(t, err)

@@ -122,7 +122,7 @@ func (d *Dispatcher) start(b lease.Batch, sentAt time.Time, slots int) {
 		d.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
-	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.Test.Now()), func() { d.onDeadline(hb) })
+	hb.timer = time.AfterFunc(deadline.Sub(d.cfg.now()), func() { d.onDeadline(hb) })
 	d.mu.Unlock()
 	d.releaseSlots(slots - given)
 	go d.runBatch(items)
