@@ -25,8 +25,8 @@ type DB interface {
 
 // Config says which outbox table to operate on. The zero value is usable.
 type Config struct {
-	// Table is the outbox table. Defaults to public.outbox_events; both
-	// names must pass [outbox.ValidateIdentifier].
+	// Table is the outbox table. Defaults to public.outbox_events; see
+	// [outbox.Table] for the names it accepts.
 	Table outbox.Table
 }
 
@@ -45,11 +45,11 @@ type Admin struct {
 // does not touch the database.
 func New(db DB, cfg Config) (*Admin, error) {
 	if db == nil {
-		return nil, &outbox.ConfigError{Option: "db", Reason: "is nil"}
+		return nil, &outbox.InputError{Field: "db", Reason: "is nil"}
 	}
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
-		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, channel: names.Channel(), sql: buildStatements(names.Qualified)}, nil
 }

@@ -24,8 +24,8 @@
 //     the planner may turn into a join that touches more than n rows.
 //   - Every time comparison and timestamp (due now, the purge cut-off, the
 //     age of the oldest due row) uses the database clock.
-//   - Invalid parameters give an [*InputError] (errors.Is
-//     [ErrInvalidInput]) before any statement runs; nothing is written.
+//   - Invalid parameters give an [*outbox.InputError] (errors.Is
+//     [outbox.ErrInvalidInput]) before any statement runs; nothing is written.
 //   - No error contains payload or header bytes.
 //   - With DryRun set, Replay and Purge report what the same call would
 //     change, reading without locks, and change nothing.

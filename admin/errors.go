@@ -7,39 +7,16 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// Sentinel errors, for callers that branch with errors.Is.
-var (
-	// ErrInvalidInput is the root of every [*InputError]: a call was given
-	// a parameter it cannot use. Nothing was read or written when it is
-	// returned.
-	ErrInvalidInput = errors.New("pgoutbox: admin: invalid input")
-	// ErrNotFound is returned (wrapped) by [Admin.Inspect] when no row has
-	// the given id.
-	ErrNotFound = errors.New("pgoutbox: admin: event not found")
-)
+// ErrNotFound is returned (wrapped) by [Admin.Inspect] when no row has the
+// given id.
+var ErrNotFound = errors.New("pgoutbox: admin: event not found")
 
-// InputError names the parameter of a call that is invalid. Its text never
-// contains payload bytes.
-type InputError struct {
-	// Param is the field at fault, e.g. "Limit" or "Status".
-	Param string
-	// Reason says what is wrong and what is accepted, in a few words.
-	Reason string
-}
-
-// Error implements error.
-func (e *InputError) Error() string {
-	return fmt.Sprintf("pgoutbox: admin: invalid input: %s %s", e.Param, e.Reason)
-}
-
-// Unwrap returns ErrInvalidInput.
-func (e *InputError) Unwrap() error { return ErrInvalidInput }
-
-// inputErr builds an *InputError with a formatted reason.
-func inputErr(param, format string, args ...any) error {
-	return &InputError{Param: param, Reason: fmt.Sprintf(format, args...)}
+// inputErr builds an *outbox.InputError with a formatted reason.
+func inputErr(field, format string, args ...any) error {
+	return &outbox.InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 // checkText checks a filter that is compared with a text column: it must

@@ -131,10 +131,10 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
-			require.ErrorIs(t, err, admin.ErrInvalidInput)
-			var ierr *admin.InputError
+			require.ErrorIs(t, err, outbox.ErrInvalidInput)
+			var ierr *outbox.InputError
 			require.ErrorAs(t, err, &ierr)
-			require.Equal(t, tc.param, ierr.Param)
+			require.Equal(t, tc.param, ierr.Field)
 			require.Contains(t, err.Error(), tc.param)
 			require.Equal(t, before, b.snapshot(t), "a rejected call changed rows")
 		})

@@ -23,7 +23,7 @@ func TestNew(t *testing.T) {
 		_, err := admin.New(b.db.Pool, admin.Config{Table: outbox.Table{Name: "Bad-Name"}})
 		var cerr *outbox.ConfigError
 		require.ErrorAs(t, err, &cerr)
-		require.Equal(t, "Table", cerr.Option)
+		require.Equal(t, "Table", cerr.Field)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		require.ErrorIs(t, err, outbox.ErrInvalidIdentifier)
 	})
@@ -31,7 +31,10 @@ func TestNew(t *testing.T) {
 	t.Run("NilDB", func(t *testing.T) {
 		t.Parallel()
 		_, err := admin.New(nil, admin.Config{})
-		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		var ie *outbox.InputError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "db", ie.Field)
+		require.NotErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 
 	t.Run("TableDefaults", func(t *testing.T) {
@@ -226,7 +229,7 @@ func TestList(t *testing.T) {
 		require.True(t, zero.IsZero())
 		for _, bad := range []string{"x", "-1", "1.5"} {
 			_, err := admin.ParseCursor(bad)
-			require.ErrorIs(t, err, admin.ErrInvalidInput, bad)
+			require.ErrorIs(t, err, outbox.ErrInvalidInput, bad)
 		}
 	})
 }
@@ -266,6 +269,6 @@ func TestInspect(t *testing.T) {
 		_, err := b.admin.Inspect(ctx, missing)
 		require.ErrorIs(t, err, admin.ErrNotFound)
 		require.Contains(t, err.Error(), missing.String())
-		require.False(t, errors.Is(err, admin.ErrInvalidInput))
+		require.False(t, errors.Is(err, outbox.ErrInvalidInput))
 	})
 }

@@ -68,7 +68,7 @@ type ReplayResult struct {
 // It is one bounded UPDATE that locks its rows with SKIP LOCKED, followed,
 // in the same transaction and only when rows changed, by a pg_notify on the
 // table's channel so dispatchers wake at once (they poll anyway). Bad
-// params give an [*InputError] and write nothing.
+// params give an [*outbox.InputError] and write nothing.
 func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
 	stmt, args, err := a.replayArgs(p)
 	if err != nil {
@@ -163,7 +163,7 @@ const (
 
 // PurgeParams choose finished rows to delete.
 type PurgeParams struct {
-	// Status is SENT or FAILED; any other value is an [*InputError].
+	// Status is SENT or FAILED; any other value is an [*outbox.InputError].
 	// PENDING and PROCESSING rows are never purged.
 	Status outbox.Status
 	// OlderThan keeps rows younger than this: a row is purged when its
@@ -184,7 +184,7 @@ type PurgeParams struct {
 // again while it returns p.Limit to drain a larger backlog; each call is
 // its own short statement. Rows are taken in no particular order: the
 // cut-off alone decides which rows may go. Bad params give an
-// [*InputError] and delete nothing.
+// [*outbox.InputError] and delete nothing.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	var stmt write
 	switch p.Status {

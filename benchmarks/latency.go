@@ -112,7 +112,7 @@ func waitRunning(ctx context.Context, d *dispatcher.Dispatcher, wakeup bool) err
 // generate schedules transaction i at start + i/Rate and commits it from
 // one of latencyWriters goroutines.
 func (lr *latencyRun) generate(ctx context.Context, db *benchDB, o Options, total int) error {
-	em, err := emitter.New(emitter.Config{DisableNotify: !o.Wakeup, NotifyInterval: notifyInterval(o)})
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Wakeup, NotifyEveryEmit: o.NotifyEvery})
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Payload, "payload", o.Payload, "payload bytes per event")
 	fs.BoolVar(&o.Tuned, "tuned", o.Tuned, "river: short FetchCooldown/FetchPollInterval")
 	fs.BoolVar(&o.Notify, "notify", o.Notify, "pgoutbox emit: in-tx pg_notify")
-	fs.BoolVar(&o.NotifyEvery, "notify-every", o.NotifyEvery, "pgoutbox emit, latency: notify in every Emit (NotifyInterval -1)")
+	fs.BoolVar(&o.NotifyEvery, "notify-every", o.NotifyEvery, "pgoutbox emit, latency: notify in every Emit (NotifyEveryEmit)")
 	fs.IntVar(&o.Rate, "rate", o.Rate, "latency: target commits per second")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency: load duration")
 	fs.BoolVar(&o.Wakeup, "wakeup", o.Wakeup, "latency: WakeupRequired (true) or WakeupDisabled (false)")

@@ -28,7 +28,7 @@ type Options struct {
 	Tuned bool
 	// Notify turns the emitter's in-transaction pg_notify on.
 	Notify bool
-	// NotifyEvery makes every Emit notify (NotifyInterval -1) instead of
+	// NotifyEvery makes every Emit notify (NotifyEveryEmit) instead of
 	// at most one per emitter.DefaultNotifyInterval.
 	NotifyEvery bool
 	// Rate is the latency case's target commits per second.

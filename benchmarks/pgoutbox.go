@@ -27,7 +27,7 @@ func runPgoutbox(ctx context.Context, o Options) (Result, error) {
 }
 
 func pgoutboxEmit(ctx context.Context, o Options) (Result, error) {
-	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify, NotifyInterval: notifyInterval(o),
+	em, err := emitter.New(emitter.Config{DisableNotify: !o.Notify, NotifyEveryEmit: o.NotifyEvery,
 		MaxPayloadBytes: max(o.Payload, emitter.DefaultMaxPayloadBytes)})
 	if err != nil {
 		return Result{}, err
@@ -56,15 +56,6 @@ func pgoutboxEmitBatch(ctx context.Context, o Options) (Result, error) {
 		_, err := em.Emit(ctx, tx, events...)
 		return err
 	}, o.Batch)
-}
-
-// notifyInterval is the emitter's NotifyInterval for o: -1 (every Emit)
-// with -notify-every, else the default.
-func notifyInterval(o Options) time.Duration {
-	if o.NotifyEvery {
-		return -1
-	}
-	return 0
 }
 
 // emitRun runs N events through W writers, per events per transaction, on a

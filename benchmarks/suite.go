@@ -45,7 +45,7 @@ func roundSpecs(short bool) []spec {
 		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
 		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
 		{"river InsertTx", groupEmit, args("river", "insert", "-n", e, "-writers", "4")},
-		{"notify in every Emit (NotifyInterval -1)", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4", "-notify-every")},
+		{"notify in every Emit (NotifyEveryEmit)", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4", "-notify-every")},
 		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},

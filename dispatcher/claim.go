@@ -172,7 +172,7 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 func (d *Dispatcher) claim(limit int) claimResult {
 	ctx, cancel := d.opContext()
 	defer cancel()
-	sentAt := d.cfg.Test.Now()
+	sentAt := d.cfg.now()
 	d.stats.claimCycles.Add(1)
 	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{

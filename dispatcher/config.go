@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
-	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -71,7 +70,9 @@ func (w Wakeup) String() string {
 
 // Config configures a Dispatcher. Every field has a default, applied by New
 // to its zero value; a value out of range makes New return an
-// *outbox.ConfigError naming the field.
+// *outbox.ConfigError naming the field. Special settings have fields of
+// their own (NoHandlerTimeout, NoDrain, NoWakeupCooldown), never a magic
+// number.
 type Config struct {
 	// Table is the outbox to dispatch. Defaults to public.outbox_events.
 	Table outbox.Table
@@ -106,17 +107,26 @@ type Config struct {
 	// HandlerTimeout bounds one handler call (its context's deadline).
 	// The deadline is at least HandlerTimeout after the call starts and at
 	// most a 64th of it (10ms at most) later, so that handlers of one batch
-	// starting together share one timer. Defaults to 1m; 1ms to 24h, or -1
-	// for none. The dispatcher waits for
-	// a handler to return even after its context ends, renewing the lease
-	// meanwhile, so that one event never runs twice at once.
+	// starting together share one timer. Defaults to 1m; 1ms to 24h. Set
+	// NoHandlerTimeout instead for none. The dispatcher waits for a handler
+	// to return even after its context ends, renewing the lease meanwhile,
+	// so that one event never runs twice at once.
 	HandlerTimeout time.Duration
+	// NoHandlerTimeout gives handler calls no deadline of their own
+	// (HandlerTimeout must then be zero): a handler runs until it returns,
+	// the lease is lost or a stop cancels it. Defaults to false.
+	NoHandlerTimeout bool
 	// PublishTimeout bounds one Publisher.Publish call. Defaults to 30s;
 	// 1ms to 24h.
 	PublishTimeout time.Duration
 	// DrainTimeout is how long a stop lets in-flight handlers finish before
-	// cancelling their contexts. Defaults to 30s; 0 to 1h (-1 for 0).
+	// cancelling their contexts. Defaults to 30s; at most 1h. Set NoDrain
+	// instead to cancel them at once.
 	DrainTimeout time.Duration
+	// NoDrain makes a stop cancel in-flight handlers' contexts at once,
+	// without waiting for them to finish (DrainTimeout must then be zero).
+	// Defaults to false.
+	NoDrain bool
 
 	// MaxAttempts is the retry budget: attempts beyond it are not made and
 	// the event becomes FAILED. Defaults to 10; 1 to 1,000.
@@ -133,9 +143,10 @@ type Config struct {
 	// Wakeup chooses how notifications wake the dispatcher. Defaults to
 	// WakeupAuto.
 	Wakeup Wakeup
-	// WakeupChannel is the LISTEN channel, the one the emitter notifies.
-	// Defaults to the emitter's default for Table ("<schema>.<table>").
-	WakeupChannel string
+	// The LISTEN channel is derived from Table, as the emitter's and
+	// admin's notify channel is ("<schema>.<table>", or "pgoutbox_<table>"
+	// past 63 bytes): it is not configurable, so that a dispatcher cannot
+	// listen on a channel its emitters never notify.
 	// ListenerConnConfig configures the dedicated listener connection.
 	// Defaults to a copy of the pool's connection config. Point it at the
 	// database directly when the pool goes through a pooler.
@@ -149,8 +160,11 @@ type Config struct {
 	// coalesce into one cycle at its end, so a burst of commits costs a
 	// few claims, not one each. It adds at most this much latency during
 	// bursts and none to the first wake-up after a quiet spell. Defaults
-	// to 20ms; 0 to 10s (-1 for 0).
+	// to 20ms; at most 10s. Set NoWakeupCooldown instead for none.
 	WakeupCooldown time.Duration
+	// NoWakeupCooldown starts a claim cycle for every wake-up, with no
+	// coalescing (WakeupCooldown must then be zero). Defaults to false.
+	NoWakeupCooldown bool
 	// IdlePollInterval is the longest the poll interval stretches to while
 	// wake-ups work and the table is idle: each empty poll doubles the
 	// interval up to it, and any claimed event resets it. Retries and
@@ -161,7 +175,7 @@ type Config struct {
 	// notification announced it (an emitter's NotifyInterval skips the
 	// notify of Emit calls soon after one that notified, and that one may
 	// roll back or commit much earlier or later). Stretch only where every
-	// event's own transaction notifies (emitter NotifyInterval -1, no other
+	// event's own transaction notifies (emitter NotifyEveryEmit, no other
 	// writers); otherwise such an event can wait up to IdlePollInterval.
 	// PollInterval to 1h.
 	IdlePollInterval time.Duration
@@ -233,15 +247,10 @@ type Config struct {
 	// to slog.Default().
 	Logger *slog.Logger
 
-	// Test holds knobs for tests; leave it zero in production.
-	Test TestConfig
-}
-
-// TestConfig holds test-only knobs.
-type TestConfig struct {
-	// Now replaces time.Now for the dispatcher's local lease deadlines. The
-	// database clock still decides every due and expiry time.
-	Now func() time.Time
+	// now replaces time.Now for the dispatcher's local lease deadlines;
+	// only this package's tests set it (export_test.go). The database
+	// clock still decides every due and expiry time.
+	now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -252,19 +261,18 @@ func (c Config) withDefaults() Config {
 	c.Claimers = cmp.Or(c.Claimers, 2)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 30*time.Second)
-	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, time.Minute)
+	if !c.NoHandlerTimeout {
+		c.HandlerTimeout = cmp.Or(c.HandlerTimeout, time.Minute)
+	}
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, 30*time.Second)
-	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
-	if c.DrainTimeout == -1 {
-		c.DrainTimeout = 0
+	if !c.NoDrain {
+		c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.Backoff = c.Backoff.WithDefaults()
-	c.WakeupChannel = cmp.Or(c.WakeupChannel, sqlname.Names{Table: c.Table}.Channel())
 	c.WakeupProbeTimeout = cmp.Or(c.WakeupProbeTimeout, 5*time.Second)
-	c.WakeupCooldown = cmp.Or(c.WakeupCooldown, 20*time.Millisecond)
-	if c.WakeupCooldown == -1 {
-		c.WakeupCooldown = 0
+	if !c.NoWakeupCooldown {
+		c.WakeupCooldown = cmp.Or(c.WakeupCooldown, 20*time.Millisecond)
 	}
 	c.IdlePollInterval = cmp.Or(c.IdlePollInterval, c.PollInterval)
 	c.RecoverEvery = cmp.Or(c.RecoverEvery, 10)
@@ -277,15 +285,15 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Test.Now == nil {
-		c.Test.Now = time.Now
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return c
 }
 
 func (c Config) validate() error {
 	if err := c.Table.Validate(); err != nil {
-		return &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	checks := []struct {
 		ok     bool
@@ -298,15 +306,14 @@ func (c Config) validate() error {
 		{between(c.Claimers, 1, 16), "Claimers", "must be between 1 and 16"},
 		{between(c.PollInterval, 10*time.Millisecond, time.Hour), "PollInterval", "must be between 10ms and 1h"},
 		{between(c.LeaseDuration, time.Second, time.Hour), "LeaseDuration", "must be between 1s and 1h"},
-		{c.HandlerTimeout == -1 || between(c.HandlerTimeout, time.Millisecond, 24*time.Hour), "HandlerTimeout", "must be between 1ms and 24h, or -1 for none"},
+		{c.NoHandlerTimeout && c.HandlerTimeout == 0 || !c.NoHandlerTimeout && between(c.HandlerTimeout, time.Millisecond, 24*time.Hour), "HandlerTimeout", onlyWithout("between 1ms and 24h", "NoHandlerTimeout", "no timeout", c.NoHandlerTimeout)},
 		{between(c.PublishTimeout, time.Millisecond, 24*time.Hour), "PublishTimeout", "must be between 1ms and 24h"},
-		{between(c.DrainTimeout, 0, time.Hour), "DrainTimeout", "must be between 0 and 1h (-1 for 0)"},
+		{c.NoDrain && c.DrainTimeout == 0 || !c.NoDrain && between(c.DrainTimeout, 1, time.Hour), "DrainTimeout", onlyWithout("at most 1h", "NoDrain", "cancelling handlers at once", c.NoDrain)},
 		{between(c.MaxAttempts, 1, 1000), "MaxAttempts", "must be between 1 and 1000"},
 		{c.Delivery == AtLeastOnce || c.Delivery == AtMostOnce, "Delivery", "must be AtLeastOnce or AtMostOnce"},
 		{c.Wakeup >= WakeupAuto && c.Wakeup <= WakeupDisabled, "Wakeup", "must be WakeupAuto, WakeupRequired or WakeupDisabled"},
-		{pgtext.Problem(c.WakeupChannel, outbox.MaxIdentifierLen) == "", "WakeupChannel", "must be at most 63 bytes of UTF-8 without NUL"},
 		{between(c.WakeupProbeTimeout, 100*time.Millisecond, time.Minute), "WakeupProbeTimeout", "must be between 100ms and 1m"},
-		{between(c.WakeupCooldown, 0, 10*time.Second), "WakeupCooldown", "must be between 0 and 10s (-1 for 0)"},
+		{c.NoWakeupCooldown && c.WakeupCooldown == 0 || !c.NoWakeupCooldown && between(c.WakeupCooldown, 1, 10*time.Second), "WakeupCooldown", onlyWithout("at most 10s", "NoWakeupCooldown", "none", c.NoWakeupCooldown)},
 		{between(c.IdlePollInterval, c.PollInterval, time.Hour), "IdlePollInterval", "must be between PollInterval and 1h"},
 		{between(c.RecoverEvery, 1, 1000), "RecoverEvery", "must be between 1 and 1000"},
 		{between(c.RecoverBatchSize, 1, 100_000), "RecoverBatchSize", "must be between 1 and 100000"},
@@ -316,13 +323,22 @@ func (c Config) validate() error {
 	}
 	for _, ch := range checks {
 		if !ch.ok {
-			return &outbox.ConfigError{Option: ch.option, Reason: ch.reason}
+			return &outbox.ConfigError{Field: ch.option, Reason: ch.reason}
 		}
 	}
 	return c.Backoff.Validate("Backoff")
 }
 
 func between[T cmp.Ordered](v, lo, hi T) bool { return v >= lo && v <= hi }
+
+// onlyWithout is the reason for a duration out of its range, which it must
+// be in unless the bool field that switches it off is set, and then zero.
+func onlyWithout(rng, field, what string, set bool) string {
+	if set {
+		return "must be zero when " + field + " is set"
+	}
+	return "must be " + rng + " (set " + field + " for " + what + ")"
+}
 
 // maxOwnerLen bounds Config.Owner, in bytes.
 const maxOwnerLen = 200

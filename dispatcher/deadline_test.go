@@ -32,7 +32,7 @@ func TestNoHandlerStartsPastLocalDeadline(t *testing.T) {
 	// the heartbeat after 20m): only the test clock passes the deadline.
 	cfg.LeaseDuration = time.Hour
 	cfg.RecoverEvery = 1
-	cfg.Test.Now = clock.Now
+	dispatcher.SetClock(&cfg, clock.Now)
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
@@ -86,7 +86,7 @@ func TestNoPublishPastLocalDeadline(t *testing.T) {
 	clock := &testClock{}
 	cfg := baseConfig(db)
 	cfg.LeaseDuration = time.Hour // as above: only the test clock passes the deadline
-	cfg.Test.Now = clock.Now
+	dispatcher.SetClock(&cfg, clock.Now)
 	cfg.Publisher = pub
 	cfg.RouteFunc = func(e outbox.Event) string {
 		if e.Type == "slow" {

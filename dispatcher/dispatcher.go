@@ -25,6 +25,10 @@ var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight ha
 // timeout.
 var errHardStop = errors.New("pgoutbox: dispatcher stopped")
 
+// ErrStarted is returned by Handle after Run was called: handlers are fixed
+// once the dispatcher starts.
+var ErrStarted = errors.New("pgoutbox: dispatcher: Handle called after Run")
+
 // Dispatcher claims committed events from one outbox table and delivers
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
@@ -85,10 +89,11 @@ const (
 
 // New returns a dispatcher for the table in cfg, reading and writing through
 // pool. It validates cfg and returns an *outbox.ConfigError naming the first
-// option out of range. It does not touch the database; Run does.
+// field out of range, or an *outbox.InputError for a nil pool. It does not
+// touch the database; Run does.
 func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
-		return nil, &outbox.ConfigError{Option: "pool", Reason: "must not be nil"}
+		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -96,7 +101,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	store, err := lease.New(cfg.Table)
 	if err != nil {
-		return nil, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	listenerConfig := cfg.ListenerConnConfig
 	if listenerConfig == nil {
@@ -108,13 +113,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	var defaultHandler outbox.Handler
 	if cfg.DefaultHandler != nil {
 		if defaultHandler = wrap(cfg.DefaultHandler, cfg.Middleware); defaultHandler == nil {
-			return nil, &outbox.ConfigError{Option: "Middleware", Reason: "returned a nil handler"}
+			return nil, &outbox.ConfigError{Field: "Middleware", Reason: "returned a nil handler"}
 		}
 	}
 	return &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		reporter:       newReporter(cfg),
-		held:           newHeldSet(cfg.Test.Now, cfg.LeaseDuration),
+		held:           newHeldSet(cfg.now, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),
@@ -128,30 +133,31 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 // Handle registers h as the local handler of events of eventType, wrapped
 // in Config.Middleware and then in mw (the first of mw outermost of the
 // two; see Config.Middleware). Register every handler before Run. It
-// returns an *outbox.ConfigError for an empty type, a nil handler or
-// middleware, a middleware that returns a nil handler, a type that
-// already has a handler, or a call after Run started.
+// returns an *outbox.InputError naming "eventType" for an empty type or one
+// that already has a handler, "h" for a nil handler, "mw" for nil
+// middleware or a middleware that returns a nil handler, and ErrStarted
+// for a call after Run.
 func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Middleware) error {
 	switch {
 	case strings.TrimSpace(eventType) == "":
-		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-empty event type"}
+		return &outbox.InputError{Field: "eventType", Reason: "is empty"}
 	case h == nil:
-		return &outbox.ConfigError{Option: "Handle", Reason: "needs a non-nil handler"}
+		return &outbox.InputError{Field: "h", Reason: "is nil"}
 	case slices.ContainsFunc(mw, isNil):
-		return &outbox.ConfigError{Option: "Handle", Reason: "needs non-nil middleware"}
+		return &outbox.InputError{Field: "mw", Reason: "holds a nil middleware"}
 	}
 	// The middleware runs outside the lock: it may call the dispatcher.
 	wrapped := wrap(h, slices.Concat(d.cfg.Middleware, mw))
 	if wrapped == nil {
-		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("middleware returned a nil handler for %q", eventType)}
+		return &outbox.InputError{Field: "mw", Reason: fmt.Sprintf("returned a nil handler for %q", eventType)}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case d.handlers[eventType] != nil:
-		return &outbox.ConfigError{Option: "Handle", Reason: fmt.Sprintf("already has a handler for %q", eventType)}
+		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
 	case d.state != stateNew:
-		return &outbox.ConfigError{Option: "Handle", Reason: "must be called before Run"}
+		return ErrStarted
 	}
 	d.handlers[eventType] = wrapped
 	return nil
@@ -183,7 +189,8 @@ func (d *Dispatcher) Stats() Stats {
 // finish within DrainTimeout (cancelling their contexts after it), records
 // their outcomes and returns. It returns nil after a clean stop,
 // ErrDrainTimeout when handlers had to be cancelled, or the error that kept
-// it from starting (for example a missing outbox table). A stop (ctx
+// it from starting (for example outbox.ErrMissingTable, wrapped, for a
+// Table that was never migrated). A stop (ctx
 // ending, or Stop) at any moment is a clean stop: during the start-up
 // checks too, which it interrupts, Run returns nil.
 //

@@ -21,14 +21,14 @@ type heartbeat struct {
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
 	report      *reporter
-	now         func() time.Time // the clock of local deadlines (Config.Test.Now)
+	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
 }
 
 func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
 	return &heartbeat{
 		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites,
-		report: d.reporter, now: d.cfg.Test.Now, lease: d.cfg.LeaseDuration,
+		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration,
 	}
 }
 

@@ -27,7 +27,7 @@ func TestHeartbeatBeat(t *testing.T) {
 	require.NoError(t, err)
 	clock := &fakeClock{now: time.Now()}
 	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
-	cfg.Test.Now = clock.Now
+	SetClock(&cfg, clock.Now)
 	d, err := New(db.Pool, cfg)
 	require.NoError(t, err)
 	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 10 * time.Second, Start: 1})

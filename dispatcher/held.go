@@ -28,7 +28,7 @@ import (
 // limiter) takes it before or after, never around, a held-set call, so no
 // order between them arises.
 type heldSet struct {
-	now   func() time.Time // the local clock of lease deadlines (Config.Test.Now)
+	now   func() time.Time // the local clock of lease deadlines (Config.now, set by tests)
 	trust time.Duration    // how long a claim or renewal is trusted: 4/5 of LeaseDuration
 
 	// outcomesReady is signalled when an outcome waits for the completer;

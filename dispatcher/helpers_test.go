@@ -81,7 +81,7 @@ func baseConfig(db *testdb.DB) dispatcher.Config {
 		Table:        db.Table(),
 		PollInterval: 20 * time.Millisecond,
 		Logger:       quietLogger(),
-		Backoff:      outbox.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1},
+		Backoff:      outbox.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, NoJitter: true},
 	}
 }
 
@@ -335,14 +335,14 @@ func (r *logRecorder) count(level slog.Level, key, value string) int {
 	return n
 }
 
-// testClock is a local clock for Config.Test.Now that a test moves ahead
-// by hand, as a paused process sees time jump when it resumes.
+// testClock is a local clock for dispatcher.SetClock that a test moves
+// ahead by hand, as a paused process sees time jump when it resumes.
 type testClock struct{ offset atomic.Int64 }
 
 func (c *testClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *testClock) advance(by time.Duration) { c.offset.Add(int64(by)) }
 
-// frozenClock returns a Config.Test.Now that never moves: no local lease
+// frozenClock returns a clock for dispatcher.SetClock that never moves: no local lease
 // deadline passes, and only renewals and the database decide.
 func frozenClock() func() time.Time {
 	at := time.Now()

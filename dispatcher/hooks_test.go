@@ -100,7 +100,7 @@ func TestOutcomeFields(t *testing.T) {
 	t.Run("retry", func(t *testing.T) {
 		t.Parallel()
 		e := startHookEnv(t, func(c *dispatcher.Config) {
-			c.Backoff = outbox.Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1}
+			c.Backoff = outbox.Backoff{Initial: time.Hour, Max: time.Hour, NoJitter: true}
 		}, slowly(errBoom))
 		o := e.outcomes.wait(t, e.id, 1)[0]
 		require.Equal(t, outbox.StatusPending, o.Status)

@@ -124,7 +124,7 @@ func TestStopBeforeRun(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(context.Background()))
 	require.NoError(t, d.Run(context.Background()))
-	require.Error(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	require.ErrorIs(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }), dispatcher.ErrStarted)
 }
 
 func TestRunFailsWithoutTable(t *testing.T) {
@@ -133,7 +133,8 @@ func TestRunFailsWithoutTable(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table(), Logger: quietLogger()})
 	require.NoError(t, err)
 	err = d.Run(context.Background())
-	require.ErrorContains(t, err, "does not exist")
+	require.ErrorIs(t, err, outbox.ErrMissingTable)
+	require.ErrorContains(t, err, db.Table().String())
 }
 
 // The publisher gets one call per batch with each event's destination, and
@@ -180,13 +181,20 @@ func TestHandleRejectsBadRegistrations(t *testing.T) {
 	require.NoError(t, err)
 	ok := func(context.Context, outbox.Event) error { return nil }
 	require.NoError(t, d.Handle("x", ok))
-	for name, call := range map[string]func() error{
-		"duplicate":  func() error { return d.Handle("x", ok) },
-		"empty type": func() error { return d.Handle(" ", ok) },
-		"nil":        func() error { return d.Handle("y", nil) },
+	for name, tc := range map[string]struct {
+		call  func() error
+		field string
+	}{
+		"duplicate":  {func() error { return d.Handle("x", ok) }, "eventType"},
+		"empty type": {func() error { return d.Handle(" ", ok) }, "eventType"},
+		"nil":        {func() error { return d.Handle("y", nil) }, "h"},
 	} {
-		err := call()
-		require.ErrorIs(t, err, outbox.ErrInvalidConfig, name)
+		err := tc.call()
+		var ierr *outbox.InputError
+		require.ErrorAs(t, err, &ierr, name)
+		require.Equal(t, tc.field, ierr.Field, name)
+		require.ErrorIs(t, err, outbox.ErrInvalidInput, name)
+		require.NotErrorIs(t, err, outbox.ErrInvalidConfig, name)
 	}
 }
 
@@ -220,12 +228,14 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		_, err := dispatcher.New(db.Pool, cfg)
 		var ce *outbox.ConfigError
 		require.ErrorAs(t, err, &ce, option)
-		require.Equal(t, option, ce.Option)
+		require.Equal(t, option, ce.Field)
 		require.ErrorContains(t, err, option)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	}
 	_, err := dispatcher.New(nil, baseConfig(db))
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	var ie *outbox.InputError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "pool", ie.Field)
 }
 
 // An Owner that PostgreSQL text cannot hold would make every claim fail
@@ -244,7 +254,7 @@ func TestNewRejectsOwnerThatIsNotText(t *testing.T) {
 			_, err := dispatcher.New(db.Pool, cfg)
 			var ce *outbox.ConfigError
 			require.ErrorAs(t, err, &ce)
-			require.Equal(t, "Owner", ce.Option)
+			require.Equal(t, "Owner", ce.Field)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		})
 	}

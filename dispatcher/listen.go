@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
 // ErrWakeupUnavailable is returned by Run in WakeupRequired mode when the
@@ -51,7 +53,8 @@ func (d *Dispatcher) listen(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listener connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.cfg.WakeupChannel}.Sanitize()); err != nil {
+	channel := sqlname.Names{Table: d.cfg.Table}.Channel()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("listen: %w", err)
 	}

@@ -99,7 +99,7 @@ func TestLostCompletionReplyIsRecognised(t *testing.T) {
 			t.Parallel()
 			lr := startLostReply(t, func(cfg *dispatcher.Config) {
 				cfg.DeleteSent = deleteSent
-				cfg.Test.Now = frozenClock()
+				dispatcher.SetClock(cfg, frozenClock())
 			})
 			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
 			lr.proxy.release()

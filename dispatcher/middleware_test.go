@@ -125,16 +125,20 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 	_, err := dispatcher.New(pool, dispatcher.Config{Middleware: []outbox.Middleware{ok, nil}})
 	var cerr *outbox.ConfigError
 	require.ErrorAs(t, err, &cerr)
-	require.Equal(t, "Middleware", cerr.Option)
+	require.Equal(t, "Middleware", cerr.Field)
 
 	_, err = dispatcher.New(pool, dispatcher.Config{Middleware: []outbox.Middleware{returnsNil}, DefaultHandler: h})
 	require.ErrorAs(t, err, &cerr)
-	require.Equal(t, "Middleware", cerr.Option)
+	require.Equal(t, "Middleware", cerr.Field)
 
 	d, err := dispatcher.New(pool, dispatcher.Config{})
 	require.NoError(t, err)
-	require.ErrorIs(t, d.Handle("x", h, nil), outbox.ErrInvalidConfig)
-	require.ErrorIs(t, d.Handle("x", h, returnsNil), outbox.ErrInvalidConfig)
+	var ierr *outbox.InputError
+	require.ErrorAs(t, d.Handle("x", h, nil), &ierr)
+	require.Equal(t, "mw", ierr.Field)
+	require.ErrorAs(t, d.Handle("x", h, returnsNil), &ierr)
+	require.Equal(t, "mw", ierr.Field)
+	require.ErrorIs(t, ierr, outbox.ErrInvalidInput)
 	require.NoError(t, d.Handle("x", h, ok), "the failed calls registered nothing")
 }
 

@@ -141,8 +141,8 @@ func TestRetryTimeUsesDatabaseClock(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	id := insertEvents(t, db, "x", 1)[0]
 	cfg := baseConfig(db)
-	cfg.Backoff = outbox.Backoff{Initial: 10 * time.Second, Jitter: -1}
-	cfg.Test.Now = func() time.Time { return time.Now().Add(-3 * time.Hour) } // a badly skewed process clock
+	cfg.Backoff = outbox.Backoff{Initial: 10 * time.Second, NoJitter: true}
+	dispatcher.SetClock(&cfg, func() time.Time { return time.Now().Add(-3 * time.Hour) }) // a badly skewed process clock
 	type retry struct {
 		code outbox.Code
 		next time.Time

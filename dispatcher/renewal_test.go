@@ -30,7 +30,7 @@ func TestRenewalOfNewClaimDoesNotKeepStaleAttempt(t *testing.T) {
 	cfg.RecoverEvery = 1
 	// Local deadlines never pass: only a renewal can give up the stale
 	// attempt.
-	cfg.Test.Now = frozenClock()
+	dispatcher.SetClock(&cfg, frozenClock())
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(ctx context.Context, e outbox.Event) error {

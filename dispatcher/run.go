@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // run is the body of Run: start the helpers, coordinate until told to stop,
@@ -107,13 +107,11 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 		return fmt.Errorf("pgoutbox: dispatcher: check table: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("pgoutbox: dispatcher: table %s does not exist (run migrations.Migrate): %w",
-			d.store.Table(), errMissingTable)
+		return fmt.Errorf("pgoutbox: dispatcher: %s: %w (is it the Table given to migrations.Migrate?)",
+			d.store.Table(), outbox.ErrMissingTable)
 	}
 	return nil
 }
-
-var errMissingTable = errors.New("missing outbox table")
 
 // drain stops handlers from starting, releases unstarted claims, waits for
 // in-flight work up to DrainTimeout, then cancels it and waits for it to

@@ -23,7 +23,7 @@ func TestSnoozeKeepsAttempts(t *testing.T) {
 	id := insertEvents(t, db, "x", 1)[0]
 	outcomes := &outcomeLog{}
 	cfg := baseConfig(db)
-	cfg.Test.Now = func() time.Time { return time.Now().Add(-3 * time.Hour) } // a badly skewed process clock
+	dispatcher.SetClock(&cfg, func() time.Time { return time.Now().Add(-3 * time.Hour) }) // a badly skewed process clock
 	cfg.OnOutcome = outcomes.add
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestMaxSnoozesRange(t *testing.T) {
 		_, err := dispatcher.New(pool, dispatcher.Config{MaxSnoozes: n})
 		var cerr *outbox.ConfigError
 		require.ErrorAs(t, err, &cerr, n)
-		require.Equal(t, "MaxSnoozes", cerr.Option)
+		require.Equal(t, "MaxSnoozes", cerr.Field)
 	}
 	_, err := dispatcher.New(pool, dispatcher.Config{MaxSnoozes: 1})
 	require.NoError(t, err)

@@ -240,7 +240,7 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	const writers, perWriter = 8, 1250
 	// Every transaction notifies: this is about the dispatcher coalescing
 	// notifications, not the emitter sending fewer.
-	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: -1})
+	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyEveryEmit: true})
 	require.NoError(t, err)
 	pool := db.NewPool(t, writers)
 	// A burst: commits without waiting for the disk, so they arrive far
@@ -279,7 +279,7 @@ func stretchedDispatcher(t *testing.T, db *testdb.DB, backoff time.Duration) (*d
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.PollInterval = time.Second
 	cfg.IdlePollInterval = time.Hour
-	cfg.Backoff = outbox.Backoff{Initial: backoff, Jitter: -1}
+	cfg.Backoff = outbox.Backoff{Initial: backoff, NoJitter: true}
 	attempts := make(chan uint64, 4)
 	var d *dispatcher.Dispatcher
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)

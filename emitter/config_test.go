@@ -18,12 +18,10 @@ func TestNew(t *testing.T) {
 		for _, cfg := range []emitter.Config{
 			{},
 			{MaxPayloadBytes: 1, MaxHeaders: 1, MaxHeaderBytes: 1},
-			{MaxPayloadBytes: emitter.MaxMaxPayloadBytes, MaxHeaders: emitter.MaxMaxHeaders, MaxHeaderBytes: emitter.MaxMaxHeaderBytes},
-			{MaxHeaders: -1},
-			{NotifyInterval: -1},
+			{MaxPayloadBytes: 64 << 20, MaxHeaders: 1024, MaxHeaderBytes: 1 << 20},
+			{NoHeaders: true},
+			{NotifyEveryEmit: true},
 			{NotifyInterval: 10 * time.Second},
-			{NotifyChannel: "Any Channel ✓"},
-			{DisableNotify: true, NotifyChannel: string(make([]byte, 100))},
 			{Table: outbox.Table{Schema: "billing", Name: "events"}},
 		} {
 			_, err := emitter.New(cfg)
@@ -38,24 +36,31 @@ func TestNew(t *testing.T) {
 			cfg    emitter.Config
 		}{
 			{"MaxHeaderBytes", emitter.Config{MaxHeaderBytes: -1}},
-			{"MaxHeaderBytes", emitter.Config{MaxHeaderBytes: emitter.MaxMaxHeaderBytes + 1}},
-			{"MaxHeaders", emitter.Config{MaxHeaders: -2}},
-			{"MaxHeaders", emitter.Config{MaxHeaders: emitter.MaxMaxHeaders + 1}},
-			{"NotifyInterval", emitter.Config{NotifyInterval: -2}},
+			{"MaxHeaderBytes", emitter.Config{MaxHeaderBytes: 1<<20 + 1}},
+			{"MaxHeaders", emitter.Config{MaxHeaders: -1}}, // no longer "no headers": NoHeaders says that
+			{"MaxHeaders", emitter.Config{MaxHeaders: 1025}},
+			{"MaxHeaders", emitter.Config{MaxHeaders: 1, NoHeaders: true}},
+			{"NotifyInterval", emitter.Config{NotifyInterval: -1}}, // no longer "every Emit": NotifyEveryEmit says that
 			{"NotifyInterval", emitter.Config{NotifyInterval: 10*time.Second + 1}},
+			{"NotifyInterval", emitter.Config{NotifyInterval: time.Second, NotifyEveryEmit: true}},
 			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: -1}},
-			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: emitter.MaxMaxPayloadBytes + 1}},
-			{"NotifyChannel", emitter.Config{NotifyChannel: string(make([]byte, 64))}},
-			{"NotifyChannel", emitter.Config{NotifyChannel: "a\xff"}},
-			{"NotifyChannel", emitter.Config{NotifyChannel: "a\x00"}},
+			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: 64<<20 + 1}},
 			{"Table", emitter.Config{Table: outbox.Table{Name: "Bad-Name"}}},
 			{"Table", emitter.Config{Table: outbox.Table{Schema: "pg_catalog"}}},
 		} {
 			_, err := emitter.New(tc.cfg)
 			var cerr *outbox.ConfigError
 			require.ErrorAs(t, err, &cerr, "%+v", tc.cfg)
-			require.Equal(t, tc.option, cerr.Option)
+			require.Equal(t, tc.option, cerr.Field)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		}
+	})
+	// A -1 that used to be magic is refused with the field that now says it.
+	t.Run("OldMagicNumbersNameTheNewFields", func(t *testing.T) {
+		t.Parallel()
+		_, err := emitter.New(emitter.Config{NotifyInterval: -1})
+		require.ErrorContains(t, err, "set NotifyEveryEmit")
+		_, err = emitter.New(emitter.Config{MaxHeaders: -1})
+		require.ErrorContains(t, err, "set NoHeaders")
 	})
 }

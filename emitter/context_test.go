@@ -21,7 +21,7 @@ import (
 // persists the business rows without their events.
 func TestEmitContextDone(t *testing.T) {
 	t.Parallel()
-	b := setup(t, emitter.Config{NotifyInterval: -1})
+	b := setup(t, emitter.Config{NotifyEveryEmit: true})
 
 	for name, n := range map[string]int{"Insert": 1, "Copy": 5000} {
 		t.Run("Before"+name, func(t *testing.T) {
@@ -103,7 +103,7 @@ func (c *cancelAfterCopy) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.Trace
 // notify is still sent and Emit succeeds.
 func TestEmitCopyThenContextEnds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, emitter.Config{NotifyInterval: -1})
+	b := setup(t, emitter.Config{NotifyEveryEmit: true})
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = b.db.Schema

@@ -42,8 +42,9 @@
 //
 // # Failure modes
 //
-// A nil, committed, rolled-back or aborted transaction gives an error that
-// matches outbox.ErrTxDone. A ctx already done when Emit is called gives its
+// A nil, committed, rolled-back or aborted transaction gives an
+// *outbox.InputError that matches outbox.ErrTxDone (and not
+// outbox.ErrInvalidEvent). A ctx already done when Emit is called gives its
 // error and sends nothing: the transaction is unchanged and still usable.
 // An error from PostgreSQL (a caller-set ID already in the table, a missing
 // table, a ctx that ends while the statement runs) is returned wrapped; as

@@ -46,7 +46,7 @@ func New(cfg Config) (*Emitter, error) {
 	}
 	if !cfg.DisableNotify {
 		e.notifySQL = notifySQL
-		e.notifyArgs = []any{cfg.NotifyChannel}
+		e.notifyArgs = []any{names.Channel()}
 	}
 	return e, nil
 }
@@ -70,14 +70,15 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // in the order of events: the caller's ID where set, else a fresh UUIDv7.
 // The rows become visible to dispatchers when tx commits, and vanish if it
 // rolls back; Emit never commits or rolls back tx. Unless notify is
-// disabled, Emit also queues one pg_notify on the configured channel, which
+// disabled, Emit also queues one pg_notify on the table's channel, which
 // PostgreSQL delivers only at commit, when NotifyInterval has passed since
 // the last Emit of this Emitter that did.
 //
-// All events are validated before anything is sent. A nil or finished tx, or
-// an invalid event, gives an *outbox.ValidationError (errors.Is
-// [outbox.ErrInvalidEvent]; for the tx also [outbox.ErrTxDone]); nothing is
-// written and an open tx is still usable. A ctx that is already done gives
+// All events are validated before anything is sent. An invalid event gives
+// an *outbox.ValidationError (errors.Is [outbox.ErrInvalidEvent]); a nil,
+// finished or aborted tx an *outbox.InputError naming "tx" (errors.Is
+// [outbox.ErrTxDone] and [outbox.ErrInvalidInput], not ErrInvalidEvent).
+// Nothing is written and an open tx is still usable. A ctx that is already done gives
 // its error (errors.Is ctx.Err()) with the same guarantee: nothing is sent
 // and tx is unchanged. Emit with no events returns nil, nil and sends
 // nothing.
@@ -147,7 +148,7 @@ func (e *Emitter) notifyNow(tx pgx.Tx) (bool, func()) {
 	switch {
 	case e.notifySQL == "":
 		return false, nil
-	case e.cfg.NotifyInterval < 0:
+	case e.cfg.NotifyEveryEmit:
 		return true, nil
 	}
 	return e.throttle.take(databaseOf(tx), e.cfg.NotifyInterval)
@@ -230,14 +231,14 @@ func sendError(err error) error {
 	return fmt.Errorf("emitter: insert events: %w", err)
 }
 
-// txError reports an unusable transaction. It unwraps to ErrInvalidEvent,
-// ErrTxDone and cause.
-func txError(reason string, cause error) *outbox.ValidationError {
+// txError reports an unusable transaction. It unwraps to ErrInvalidInput,
+// ErrTxDone and cause, never to ErrInvalidEvent: the events may be fine.
+func txError(reason string, cause error) *outbox.InputError {
 	err := outbox.ErrTxDone
 	if cause != nil {
 		err = fmt.Errorf("%w: %w", outbox.ErrTxDone, cause)
 	}
-	return &outbox.ValidationError{Index: -1, Field: "tx", Reason: reason, Err: err}
+	return &outbox.InputError{Field: "tx", Reason: reason, Err: err}
 }
 
 // isNil reports whether tx is nil or a nil pointer in a non-nil interface

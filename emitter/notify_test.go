@@ -62,7 +62,7 @@ func TestEmitNotify(t *testing.T) {
 
 	t.Run("OnePerCommittedTransactionWithoutInterval", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, emitter.Config{NotifyInterval: -1})
+		b := setup(t, emitter.Config{NotifyEveryEmit: true})
 		listener := b.listen(t)
 		b.emitAndEnd(t, true, 2, validEvent(), validEvent())
 		require.Equal(t, 1, b.countNotifications(t, listener))

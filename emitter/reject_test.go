@@ -2,7 +2,6 @@ package emitter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -133,10 +132,10 @@ func rejectCases() []rejectCase {
 		{name: "HeaderNameEmpty", edit: editText("HeaderName", ""), field: "Headers"},
 		{name: "HeaderNameHasCR", edit: editText("HeaderName", "a\rb"), field: "Headers"},
 		{name: "HeaderNameHasLF", edit: editText("HeaderName", "a\nb"), field: "Headers"},
-		{name: "HeaderNameReservedPrefix", edit: editText("HeaderName", "PGOUTBOX-Event-Id"), field: "Headers"},
+		{name: "HeaderNameReservedPrefix", edit: editText("HeaderName", "CE_id"), field: "Headers"},
 		{name: "HeaderValueHasCR", edit: editText("HeaderValue", "\rX"), field: "Headers"},
 		{name: "HeaderValueHasLF", edit: editText("HeaderValue", "\nX"), field: "Headers"},
-		{name: "HeadersNotAllowed", cfg: emitter.Config{MaxHeaders: -1}, field: "Headers"},
+		{name: "HeadersNotAllowed", cfg: emitter.Config{NoHeaders: true}, field: "Headers"},
 		{name: "HeadersTooLarge", field: "Headers", edit: func(ev *outbox.Event) {
 			ev.Headers = map[string]string{"big": headerMarker + strings.Repeat("x", emitter.DefaultMaxHeaderBytes)}
 		}},
@@ -193,12 +192,23 @@ func TestEmitRejectsBadInput(t *testing.T) {
 			ids, err := e.Emit(ctx, tx, tc.eventsToEmit()...)
 			require.Error(t, err)
 			require.Nil(t, ids)
-			var verr *outbox.ValidationError
-			require.ErrorAs(t, err, &verr)
-			require.Equal(t, tc.field, verr.Field)
-			require.Equal(t, tc.index, verr.Index)
-			require.ErrorIs(t, err, outbox.ErrInvalidEvent)
-			require.Equal(t, tc.tx != txOpen, errors.Is(err, outbox.ErrTxDone))
+			if tc.tx != txOpen {
+				// A nil or finished transaction is a bad argument, not
+				// a bad event.
+				var ierr *outbox.InputError
+				require.ErrorAs(t, err, &ierr)
+				require.Equal(t, "tx", ierr.Field)
+				require.ErrorIs(t, err, outbox.ErrTxDone)
+				require.ErrorIs(t, err, outbox.ErrInvalidInput)
+				require.NotErrorIs(t, err, outbox.ErrInvalidEvent)
+			} else {
+				var verr *outbox.ValidationError
+				require.ErrorAs(t, err, &verr)
+				require.Equal(t, tc.field, verr.Field)
+				require.Equal(t, tc.index, verr.Index)
+				require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+				require.NotErrorIs(t, err, outbox.ErrTxDone)
+			}
 			require.NotContains(t, err.Error(), payloadMarker)
 			require.NotContains(t, err.Error(), headerMarker)
 
@@ -254,7 +264,8 @@ func TestEmitAbortedTx(t *testing.T) {
 
 	_, err = b.emitter.Emit(ctx, tx, validEvent())
 	require.ErrorIs(t, err, outbox.ErrTxDone)
-	var verr *outbox.ValidationError
-	require.ErrorAs(t, err, &verr)
-	require.Equal(t, "tx", verr.Field)
+	require.NotErrorIs(t, err, outbox.ErrInvalidEvent)
+	var ierr *outbox.InputError
+	require.ErrorAs(t, err, &ierr)
+	require.Equal(t, "tx", ierr.Field)
 }

@@ -117,7 +117,7 @@ func (b *testBundle) countingConnect(t *testing.T) (*pgx.Conn, *tripCounter) {
 // overlaps the data and round trips are not counted for it.
 func TestEmitRoundTrips(t *testing.T) {
 	t.Parallel()
-	b := setup(t, emitter.Config{NotifyInterval: -1}) // every Emit notifies
+	b := setup(t, emitter.Config{NotifyEveryEmit: true}) // every Emit notifies
 	events := manyEvents(1000, 0)
 
 	t.Run("ColdStatementCache", func(t *testing.T) {

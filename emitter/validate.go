@@ -134,8 +134,8 @@ func (e *Emitter) headersProblem(h map[string]string) string {
 	if len(h) == 0 {
 		return ""
 	}
-	if e.cfg.MaxHeaders < 0 {
-		return "are not allowed (MaxHeaders is -1)"
+	if e.cfg.NoHeaders {
+		return "are not allowed (NoHeaders is set)"
 	}
 	if len(h) > e.cfg.MaxHeaders {
 		return fmt.Sprintf("are %d, more than the limit of %d", len(h), e.cfg.MaxHeaders)

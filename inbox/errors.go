@@ -7,46 +7,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// Sentinel errors, for callers that branch with errors.Is.
-var (
-	// ErrInvalidInput is the root of every [*InputError]: a call was given
-	// an argument it cannot use. Nothing was written when it is returned.
-	ErrInvalidInput = errors.New("pgoutbox: inbox: invalid input")
-	// ErrContentMismatch is the root of every [*ConflictError]: the event ID
-	// was already recorded for the consumer with a different type or
-	// payload.
-	ErrContentMismatch = errors.New("pgoutbox: inbox: event ID reused with different content")
-)
-
-// InputError names the argument of a call that is invalid. Its text never
-// contains payload bytes; a consumer name that is not valid UTF-8 or too long
-// is not quoted either.
-type InputError struct {
-	// Arg is the argument at fault: "tx", "consumer", "event.ID", "work",
-	// "db", "olderThan" or "batchSize".
-	Arg string
-	// Reason says what is wrong, in a few words.
-	Reason string
-	// Err is an underlying cause, if any (outbox.ErrTxDone for a nil tx).
-	Err error
-}
-
-// Error implements error.
-func (e *InputError) Error() string {
-	msg := fmt.Sprintf("pgoutbox: inbox: invalid input: %s %s", e.Arg, e.Reason)
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap returns ErrInvalidInput and the underlying cause.
-func (e *InputError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidInput, e.Err}
-	}
-	return []error{ErrInvalidInput}
-}
+// ErrContentMismatch is the root of every [*ConflictError]: the event ID was
+// already recorded for the consumer with a different type or payload.
+var ErrContentMismatch = errors.New("pgoutbox: inbox: event ID reused with different content")
 
 // ConflictError reports that an event ID was already recorded for a
 // consumer with different content (type or payload). The consumer's work was

@@ -16,8 +16,7 @@ import (
 const DefaultTable = "outbox_inbox"
 
 // Suffixes of the inbox's own objects, added to the table name like the
-// outbox's in internal/sqlname. None is longer than
-// outbox.MaxTableSuffixLen.
+// outbox's in internal/sqlname. None is longer than ident.SuffixRoom.
 const (
 	suffixConsumerCheck = "_consumer_check"
 	suffixHashCheck     = "_hash_check"
@@ -28,8 +27,8 @@ const (
 type Config struct {
 	// Table is the inbox table. Defaults to public.outbox_inbox: an empty
 	// Schema means "public", an empty Name means [DefaultTable]. Both names
-	// must pass [outbox.ValidateIdentifier], and the name may be at most 48
-	// bytes, as for an outbox table.
+	// must be plain identifiers, and the name at most 48 bytes, as for an
+	// outbox table (see [outbox.Table]).
 	Table outbox.Table
 }
 
@@ -41,7 +40,7 @@ func (c Config) names() (sqlname.Names, error) {
 	}
 	names, err := sqlname.For(t)
 	if err != nil {
-		return sqlname.Names{}, &outbox.ConfigError{Option: "Table", Reason: "is invalid", Err: err}
+		return sqlname.Names{}, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return names, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -38,15 +39,17 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 // and safe when several processes call it at once: it holds a session
 // advisory lock keyed by the table's qualified name while it runs, so one
 // caller migrates and the others wait and then find nothing to do. It needs
-// a direct connection, not one behind a transaction-mode pooler. A nil conn
-// or an invalid table name gives an *outbox.ConfigError (naming "conn" or
-// "Table") and touches nothing; so do [Version] and [Verify].
-func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+// a direct connection, not one behind a transaction-mode pooler: conn is
+// a *pgx.Conn, or a *pgxpool.Pool to acquire one from for the call (see
+// [migrations.Conn]). A nil conn gives an *outbox.InputError naming "conn",
+// an invalid table name an *outbox.ConfigError naming "Table", and nothing
+// is touched; so do [Version] and [Verify].
+func Migrate[C migrations.Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := cfg.migrationSet()
 	if err != nil {
 		return err
 	}
-	return tmplmigrate.Migrate(ctx, conn, set)
+	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error { return tmplmigrate.Migrate(ctx, c, set) })
 }
 
 // Render returns the inbox migrations as plain SQL for cfg's names, for
@@ -63,12 +66,17 @@ func Render(cfg Config) (fs.FS, error) {
 
 // Version returns the schema version of the inbox table of cfg on conn, or
 // 0 when it has never been migrated.
-func Version(ctx context.Context, conn *pgx.Conn, cfg Config) (int32, error) {
+func Version[C migrations.Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	names, err := cfg.names()
 	if err != nil {
 		return 0, err
 	}
-	return tmplmigrate.Version(ctx, conn, names.VersionTable)
+	var v int32
+	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
+		v, err = tmplmigrate.Version(ctx, c, names.VersionTable)
+		return err
+	})
+	return v, err
 }
 
 // Latest returns the newest inbox schema version this library ships.
@@ -87,14 +95,15 @@ func (c Config) migrationSet() (tmplmigrate.Set, error) {
 // schema version is [Latest]. It returns nil when all match, and otherwise
 // an error matching [outbox.ErrSchemaMismatch] that lists everything
 // missing or different. It only reads the catalogs and the version table.
-func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	if err := tmplmigrate.CheckConn(conn); err != nil {
-		return err
-	}
+func Verify[C migrations.Conn](ctx context.Context, conn C, cfg Config) error {
 	names, err := cfg.names()
 	if err != nil {
 		return err
 	}
+	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error { return verify(ctx, c, cfg, names) })
+}
+
+func verify(ctx context.Context, conn *pgx.Conn, cfg Config, names sqlname.Names) error {
 	rows, err := conn.Query(ctx, catalogSQL, names.Qualified)
 	if err != nil {
 		return fmt.Errorf("pgoutbox: inbox: verify %s: %w", names.Table, err)

@@ -33,6 +33,23 @@ func TestMigrateConcurrent(t *testing.T) {
 	require.Equal(t, "outbox_inbox outbox_inbox_schema_version", tablesIn(t, db))
 }
 
+// Migrate, Verify and Version take a *pgxpool.Pool too, and give back the
+// connection they acquire.
+func TestMigrateThroughPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cfg := inbox.Config{Table: outbox.Table{Schema: db.Schema}}
+	pool := db.NewPool(t, 2)
+	require.ErrorIs(t, inbox.Verify(ctx, pool, cfg), outbox.ErrSchemaMismatch)
+	require.NoError(t, inbox.Migrate(ctx, pool, cfg))
+	require.NoError(t, inbox.Verify(ctx, pool, cfg))
+	v, err := inbox.Version(ctx, pool, cfg)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Latest(), v)
+	require.Zero(t, pool.Stat().AcquiredConns())
+}
+
 func TestMigrateIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

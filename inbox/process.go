@@ -59,11 +59,11 @@ type WorkFunc func(ctx context.Context, tx pgx.Tx) error
 // any other.
 //
 // Invalid input (nil tx, nil work, bad consumer name, zero e.ID) gives an
-// [*InputError] before anything is sent; a finished or aborted tx gives one
+// [*outbox.InputError] before anything is sent; a finished or aborted tx gives one
 // too, matching [outbox.ErrTxDone]. No error carries payload bytes.
 func (ib *Inbox) Process(ctx context.Context, tx pgx.Tx, consumer string, e outbox.Event, work WorkFunc) (Result, error) {
 	if work == nil {
-		return Result{}, &InputError{Arg: "work", Reason: "is nil"}
+		return Result{}, &outbox.InputError{Field: "work", Reason: "is nil"}
 	}
 	res, err := ib.Record(ctx, tx, consumer, e)
 	if err != nil || res.Duplicate {
@@ -138,13 +138,13 @@ func contentHash(e outbox.Event) []byte {
 // validate checks the arguments Record needs.
 func validate(tx pgx.Tx, consumer string, id uuid.UUID) error {
 	if isNil(tx) {
-		return &InputError{Arg: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
+		return &outbox.InputError{Field: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
 	}
 	if reason := consumerProblem(consumer); reason != "" {
-		return &InputError{Arg: "consumer", Reason: reason}
+		return &outbox.InputError{Field: "consumer", Reason: reason}
 	}
 	if id == uuid.Nil {
-		return &InputError{Arg: "event.ID", Reason: "is zero"}
+		return &outbox.InputError{Field: "event.ID", Reason: "is zero"}
 	}
 	return nil
 }
@@ -163,9 +163,9 @@ func queryError(op string, id uuid.UUID, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrTxClosed):
-		return &InputError{Arg: "tx", Reason: "is already committed or rolled back", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
+		return &outbox.InputError{Field: "tx", Reason: "is already committed or rolled back", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInFailedTx:
-		return &InputError{Arg: "tx", Reason: "is aborted by an earlier error", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
+		return &outbox.InputError{Field: "tx", Reason: "is aborted by an earlier error", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
 	}
 	return fmt.Errorf("pgoutbox: inbox: %s event %s: %w", op, id, err)
 }

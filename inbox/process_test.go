@@ -158,7 +158,7 @@ func TestProcess(t *testing.T) {
 
 		_, err = b.ib.Process(ctx, tx, "billing", newEvent(`{}`), effect("billing", uuid.New(), &calls))
 
-		require.ErrorIs(t, err, inbox.ErrInvalidInput)
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
 		require.ErrorIs(t, err, outbox.ErrTxDone)
 		require.Zero(t, calls.Load())
 	})
@@ -219,10 +219,10 @@ func TestProcessInvalidInput(t *testing.T) {
 
 			_, err = b.ib.Process(ctx, callTx, tt.consumer, tt.event, work)
 
-			var inputErr *inbox.InputError
+			var inputErr *outbox.InputError
 			require.ErrorAs(t, err, &inputErr)
-			require.ErrorIs(t, err, inbox.ErrInvalidInput)
-			require.Equal(t, tt.arg, inputErr.Arg)
+			require.ErrorIs(t, err, outbox.ErrInvalidInput)
+			require.Equal(t, tt.arg, inputErr.Field)
 			require.Equal(t, tt.nilTx, errors.Is(err, outbox.ErrTxDone))
 			require.Zero(t, calls.Load())
 			// Nothing was written and the tx is still usable.
@@ -241,7 +241,7 @@ func TestNewInvalidConfig(t *testing.T) {
 	}{
 		{"SchemaUppercase", outbox.Table{Schema: "Inbox"}},
 		{"TableInjection", outbox.Table{Name: `x"; DROP SCHEMA public; --`}},
-		{"TableTooLong", outbox.Table{Name: strings.Repeat("t", outbox.MaxIdentifierLen-outbox.MaxTableSuffixLen+1)}},
+		{"TableTooLong", outbox.Table{Name: strings.Repeat("t", 49)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

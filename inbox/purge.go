@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // MaxBatchSize is the largest batchSize Purge accepts.
@@ -24,18 +26,18 @@ const MaxBatchSize = 10_000
 // before its last redelivery lets that redelivery run the work again.
 //
 // db must not be nil, olderThan must be positive and batchSize 1 to
-// [MaxBatchSize]; otherwise Purge returns an [*InputError] and deletes
+// [MaxBatchSize]; otherwise Purge returns an [*outbox.InputError] and deletes
 // nothing. After an error the count says how many rows earlier batches
 // deleted.
 func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batchSize int) (int64, error) {
 	if isNil(db) {
-		return 0, &InputError{Arg: "db", Reason: "is nil"}
+		return 0, &outbox.InputError{Field: "db", Reason: "is nil"}
 	}
 	if olderThan <= 0 {
-		return 0, &InputError{Arg: "olderThan", Reason: fmt.Sprintf("is %s, must be positive", olderThan)}
+		return 0, &outbox.InputError{Field: "olderThan", Reason: fmt.Sprintf("is %s, must be positive", olderThan)}
 	}
 	if batchSize < 1 || batchSize > MaxBatchSize {
-		return 0, &InputError{Arg: "batchSize", Reason: fmt.Sprintf("is %d, must be 1 to %d", batchSize, MaxBatchSize)}
+		return 0, &outbox.InputError{Field: "batchSize", Reason: fmt.Sprintf("is %d, must be 1 to %d", batchSize, MaxBatchSize)}
 	}
 	var cutoff time.Time
 	if err := db.QueryRow(ctx, ib.sql.cutoff, olderThan.Microseconds()).Scan(&cutoff); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 func TestPurge(t *testing.T) {
@@ -51,15 +52,15 @@ func TestPurge(t *testing.T) {
 			{time.Hour, inbox.MaxBatchSize + 1, "batchSize"},
 		} {
 			n, err := b.ib.Purge(ctx, b.db.Pool, args.olderThan, args.batchSize)
-			var inputErr *inbox.InputError
+			var inputErr *outbox.InputError
 			require.ErrorAs(t, err, &inputErr)
-			require.Equal(t, args.arg, inputErr.Arg)
+			require.Equal(t, args.arg, inputErr.Field)
 			require.Zero(t, n)
 		}
 		n, err := b.ib.Purge(ctx, nil, time.Hour, 10)
-		var inputErr *inbox.InputError
+		var inputErr *outbox.InputError
 		require.ErrorAs(t, err, &inputErr)
-		require.Equal(t, "db", inputErr.Arg)
+		require.Equal(t, "db", inputErr.Field)
 		require.Zero(t, n)
 		require.Equal(t, 3, b.records(t))
 	})

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
@@ -19,9 +20,15 @@ var files embed.FS
 // names in double braces are filled in by [Migrate] or [Render].
 var FS fs.FS = files
 
-// Config says which outbox to migrate or verify. [Migrate], [Version] and
-// [Verify] given a nil connection return an *outbox.ConfigError naming
-// "conn" and touch nothing.
+// Conn is what [Migrate], [Version] and [Verify] run on: the *pgx.Conn or
+// the *pgxpool.Pool a program already holds. Given a pool, they acquire
+// one connection for the call (Migrate holds a session advisory lock on
+// it) and release it after. Either way it must reach PostgreSQL directly,
+// not through a transaction-mode pooler. A nil one gives an
+// *outbox.InputError naming "conn", and nothing is touched.
+type Conn interface{ *pgx.Conn | *pgxpool.Pool }
+
+// Config says which outbox to migrate or verify.
 type Config struct {
 	// Table is the outbox's schema and table name. Defaults to
 	// public.outbox_events.
@@ -32,22 +39,27 @@ type Config struct {
 // version. It is idempotent, and safe when several processes call it at
 // once (see the package documentation). It needs a direct connection, not
 // one behind a transaction-mode pooler.
-func Migrate(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := migrationSet(cfg)
 	if err != nil {
 		return err
 	}
-	return tmplmigrate.Migrate(ctx, conn, set)
+	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error { return tmplmigrate.Migrate(ctx, c, set) })
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
 // when it has never been migrated.
-func Version(ctx context.Context, conn *pgx.Conn, cfg Config) (int32, error) {
+func Version[C Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
 		return 0, err
 	}
-	return tmplmigrate.Version(ctx, conn, names.VersionTable)
+	var v int32
+	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
+		v, err = tmplmigrate.Version(ctx, c, names.VersionTable)
+		return err
+	})
+	return v, err
 }
 
 // Latest returns the newest schema version this library ships.

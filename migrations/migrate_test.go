@@ -33,6 +33,37 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 }
 
+// Migrate, Version and Verify take the *pgxpool.Pool a program holds, and
+// acquire one connection per call: several replicas sharing pools migrate
+// once, and the pool gets every connection back.
+func TestMigrateThroughPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cfg := migrations.Config{Table: db.Table()}
+	pool := db.NewPool(t, 2)
+
+	v, err := migrations.Version(ctx, pool, cfg)
+	require.NoError(t, err)
+	require.Zero(t, v)
+	require.ErrorIs(t, migrations.Verify(ctx, pool, cfg), outbox.ErrSchemaMismatch)
+
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = migrations.Migrate(ctx, pool, cfg) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "call %d", i)
+	}
+	v, err = migrations.Version(ctx, pool, cfg)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	require.NoError(t, migrations.Verify(ctx, pool, cfg))
+	require.Zero(t, pool.Stat().AcquiredConns(), "every acquired connection was released")
+}
+
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -120,7 +151,7 @@ func TestInvalidConfig(t *testing.T) {
 		{"SchemaUppercase", outbox.Table{Schema: "Outbox"}},
 		{"TableInjection", outbox.Table{Schema: db.Schema, Name: `x"; DROP SCHEMA public; --`}},
 		{"TableStartsWithDigit", outbox.Table{Schema: db.Schema, Name: "1events"}},
-		{"TableTooLongForSuffixes", outbox.Table{Schema: db.Schema, Name: strings.Repeat("t", outbox.MaxIdentifierLen-outbox.MaxTableSuffixLen+1)}},
+		{"TableTooLongForSuffixes", outbox.Table{Schema: db.Schema, Name: strings.Repeat("t", 49)}},
 		{"TableUppercase", outbox.Table{Schema: db.Schema, Name: "Events"}},
 	}
 	for _, tt := range tests {

@@ -45,6 +45,8 @@ type VerifyError struct {
 	// Problems holds at least one entry, in the order table, columns,
 	// constraints, indexes, version.
 	Problems []Problem
+
+	missing bool // the table does not exist
 }
 
 // Error names every object with its expected and actual state.
@@ -57,8 +59,14 @@ func (e *VerifyError) Error() string {
 		e.Table, len(e.Problems), strings.Join(parts, "; "))
 }
 
-// Unwrap returns [outbox.ErrSchemaMismatch].
-func (e *VerifyError) Unwrap() error { return outbox.ErrSchemaMismatch }
+// Unwrap returns [outbox.ErrSchemaMismatch], and [outbox.ErrMissingTable]
+// too when the table does not exist.
+func (e *VerifyError) Unwrap() []error {
+	if e.missing {
+		return []error{outbox.ErrSchemaMismatch, outbox.ErrMissingTable}
+	}
+	return []error{outbox.ErrSchemaMismatch}
+}
 
 // Verify checks that the outbox on conn holds every table, column (type,
 // NOT NULL, default), constraint and index this version of the library
@@ -71,20 +79,25 @@ func (e *VerifyError) Unwrap() error { return outbox.ErrSchemaMismatch }
 // creates, alters or drops anything, and works for a role that has only
 // USAGE on the schema and SELECT on the version table. It takes at most two
 // round trips.
-func Verify(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	if err := tmplmigrate.CheckConn(conn); err != nil {
-		return err
-	}
+func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
 		return err
 	}
-	cat, err := readCatalog(ctx, conn, names)
+	var cat *catalog
+	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
+		cat, err = readCatalog(ctx, c, names)
+		return err
+	})
+	var input *outbox.InputError
+	if errors.As(err, &input) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("pgoutbox: verify %s: %w", names.Table, err)
 	}
 	if problems := cat.compare(names); len(problems) > 0 {
-		return &VerifyError{Table: names.Table, Problems: problems}
+		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == ""}
 	}
 	return nil
 }

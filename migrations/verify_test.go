@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -148,6 +149,8 @@ func TestVerify(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
+			missing := tt.want[0].Object == "table %[1]s.outbox_events" && tt.want[0].Actual == "missing"
+			require.Equal(t, missing, errors.Is(err, outbox.ErrMissingTable), "only a missing table matches ErrMissingTable")
 			var verr *migrations.VerifyError
 			require.ErrorAs(t, err, &verr)
 			want := make([]migrations.Problem, len(tt.want))

@@ -11,6 +11,10 @@ import (
 // ±Jitter of itself so that replicas do not retry in lockstep. The
 // dispatcher adds the delay to the database's now(), never to the
 // application clock.
+//
+// The zero value is [DefaultBackoff], and so is every zero field: Delay
+// and Validate apply the defaults themselves, so a Backoff never needs
+// WithDefaults before use.
 type Backoff struct {
 	// Initial is the delay after the first failed attempt. Defaults to 1s;
 	// 1ms to 24h.
@@ -22,15 +26,19 @@ type Backoff struct {
 	// at most 7 days.
 	Max time.Duration
 	// Jitter is the fraction of the delay by which it is spread at random,
-	// in both directions. Defaults to 0.1; 0 to 1. Use -1 for none.
+	// in both directions. Defaults to 0.1; at most 1. Set NoJitter instead
+	// for none.
 	Jitter float64
+	// NoJitter turns the spread off, so every delay is exact (Jitter must
+	// then be zero). Defaults to false.
+	NoJitter bool
 }
 
 // DefaultBackoff is the policy a zero Backoff stands for.
 var DefaultBackoff = Backoff{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.1}
 
-// WithDefaults returns b with zero fields set to DefaultBackoff's and a
-// Jitter of -1 turned into 0.
+// WithDefaults returns b with zero fields set to DefaultBackoff's (Jitter
+// stays zero when NoJitter is set).
 func (b Backoff) WithDefaults() Backoff {
 	if b.Initial == 0 {
 		b.Initial = DefaultBackoff.Initial
@@ -41,35 +49,38 @@ func (b Backoff) WithDefaults() Backoff {
 	if b.Max == 0 {
 		b.Max = DefaultBackoff.Max
 	}
-	switch b.Jitter {
-	case 0:
+	if b.Jitter == 0 && !b.NoJitter {
 		b.Jitter = DefaultBackoff.Jitter
-	case -1:
-		b.Jitter = 0
 	}
 	return b
 }
 
 // Validate returns a *ConfigError, naming the field under prefix (e.g.
-// "Backoff"), for a value out of range. Call it on the result of
-// WithDefaults.
+// "Backoff"), for a value out of range. Zero fields stand for their
+// defaults.
 func (b Backoff) Validate(prefix string) error {
+	if b.NoJitter && b.Jitter != 0 {
+		return &ConfigError{Field: prefix + ".Jitter", Reason: "must be zero when NoJitter is set"}
+	}
+	b = b.WithDefaults()
 	switch {
 	case b.Initial < time.Millisecond || b.Initial > 24*time.Hour:
-		return &ConfigError{Option: prefix + ".Initial", Reason: "must be between 1ms and 24h"}
+		return &ConfigError{Field: prefix + ".Initial", Reason: "must be between 1ms and 24h"}
 	case b.Multiplier < 1 || b.Multiplier > 10 || math.IsNaN(b.Multiplier):
-		return &ConfigError{Option: prefix + ".Multiplier", Reason: "must be between 1 and 10"}
+		return &ConfigError{Field: prefix + ".Multiplier", Reason: "must be between 1 and 10"}
 	case b.Max < b.Initial || b.Max > 7*24*time.Hour:
-		return &ConfigError{Option: prefix + ".Max", Reason: "must be between Initial and 7 days"}
-	case b.Jitter < 0 || b.Jitter > 1 || math.IsNaN(b.Jitter):
-		return &ConfigError{Option: prefix + ".Jitter", Reason: "must be between 0 and 1 (or -1 for none)"}
+		return &ConfigError{Field: prefix + ".Max", Reason: "must be between Initial and 7 days"}
+	case !b.NoJitter && (b.Jitter <= 0 || b.Jitter > 1 || math.IsNaN(b.Jitter)):
+		return &ConfigError{Field: prefix + ".Jitter", Reason: "must be above 0 and at most 1 (set NoJitter for none)"}
 	}
 	return nil
 }
 
 // Delay returns the delay after failed attempt n (1-based). n below 1 counts
-// as 1. Call it on the result of WithDefaults.
+// as 1. Zero fields stand for their defaults, so Backoff{}.Delay(1) is
+// DefaultBackoff's first delay, about 1s.
 func (b Backoff) Delay(n int) time.Duration {
+	b = b.WithDefaults()
 	if n < 1 {
 		n = 1
 	}

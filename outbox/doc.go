@@ -1,10 +1,12 @@
 // Package outbox is the vocabulary of pgoutbox: the [Event] a service emits,
 // the [Status] an event row moves through, the stable error codes and errors
 // every other package reports, the [Handler] and [Publisher] contracts a
-// dispatcher delivers to, the retry policy, and the validation of the schema
-// and table names that SQL is built from.
+// dispatcher delivers to, the retry policy, the [Table] an outbox lives in,
+// and the envelope: the CloudEvents attribute names publishers send an
+// event's fields under ([AttrID] and the constants after it).
 //
-// It imports only the standard library and github.com/google/uuid, so that
+// It imports only the standard library, github.com/google/uuid and an
+// internal package of its own module, so that
 // publishers and user code can depend on it without pulling in a database
 // driver. Quoting of identifiers happens where SQL is built, never here.
 //
@@ -42,11 +44,13 @@
 // field that travels as a header, the rule is:
 //
 //   - a header name is 1 or more RFC 9110 token characters (ASCII letters,
-//     digits and !#$%&'*+-.^_`|~), does not start with "Pgoutbox-" or
-//     "Nats-" in any case (the names of the event's own fields, and of the
-//     headers the NATS server acts on), and is not "Status" or
-//     "Description" in any case (NATS clients take a bodiless message with
-//     a Status header for a control message and never deliver it);
+//     digits and !#$%&'*+-.^_`|~), does not start with "ce_", "ce-" or
+//     "Nats-" in any case (the CloudEvents attributes the event's own
+//     fields travel as, see [AttrID], and the headers the NATS server acts
+//     on), and is not "Content-Type", "Status" or "Description" in any
+//     case (Content-Type carries the content type on Kafka; NATS clients
+//     take a bodiless message with a Status header for a control message
+//     and never deliver it);
 //   - a value (a header's value, or one of those fields) is valid UTF-8
 //     without NUL, CR or LF, and does not start or end with a space or a
 //     tab. An empty value is fine: a header with an empty value arrives

@@ -8,21 +8,35 @@ import (
 // Sentinel errors, for callers that branch with errors.Is. Every typed error
 // in this package unwraps to one of them.
 var (
-	// ErrInvalidEvent is the root of every event validation failure. When
+	// ErrInvalidEvent is the root of every *ValidationError, an event
+	// validation failure. When
 	// Emit returns it, nothing was written and the transaction is still
 	// usable; when a publisher does, it cannot carry the event as it is
 	// (see the header rule in the package documentation).
 	ErrInvalidEvent = errors.New("pgoutbox: invalid event")
-	// ErrInvalidConfig is the root of every configuration error.
+	// ErrInvalidConfig is the root of every *ConfigError: New was given
+	// a Config field out of range.
 	ErrInvalidConfig = errors.New("pgoutbox: invalid configuration")
+	// ErrInvalidInput is the root of every *InputError: a call was given an
+	// argument it cannot use. Nothing was read or written.
+	ErrInvalidInput = errors.New("pgoutbox: invalid input")
 	// ErrInvalidIdentifier is returned for a schema or table name that is not
 	// a plain lowercase SQL identifier of at most 63 bytes.
 	ErrInvalidIdentifier = errors.New("pgoutbox: invalid identifier")
-	// ErrTxDone is returned when Emit is given a nil or finished transaction.
-	ErrTxDone = errors.New("pgoutbox: transaction is nil or already finished")
+	// ErrTxDone is returned (in an *InputError for "tx") when Emit or an
+	// inbox call is given a nil transaction, one already committed or
+	// rolled back, or one aborted by an earlier error. It is not an
+	// ErrInvalidEvent: the events may be fine, the transaction is not.
+	ErrTxDone = errors.New("pgoutbox: transaction is nil, finished or aborted")
 	// ErrSchemaMismatch is the root of the error Verify returns when the
 	// database does not hold the objects the library relies on.
 	ErrSchemaMismatch = errors.New("pgoutbox: schema does not match")
+	// ErrMissingTable is returned (wrapped) when the outbox table a call
+	// names does not exist: by a dispatcher's Run at start, before it
+	// claims anything, and by migrations.Verify alongside
+	// ErrSchemaMismatch. The usual causes are a Table that differs from
+	// the one given to migrations.Migrate, or Migrate not run yet.
+	ErrMissingTable = errors.New("pgoutbox: table does not exist")
 	// ErrLockLost is reported when a worker tries to complete or renew an
 	// event whose lease it no longer holds (expired, recovered, or taken by
 	// another worker). The row was not changed.
@@ -40,11 +54,24 @@ var (
 	ErrOutcomeRefused = errors.New("pgoutbox: outcome refused by the database")
 )
 
+// The typed errors below share one shape: Field names the input at fault,
+// Reason says what is wrong and what is accepted (never quoting a payload
+// or header value), Err is an underlying cause, if any, and Unwrap returns
+// the sentinel of the kind (ErrInvalidEvent, ErrInvalidConfig or
+// ErrInvalidInput) and Err. Their kind says when the input was given:
+//
+//   - *ValidationError: an event of a call (Emit, a publisher's Publish),
+//     with its position in the call;
+//   - *ConfigError: a field of a Config given to a New function;
+//   - *InputError: any other argument of a call (a nil pool, a finished
+//     transaction, an event type given to Handle, an admin filter, an
+//     inbox consumer name).
+
 // ValidationError says which event of a call and which of its fields is
 // invalid. Its text never contains payload bytes or header values.
 type ValidationError struct {
-	// Index is the position of the event in the Emit call, or -1 when the
-	// error is not about one event (for example a nil transaction).
+	// Index is the position of the event in the call, or -1 when the error
+	// is about an event outside a call (for example NewJSON's).
 	Index int
 	// Field is the Event field at fault, e.g. "Type" or "Headers".
 	Field string
@@ -56,28 +83,21 @@ type ValidationError struct {
 
 // Error implements error.
 func (e *ValidationError) Error() string {
-	msg := fmt.Sprintf("pgoutbox: invalid event %d: %s %s", e.Index, e.Field, e.Reason)
-	if e.Index < 0 {
-		msg = fmt.Sprintf("pgoutbox: invalid event: %s %s", e.Field, e.Reason)
+	what := "invalid event"
+	if e.Index >= 0 {
+		what = fmt.Sprintf("invalid event %d", e.Index)
 	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
+	return message(what, e.Field, e.Reason, e.Err)
 }
 
 // Unwrap returns ErrInvalidEvent and the underlying cause.
-func (e *ValidationError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidEvent, e.Err}
-	}
-	return []error{ErrInvalidEvent}
-}
+func (e *ValidationError) Unwrap() []error { return unwrap(ErrInvalidEvent, e.Err) }
 
-// ConfigError names the configuration option whose value is out of range.
+// ConfigError names the Config field whose value is out of range.
 type ConfigError struct {
-	// Option is the name of the Config field, e.g. "BatchSize".
-	Option string
+	// Field is the name of the Config field, e.g. "BatchSize" or
+	// "Backoff.Initial".
+	Field string
 	// Reason says what range or form is expected.
 	Reason string
 	// Err is an underlying cause, if any (for example ErrInvalidIdentifier
@@ -87,17 +107,48 @@ type ConfigError struct {
 
 // Error implements error.
 func (e *ConfigError) Error() string {
-	msg := fmt.Sprintf("pgoutbox: invalid configuration: %s %s", e.Option, e.Reason)
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	return message("invalid configuration", e.Field, e.Reason, e.Err)
+}
+
+// Unwrap returns ErrInvalidConfig and the underlying cause.
+func (e *ConfigError) Unwrap() []error { return unwrap(ErrInvalidConfig, e.Err) }
+
+// InputError names the argument of a call that is invalid: not a Config
+// field and not an event, for example a nil pool, a finished transaction,
+// an empty event type given to Handle, or an admin or inbox parameter.
+// Nothing was read or written when a call returns it.
+type InputError struct {
+	// Field names the argument at fault, e.g. "pool", "tx", "eventType",
+	// "Limit" or "consumer".
+	Field string
+	// Reason says what is wrong and what is accepted, in a few words.
+	Reason string
+	// Err is an underlying cause, if any (ErrTxDone for a nil or finished
+	// transaction).
+	Err error
+}
+
+// Error implements error.
+func (e *InputError) Error() string {
+	return message("invalid input", e.Field, e.Reason, e.Err)
+}
+
+// Unwrap returns ErrInvalidInput and the underlying cause.
+func (e *InputError) Unwrap() []error { return unwrap(ErrInvalidInput, e.Err) }
+
+// message is the text every typed error of this package shares:
+// "pgoutbox: <what>: <field> <reason>[: <err>]".
+func message(what, field, reason string, err error) string {
+	msg := "pgoutbox: " + what + ": " + field + " " + reason
+	if err != nil {
+		msg += ": " + err.Error()
 	}
 	return msg
 }
 
-// Unwrap returns ErrInvalidConfig and the underlying cause.
-func (e *ConfigError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidConfig, e.Err}
+func unwrap(kind, err error) []error {
+	if err != nil {
+		return []error{kind, err}
 	}
-	return []error{ErrInvalidConfig}
+	return []error{kind}
 }

@@ -44,7 +44,7 @@ type Event struct {
 	IdempotencyKey string
 	// Headers are passed on to handlers and brokers, and follow the header
 	// rule (see the package documentation): names are RFC 9110 tokens not
-	// starting with Pgoutbox- or Nats-, values are UTF-8 without NUL, CR
+	// starting with ce_, ce- or Nats-, values are UTF-8 without NUL, CR
 	// or LF that do not start or end with a space or a tab (empty is
 	// fine). The emitter bounds their number and total size.
 	Headers map[string]string

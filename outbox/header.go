@@ -7,15 +7,18 @@ import (
 )
 
 // reservedHeaderPrefixes start the header names an event may not use, in
-// any case: "Pgoutbox-" names the fields publishers send, "Nats-" the
+// any case: "ce_" and "ce-" name the CloudEvents attributes publishers
+// send the event's fields as (Kafka and NATS bindings), "Nats-" the
 // headers the NATS server acts on (Nats-Msg-Id, Nats-Rollup, …).
-var reservedHeaderPrefixes = [...]string{"Pgoutbox-", "Nats-"}
+var reservedHeaderPrefixes = [...]string{"ce_", "ce-", "Nats-"}
 
 // reservedHeaderNames are the header names an event may not use, in any
-// case: NATS clients take a message with an empty body and a "Status"
-// header (and its "Description") for a server status or control message
-// and never hand it to the application.
-var reservedHeaderNames = [...]string{"Status", "Description"}
+// case: "Content-Type" carries the datacontenttype attribute on Kafka and
+// tells a CloudEvents consumer the content mode on NATS; NATS clients take
+// a message with an empty body and a "Status" header (and its
+// "Description") for a server status or control message and never hand
+// it to the application.
+var reservedHeaderNames = [...]string{"Content-Type", "Status", "Description"}
 
 // HeaderNameProblem says why name cannot be the name of an event header
 // under the header rule (see the package documentation), or returns ""

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -13,27 +14,38 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
 
-func TestValidateIdentifier(t *testing.T) {
+func TestTableValidate(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"a", "outbox_events", "_x1", strings.Repeat("a", 63)} {
-		require.NoError(t, outbox.ValidateIdentifier(ok), ok)
+		require.NoError(t, outbox.Table{Schema: ok}.Validate(), ok)
 	}
-	for _, bad := range []string{"", "Outbox", "1abc", "pg_outbox", "a-b", "a b", `a"b`, "été", strings.Repeat("a", 64)} {
-		require.ErrorIs(t, outbox.ValidateIdentifier(bad), outbox.ErrInvalidIdentifier, bad)
+	for _, bad := range []string{"Outbox", "1abc", "pg_outbox", "a-b", "a b", `a"b`, "été", strings.Repeat("a", 64)} {
+		require.ErrorIs(t, outbox.Table{Schema: bad}.Validate(), outbox.ErrInvalidIdentifier, bad)
+		require.ErrorIs(t, outbox.Table{Name: bad}.Validate(), outbox.ErrInvalidIdentifier, bad)
 	}
 }
 
 func TestTableValidateLeavesRoomForSuffixes(t *testing.T) {
 	t.Parallel()
-	max := outbox.MaxIdentifierLen - outbox.MaxTableSuffixLen
-	require.NoError(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max)}.Validate())
-	require.ErrorIs(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", max+1)}.Validate(), outbox.ErrInvalidIdentifier)
+	require.NoError(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", 48)}.Validate())
+	require.ErrorIs(t, outbox.Table{Schema: "s", Name: strings.Repeat("t", 49)}.Validate(), outbox.ErrInvalidIdentifier)
 	require.Equal(t, outbox.Table{Schema: "public", Name: "outbox_events"}, outbox.Table{}.WithDefaults())
+}
+
+// TestTableZeroValue checks that a zero Table, and empty names, stand for
+// the default table without WithDefaults being called first.
+func TestTableZeroValue(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, outbox.Table{}.Validate())
+	require.NoError(t, outbox.Table{Schema: "app"}.Validate())
+	require.NoError(t, outbox.Table{Name: "events"}.Validate())
+	require.Equal(t, "public.outbox_events", outbox.Table{}.String())
+	require.Equal(t, "app.outbox_events", outbox.Table{Schema: "app"}.String())
 }
 
 func TestBackoffDelay(t *testing.T) {
 	t.Parallel()
-	b := outbox.Backoff{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second, Jitter: -1}.WithDefaults()
+	b := outbox.Backoff{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second, NoJitter: true}.WithDefaults()
 	require.NoError(t, b.Validate("Backoff"))
 	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 10 * time.Second, 10_000: 10 * time.Second} {
 		require.Equal(t, want, b.Delay(n), "attempt %d", n)
@@ -49,6 +61,23 @@ func TestBackoffDelay(t *testing.T) {
 	require.Greater(t, len(seen), 1, "jitter spreads delays")
 }
 
+// TestBackoffZeroValue checks that a zero Backoff, and zero fields, act as
+// the defaults without WithDefaults being called first.
+func TestBackoffZeroValue(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, outbox.Backoff{}.Validate("B"))
+	for range 50 {
+		d := outbox.Backoff{}.Delay(1)
+		require.GreaterOrEqual(t, d, 900*time.Millisecond)
+		require.LessOrEqual(t, d, 1100*time.Millisecond)
+	}
+	require.Equal(t, 4*time.Second, outbox.Backoff{NoJitter: true}.Delay(3))
+	require.Equal(t, time.Hour, outbox.Backoff{NoJitter: true}.Delay(100))
+	b := outbox.Backoff{NoJitter: true}.WithDefaults()
+	require.Equal(t, b, b.WithDefaults(), "WithDefaults is idempotent")
+	require.Zero(t, b.Jitter)
+}
+
 func TestBackoffValidate(t *testing.T) {
 	t.Parallel()
 	for field, b := range map[string]outbox.Backoff{
@@ -58,9 +87,12 @@ func TestBackoffValidate(t *testing.T) {
 		"B.Jitter":     {Jitter: 1.5},
 	} {
 		var ce *outbox.ConfigError
+		require.ErrorAs(t, b.Validate("B"), &ce, field)
 		require.ErrorAs(t, b.WithDefaults().Validate("B"), &ce, field)
-		require.Equal(t, field, ce.Option)
+		require.Equal(t, field, ce.Field)
 	}
+	require.ErrorContains(t, outbox.Backoff{Jitter: -1}.Validate("B"), "set NoJitter")
+	require.ErrorContains(t, outbox.Backoff{Jitter: 0.5, NoJitter: true}.Validate("B"), "must be zero when NoJitter is set")
 }
 
 func TestPermanent(t *testing.T) {
@@ -102,18 +134,42 @@ func TestErrorTexts(t *testing.T) {
 	ve := &outbox.ValidationError{Index: 2, Field: "Type", Reason: "is empty"}
 	require.Equal(t, "pgoutbox: invalid event 2: Type is empty", ve.Error())
 	require.ErrorIs(t, ve, outbox.ErrInvalidEvent)
-	ce := &outbox.ConfigError{Option: "BatchSize", Reason: "must be between 1 and 10000"}
+	ce := &outbox.ConfigError{Field: "BatchSize", Reason: "must be between 1 and 10000"}
 	require.ErrorIs(t, ce, outbox.ErrInvalidConfig)
-	require.Contains(t, ce.Error(), "BatchSize")
+	require.Equal(t, "pgoutbox: invalid configuration: BatchSize must be between 1 and 10000", ce.Error())
+	ie := &outbox.InputError{Field: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
+	require.Equal(t, "pgoutbox: invalid input: tx is nil: "+outbox.ErrTxDone.Error(), ie.Error())
+}
+
+// TestErrorShape checks that the three typed errors share one shape: a
+// Field, one Unwrap giving the kind's sentinel and the cause, and no
+// kind matching another's sentinel.
+func TestErrorShape(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("cause")
+	kinds := []error{outbox.ErrInvalidEvent, outbox.ErrInvalidConfig, outbox.ErrInvalidInput}
+	for i, err := range []error{
+		&outbox.ValidationError{Index: 0, Field: "F", Reason: "r", Err: cause},
+		&outbox.ConfigError{Field: "F", Reason: "r", Err: cause},
+		&outbox.InputError{Field: "F", Reason: "r", Err: cause},
+	} {
+		wrapped := fmt.Errorf("outer: %w", err)
+		require.ErrorIs(t, wrapped, cause)
+		for j, kind := range kinds {
+			require.Equal(t, i == j, errors.Is(wrapped, kind), "%T and %v", err, kind)
+		}
+		require.Equal(t, []error{kinds[i], cause}, err.(interface{ Unwrap() []error }).Unwrap())
+	}
+	require.Equal(t, []error{outbox.ErrInvalidInput}, (&outbox.InputError{Field: "F"}).Unwrap())
 }
 
 func TestHeaderRule(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"a", "X-Trace-Id", "traceparent", "!#$%&'*+-.^_`|~09AZaz", "Pgoutbox", "nats"} {
+	for _, ok := range []string{"a", "X-Trace-Id", "traceparent", "!#$%&'*+-.^_`|~09AZaz", "Pgoutbox-Event-Id", "nats", "ce", "content", "Content-Length"} {
 		require.Empty(t, outbox.HeaderNameProblem(ok), ok)
 	}
 	for _, bad := range []string{"", "x/y", "a:b", "has space", "héader", "a\tb", "a\x7f", "a\x00", "(x)", "a,b",
-		"Pgoutbox-Event-Id", "PGOUTBOX-x", "Nats-Msg-Id", "nats-rollup"} {
+		"ce_id", "CE_Type", "ce-id", "Ce-Source", "content-type", "Content-Type", "Nats-Msg-Id", "nats-rollup"} {
 		require.NotEmpty(t, outbox.HeaderNameProblem(bad), "%q", bad)
 	}
 	for _, ok := range []string{"", "v", "a  b", "a\tb", "\x01c\x7f", "\u00a0nbsp\u00a0", "\vv\f", "日本語 ✓", ": a: b", `"q"`} {

@@ -318,7 +318,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 // asUsage turns the admin package's input errors into usage errors.
 func asUsage(err error) error {
-	if errors.Is(err, admin.ErrInvalidInput) {
+	if errors.Is(err, outbox.ErrInvalidInput) {
 		return usagef("%v", err)
 	}
 	return err

@@ -166,7 +166,7 @@ func dispatch(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
 		Table:        table,
 		PollInterval: 100 * time.Millisecond,
 		MaxAttempts:  3,
-		Backoff:      outbox.Backoff{Initial: 300 * time.Millisecond, Jitter: -1},
+		Backoff:      outbox.Backoff{Initial: 300 * time.Millisecond, NoJitter: true},
 		OnOutcome:    j.outcome,
 		Logger:       quietLogger(),
 	})

@@ -3,6 +3,7 @@ package sqlname
 import (
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/ident"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -19,7 +20,7 @@ type Names struct {
 }
 
 // Suffixes of the objects that belong to an outbox table. The longest must
-// fit in outbox.MaxTableSuffixLen.
+// fit in ident.SuffixRoom.
 const (
 	SuffixPkey          = "_pkey"
 	SuffixDueIndex      = "_due_idx"
@@ -59,7 +60,7 @@ func (n Names) Quoted(suffix string) string {
 // 63-byte limit on channel names. Compare it with a quoted LISTEN name via
 // pgx.Identifier{ch}.Sanitize().
 func (n Names) Channel() string {
-	if ch := n.Table.String(); len(ch) <= outbox.MaxIdentifierLen {
+	if ch := n.Table.String(); len(ch) <= ident.MaxLen {
 		return ch
 	}
 	return "pgoutbox_" + n.Table.Name

@@ -8,6 +8,7 @@ import (
 	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -25,14 +26,31 @@ type Set struct {
 	Data map[string]any
 }
 
-// CheckConn returns an *outbox.ConfigError naming "conn" when conn is nil,
-// as dispatcher.New names a nil pool, and nil otherwise. Every function
-// that takes a *pgx.Conn from a caller checks it first.
-func CheckConn(conn *pgx.Conn) error {
-	if conn == nil {
-		return &outbox.ConfigError{Option: "conn", Reason: "must not be nil"}
+// Conn is what the public migration functions take from a caller: a
+// direct connection, or a pool to acquire one from.
+type Conn interface{ *pgx.Conn | *pgxpool.Pool }
+
+// WithConn runs f on one direct connection of conn: conn itself, or one
+// acquired from the pool for the call and released after it. A nil conn
+// gives an *outbox.InputError naming "conn", as dispatcher.New names a nil
+// pool, and f does not run.
+func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) error {
+	switch c := any(conn).(type) {
+	case *pgx.Conn:
+		if c != nil {
+			return f(c)
+		}
+	case *pgxpool.Pool:
+		if c != nil {
+			pc, err := c.Acquire(ctx)
+			if err != nil {
+				return fmt.Errorf("pgoutbox: acquire a connection: %w", err)
+			}
+			defer pc.Release()
+			return f(pc.Conn())
+		}
 	}
-	return nil
+	return &outbox.InputError{Field: "conn", Reason: "must not be nil"}
 }
 
 // Migrate applies what is missing of s on conn. It holds a session advisory
@@ -41,9 +59,6 @@ func CheckConn(conn *pgx.Conn) error {
 // to do, and it creates the schema before tern creates its version table
 // in it.
 func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
-	if err := CheckConn(conn); err != nil {
-		return err
-	}
 	table := s.Names.Table
 	key := "pgoutbox.migrate:" + table.String()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
@@ -85,9 +100,6 @@ func load(m *migrate.Migrator, s Set) error {
 // Version returns the version recorded in versionTable (quoted, qualified),
 // or 0 when the table does not exist.
 func Version(ctx context.Context, conn *pgx.Conn, versionTable string) (int32, error) {
-	if err := CheckConn(conn); err != nil {
-		return 0, err
-	}
 	var exists bool
 	err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists)
 	if err != nil || !exists {

@@ -23,6 +23,9 @@
 //     at the edges of the header rule (see [HeaderCases]), and an event
 //     that breaks the rule arrives byte for byte too or fails permanently
 //     with an error matching outbox.ErrInvalidEvent;
+//   - the message is a CloudEvent in binary content mode, each field of
+//     the event under its attribute (see outbox.AttrID and after), where
+//     Features.CloudEvents says the publisher sends that envelope;
 //   - errors never contain payload bytes or header values.
 //
 // To test code that emits events (rather than a publisher), use

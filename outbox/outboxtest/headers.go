@@ -83,7 +83,9 @@ func HeaderCases() []HeaderCase {
 		{"HeaderNameHasSpace", "Headers", header("has space", "v")},
 		{"HeaderNameNATSPrefix", "Headers", header("Nats-Rollup", "sub")},
 		{"HeaderNameNonASCII", "Headers", header("héader", "v")},
-		{"HeaderNameReserved", "Headers", header("Pgoutbox-Event-Type", "other")},
+		{"HeaderNameCloudEventsKafka", "Headers", header("ce_type", "other")},
+		{"HeaderNameCloudEventsNATS", "Headers", header("Ce-Type", "other")},
+		{"HeaderNameContentType", "Headers", header("content-type", "text/plain")},
 		{"HeaderNameStatus", "Headers", header("status", "404")}, // with no body NATS hides it
 		{"HeaderNameDescription", "Headers", header("Description", "v")},
 		{"HeaderValueSpaceAround", "Headers", header("x-h", "  "+marker+"  ")},

@@ -22,6 +22,10 @@ type Features struct {
 	// KeyOrder: messages of one key, published in one batch to one
 	// destination, are received in batch order.
 	KeyOrder bool
+	// CloudEvents: the publisher sends the envelope of package outbox, a
+	// CloudEvent in binary content mode (outbox.AttrID and after), and the
+	// harness fills Received.Attributes from the message's headers.
+	CloudEvents bool
 }
 
 // Received is one message read back from the broker.
@@ -35,6 +39,12 @@ type Received struct {
 	// Event is the message decoded back into an event by the publisher's
 	// own decoder.
 	Event outbox.Event
+	// Attributes are the CloudEvents attributes the message carries, read
+	// from its headers by the harness itself (not by the publisher's
+	// decoder): keyed by attribute name without the binding's prefix
+	// ("id", "type", "datacontenttype", …), values decoded as the binding
+	// says. Needed only with Features.CloudEvents.
+	Attributes map[string]string
 }
 
 // Harness connects the suite to one publisher implementation.
@@ -69,6 +79,12 @@ func RunPublisherSuite(t *testing.T, h Harness, f Features) {
 		h.Quiet = time.Second
 	}
 	t.Run("BatchArrivesIntact", func(t *testing.T) { testBatchIntact(t, h) })
+	t.Run("CloudEvents", func(t *testing.T) {
+		if !f.CloudEvents {
+			t.Skip("the publisher does not send the CloudEvents envelope (Features.CloudEvents is false)")
+		}
+		testCloudEvents(t, h)
+	})
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, h) })
 	t.Run("Dedupe", func(t *testing.T) {
 		if !f.ServerDedupe {
@@ -302,5 +318,54 @@ func checkClean(t *testing.T, err error) {
 	t.Helper()
 	if strings.Contains(err.Error(), marker) {
 		t.Fatalf("error text contains payload or header bytes: %v", err)
+	}
+}
+
+// testCloudEvents checks the envelope as a CloudEvents consumer reads it:
+// the required attributes, and each field of the event under its
+// attribute, with nothing else of ours in the way.
+func testCloudEvents(t *testing.T, h Harness) {
+	p, dest := h.NewPublisher(t), h.NewDestination(t)
+	full, sparse := NewEvent(1), NewEvent(2)
+	full.Attempt, full.Type, full.AggregateID = 3, "conformance.tested fully", "widget 1 ✓"
+	sparse = outbox.Event{ID: sparse.ID, Type: sparse.Type, Payload: sparse.Payload}
+	events := []outbox.Event{full, sparse}
+	for i, err := range publish(t, p, context.Background(), messages(dest, events)) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	got := receive(t, h, dest, len(events))
+	for _, want := range events {
+		r, ok := find(got, want)
+		if !ok {
+			t.Fatalf("event %s never arrived", want.ID)
+		}
+		if r.Attributes[outbox.AttrSource] == "" {
+			t.Errorf("event %s: no source attribute", want.ID)
+		}
+		wantAttrs := map[string]string{
+			outbox.AttrSpecVersion:     outbox.CloudEventsSpecVersion,
+			outbox.AttrID:              want.ID.String(),
+			outbox.AttrType:            want.Type,
+			outbox.AttrSubject:         want.AggregateID,
+			outbox.AttrDataContentType: want.ContentType,
+			outbox.AttrPartitionKey:    want.PartitionKey,
+			outbox.AttrAggregateType:   want.AggregateType,
+			outbox.AttrIdempotencyKey:  want.IdempotencyKey,
+			outbox.AttrAttempt:         "",
+			outbox.AttrTime:            "",
+		}
+		if want.Attempt > 0 {
+			wantAttrs[outbox.AttrAttempt] = fmt.Sprint(want.Attempt)
+		}
+		if !want.CreatedAt.IsZero() {
+			wantAttrs[outbox.AttrTime] = want.CreatedAt.UTC().Format(time.RFC3339Nano)
+		}
+		for name, v := range wantAttrs {
+			if got := r.Attributes[name]; got != v {
+				t.Errorf("event %s: attribute %s = %q, want %q", want.ID, name, got, v)
+			}
+		}
 	}
 }

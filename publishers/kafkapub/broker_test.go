@@ -149,6 +149,7 @@ func decodeAll(t testing.TB, prefix string, recs []*kgo.Record) []outboxtest.Rec
 			Destination: strings.TrimPrefix(r.Topic, prefix),
 			Key:         string(r.Key),
 			Event:       e,
+			Attributes:  attributes(r),
 		})
 	}
 	return got
@@ -156,7 +157,7 @@ func decodeAll(t testing.TB, prefix string, recs []*kgo.Record) []outboxtest.Rec
 
 // features is what Kafka offers: key order, but no deduplication across
 // producer sessions.
-var features = outboxtest.Features{ServerDedupe: false, KeyOrder: true}
+var features = outboxtest.Features{ServerDedupe: false, KeyOrder: true, CloudEvents: true}
 
 func TestConformanceKfake(t *testing.T) {
 	t.Parallel()
@@ -166,4 +167,20 @@ func TestConformanceKfake(t *testing.T) {
 func TestConformanceKafka(t *testing.T) {
 	t.Parallel()
 	outboxtest.RunPublisherSuite(t, newRealBroker(t).harness("pgoutbox.test."), features)
+}
+
+// attributes reads the CloudEvents attributes of r as the Kafka binding
+// defines them, independently of Decode: ce_ headers, and content-type
+// for datacontenttype.
+func attributes(r *kgo.Record) map[string]string {
+	attrs := map[string]string{}
+	for _, h := range r.Headers {
+		switch {
+		case h.Key == "content-type":
+			attrs["datacontenttype"] = string(h.Value)
+		case strings.HasPrefix(h.Key, "ce_"):
+			attrs[strings.TrimPrefix(h.Key, "ce_")] = string(h.Value)
+		}
+	}
+	return attrs
 }

@@ -16,6 +16,13 @@ type Config struct {
 	// most 200 bytes. Defaults to "" (the destination is the topic).
 	TopicPrefix string
 
+	// Source is the CloudEvents source attribute of every record (header
+	// ce_source): a URI reference naming the producing service, e.g.
+	// "/orders-service" or "urn:acme:orders". At most 1024 bytes that
+	// follow the header rule for values (see package outbox). Defaults to
+	// outbox.DefaultSource ("/pgoutbox").
+	Source string
+
 	// KeyFunc returns the record key of an event. A nil or empty key lets
 	// franz-go's partitioner spread records, with no ordering between
 	// them. Records with equal keys go to the same partition and keep
@@ -29,15 +36,22 @@ type Config struct {
 
 	// UnknownTopicRetries is how many times franz-go looks a topic up
 	// again after the cluster answered UNKNOWN_TOPIC_OR_PARTITION before
-	// it fails the records, which Publish then reports as permanent. -1
-	// means retry until the Publish context ends; 0 selects the default.
-	// From -1 to 100. Defaults to 1, so a missing topic fails after two
-	// metadata lookups instead of franz-go's five.
+	// it fails the records, which Publish then reports as permanent.
+	// From 1 to 100; 0 selects the default. Defaults to 1, so a missing
+	// topic fails after two metadata lookups instead of franz-go's five.
+	// Set UnlimitedUnknownTopicRetries instead to retry until the Publish
+	// context ends.
 	//
 	// It is applied only to the client [NewFromOpts] builds, before the
 	// caller's options, so a kgo.UnknownTopicRetries among them wins.
 	// [New] uses the caller's client exactly as it was built.
 	UnknownTopicRetries int
+	// UnlimitedUnknownTopicRetries makes franz-go look a missing topic up
+	// again until the Publish context ends, for topics that are created
+	// after their first events are published (UnknownTopicRetries must
+	// then be zero). Like UnknownTopicRetries, it applies only to the
+	// client NewFromOpts builds. Defaults to false.
+	UnlimitedUnknownTopicRetries bool
 }
 
 // Defaults applied by withDefaults.
@@ -45,20 +59,33 @@ const (
 	defaultPublishTimeout      = 30 * time.Second
 	defaultUnknownTopicRetries = 1
 	maxTopicPrefixLen          = 200
+	maxSourceLen               = 1024
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
+	if c.Source == "" {
+		c.Source = outbox.DefaultSource
+	}
 	if c.KeyFunc == nil {
 		c.KeyFunc = KeyPartitionOrAggregate
 	}
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = defaultPublishTimeout
 	}
-	if c.UnknownTopicRetries == 0 {
+	if c.UnknownTopicRetries == 0 && !c.UnlimitedUnknownTopicRetries {
 		c.UnknownTopicRetries = defaultUnknownTopicRetries
 	}
 	return c
+}
+
+// unknownTopicRetries is the value of kgo.UnknownTopicRetries for c, whose
+// -1 means "until the context ends".
+func (c Config) unknownTopicRetries() int {
+	if c.UnlimitedUnknownTopicRetries {
+		return -1
+	}
+	return c.UnknownTopicRetries
 }
 
 // validate reports the first field that is out of range as an
@@ -69,16 +96,22 @@ func (c Config) validate() error {
 		return configError("TopicPrefix", "must be at most 200 bytes")
 	case !legalTopicChars(c.TopicPrefix):
 		return configError("TopicPrefix", "must contain only ASCII letters, digits, '.', '_' and '-'")
+	case len(c.Source) > maxSourceLen:
+		return configError("Source", "must be at most 1024 bytes")
+	case outbox.HeaderValueProblem(c.Source) != "":
+		return configError("Source", outbox.HeaderValueProblem(c.Source))
 	case c.PublishTimeout < time.Millisecond || c.PublishTimeout > time.Hour:
 		return configError("PublishTimeout", "must be between 1ms and 1h")
-	case c.UnknownTopicRetries < -1 || c.UnknownTopicRetries > 100:
-		return configError("UnknownTopicRetries", "must be between -1 and 100")
+	case c.UnlimitedUnknownTopicRetries && c.UnknownTopicRetries != 0:
+		return configError("UnknownTopicRetries", "must be zero when UnlimitedUnknownTopicRetries is set")
+	case !c.UnlimitedUnknownTopicRetries && (c.UnknownTopicRetries < 1 || c.UnknownTopicRetries > 100):
+		return configError("UnknownTopicRetries", "must be between 1 and 100 (set UnlimitedUnknownTopicRetries to retry until the Publish context ends)")
 	}
 	return nil
 }
 
 func configError(option, reason string) error {
-	return &outbox.ConfigError{Option: option, Reason: reason}
+	return &outbox.ConfigError{Field: option, Reason: reason}
 }
 
 // KeyPartitionOrAggregate is the default [Config.KeyFunc]: the event's

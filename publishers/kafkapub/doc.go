@@ -24,15 +24,19 @@
 // # Records
 //
 // The topic is Config.TopicPrefix followed by the message's destination.
-// The value is the event payload, unchanged. The event's fields travel in
-// headers named by the Header constants ([HeaderEventID],
-// [HeaderEventType], …), all starting with [ReservedPrefix]; the event's
-// own headers follow under their own names, an empty value included, so a
-// "traceparent" header reaches consumers as "traceparent". Kafka headers
-// are bytes: every name and value arrives byte for byte, including what
-// the header rule of package outbox (which the emitter enforces for the
-// sake of NATS) refuses. Only an event header whose name starts with
-// ReservedPrefix is refused, with a permanent error wrapping an
+// The value is the event payload, unchanged. The record is a CloudEvent in
+// the binary content mode of the CloudEvents Kafka protocol binding: the
+// event's fields travel as CloudEvents attributes in headers named by the
+// Header constants ([HeaderEventID], [HeaderEventType], …), all starting
+// with [HeaderPrefix] ("ce_") except [HeaderContentType] ("content-type"),
+// so any CloudEvents consumer reads the record (docs/envelope.md has the
+// table). The event's own headers follow under their own names, an empty
+// value included, so a "traceparent" header reaches consumers as
+// "traceparent". Kafka headers are bytes: every name and value arrives
+// byte for byte, including what the header rule of package outbox (which
+// the emitter enforces for the sake of NATS) refuses. Only an event header
+// whose name starts with HeaderPrefix or is "content-type", in any case,
+// is refused, with a permanent error wrapping an
 // *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent, recorded as
 // outbox.CodeInvalidEvent; the emitter already rejects it). [Decode] turns
 // a consumed record back into an outbox.Event.

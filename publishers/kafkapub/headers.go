@@ -14,42 +14,52 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// Record header names. The publisher writes the event's fields under these
-// names, exactly as spelled (Kafka header names are case-sensitive), and
-// [Decode] reads them back. A header is left out when its field is empty.
-// The event's own headers follow under their own names.
+// Record header names: the CloudEvents attributes of the envelope (see
+// package outbox, [outbox.AttrID] and after) in the binary content mode of
+// the CloudEvents Kafka protocol binding, so that a CloudEvents consumer
+// reads the record as a CloudEvent. Kafka header names are case-sensitive;
+// they are written exactly as spelled here. A header is left out when its
+// field is empty. The event's own headers follow under their own names.
 const (
+	// HeaderPrefix starts the name of every attribute header, as the
+	// binding prescribes. An event header whose name starts with it, in
+	// any case, is refused: the emitter rejects it at emit, and Publish
+	// fails such a message with a permanent error naming the header.
+	HeaderPrefix = "ce_"
 	// HeaderEventID carries Event.ID in its canonical text form. Always
 	// present; consumers deduplicate on it.
-	HeaderEventID = "pgoutbox-event-id"
+	HeaderEventID = HeaderPrefix + outbox.AttrID
+	// HeaderSource carries Config.Source. Always present; not decoded.
+	HeaderSource = HeaderPrefix + outbox.AttrSource
+	// HeaderSpecVersion carries outbox.CloudEventsSpecVersion. Always
+	// present.
+	HeaderSpecVersion = HeaderPrefix + outbox.AttrSpecVersion
 	// HeaderEventType carries Event.Type. Always present.
-	HeaderEventType = "pgoutbox-event-type"
-	// HeaderAggregateType carries Event.AggregateType.
-	HeaderAggregateType = "pgoutbox-aggregate-type"
-	// HeaderAggregateID carries Event.AggregateID.
-	HeaderAggregateID = "pgoutbox-aggregate-id"
-	// HeaderPartitionKey carries Event.PartitionKey, which may differ from
-	// the record key (see Config.KeyFunc).
-	HeaderPartitionKey = "pgoutbox-partition-key"
-	// HeaderIdempotencyKey carries Event.IdempotencyKey.
-	HeaderIdempotencyKey = "pgoutbox-idempotency-key"
-	// HeaderContentType carries Event.ContentType.
-	HeaderContentType = "pgoutbox-content-type"
-	// HeaderAttempt carries Event.Attempt in decimal, when positive.
-	HeaderAttempt = "pgoutbox-attempt"
+	HeaderEventType = HeaderPrefix + outbox.AttrType
 	// HeaderCreatedAt carries Event.CreatedAt in UTC as RFC 3339 with
 	// nanoseconds (time.RFC3339Nano).
-	HeaderCreatedAt = "pgoutbox-created-at"
-
-	// ReservedPrefix starts every header name of ours. An event header
-	// whose name starts with it, in any case, is refused: the emitter
-	// rejects it at emit, and Publish fails such a message with a
-	// permanent error naming the header.
-	ReservedPrefix = "pgoutbox-"
+	HeaderCreatedAt = HeaderPrefix + outbox.AttrTime
+	// HeaderAggregateID carries Event.AggregateID, as the CloudEvents
+	// subject.
+	HeaderAggregateID = HeaderPrefix + outbox.AttrSubject
+	// HeaderContentType carries Event.ContentType: the binding maps the
+	// datacontenttype attribute to the plain "content-type" header. An
+	// event header of that name, in any case, is refused like a prefixed
+	// one.
+	HeaderContentType = "content-type"
+	// HeaderPartitionKey carries Event.PartitionKey, which may differ from
+	// the record key (see Config.KeyFunc).
+	HeaderPartitionKey = HeaderPrefix + outbox.AttrPartitionKey
+	// HeaderAggregateType carries Event.AggregateType.
+	HeaderAggregateType = HeaderPrefix + outbox.AttrAggregateType
+	// HeaderIdempotencyKey carries Event.IdempotencyKey.
+	HeaderIdempotencyKey = HeaderPrefix + outbox.AttrIdempotencyKey
+	// HeaderAttempt carries Event.Attempt in decimal, when positive.
+	HeaderAttempt = HeaderPrefix + outbox.AttrAttempt
 )
 
 // ownHeaders is how many headers of ours a record can carry.
-const ownHeaders = 9
+const ownHeaders = 11
 
 // ErrNotAnEvent is the root of the errors [Decode] returns for a record
 // that does not carry an outbox event.
@@ -59,9 +69,9 @@ var ErrNotAnEvent = errors.New("kafkapub: record is not an outbox event")
 // only when it is not empty, an event header always, an empty value
 // included. All values share one buffer, sized up front, so a record costs
 // two allocations however many headers it has.
-func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
+func encodeHeaders(e outbox.Event, source string) []kgo.RecordHeader {
 	hs := make([]kgo.RecordHeader, 0, ownHeaders+len(e.Headers))
-	buf := make([]byte, 0, headerBytes(e))
+	buf := make([]byte, 0, headerBytes(e, source))
 	add := func(k string, v []byte) { // v was appended to buf
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: v[:len(v):len(v)]})
 		buf = v[len(v):]
@@ -72,6 +82,8 @@ func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
 		}
 	}
 	field(HeaderEventID, appendUUID(buf, e.ID))
+	field(HeaderSource, append(buf, source...))
+	field(HeaderSpecVersion, append(buf, outbox.CloudEventsSpecVersion...))
 	field(HeaderEventType, append(buf, e.Type...))
 	field(HeaderAggregateType, append(buf, e.AggregateType...))
 	field(HeaderAggregateID, append(buf, e.AggregateID...))
@@ -91,23 +103,31 @@ func encodeHeaders(e outbox.Event) []kgo.RecordHeader {
 }
 
 // checkHeaderNames refuses, permanently, an event header whose name starts
-// with ReservedPrefix: Decode would take it for a field of the event. The
+// with HeaderPrefix or is HeaderContentType, in any case: Decode, or a
+// CloudEvents consumer, would take it for an attribute of the event. The
 // error wraps an *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent)
 // and names the header, never its value. Kafka carries every other name
 // and value byte for byte, so nothing else of the header rule is checked.
 func checkHeaderNames(e outbox.Event) error {
 	for k := range e.Headers {
-		if len(k) >= len(ReservedPrefix) && strings.EqualFold(k[:len(ReservedPrefix)], ReservedPrefix) {
+		if ours(k) {
 			return outbox.Permanent(fmt.Errorf("kafkapub: %w", &outbox.ValidationError{
-				Index: -1, Field: "Headers", Reason: fmt.Sprintf("name %q uses the reserved prefix %s", k, ReservedPrefix)}))
+				Index: -1, Field: "Headers", Reason: fmt.Sprintf("name %q is reserved for CloudEvents attributes (%s*, %s)", k, HeaderPrefix, HeaderContentType)}))
 		}
 	}
 	return nil
 }
 
+// ours reports whether a header name, in any case, is one of the
+// attribute headers.
+func ours(name string) bool {
+	return len(name) >= len(HeaderPrefix) && strings.EqualFold(name[:len(HeaderPrefix)], HeaderPrefix) ||
+		strings.EqualFold(name, HeaderContentType)
+}
+
 // headerBytes is the room encodeHeaders needs for the values of e.
-func headerBytes(e outbox.Event) int {
-	n := 36 + 20 + len(time.RFC3339Nano) + len(e.Type) + len(e.AggregateType) + len(e.AggregateID) +
+func headerBytes(e outbox.Event, source string) int {
+	n := 36 + 20 + len(time.RFC3339Nano) + len(source) + len(outbox.CloudEventsSpecVersion) + len(e.Type) + len(e.AggregateType) + len(e.AggregateID) +
 		len(e.PartitionKey) + len(e.IdempotencyKey) + len(e.ContentType)
 	for _, v := range e.Headers {
 		n += len(v)
@@ -130,7 +150,8 @@ func appendUUID(buf []byte, id uuid.UUID) []byte {
 // Decode rebuilds the event a [Publisher] wrote into r: ID, type,
 // aggregate, keys, content type, attempt, creation time and headers from
 // the record headers, and the payload from r.Value, which the event shares
-// rather than copies. Delay is not carried and stays zero.
+// rather than copies. Delay is not carried and stays zero; the source and
+// specversion attributes, and any other ce_ attribute, are read past.
 //
 // A record without a valid event ID or without an event type returns an
 // error wrapping [ErrNotAnEvent]; its text names the header, never its
@@ -174,7 +195,11 @@ func decodeHeader(e *outbox.Event, h kgo.RecordHeader) error {
 		e.Attempt, err = strconv.Atoi(v)
 	case HeaderCreatedAt:
 		e.CreatedAt, err = time.Parse(time.RFC3339Nano, v)
+	case HeaderSource, HeaderSpecVersion:
 	default:
+		if ours(h.Key) {
+			return nil // an attribute of a later version, or another producer's
+		}
 		if e.Headers == nil {
 			e.Headers = make(map[string]string)
 		}

@@ -47,8 +47,8 @@ func TestHeaders(t *testing.T) {
 	t.Run("EmptyFieldsAreLeftOut", func(t *testing.T) {
 		t.Parallel()
 		e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "t"}
-		hs := encodeHeaders(e)
-		require.Len(t, hs, 2)
+		hs := encodeHeaders(e, outbox.DefaultSource)
+		require.Len(t, hs, 4, "the four required CloudEvents attributes")
 		got, err := Decode(&kgo.Record{Headers: hs})
 		require.NoError(t, err)
 		require.Equal(t, e, got)
@@ -57,14 +57,16 @@ func TestHeaders(t *testing.T) {
 	t.Run("NamesAreStable", func(t *testing.T) {
 		t.Parallel()
 		e := fullEvent()
-		hs := encodeHeaders(e)
-		require.Len(t, hs, 11)
+		hs := encodeHeaders(e, "urn:acme:orders")
+		require.Len(t, hs, 13)
+		// The binary content mode of the CloudEvents Kafka binding.
 		for name, want := range map[string]string{
-			"pgoutbox-event-id": e.ID.String(), "pgoutbox-event-type": "order.created",
-			"pgoutbox-aggregate-type": "order", "pgoutbox-aggregate-id": "o-1",
-			"pgoutbox-partition-key": "customer-7", "pgoutbox-idempotency-key": "idem-1",
-			"pgoutbox-content-type": "application/json", "pgoutbox-attempt": "2",
-			"pgoutbox-created-at": "2026-03-04T04:06:07.891011Z", "traceparent": "00-abc-def-01",
+			"ce_specversion": "1.0", "ce_source": "urn:acme:orders",
+			"ce_id": e.ID.String(), "ce_type": "order.created",
+			"ce_aggregatetype": "order", "ce_subject": "o-1",
+			"ce_partitionkey": "customer-7", "ce_idempotencykey": "idem-1",
+			"content-type": "application/json", "ce_attempt": "2",
+			"ce_time": "2026-03-04T04:06:07.891011Z", "traceparent": "00-abc-def-01",
 		} {
 			got, ok := headerValue(hs, name)
 			require.True(t, ok, name)
@@ -75,18 +77,21 @@ func TestHeaders(t *testing.T) {
 	t.Run("ReservedPrefixIsRefused", func(t *testing.T) {
 		t.Parallel()
 		require.NoError(t, checkHeaderNames(fullEvent()))
-		e := fullEvent()
-		e.Headers["PGOUTBOX-Event-Type"] = "spoofed"
-		err := checkHeaderNames(e)
-		require.True(t, outbox.IsPermanent(err))
-		require.ErrorContains(t, err, `"PGOUTBOX-Event-Type"`)
-		require.NotContains(t, err.Error(), "spoofed")
+		for _, name := range []string{"CE_type", "ce_anything", "Content-Type"} {
+			e := fullEvent()
+			e.Headers[name] = "spoofed"
+			err := checkHeaderNames(e)
+			require.True(t, outbox.IsPermanent(err), name)
+			require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+			require.ErrorContains(t, err, `"`+name+`"`)
+			require.NotContains(t, err.Error(), "spoofed")
+		}
 	})
 
 	t.Run("RoundTrip", func(t *testing.T) {
 		t.Parallel()
 		want := fullEvent()
-		got, err := Decode(&kgo.Record{Value: want.Payload, Headers: encodeHeaders(want)})
+		got, err := Decode(&kgo.Record{Value: want.Payload, Headers: encodeHeaders(want, outbox.DefaultSource)})
 		require.NoError(t, err)
 		require.True(t, want.CreatedAt.Equal(got.CreatedAt))
 		want.CreatedAt = got.CreatedAt
@@ -115,6 +120,17 @@ func TestDecode(t *testing.T) {
 		{"MissingEventID", []kgo.RecordHeader{{Key: HeaderEventType, Value: []byte("t")}}, HeaderEventID},
 		{"MissingType", []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(uuid.NewString())}}, HeaderEventType},
 	}
+	// Attributes this version does not know (another producer's, a later
+	// version's) are read past, not taken for event headers.
+	t.Run("UnknownAttribute", func(t *testing.T) {
+		t.Parallel()
+		e, err := Decode(&kgo.Record{Headers: []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
+			{Key: "ce_dataschema", Value: []byte("/s")}, {Key: "x", Value: []byte("y")},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"x": "y"}, e.Headers)
+	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

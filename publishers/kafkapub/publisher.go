@@ -30,11 +30,13 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // is used exactly as configured: franz-go's defaults already require acks
 // from all in-sync replicas and produce idempotently, and a caller that
 // weakens them (kgo.RequiredAcks, kgo.DisableIdempotentWrite) gets what it
-// asked for. cfg.UnknownTopicRetries does not apply; set
+// asked for. cfg.UnknownTopicRetries and UnlimitedUnknownTopicRetries do
+// not apply; set
 // kgo.UnknownTopicRetries on the client instead.
 //
 // New returns an *outbox.ConfigError naming the field when cfg is out of
-// range, and one naming "client" when client is nil or transactional
+// range, and an *outbox.InputError naming "client" when client is nil or
+// transactional
 // (records produced outside a transaction would all fail).
 func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
@@ -54,7 +56,7 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 // Before the caller's options, so that any of them overrides, it applies:
 //   - kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default, stated so it
 //     holds;
-//   - kgo.UnknownTopicRetries(cfg.UnknownTopicRetries) and
+//   - kgo.UnknownTopicRetries from cfg.UnknownTopicRetries and
 //     kgo.MetadataMinAge(time.Second) (franz-go: 5s), so a missing topic
 //     fails within about a second and a retryable broker error is retried
 //     within about a second, instead of up to 5s per metadata lookup;
@@ -73,7 +75,7 @@ func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 	}
 	defaults := []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.UnknownTopicRetries(cfg.UnknownTopicRetries),
+		kgo.UnknownTopicRetries(cfg.unknownTopicRetries()),
 		kgo.MetadataMinAge(time.Second),
 		kgo.ProducerLinger(0),
 	}
@@ -91,10 +93,10 @@ func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 // checkClient rejects a client the Publisher cannot produce through.
 func checkClient(client *kgo.Client) error {
 	if client == nil {
-		return configError("client", "must not be nil")
+		return &outbox.InputError{Field: "client", Reason: "must not be nil"}
 	}
 	if txnID, _ := client.OptValue(kgo.TransactionalID).(string); txnID != "" {
-		return configError("client", "must not be transactional (kgo.TransactionalID)")
+		return &outbox.InputError{Field: "client", Reason: "must not be transactional (kgo.TransactionalID)"}
 	}
 	return nil
 }
@@ -117,8 +119,8 @@ func (p *Publisher) Close() {
 // Config.TopicPrefix + Destination, and waits for the broker's
 // acknowledgement of each. It returns one error per message, in order: nil
 // when acknowledged, an error wrapped with outbox.Permanent when the topic
-// does not exist or is invalid, an event header name starts with
-// [ReservedPrefix], the record is too large or invalid, or access is
+// does not exist or is invalid, an event header name is reserved for the
+// CloudEvents attributes ([HeaderPrefix]), the record is too large or invalid, or access is
 // denied, and a retryable error otherwise.
 //
 // A broker rejects a whole record batch when the batch, or one record in
@@ -213,7 +215,7 @@ func (p *Publisher) record(topic string, m outbox.Message) *kgo.Record {
 		Topic:   topic,
 		Key:     p.cfg.KeyFunc(m.Event),
 		Value:   m.Event.Payload,
-		Headers: encodeHeaders(m.Event),
+		Headers: encodeHeaders(m.Event, p.cfg.Source),
 	}
 }
 

@@ -208,7 +208,7 @@ func TestPublishErrors(t *testing.T) {
 		t.Parallel()
 		_, p, topic := setup(t)
 		spoof := secretEvent(1)
-		spoof.Headers["Pgoutbox-Event-Id"] = secret
+		spoof.Headers["ce_id"] = secret
 		errs := p.Publish(timeout(t), toTopic(topic, spoof, secretEvent(2)))
 		requireErrs(t, errs[:1], true)
 		require.NoError(t, errs[1])
@@ -237,8 +237,11 @@ func TestConfig(t *testing.T) {
 		{"PublishTimeoutBelowAMillisecond", kafkapub.Config{PublishTimeout: time.Microsecond}, "PublishTimeout"},
 		{"TopicPrefixBadCharacter", kafkapub.Config{TopicPrefix: "a/b"}, "TopicPrefix"},
 		{"TopicPrefixTooLong", kafkapub.Config{TopicPrefix: strings.Repeat("a", 201)}, "TopicPrefix"},
+		{"SourceHasLF", kafkapub.Config{Source: "a\nb"}, "Source"},
+		{"SourceTooLong", kafkapub.Config{Source: strings.Repeat("s", 1025)}, "Source"},
 		{"UnknownTopicRetriesAbove100", kafkapub.Config{UnknownTopicRetries: 101}, "UnknownTopicRetries"},
-		{"UnknownTopicRetriesBelowMinus1", kafkapub.Config{UnknownTopicRetries: -2}, "UnknownTopicRetries"},
+		{"UnknownTopicRetriesMinus1", kafkapub.Config{UnknownTopicRetries: -1}, "UnknownTopicRetries"},
+		{"UnknownTopicRetriesWithUnlimited", kafkapub.Config{UnknownTopicRetries: 3, UnlimitedUnknownTopicRetries: true}, "UnknownTopicRetries"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,22 +266,39 @@ func TestConfig(t *testing.T) {
 	t.Run("InRange", func(t *testing.T) {
 		t.Parallel()
 		p, err := kafkapub.NewFromOpts(kafkapub.Config{
-			TopicPrefix: "prod.", PublishTimeout: time.Hour, UnknownTopicRetries: -1,
+			TopicPrefix: "prod.", PublishTimeout: time.Hour, UnknownTopicRetries: 100,
 		}, kgo.SeedBrokers("127.0.0.1:1"))
 		require.NoError(t, err)
 		p.Close()
 	})
 
+	// The client NewFromOpts builds gets 1 by default, the configured
+	// count, or franz-go's -1 (until the context ends) for
+	// UnlimitedUnknownTopicRetries.
+	t.Run("UnknownTopicRetriesReachTheClient", func(t *testing.T) {
+		t.Parallel()
+		for want, cfg := range map[int64]kafkapub.Config{
+			1:  {},
+			7:  {UnknownTopicRetries: 7},
+			-1: {UnlimitedUnknownTopicRetries: true},
+		} {
+			p, err := kafkapub.NewFromOpts(cfg, kgo.SeedBrokers("127.0.0.1:1"))
+			require.NoError(t, err)
+			require.Equal(t, want, p.Client().OptValue(kgo.UnknownTopicRetries), "%+v", cfg)
+			p.Close()
+		}
+	})
+
 	t.Run("NilClient", func(t *testing.T) {
 		t.Parallel()
 		_, err := kafkapub.New(nil, kafkapub.Config{})
-		requireConfigError(t, err, "client")
+		requireInputError(t, err, "client")
 	})
 
 	t.Run("TransactionalClient", func(t *testing.T) {
 		t.Parallel()
 		_, err := kafkapub.NewFromOpts(kafkapub.Config{}, kgo.SeedBrokers("127.0.0.1:1"), kgo.TransactionalID("tx"))
-		requireConfigError(t, err, "client")
+		requireInputError(t, err, "client")
 	})
 }
 
@@ -286,8 +306,16 @@ func requireConfigError(t *testing.T, err error, option string) {
 	t.Helper()
 	var ce *outbox.ConfigError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, option, ce.Option)
+	require.Equal(t, option, ce.Field)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
+
+func requireInputError(t *testing.T, err error, field string) {
+	t.Helper()
+	var ie *outbox.InputError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, field, ie.Field)
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
 
 func TestKeyFuncs(t *testing.T) {

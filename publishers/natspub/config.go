@@ -12,8 +12,6 @@ import (
 const (
 	// DefaultMaxPending is the default of Config.MaxPending.
 	DefaultMaxPending = 512
-	// MaxMaxPending is the largest Config.MaxPending accepted.
-	MaxMaxPending = 65536
 	// DefaultAckTimeout is the default of Config.AckTimeout.
 	DefaultAckTimeout = 5 * time.Second
 	// MinAckTimeout is the smallest Config.AckTimeout accepted.
@@ -23,6 +21,13 @@ const (
 	// MaxSubjectPrefixLen is the longest Config.SubjectPrefix accepted, in
 	// bytes.
 	MaxSubjectPrefixLen = 255
+)
+
+// maxPendingLimit is the largest Config.MaxPending accepted, maxSourceLen
+// the longest Config.Source, in bytes.
+const (
+	maxPendingLimit = 65536
+	maxSourceLen    = 1024
 )
 
 // Config tunes a [Publisher]. The zero value is valid and means every
@@ -36,6 +41,13 @@ type Config struct {
 	// wildcard token ("*" or ">"), no empty token, so it normally ends with
 	// a dot. Defaults to "" (the destination is the subject).
 	SubjectPrefix string
+
+	// Source is the CloudEvents source attribute of every message (header
+	// ce-source): a URI reference naming the producing service, e.g.
+	// "/orders-service" or "urn:acme:orders". At most 1024 bytes that
+	// follow the header rule for values (see package outbox). Defaults to
+	// outbox.DefaultSource ("/pgoutbox").
+	Source string
 
 	// MaxPending is how many messages one Publish call keeps in flight
 	// without a PubAck: the batch is pipelined through this window. The
@@ -55,6 +67,7 @@ type Config struct {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
+	c.Source = cmp.Or(c.Source, outbox.DefaultSource)
 	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
 	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
 	return c
@@ -63,13 +76,19 @@ func (c Config) withDefaults() Config {
 // validate reports the first out-of-range field as an *outbox.ConfigError.
 func (c Config) validate() error {
 	switch {
-	case c.MaxPending < 1 || c.MaxPending > MaxMaxPending:
-		return &outbox.ConfigError{Option: "MaxPending", Reason: "must be between 1 and 65536"}
+	case c.MaxPending < 1 || c.MaxPending > maxPendingLimit:
+		return &outbox.ConfigError{Field: "MaxPending", Reason: "must be between 1 and 65536"}
 	case c.AckTimeout < MinAckTimeout || c.AckTimeout > MaxAckTimeout:
-		return &outbox.ConfigError{Option: "AckTimeout", Reason: "must be between 10ms and 10m"}
+		return &outbox.ConfigError{Field: "AckTimeout", Reason: "must be between 10ms and 10m"}
+	}
+	if len(c.Source) > maxSourceLen {
+		return &outbox.ConfigError{Field: "Source", Reason: "must be at most 1024 bytes"}
+	}
+	if reason := outbox.HeaderValueProblem(c.Source); reason != "" {
+		return &outbox.ConfigError{Field: "Source", Reason: reason}
 	}
 	if reason := checkPrefix(c.SubjectPrefix); reason != "" {
-		return &outbox.ConfigError{Option: "SubjectPrefix", Reason: reason}
+		return &outbox.ConfigError{Field: "SubjectPrefix", Reason: reason}
 	}
 	return nil
 }

@@ -20,7 +20,8 @@ func TestNewConfig(t *testing.T) {
 		t.Parallel()
 		for option, cfgs := range map[string][]natspub.Config{
 			"AckTimeout": {{AckTimeout: -time.Second}, {AckTimeout: time.Millisecond}, {AckTimeout: 11 * time.Minute}},
-			"MaxPending": {{MaxPending: -1}, {MaxPending: natspub.MaxMaxPending + 1}},
+			"MaxPending": {{MaxPending: -1}, {MaxPending: 65537}},
+			"Source":     {{Source: " /x"}, {Source: "a\nb"}, {Source: strings.Repeat("s", 1025)}},
 			"SubjectPrefix": {
 				{SubjectPrefix: "a b."}, {SubjectPrefix: "*."}, {SubjectPrefix: "a.>."}, {SubjectPrefix: "a..b."},
 				{SubjectPrefix: ".a"}, {SubjectPrefix: "a\x00."}, {SubjectPrefix: strings.Repeat("a", 256)},
@@ -30,7 +31,7 @@ func TestNewConfig(t *testing.T) {
 				_, err := natspub.New(js, cfg)
 				var cerr *outbox.ConfigError
 				require.True(t, errors.As(err, &cerr), "%+v: %v", cfg, err)
-				require.Equal(t, option, cerr.Option, "%+v", cfg)
+				require.Equal(t, option, cerr.Field, "%+v", cfg)
 				require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 			}
 		}
@@ -38,7 +39,9 @@ func TestNewConfig(t *testing.T) {
 	t.Run("NilJetStream", func(t *testing.T) {
 		t.Parallel()
 		_, err := natspub.New(nil, natspub.Config{})
-		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		var ie *outbox.InputError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "js", ie.Field)
 	})
 	t.Run("Valid", func(t *testing.T) {
 		t.Parallel()
@@ -49,7 +52,7 @@ func TestNewConfig(t *testing.T) {
 			{SubjectPrefix: "orders.v1-"},
 			{SubjectPrefix: strings.Repeat("a", natspub.MaxSubjectPrefixLen)},
 			{MaxPending: 1, AckTimeout: natspub.MinAckTimeout},
-			{MaxPending: natspub.MaxMaxPending, AckTimeout: natspub.MaxAckTimeout},
+			{MaxPending: 65536, AckTimeout: natspub.MaxAckTimeout},
 		} {
 			p, err := natspub.New(js, cfg)
 			require.NoError(t, err, "%+v", cfg)

@@ -3,6 +3,7 @@ package natspub_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,7 @@ func TestConformance(t *testing.T) {
 		},
 		Quiet: quiet,
 	}
-	outboxtest.RunPublisherSuite(t, h, outboxtest.Features{ServerDedupe: true, KeyOrder: true})
+	outboxtest.RunPublisherSuite(t, h, outboxtest.Features{ServerDedupe: true, KeyOrder: true, CloudEvents: true})
 }
 
 // receive reads dest back in stream order and decodes every message.
@@ -61,7 +62,24 @@ func receive(ctx context.Context, t *testing.T, js jetstream.JetStream, ts testS
 	for i, msg := range msgs {
 		e, err := natspub.DecodeJetStream(msg)
 		require.NoError(t, err)
-		out[i] = outboxtest.Received{Destination: strings.TrimPrefix(msg.Subject(), ts.Prefix), Event: e}
+		out[i] = outboxtest.Received{Destination: strings.TrimPrefix(msg.Subject(), ts.Prefix), Event: e, Attributes: attributes(t, msg)}
 	}
 	return out
+}
+
+// attributes reads the CloudEvents attributes of msg as the NATS binding
+// defines them, independently of Decode: ce- headers in any case, values
+// percent-decoded.
+func attributes(t *testing.T, msg jetstream.Msg) map[string]string {
+	attrs := map[string]string{}
+	for k, v := range msg.Headers() {
+		name := strings.ToLower(k)
+		if !strings.HasPrefix(name, "ce-") {
+			continue
+		}
+		value, err := url.PathUnescape(v[0])
+		require.NoError(t, err, k)
+		attrs[strings.TrimPrefix(name, "ce-")] = value
+	}
+	return attrs
 }

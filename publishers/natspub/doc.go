@@ -39,11 +39,16 @@
 //
 // # Headers
 //
-// The payload travels as the message data, unchanged. The event's fields
-// travel in headers named by the Header* constants: [HeaderEventID],
-// [HeaderEventType], [HeaderAggregateType], [HeaderAggregateID],
-// [HeaderPartitionKey], [HeaderIdempotencyKey], [HeaderContentType],
-// [HeaderAttempt] and [HeaderCreatedAt]; empty fields are left out. The
+// The payload travels as the message data, unchanged. The message is a
+// CloudEvent in the binary content mode of the CloudEvents NATS protocol
+// binding: the event's fields travel as CloudEvents attributes in headers
+// named by the Header* constants, all starting with [HeaderPrefix]
+// ("ce-"): [HeaderEventID], [HeaderSource], [HeaderSpecVersion],
+// [HeaderEventType], [HeaderCreatedAt], [HeaderAggregateID],
+// [HeaderContentType], [HeaderPartitionKey], [HeaderAggregateType],
+// [HeaderIdempotencyKey] and [HeaderAttempt], each value percent-encoded
+// as the binding requires (docs/envelope.md has the table); empty fields
+// are left out. The
 // event's own headers follow under their own names, an empty value
 // included, so trace context (traceparent, tracestate) reaches consumers
 // as NATS clients expect it. Event.Delay is not transmitted.
@@ -57,7 +62,7 @@
 // outbox.CodeInvalidEvent) that names the field and, for a header, its
 // name, never a value: sending it would change it or fail with a
 // retryable client error. So does a user header whose name starts with
-// [ReservedPrefix] or with "Nats-" (any case): letting it through would
+// [HeaderPrefix] ("ce-") or with "Nats-" (any case): letting it through would
 // either be ambiguous on decode or change what the server does
 // (Nats-Msg-Id would defeat deduplication, Nats-Rollup can purge a
 // subject), and dropping it would lose data silently.

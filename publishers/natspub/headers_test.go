@@ -71,6 +71,74 @@ func TestDecode(t *testing.T) {
 		t.Parallel()
 		reject(t, nil, natspub.HeaderEventID)
 	})
+	// The binding makes header names case-insensitive, and a receiver must
+	// take lower-case hex and double-quoted values.
+	t.Run("AnyCaseLowerHexAndQuotes", func(t *testing.T) {
+		t.Parallel()
+		id := uuid.New()
+		h := nats.Header{
+			"CE-ID":               {id.String()},
+			"Ce-Type":             {"order%20cr%c3%a9%C3%A9"},
+			"ce-subject":          {`"a b \"c\""`},
+			"ce-source":           {"/elsewhere"},
+			"ce-somethingelse":    {"read past"},
+			"x-user":              {"a b"},
+			jetstream.MsgIDHeader: {id.String()},
+		}
+		e, err := natspub.Decode(&nats.Msg{Header: h})
+		require.NoError(t, err)
+		require.Equal(t, id, e.ID)
+		require.Equal(t, "order créé", e.Type)
+		require.Equal(t, `a b "c"`, e.AggregateID)
+		require.Equal(t, map[string]string{"x-user": "a b"}, e.Headers)
+	})
+	t.Run("BadPercentEncoding", func(t *testing.T) {
+		t.Parallel()
+		for _, bad := range []string{"%C0%A0", "a%", "a%4", "%G0", "%FF"} {
+			h := valid()
+			h.Set(natspub.HeaderAggregateID, bad)
+			reject(t, h, natspub.HeaderAggregateID)
+		}
+	})
+}
+
+// TestWireFormat checks the message as a CloudEvents consumer sees it: the
+// binary content mode of the CloudEvents NATS binding, every attribute in
+// a ce- header, percent-encoded; the event's own headers as they are.
+func TestWireFormat(t *testing.T) {
+	t.Parallel()
+	js, ts, _ := setupPublisher(t)
+	p, err := natspub.New(js, natspub.Config{SubjectPrefix: ts.Prefix, Source: "urn:acme:orders"})
+	require.NoError(t, err)
+	sub, err := js.Conn().SubscribeSync(ts.Prefix + "ok.>")
+	require.NoError(t, err)
+	require.NoError(t, js.Conn().Flush())
+	e := outbox.Event{
+		ID: uuid.Must(uuid.NewV7()), Type: "order created", AggregateType: "order", AggregateID: "7%",
+		PartitionKey: "clé", IdempotencyKey: `"k"`, ContentType: "application/json", Attempt: 2,
+		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Headers: map[string]string{"x-raw": "a b"},
+		Payload: []byte(`{}`),
+	}
+	require.Equal(t, []error{nil}, p.Publish(context.Background(), []outbox.Message{{Destination: "ok.wire", Event: e}}))
+	msg, err := sub.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	want := nats.Header{
+		"ce-specversion":      {"1.0"},
+		"ce-id":               {e.ID.String()},
+		"ce-source":           {"urn:acme:orders"},
+		"ce-type":             {"order%20created"},
+		"ce-time":             {"2026-01-02T03:04:05Z"},
+		"ce-subject":          {"7%25"},
+		"ce-datacontenttype":  {"application/json"},
+		"ce-partitionkey":     {"cl%C3%A9"},
+		"ce-aggregatetype":    {"order"},
+		"ce-idempotencykey":   {"%22k%22"},
+		"ce-attempt":          {"2"},
+		"x-raw":               {"a b"},
+		jetstream.MsgIDHeader: {e.ID.String()},
+	}
+	require.Equal(t, want, msg.Header)
+	require.Equal(t, []byte(`{}`), msg.Data)
 }
 
 // TestHeadersRoundTrip publishes events and decodes them from a core
@@ -138,7 +206,7 @@ func TestReservedHeaders(t *testing.T) {
 	t.Parallel()
 	js, ts, p := setupPublisher(t)
 
-	names := []string{"Nats-Msg-Id", "nats-rollup", "Pgoutbox-Event-Type", "PGOUTBOX-anything"}
+	names := []string{"Nats-Msg-Id", "nats-rollup", "ce-type", "CE-anything", "ce_id", "Content-Type"}
 	msgs := make([]outbox.Message, 0, len(names)+1)
 	for i, name := range names {
 		e := outboxtest.NewEvent(i)

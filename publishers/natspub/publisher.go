@@ -27,10 +27,10 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // builds (connection, TLS, credentials, domain, async-publish limits all
 // pass through) and keeps open while the Publisher is used. cfg's zero
 // fields take their defaults; an out-of-range field returns an
-// *outbox.ConfigError naming it.
+// *outbox.ConfigError naming it, a nil js an *outbox.InputError.
 func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if js == nil {
-		return nil, &outbox.ConfigError{Option: "js", Reason: "must not be nil"}
+		return nil, &outbox.InputError{Field: "js", Reason: "must not be nil"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -115,7 +115,7 @@ func (b *batch) send(i int) {
 	m := b.msgs[i]
 	subject := b.p.Subject(m.Destination)
 	id := m.Event.ID.String()
-	msg, err := buildMsg(subject, id, m.Event)
+	msg, err := buildMsg(subject, id, b.p.cfg.Source, m.Event)
 	if err != nil {
 		b.errs[i] = outbox.Permanent(err)
 		return
@@ -159,10 +159,10 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-// buildMsg returns the NATS message for e (whose ID in text is id) on
-// subject, or a permanent cause: a malformed subject, a zero event ID (it
+// buildMsg returns the NATS message for e (whose ID in text is id) from
+// source on subject, or a permanent cause: a malformed subject, a zero event ID (it
 // is the dedupe key), a field NATS would not carry unchanged.
-func buildMsg(subject, id string, e outbox.Event) (*nats.Msg, error) {
+func buildMsg(subject, id, source string, e outbox.Event) (*nats.Msg, error) {
 	if reason := checkSubject(subject); reason != "" {
 		return nil, fmt.Errorf("natspub: subject %q %s", subject, reason)
 	}
@@ -172,7 +172,7 @@ func buildMsg(subject, id string, e outbox.Event) (*nats.Msg, error) {
 	if err := carriable(e); err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: subject, Header: encodeHeaders(e, id), Data: e.Payload}, nil
+	return &nats.Msg{Subject: subject, Header: encodeHeaders(e, id, source), Data: e.Payload}, nil
 }
 
 // awaitOldest waits for the outcome of the oldest message in flight and

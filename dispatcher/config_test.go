@@ -1,0 +1,116 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// The settings that -1 used to spell have fields of their own; a -1 is
+// now out of range, and the error names the field to set instead.
+func TestNewSpecialSettings(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, tc := range []struct {
+		field, want string
+		mutate      func(*dispatcher.Config)
+	}{
+		{"HandlerTimeout", "set NoHandlerTimeout", func(c *dispatcher.Config) { c.HandlerTimeout = -1 }},
+		{"HandlerTimeout", "must be zero when NoHandlerTimeout is set", func(c *dispatcher.Config) {
+			c.HandlerTimeout, c.NoHandlerTimeout = time.Second, true
+		}},
+		{"DrainTimeout", "set NoDrain", func(c *dispatcher.Config) { c.DrainTimeout = -1 }},
+		{"DrainTimeout", "must be zero when NoDrain is set", func(c *dispatcher.Config) {
+			c.DrainTimeout, c.NoDrain = time.Second, true
+		}},
+		{"WakeupCooldown", "set NoWakeupCooldown", func(c *dispatcher.Config) { c.WakeupCooldown = -1 }},
+		{"WakeupCooldown", "must be zero when NoWakeupCooldown is set", func(c *dispatcher.Config) {
+			c.WakeupCooldown, c.NoWakeupCooldown = time.Second, true
+		}},
+		{"Backoff.Jitter", "set NoJitter", func(c *dispatcher.Config) { c.Backoff = outbox.Backoff{Jitter: -1} }},
+	} {
+		cfg := baseConfig(db)
+		tc.mutate(&cfg)
+		_, err := dispatcher.New(db.Pool, cfg)
+		var ce *outbox.ConfigError
+		require.ErrorAs(t, err, &ce, tc.want)
+		require.Equal(t, tc.field, ce.Field)
+		require.ErrorContains(t, err, tc.want)
+	}
+	cfg := baseConfig(db)
+	cfg.NoHandlerTimeout, cfg.NoDrain, cfg.NoWakeupCooldown = true, true, true
+	_, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+}
+
+// NoHandlerTimeout gives handlers a context without a deadline; by default
+// they get one.
+func TestNoHandlerTimeout(t *testing.T) {
+	t.Parallel()
+	for _, none := range []bool{false, true} {
+		db := testdb.NewMigrated(t)
+		insertEvents(t, db, "x", 1)
+		cfg := baseConfig(db)
+		cfg.NoHandlerTimeout = none
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		hasDeadline := make(chan bool, 1)
+		require.NoError(t, d.Handle("x", func(ctx context.Context, _ outbox.Event) error {
+			_, ok := ctx.Deadline()
+			hasDeadline <- ok
+			return nil
+		}))
+		runDispatcher(t, d)
+		require.Equal(t, !none, <-hasDeadline)
+	}
+}
+
+// NoDrain cancels running handlers as soon as a stop begins, where the
+// default would wait up to 30s for them.
+func TestNoDrain(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "x", 1)
+	cfg := baseConfig(db)
+	cfg.NoDrain = true
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	require.NoError(t, d.Handle("x", func(ctx context.Context, _ outbox.Event) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(context.Background()) }()
+	<-started
+	begun := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.ErrorIs(t, d.Stop(ctx), dispatcher.ErrDrainTimeout)
+	require.ErrorIs(t, <-errc, dispatcher.ErrDrainTimeout)
+	require.Less(t, time.Since(begun), 5*time.Second)
+}
+
+// A dispatcher given another Table than the one migrated (here: another
+// name in the same schema) fails at start with outbox.ErrMissingTable
+// instead of polling a table that never fills.
+func TestRunDetectsTableMismatch(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg := baseConfig(db)
+	cfg.Table.Name = "other_events"
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, outbox.ErrMissingTable)
+	require.ErrorContains(t, err, db.Schema+".other_events")
+}

@@ -1,0 +1,8 @@
+package dispatcher
+
+import "time"
+
+// SetClock makes the dispatcher built from c read its local clock (lease
+// deadlines) from now instead of time.Now. The database clock still
+// decides every due and expiry time.
+func SetClock(c *Config, now func() time.Time) { c.now = now }
