@@ -191,3 +191,12 @@ func (d *Dispatcher) claim(limit int) claimResult {
 	}
 	return claimResult{limit: limit, got: len(b.Events)}
 }
+
+// dispatch holds a claimed batch sent at sentAt and runs it. slots is
+// the number of handler slots startsFor took for the claim: the marked
+// events among the first slots start in them, and the rest are given back.
+func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) {
+	items, given := d.held.add(d.workCtx, b, sentAt, slots)
+	d.releaseSlots(slots - given)
+	go d.runBatch(items)
+}

@@ -190,6 +190,121 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 	return releases, params
 }
 
+// failure decides whether a failed attempt is final and when to retry,
+// or records the snooze a handler asked for.
+func (c *completer) failure(it *item) lease.Failure {
+	r := it.result
+	if r.snooze {
+		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
+	}
+	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
+		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
+	return lease.Failure{
+		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
+		Delay: c.cfg.Backoff.Delay(it.event.Attempt),
+	}
+}
+
+// release returns items to PENDING without spending an attempt. It never
+// runs beside this dispatcher's own renewals and start marks (leaseWrites),
+// so a row is busy only when a third party holds it; such a row is tried
+// again up to releaseTries times, then let go all the same: its lease
+// expires and recovery returns it (counting a recovery if the claim had
+// marked it started).
+func (c *completer) release(ctx context.Context, items []*item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	refs := make([]lease.Ref, len(items))
+	for i, it := range items {
+		refs[i] = it.ref()
+	}
+	for try := 1; len(refs) > 0; try++ {
+		c.leaseWrites.Lock()
+		res, err := c.store.Release(ctx, c.pool, refs)
+		c.leaseWrites.Unlock()
+		if err != nil {
+			return err
+		}
+		c.report.stats.released.Add(uint64(len(res.Done)))
+		if refs = res.Busy; try == releaseTries || len(refs) == 0 || !sleep(ctx, busyRetry) {
+			break
+		}
+	}
+	c.held.remove(items)
+	return nil
+}
+
+// releaseTries bounds the tries of a release whose rows are busy.
+const releaseTries = 5
+
+// settleLost looks again at the rows a completion found no longer held
+// whose earlier write may have taken effect although its reply was lost:
+// an outcome this very claim wrote is its own, not a lost lease. It moves
+// those from res.Lost to the lists they belong in, and returns the ids
+// whose outcome cannot be known (a success under DeleteSent whose row is
+// gone).
+func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
+	if len(res.Lost) == 0 {
+		return nil, nil
+	}
+	byID := itemsByID(items)
+	var again []lease.Ref
+	var lost []uuid.UUID
+	for _, id := range res.Lost {
+		if it := byID[id]; it.maybeWritten {
+			again = append(again, it.ref())
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	if len(again) == 0 {
+		return nil, nil
+	}
+	own, gone, err := c.store.Outcomes(ctx, c.pool, again)
+	if err != nil {
+		return nil, err
+	}
+	res.Sent = append(res.Sent, own.Sent...)
+	res.Retried = append(res.Retried, own.Retried...)
+	res.Failed = append(res.Failed, own.Failed...)
+	res.Lost = append(lost, own.Lost...)
+	var unknown []uuid.UUID
+	for _, id := range gone {
+		if it := byID[id]; c.cfg.DeleteSent && it.result.err == nil && !it.result.release {
+			unknown = append(unknown, id)
+		} else {
+			res.Lost = append(res.Lost, id)
+		}
+	}
+	return unknown, nil
+}
+
+// written lets go of the items whose outcomes a write recorded (or found
+// lost), then reports them: counts, OnOutcome, OnError.
+func (c *completer) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
+	byID := itemsByID(items)
+	c.held.remove(items)
+	if len(res.Retried) > 0 {
+		signal(c.retryScheduled)
+	}
+	c.report.reportOutcomes(c.ctx, byID, res)
+	for _, id := range res.Lost {
+		c.report.reportLost(id)
+	}
+	for _, id := range unknown {
+		c.report.reportUnknown(id, "the write's reply was lost and the row is gone")
+	}
+}
+
+func itemsByID(items []*item) map[uuid.UUID]*item {
+	byID := make(map[uuid.UUID]*item, len(items))
+	for _, it := range items {
+		byID[it.event.ID] = it
+	}
+	return byID
+}
+
 // retryLater puts the outcomes of a failed write back in line, each due
 // again after its own backoff, and lets go of those that failed too often
 // or whose lease can no longer be trusted.
@@ -249,118 +364,3 @@ func unsent(err error) bool {
 	var connectErr *pgconn.ConnectError
 	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr)
 }
-
-// settleLost looks again at the rows a completion found no longer held
-// whose earlier write may have taken effect although its reply was lost:
-// an outcome this very claim wrote is its own, not a lost lease. It moves
-// those from res.Lost to the lists they belong in, and returns the ids
-// whose outcome cannot be known (a success under DeleteSent whose row is
-// gone).
-func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
-	if len(res.Lost) == 0 {
-		return nil, nil
-	}
-	byID := itemsByID(items)
-	var again []lease.Ref
-	var lost []uuid.UUID
-	for _, id := range res.Lost {
-		if it := byID[id]; it.maybeWritten {
-			again = append(again, it.ref())
-		} else {
-			lost = append(lost, id)
-		}
-	}
-	if len(again) == 0 {
-		return nil, nil
-	}
-	own, gone, err := c.store.Outcomes(ctx, c.pool, again)
-	if err != nil {
-		return nil, err
-	}
-	res.Sent = append(res.Sent, own.Sent...)
-	res.Retried = append(res.Retried, own.Retried...)
-	res.Failed = append(res.Failed, own.Failed...)
-	res.Lost = append(lost, own.Lost...)
-	var unknown []uuid.UUID
-	for _, id := range gone {
-		if it := byID[id]; c.cfg.DeleteSent && it.result.err == nil && !it.result.release {
-			unknown = append(unknown, id)
-		} else {
-			res.Lost = append(res.Lost, id)
-		}
-	}
-	return unknown, nil
-}
-
-// failure decides whether a failed attempt is final and when to retry,
-// or records the snooze a handler asked for.
-func (c *completer) failure(it *item) lease.Failure {
-	r := it.result
-	if r.snooze {
-		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
-	}
-	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
-		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
-	return lease.Failure{
-		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
-		Delay: c.cfg.Backoff.Delay(it.event.Attempt),
-	}
-}
-
-// written lets go of the items whose outcomes a write recorded (or found
-// lost), then reports them: counts, OnOutcome, OnError.
-func (c *completer) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
-	byID := itemsByID(items)
-	c.held.remove(items)
-	if len(res.Retried) > 0 {
-		signal(c.retryScheduled)
-	}
-	c.report.reportOutcomes(c.ctx, byID, res)
-	for _, id := range res.Lost {
-		c.report.reportLost(id)
-	}
-	for _, id := range unknown {
-		c.report.reportUnknown(id, "the write's reply was lost and the row is gone")
-	}
-}
-
-func itemsByID(items []*item) map[uuid.UUID]*item {
-	byID := make(map[uuid.UUID]*item, len(items))
-	for _, it := range items {
-		byID[it.event.ID] = it
-	}
-	return byID
-}
-
-// release returns items to PENDING without spending an attempt. It never
-// runs beside this dispatcher's own renewals and start marks (leaseWrites),
-// so a row is busy only when a third party holds it; such a row is tried
-// again up to releaseTries times, then let go all the same: its lease
-// expires and recovery returns it (counting a recovery if the claim had
-// marked it started).
-func (c *completer) release(ctx context.Context, items []*item) error {
-	if len(items) == 0 {
-		return nil
-	}
-	refs := make([]lease.Ref, len(items))
-	for i, it := range items {
-		refs[i] = it.ref()
-	}
-	for try := 1; len(refs) > 0; try++ {
-		c.leaseWrites.Lock()
-		res, err := c.store.Release(ctx, c.pool, refs)
-		c.leaseWrites.Unlock()
-		if err != nil {
-			return err
-		}
-		c.report.stats.released.Add(uint64(len(res.Done)))
-		if refs = res.Busy; try == releaseTries || len(refs) == 0 || !sleep(ctx, busyRetry) {
-			break
-		}
-	}
-	c.held.remove(items)
-	return nil
-}
-
-// releaseTries bounds the tries of a release whose rows are busy.
-const releaseTries = 5

@@ -50,7 +50,6 @@ type Dispatcher struct {
 
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
-	markSignal     chan struct{} // start marks wait for the marker
 	slots          chan struct{} // one token per running handler call, Concurrency in all
 	stopCh         chan struct{} // Stop was called
 	done           chan struct{} // Run returned
@@ -123,7 +122,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),
-		markSignal:     make(chan struct{}, 1),
 		stopCh:         make(chan struct{}),
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),

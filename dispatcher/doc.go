@@ -125,4 +125,25 @@
 // waiting plus five writes for a refused outcome, and at most 31s of
 // waiting plus 20 writes in all, besides the time handlers that ignore
 // their cancelled context take.
+//
+// # Where to read
+//
+// One event's walk, file by file, in the order it happens:
+//
+//	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
+//	claim.go       the claim statement; its events join the held set and runBatch starts
+//	start.go       before a handler starts: its handler slot and its start mark
+//	work.go        begin, the handler (in its middleware), the publish, finish
+//	complete.go    the completer: take the finished outcomes, write them, report, let go
+//	outcome.go     what OnOutcome receives
+//
+// Beside the walk:
+//
+//	held.go        the held set: every event held and every change of its state,
+//	               under its own lock (the lock order is documented there)
+//	heartbeat.go   the heartbeat: renews every held lease
+//	run.go         Run's body: start the services, coordinate, drain
+//	report.go      counters, logs, OnError and OnOutcome calls
+//	workers.go     reused goroutines for handler calls
+//	listen.go      the LISTEN connection that turns notifications into triggers
 package dispatcher

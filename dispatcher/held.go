@@ -15,10 +15,10 @@ import (
 // Every change of an event's state in this process is one of its methods,
 // named for the transition:
 //
-//	add ─▶ begin ─▶ finish ─▶ takeOutcomes ─▶ remove
-//	 │       │        │            │
-//	 │       └────────┴── lose ────┴─▶ (let go as lost)
-//	 └─ releaseUnstarted (at stop) ─▶ remove
+//	add ─▶ begin ─▶ finish ─▶ takeOutcomes ─▶ (written) remove
+//	 │       │        │            │  └─ writeFailed ─▶ back in line, or let go
+//	 │       └────────┴── lost ────┴─▶ let go (renewed, loseExpired, begin)
+//	 └─ unstarted (at stop: the completer releases them) ─▶ remove
 //
 // Locks. heldSet.mu is a leaf: while it is held nothing else is locked,
 // no statement runs and nothing outside this file is called (no hook,
@@ -35,6 +35,8 @@ type heldSet struct {
 	// freed when an event is let go (room for claims).
 	outcomesReady chan struct{}
 	freed         chan struct{}
+	// marksWanted is signalled when items wait for the marker.
+	marksWanted chan struct{}
 
 	mu       sync.Mutex
 	byRef    map[lease.Ref]*item // by id and token
@@ -48,7 +50,7 @@ type heldSet struct {
 func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
 	return &heldSet{
 		now: now, trust: leaseDuration - leaseDuration/5,
-		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1),
+		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1), marksWanted: make(chan struct{}, 1),
 		byRef: make(map[lease.Ref]*item), latest: make(map[uuid.UUID]*item),
 	}
 }
@@ -81,7 +83,7 @@ type itemState int
 const (
 	itemQueued     itemState = iota // claimed, handler not started
 	itemRunning                     // handler or publisher running
-	itemDone                        // outcome waits for the completer
+	itemFinished                    // outcome waits for the completer
 	itemCompleting                  // outcome is being written
 )
 
@@ -122,9 +124,9 @@ type item struct {
 	// outcome was handed to the completer; guarded.
 	startedAt time.Time
 	ran       time.Duration
-	done      chan struct{}   // closed when the item is let go
-	olderDone <-chan struct{} // an older item of the same event, lost but still running, must end first
-	result    result          // set when state becomes itemDone
+	letGo     chan struct{}   // closed when the item is let go
+	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
+	result    result          // set when state becomes itemFinished
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -147,7 +149,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range b.Events {
-		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], done: make(chan struct{})}
+		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], letGo: make(chan struct{})}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}
@@ -156,7 +158,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
-			it.olderDone = prev.done
+			it.olderDone = prev.letGo
 		}
 		items[i] = it
 		s.byRef[it.ref()] = it
@@ -235,7 +237,7 @@ func (s *heldSet) finish(it *item, res result) (lost bool) {
 		s.mu.Unlock()
 		return true
 	}
-	it.state, it.result = itemDone, res
+	it.state, it.result = itemFinished, res
 	if !it.startedAt.IsZero() {
 		it.ran = time.Since(it.startedAt)
 	}
@@ -302,10 +304,10 @@ func (s *heldSet) writeFailed(items []*item, judge func(it *item, expired bool) 
 			givenUp = append(givenUp, it)
 		case writeLost:
 			s.loseLocked(it)
-			it.state = itemDone
+			it.state = itemFinished
 			s.outcomes = append(s.outcomes, it)
 		default:
-			it.state = itemDone
+			it.state = itemFinished
 			s.outcomes = append(s.outcomes, it)
 		}
 	}
@@ -459,7 +461,7 @@ func (s *heldSet) removeLocked(it *item) {
 	if s.latest[it.event.ID] == it {
 		delete(s.latest, it.event.ID)
 	}
-	close(it.done)
+	close(it.letGo)
 	b := it.batch
 	if b.remaining--; b.remaining == 0 {
 		b.timer.Stop()
@@ -531,16 +533,19 @@ func (s *heldSet) runningSince(cutoff time.Time) bool {
 }
 
 // queueMarks queues for the marker the items still held whose start is
-// not marked, and returns them.
+// not marked, signals it, and returns them.
 func (s *heldSet) queueMarks(items []*item) (queued []*item) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, it := range items {
 		if !it.marked && s.byRef[it.ref()] == it {
 			it.marking = make(chan struct{})
 			s.toMark = append(s.toMark, it)
 			queued = append(queued, it)
 		}
+	}
+	s.mu.Unlock()
+	if len(queued) > 0 {
+		signal(s.marksWanted)
 	}
 	return queued
 }

@@ -127,7 +127,7 @@ func (d *Dispatcher) acquireSlot(it *item) bool {
 		case <-slow.C:
 			d.noteSlowSlot()
 			slow.Reset(slowFor / 2)
-		case <-it.done:
+		case <-it.letGo:
 			return false
 		case <-it.batch.ctx.Done():
 			return false
@@ -152,13 +152,10 @@ func (d *Dispatcher) noteSlowSlot() {
 // released at stop).
 func (d *Dispatcher) markStarted(items []*item) []*item {
 	wait := d.held.queueMarks(items)
-	if len(wait) > 0 {
-		signal(d.markSignal)
-	}
 	for _, it := range wait {
 		select {
 		case <-it.marking:
-		case <-it.done:
+		case <-it.letGo:
 		case <-it.batch.ctx.Done():
 		}
 	}
@@ -168,7 +165,7 @@ func (d *Dispatcher) markStarted(items []*item) []*item {
 // markLoop is the marker: it writes the start marks that handler slots
 // wait for, all waiting ones in one statement.
 func (d *Dispatcher) markLoop(quit <-chan struct{}) {
-	serveLoop(quit, d.markSignal, func() time.Duration {
+	serveLoop(quit, d.held.marksWanted, func() time.Duration {
 		if d.markOnce() {
 			return busyRetry
 		}

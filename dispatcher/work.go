@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -18,15 +17,6 @@ type result struct {
 	release bool          // return unstarted-equivalent work to PENDING
 	snooze  bool          // the handler gave the event back (outbox.Snooze)
 	delay   time.Duration // the snooze's delay
-}
-
-// dispatch holds a claimed batch sent at sentAt and runs it. slots is
-// the number of handler slots startsFor took for the claim: the marked
-// events among the first slots start in them, and the rest are given back.
-func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) {
-	items, given := d.held.add(d.workCtx, b, sentAt, slots)
-	d.releaseSlots(slots - given)
-	go d.runBatch(items)
 }
 
 // runBatch runs the local handlers of a batch concurrently, publishes at
@@ -80,49 +70,6 @@ func (d *Dispatcher) runBatch(items []*item) {
 	d.publish(d.dropLost(toPublish))
 }
 
-// runHandler starts the handler of an item that holds a slot, once its
-// start is marked. It returns ok when the handler succeeded and the event
-// has a destination (it is published with its batch), else the result to
-// record, or nil when the item may not start (let go meanwhile).
-//
-// it.marked is read without the lock: it is set before runBatch starts
-// (by the claim) or by the marker after markStarted queued the item, never
-// while this reads it.
-func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok bool) {
-	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
-		return nil, false
-	}
-	r := d.callHandler(it, h)
-	if r.err != nil || d.destination(it.event) == "" {
-		return &r, false
-	}
-	return nil, true
-}
-
-// beginPublish marks and begins the items that only need publishing, and
-// returns those that may be published.
-func (d *Dispatcher) beginPublish(items []*item) []*item {
-	var ready []*item
-	for _, it := range items {
-		if d.await(it) {
-			ready = append(ready, it)
-		}
-	}
-	started := ready[:0]
-	for _, it := range d.markStarted(ready) {
-		if d.held.begin(it, 0) {
-			started = append(started, it)
-		}
-	}
-	return started
-}
-
-// errHandlerReturned is the cause that ends a handler's context when the
-// handler returns.
-var errHandlerReturned = errors.New("pgoutbox: the handler returned")
-
-var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
-
 // handler returns the handler of an event type, wrapped in its
 // middleware: the one registered for the type, else DefaultHandler, else
 // nil.
@@ -142,6 +89,8 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 	return d.cfg.RouteFunc(e)
 }
 
+var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
+
 // await waits until an older item of the same event, whose lease was lost
 // while its handler kept running, has ended, so that one process never runs
 // two attempts of one event at once. It returns false if the item's own
@@ -153,28 +102,30 @@ func (d *Dispatcher) await(it *item) bool {
 	select {
 	case <-it.olderDone:
 		return true
-	case <-it.done:
+	case <-it.letGo:
 		return false
 	case <-it.batch.ctx.Done():
 		return false
 	}
 }
 
-// dropLost drops the items whose lease was lost or is past its local
-// deadline (while they waited for the rest of their batch), finishing them
-// as lost, so that they are not published after another replica may have
-// taken them over. Like begin, it reads the deadline on the clock rather
-// than wait for the timer.
-func (d *Dispatcher) dropLost(items []*item) []*item {
-	kept := items[:0]
-	for _, it := range items {
-		if d.held.loseIfExpired(it) {
-			d.finish(it, result{})
-			continue
-		}
-		kept = append(kept, it)
+// runHandler starts the handler of an item that holds a slot, once its
+// start is marked. It returns ok when the handler succeeded and the event
+// has a destination (it is published with its batch), else the result to
+// record, or nil when the item may not start (let go meanwhile).
+//
+// it.marked is read without the lock: it is set before runBatch starts
+// (by the claim) or by the marker after markStarted queued the item, never
+// while this reads it.
+func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok bool) {
+	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
+		return nil, false
 	}
-	return kept
+	r := d.callHandler(it, h)
+	if r.err != nil || d.destination(it.event) == "" {
+		return &r, false
+	}
+	return nil, true
 }
 
 // callHandler runs h in the item's context, recovering a panic. The
@@ -201,6 +152,10 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	}
 	return d.classify(it, it.ctx, err, code)
 }
+
+// errHandlerReturned is the cause that ends a handler's context when the
+// handler returns.
+var errHandlerReturned = errors.New("pgoutbox: the handler returned")
 
 // snoozed is the result of a handler that returned outbox.Snooze: the
 // snooze, or a final failure with snooze_limit once the event has snoozed
@@ -231,6 +186,41 @@ func (d *Dispatcher) classify(it *item, ctx context.Context, err error, code out
 	return result{err: err, code: code}
 }
 
+// beginPublish marks and begins the items that only need publishing, and
+// returns those that may be published.
+func (d *Dispatcher) beginPublish(items []*item) []*item {
+	var ready []*item
+	for _, it := range items {
+		if d.await(it) {
+			ready = append(ready, it)
+		}
+	}
+	started := ready[:0]
+	for _, it := range d.markStarted(ready) {
+		if d.held.begin(it, 0) {
+			started = append(started, it)
+		}
+	}
+	return started
+}
+
+// dropLost drops the items whose lease was lost or is past its local
+// deadline (while they waited for the rest of their batch), finishing them
+// as lost, so that they are not published after another replica may have
+// taken them over. Like begin, it reads the deadline on the clock rather
+// than wait for the timer.
+func (d *Dispatcher) dropLost(items []*item) []*item {
+	kept := items[:0]
+	for _, it := range items {
+		if d.held.loseIfExpired(it) {
+			d.finish(it, result{})
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept
+}
+
 // publish sends the started items to the publisher in one call and finishes
 // each with its own outcome.
 func (d *Dispatcher) publish(items []*item) {
@@ -253,13 +243,13 @@ func (d *Dispatcher) publish(items []*item) {
 	}
 }
 
-// publishCode is the code of a publisher's error: invalid_event when the
-// publisher cannot carry the event as it is, else publish_error.
-func publishCode(err error) outbox.Code {
-	if errors.Is(err, outbox.ErrInvalidEvent) {
-		return outbox.CodeInvalidEvent
+// publishContext is the context of one publish call: under the batch's,
+// with PublishTimeout when there is one.
+func publishContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return context.WithCancel(parent)
 	}
-	return outbox.CodePublishError
+	return context.WithTimeout(parent, timeout)
 }
 
 // callPublisher calls Publish, recovering a panic and checking that it
@@ -279,21 +269,21 @@ func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (
 	return errs
 }
 
+// publishCode is the code of a publisher's error: invalid_event when the
+// publisher cannot carry the event as it is, else publish_error.
+func publishCode(err error) outbox.Code {
+	if errors.Is(err, outbox.ErrInvalidEvent) {
+		return outbox.CodeInvalidEvent
+	}
+	return outbox.CodePublishError
+}
+
 func fill(n int, err error) []error {
 	errs := make([]error, n)
 	for i := range errs {
 		errs[i] = err
 	}
 	return errs
-}
-
-// publishContext is the context of one publish call: under the batch's,
-// with PublishTimeout when there is one.
-func publishContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		return context.WithCancel(parent)
-	}
-	return context.WithTimeout(parent, timeout)
 }
 
 // finish hands an item's result to the completer. An item whose lease was
