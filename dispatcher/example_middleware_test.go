@@ -15,7 +15,8 @@ import (
 )
 
 // timeoutPerType returns a middleware that bounds each handler call by the
-// timeout of its event type; other types keep Config.HandlerTimeout. A
+// timeout of its event type; other types keep Config.HandlerTimeout, and
+// no type gets more than it (a middleware can only shorten a deadline). A
 // handler that returns the context's error is recorded with code timeout.
 func timeoutPerType(timeouts map[string]time.Duration) outbox.Middleware {
 	return func(next outbox.Handler) outbox.Handler {
@@ -42,6 +43,9 @@ func Example_middleware() {
 
 	tracerProvider := noop.NewTracerProvider() // otel.GetTracerProvider() in an application
 	d, err := dispatcher.New(pool, dispatcher.Config{
+		// Middleware can only shorten a handler's deadline: HandlerTimeout
+		// is the longest any type gets.
+		HandlerTimeout: 5 * time.Minute,
 		// Outermost first: the span covers the timeout and the handler.
 		Middleware: []outbox.Middleware{
 			dispatcher.TracingMiddleware(tracerProvider),
