@@ -161,10 +161,12 @@ type recordedSpan struct {
 	errors []error
 }
 
-func (s *recordedSpan) SpanContext() trace.SpanContext                       { return s.sc }
-func (s *recordedSpan) SetStatus(c codes.Code, _ string)                     { s.status = c }
-func (s *recordedSpan) End(...trace.SpanEndOption)                           { s.ended = true }
-func (s *recordedSpan) RecordError(err error, _ ...trace.EventOption)        { s.errors = append(s.errors, err) }
+func (s *recordedSpan) SpanContext() trace.SpanContext   { return s.sc }
+func (s *recordedSpan) SetStatus(c codes.Code, _ string) { s.status = c }
+func (s *recordedSpan) End(...trace.SpanEndOption)       { s.ended = true }
+func (s *recordedSpan) RecordError(err error, _ ...trace.EventOption) {
+	s.errors = append(s.errors, err)
+}
 func (p *recordingTracer) Tracer(string, ...trace.TracerOption) trace.Tracer { return tracerOf{p: p} }
 
 type tracerOf struct {
