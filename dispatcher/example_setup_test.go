@@ -45,6 +45,30 @@ func exampleEmit(ctx context.Context, pool *pgxpool.Pool, table outbox.Table, or
 	}
 }
 
+// exampleEmitTypes commits one event of each type, with an empty JSON
+// object as its payload.
+func exampleEmitTypes(ctx context.Context, pool *pgxpool.Pool, table outbox.Table, types ...string) {
+	em, err := emitter.New(emitter.Config{Table: table})
+	if err != nil {
+		panic(err)
+	}
+	events := make([]outbox.Event, len(types))
+	for i, t := range types {
+		events[i] = outbox.Event{Type: t, ContentType: outbox.ContentTypeJSON, Payload: []byte(`{}`)}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := em.Emit(ctx, tx, events...); err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		panic(err)
+	}
+}
+
 // exampleOrder is the payload of the examples' order.created events.
 type exampleOrder struct {
 	ID string `json:"id"`
