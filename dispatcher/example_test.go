@@ -29,7 +29,10 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	err = d.Handle("order.created", outbox.JSONHandler(func(ctx context.Context, e outbox.Event, o exampleOrder) error {
+	type order struct {
+		ID string `json:"id"`
+	}
+	err = d.Handle("order.created", outbox.JSONHandler(func(ctx context.Context, e outbox.Event, o order) error {
 		fmt.Println("handling order", o.ID)
 		return nil
 	}))
@@ -96,42 +99,4 @@ func ExampleDispatcher_Handle() {
 	// Output:
 	// attempt 1: retry (handler_error: warehouse unavailable)
 	// attempt 2: sent
-}
-
-// printPublisher stands in for kafkapub or natspub: it prints what a broker
-// would receive and acknowledges every message.
-type printPublisher struct{}
-
-func (printPublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	for _, m := range msgs {
-		fmt.Printf("publish %s (key %s) to %s\n", m.Event.Type, m.Event.AggregateID, m.Destination)
-	}
-	return make([]error, len(msgs)) // all nil: acknowledged
-}
-
-// A dispatcher that relays events to a broker: every event the router gives
-// a destination is published, after its local handler (if any) succeeded.
-func ExampleNew_publisher() {
-	ctx := context.Background()
-	pool, table, done := exampleDB()
-	defer done()
-	exampleEmit(ctx, pool, table, "o-1")
-
-	sent := make(chan dispatcher.Outcome, 1)
-	d, err := dispatcher.New(pool, dispatcher.Config{
-		Table:     table,
-		Publisher: printPublisher{}, // e.g. kafkapub.New(client, kafkapub.Config{})
-		RouteFunc: func(e outbox.Event) string { return "shop." + e.Type },
-		OnOutcome: func(ctx context.Context, o dispatcher.Outcome) { sent <- o },
-	})
-	if err != nil {
-		panic(err)
-	}
-	go func() { _ = d.Run(ctx) }()
-	defer func() { _ = d.Stop(ctx) }()
-
-	fmt.Println((<-sent).Status)
-	// Output:
-	// publish order.created (key o-1) to shop.order.created
-	// SENT
 }

@@ -9,11 +9,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-type order struct {
-	ID         string `json:"id"`
-	TotalCents int64  `json:"total_cents"`
-}
-
 // Emit an event in the transaction that writes the business row: commit
 // persists both, rollback neither.
 func ExampleEmitter_Emit() {
@@ -26,6 +21,10 @@ func ExampleEmitter_Emit() {
 		panic(err)
 	}
 
+	type order struct {
+		ID         string `json:"id"`
+		TotalCents int64  `json:"total_cents"`
+	}
 	o := order{ID: "o-1", TotalCents: 4200}
 	tx, err := pool.Begin(ctx)
 	if err != nil {

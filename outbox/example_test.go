@@ -53,12 +53,11 @@ func ExampleBackoff_zero() {
 	// <nil> true
 }
 
-var errUnknownCustomer = errors.New("unknown customer")
-
 // A handler that fails permanently when retrying cannot help: the
 // dispatcher records the event FAILED after this attempt instead of
 // scheduling a retry. Any other error is retried on the backoff.
 func ExamplePermanent() {
+	errUnknownCustomer := errors.New("unknown customer")
 	handler := func(ctx context.Context, e outbox.Event) error {
 		if e.AggregateID == "" {
 			return outbox.Permanent(errUnknownCustomer)
