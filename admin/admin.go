@@ -40,9 +40,10 @@ type Admin struct {
 	sql     statements
 }
 
-// New returns an Admin for cfg on db. A nil db or an invalid table name
-// gives an *outbox.ConfigError (errors.Is [outbox.ErrInvalidConfig]). New
-// does not touch the database.
+// New returns an Admin for cfg on db. A nil db gives an
+// *outbox.InputError naming "db" (errors.Is [outbox.ErrInvalidInput]), an
+// invalid table name an *outbox.ConfigError naming "Table" (errors.Is
+// [outbox.ErrInvalidConfig]). New does not touch the database.
 func New(db DB, cfg Config) (*Admin, error) {
 	if db == nil {
 		return nil, &outbox.InputError{Field: "db", Reason: "is nil"}

@@ -234,7 +234,10 @@ type Config struct {
 	// cancellation. OnOutcome runs on the dispatcher's completion
 	// goroutine (recovery's worker_lost outcomes on the coordinator's),
 	// so keep it fast and never block: the next outcomes wait for it. The
-	// two goroutines may call it at the same time.
+	// two goroutines may call it at the same time. It may call Stats and
+	// Trigger, but not Stop: Stop waits for the completion goroutine, which
+	// is running the hook. Switch on o.Status and o.Snoozed: o.Err of a
+	// snooze past MaxSnoozes (FAILED, snooze_limit) still wraps the snooze.
 	OnOutcome func(ctx context.Context, o Outcome)
 	// OnError is called for internal errors: failed claims, renewals and
 	// completions, outcomes that could not be recorded because the lease

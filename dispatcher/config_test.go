@@ -114,3 +114,22 @@ func TestRunDetectsTableMismatch(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrMissingTable)
 	require.ErrorContains(t, err, db.Schema+".other_events")
 }
+
+// A dispatcher started on a table that an older version migrated (here:
+// without the snoozes column of migration 3) fails at start with
+// outbox.ErrSchemaMismatch naming the column, instead of failing every
+// claim and telling only OnError.
+func TestRunDetectsAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(context.Background(), `ALTER TABLE outbox_events DROP COLUMN snoozes`)
+	require.NoError(t, err)
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
+	require.ErrorContains(t, err, "snoozes")
+	require.ErrorContains(t, err, "migrations.Migrate")
+}

@@ -147,7 +147,7 @@ func TestPublisherOutcomesPerEvent(t *testing.T) {
 	pub := &recordingPublisher{failWith: map[[16]byte]error{
 		ids[1]: errors.New("broker busy"),
 		ids[2]: outbox.Permanent(errors.New("message too large")),
-		ids[4]: outbox.Permanent(fmt.Errorf("broker: %w", &outbox.ValidationError{Index: -1, Field: "Headers", Reason: "name \"x/y\" is not a token"})),
+		ids[4]: outbox.Permanent(fmt.Errorf("broker: %w", &outbox.ValidationError{Field: "Headers", Reason: "name \"x/y\" is not a token"})),
 	}}
 	cfg := baseConfig(db)
 	cfg.Publisher = pub

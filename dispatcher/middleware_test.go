@@ -158,11 +158,15 @@ type recordedSpan struct {
 	sc     trace.SpanContext
 	status codes.Code
 	ended  bool
+	errors []error
 }
 
-func (s *recordedSpan) SpanContext() trace.SpanContext                       { return s.sc }
-func (s *recordedSpan) SetStatus(c codes.Code, _ string)                     { s.status = c }
-func (s *recordedSpan) End(...trace.SpanEndOption)                           { s.ended = true }
+func (s *recordedSpan) SpanContext() trace.SpanContext   { return s.sc }
+func (s *recordedSpan) SetStatus(c codes.Code, _ string) { s.status = c }
+func (s *recordedSpan) End(...trace.SpanEndOption)       { s.ended = true }
+func (s *recordedSpan) RecordError(err error, _ ...trace.EventOption) {
+	s.errors = append(s.errors, err)
+}
 func (p *recordingTracer) Tracer(string, ...trace.TracerOption) trace.Tracer { return tracerOf{p: p} }
 
 type tracerOf struct {
@@ -173,6 +177,9 @@ type tracerOf struct {
 func (t tracerOf) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	cfg := trace.NewSpanStartConfig(opts...)
 	parent := trace.SpanContextFromContext(ctx)
+	if cfg.NewRoot() {
+		parent = trace.SpanContext{}
+	}
 	s := &recordedSpan{name: name, kind: cfg.SpanKind(), parent: parent, sc: trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: parent.TraceID(), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
 	})}
@@ -219,6 +226,36 @@ func TestTracingMiddleware(t *testing.T) {
 			require.True(t, s.ended)
 		})
 	}
+
+	t.Run("panic", func(t *testing.T) {
+		t.Parallel()
+		tp := &recordingTracer{}
+		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { panic("boom") })
+		require.PanicsWithValue(t, "boom", func() { _ = h(context.Background(), e) }, "the panic goes on to the dispatcher")
+		require.Len(t, tp.spans, 1)
+		require.Equal(t, codes.Error, tp.spans[0].status)
+		require.True(t, tp.spans[0].ended)
+	})
+
+	t.Run("error recorded", func(t *testing.T) {
+		t.Parallel()
+		tp := &recordingTracer{}
+		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { return boom })
+		require.ErrorIs(t, h(context.Background(), e), boom)
+		require.Equal(t, []error{boom}, tp.spans[0].errors)
+	})
+
+	t.Run("no trace context starts a new trace", func(t *testing.T) {
+		t.Parallel()
+		tp := &recordingTracer{}
+		runSpan := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, SpanID: trace.SpanID{9, 9, 9, 9, 9, 9, 9, 9},
+		})
+		ctx := trace.ContextWithSpanContext(context.Background(), runSpan) // a span in Run's context
+		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { return nil })
+		require.NoError(t, h(ctx, outbox.Event{Type: "order.created"}))
+		require.False(t, tp.spans[0].parent.IsValid(), "the span of Run's context is not the parent")
+	})
 
 	t.Run("nil provider", func(t *testing.T) {
 		t.Parallel()

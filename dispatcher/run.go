@@ -94,7 +94,8 @@ func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
 	return ctx.Err() != nil || d.stopRequested()
 }
 
-// checkTable fails fast when the outbox table or its schema is missing,
+// checkTable fails fast when the outbox table or its schema is missing, or
+// the table lacks a column this version uses (a migration not yet run),
 // rather than logging the same claim error every poll.
 func (d *Dispatcher) checkTable(ctx context.Context) error {
 	names, err := sqlname.For(d.cfg.Table)
@@ -110,7 +111,7 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 		return fmt.Errorf("pgoutbox: dispatcher: %s: %w (is it the Table given to migrations.Migrate?)",
 			d.store.Table(), outbox.ErrMissingTable)
 	}
-	return nil
+	return d.store.CheckColumns(ctx, d.pool)
 }
 
 // drain stops handlers from starting, releases unstarted claims, waits for

@@ -21,8 +21,12 @@ const tracerName = "github.com/pgoutbox/pgoutbox/dispatcher"
 // trace context (the traceparent and tracestate headers the emitter
 // writes), so that a trace follows an event from the transaction that
 // emitted it into its handler. The span carries the event's id, type,
-// attempt and snoozes; a handler error sets its status to error, with the
-// error's text (a snooze does not). Pass otel.GetTracerProvider() for the
+// attempt and snoozes; a handler error is recorded on the span and sets
+// its status to error, with the error's text (a snooze does not, even the
+// one past MaxSnoozes that makes the event FAILED), and so does a panic,
+// which the middleware lets go on to the dispatcher. An event without a
+// trace context starts a new trace. Put it first in Config.Middleware so
+// that the other middleware runs inside its span. Pass otel.GetTracerProvider() for the
 // application's global provider; a nil tp starts no span of its own, but
 // the handler's context still carries the emitting span's context.
 //
@@ -34,23 +38,47 @@ func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 	}
 	tracer := tp.Tracer(tracerName)
 	return func(next outbox.Handler) outbox.Handler {
-		return func(ctx context.Context, e outbox.Event) error {
-			ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(e.Headers))
-			ctx, span := tracer.Start(ctx, "handle "+e.Type, trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithAttributes(
-					attribute.String("messaging.system", "pgoutbox"),
-					attribute.String("messaging.operation.type", "process"),
-					attribute.String("messaging.message.id", e.ID.String()),
-					attribute.String("pgoutbox.event.type", e.Type),
-					attribute.Int("pgoutbox.event.attempt", e.Attempt),
-					attribute.Int("pgoutbox.event.snoozes", e.Snoozes),
-				))
+		return func(ctx context.Context, e outbox.Event) (err error) {
+			ctx, opts := spanParent(ctx, e)
+			ctx, span := tracer.Start(ctx, "handle "+e.Type, append(opts, trace.WithSpanKind(trace.SpanKindConsumer), spanAttributes(e))...)
 			defer span.End()
-			err := next(ctx, e)
+			defer func() {
+				if p := recover(); p != nil {
+					span.SetStatus(codes.Error, "handler panic")
+					panic(p) // the dispatcher records the panic
+				}
+			}()
+			err = next(ctx, e)
 			if _, snoozed := outbox.SnoozeDelay(err); err != nil && !snoozed {
+				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
 			}
 			return err
 		}
 	}
+}
+
+// spanParent returns ctx with the emitting span's context, which the
+// event's headers carry, as the parent of the handler call's span. An
+// event without one starts a new trace rather than join whatever span the
+// context passed to Run carried.
+func spanParent(ctx context.Context, e outbox.Event) (context.Context, []trace.SpanStartOption) {
+	emitted := trace.SpanContextFromContext(
+		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
+	if !emitted.IsValid() {
+		return ctx, []trace.SpanStartOption{trace.WithNewRoot()}
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, emitted), nil
+}
+
+// spanAttributes are the kind and attributes of a handler call's span.
+func spanAttributes(e outbox.Event) trace.SpanStartEventOption {
+	return trace.WithAttributes(
+		attribute.String("messaging.system", "pgoutbox"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.message.id", e.ID.String()),
+		attribute.String("pgoutbox.event.type", e.Type),
+		attribute.Int("pgoutbox.event.attempt", e.Attempt),
+		attribute.Int("pgoutbox.event.snoozes", e.Snoozes),
+	)
 }

@@ -23,6 +23,12 @@
 // one database migrate independently, each with its own version table named
 // <table>_schema_version.
 //
+// A migration that alters the outbox table needs an ACCESS EXCLUSIVE lock,
+// and while it waits for one every Emit and claim waits behind it. It
+// therefore sets a lock_timeout of 2s, and Migrate retries it a few times
+// before giving up (see [Migrate]); docs/operations.md describes rolling
+// upgrades.
+//
 // # Startup safety
 //
 // Verify compares the catalog with what this version of the library needs

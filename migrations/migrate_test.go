@@ -6,8 +6,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
@@ -208,4 +210,105 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 	require.Equal(t, "FAILED", status)
 	require.Equal(t, 4, attempts)
 	require.Zero(t, snoozes)
+}
+
+// migrateToVersion2 applies the rendered migrations 1 and 2 on conn, so
+// that Migrate has migration 3, an ALTER TABLE, left to apply.
+func migrateToVersion2(t *testing.T, conn *pgx.Conn, cfg migrations.Config) {
+	t.Helper()
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
+		text, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		mustExec(t, conn, string(text))
+	}
+}
+
+// holdTable opens a transaction on a connection of its own that inserts a
+// row into table, as an application's emitting transaction does, and
+// returns it still open.
+func holdTable(t *testing.T, db *testdb.DB, table outbox.Table) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Conn(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (id, event_type) VALUES (gen_random_uuid(), 'held')")
+	require.NoError(t, err)
+	return tx
+}
+
+// While an open transaction that emitted holds the table, Migrate's
+// ALTER TABLE gives up its place in the lock queue after its lock_timeout
+// and tries again later, so writers wait for it at most that long; once
+// the holder commits, a retry succeeds.
+func TestMigrateWaitsForAHeldTableWithoutStallingWriters(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	migrateToVersion2(t, conn, cfg)
+	holder := holdTable(t, db, db.Table())
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- migrations.Migrate(ctx, conn, cfg) }()
+	waitForLockWaiter(ctx, t, db, db.Table()) // the ALTER TABLE is queued behind the holder
+
+	writer := db.Conn(t)
+	start := time.Now()
+	writeCtx, cancelWrite := context.WithTimeout(ctx, 4*time.Second)
+	defer cancelWrite()
+	_, err := writer.Exec(writeCtx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'later')")
+	require.NoError(t, err, "a writer waits behind the migration at most its lock_timeout, not until the holder commits")
+	require.Less(t, time.Since(start), 3*time.Second)
+
+	require.NoError(t, holder.Commit(ctx))
+	require.NoError(t, <-migrated)
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+}
+
+// When the holder stays open, Migrate gives up after its bounded retries
+// with an error that says another transaction holds the table, and leaves
+// the table at version 2 and free for writers.
+func TestMigrateGivesUpOnATableHeldThroughItsRetries(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	migrateToVersion2(t, conn, cfg)
+	holdTable(t, db, db.Table())
+
+	start := time.Now()
+	err := migrations.Migrate(ctx, conn, cfg)
+	require.ErrorContains(t, err, "another transaction holds a lock on "+db.Table().String())
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code)
+	require.Less(t, time.Since(start), 40*time.Second)
+	require.NoError(t, ctx.Err())
+
+	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.Equal(t, int32(2), v)
+	writeCtx, cancelWrite := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelWrite()
+	_, err = db.Conn(t).Exec(writeCtx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'after')")
+	require.NoError(t, err)
+}
+
+// waitForLockWaiter returns once a session waits for a lock on table.
+func waitForLockWaiter(ctx context.Context, t *testing.T, db *testdb.DB, table outbox.Table) {
+	t.Helper()
+	observer := db.Conn(t)
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := observer.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE relation = $1::regclass AND NOT granted)",
+			quoted(table)).Scan(&waiting)
+		return err == nil && waiting
+	}, 20*time.Second, 10*time.Millisecond)
 }

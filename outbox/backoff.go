@@ -16,14 +16,14 @@ import (
 // and Validate apply the defaults themselves, so a Backoff never needs
 // WithDefaults before use.
 type Backoff struct {
-	// Initial is the delay after the first failed attempt. Defaults to 1s;
-	// 1ms to 24h.
+	// Initial is the delay after the first failed attempt. Defaults to 1s,
+	// or to Max when Max is set below 1s; 1ms to 24h.
 	Initial time.Duration
 	// Multiplier grows the delay after each further failure. Defaults to
 	// 2; 1 to 10.
 	Multiplier float64
-	// Max caps the delay before jitter. Defaults to 1h; at least Initial,
-	// at most 7 days.
+	// Max caps the delay before jitter. Defaults to 1h, or to Initial when
+	// Initial is set above 1h; at least Initial, at most 7 days.
 	Max time.Duration
 	// Jitter is the fraction of the delay by which it is spread at random,
 	// in both directions. Defaults to 0.1; at most 1. Set NoJitter instead
@@ -37,17 +37,21 @@ type Backoff struct {
 // DefaultBackoff is the policy a zero Backoff stands for.
 var DefaultBackoff = Backoff{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.1}
 
-// WithDefaults returns b with zero fields set to DefaultBackoff's (Jitter
-// stays zero when NoJitter is set).
+// WithDefaults returns b with zero fields set to DefaultBackoff's, except
+// that a zero Initial never exceeds a positive Max and a zero Max is never
+// below Initial (Jitter stays zero when NoJitter is set).
 func (b Backoff) WithDefaults() Backoff {
 	if b.Initial == 0 {
 		b.Initial = DefaultBackoff.Initial
+		if b.Max > 0 {
+			b.Initial = min(b.Initial, b.Max)
+		}
 	}
 	if b.Multiplier == 0 {
 		b.Multiplier = DefaultBackoff.Multiplier
 	}
 	if b.Max == 0 {
-		b.Max = DefaultBackoff.Max
+		b.Max = max(DefaultBackoff.Max, b.Initial)
 	}
 	if b.Jitter == 0 && !b.NoJitter {
 		b.Jitter = DefaultBackoff.Jitter

@@ -13,7 +13,9 @@ const (
 	// CodePublishError: the publisher reported an error for the event.
 	CodePublishError Code = "publish_error"
 	// CodeTimeout: the handler or publisher did not finish within its
-	// timeout.
+	// timeout, or the handler returned an error matching
+	// context.DeadlineExceeded: a deadline of its own, of a middleware's or
+	// of a client it called ran out.
 	CodeTimeout Code = "timeout"
 	// CodeNoHandler: no local handler is registered for the event type and
 	// no publisher is configured. The event goes straight to FAILED.

@@ -70,8 +70,9 @@ var (
 // ValidationError says which event of a call and which of its fields is
 // invalid. Its text never contains payload bytes or header values.
 type ValidationError struct {
-	// Index is the position of the event in the call, or -1 when the error
-	// is about an event outside a call (for example NewJSON's).
+	// Index is the position of the event in the call: in the events given
+	// to Emit, or in the messages given to Publish; 0 for a call that takes
+	// one event (NewJSON).
 	Index int
 	// Field is the Event field at fault, e.g. "Type" or "Headers".
 	Field string
@@ -83,11 +84,7 @@ type ValidationError struct {
 
 // Error implements error.
 func (e *ValidationError) Error() string {
-	what := "invalid event"
-	if e.Index >= 0 {
-		what = fmt.Sprintf("invalid event %d", e.Index)
-	}
-	return message(what, e.Field, e.Reason, e.Err)
+	return message(fmt.Sprintf("invalid event %d", e.Index), e.Field, e.Reason, e.Err)
 }
 
 // Unwrap returns ErrInvalidEvent and the underlying cause.

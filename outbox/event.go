@@ -79,7 +79,7 @@ type Event struct {
 func NewJSON(eventType string, v any) (Event, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return Event{}, &ValidationError{Index: -1, Field: "Payload", Reason: "cannot be marshalled to JSON", Err: fmt.Errorf("%T: %w", v, errWithoutValue(err))}
+		return Event{}, &ValidationError{Field: "Payload", Reason: "cannot be marshalled to JSON", Err: fmt.Errorf("%T: %w", v, errWithoutValue(err))}
 	}
 	return Event{Type: eventType, ContentType: ContentTypeJSON, Payload: payload}, nil
 }

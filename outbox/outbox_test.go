@@ -78,6 +78,26 @@ func TestBackoffZeroValue(t *testing.T) {
 	require.Zero(t, b.Jitter)
 }
 
+// TestBackoffZeroFieldFitsTheOther checks that a zero Max or Initial
+// defaults to a value that fits the one given, instead of a default that
+// makes the pair invalid.
+func TestBackoffZeroFieldFitsTheOther(t *testing.T) {
+	t.Parallel()
+	long := outbox.Backoff{Initial: 2 * time.Hour, NoJitter: true}
+	require.NoError(t, long.Validate("B"))
+	require.Equal(t, 2*time.Hour, long.WithDefaults().Max)
+	require.Equal(t, 2*time.Hour, long.Delay(5))
+
+	short := outbox.Backoff{Max: 500 * time.Millisecond, NoJitter: true}
+	require.NoError(t, short.Validate("B"))
+	require.Equal(t, 500*time.Millisecond, short.WithDefaults().Initial)
+	require.Equal(t, 500*time.Millisecond, short.Delay(1))
+
+	var ce *outbox.ConfigError
+	require.ErrorAs(t, outbox.Backoff{Max: -time.Second}.Validate("B"), &ce)
+	require.Equal(t, "B.Max", ce.Field, "a bad Max is named, not the Initial derived from it")
+}
+
 func TestBackoffValidate(t *testing.T) {
 	t.Parallel()
 	for field, b := range map[string]outbox.Backoff{

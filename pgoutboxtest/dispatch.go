@@ -25,8 +25,14 @@ const DefaultDispatchTimeout = 10 * time.Second
 const idleCheckInterval = 10 * time.Millisecond
 
 // stopGrace is how much longer than the dispatcher's DrainTimeout
-// DispatchUntilIdle waits for it to stop.
+// DispatchUntilIdle waits for its Run to return after asking it to stop:
+// the time for the outcome writes after the drain's hard stop.
 const stopGrace = 10 * time.Second
+
+// defaultDrain is the DrainTimeout DispatchUntilIdle gives the dispatcher
+// when the caller's Config leaves it zero (and NoDrain false): short, so
+// that the hard stop comes well within stopGrace.
+const defaultDrain = time.Second
 
 // DispatchResult is what [DispatchUntilIdle] saw once the dispatcher had
 // stopped.
@@ -50,16 +56,35 @@ type DispatchResult struct {
 // it is due. While events are due it triggers claims itself, so a long
 // PollInterval or disabled wake-ups do not slow the test down.
 //
+// When cfg leaves DrainTimeout zero (and NoDrain false) the dispatcher
+// drains for 1s, not the dispatcher's default 30s, before it cancels the
+// handlers' contexts. After asking it to stop, DispatchUntilIdle waits for
+// its Run to return, at most DrainTimeout plus 10s.
+//
 // The test fails, after the dispatcher has stopped, when cfg or a handler
 // is refused, when the dispatcher cannot start (a missing table, say),
 // when its stop does not end cleanly, or when the table is not idle by
 // ctx's deadline ([DefaultDispatchTimeout] when ctx has none); the message
-// then lists the rows still due or in flight. Events that end FAILED do
-// not fail the test: check Counts.
+// then lists the rows still due or in flight. When Run has not returned
+// within its wait (a handler that ignores its context keeps it running),
+// the test fails naming the handlers still running, and that dispatcher
+// may still write to the table afterwards.
+//
+// The test also fails when this run made an event FAILED with
+// outbox.CodeNoHandler: no handler matched its type (a typo in a handlers
+// key, or a handler left out); the message names the types. Other events
+// that end FAILED (a handler's permanent error, the retry budget spent) do
+// not fail the test: they are the caller's to check, in Counts or with
+// [RequireEmitted].
 func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispatcher.Config, handlers map[string]outbox.Handler) DispatchResult {
 	tb.Helper()
 	const name = "DispatchUntilIdle"
-	d, r, err := newDispatcher(pool, cfg, handlers)
+	if cfg.DrainTimeout == 0 && !cfg.NoDrain {
+		cfg.DrainTimeout = defaultDrain
+	}
+	w := newWatch()
+	cfg.OnOutcome = w.onOutcome(cfg.OnOutcome)
+	d, r, err := newDispatcher(pool, cfg, w.wrap(handlers))
 	if err != nil {
 		fail(tb, name, "%v", err)
 		return DispatchResult{}
@@ -81,7 +106,7 @@ func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispa
 		describeBusy(ctx, &b, r, pool, a)
 	}
 	if !ran {
-		if err := stop(ctx, d, run, cfg.DrainTimeout); err != nil {
+		if err := stop(d, run, cfg.DrainTimeout, w); err != nil {
 			if b.Len() > 0 {
 				b.WriteString("\n  ")
 			}
@@ -90,6 +115,10 @@ func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispa
 	}
 	if b.Len() > 0 {
 		fail(tb, name, "%s", b.String())
+		return DispatchResult{}
+	}
+	if msg := w.noHandlerFailures(handlers); msg != "" {
+		fail(tb, name, "%s", msg)
 		return DispatchResult{}
 	}
 	counts, err := a.Counts(context.WithoutCancel(ctx))
@@ -161,16 +190,27 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 	}
 }
 
-// stop stops the dispatcher, waiting at most its DrainTimeout (as given;
-// the dispatcher's own default is longer) plus stopGrace, and returns
-// Run's result.
-func stop(ctx context.Context, d *dispatcher.Dispatcher, run <-chan error, drain time.Duration) error {
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(drain, 0)+stopGrace)
-	defer cancel()
-	if err := d.Stop(stopCtx); err != nil {
+// stop asks the dispatcher to stop and waits for its Run to return, at
+// most drain plus stopGrace, and returns Run's result. When Run is still
+// running after that, it says which handlers keep it running.
+func stop(d *dispatcher.Dispatcher, run <-chan error, drain time.Duration, w *watch) error {
+	asked, cancel := context.WithCancel(context.Background())
+	cancel() // Stop only asks; Run's result arrives on run
+	_ = d.Stop(asked)
+	wait := drain + stopGrace
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-run:
 		return err
+	case <-timer.C:
 	}
-	return <-run
+	if types := w.ignoringContext(); len(types) > 0 {
+		return fmt.Errorf("a handler ignores its context: the handler for %s was still running %s after the stop "+
+			"(its context was cancelled after the %s drain); the dispatcher keeps running until it returns "+
+			"and may write to the table after this test", quotedList(types), wait, drain)
+	}
+	return fmt.Errorf("its Run had not returned %s after the stop; it may write to the table after this test", wait)
 }
 
 // describeBusy adds the table's counts and the first rows still due or in

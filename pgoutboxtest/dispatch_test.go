@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -118,6 +119,61 @@ func TestDispatchUntilIdle(t *testing.T) {
 		require.Contains(t, msg, "the first 1 events due or in flight:\n    seq 1  id "+stuck.ID.String())
 		// The dispatcher stopped: the handler's attempt was recorded.
 		pgoutboxtest.RequireEmitted(context.Background(), t, b.db.Pool, b.table, pgoutboxtest.Want{Type: "slow", Status: outbox.StatusPending})
+	})
+
+	t.Run("StopsWithinItsGraceWhenDrainTimeoutIsUnset", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("slow", "1", `{}`))
+		slow := func(ctx context.Context, _ outbox.Event) error { <-ctx.Done(); return ctx.Err() }
+		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, b.config(), map[string]outbox.Handler{"slow": slow})
+		})
+		require.Less(t, time.Since(start), 5*time.Second, "the helper's drain is short")
+		require.Contains(t, msg, "not idle when the context ended")
+		// Run had returned when the helper did: the attempt was recorded.
+		pgoutboxtest.RequireEmitted(context.Background(), t, b.db.Pool, b.table,
+			pgoutboxtest.Want{Type: "slow", Status: outbox.StatusPending})
+	})
+
+	t.Run("NamesAHandlerThatIgnoresItsContext", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("stubborn", "1", `{}`))
+		release := make(chan struct{})
+		stubborn := func(context.Context, outbox.Event) error { <-release; return nil }
+		cfg := b.config()
+		cfg.DrainTimeout = 10 * time.Millisecond
+		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, map[string]outbox.Handler{"stubborn": stubborn})
+		})
+		close(release)
+		require.Contains(t, msg, `a handler ignores its context: the handler for "stubborn" was still running`)
+		// Let the dispatcher left behind record the outcome and return.
+		require.Eventually(t, func() bool {
+			var status string
+			err := b.db.Pool.QueryRow(context.Background(),
+				"SELECT status FROM "+pgx.Identifier{b.table.Schema, b.table.Name}.Sanitize()).Scan(&status)
+			return err == nil && status == string(outbox.StatusSent)
+		}, 10*time.Second, 20*time.Millisecond)
+	})
+
+	t.Run("FailsWhenAnEventHasNoHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("order.placed", "1", `{}`), jsonEvent("order.paid", "2", `{}`))
+		h := func(context.Context, outbox.Event) error { return nil }
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, b.config(),
+				map[string]outbox.Handler{"order.placd": h, "order.paid": h})
+		})
+		require.Contains(t, msg, `1 event FAILED with no_handler (types: "order.placed")`)
+		require.Contains(t, msg, `handlers are registered for "order.paid", "order.placd"`)
 	})
 
 	t.Run("LeavesFailuresToTheCaller", func(t *testing.T) {

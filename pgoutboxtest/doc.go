@@ -28,7 +28,9 @@
 // returns the table's per-status counts and the dispatcher's Stats. Idle is
 // read from the table, not from hooks: no row is PROCESSING and no PENDING
 // row is due by the database clock. Events due later (a Delay, a retry's
-// backoff) stay PENDING and count as idle.
+// backoff) stay PENDING and count as idle. An event the run made FAILED
+// with no_handler (no handler for its type) fails the test; other FAILED
+// events are the caller's to check.
 //
 // # Failing a test
 //

@@ -34,7 +34,7 @@ func (o orders) place(ctx context.Context, tx pgx.Tx, id string) error {
 func Example() {
 	ctx := context.Background()
 	t, pool, table := exampleSetup()
-	defer t.done()
+	defer t.Done()
 	em, err := emitter.New(emitter.Config{Table: table})
 	if err != nil {
 		panic(err)

@@ -115,35 +115,13 @@ func jsonEvent(eventType, aggregateID, payload string) outbox.Event {
 	}
 }
 
-// exampleTB lets the examples use testdb outside a test: it panics on a
-// failure and runs the clean-ups when told to.
-type exampleTB struct {
-	testing.TB // nil: only the methods below are called
-	cleanups   []func()
-}
-
-func (e *exampleTB) Helper() {}
-
-func (e *exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-func (e *exampleTB) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-func (e *exampleTB) Cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
-
-// done runs the clean-ups, the last registered first.
-func (e *exampleTB) done() {
-	for i := len(e.cleanups) - 1; i >= 0; i-- {
-		e.cleanups[i]()
-	}
-}
-
 // exampleSetup gives an example a schema with a migrated outbox table and
 // an orders table, as a test's own set-up would.
-func exampleSetup() (*exampleTB, *pgxpool.Pool, outbox.Table) {
-	t := &exampleTB{}
+func exampleSetup() (*testdb.ExampleTB, *pgxpool.Pool, outbox.Table) {
+	t := &testdb.ExampleTB{}
 	db := testdb.NewMigrated(t)
 	if _, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY)`); err != nil {
-		t.done()
+		t.Done()
 		panic(err)
 	}
 	return t, db.Pool, db.Table()

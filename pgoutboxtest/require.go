@@ -52,6 +52,13 @@ func RequireEmitted(ctx context.Context, tb TB, db DB, table outbox.Table, want 
 // with more fields set, events of the type that differ in any of them
 // pass. A zero Want matches every event: the table must be empty. db and
 // table are as for [RequireEmitted].
+//
+// It passes whenever nothing matches, so it also passes vacuously when
+// want is wrong (a misspelt Type, a Status the event never has) or when db
+// is a pool or connection that reads before the emitting transaction
+// commits. Pair it with a positive [RequireEmitted] (or
+// [RequireManyEmitted]) on the same db and table, which proves that the
+// rows you expect are visible there.
 func RequireNotEmitted(ctx context.Context, tb TB, db DB, table outbox.Table, want Want) {
 	tb.Helper()
 	const name = "RequireNotEmitted"

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,8 +24,9 @@ type DB interface {
 // connection and no state beyond the SQL text; it is safe for concurrent
 // use.
 type Store struct {
-	table outbox.Table
-	sql   statements
+	table     outbox.Table
+	sql       statements
+	qualified string // the table's quoted, schema-qualified name
 }
 
 // New returns a Store for the table, after validating its names.
@@ -32,7 +35,31 @@ func New(table outbox.Table) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{table: names.Table, sql: buildStatements(names.Qualified)}, nil
+	return &Store{table: names.Table, sql: buildStatements(names.Qualified), qualified: names.Qualified}, nil
+}
+
+// usedColumns are the columns the statements read or write. A table
+// migrated by an older version lacks some of them.
+const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
+	content_type, payload, headers, status, attempts, recoveries, next_attempt_at, lock_token, lock_owner,
+	locked_at, lease_until, heartbeat_at, last_error_code, last_error, attempt_log, created_at, sent_at,
+	failed_at, started_at, snoozes`
+
+// CheckColumns reports, as an error matching outbox.ErrSchemaMismatch,
+// a table that lacks a column the statements use (one migrated by an
+// older version), so that a dispatcher started before the migration fails
+// at start rather than at every claim. It reads no row.
+func (s *Store) CheckColumns(ctx context.Context, db DB) error {
+	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.qualified+` LIMIT 0`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+		return fmt.Errorf("pgoutbox: table %s: %s (run migrations.Migrate with this version): %w",
+			s.table, pgErr.Message, outbox.ErrSchemaMismatch)
+	}
+	if err != nil {
+		return fmt.Errorf("pgoutbox: check columns: %w", err)
+	}
+	return nil
 }
 
 // Table returns the (defaulted) table the store works on.

@@ -2,12 +2,15 @@ package tmplmigrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
@@ -57,7 +60,10 @@ func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) erro
 // lock keyed by the table's qualified name while it runs, so that
 // concurrent callers migrate one at a time and the later ones find nothing
 // to do, and it creates the schema before tern creates its version table
-// in it.
+// in it. tern runs each migration in a transaction of its own; one that
+// gives up waiting for a lock (SQLSTATE 55P03, after the lock_timeout the
+// migration sets) is tried again, 5 attempts in all, pausing 0.5s
+// doubling, unless ctx ends first.
 func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	table := s.Names.Table
 	key := "pgoutbox.migrate:" + table.String()
@@ -80,10 +86,59 @@ func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	if err := load(m, s); err != nil {
 		return err
 	}
-	if err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: %w", table, err)
+	return migrateRetrying(ctx, m, table)
+}
+
+// sqlstateLockNotAvailable is lock_not_available: a statement gave up
+// waiting for a lock after lock_timeout.
+const sqlstateLockNotAvailable = "55P03"
+
+// lockRetries is how many times Migrate tries a migration that could not
+// take its lock within the migration's lock_timeout, and lockBackoff the
+// pause before the first retry, doubling after each.
+const (
+	lockRetries = 5
+	lockBackoff = 500 * time.Millisecond
+)
+
+// migrateRetrying runs m's pending migrations, each in a transaction of
+// its own, and starts again from the first one not applied when one gave
+// up waiting for a lock (SQLSTATE 55P03, lock_not_available): another
+// transaction held the table, and waiting longer would have queued every
+// writer of the table behind the migration.
+func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Table) error {
+	pause := lockBackoff
+	for attempt := 1; ; attempt++ {
+		err := m.Migrate(ctx)
+		if err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != sqlstateLockNotAvailable {
+			return fmt.Errorf("pgoutbox: migrate %s: %w", table, err)
+		}
+		if attempt == lockRetries {
+			return fmt.Errorf("pgoutbox: migrate %s: another transaction holds a lock on %s "+
+				"(gave up after %d attempts; retry when its long transactions have ended): %w",
+				table, table, attempt, err)
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return fmt.Errorf("pgoutbox: migrate %s: waiting to retry a migration that found the table locked: %w", table, err)
+		}
+		pause *= 2
 	}
-	return nil
+}
+
+// sleep waits for d, or returns ctx's error if it ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // load renders the templates of s into m. Migrate and Render both go

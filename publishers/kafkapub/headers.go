@@ -102,17 +102,17 @@ func encodeHeaders(e outbox.Event, source string) []kgo.RecordHeader {
 	return hs
 }
 
-// checkHeaderNames refuses, permanently, an event header whose name starts
+// checkHeaderNames refuses, permanently, a header of event i of a call whose name starts
 // with HeaderPrefix or is HeaderContentType, in any case: Decode, or a
 // CloudEvents consumer, would take it for an attribute of the event. The
 // error wraps an *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent)
 // and names the header, never its value. Kafka carries every other name
 // and value byte for byte, so nothing else of the header rule is checked.
-func checkHeaderNames(e outbox.Event) error {
+func checkHeaderNames(i int, e outbox.Event) error {
 	for k := range e.Headers {
 		if ours(k) {
 			return outbox.Permanent(fmt.Errorf("kafkapub: %w", &outbox.ValidationError{
-				Index: -1, Field: "Headers", Reason: fmt.Sprintf("name %q is reserved for CloudEvents attributes (%s*, %s)", k, HeaderPrefix, HeaderContentType)}))
+				Index: i, Field: "Headers", Reason: fmt.Sprintf("name %q is reserved for CloudEvents attributes (%s*, %s)", k, HeaderPrefix, HeaderContentType)}))
 		}
 	}
 	return nil

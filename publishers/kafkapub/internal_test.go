@@ -76,13 +76,16 @@ func TestHeaders(t *testing.T) {
 
 	t.Run("ReservedPrefixIsRefused", func(t *testing.T) {
 		t.Parallel()
-		require.NoError(t, checkHeaderNames(fullEvent()))
+		require.NoError(t, checkHeaderNames(0, fullEvent()))
 		for _, name := range []string{"CE_type", "ce_anything", "Content-Type"} {
 			e := fullEvent()
 			e.Headers[name] = "spoofed"
-			err := checkHeaderNames(e)
+			err := checkHeaderNames(3, e)
 			require.True(t, outbox.IsPermanent(err), name)
 			require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+			var verr *outbox.ValidationError
+			require.ErrorAs(t, err, &verr)
+			require.Equal(t, 3, verr.Index, "the message's position in the Publish call")
 			require.ErrorContains(t, err, `"`+name+`"`)
 			require.NotContains(t, err.Error(), "spoofed")
 		}

@@ -196,7 +196,7 @@ func (p *Publisher) withTimeout(ctx context.Context) (context.Context, context.C
 // topic or a header name is invalid.
 func (p *Publisher) produce(ctx context.Context, b *batch, i int, m outbox.Message) {
 	topic := p.topic(m)
-	if err := cmp.Or(checkTopic(topic), checkHeaderNames(m.Event)); err != nil {
+	if err := cmp.Or(checkTopic(topic), checkHeaderNames(i, m.Event)); err != nil {
 		b.settle(i, err)
 		return
 	}

@@ -122,19 +122,20 @@ func encodeHeaders(e outbox.Event, id, source string) nats.Header {
 	return h
 }
 
-// carriable returns nil when NATS carries every field of e that travels as
+// carriable returns nil when NATS carries every field of e (message i of
+// its call) that travels as
 // a header byte for byte, which is what the header rule Emit enforces
 // says, and otherwise a *outbox.ValidationError naming the first field
 // that breaks it (never quoting a value). Reserved names (ours, and the
 // Nats-* headers the server acts on) break it too: letting one through
 // would be ambiguous on decode or change what the server does.
-func carriable(e outbox.Event) error {
+func carriable(i int, e outbox.Event) error {
 	field, reason := outbox.HeaderProblem(e)
 	if field == "" {
 		return nil
 	}
 	return fmt.Errorf("natspub: the event cannot travel as NATS headers unchanged: %w",
-		&outbox.ValidationError{Index: -1, Field: field, Reason: reason})
+		&outbox.ValidationError{Index: i, Field: field, Reason: reason})
 }
 
 // Decode rebuilds the event a [Publisher] sent from a message read with

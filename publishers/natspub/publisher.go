@@ -115,7 +115,7 @@ func (b *batch) send(i int) {
 	m := b.msgs[i]
 	subject := b.p.Subject(m.Destination)
 	id := m.Event.ID.String()
-	msg, err := buildMsg(subject, id, b.p.cfg.Source, m.Event)
+	msg, err := buildMsg(i, subject, id, b.p.cfg.Source, m.Event)
 	if err != nil {
 		b.errs[i] = outbox.Permanent(err)
 		return
@@ -159,17 +159,17 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-// buildMsg returns the NATS message for e (whose ID in text is id) from
+// buildMsg returns the NATS message for e, message i of its call (whose ID in text is id), from
 // source on subject, or a permanent cause: a malformed subject, a zero event ID (it
 // is the dedupe key), a field NATS would not carry unchanged.
-func buildMsg(subject, id, source string, e outbox.Event) (*nats.Msg, error) {
+func buildMsg(i int, subject, id, source string, e outbox.Event) (*nats.Msg, error) {
 	if reason := checkSubject(subject); reason != "" {
 		return nil, fmt.Errorf("natspub: subject %q %s", subject, reason)
 	}
 	if e.ID == uuid.Nil {
 		return nil, errors.New("natspub: event has no ID (the stream deduplicates on it)")
 	}
-	if err := carriable(e); err != nil {
+	if err := carriable(i, e); err != nil {
 		return nil, err
 	}
 	return &nats.Msg{Subject: subject, Header: encodeHeaders(e, id, source), Data: e.Payload}, nil
