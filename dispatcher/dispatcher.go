@@ -38,12 +38,6 @@ type Dispatcher struct {
 	store *lease.Store
 	*reporter
 	held *heldSet // the events held, and every change of their state
-	// handlerTime is the running average of handler durations in
-	// nanoseconds; 0 before the first call returns (see start.go).
-	handlerTime atomic.Int64
-	// slowUntil is when handlers stop counting as slow (Unix nanoseconds;
-	// see start.go).
-	slowUntil atomic.Int64
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -60,6 +54,15 @@ type Dispatcher struct {
 	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
 	workers   *workers        // goroutines for handler calls
 	completer *completer
+
+	// handlerTime is the running average of handler durations in
+	// nanoseconds; 0 before the first call returns (see start.go). Every
+	// handler call writes it: it is kept off the cache line of the
+	// pointers every call reads (held, reporter).
+	handlerTime atomic.Int64
+	// slowUntil is when handlers stop counting as slow (Unix nanoseconds;
+	// see start.go).
+	slowUntil atomic.Int64
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and

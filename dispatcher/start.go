@@ -111,7 +111,8 @@ func (d *Dispatcher) releaseSlots(n int) {
 // acquireSlot waits for one of the Concurrency handler slots. It returns
 // false when the item is let go (released at stop, or lost) first. A wait
 // of slowSlotWait or more is noted, and again every slowFor/2 while it
-// lasts, so that claims mark only what can start at once (see start.go).
+// lasts, so that claims mark only what can start at once (see the rules
+// above).
 func (d *Dispatcher) acquireSlot(it *item) bool {
 	select {
 	case d.slots <- struct{}{}:
