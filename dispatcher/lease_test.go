@@ -60,7 +60,7 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, b)
-	waitFor(t, 10*time.Second, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
+	waitFor(t, 30*time.Second, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
 
 	var xminBefore string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminBefore))
