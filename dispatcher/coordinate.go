@@ -254,10 +254,8 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
-	if d.onOutcome != nil {
-		for _, e := range res.Failed {
-			d.onOutcome(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
-		}
+	for _, e := range res.Failed {
+		d.reportFailed(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 	}
 	if n := len(res.Pending) + len(res.Failed); n > 0 {
 		d.cfg.Logger.Info("pgoutbox: recovered expired leases", "table", d.cfg.Table.String(),

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -160,4 +161,41 @@ func TestOutcomeFields(t *testing.T) {
 		require.Zero(t, o.QueueWait)
 		require.Zero(t, o.RunDuration)
 	})
+}
+
+// Every event that becomes FAILED is logged at WARN with its id, type and
+// code, never its payload; repeats of one type and code within the log's
+// interval are counted, not logged one by one.
+func TestFailedEventsAreLogged(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 3)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET payload = 'payload-secret'::bytea`)
+	require.NoError(t, err)
+	logs := &logRecorder{}
+	cfg := baseConfig(db)
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		return outbox.Permanent(errors.New("refused by the handler"))
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "three events FAILED", func() bool { return statusCounts(t, db)[outbox.StatusFailed] == 3 })
+
+	logged := 0
+	for _, id := range ids {
+		logged += logs.count(slog.LevelWarn, "event_id", id.String())
+	}
+	require.GreaterOrEqual(t, logged, 1, "a FAILED event is logged")
+	require.Less(t, logged, 3, "repeats of one type and code are not logged one by one")
+	require.Equal(t, logged, logs.count(slog.LevelWarn, "code", string(outbox.CodeHandlerError)))
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, rec := range logs.records {
+		rec.Attrs(func(a slog.Attr) bool {
+			require.NotContains(t, a.Value.String(), "payload-secret", "no payload in the log")
+			return true
+		})
+	}
 }

@@ -116,9 +116,25 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 	}
 	for _, f := range res.Failed {
 		r.stats.failed.Add(1)
-		if hook != nil {
-			hook(ctx, outcomeOf(byID[f.ID], outbox.StatusFailed))
+		r.reportFailed(ctx, outcomeOf(byID[f.ID], outbox.StatusFailed))
+	}
+}
+
+// reportFailed logs an event that became FAILED (the dead letter) at WARN,
+// at a bounded rate for repeats of one type and code (with a count of
+// those not logged), and passes it to OnOutcome under ctx.
+func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
+	key := "failed\x00" + o.Event.Type + "\x00" + string(o.Code)
+	if suppressed, ok := r.logLimit.allow(key, time.Now()); ok {
+		args := []any{"table", r.table, "owner", r.owner, "event_id", o.Event.ID.String(),
+			"event_type", o.Event.Type, "code", string(o.Code), "attempt", o.Event.Attempt, "error", o.Err}
+		if suppressed > 0 {
+			args = append(args, "repeats_not_logged", suppressed)
 		}
+		r.logger.Warn("pgoutbox: event failed; it stays FAILED until replayed", args...)
+	}
+	if r.onOutcome != nil {
+		r.onOutcome(ctx, o)
 	}
 }
 
