@@ -57,11 +57,13 @@ type Dispatcher struct {
 
 	// handlerTime is the running average of handler durations in
 	// nanoseconds; 0 before the first call returns (see start.go). Every
-	// handler call writes it: it is kept off the cache line of the
-	// pointers every call reads (held, reporter).
+	// handler call writes it: it has a cache line of its own, away from
+	// the fields every call reads or locks (held, reporter, mu).
+	_           [64]byte
 	handlerTime atomic.Int64
-	// slowUntil is when handlers stop counting as slow (Unix nanoseconds;
-	// see start.go).
+	_           [56]byte
+	// slowUntil is when handlers stop counting as slow (monotonic
+	// nanoseconds since clockStart; see start.go).
 	slowUntil atomic.Int64
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and

@@ -82,7 +82,7 @@ func (d *Dispatcher) handlersQuick() bool {
 		return true
 	}
 	avg := time.Duration(d.handlerTime.Load())
-	return avg > 0 && avg <= quickHandler && time.Now().UnixNano() > d.slowUntil.Load()
+	return avg > 0 && avg <= quickHandler && int64(time.Since(clockStart)) > d.slowUntil.Load()
 }
 
 // noteHandlerTime adds one handler call's duration to the running average
@@ -143,9 +143,13 @@ func (d *Dispatcher) acquireSlot(it *item) bool {
 func (d *Dispatcher) noteSlowSlot() {
 	now := time.Now()
 	if d.held.runningSince(now.Add(-slowHandler)) {
-		d.slowUntil.Store(now.Add(slowFor).UnixNano())
+		d.slowUntil.Store(int64(now.Add(slowFor).Sub(clockStart)))
 	}
 }
+
+// clockStart anchors slowUntil to the monotonic clock: a step of the wall
+// clock moves neither.
+var clockStart = time.Now()
 
 // markStarted makes sure the items' rows show a started attempt before
 // they start, asking the marker for those the claim did not mark. It
