@@ -307,9 +307,11 @@ func itemsByID(items []*item) map[uuid.UUID]*item {
 
 // retryLater puts the outcomes of a failed write back in line, each due
 // again after its own backoff, and lets go of those that failed too often
-// or whose lease can no longer be trusted.
+// or whose lease can no longer be trusted. A refusal counts against an
+// outcome only when it was written alone: a refused write of several that
+// the round's budget left unsplit says nothing about each of them.
 func (c *completer) retryLater(items []*item, err error) {
-	isRefusal := refused(err)
+	isRefusal := refused(err) && len(items) == 1
 	now := time.Now()
 	givenUp := c.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
 		it.tries++

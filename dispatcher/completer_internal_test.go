@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,6 +148,72 @@ func TestCompleter(t *testing.T) {
 		require.Less(t, b.errAt[0].Sub(begun), firstRetry, "the first try is at once")
 		require.Equal(t, 1, b.d.held.len(), "the outcome waits, held, for its next try")
 	})
+}
+
+// TestCompleterManyRefusalsCostTheOthersNothing refuses the outcome of
+// every 8th of 512 events written in one go: more refusals than one
+// round's budget of statements can narrow down. Only the refused events
+// may be given up; every other outcome is recorded.
+func TestCompleterManyRefusalsCostTheOthersNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	const n, every = 512, 8
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, $1::int)`, n)
+	require.NoError(t, err)
+	b := setupCompleter(t, db.Pool, db.Table())
+	batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: time.Minute, Start: n})
+	require.NoError(t, err)
+	require.Len(t, batch.Events, n)
+	bad := map[uuid.UUID]bool{}
+	for i, e := range batch.Events {
+		if i%every == 0 {
+			bad[e.ID] = true
+		}
+	}
+	badIDs := make([]uuid.UUID, 0, len(bad))
+	for id := range bad {
+		badIDs = append(badIDs, id)
+	}
+	_, err = db.Pool.Exec(ctx, `CREATE TABLE bad_ids AS SELECT unnest($1::uuid[]) AS id`, badIDs)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.attempts > OLD.attempts AND EXISTS (SELECT 1 FROM bad_ids WHERE id = NEW.id) THEN
+		RAISE EXCEPTION 'refused by the test';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION refuse_outcome()`)
+	require.NoError(t, err)
+	b.finishAll(t, batch, make([]result, n)...) // all finished before the completer runs: one write
+	b.run(t)
+	require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 60*time.Second, 10*time.Millisecond)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Equal(t, n-len(bad), len(b.outcomes), "every outcome not refused is recorded")
+	for _, o := range b.outcomes {
+		require.False(t, bad[o.Event.ID])
+	}
+	refusedIDs := 0
+	for _, err := range b.errs {
+		if !errors.Is(err, outbox.ErrOutcomeRefused) {
+			continue
+		}
+		refusedIDs++
+		named := false
+		for id := range bad {
+			named = named || strings.Contains(err.Error(), id.String())
+		}
+		require.True(t, named, "only refused events are given up as refused: %v", err)
+	}
+	require.Equal(t, len(bad), refusedIDs)
+	var sent int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`).Scan(&sent))
+	require.Equal(t, n-len(bad), sent)
 }
 
 // pgxRows reads the statuses of the batch's rows, in claim order.

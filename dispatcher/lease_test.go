@@ -26,9 +26,11 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	lockLost := make(chan error, 1)
 	var staleHooks atomic.Int32
 	cfgA := baseConfig(db)
-	cfgA.LeaseDuration = 30 * time.Second // no heartbeat within the test
-	cfgA.Concurrency = 1                  // A, busy with the stale handler, claims nothing else
-	cfgA.RecoverEvery = 1000              // and leaves recovery to B
+	cfgA.LeaseDuration = 30 * time.Second   // no heartbeat within the test
+	cfgA.Concurrency = 1                    // A, busy with the stale handler,
+	cfgA.PollInterval = time.Hour           // claims only at start (a claim of A's
+	cfgA.Wakeup = dispatcher.WakeupDisabled // would wait behind the stale handler)
+	cfgA.RecoverEvery = 1000                // and leaves recovery to B
 	cfgA.OnOutcome = func(context.Context, dispatcher.Outcome) { staleHooks.Add(1) }
 	cfgA.OnError = func(err error) {
 		if errors.Is(err, outbox.ErrLockLost) {

@@ -120,19 +120,14 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 	}
 }
 
-// reportFailed logs an event that became FAILED (the dead letter) at WARN,
-// at a bounded rate for repeats of one type and code (with a count of
-// those not logged), and passes it to OnOutcome under ctx.
+// reportFailed logs an event that became FAILED (the dead letter) at WARN
+// and passes it to OnOutcome under ctx. Every one is logged: unlike a
+// repeated error of the dispatcher's own, each names an event that needs
+// someone's attention.
 func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
-	key := "failed\x00" + o.Event.Type + "\x00" + string(o.Code)
-	if suppressed, ok := r.logLimit.allow(key, time.Now()); ok {
-		args := []any{"table", r.table, "owner", r.owner, "event_id", o.Event.ID.String(),
-			"event_type", o.Event.Type, "code", string(o.Code), "attempt", o.Event.Attempt, "error", o.Err}
-		if suppressed > 0 {
-			args = append(args, "repeats_not_logged", suppressed)
-		}
-		r.logger.Warn("pgoutbox: event failed; it stays FAILED until replayed", args...)
-	}
+	r.logger.Warn("pgoutbox: event failed; it stays FAILED until replayed", "table", r.table, "owner", r.owner,
+		"event_id", o.Event.ID.String(), "event_type", o.Event.Type, "code", string(o.Code),
+		"attempt", o.Event.Attempt, "error", o.Err)
 	if r.onOutcome != nil {
 		r.onOutcome(ctx, o)
 	}
