@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,23 +32,30 @@ func TestWorkersRunEveryTaskAndEndAtQuit(t *testing.T) {
 	close(quit)
 }
 
-// TestWorkersReuseIdleGoroutines checks that a task given while a goroutine
-// is idle runs on it rather than on a new one.
+// TestWorkersReuseIdleGoroutines checks that tasks given one after the
+// other, each once the previous one's goroutine is idle again, run on the
+// same goroutine rather than on a new one each.
 func TestWorkersReuseIdleGoroutines(t *testing.T) {
 	quit := make(chan struct{})
 	defer close(quit)
 	w := newWorkers(quit)
-	done := make(chan struct{})
-	w.Go(func() { done <- struct{}{} })
-	<-done
-	before := runtime.NumGoroutine()
-	// The goroutine is idle once it waits in its select; until then a
-	// task would start a new one, so wait for the count to settle.
-	time.Sleep(10 * time.Millisecond)
+	ran := make(chan string)
+	seen := map[string]bool{}
 	for range 100 {
-		w.Go(func() { done <- struct{}{} })
-		<-done
-		time.Sleep(time.Millisecond) // let it return to idle
+		w.Go(func() { ran <- goroutineID() })
+		seen[<-ran] = true
+		time.Sleep(time.Millisecond) // let its goroutine return to idle
 	}
-	require.LessOrEqual(t, runtime.NumGoroutine(), before, "idle goroutines were not reused")
+	// A task given just before its goroutine got back to idle starts a
+	// new one; a hundred tasks on new goroutines would be a hundred ids.
+	require.LessOrEqual(t, len(seen), 3, "idle goroutines were not reused")
+}
+
+// goroutineID returns the id of the calling goroutine, as its stack trace
+// names it.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
 }
