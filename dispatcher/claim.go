@@ -5,9 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 )
 
 // claims runs the claims of one coordinator: up to Claimers at once, each
@@ -129,8 +128,7 @@ func ranOutOfTime(err error) bool {
 // (statement_timeout, or a cancel request): it answers, and a smaller
 // statement may fit.
 func statementTimedOut(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return pgerr.Code(err) == pgerr.QueryCanceled
 }
 
 // settled reports whether no claim is in flight, wanted or backing off and

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -348,11 +349,11 @@ func retryBackoff(tries int) time.Duration {
 // connection, a timeout or cancellation, a deadlock or serialization
 // failure, lack of resources, a shutdown, or a read-only server.
 func refused(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+	code := pgerr.Code(err)
+	if len(code) < 2 {
 		return false
 	}
-	switch pgErr.Code[:2] {
+	switch code[:2] {
 	case "08", "25", "40", "53", "55", "57", "58":
 		return false
 	}

@@ -117,6 +117,9 @@ type item struct {
 	// hasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	hasSlot bool
+	// dest is the event's destination (Config.RouteFunc; "" when it is
+	// not published), routed once by runBatch before anything reads it.
+	dest string
 	// waited is how long the event had been due when the claim took it
 	// (database clock).
 	waited time.Duration

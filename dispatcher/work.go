@@ -28,31 +28,33 @@ func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var toPublish []*item // started: their handler succeeded
-	var publishOnly, handled []*item
+	var publishOnly []*item
+	var handled []handledItem
 	for _, it := range items {
-		h, dest := d.handler(it.event.Type), d.destination(it.event)
+		h := d.handler(it.event.Type)
+		it.dest = d.destination(it.event)
 		if h == nil && it.hasSlot {
 			d.releaseSlots(1) // taken for a handler it does not have
 		}
 		switch {
-		case h == nil && dest == "":
+		case h == nil && it.dest == "":
 			if d.await(it) && d.held.begin(it, 0) {
 				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
 			}
 		case h == nil:
 			publishOnly = append(publishOnly, it)
 		default:
-			handled = append(handled, it)
+			handled = append(handled, handledItem{it, h})
 		}
 	}
 	if len(publishOnly) > 0 {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
 	}
-	for _, it := range handled {
+	for _, hi := range handled {
+		it, h := hi.item, hi.h
 		if !it.hasSlot && !d.acquireSlot(it) {
 			continue // let go meanwhile
 		}
-		h := d.handler(it.event.Type)
 		wg.Add(1)
 		d.workers.Go(func() {
 			defer wg.Done()
@@ -68,6 +70,12 @@ func (d *Dispatcher) runBatch(items []*item) {
 	}
 	wg.Wait()
 	d.publish(d.dropLost(toPublish))
+}
+
+// handledItem is an item of a batch with the handler it runs in.
+type handledItem struct {
+	item *item
+	h    outbox.Handler
 }
 
 // handler returns the handler of an event type, wrapped in its
@@ -122,7 +130,7 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok boo
 		return nil, false
 	}
 	r := d.callHandler(it, h)
-	if r.err != nil || d.destination(it.event) == "" {
+	if r.err != nil || it.dest == "" {
 		return &r, false
 	}
 	return nil, true
@@ -229,7 +237,7 @@ func (d *Dispatcher) publish(items []*item) {
 	}
 	msgs := make([]outbox.Message, len(items))
 	for i, it := range items {
-		msgs[i] = outbox.Message{Destination: d.destination(it.event), Event: it.event}
+		msgs[i] = outbox.Message{Destination: it.dest, Event: it.event}
 	}
 	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()

@@ -2,10 +2,8 @@ package emitter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -100,8 +98,8 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // remains. (A ctx that ends after a COPY went through does not stop the
 // notify that follows it: Emit then succeeds.)
 func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
-	if isNil(tx) {
-		return nil, txError("is nil", nil)
+	if pgerr.IsNil(tx) {
+		return nil, pgerr.TxError("is nil", nil)
 	}
 	if len(events) == 0 {
 		return nil, nil
@@ -220,33 +218,11 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) 
 
 // sendError classifies an error of the batch: a finished or aborted tx is
 // reported like a nil one; anything else is wrapped as is.
+// It unwraps to ErrInvalidInput, ErrTxDone and the cause for an unusable
+// tx, never to ErrInvalidEvent: the events may be fine.
 func sendError(err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return txError("is already committed or rolled back", err)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateInFailedTx {
-		return txError("is aborted by an earlier error", err)
+	if txErr := pgerr.TxUnusable(err); txErr != nil {
+		return txErr
 	}
 	return fmt.Errorf("emitter: insert events: %w", err)
-}
-
-// txError reports an unusable transaction. It unwraps to ErrInvalidInput,
-// ErrTxDone and cause, never to ErrInvalidEvent: the events may be fine.
-func txError(reason string, cause error) *outbox.InputError {
-	err := outbox.ErrTxDone
-	if cause != nil {
-		err = fmt.Errorf("%w: %w", outbox.ErrTxDone, cause)
-	}
-	return &outbox.InputError{Field: "tx", Reason: reason, Err: err}
-}
-
-// isNil reports whether tx is nil or a nil pointer in a non-nil interface
-// (var t *pgxpool.Tx; Emit(ctx, t)).
-func isNil(tx pgx.Tx) bool {
-	if tx == nil {
-		return true
-	}
-	v := reflect.ValueOf(tx)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -18,6 +18,3 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 // notifySQL wakes the dispatchers listening on the channel. PostgreSQL
 // delivers it at commit and folds identical ones of a transaction into one.
 const notifySQL = `SELECT pg_notify($1, '')`
-
-// sqlstateInFailedTx is in_failed_sql_transaction: the tx is aborted.
-const sqlstateInFailedTx = "25P02"

@@ -7,12 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -24,9 +23,6 @@ const MaxConsumerLen = 255
 // maxAttempts bounds the insert-then-look-up loop of Record, which repeats
 // only when a purge removes the conflicting row between the two.
 const maxAttempts = 3
-
-// sqlstateInFailedTx is in_failed_sql_transaction.
-const sqlstateInFailedTx = "25P02"
 
 // WorkFunc is a consumer's work for one event. It runs inside the
 // consumer's transaction tx and must do all its database writes through tx,
@@ -137,7 +133,7 @@ func contentHash(e outbox.Event) []byte {
 
 // validate checks the arguments Record needs.
 func validate(tx pgx.Tx, consumer string, id uuid.UUID) error {
-	if isNil(tx) {
+	if pgerr.IsNil(tx) {
 		return &outbox.InputError{Field: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
 	}
 	if reason := consumerProblem(consumer); reason != "" {
@@ -160,22 +156,8 @@ func consumerProblem(name string) string {
 // queryError reports an unusable tx as an InputError and wraps anything
 // else.
 func queryError(op string, id uuid.UUID, err error) error {
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, pgx.ErrTxClosed):
-		return &outbox.InputError{Field: "tx", Reason: "is already committed or rolled back", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInFailedTx:
-		return &outbox.InputError{Field: "tx", Reason: "is aborted by an earlier error", Err: fmt.Errorf("%w: %w", outbox.ErrTxDone, err)}
+	if txErr := pgerr.TxUnusable(err); txErr != nil {
+		return txErr
 	}
 	return fmt.Errorf("pgoutbox: inbox: %s event %s: %w", op, id, err)
-}
-
-// isNil reports whether v (a pgx.Tx or a DB) is nil or a nil pointer in a
-// non-nil interface.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -30,7 +31,7 @@ const MaxBatchSize = 10_000
 // nothing. After an error the count says how many rows earlier batches
 // deleted.
 func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batchSize int) (int64, error) {
-	if isNil(db) {
+	if pgerr.IsNil(db) {
 		return 0, &outbox.InputError{Field: "db", Reason: "is nil"}
 	}
 	if olderThan <= 0 {

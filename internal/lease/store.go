@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -52,7 +53,7 @@ const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partitio
 func (s *Store) CheckColumns(ctx context.Context, db DB) error {
 	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.qualified+` LIMIT 0`)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UndefinedColumn {
 		return fmt.Errorf("pgoutbox: table %s: %s (run migrations.Migrate with this version): %w",
 			s.table, pgErr.Message, outbox.ErrSchemaMismatch)
 	}

@@ -2,7 +2,6 @@ package tmplmigrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -10,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -89,10 +88,6 @@ func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	return migrateRetrying(ctx, m, table)
 }
 
-// sqlstateLockNotAvailable is lock_not_available: a statement gave up
-// waiting for a lock after lock_timeout.
-const sqlstateLockNotAvailable = "55P03"
-
 // lockRetries is how many times Migrate tries a migration that could not
 // take its lock within the migration's lock_timeout, and lockBackoff the
 // pause before the first retry, doubling after each.
@@ -113,8 +108,7 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 		if err == nil {
 			return nil
 		}
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != sqlstateLockNotAvailable {
+		if pgerr.Code(err) != pgerr.LockNotAvailable {
 			return fmt.Errorf("pgoutbox: migrate %s: %w", table, err)
 		}
 		if attempt == lockRetries {

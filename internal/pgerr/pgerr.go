@@ -1,0 +1,74 @@
+// Package pgerr classifies the errors that PostgreSQL and pgx return, for
+// the packages that must tell an unusable transaction, a cancelled
+// statement, a missing column or a lock they gave up waiting for from
+// other failures. It holds the SQLSTATE codes they test, named once.
+package pgerr
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// SQLSTATE codes the library acts on.
+const (
+	// InFailedTx: the transaction is aborted by an earlier error.
+	InFailedTx = "25P02"
+	// QueryCanceled: statement_timeout or a cancel request ended the
+	// statement.
+	QueryCanceled = "57014"
+	// UndefinedColumn: the table lacks a column the statement names.
+	UndefinedColumn = "42703"
+	// LockNotAvailable: the statement gave up waiting for a lock
+	// (lock_timeout).
+	LockNotAvailable = "55P03"
+)
+
+// Code returns the SQLSTATE of the PostgreSQL error in err's chain, or ""
+// when there is none.
+func Code(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// TxUnusable returns the *outbox.InputError naming "tx" (matching
+// outbox.ErrTxDone) that err calls for when it says the caller's
+// transaction is committed, rolled back or aborted, and nil otherwise.
+func TxUnusable(err error) *outbox.InputError {
+	switch {
+	case errors.Is(err, pgx.ErrTxClosed):
+		return TxError("is already committed or rolled back", err)
+	case Code(err) == InFailedTx:
+		return TxError("is aborted by an earlier error", err)
+	}
+	return nil
+}
+
+// TxError is the *outbox.InputError for a transaction the caller passed
+// that cannot be used: it names "tx", says why and matches
+// outbox.ErrTxDone and cause (if any).
+func TxError(reason string, cause error) *outbox.InputError {
+	err := outbox.ErrTxDone
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", outbox.ErrTxDone, cause)
+	}
+	return &outbox.InputError{Field: "tx", Reason: reason, Err: err}
+}
+
+// IsNil reports whether v is nil or a nil pointer in a non-nil interface
+// (var t *pgxpool.Tx; passed as a pgx.Tx).
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
