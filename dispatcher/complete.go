@@ -209,7 +209,7 @@ func (c *completer) failure(it *item) lease.Failure {
 // release returns items to PENDING without spending an attempt. It never
 // runs beside this dispatcher's own renewals and start marks (leaseWrites),
 // so a row is busy only when a third party holds it; such a row is tried
-// again up to releaseTries times, then let go all the same: its lease
+// again up to busyTries times, then let go all the same: its lease
 // expires and recovery returns it (counting a recovery if the claim had
 // marked it started).
 func (c *completer) release(ctx context.Context, items []*item) error {
@@ -228,7 +228,7 @@ func (c *completer) release(ctx context.Context, items []*item) error {
 			return err
 		}
 		c.report.stats.released.Add(uint64(len(res.Done)))
-		if refs = res.Busy; try == releaseTries || len(refs) == 0 || !sleep(ctx, busyRetry) {
+		if refs = res.Busy; try == busyTries || len(refs) == 0 || !sleep(ctx.Done(), busyRetry) {
 			break
 		}
 	}
@@ -236,8 +236,9 @@ func (c *completer) release(ctx context.Context, items []*item) error {
 	return nil
 }
 
-// releaseTries bounds the tries of a release whose rows are busy.
-const releaseTries = 5
+// busyTries bounds the tries of a release, or of a beat, whose rows are
+// busy.
+const busyTries = 5
 
 // settleLost looks again at the rows a completion found no longer held
 // whose earlier write may have taken effect although its reply was lost:

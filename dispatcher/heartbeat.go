@@ -23,12 +23,13 @@ type heartbeat struct {
 	report      *reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
+	busyRetry   time.Duration    // how soon busy rows are tried again (busyRetry; tests wait longer)
 }
 
 func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
 	return &heartbeat{
 		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites,
-		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration,
+		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration, busyRetry: busyRetry,
 	}
 }
 
@@ -41,7 +42,7 @@ func (h *heartbeat) run(quit <-chan struct{}) {
 		case <-quit:
 			return
 		case <-ticker.C:
-			h.beat()
+			h.beat(quit)
 		}
 	}
 }
@@ -49,14 +50,29 @@ func (h *heartbeat) run(quit <-chan struct{}) {
 // beat extends the leases of all held events. Events the database did
 // not renew are lost: their handlers' contexts are cancelled and their
 // outcomes will not be written. Events whose rows were locked elsewhere at
-// that moment (busy) are neither: they keep their deadline until the next
-// beat. A failed renewal changes nothing locally; the local deadlines
+// that moment (busy: another transaction, such as a claim, had looked at
+// them) are neither: they keep their deadline and are tried again, up to
+// busyTries times busyRetry apart, so that a passing row lock does not
+// leave them to the next beat (two busy beats in a row could cost the
+// lease). A failed renewal changes nothing locally; the local deadlines
 // then decide.
-func (h *heartbeat) beat() {
+func (h *heartbeat) beat(quit <-chan struct{}) {
 	items := h.held.live()
-	if len(items) == 0 {
-		return
+	for try := 1; len(items) > 0; try++ {
+		busy, err := h.renew(items)
+		if err != nil {
+			h.report.reportError("lease renewal failed", err)
+			return
+		}
+		if items = busy; len(items) == 0 || try == busyTries || !sleep(quit, h.busyRetry) {
+			return
+		}
 	}
+}
+
+// renew renews items in one round trip and returns those whose rows were
+// busy.
+func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	refs := make([]lease.Ref, len(items))
 	for i, it := range items {
 		refs[i] = it.ref()
@@ -68,8 +84,17 @@ func (h *heartbeat) beat() {
 	res, err := h.store.Renew(ctx, h.pool, refs, h.lease)
 	h.leaseWrites.Unlock()
 	if err != nil {
-		h.report.reportError("lease renewal failed", err)
-		return
+		return nil, err
 	}
 	h.held.renewed(items, res, sentAt)
+	isBusy := make(map[lease.Ref]bool, len(res.Busy))
+	for _, r := range res.Busy {
+		isBusy[r] = true
+	}
+	for _, it := range items {
+		if isBusy[it.ref()] {
+			busy = append(busy, it)
+		}
+	}
+	return busy, nil
 }

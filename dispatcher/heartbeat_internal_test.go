@@ -46,7 +46,7 @@ func TestHeartbeatBeat(t *testing.T) {
 	before := leaseUntil()
 	clock.add(5 * time.Second)
 	time.Sleep(10 * time.Millisecond) // the database clock moves on too
-	newHeartbeat(ctx, d).beat()
+	newHeartbeat(ctx, d).beat(nil)
 
 	require.True(t, leaseUntil().After(before), "the lease was renewed")
 	require.Equal(t, clock.Now().Add(8*time.Second), held[0].deadline)
@@ -88,4 +88,59 @@ func TestHeartbeatRun(t *testing.T) {
 		t.Fatal("run did not return when quit closed")
 	}
 	require.False(t, items[0].lost)
+}
+
+// A row that another transaction holds locked when the beat renews it
+// (busy) is tried again within the beat, not left to the next one: two
+// busy beats in a row would cost it its lease. The third connection here
+// holds the row until the beat has renewed the other one; the retry comes
+// a second later here, 20ms later in production.
+func TestHeartbeatRetriesBusyRows(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
+	require.NoError(t, err)
+	clock := &fakeClock{now: time.Now()}
+	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
+	SetClock(&cfg, clock.Now)
+	d, err := New(db.Pool, cfg)
+	require.NoError(t, err)
+	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: 10 * time.Second, Start: 2})
+	require.NoError(t, err)
+	require.Len(t, batch.Events, 2)
+	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
+	free, locked := batch.Events[0].ID, batch.Events[1].ID
+	renewed := func(id uuid.UUID) bool {
+		var yes bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT heartbeat_at > locked_at FROM outbox_events WHERE id = $1`, id).Scan(&yes))
+		return yes
+	}
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM outbox_events WHERE id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+	clock.add(5 * time.Second)
+	beaten := make(chan struct{})
+	h := newHeartbeat(ctx, d)
+	h.busyRetry = time.Second // time enough to see the first try and let go of the row
+	go func() {
+		h.beat(nil)
+		close(beaten)
+	}()
+	require.Eventually(t, func() bool { return renewed(free) }, 5*time.Second, 2*time.Millisecond, "the free row was not renewed")
+	require.False(t, renewed(locked))
+	require.NoError(t, tx.Rollback(ctx))
+	select {
+	case <-beaten:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the beat did not return")
+	}
+	require.True(t, renewed(locked), "the busy row was left to the next beat")
+	for _, it := range held {
+		require.False(t, it.lost)
+		require.Equal(t, clock.Now().Add(8*time.Second), it.deadline)
+	}
 }

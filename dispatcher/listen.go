@@ -108,7 +108,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 		}
 		d.reportError("listener connection lost; reconnecting", err)
 		for conn = nil; conn == nil; {
-			if !sleep(quit, backoff) {
+			if !sleep(quit.Done(), backoff) {
 				return
 			}
 			backoff = min(2*backoff, 5*time.Second)
@@ -160,14 +160,14 @@ func (d *Dispatcher) ping(quit context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits for d or until done closes; it reports whether d passed.
+func sleep(done <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-ctx.Done():
+	case <-done:
 		return false
 	}
 }
