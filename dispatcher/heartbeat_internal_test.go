@@ -21,18 +21,8 @@ import (
 // given up.
 func TestHeartbeatBeat(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db, d, clock, batch := claimedOnClock(t, 1)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) VALUES (gen_random_uuid(), 'x', '\x7b7d')`)
-	require.NoError(t, err)
-	clock := &fakeClock{now: time.Now()}
-	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
-	SetClock(&cfg, clock.Now)
-	d, err := New(db.Pool, cfg)
-	require.NoError(t, err)
-	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 10 * time.Second, Start: 1})
-	require.NoError(t, err)
-	require.Len(t, batch.Events, 1)
 	stale := lease.Batch{Token: uuid.New(), Events: batch.Events, Started: []bool{true}}
 	old, _ := d.held.add(context.Background(), stale, clock.Now(), 0)
 	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
@@ -97,18 +87,8 @@ func TestHeartbeatRun(t *testing.T) {
 // a second later here, 20ms later in production.
 func TestHeartbeatRetriesBusyRows(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db, d, clock, batch := claimedOnClock(t, 2)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
-	require.NoError(t, err)
-	clock := &fakeClock{now: time.Now()}
-	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
-	SetClock(&cfg, clock.Now)
-	d, err := New(db.Pool, cfg)
-	require.NoError(t, err)
-	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: 10 * time.Second, Start: 2})
-	require.NoError(t, err)
-	require.Len(t, batch.Events, 2)
 	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
 	free, locked := batch.Events[0].ID, batch.Events[1].ID
 	renewed := func(id uuid.UUID) bool {
@@ -143,4 +123,23 @@ func TestHeartbeatRetriesBusyRows(t *testing.T) {
 		require.False(t, it.lost)
 		require.Equal(t, clock.Now().Add(8*time.Second), it.deadline)
 	}
+}
+
+// claimedOnClock is a dispatcher with a 10s lease on a fake clock, and
+// its claim of n new events, all marked started.
+func claimedOnClock(t *testing.T, n int) (*testdb.DB, *Dispatcher, *fakeClock, lease.Batch) {
+	t.Helper()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, $1)`, n)
+	require.NoError(t, err)
+	clock := &fakeClock{now: time.Now()}
+	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
+	SetClock(&cfg, clock.Now)
+	d, err := New(db.Pool, cfg)
+	require.NoError(t, err)
+	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: 10 * time.Second, Start: n})
+	require.NoError(t, err)
+	require.Len(t, batch.Events, n)
+	return db, d, clock, batch
 }
