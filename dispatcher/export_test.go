@@ -6,3 +6,7 @@ import "time"
 // deadlines) from now instead of time.Now. The database clock still
 // decides every due and expiry time.
 func SetClock(c *Config, now func() time.Time) { c.now = now }
+
+// HandlersTiny reports whether the dispatcher runs its handlers as tiny
+// ones, a few workers per batch (see handlersTiny).
+func (d *Dispatcher) HandlersTiny() bool { return d.handlersTiny() }

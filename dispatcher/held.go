@@ -127,7 +127,7 @@ type item struct {
 	// outcome was handed to the completer; guarded.
 	startedAt time.Time
 	ran       time.Duration
-	letGo     chan struct{}   // closed when the item is let go
+	letGo     chan struct{}   // closed when the item is let go; made on first need (letGoLocked); guarded
 	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
 	result    result          // set when state becomes itemFinished
 }
@@ -148,11 +148,13 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	hb := &heldBatch{token: b.Token, claimedAt: time.Now()}
 	hb.ctx, hb.cancel = context.WithCancelCause(parent)
 	items = make([]*item, len(b.Events))
+	store := make([]item, len(b.Events)) // one allocation for the batch
 	deadline := s.deadlineFrom(sentAt)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range b.Events {
-		it := &item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], letGo: make(chan struct{})}
+		it := &store[i]
+		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i]}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}
@@ -161,7 +163,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
-			it.olderDone = prev.letGo
+			it.olderDone = s.letGoLocked(prev)
 		}
 		items[i] = it
 		s.byRef[it.ref()] = it
@@ -193,7 +195,7 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 	it.startedAt = time.Now()
 	parent := it.batch.ctx
 	if timeout > 0 {
-		parent = it.batch.timeoutContext(time.Now().Add(timeout), timeout)
+		parent = it.batch.timeoutContext(it.startedAt.Add(timeout), timeout)
 	}
 	it.ctx, it.cancel = context.WithCancelCause(parent)
 	return true
@@ -444,6 +446,25 @@ func (s *heldSet) loseLocked(it *item) {
 	}
 }
 
+// letGo returns a channel that is closed when the item is let go.
+func (s *heldSet) letGo(it *item) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.letGoLocked(it)
+}
+
+// letGoLocked is letGo for a caller that holds s.mu. The channel is made
+// on first need: most items are never waited for.
+func (s *heldSet) letGoLocked(it *item) chan struct{} {
+	if it.letGo == nil {
+		it.letGo = make(chan struct{})
+		if s.byRef[it.ref()] != it { // let go already
+			close(it.letGo)
+		}
+	}
+	return it.letGo
+}
+
 // remove lets go of items.
 func (s *heldSet) remove(items []*item) {
 	s.mu.Lock()
@@ -464,7 +485,9 @@ func (s *heldSet) removeLocked(it *item) {
 	if s.latest[it.event.ID] == it {
 		delete(s.latest, it.event.ID)
 	}
-	close(it.letGo)
+	if it.letGo != nil {
+		close(it.letGo)
+	}
 	b := it.batch
 	if b.remaining--; b.remaining == 0 {
 		b.timer.Stop()

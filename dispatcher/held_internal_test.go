@@ -99,8 +99,10 @@ func TestHeldSet(t *testing.T) {
 		require.Empty(t, dropped)
 		require.Zero(t, wait)
 		require.Equal(t, itemCompleting, it.state)
+		letGo := b.set.letGo(it) // made while held, closed when let go
+		require.False(t, received(letGo))
 		b.set.remove(taken)
-		require.True(t, received(it.letGo))
+		require.True(t, received(letGo))
 		require.Equal(t, 1, b.set.len())
 		require.NoError(t, it.batch.ctx.Err(), "the batch lives while an item is held")
 		b.set.remove(items[1:])
@@ -117,7 +119,7 @@ func TestHeldSet(t *testing.T) {
 		b.clock.add(8 * time.Second)
 		require.False(t, b.set.begin(items[0], 0))
 		require.True(t, items[0].lost)
-		require.True(t, received(items[0].letGo), "a queued item is let go at once")
+		require.True(t, received(b.set.letGo(items[0])), "a queued item is let go at once")
 		require.Zero(t, b.set.len())
 	})
 
@@ -206,7 +208,7 @@ func TestHeldSet(t *testing.T) {
 			return verdicts[it]
 		})
 		require.Equal(t, []*item{items[2]}, givenUp)
-		require.True(t, received(items[2].letGo))
+		require.True(t, received(b.set.letGo(items[2])))
 		taken, dropped, _ := b.set.takeOutcomes(0)
 		require.Equal(t, []*item{items[0]}, taken)
 		require.Equal(t, []*item{items[1]}, dropped)
@@ -243,7 +245,7 @@ func TestHeldSet(t *testing.T) {
 		b.clock.add(8 * time.Second)
 		// The timer would fire in 8s of real time: run what it runs now.
 		b.set.loseExpired(items[0].batch)
-		require.True(t, received(items[0].letGo))
+		require.True(t, received(b.set.letGo(items[0])))
 		require.True(t, items[1].lost)
 		require.Zero(t, b.set.len())
 	})

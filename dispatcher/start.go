@@ -38,6 +38,9 @@ const (
 	// quickHandler is the average handler duration up to which handlers
 	// count as quick.
 	quickHandler = 5 * time.Millisecond
+	// tinyHandler is the average handler duration up to which a batch's
+	// handlers run on a few workers, one call after another (see work).
+	tinyHandler = 20 * time.Microsecond
 	// slowSlotWait is how long an event must wait for a handler slot, and
 	// slowHandler how long a handler must have been running then, for
 	// handlers to count as slow for the next slowFor. (A shorter run is as
@@ -85,6 +88,14 @@ func (d *Dispatcher) handlersQuick() bool {
 	return avg > 0 && avg <= quickHandler && int64(time.Since(clockStart)) > d.slowUntil.Load()
 }
 
+// handlersTiny reports whether handlers take so little time on average
+// (tinyHandler or less) that handing each call to a goroutine of its own
+// would cost more than the call.
+func (d *Dispatcher) handlersTiny() bool {
+	avg := time.Duration(d.handlerTime.Load())
+	return avg > 0 && avg <= tinyHandler
+}
+
 // noteHandlerTime adds one handler call's duration to the running average
 // (a weight of 1/8 for the newest).
 func (d *Dispatcher) noteHandlerTime(took time.Duration) {
@@ -109,11 +120,11 @@ func (d *Dispatcher) releaseSlots(n int) {
 }
 
 // acquireSlot waits for one of the Concurrency handler slots. It returns
-// false when the item is let go (released at stop, or lost) first. A wait
+// false when the batch ends first (at the hard stop). A wait
 // of slowSlotWait or more is noted, and again every slowFor/2 while it
 // lasts, so that claims mark only what can start at once (see the rules
 // above).
-func (d *Dispatcher) acquireSlot(it *item) bool {
+func (d *Dispatcher) acquireSlot(b *heldBatch) bool {
 	select {
 	case d.slots <- struct{}{}:
 		return true
@@ -128,9 +139,7 @@ func (d *Dispatcher) acquireSlot(it *item) bool {
 		case <-slow.C:
 			d.noteSlowSlot()
 			slow.Reset(slowFor / 2)
-		case <-it.letGo:
-			return false
-		case <-it.batch.ctx.Done():
+		case <-b.ctx.Done():
 			return false
 		}
 	}
@@ -160,7 +169,7 @@ func (d *Dispatcher) markStarted(items []*item) []*item {
 	for _, it := range wait {
 		select {
 		case <-it.marking:
-		case <-it.letGo:
+		case <-d.held.letGo(it):
 		case <-it.batch.ctx.Done():
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -22,19 +23,20 @@ type result struct {
 // runBatch runs the local handlers of a batch concurrently, publishes at
 // once the events that have a destination and no handler, and then, in
 // one call, those whose handler succeeded and that have a destination.
-// The batch's handler slots are taken in claim order, so with Concurrency
-// 1 the handlers of one batch run in claim order.
+// Handlers run on workers that take the batch's events in claim order,
+// each worker holding one handler slot, so with Concurrency 1 the handlers
+// of one batch run in claim order.
 func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var toPublish []*item // started: their handler succeeded
 	var publishOnly []*item
-	var handled []handledItem
+	q := &batchQueue{}
+	lookup := d.handlerLookup()
 	for _, it := range items {
-		h := d.handler(it.event.Type)
+		h := lookup(it.event.Type)
 		it.dest = d.destination(it.event)
 		if h == nil && it.hasSlot {
 			d.releaseSlots(1) // taken for a handler it does not have
+			it.hasSlot = false
 		}
 		switch {
 		case h == nil && it.dest == "":
@@ -44,32 +46,83 @@ func (d *Dispatcher) runBatch(items []*item) {
 		case h == nil:
 			publishOnly = append(publishOnly, it)
 		default:
-			handled = append(handled, handledItem{it, h})
+			q.items = append(q.items, handledItem{it, h})
 		}
 	}
 	if len(publishOnly) > 0 {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
 	}
-	for _, hi := range handled {
-		it, h := hi.item, hi.h
-		if !it.hasSlot && !d.acquireSlot(it) {
-			continue // let go meanwhile
-		}
-		wg.Add(1)
-		d.workers.Go(func() {
-			defer wg.Done()
-			defer d.releaseSlots(1)
-			if res, ok := d.runHandler(it, h); ok {
-				mu.Lock()
-				toPublish = append(toPublish, it)
-				mu.Unlock()
-			} else if res != nil {
-				d.finish(it, *res)
-			}
-		})
-	}
+	d.work(q, &wg)
 	wg.Wait()
-	d.publish(d.dropLost(toPublish))
+	d.publish(d.dropLost(q.toPublish))
+}
+
+// work runs the queue's handlers. Each item that the claim gave a slot
+// starts a worker in it at once; more workers start as slots come free
+// while items wait. When handlers are tiny (see handlersTiny) a handoff
+// to another goroutine costs more than the call, so a new worker starts
+// only if items still wait spawnPause after the last one started: a few
+// workers then run the whole batch, and a handler that turns out slow
+// does not hold up the others for longer than that.
+func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
+	worker := func() {
+		defer wg.Done()
+		defer d.releaseSlots(1)
+		for hi := q.next(); hi != nil; hi = q.next() {
+			if res, publish, record := d.runHandler(hi.item, hi.h); publish {
+				q.published(hi.item)
+			} else if record {
+				d.finish(hi.item, res)
+			}
+		}
+	}
+	for _, hi := range q.items {
+		if hi.item.hasSlot {
+			wg.Add(1)
+			d.workers.Go(worker)
+		}
+	}
+	for q.waiting() && d.acquireSlot(q.batch()) {
+		wg.Add(1)
+		d.workers.Go(worker)
+		if d.handlersTiny() {
+			time.Sleep(spawnPause)
+		}
+	}
+}
+
+// spawnPause is how long tiny handlers run on the workers of a batch
+// before another worker joins them.
+const spawnPause = 200 * time.Microsecond
+
+// batchQueue is the handled items of a batch, taken in order by its
+// workers.
+type batchQueue struct {
+	items     []handledItem // fixed before the first worker starts
+	taken     atomic.Int64  // how many items workers have taken
+	mu        sync.Mutex
+	toPublish []*item // their handler succeeded and they have a destination; guarded by mu
+}
+
+// next returns the next item, or nil when none is left.
+func (q *batchQueue) next() *handledItem {
+	if i := q.taken.Add(1) - 1; i < int64(len(q.items)) {
+		return &q.items[i]
+	}
+	return nil
+}
+
+// waiting reports whether items wait for a worker.
+func (q *batchQueue) waiting() bool { return q.taken.Load() < int64(len(q.items)) }
+
+// batch is the claim of the queue's items (all items of a queue come from
+// one claim).
+func (q *batchQueue) batch() *heldBatch { return q.items[0].item.batch }
+
+func (q *batchQueue) published(it *item) {
+	q.mu.Lock()
+	q.toPublish = append(q.toPublish, it)
+	q.mu.Unlock()
 }
 
 // handledItem is an item of a batch with the handler it runs in.
@@ -88,6 +141,20 @@ func (d *Dispatcher) handler(eventType string) outbox.Handler {
 		return h
 	}
 	return d.defaultHandler
+}
+
+// handlerLookup returns a handler function for one batch: it remembers
+// the last event type it looked up, so that a batch of one type takes
+// d.mu once, not once per event.
+func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
+	var lastType string
+	var last outbox.Handler
+	return func(eventType string) outbox.Handler {
+		if last == nil || eventType != lastType {
+			lastType, last = eventType, d.handler(eventType)
+		}
+		return last
+	}
 }
 
 func (d *Dispatcher) destination(e outbox.Event) string {
@@ -110,7 +177,7 @@ func (d *Dispatcher) await(it *item) bool {
 	select {
 	case <-it.olderDone:
 		return true
-	case <-it.letGo:
+	case <-d.held.letGo(it):
 		return false
 	case <-it.batch.ctx.Done():
 		return false
@@ -118,22 +185,23 @@ func (d *Dispatcher) await(it *item) bool {
 }
 
 // runHandler starts the handler of an item that holds a slot, once its
-// start is marked. It returns ok when the handler succeeded and the event
-// has a destination (it is published with its batch), else the result to
-// record, or nil when the item may not start (let go meanwhile).
+// start is marked. It returns publish when the handler succeeded and the
+// event has a destination (it is published with its batch), else record
+// and the result to record; neither when the item may not start (let go
+// meanwhile).
 //
 // it.marked is read without the lock: it is set before runBatch starts
 // (by the claim) or by the marker after markStarted queued the item, never
 // while this reads it.
-func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res *result, ok bool) {
+func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish, record bool) {
 	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
-		return nil, false
+		return result{}, false, false
 	}
-	r := d.callHandler(it, h)
-	if r.err != nil || it.dest == "" {
-		return &r, false
+	res = d.callHandler(it, h)
+	if res.err != nil || it.dest == "" {
+		return res, false, true
 	}
-	return nil, true
+	return result{}, true, false
 }
 
 // callHandler runs h in the item's context, recovering a panic. The
@@ -145,9 +213,8 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 		}
 	}()
-	start := time.Now()
 	err := h(it.ctx, it.event)
-	d.noteHandlerTime(time.Since(start))
+	d.noteHandlerTime(time.Since(it.startedAt)) // set by begin, on this goroutine
 	if err == nil {
 		return result{}
 	}

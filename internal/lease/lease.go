@@ -91,7 +91,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	b := Batch{Token: token}
-	var claimed []claimedRow
+	claimed := make([]claimedRow, 0, p.Limit)
 	var e outbox.Event
 	var sc scanned
 	var r claimedRow
