@@ -225,7 +225,7 @@ func TestComplete(t *testing.T) {
 		queries, batches, batchQueries := tr.counts()
 		require.Equal(t, 0, queries, "Complete sent single queries")
 		require.Equal(t, 1, batches, "Complete used more than one batch")
-		require.Equal(t, 3, batchQueries, "one statement per token for successes (the stranger's is a second), one for failures")
+		require.Equal(t, 4, batchQueries, "the plan setting, then one statement per token for successes (the stranger's is a second), one for failures")
 
 		require.ElementsMatch(t, []uuid.UUID{refs[0].ID, refs[1].ID}, res.Sent)
 		require.Len(t, res.Retried, 1)
