@@ -64,9 +64,10 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 			h.report.reportError("lease renewal failed", err)
 			return
 		}
-		if items = busy; len(items) == 0 || try == busyTries || !sleep(quit, h.busyRetry) {
+		if len(busy) == 0 || try == busyTries || !sleep(quit, h.busyRetry) {
 			return
 		}
+		items = h.held.stillLive(busy) // not those let go or lost meanwhile
 	}
 }
 

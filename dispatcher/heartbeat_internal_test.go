@@ -87,6 +87,19 @@ func TestHeartbeatRun(t *testing.T) {
 // a second later here, 20ms later in production.
 func TestHeartbeatRetriesBusyRows(t *testing.T) {
 	t.Parallel()
+	t.Run("RenewedOnRetry", func(t *testing.T) {
+		t.Parallel()
+		retryBusyRows(t, false)
+	})
+	// An item lost between the tries (its local deadline, a completion)
+	// is not renewed by the retry: its row must be left to expire.
+	t.Run("LostMeanwhileIsNotRenewed", func(t *testing.T) {
+		t.Parallel()
+		retryBusyRows(t, true)
+	})
+}
+
+func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	db, d, clock, batch := claimedOnClock(t, 2)
 	ctx := context.Background()
 	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
@@ -112,13 +125,24 @@ func TestHeartbeatRetriesBusyRows(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return renewed(free) }, 5*time.Second, 2*time.Millisecond, "the free row was not renewed")
 	require.False(t, renewed(locked))
+	if loseBetweenTries {
+		d.held.mu.Lock()
+		d.held.loseLocked(held[1])
+		d.held.mu.Unlock()
+	}
 	require.NoError(t, tx.Rollback(ctx))
 	select {
 	case <-beaten:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the beat did not return")
 	}
-	require.True(t, renewed(locked), "the busy row was left to the next beat")
+	if loseBetweenTries {
+		require.False(t, renewed(locked), "the retry renewed a lost item's row")
+		require.True(t, held[1].lost)
+		held = held[:1]
+	} else {
+		require.True(t, renewed(locked), "the busy row was left to the next beat")
+	}
 	for _, it := range held {
 		require.False(t, it.lost)
 		require.Equal(t, clock.Now().Add(8*time.Second), it.deadline)

@@ -359,6 +359,19 @@ func (s *heldSet) live() []*item {
 	return items
 }
 
+// stillLive returns the items still held and not lost (in a new slice).
+func (s *heldSet) stillLive(items []*item) []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := items[:0:0]
+	for _, it := range items {
+		if s.byRef[it.ref()] == it && !it.lost {
+			kept = append(kept, it)
+		}
+	}
+	return kept
+}
+
 // renewed applies a renewal sent at sentAt: the items in renewed get the
 // new local deadline, the items in busy (their rows were locked elsewhere
 // at that moment) keep theirs, and the others are lost, unless the

@@ -88,12 +88,13 @@ func (d *Dispatcher) handlersQuick() bool {
 	return avg > 0 && avg <= quickHandler && int64(time.Since(clockStart)) > d.slowUntil.Load()
 }
 
-// handlersTiny reports whether handlers take so little time on average
-// (tinyHandler or less) that handing each call to a goroutine of its own
-// would cost more than the call.
+// handlersTiny reports whether handlers are quick (see handlersQuick: so
+// claims mark their events started, and no call waits for the marker) and
+// take so little time on average (tinyHandler or less) that handing each
+// call to a goroutine of its own would cost more than the call.
 func (d *Dispatcher) handlersTiny() bool {
 	avg := time.Duration(d.handlerTime.Load())
-	return avg > 0 && avg <= tinyHandler
+	return avg > 0 && avg <= tinyHandler && d.handlersQuick()
 }
 
 // noteHandlerTime adds one handler call's duration to the running average
@@ -120,11 +121,13 @@ func (d *Dispatcher) releaseSlots(n int) {
 }
 
 // acquireSlot waits for one of the Concurrency handler slots. It returns
-// false when the batch ends first (at the hard stop). A wait
+// false when the batch ends first (at the hard stop), or when allTaken
+// closes first (the batch's workers took every item: no slot is needed
+// any more). A wait
 // of slowSlotWait or more is noted, and again every slowFor/2 while it
 // lasts, so that claims mark only what can start at once (see the rules
 // above).
-func (d *Dispatcher) acquireSlot(b *heldBatch) bool {
+func (d *Dispatcher) acquireSlot(b *heldBatch, allTaken <-chan struct{}) bool {
 	select {
 	case d.slots <- struct{}{}:
 		return true
@@ -140,6 +143,8 @@ func (d *Dispatcher) acquireSlot(b *heldBatch) bool {
 			d.noteSlowSlot()
 			slow.Reset(slowFor / 2)
 		case <-b.ctx.Done():
+			return false
+		case <-allTaken:
 			return false
 		}
 	}

@@ -29,7 +29,7 @@ type result struct {
 func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var publishOnly []*item
-	q := &batchQueue{}
+	q := &batchQueue{allTaken: make(chan struct{})}
 	lookup := d.handlerLookup()
 	for _, it := range items {
 		h := lookup(it.event.Type)
@@ -60,10 +60,10 @@ func (d *Dispatcher) runBatch(items []*item) {
 // work runs the queue's handlers. Each item that the claim gave a slot
 // starts a worker in it at once; more workers start as slots come free
 // while items wait. When handlers are tiny (see handlersTiny) a handoff
-// to another goroutine costs more than the call, so a new worker starts
-// only if items still wait spawnPause after the last one started: a few
-// workers then run the whole batch, and a handler that turns out slow
-// does not hold up the others for longer than that.
+// to another goroutine costs more than the call: workers then join in
+// doubling waves, spawnPause apart, while items still wait, so that a few
+// workers run a batch of tiny handlers and a stall of all of them (a
+// downstream outage) still has every item started within a dozen pauses.
 func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
 	worker := func() {
 		defer wg.Done()
@@ -82,17 +82,20 @@ func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
 			d.workers.Go(worker)
 		}
 	}
-	for q.waiting() && d.acquireSlot(q.batch()) {
+	wave := 1
+	for spawned := 0; q.waiting() && d.acquireSlot(q.batch(), q.allTaken); {
 		wg.Add(1)
 		d.workers.Go(worker)
-		if d.handlersTiny() {
+		if spawned++; spawned == wave && d.handlersTiny() {
 			time.Sleep(spawnPause)
+			spawned, wave = 0, 2*wave
 		}
 	}
 }
 
-// spawnPause is how long tiny handlers run on the workers of a batch
-// before another worker joins them.
+// spawnPause is how long the workers of a batch of tiny handlers run
+// before the next wave joins them (the runtime's timers make it about a
+// millisecond).
 const spawnPause = 200 * time.Microsecond
 
 // batchQueue is the handled items of a batch, taken in order by its
@@ -100,13 +103,18 @@ const spawnPause = 200 * time.Microsecond
 type batchQueue struct {
 	items     []handledItem // fixed before the first worker starts
 	taken     atomic.Int64  // how many items workers have taken
+	allTaken  chan struct{} // closed when a worker takes the last item
 	mu        sync.Mutex
 	toPublish []*item // their handler succeeded and they have a destination; guarded by mu
 }
 
 // next returns the next item, or nil when none is left.
 func (q *batchQueue) next() *handledItem {
-	if i := q.taken.Add(1) - 1; i < int64(len(q.items)) {
+	i := q.taken.Add(1) - 1
+	if i == int64(len(q.items))-1 {
+		close(q.allTaken) // one worker takes the last index
+	}
+	if i < int64(len(q.items)) {
 		return &q.items[i]
 	}
 	return nil

@@ -1,0 +1,121 @@
+package dispatcher
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// recPublisher counts what it publishes, always successfully.
+type recPublisher struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (p *recPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	p.mu.Lock()
+	p.n += len(msgs)
+	p.mu.Unlock()
+	return make([]error, len(msgs))
+}
+
+func (p *recPublisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// A batch's spawner stops waiting for a handler slot once the batch's own
+// workers have taken every item: a slot that frees goes to whoever asked
+// first (here another batch's long handler), and the batch's successful
+// events must not wait for a slot none of them needs before they are
+// published and let go. No database: the batch is built in memory and
+// runBatch is called directly.
+func TestSpawnerStopsWaitingOnceEveryItemIsTaken(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
+	require.NoError(t, err)
+	defer pool.Close()
+	pub := &recPublisher{}
+	d, err := New(pool, Config{Concurrency: 2, Publisher: pub,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RouteFunc: func(outbox.Event) string { return "topic" }})
+	require.NoError(t, err)
+	quit := make(chan struct{})
+	defer close(quit)
+	d.workers = newWorkers(quit)
+
+	e0 := outbox.Event{ID: uuid.New(), Type: "x"}
+	e1 := outbox.Event{ID: uuid.New(), Type: "x"}
+	gate, entered := make(chan struct{}), make(chan struct{})
+	var ran atomic.Int32
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		if e.ID == e0.ID {
+			close(entered)
+			<-gate
+		}
+		ran.Add(1)
+		return nil
+	}))
+
+	d.slots <- struct{}{} // a long handler of another batch holds one slot
+	d.slots <- struct{}{} // the claim took the other one for e0 (startsFor)
+	// Another batch's spawner waits for a slot; its worker will run a long
+	// handler in it. It queued on d.slots before this batch's spawner.
+	competitorGot, competitorDone, competitorExit := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		d.slots <- struct{}{}
+		close(competitorGot)
+		<-competitorDone
+		<-d.slots
+		close(competitorExit)
+	}()
+	time.Sleep(50 * time.Millisecond)
+
+	items, given := d.held.add(context.Background(), lease.Batch{
+		Token: uuid.New(), Events: []outbox.Event{e0, e1}, Started: []bool{true, true},
+	}, time.Now(), 1)
+	require.Equal(t, 1, given)
+	done := make(chan struct{})
+	go func() { d.runBatch(items); close(done) }()
+	<-entered
+	time.Sleep(50 * time.Millisecond) // the spawner waits for a slot for e1
+
+	close(gate)
+	require.Eventually(t, func() bool { return ran.Load() == 2 }, 2*time.Second, time.Millisecond,
+		"the batch's worker runs e1 too once e0 returns")
+	<-competitorGot // the worker's slot went to the other batch
+	published := func() bool { return pub.count() == 2 }
+	ok := assertEventually(published, 5*time.Second)
+
+	close(competitorDone) // the other batch's handler returns
+	<-done
+	<-competitorExit
+	<-d.slots // the long handler returns
+	require.Zero(t, len(d.slots))
+	require.True(t, published())
+	require.True(t, ok, "the batch's events waited for a handler slot none of them needed")
+}
+
+// assertEventually polls cond every 5ms until it holds or within passes.
+func assertEventually(cond func() bool, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return cond()
+}
