@@ -103,6 +103,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers (emit) or workers (raw-sql dispatch)")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "events per transaction (batch emit) or per claim/fetch (dispatch)")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "dispatcher Concurrency, River MaxWorkers")
+	fs.IntVar(&o.Claimers, "claimers", 0, "dispatcher Claimers (0: the default)")
 	fs.IntVar(&o.Payload, "payload", o.Payload, "payload bytes per event")
 	fs.BoolVar(&o.Tuned, "tuned", o.Tuned, "river: short FetchCooldown/FetchPollInterval")
 	fs.BoolVar(&o.Notify, "notify", o.Notify, "pgoutbox emit: in-tx pg_notify")

@@ -22,6 +22,8 @@ type Options struct {
 	Batch int
 	// Concurrency is the dispatcher's Concurrency and River's MaxWorkers.
 	Concurrency int
+	// Claimers is the dispatcher's Claimers (0: its default).
+	Claimers int
 	// Payload is the payload size of each event in bytes.
 	Payload int
 	// Tuned gives River a 2ms FetchCooldown and 20ms FetchPollInterval.

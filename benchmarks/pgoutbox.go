@@ -137,7 +137,8 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	}
 	defer db.Close()
 	d, err := dispatcher.New(db.pool, dispatcher.Config{
-		BatchSize: o.Batch, Concurrency: o.Concurrency, PollInterval: o.Poll, Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger,
+		BatchSize: o.Batch, Concurrency: o.Concurrency, Claimers: o.Claimers, PollInterval: o.Poll,
+		Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger,
 	})
 	if err != nil {
 		return Result{}, err
