@@ -179,7 +179,7 @@ func runSoak(t *testing.T, sc soakScenario, duration time.Duration) {
 	}
 	require.Empty(t, obs.calls.overlap, "handlers of one event ran at once\n%s", report)
 	if starved(sc, obs) {
-		t.Logf("short run of a 2s lease: %d leases lost, %d recovered, %d handler calls ran again; "+
+		t.Logf("renewals ran out of time (a loaded machine): %d leases lost, %d recovered, %d handler calls ran again; "+
 			"`make soak` on a quiet machine requires none", lockLost, recovered, obs.reruns.Load())
 	} else {
 		require.Zero(t, lockLost, "leases were lost (Stats().LockLost)\n%s", report)
@@ -290,15 +290,19 @@ func (o *soakObserver) onError(err error) {
 	}
 }
 
-// starved reports whether the scenario may lose leases in this run: in
-// the short runs of `make test` (no PGOUTBOX_SOAK_DURATION), with a lease
-// of 2s or less, when no deadlock was seen. 3,000 renewals in a third of
-// a 2s lease are at the edge of what a 2-core machine does while other
-// tests run (renewals time out or come back too late), and the short run
-// is there to catch deadlocks. `make soak` runs each scenario alone and
-// allows no lost lease.
+// starved reports whether the scenario may lose leases because the
+// machine, not the dispatcher, was too slow: in the short runs of `make
+// test` (no PGOUTBOX_SOAK_DURATION), with a lease of 2s or less, after a
+// renewal ran out of time (half the lease) and no deadlock was seen. A
+// renewal of 3,000 rows takes tens of milliseconds; one that takes a
+// second means the machine was starved, which costs leases by design and
+// is no deadlock. (Before renewals were planned for their own ids they
+// took up to 1.2s and lost leases on a busy machine; three such runs at
+// once beside two CPU burners now lose none.) `make soak` runs each
+// scenario alone and allows no lost lease.
 func starved(sc soakScenario, obs *soakObserver) bool {
-	return os.Getenv(soakDurationEnv) == "" && sc.lease <= 2*time.Second && obs.deadlockErrors.Load() == 0
+	return os.Getenv(soakDurationEnv) == "" && sc.lease <= 2*time.Second &&
+		obs.deadlockErrors.Load() == 0 && obs.sawError("renew: timeout")
 }
 
 // releaseFailed is in the OnError text of a release that failed.
