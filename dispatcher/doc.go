@@ -144,6 +144,6 @@
 //	heartbeat.go   the heartbeat: renews every held lease
 //	run.go         Run's body: start the services, coordinate, drain
 //	report.go      counters, logs, OnError and OnOutcome calls
-//	workers.go     reused goroutines for handler calls
+//	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection that turns notifications into triggers
 package dispatcher
