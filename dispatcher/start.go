@@ -79,7 +79,7 @@ func (d *Dispatcher) handlersQuick() bool {
 		return false
 	}
 	d.mu.Lock()
-	noHandlers := len(d.handlers) == 0
+	noHandlers := len(d.handlers) == 0 && d.defaultHandler == nil
 	d.mu.Unlock()
 	if noHandlers {
 		return true

@@ -86,8 +86,8 @@ func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
 	for spawned := 0; q.waiting() && d.acquireSlot(q.batch(), q.allTaken); {
 		wg.Add(1)
 		d.workers.Go(worker)
-		if spawned++; spawned == wave && d.handlersTiny() {
-			time.Sleep(spawnPause)
+		if spawned++; spawned >= wave && d.handlersTiny() {
+			q.pause()
 			spawned, wave = 0, 2*wave
 		}
 	}
@@ -118,6 +118,18 @@ func (q *batchQueue) next() *handledItem {
 		return &q.items[i]
 	}
 	return nil
+}
+
+// pause waits spawnPause, or less when the workers take every item or
+// the batch ends first.
+func (q *batchQueue) pause() {
+	t := time.NewTimer(spawnPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-q.allTaken:
+	case <-q.batch().ctx.Done():
+	}
 }
 
 // waiting reports whether items wait for a worker.

@@ -312,8 +312,10 @@ func groupByToken(refs []Ref) []tokenGroup {
 }
 
 // queryBatch sends batch in one round trip and hands each statement's
-// rows, in order, to each, which must read or close them. The batch runs
-// as one implicit transaction under customPlans.
+// rows, in order, to each, which must read or close them. Sent on a pool
+// or a connection, the batch runs as one implicit transaction under
+// customPlans; sent in a caller's transaction, the setting lasts until
+// that transaction ends (the dispatcher always passes its pool).
 func queryBatch(ctx context.Context, db DB, batch *pgx.Batch, each func(i int, rows pgx.Rows) error) (err error) {
 	full := &pgx.Batch{}
 	full.Queue(customPlans)
