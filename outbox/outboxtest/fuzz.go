@@ -3,6 +3,7 @@ package outboxtest
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +64,28 @@ func FuzzEvent(id []byte, typ, aggType, aggID, pkey, idem, ct string, payload []
 		e.Headers[kv[0]] = kv[1]
 	}
 	return e
+}
+
+// QuotedValue returns the payload or header value of e that msg, an error
+// text about e, contains, or "" when it contains none. Values under 8
+// bytes, which occur in texts by chance, are not looked for. Header names,
+// which error texts may quote, are cut out of msg first, in Go's %q form
+// and as they are, so that a value made of a name and a quote (which a
+// fuzzer finds) does not count.
+func QuotedValue(msg string, e outbox.Event) string {
+	names := slices.Sorted(maps.Keys(e.Headers))
+	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) }) // longest first
+	for _, name := range names {
+		if name != "" {
+			msg = strings.ReplaceAll(msg, strconv.Quote(name), "")
+			msg = strings.ReplaceAll(msg, name, "")
+		}
+	}
+	for _, v := range append(slices.Collect(maps.Values(e.Headers)), string(e.Payload)) {
+		quoted := strconv.Quote(v)
+		if len(v) >= 8 && (strings.Contains(msg, v) || strings.Contains(msg, quoted[1:len(quoted)-1])) {
+			return v
+		}
+	}
+	return ""
 }

@@ -2,8 +2,6 @@ package kafkapub
 
 import (
 	"errors"
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 
@@ -56,12 +54,7 @@ func requireRefused(t *testing.T, e outbox.Event, err error) {
 	require.Equal(t, "Headers", verr.Field)
 	require.True(t, outbox.IsPermanent(err))
 	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
-	names := strings.Join(slices.Collect(maps.Keys(e.Headers)), "\n")
-	for _, v := range append(slices.Collect(maps.Values(e.Headers)), string(e.Payload)) {
-		if len(v) >= 8 && !strings.Contains(names, v) {
-			require.NotContains(t, err.Error(), v)
-		}
-	}
+	require.Empty(t, outboxtest.QuotedValue(err.Error(), e))
 }
 
 // FuzzDecode feeds Decode records with any headers: it never panics; it

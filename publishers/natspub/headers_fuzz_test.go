@@ -2,8 +2,6 @@ package natspub_test
 
 import (
 	"errors"
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,14 +90,7 @@ func requireRefused(t *testing.T, e outbox.Event, field string, err error) {
 	require.True(t, errors.As(err, &verr), "%T %v", err, err)
 	require.Equal(t, field, verr.Field)
 	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
-	names := strings.Join(slices.Collect(maps.Keys(e.Headers)), "\n")
-	values := append(slices.Collect(maps.Values(e.Headers)), string(e.Payload),
-		e.Type, e.AggregateType, e.AggregateID, e.PartitionKey, e.IdempotencyKey, e.ContentType)
-	for _, v := range values {
-		if len(v) >= 8 && !strings.Contains(names, v) {
-			require.NotContains(t, err.Error(), v)
-		}
-	}
+	require.Empty(t, outboxtest.QuotedValue(err.Error(), e))
 }
 
 // FuzzDecode feeds Decode any header block a NATS client can parse (as
