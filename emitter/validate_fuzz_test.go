@@ -1,6 +1,7 @@
 package emitter
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pgoutboxtest"
 )
 
 // Limits of the emitter FuzzValidateEvent checks against: small, so that
@@ -29,7 +32,9 @@ const (
 // value), or the event meets every rule the rest of pgoutbox relies on: text
 // PostgreSQL can store, within the limits, the header rule publishers need
 // to carry the event byte for byte (outbox.HeaderProblem), JSON where JSON
-// is declared, and headers that come back from their JSON column exactly.
+// is declared, and headers that come back from their JSON column exactly;
+// and Emit writes it into a real outbox table (in a transaction rolled
+// back) from which it reads back field for field, byte for byte.
 // The seeds run in go test; make fuzz runs it longer.
 func FuzzValidateEvent(f *testing.F) {
 	long := strings.Repeat("k", maxKeyLen)
@@ -75,7 +80,11 @@ func FuzzValidateEvent(f *testing.F) {
 	} {
 		f.Add(s.typ, s.aggType, s.aggID, s.pkey, s.idem, s.ct, s.payload, s.k1, s.v1, s.k2, s.v2, s.delay)
 	}
-	e, err := New(Config{MaxPayloadBytes: fuzzMaxPayload, MaxHeaders: fuzzMaxHeaders, MaxHeaderBytes: fuzzMaxHeaderBytes})
+	db := testdb.NewMigrated(f)
+	e, err := New(Config{
+		Table: db.Table(), DisableNotify: true,
+		MaxPayloadBytes: fuzzMaxPayload, MaxHeaders: fuzzMaxHeaders, MaxHeaderBytes: fuzzMaxHeaderBytes,
+	})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, typ, aggType, aggID, pkey, idem, ct string, payload []byte, k1, v1, k2, v2 string, delay int64) {
 		ev := outbox.Event{
@@ -89,7 +98,24 @@ func FuzzValidateEvent(f *testing.F) {
 			return
 		}
 		requireCarriable(t, ev)
+		requireStored(t, e, db, ev)
 	})
+}
+
+// requireStored emits ev in a transaction that is rolled back and checks
+// that the row reads back as ev, field for field and byte for byte.
+func requireStored(t *testing.T, e *Emitter, db *testdb.DB, ev outbox.Event) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+	ids, err := e.Emit(ctx, tx, ev)
+	require.NoError(t, err)
+	got := pgoutboxtest.RequireEmitted(ctx, t, tx, db.Table(), pgoutboxtest.Want{ID: ids[0], Type: ev.Type})
+	want := ev
+	want.ID, want.Delay, want.CreatedAt = ids[0], 0, got.CreatedAt
+	require.Empty(t, outboxtest.EventDiff(want, got))
 }
 
 // fuzzHeaders returns the headers a fuzz input stands for: each pair
