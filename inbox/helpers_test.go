@@ -24,7 +24,7 @@ type testBundle struct {
 	ib  *inbox.Inbox
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.New(t)

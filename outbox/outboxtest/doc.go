@@ -28,6 +28,10 @@
 //     Features.CloudEvents says the publisher sends that envelope;
 //   - errors never contain payload bytes or header values.
 //
+// A publisher's own fuzz target for its header encoding can take the
+// seeds of [AddEventSeeds] and build its events with [FuzzEvent], as
+// kafkapub's and natspub's FuzzHeaders do.
+//
 // To test code that emits events (rather than a publisher), use
 // github.com/pgoutbox/pgoutbox/pgoutboxtest.
 package outboxtest

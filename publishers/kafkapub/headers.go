@@ -65,6 +65,9 @@ const ownHeaders = 11
 // that does not carry an outbox event.
 var ErrNotAnEvent = errors.New("kafkapub: record is not an outbox event")
 
+// errNotPositive marks an attempt header below 1 as malformed.
+var errNotPositive = errors.New("not a positive integer")
+
 // encodeHeaders returns the record headers for e: a field of the event
 // only when it is not empty, an event header always, an empty value
 // included. All values share one buffer, sized up front, so a record costs
@@ -153,9 +156,10 @@ func appendUUID(buf []byte, id uuid.UUID) []byte {
 // rather than copies. Delay is not carried and stays zero; the source and
 // specversion attributes, and any other ce_ attribute, are read past.
 //
-// A record without a valid event ID or without an event type returns an
-// error wrapping [ErrNotAnEvent]; its text names the header, never its
-// value.
+// A record without a valid event ID or without an event type, or with a
+// malformed attempt (not a positive decimal integer) or creation time,
+// returns an error wrapping [ErrNotAnEvent]; its text names the header,
+// never its value.
 func Decode(r *kgo.Record) (outbox.Event, error) {
 	e := outbox.Event{Payload: r.Value}
 	for _, h := range r.Headers {
@@ -193,6 +197,9 @@ func decodeHeader(e *outbox.Event, h kgo.RecordHeader) error {
 		e.ContentType = v
 	case HeaderAttempt:
 		e.Attempt, err = strconv.Atoi(v)
+		if err == nil && e.Attempt < 1 {
+			err = errNotPositive // attempts count from 1; a positive one is always sent
+		}
 	case HeaderCreatedAt:
 		e.CreatedAt, err = time.Parse(time.RFC3339Nano, v)
 	case HeaderSource, HeaderSpecVersion:

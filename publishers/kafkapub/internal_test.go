@@ -115,6 +115,16 @@ func TestDecode(t *testing.T) {
 			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
 			{Key: HeaderAttempt, Value: []byte(value)},
 		}, HeaderAttempt},
+		// Found by FuzzDecode: a negative attempt decoded as is, unlike
+		// natspub, and an Event's Attempt is 1-based.
+		{"NegativeAttempt", []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
+			{Key: HeaderAttempt, Value: []byte("-3")},
+		}, HeaderAttempt},
+		{"ZeroAttempt", []kgo.RecordHeader{
+			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
+			{Key: HeaderAttempt, Value: []byte("0")},
+		}, HeaderAttempt},
 		{"BadCreatedAt", []kgo.RecordHeader{
 			{Key: HeaderEventID, Value: []byte(uuid.NewString())}, {Key: HeaderEventType, Value: []byte("t")},
 			{Key: HeaderCreatedAt, Value: []byte(value)},

@@ -6,3 +6,6 @@ import "context"
 func SetStreamLookup(p *Publisher, f func(ctx context.Context, subject string) bool) {
 	p.lookup = f
 }
+
+// BuildMsg is buildMsg, for the fuzz targets.
+var BuildMsg = buildMsg
