@@ -46,6 +46,8 @@ const (
 	envChaosName     = "PGOUTBOX_IT_CHAOS_NAME"   // the replica's name: Owner and application_name
 	envChaosRecords  = "PGOUTBOX_IT_CHAOS_RECORD" // its record file
 	envChaosLease    = "PGOUTBOX_IT_CHAOS_LEASE"  // its LeaseDuration
+	envChaosDeaf     = "PGOUTBOX_IT_CHAOS_DEAF"   // "true": its handler ignores its context
+	envChaosConc     = "PGOUTBOX_IT_CHAOS_CONC"   // its Concurrency, 0 for the default
 
 	// envChaosDuration, a Go duration, sets how long each scenario injects
 	// faults (`make chaos`); unset, the short version runs.
@@ -73,8 +75,14 @@ type chaosScenario struct {
 	replicas int
 	writers  int
 	lease    time.Duration
+	// deaf handlers ignore their context: they run to their end however
+	// long a pause made them take.
+	deaf bool
+	// concurrency is the replicas' Concurrency; 0 for the default.
+	concurrency int
 	// inject runs the faults until ctx ends (the fault phase's end) and
-	// returns when every fault it injected has healed.
+	// returns when every fault it injected has healed; the writers write
+	// until then.
 	inject func(ctx context.Context, h *chaosHarness)
 }
 
@@ -91,6 +99,7 @@ type chaosHarness struct {
 	slots      []*chaosReplica // the replica process of each slot, replaced when killed
 	kills      []chaos.Kill
 	pauses     []chaos.Pause
+	outages    []chaos.Outage
 	faults     map[string]int
 	rolledBack []uuid.UUID
 	stats      []chaos.ReplicaStats
@@ -123,8 +132,10 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	}
 	faultCtx, stopFaults := context.WithTimeout(ctx, chaosFaultTime(t))
 	defer stopFaults()
-	writersDone := h.startWriters(faultCtx)
+	writeCtx, stopWriters := context.WithCancel(ctx)
+	writersDone := h.startWriters(writeCtx)
 	sc.inject(faultCtx, h)
+	stopWriters()
 	writersDone.Wait()
 	faultsEnded := time.Now()
 	drained := h.awaitDrain(ctx)
@@ -133,8 +144,11 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	t.Logf("scenario %s:\n%s", sc.name, rep)
 	writeChaosFigures(t, sc.name, rep)
 	require.Empty(t, rep.Violations(), "scenario %s breaks docs/guarantees.md:\n%s", sc.name, rep)
-	require.Positive(t, len(rep.Duplicates)+len(h.kills)+len(h.pauses)+h.faults["server restarts"],
-		"no fault was injected: the scenario did not happen")
+	faults := 0
+	for _, n := range h.faults {
+		faults += n
+	}
+	require.Positive(t, faults, "no fault was injected: the scenario did not happen")
 }
 
 // newChaosHarness starts the cluster, migrates the outbox, creates the
@@ -170,7 +184,9 @@ func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 	c := startChild(h.t, db, roleChaosReplica,
 		envChaosName+"="+name,
 		envChaosRecords+"="+filepath.Join(h.dir, name+".log"),
-		envChaosLease+"="+h.sc.lease.String())
+		envChaosLease+"="+h.sc.lease.String(),
+		envChaosDeaf+"="+strconv.FormatBool(h.sc.deaf),
+		envChaosConc+"="+strconv.Itoa(h.sc.concurrency))
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -301,7 +317,7 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 	require.NoError(t, err)
 	return chaos.Input{
 		Ledger: ledger, RolledBack: h.rolledBack, Records: records, Transitions: transitions, Rows: final,
-		Kills: h.kills, Pauses: h.pauses, Faults: h.faults, Lease: h.sc.lease,
+		Kills: h.kills, Pauses: h.pauses, Outages: h.outages, Faults: h.faults, Lease: h.sc.lease,
 		FaultsEnded: faultsEnded, Drained: drained,
 		Deadlocks:     strings.Count(h.cluster.ServerLog(), "deadlock detected"),
 		Replicas:      h.stats,
@@ -325,6 +341,10 @@ func childChaosReplica() error {
 		return err
 	}
 	defer func() { _ = rec.Close() }()
+	concurrency, err := strconv.Atoi(os.Getenv(envChaosConc))
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envChildURL))
 	if err != nil {
@@ -339,13 +359,18 @@ func childChaosReplica() error {
 		Table:         outbox.Table{Schema: os.Getenv(envChildSchema)},
 		Owner:         name,
 		LeaseDuration: lease,
+		Concurrency:   concurrency,
 		PollInterval:  50 * time.Millisecond,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return err
 	}
-	if err := d.Handle(chaosEventType, recordingHandler(rec)); err != nil {
+	deaf, err := strconv.ParseBool(os.Getenv(envChaosDeaf))
+	if err != nil {
+		return err
+	}
+	if err := d.Handle(chaosEventType, recordingHandler(rec, deaf)); err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -369,10 +394,10 @@ func childChaosReplica() error {
 }
 
 // recordingHandler records its start, takes 2-20ms (less when its
-// context ends first: then it records Abort and returns the context's
-// error) and records its end. A record it cannot write stops the process:
-// the scenario's records would be incomplete.
-func recordingHandler(rec *chaos.Recorder) outbox.Handler {
+// context ends first, unless deaf: then it records Abort and returns the
+// context's error) and records its end. A record it cannot write stops
+// the process: the scenario's records would be incomplete.
+func recordingHandler(rec *chaos.Recorder, deaf bool) outbox.Handler {
 	write := func(e outbox.Event, ph chaos.Phase) {
 		if err := rec.Write(e.ID, e.Attempt, ph); err != nil {
 			fmt.Fprintln(os.Stderr, "child: record:", err)
@@ -381,9 +406,13 @@ func recordingHandler(rec *chaos.Recorder) outbox.Handler {
 	}
 	return func(ctx context.Context, e outbox.Event) error {
 		write(e, chaos.Start)
+		done := ctx.Done()
+		if deaf {
+			done = nil
+		}
 		select {
 		case <-time.After(randBetween(2*time.Millisecond, 20*time.Millisecond)):
-		case <-ctx.Done():
+		case <-done:
 			write(e, chaos.Abort)
 			return ctx.Err()
 		}
@@ -405,7 +434,7 @@ func (h *chaosHarness) kill(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.kills = append(h.kills, chaos.Kill{Replica: r.name, At: killed})
-	h.faults["SIGKILLs"]++
+	h.faults["SIGKILLs"]++ // h.mu is held
 	h.slots[i] = next
 }
 
@@ -470,4 +499,81 @@ func writeChaosFigures(t *testing.T, name string, rep chaos.Report) {
 	}
 	out := string(body[:i]) + begin + table.String() + string(body[j:])
 	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+}
+
+// pauseReplicas SIGSTOPs a random replica for 2-3 leases, then SIGCONTs
+// it and waits 0.5-1.5s before the next, until ctx ends.
+func pauseReplicas(ctx context.Context, h *chaosHarness) {
+	for {
+		sleepCtx(ctx, randBetween(500*time.Millisecond, 1500*time.Millisecond))
+		if ctx.Err() != nil {
+			return
+		}
+		h.pause(rand.IntN(h.sc.replicas), randBetween(2*h.sc.lease, 3*h.sc.lease))
+	}
+}
+
+// TestChaosPauseReplicas: a random replica (of 3) is SIGSTOPped for 2-3
+// leases, then SIGCONTed, over and over, while 2 writers commit and roll
+// back events. Its handlers honour their context: the dispatcher cancels
+// it at the lease's local deadline, which passed during the pause.
+func TestChaosPauseReplicas(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosScenario{name: "pause", replicas: 3, writers: 2, lease: time.Second, concurrency: 2, inject: pauseReplicas})
+}
+
+// TestChaosPauseReplicasDeafHandlers: TestChaosPauseReplicas with
+// handlers that ignore their context: a handler caught by the pause runs
+// to its end after the SIGCONT, beside the run another replica started,
+// and its outcome must be fenced off.
+func TestChaosPauseReplicasDeafHandlers(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosScenario{
+		name: "pause-deaf", replicas: 3, writers: 2, lease: time.Second, concurrency: 2, deaf: true,
+		inject: pauseReplicas,
+	})
+}
+
+// TestChaosRestartServer: the throwaway cluster is restarted with
+// `pg_ctl restart -m immediate` (a crash and crash recovery) three times,
+// 0.5-1.5s apart, then stopped (immediate) and kept down for 5s, a cycle
+// repeated until the fault time is over, while 3
+// replicas and 2 writers run. Nobody helps them: they must recover by
+// themselves. Writers see errors and go on; only committed ledger rows
+// count.
+func TestChaosRestartServer(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosScenario{
+		name: "restart", replicas: 3, writers: 2, lease: time.Second,
+		inject: func(ctx context.Context, h *chaosHarness) {
+			for { // one cycle (about 10s) in the short version, else until ctx ends
+				for range 3 {
+					time.Sleep(randBetween(500*time.Millisecond, 1500*time.Millisecond))
+					h.outage("immediate restarts", h.cluster.RestartImmediate)
+				}
+				time.Sleep(randBetween(500*time.Millisecond, 1500*time.Millisecond))
+				h.outage("5s outages", func() error {
+					if err := h.cluster.Stop("immediate"); err != nil {
+						return err
+					}
+					time.Sleep(5 * time.Second)
+					return h.cluster.Start()
+				})
+				if ctx.Err() != nil || os.Getenv(envChaosDuration) == "" {
+					return
+				}
+			}
+		},
+	})
+}
+
+// outage runs fault, which takes the server down and brings it back, and
+// records it as an outage of kind.
+func (h *chaosHarness) outage(kind string, fault func() error) {
+	from := time.Now()
+	require.NoError(h.t, fault())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.outages = append(h.outages, chaos.Outage{From: from, To: time.Now()})
+	h.faults[kind]++
 }

@@ -55,6 +55,12 @@ type Pause struct {
 	From, To time.Time
 }
 
+// Outage is a time the server was not serving: from the moment a restart
+// or stop began until it accepted connections again.
+type Outage struct {
+	From, To time.Time
+}
+
 // ReplicaStats is what a replica process said about itself when it exited
 // cleanly: its goroutines and heap after its dispatcher returned and its
 // pool closed.
@@ -79,8 +85,9 @@ type Input struct {
 	// Rows are the outbox rows at the end.
 	Rows []Row
 	// Kills and Pauses are the faults injected into replicas.
-	Kills  []Kill
-	Pauses []Pause
+	Kills   []Kill
+	Pauses  []Pause
+	Outages []Outage
 	// Faults counts every fault injected, by kind, for the report.
 	Faults map[string]int
 	// Lease is the replicas' LeaseDuration.
@@ -187,10 +194,10 @@ func Check(in Input) Report {
 	rep.Unexpected = unexpected(in.Ledger, byID, in.Rows)
 	for _, id := range sortedIDs(byID) {
 		rs := byID[id]
-		rep.Duplicates = append(rep.Duplicates, duplicates(rs, in.Kills, in.Pauses)...)
+		rep.Duplicates = append(rep.Duplicates, duplicates(rs, in)...)
 		rep.Overlaps = append(rep.Overlaps, overlaps(rs, in.Pauses, in.Lease)...)
 	}
-	rep.Fencing = fencing(in.Transitions)
+	rep.Fencing = append(fencing(in.Transitions), startsAfterSent(runs, in.Transitions)...)
 	for _, s := range in.Replicas {
 		if in.MaxGoroutines > 0 && s.Goroutines > in.MaxGoroutines {
 			rep.Leaks = append(rep.Leaks, fmt.Sprintf("%s: %d goroutines left at exit (at most %d expected)",
@@ -295,28 +302,36 @@ func unexpected(ledger []uuid.UUID, byID map[uuid.UUID][]Run, rows []Row) []uuid
 
 // duplicates returns every run of one event after the first, with the
 // cause read from the run before it.
-func duplicates(rs []Run, kills []Kill, pauses []Pause) []Duplicate {
+func duplicates(rs []Run, in Input) []Duplicate {
 	var out []Duplicate
 	for i := 1; i < len(rs); i++ {
-		prev, cur := rs[i-1], rs[i]
-		out = append(out, Duplicate{Run: cur, Cause: cause(prev, cur, kills, pauses)})
+		out = append(out, Duplicate{Run: rs[i], Cause: cause(rs[i-1], rs[i], in)})
 	}
 	return out
 }
 
 // cause tells why cur ran again after prev.
-func cause(prev, cur Run, kills []Kill, pauses []Pause) string {
-	for _, k := range kills {
+func cause(prev, cur Run, in Input) string {
+	when := " during the handler"
+	if prev.Outcome == End {
+		when = " after the handler returned, before its outcome was written"
+	}
+	for _, k := range in.Kills {
 		if k.Replica == prev.Replica && !k.At.Before(prev.Start) && !k.At.After(cur.Start) {
-			if prev.Outcome == End {
-				return "kill of " + prev.Replica + " after the handler returned, before its outcome was written"
-			}
-			return "kill of " + prev.Replica + " during the handler"
+			return "kill of " + prev.Replica + when
 		}
 	}
-	for _, p := range pauses {
+	for _, p := range in.Pauses {
 		if p.Replica == prev.Replica && p.From.Before(cur.Start) && p.To.After(prev.Start) {
-			return "pause of " + prev.Replica
+			if prev.Outcome == End && prev.End.After(p.From) {
+				when = " during the handler"
+			}
+			return "pause of " + prev.Replica + when
+		}
+	}
+	for _, o := range in.Outages {
+		if o.From.Before(cur.Start) && o.To.After(prev.Start) {
+			return "server outage" + when
 		}
 	}
 	if prev.Outcome == Abort {
@@ -383,6 +398,28 @@ func fencing(ts []Transition) []string {
 		case t.At.After(t.OldLeaseUntil.Add(FenceSlack)):
 			out = append(out, fmt.Sprintf("%s: SENT written by %s %v after its lease ended", t.ID, t.Writer,
 				t.At.Sub(t.OldLeaseUntil).Round(time.Millisecond)))
+		}
+	}
+	return out
+}
+
+// startsAfterSent finds runs that started after their event was SENT:
+// the starting worker's lease had ended before its handler started, which
+// the dispatcher must never allow (it reads the deadline just before).
+func startsAfterSent(runs []Run, ts []Transition) []string {
+	sentAt := map[uuid.UUID]time.Time{}
+	for _, t := range ts {
+		if t.NewStatus == "SENT" {
+			if at, ok := sentAt[t.ID]; !ok || t.At.Before(at) {
+				sentAt[t.ID] = t.At
+			}
+		}
+	}
+	var out []string
+	for _, r := range runs {
+		if at, ok := sentAt[r.ID]; ok && r.Start.After(at.Add(FenceSlack)) {
+			out = append(out, fmt.Sprintf("%s: %s started its handler %v after the event was SENT",
+				r.ID, r.Replica, r.Start.Sub(at).Round(time.Millisecond)))
 		}
 	}
 	return out
@@ -490,6 +527,8 @@ func duplicatesFigure(ds []Duplicate) string {
 			kind = "kill"
 		case strings.HasPrefix(kind, "pause"):
 			kind = "pause"
+		case strings.HasPrefix(kind, "server outage"):
+			kind = "server outage"
 		default:
 			kind = "lease lost"
 		}

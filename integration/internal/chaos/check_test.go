@@ -104,6 +104,13 @@ func TestCheckNamesTheCauseOfDuplicates(t *testing.T) {
 	// c: r1 ran it, its outcome was not written (the database was down), r2 ran it again.
 	in.Records = append(in.Records, run(c, "r1", -5000)...)
 	in.Records = append(in.Records, run(c, "r4", 60)...)
+	// d: r1 ran it, the server restarted before its outcome was written, r2 ran it again.
+	d := uuid.New()
+	in.Ledger = append(in.Ledger, d)
+	in.Rows = append(in.Rows, chaos.Row{ID: d, Status: "SENT"})
+	in.Records = append(in.Records, run(d, "r1", 200)...)
+	in.Records = append(in.Records, run(d, "r2", 2000)...)
+	in.Outages = []chaos.Outage{{From: at(205), To: at(1500)}}
 	rep := chaos.Check(in)
 	require.Empty(t, rep.Violations(), rep.String())
 	causes := map[uuid.UUID]string{}
@@ -112,10 +119,11 @@ func TestCheckNamesTheCauseOfDuplicates(t *testing.T) {
 	}
 	require.Equal(t, map[uuid.UUID]string{
 		a: "kill of r2 during the handler",
-		b: "pause of r3",
+		b: "pause of r3 after the handler returned, before its outcome was written",
 		c: "lease lost: the outcome was not recorded",
+		d: "server outage after the handler returned, before its outcome was written",
 	}, causes)
-	require.Contains(t, rep.String(), "3 (1 kill, 1 lease lost, 1 pause)")
+	require.Contains(t, rep.String(), "4 (1 kill, 1 lease lost, 1 pause, 1 server outage)")
 }
 
 func TestCheckFindsOverlapsAndExcusesPausesPastTheLease(t *testing.T) {
@@ -170,6 +178,10 @@ func TestCheckFindsFencingViolations(t *testing.T) {
 		"leaving SENT": func(in *chaos.Input, a uuid.UUID) {
 			in.Transitions = append(in.Transitions, chaos.Transition{ID: a, OldStatus: "SENT", NewStatus: "PENDING", At: at(90), Writer: "r2"})
 		},
+	}
+	tests["run started after SENT"] = func(in *chaos.Input, a uuid.UUID) {
+		in.Records = append(in.Records, chaos.Record{ID: a, Replica: "r2", Attempt: 1, Phase: chaos.Start,
+			At: in.Transitions[1].At.Add(chaos.FenceSlack + time.Millisecond)})
 	}
 	for name, breakIt := range tests {
 		t.Run(name, func(t *testing.T) {
