@@ -426,9 +426,12 @@ func (h *chaosHarness) kill(i int) {
 	h.mu.Lock()
 	r := h.slots[i]
 	h.mu.Unlock()
+	killed := time.Now() // the process writes nothing after this
 	require.NoError(h.t, r.c.cmd.Process.Kill())
 	requireKilled(h.t, r.c.cmd.Wait(), r.c)
-	killed := time.Now() // after Wait: every record of the process is older
+	if reaped := time.Since(killed); reaped > 100*time.Millisecond {
+		h.t.Logf("the kill of %s took %v to reap", r.name, reaped)
+	}
 	n, _ := strconv.Atoi(r.name[strings.IndexByte(r.name, '.')+1:])
 	next := h.startReplica(i, n+1)
 	h.mu.Lock()

@@ -46,7 +46,11 @@ type Row struct {
 // Kill is a SIGKILL of a replica process.
 type Kill struct {
 	Replica string
-	At      time.Time
+	// At is when the signal was sent: the process wrote nothing after
+	// it. (When its death was seen is no bound: the test process may be
+	// slow to reap it, and a run cut at that later time would seem to
+	// overlap the next run of its events.)
+	At time.Time
 }
 
 // Pause is a SIGSTOP of a replica process until its SIGCONT.
@@ -117,6 +121,18 @@ type Run struct {
 	// Outcome is End, Abort, or "" when the run never wrote its end (its
 	// replica was killed, or it still ran when recording stopped).
 	Outcome Phase
+}
+
+// ending says how and when r ended, for a report.
+func (r Run) ending() string {
+	switch {
+	case r.End.IsZero():
+		return "it never ended"
+	case r.Outcome == "":
+		return "its replica was killed at " + r.End.Format(time.StampMicro)
+	default:
+		return fmt.Sprintf("it wrote %s at %s", r.Outcome, r.End.Format(time.StampMicro))
+	}
 }
 
 // endOrNever is r.End, or the far future when the run never ended.
@@ -467,8 +483,9 @@ func (r Report) Violations() []string {
 	}
 	for _, o := range r.Overlaps {
 		if !o.DuringPause {
-			v = append(v, fmt.Sprintf("overlap %s: %s started at %s while %s ran since %s (no pause past the lease)",
-				o.First.ID, o.Second.Replica, o.Second.Start.Format(time.StampMicro), o.First.Replica, o.First.Start.Format(time.StampMicro)))
+			v = append(v, fmt.Sprintf("overlap %s: %s started at %s while %s ran since %s (%s; no pause past the lease)",
+				o.First.ID, o.Second.Replica, o.Second.Start.Format(time.StampMicro), o.First.Replica,
+				o.First.Start.Format(time.StampMicro), o.First.ending()))
 		}
 	}
 	for _, f := range r.Fencing {
