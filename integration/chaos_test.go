@@ -144,6 +144,10 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	t.Logf("scenario %s:\n%s", sc.name, rep)
 	writeChaosFigures(t, sc.name, rep)
 	require.Empty(t, rep.Violations(), "scenario %s breaks docs/guarantees.md:\n%s", sc.name, rep)
+	for status := range rep.Statuses {
+		// The handlers never fail: only recovery may dead-letter an event.
+		require.Contains(t, []string{"SENT", "FAILED worker_lost"}, status, "scenario %s:\n%s", sc.name, rep)
+	}
 	faults := 0
 	for _, n := range h.faults {
 		faults += n

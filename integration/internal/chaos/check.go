@@ -43,6 +43,15 @@ type Row struct {
 	Attempts, Recoveries int
 }
 
+// status is the row's status, with its last_error_code unless SENT (a
+// SENT row keeps the code of an earlier failure).
+func (r Row) status() string {
+	if r.Status == "SENT" || r.Code == "" {
+		return r.Status
+	}
+	return r.Status + " " + r.Code
+}
+
 // Kill is a SIGKILL of a replica process.
 type Kill struct {
 	Replica string
@@ -172,8 +181,10 @@ type Report struct {
 	Duplicates               []Duplicate
 	Overlaps                 []Overlap
 	Fencing                  []string
-	Statuses                 map[string]int
-	Stuck                    int
+	// Statuses counts the final rows by status, and by last_error_code
+	// unless SENT ("SENT", "FAILED worker_lost").
+	Statuses map[string]int
+	Stuck    int
 	// DrainTime is from FaultsEnded to Drained; negative when the outbox
 	// never drained.
 	DrainTime time.Duration
@@ -201,7 +212,7 @@ func Check(in Input) Report {
 	rows := map[uuid.UUID]Row{}
 	for _, r := range in.Rows {
 		rows[r.ID] = r
-		rep.Statuses[r.Status]++
+		rep.Statuses[r.status()]++
 		if r.Status == "PENDING" || r.Status == "PROCESSING" {
 			rep.Stuck++
 		}
@@ -277,10 +288,7 @@ func lost(ledger []uuid.UUID, byID map[uuid.UUID][]Run, rows map[uuid.UUID]Row) 
 		}
 		reason := "no outbox row"
 		if row, ok := rows[id]; ok {
-			reason = row.Status
-			if row.Code != "" {
-				reason += " " + row.Code
-			}
+			reason = row.status()
 		}
 		if started == 0 {
 			reason += ", handler never started"

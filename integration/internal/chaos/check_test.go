@@ -66,7 +66,7 @@ func TestCheckFindsLostEvents(t *testing.T) {
 	never, killed := uuid.New(), uuid.New()
 	in.Ledger = append(in.Ledger, never, killed)
 	// never: FAILED worker_lost without a run; killed: its only run never ended.
-	in.Rows = append(in.Rows, chaos.Row{ID: never, Status: "FAILED", Code: "worker_lost"}, chaos.Row{ID: killed, Status: "SENT"})
+	in.Rows = append(in.Rows, chaos.Row{ID: never, Status: "FAILED", Code: "worker_lost"}, chaos.Row{ID: killed, Status: "SENT", Code: "worker_lost"})
 	in.Records = append(in.Records, chaos.Record{ID: killed, Replica: "r2", Attempt: 1, Phase: chaos.Start, At: at(50)})
 	rep := chaos.Check(in)
 	require.Len(t, rep.Lost, 2, rep.String())
@@ -75,6 +75,7 @@ func TestCheckFindsLostEvents(t *testing.T) {
 	require.Equal(t, "SENT, 1 runs never ended", reasons[killed])
 	require.NotContains(t, reasons, a)
 	require.NotContains(t, reasons, b)
+	require.Equal(t, map[string]int{"SENT": 3, "FAILED worker_lost": 1}, rep.Statuses)
 }
 
 func TestCheckFindsUnexpectedEvents(t *testing.T) {
@@ -214,6 +215,7 @@ func TestCheckFindsStuckRowsUndrainedDeadlocksAndLeaks(t *testing.T) {
 	require.Contains(t, v, "r2: 9 goroutines")
 	require.NotContains(t, v, "r1:")
 	require.Equal(t, 1, rep.Stuck)
+	require.Equal(t, map[string]int{"SENT": 1, "PROCESSING": 1}, rep.Statuses)
 }
 
 func TestRecorderRoundTrip(t *testing.T) {
