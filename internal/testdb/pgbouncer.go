@@ -72,7 +72,7 @@ func StartBouncer(tb testing.TB) (*Bouncer, string) {
 	dir := bouncerDir(tb)
 	var lastErr error
 	for range 5 { // another process may take the free port first
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			tb.Fatalf("testdb: free port: %v", err)
 		}
@@ -218,8 +218,8 @@ func versionAtLeast(version string, major, minor int) bool {
 	return maj > major || maj == major && mnr >= minor
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -1,0 +1,236 @@
+package chaos_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/integration/internal/chaos"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// at is t0 plus ms milliseconds.
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// run is the Start and End records of one handler call from ms to ms+10.
+func run(id uuid.UUID, replica string, ms int) []chaos.Record {
+	return []chaos.Record{
+		{ID: id, Replica: replica, Attempt: 1, Phase: chaos.Start, At: at(ms)},
+		{ID: id, Replica: replica, Attempt: 1, Phase: chaos.End, At: at(ms + 10)},
+	}
+}
+
+// sentBy is the transitions of a clean claim by replica and its SENT.
+func sentBy(id uuid.UUID, replica string, ms int) []chaos.Transition {
+	tok := uuid.New()
+	return []chaos.Transition{
+		{ID: id, OldStatus: "PENDING", NewStatus: "PROCESSING", NewToken: tok, At: at(ms), Writer: replica},
+		{ID: id, OldStatus: "PROCESSING", NewStatus: "SENT", OldToken: tok, NewToken: tok,
+			OldLeaseUntil: at(ms + 1000), At: at(ms + 20), Writer: replica},
+	}
+}
+
+// clean is a scenario with no violation: two events, each run once by r1
+// and SENT by r1.
+func clean() (chaos.Input, uuid.UUID, uuid.UUID) {
+	a, b := uuid.New(), uuid.New()
+	in := chaos.Input{
+		Ledger:      []uuid.UUID{a, b},
+		Records:     append(run(a, "r1", 0), run(b, "r1", 5)...),
+		Transitions: append(sentBy(a, "r1", 0), sentBy(b, "r1", 5)...),
+		Rows:        []chaos.Row{{ID: a, Status: "SENT"}, {ID: b, Status: "SENT"}},
+		Lease:       time.Second,
+		FaultsEnded: at(0), Drained: at(100),
+	}
+	return in, a, b
+}
+
+func TestCheckCleanRunHasNoViolation(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean()
+	rep := chaos.Check(in)
+	require.Empty(t, rep.Violations(), rep.String())
+	require.Equal(t, 2, rep.Runs)
+	require.Equal(t, 100*time.Millisecond, rep.DrainTime)
+	require.Equal(t, map[string]int{"SENT": 2}, rep.Statuses)
+}
+
+func TestCheckFindsLostEvents(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	never, killed := uuid.New(), uuid.New()
+	in.Ledger = append(in.Ledger, never, killed)
+	// never: FAILED worker_lost without a run; killed: its only run never ended.
+	in.Rows = append(in.Rows, chaos.Row{ID: never, Status: "FAILED", Code: "worker_lost"}, chaos.Row{ID: killed, Status: "SENT", Code: "worker_lost"})
+	in.Records = append(in.Records, chaos.Record{ID: killed, Replica: "r2", Attempt: 1, Phase: chaos.Start, At: at(50)})
+	rep := chaos.Check(in)
+	require.Len(t, rep.Lost, 2, rep.String())
+	reasons := map[uuid.UUID]string{rep.Lost[0].ID: rep.Lost[0].Reason, rep.Lost[1].ID: rep.Lost[1].Reason}
+	require.Equal(t, "FAILED worker_lost, handler never started", reasons[never])
+	require.Equal(t, "SENT, 1 runs never ended", reasons[killed])
+	require.NotContains(t, reasons, a)
+	require.NotContains(t, reasons, b)
+	require.Equal(t, map[string]int{"SENT": 3, "FAILED worker_lost": 1}, rep.Statuses)
+}
+
+func TestCheckFindsUnexpectedEvents(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean()
+	rolledBack, orphan := uuid.New(), uuid.New()
+	in.RolledBack = []uuid.UUID{rolledBack}
+	in.Records = append(in.Records, run(rolledBack, "r1", 30)...)
+	in.Rows = append(in.Rows, chaos.Row{ID: orphan, Status: "SENT"}) // an outbox row without its business row
+	rep := chaos.Check(in)
+	require.ElementsMatch(t, []uuid.UUID{rolledBack, orphan}, rep.Unexpected, rep.String())
+	require.Len(t, rep.Violations(), 2)
+}
+
+func TestCheckNamesTheCauseOfDuplicates(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	c := uuid.New()
+	in.Ledger = append(in.Ledger, c)
+	in.Rows = append(in.Rows, chaos.Row{ID: c, Status: "SENT"})
+	// a: r2 started it and was killed mid-handler; r1 ran it later.
+	in.Records = append(in.Records, chaos.Record{ID: a, Replica: "r2", Attempt: 1, Phase: chaos.Start, At: at(-2000)})
+	in.Kills = []chaos.Kill{{Replica: "r2", At: at(-1900)}}
+	// b: r3 ran it to the end, then was paused past its lease; r1 ran it again.
+	in.Records = append(in.Records, run(b, "r3", -3000)...)
+	in.Pauses = []chaos.Pause{{Replica: "r3", From: at(-2985), To: at(-500)}}
+	// c: r1 ran it, its outcome was not written (the database was down), r2 ran it again.
+	in.Records = append(in.Records, run(c, "r1", -5000)...)
+	in.Records = append(in.Records, run(c, "r4", 60)...)
+	// d: r1 ran it, the server restarted before its outcome was written, r2 ran it again.
+	d := uuid.New()
+	in.Ledger = append(in.Ledger, d)
+	in.Rows = append(in.Rows, chaos.Row{ID: d, Status: "SENT"})
+	in.Records = append(in.Records, run(d, "r1", 200)...)
+	in.Records = append(in.Records, run(d, "r2", 2000)...)
+	in.Outages = []chaos.Outage{{From: at(205), To: at(1500)}}
+	rep := chaos.Check(in)
+	require.Empty(t, rep.Violations(), rep.String())
+	causes := map[uuid.UUID]string{}
+	for _, d := range rep.Duplicates {
+		causes[d.Run.ID] = d.Cause
+	}
+	require.Equal(t, map[uuid.UUID]string{
+		a: "kill of r2 during the handler",
+		b: "pause of r3 after the handler returned, before its outcome was written",
+		c: "lease lost: the outcome was not recorded",
+		d: "server outage after the handler returned, before its outcome was written",
+	}, causes)
+	require.Contains(t, rep.String(), "4 (1 kill, 1 lease lost, 1 pause, 1 server outage)")
+}
+
+func TestCheckFindsOverlapsAndExcusesPausesPastTheLease(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	// a: r2 runs it from -5 to +5 while r1 runs it from 0: an overlap, no pause.
+	in.Records = append(in.Records, run(a, "r2", -5)...)
+	// b: r3 starts it at -3000, is paused from -2990 to +500 (past the 1s
+	// lease), and ends at +505, while r1 runs it at 5: allowed.
+	in.Records = append(in.Records,
+		chaos.Record{ID: b, Replica: "r3", Attempt: 1, Phase: chaos.Start, At: at(-3000)},
+		chaos.Record{ID: b, Replica: "r3", Attempt: 1, Phase: chaos.Abort, At: at(505)})
+	in.Pauses = []chaos.Pause{{Replica: "r3", From: at(-2990), To: at(500)}}
+	rep := chaos.Check(in)
+	require.Len(t, rep.Overlaps, 2, rep.String())
+	require.Equal(t, 1, rep.UnexcusedOverlaps())
+	v := rep.Violations()
+	require.Len(t, v, 1)
+	require.Contains(t, v[0], "overlap "+a.String())
+
+	// A pause shorter than the lease excuses nothing.
+	in.Pauses[0].From = at(0)
+	require.Equal(t, 2, chaos.Check(in).UnexcusedOverlaps())
+}
+
+func TestCheckFindsOverlapWithARunCutByAKill(t *testing.T) {
+	t.Parallel()
+	in, a, _ := clean()
+	// r2 started a at -100 and was killed at +3: r1's run from 0 overlaps it.
+	in.Records = append(in.Records, chaos.Record{ID: a, Replica: "r2", Attempt: 1, Phase: chaos.Start, At: at(-100)})
+	in.Kills = []chaos.Kill{{Replica: "r2", At: at(3)}}
+	require.Equal(t, 1, chaos.Check(in).UnexcusedOverlaps())
+	in.Kills[0].At = at(-1) // killed before r1 started: no overlap
+	require.Equal(t, 0, chaos.Check(in).UnexcusedOverlaps())
+}
+
+func TestCheckFindsFencingViolations(t *testing.T) {
+	t.Parallel()
+	tests := map[string]func(in *chaos.Input, a uuid.UUID){
+		"second SENT": func(in *chaos.Input, a uuid.UUID) {
+			in.Transitions = append(in.Transitions, sentBy(a, "r2", 50)...)
+		},
+		"SENT over PENDING": func(in *chaos.Input, a uuid.UUID) {
+			in.Transitions[1].OldStatus = "PENDING"
+		},
+		"SENT under another replica's token": func(in *chaos.Input, a uuid.UUID) {
+			in.Transitions[1].Writer = "r2"
+		},
+		"SENT after the lease": func(in *chaos.Input, a uuid.UUID) {
+			in.Transitions[1].At = in.Transitions[1].OldLeaseUntil.Add(chaos.FenceSlack + time.Millisecond)
+		},
+		"leaving SENT": func(in *chaos.Input, a uuid.UUID) {
+			in.Transitions = append(in.Transitions, chaos.Transition{ID: a, OldStatus: "SENT", NewStatus: "PENDING", At: at(90), Writer: "r2"})
+		},
+	}
+	tests["run started after SENT"] = func(in *chaos.Input, a uuid.UUID) {
+		in.Records = append(in.Records, chaos.Record{ID: a, Replica: "r2", Attempt: 1, Phase: chaos.Start,
+			At: in.Transitions[1].At.Add(chaos.FenceSlack + time.Millisecond)})
+	}
+	for name, breakIt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			in, a, _ := clean()
+			breakIt(&in, a)
+			rep := chaos.Check(in)
+			require.NotEmpty(t, rep.Fencing, name)
+			require.NotEmpty(t, rep.Violations())
+		})
+	}
+	in, _, _ := clean()
+	in.Transitions[1].At = in.Transitions[1].OldLeaseUntil.Add(chaos.FenceSlack) // within the slack
+	require.Empty(t, chaos.Check(in).Fencing)
+}
+
+func TestCheckFindsStuckRowsUndrainedDeadlocksAndLeaks(t *testing.T) {
+	t.Parallel()
+	in, _, b := clean()
+	in.Rows[1] = chaos.Row{ID: b, Status: "PROCESSING"}
+	in.Drained = time.Time{}
+	in.Deadlocks = 1
+	in.MaxGoroutines = 5
+	in.Replicas = []chaos.ReplicaStats{{Replica: "r1", Goroutines: 4}, {Replica: "r2", Goroutines: 9}}
+	rep := chaos.Check(in)
+	v := strings.Join(rep.Violations(), "\n")
+	require.Contains(t, v, "1 rows left PENDING or PROCESSING")
+	require.Contains(t, v, "never drained")
+	require.Contains(t, v, "deadlock detected")
+	require.Contains(t, v, "r2: 9 goroutines")
+	require.NotContains(t, v, "r1:")
+	require.Equal(t, 1, rep.Stuck)
+	require.Equal(t, map[string]int{"SENT": 1, "PROCESSING": 1}, rep.Statuses)
+}
+
+func TestRecorderRoundTrip(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "r1.log")
+	rec, err := chaos.NewRecorder(path, "r1")
+	require.NoError(t, err)
+	id := uuid.New()
+	require.NoError(t, rec.Write(id, 2, chaos.Start))
+	require.NoError(t, rec.Write(id, 2, chaos.End))
+	require.NoError(t, rec.Close())
+	got, err := chaos.ReadRecords(path)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, chaos.Record{ID: id, Replica: "r1", Attempt: 2, Phase: chaos.Start, At: got[0].At}, got[0])
+	require.Equal(t, chaos.End, got[1].Phase)
+	require.WithinDuration(t, time.Now(), got[1].At, time.Minute)
+}

@@ -1,0 +1,73 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// transitionLogSQL creates the table chaos_transitions in schema %[1]s
+// and a trigger on the outbox table %[2]s that logs every change of a
+// row's status into it, in the changing transaction: a rolled back change
+// leaves no entry. It is a BEFORE trigger so that its clock_timestamp()
+// is read as close as can be after the fenced statement's own test of the
+// lease (see FenceSlack).
+const transitionLogSQL = `
+CREATE TABLE %[1]s.chaos_transitions (
+	id              uuid        NOT NULL,
+	old_status      text        NOT NULL,
+	new_status      text        NOT NULL,
+	old_token       uuid,
+	new_token       uuid,
+	old_lease_until timestamptz,
+	at              timestamptz NOT NULL,
+	writer          text        NOT NULL
+);
+CREATE FUNCTION %[1]s.chaos_log_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO %[1]s.chaos_transitions
+	VALUES (NEW.id, OLD.status, NEW.status, OLD.lock_token, NEW.lock_token, OLD.lease_until,
+		clock_timestamp(), current_setting('application_name'));
+	RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_log_transition BEFORE UPDATE ON %[2]s
+	FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+	EXECUTE FUNCTION %[1]s.chaos_log_transition();
+`
+
+// InstallTransitionLog creates the transition log of the outbox table
+// schema.table (see Transition). Sessions must set application_name to
+// the replica's name: it is how the log tells who wrote a change.
+func InstallTransitionLog(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
+	_, err := pool.Exec(ctx, fmt.Sprintf(transitionLogSQL, pgx.Identifier{schema}.Sanitize(), pgx.Identifier{schema, table}.Sanitize()))
+	return err
+}
+
+// ReadTransitions returns the transition log of schema, oldest first.
+func ReadTransitions(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Transition, error) {
+	rows, err := pool.Query(ctx, `SELECT id, old_status, new_status, old_token, new_token, old_lease_until, at, writer
+		FROM `+pgx.Identifier{schema, "chaos_transitions"}.Sanitize()+` ORDER BY at`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
+		var t Transition
+		var oldTok, newTok *uuid.UUID
+		var lease *time.Time
+		err := r.Scan(&t.ID, &t.OldStatus, &t.NewStatus, &oldTok, &newTok, &lease, &t.At, &t.Writer)
+		if oldTok != nil {
+			t.OldToken = *oldTok
+		}
+		if newTok != nil {
+			t.NewToken = *newTok
+		}
+		if lease != nil {
+			t.OldLeaseUntil = *lease
+		}
+		return t, err
+	})
+}
