@@ -574,6 +574,42 @@ func TestChaosRestartServer(t *testing.T) {
 	})
 }
 
+// TestChaosTerminateBackends: every 0.5-2s, pg_terminate_backend of
+// every connection of every replica (3), the LISTEN connections included,
+// while 2 writers commit and roll back events. Statements in flight fail,
+// a completion may commit without its reply arriving, and the listeners
+// must reconnect by themselves.
+func TestChaosTerminateBackends(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosScenario{
+		name: "terminate", replicas: 3, writers: 2, lease: time.Second,
+		inject: func(ctx context.Context, h *chaosHarness) {
+			for {
+				sleepCtx(ctx, randBetween(500*time.Millisecond, 2*time.Second))
+				if ctx.Err() != nil {
+					return
+				}
+				h.terminateReplicaBackends(ctx)
+			}
+		},
+	})
+}
+
+// terminateReplicaBackends ends every server process of the replicas'
+// sessions (named after the replicas, "r<slot>.<incarnation>") and
+// records the moment as an instant outage, to which the checker
+// attributes the duplicates it causes.
+func (h *chaosHarness) terminateReplicaBackends(ctx context.Context) {
+	at := time.Now()
+	var n int
+	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name ~ '^r[0-9]+\.[0-9]+$'`).Scan(&n))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.outages = append(h.outages, chaos.Outage{From: at, To: time.Now()})
+	h.faults["backends terminated"] += n
+}
+
 // outage runs fault, which takes the server down and brings it back, and
 // records it as an outage of kind.
 func (h *chaosHarness) outage(kind string, fault func() error) {
