@@ -595,6 +595,54 @@ func TestChaosTerminateBackends(t *testing.T) {
 	})
 }
 
+// TestChaosReadOnlyDatabase: the database turns read-only for 10s
+// (default_transaction_read_only on, a reload, and every replica
+// connection terminated so that none keeps a transaction begun before),
+// once in the short version and every 12s in `make chaos`, while 3
+// replicas and 2 writers run. Claims, renewals and completions fail
+// meanwhile; leases run out and are recovered afterwards.
+func TestChaosReadOnlyDatabase(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosScenario{
+		name: "read-only", replicas: 3, writers: 2, lease: time.Second,
+		inject: func(ctx context.Context, h *chaosHarness) {
+			for {
+				time.Sleep(randBetween(500*time.Millisecond, 1500*time.Millisecond))
+				h.outage("10s read-only spells", func() error { return h.readOnlyFor(ctx, 10*time.Second) })
+				if ctx.Err() != nil || os.Getenv(envChaosDuration) == "" {
+					return
+				}
+			}
+		},
+	})
+}
+
+// readOnlyFor makes the cluster's transactions read-only by default for d,
+// terminating the replicas' sessions at the start.
+func (h *chaosHarness) readOnlyFor(ctx context.Context, d time.Duration) error {
+	set := func(value string) error {
+		conn, err := h.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		for _, sql := range []string{`SET default_transaction_read_only = off`,
+			`ALTER SYSTEM SET default_transaction_read_only = ` + value, `SELECT pg_reload_conf()`} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := set("on"); err != nil {
+		return err
+	}
+	time.Sleep(100 * time.Millisecond) // the reload reaches every session
+	h.terminateReplicaBackends(ctx)
+	time.Sleep(d)
+	return set("off")
+}
+
 // terminateReplicaBackends ends every server process of the replicas'
 // sessions (named after the replicas, "r<slot>.<incarnation>") and
 // records the moment as an instant outage, to which the checker
