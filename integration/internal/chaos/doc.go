@@ -27,7 +27,7 @@
 // overlapping runs of one event (allowed only while the first run's
 // replica was paused past its lease), fencing violations (a second SENT,
 // a SENT not out of PROCESSING, written under another replica's token or
-// after the lease, a row leaving SENT, a handler started after its
+// by a statement begun after the lease, a row leaving SENT, a handler started after its
 // event was SENT), final statuses, rows left
 // PENDING or PROCESSING and the time to drain once the faults stopped.
 // Report.Violations lists what breaks a promise; duplicates do not, since

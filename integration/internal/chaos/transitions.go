@@ -13,9 +13,9 @@ import (
 // transitionLogSQL creates the table chaos_transitions in schema %[1]s
 // and a trigger on the outbox table %[2]s that logs every change of a
 // row's status into it, in the changing transaction: a rolled back change
-// leaves no entry. It is a BEFORE trigger so that its clock_timestamp()
-// is read as close as can be after the fenced statement's own test of the
-// lease (see FenceSlack).
+// leaves no entry. It stamps the change with clock_timestamp() and with
+// statement_timestamp(), the start of the writing statement, which is no
+// later than that statement's own test of the lease (see fencing).
 const transitionLogSQL = `
 CREATE TABLE %[1]s.chaos_transitions (
 	id              uuid        NOT NULL,
@@ -25,13 +25,14 @@ CREATE TABLE %[1]s.chaos_transitions (
 	new_token       uuid,
 	old_lease_until timestamptz,
 	at              timestamptz NOT NULL,
+	statement_at    timestamptz NOT NULL,
 	writer          text        NOT NULL
 );
 CREATE FUNCTION %[1]s.chaos_log_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO %[1]s.chaos_transitions
 	VALUES (NEW.id, OLD.status, NEW.status, OLD.lock_token, NEW.lock_token, OLD.lease_until,
-		clock_timestamp(), current_setting('application_name'));
+		clock_timestamp(), statement_timestamp(), current_setting('application_name'));
 	RETURN NEW;
 END $$;
 CREATE TRIGGER chaos_log_transition BEFORE UPDATE ON %[2]s
@@ -49,7 +50,7 @@ func InstallTransitionLog(ctx context.Context, pool *pgxpool.Pool, schema, table
 
 // ReadTransitions returns the transition log of schema, oldest first.
 func ReadTransitions(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Transition, error) {
-	rows, err := pool.Query(ctx, `SELECT id, old_status, new_status, old_token, new_token, old_lease_until, at, writer
+	rows, err := pool.Query(ctx, `SELECT id, old_status, new_status, old_token, new_token, old_lease_until, at, statement_at, writer
 		FROM `+pgx.Identifier{schema, "chaos_transitions"}.Sanitize()+` ORDER BY at`)
 	if err != nil {
 		return nil, err
@@ -58,7 +59,7 @@ func ReadTransitions(ctx context.Context, pool *pgxpool.Pool, schema string) ([]
 		var t Transition
 		var oldTok, newTok *uuid.UUID
 		var lease *time.Time
-		err := r.Scan(&t.ID, &t.OldStatus, &t.NewStatus, &oldTok, &newTok, &lease, &t.At, &t.Writer)
+		err := r.Scan(&t.ID, &t.OldStatus, &t.NewStatus, &oldTok, &newTok, &lease, &t.At, &t.StatementAt, &t.Writer)
 		if oldTok != nil {
 			t.OldToken = *oldTok
 		}
