@@ -618,8 +618,10 @@ func TestChaosReadOnlyDatabase(t *testing.T) {
 }
 
 // readOnlyFor makes the cluster's transactions read-only by default for d,
-// terminating the replicas' sessions at the start.
+// terminating the replicas' sessions at the start. The spell is always
+// lifted, also when ctx (the fault phase) ends meanwhile.
 func (h *chaosHarness) readOnlyFor(ctx context.Context, d time.Duration) error {
+	ctx = context.WithoutCancel(ctx)
 	set := func(value string) error {
 		conn, err := h.pool.Acquire(ctx)
 		if err != nil {
