@@ -467,13 +467,7 @@ func TestChaosKillReplicas(t *testing.T) {
 	runChaos(t, chaosScenario{
 		name: "kill", replicas: 3, writers: 2, lease: time.Second,
 		inject: func(ctx context.Context, h *chaosHarness) {
-			for {
-				sleepCtx(ctx, randBetween(500*time.Millisecond, 3*time.Second))
-				if ctx.Err() != nil {
-					return
-				}
-				h.kill(rand.IntN(h.sc.replicas))
-			}
+			atRandomIntervals(ctx, 500*time.Millisecond, 3*time.Second, func() { h.kill(rand.IntN(h.sc.replicas)) })
 		},
 	})
 }
@@ -511,12 +505,20 @@ func writeChaosFigures(t *testing.T, name string, rep chaos.Report) {
 // pauseReplicas SIGSTOPs a random replica for 2-3 leases, then SIGCONTs
 // it and waits 0.5-1.5s before the next, until ctx ends.
 func pauseReplicas(ctx context.Context, h *chaosHarness) {
+	atRandomIntervals(ctx, 500*time.Millisecond, 1500*time.Millisecond, func() {
+		h.pause(rand.IntN(h.sc.replicas), randBetween(2*h.sc.lease, 3*h.sc.lease))
+	})
+}
+
+// atRandomIntervals runs fault after a random wait between lo and hi,
+// again and again, until ctx ends (never after it ended).
+func atRandomIntervals(ctx context.Context, lo, hi time.Duration, fault func()) {
 	for {
-		sleepCtx(ctx, randBetween(500*time.Millisecond, 1500*time.Millisecond))
+		sleepCtx(ctx, randBetween(lo, hi))
 		if ctx.Err() != nil {
 			return
 		}
-		h.pause(rand.IntN(h.sc.replicas), randBetween(2*h.sc.lease, 3*h.sc.lease))
+		fault()
 	}
 }
 
@@ -584,13 +586,7 @@ func TestChaosTerminateBackends(t *testing.T) {
 	runChaos(t, chaosScenario{
 		name: "terminate", replicas: 3, writers: 2, lease: time.Second,
 		inject: func(ctx context.Context, h *chaosHarness) {
-			for {
-				sleepCtx(ctx, randBetween(500*time.Millisecond, 2*time.Second))
-				if ctx.Err() != nil {
-					return
-				}
-				h.terminateReplicaBackends(ctx)
-			}
+			atRandomIntervals(ctx, 500*time.Millisecond, 2*time.Second, func() { h.terminateReplicaBackends(ctx) })
 		},
 	})
 }
@@ -650,6 +646,7 @@ func (h *chaosHarness) readOnlyFor(ctx context.Context, d time.Duration) error {
 // records the moment as an instant outage, to which the checker
 // attributes the duplicates it causes.
 func (h *chaosHarness) terminateReplicaBackends(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx) // not cut short by the end of the fault phase
 	at := time.Now()
 	var n int
 	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
