@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,12 +144,16 @@ func TestDispatchUntilIdle(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.emit(t, jsonEvent("stubborn", "1", `{}`))
-		release := make(chan struct{})
-		stubborn := func(context.Context, outbox.Event) error { <-release; return nil }
+		release, started := make(chan struct{}), make(chan struct{})
+		startedOnce := sync.OnceFunc(func() { close(started) })
+		stubborn := func(context.Context, outbox.Event) error { startedOnce(); <-release; return nil }
 		cfg := b.config()
 		cfg.DrainTimeout = 10 * time.Millisecond
-		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		// The run ends once the handler has started (a fixed deadline
+		// could pass before it did on a loaded machine).
+		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		go func() { <-started; cancel() }()
 		msg := requireFails(t, func(tb pgoutboxtest.TB) {
 			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, map[string]outbox.Handler{"stubborn": stubborn})
 		})
