@@ -335,11 +335,17 @@ func (s *heldSet) mayHaveWritten(items []*item) {
 
 // owned returns the items this process still holds (in a new slice).
 func (s *heldSet) owned(items []*item) []*item {
+	return s.keep(items, func(*item) bool { return true })
+}
+
+// keep returns the items this process still holds for which ok holds (in
+// a new slice); ok runs under s.mu.
+func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	kept := items[:0:0]
 	for _, it := range items {
-		if s.byRef[it.ref()] == it {
+		if s.byRef[it.ref()] == it && ok(it) {
 			kept = append(kept, it)
 		}
 	}
@@ -361,15 +367,7 @@ func (s *heldSet) live() []*item {
 
 // stillLive returns the items still held and not lost (in a new slice).
 func (s *heldSet) stillLive(items []*item) []*item {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := items[:0:0]
-	for _, it := range items {
-		if s.byRef[it.ref()] == it && !it.lost {
-			kept = append(kept, it)
-		}
-	}
-	return kept
+	return s.keep(items, func(it *item) bool { return !it.lost })
 }
 
 // renewed applies a renewal sent at sentAt: the items in renewed get the

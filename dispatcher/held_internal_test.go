@@ -67,6 +67,18 @@ func ids(n int) []uuid.UUID {
 }
 
 // received reports whether ch is closed or had a signal (taken).
+// finished claims n events and runs each to an outcome waiting for the
+// completer.
+func (b *heldBundle) finished(t *testing.T, n int) []*item {
+	t.Helper()
+	items := b.claim(t, ids(n)...)
+	for _, it := range items {
+		require.True(t, b.set.begin(it, 0))
+		require.False(t, b.set.finish(it, result{}))
+	}
+	return items
+}
+
 func received(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -177,11 +189,7 @@ func TestHeldSet(t *testing.T) {
 	t.Run("TakeOutcomesRetryAtAndLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setupHeld(t)
-		items := b.claim(t, ids(3)...)
-		for _, it := range items {
-			require.True(t, b.set.begin(it, 0))
-			require.False(t, b.set.finish(it, result{}))
-		}
+		items := b.finished(t, 3)
 		items[0].retryAt = time.Now().Add(time.Hour)
 		taken, _, wait := b.set.takeOutcomes(1)
 		require.Equal(t, []*item{items[1]}, taken)
@@ -195,11 +203,7 @@ func TestHeldSet(t *testing.T) {
 	t.Run("WriteFailedVerdicts", func(t *testing.T) {
 		t.Parallel()
 		b := setupHeld(t)
-		items := b.claim(t, ids(3)...)
-		for _, it := range items {
-			require.True(t, b.set.begin(it, 0))
-			require.False(t, b.set.finish(it, result{}))
-		}
+		items := b.finished(t, 3)
 		taken, _, _ := b.set.takeOutcomes(0)
 		require.Len(t, taken, 3)
 		verdicts := map[*item]writeVerdict{items[0]: writeAgain, items[1]: writeLost, items[2]: writeGiveUp}
