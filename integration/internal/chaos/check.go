@@ -117,6 +117,22 @@ type Input struct {
 	// MaxGoroutines is the most goroutines a cleanly exited replica may
 	// have left; more is reported as a leak. Zero: not checked.
 	MaxGoroutines int
+
+	// AtMostOnce says the replicas ran with Delivery AtMostOnce: no event
+	// may start twice, and an event whose attempt a kill cut may end FAILED
+	// worker_lost without being delivered (see modes.go).
+	AtMostOnce bool
+	// DeleteSent says the replicas deleted events on success: a delivery
+	// is established by a delete in Transitions (Deleted) after a run
+	// that ended, not by a SENT row.
+	DeleteSent bool
+	// Poison names the events whose handler kills its replica every time
+	// it starts; they must end PoisonStatus after at most PoisonMaxStarts
+	// runs, never delivered, and every other event must be delivered with
+	// no recovery charged beyond its own cut runs.
+	Poison          []uuid.UUID
+	PoisonStatus    string
+	PoisonMaxStarts int
 }
 
 // Run is one handler call: from its Start record to its End or Abort
@@ -193,6 +209,16 @@ type Report struct {
 	Deadlocks int
 	Replicas  []ReplicaStats
 	Leaks     []string
+	// Modes are the violations of the rules of Input's AtMostOnce,
+	// DeleteSent and Poison (see modes.go).
+	Modes []string
+	// Cut counts the committed events that ended FAILED worker_lost
+	// under AtMostOnce, a kill having cut their attempt; Deleted counts
+	// the rows deleted on success under DeleteSent; Poisoned the poison
+	// events committed and MaxPoisonStarts the most runs one of them had.
+	Cut, Deleted, Poisoned, MaxPoisonStarts int
+	// atMostOnce and deleteSent are Input's, for the figures.
+	atMostOnce, deleteSent bool
 }
 
 // Check compares the records of a scenario with its ledger and the
@@ -219,7 +245,7 @@ func Check(in Input) Report {
 			rep.Stuck++
 		}
 	}
-	rep.Lost = lost(in.Ledger, byID, rows)
+	rep.Lost = excuseLost(lost(in.Ledger, byID, rows), in, rows)
 	rep.Unexpected = unexpected(in.Ledger, byID, in.Rows)
 	for _, id := range sortedIDs(byID) {
 		rs := byID[id]
@@ -227,6 +253,7 @@ func Check(in Input) Report {
 		rep.Overlaps = append(rep.Overlaps, overlaps(rs, in.Pauses, in.Lease)...)
 	}
 	rep.Fencing = append(fencing(in.Transitions), startsAfterSent(runs, in.Transitions)...)
+	checkModes(&rep, in, byID, rows)
 	for _, s := range in.Replicas {
 		if in.MaxGoroutines > 0 && s.Goroutines > in.MaxGoroutines {
 			rep.Leaks = append(rep.Leaks, fmt.Sprintf("%s: %d goroutines left at exit (at most %d expected)",
@@ -409,18 +436,18 @@ func fencing(ts []Transition) []string {
 		if t.OldStatus == "SENT" {
 			out = append(out, fmt.Sprintf("%s left SENT for %s (written by %s)", t.ID, t.NewStatus, t.Writer))
 		}
-		if t.NewStatus != "SENT" {
+		if !success(t) {
 			continue
 		}
 		sent[t.ID]++
 		if sent[t.ID] == 2 {
-			out = append(out, fmt.Sprintf("%s: more than one SENT recorded", t.ID))
+			out = append(out, fmt.Sprintf("%s: more than one %s recorded", t.ID, t.NewStatus))
 		}
 		switch {
 		case t.OldStatus != "PROCESSING":
-			out = append(out, fmt.Sprintf("%s: SENT written by %s over %s", t.ID, t.Writer, t.OldStatus))
+			out = append(out, fmt.Sprintf("%s: %s written by %s over %s", t.ID, t.NewStatus, t.Writer, t.OldStatus))
 		case claimer[t.OldToken] != t.Writer:
-			out = append(out, fmt.Sprintf("%s: SENT written by %s under a token claimed by %q", t.ID, t.Writer, claimer[t.OldToken]))
+			out = append(out, fmt.Sprintf("%s: %s written by %s under a token claimed by %q", t.ID, t.NewStatus, t.Writer, claimer[t.OldToken]))
 		case !t.StatementAt.Before(t.OldLeaseUntil):
 			// The statement began after the lease had ended, so its test
 			// of the lease came later still. (A SENT stamped after the
@@ -428,8 +455,8 @@ func fencing(ts []Transition) []string {
 			// the test passed in time and the write then waited, e.g. on
 			// a row lock a claim's recheck held, during which no other
 			// claim could take the row.)
-			out = append(out, fmt.Sprintf("%s: SENT written by %s in a statement that began %v after its lease ended",
-				t.ID, t.Writer, t.StatementAt.Sub(t.OldLeaseUntil).Round(time.Millisecond)))
+			out = append(out, fmt.Sprintf("%s: %s written by %s in a statement that began %v after its lease ended",
+				t.ID, t.NewStatus, t.Writer, t.StatementAt.Sub(t.OldLeaseUntil).Round(time.Millisecond)))
 		}
 	}
 	return out
@@ -441,7 +468,7 @@ func fencing(ts []Transition) []string {
 func startsAfterSent(runs []Run, ts []Transition) []string {
 	sentAt := map[uuid.UUID]time.Time{}
 	for _, t := range ts {
-		if t.NewStatus == "SENT" {
+		if success(t) {
 			if at, ok := sentAt[t.ID]; !ok || t.At.Before(at) {
 				sentAt[t.ID] = t.At
 			}
@@ -513,6 +540,7 @@ func (r Report) Violations() []string {
 	}
 	add(r.Deadlocks, "%d \"deadlock detected\" in the server log", r.Deadlocks)
 	v = append(v, r.Leaks...)
+	v = append(v, r.Modes...)
 	return v
 }
 
@@ -532,7 +560,7 @@ func (r Report) Figures() [][2]string {
 		statuses = append(statuses, fmt.Sprintf("%d %s", r.Statuses[k], k))
 	}
 	during := len(r.Overlaps) - r.UnexcusedOverlaps()
-	return [][2]string{
+	return append([][2]string{
 		{"events committed", fmt.Sprint(r.Events)},
 		{"events rolled back", fmt.Sprint(r.RolledBack)},
 		{"faults injected", strings.Join(faults, ", ")},
@@ -546,7 +574,7 @@ func (r Report) Figures() [][2]string {
 		{"time to drain", drain},
 		{"deadlocks", fmt.Sprint(r.Deadlocks)},
 		{"replicas at clean exit", replicasFigure(r.Replicas)},
-	}
+	}, r.modeFigures()...)
 }
 
 // duplicatesFigure counts the duplicates by cause, the cause's kind being

@@ -239,3 +239,159 @@ func TestRecorderRoundTrip(t *testing.T) {
 	require.Equal(t, chaos.End, got[1].Phase)
 	require.WithinDuration(t, time.Now(), got[1].At, time.Minute)
 }
+
+// claimBy is the transition of a claim of id by replica at ms.
+func claimBy(id uuid.UUID, replica string, ms int) chaos.Transition {
+	return chaos.Transition{ID: id, OldStatus: "PENDING", NewStatus: "PROCESSING", NewToken: uuid.New(), At: at(ms), Writer: replica}
+}
+
+// started is the Start record of a run of id by replica at ms that never
+// ended.
+func started(id uuid.UUID, replica string, ms int) chaos.Record {
+	return chaos.Record{ID: id, Replica: replica, Attempt: 1, Phase: chaos.Start, At: at(ms)}
+}
+
+// poisoned adds to in a poison event cut by a kill in each of replicas,
+// ending FAILED worker_lost, and returns its ID.
+func poisoned(in *chaos.Input, replicas ...string) uuid.UUID {
+	p := uuid.New()
+	in.Ledger = append(in.Ledger, p)
+	for i, r := range replicas {
+		in.Records = append(in.Records, started(p, r, 100*i))
+		in.Kills = append(in.Kills, chaos.Kill{Replica: r, At: at(100*i + 1)})
+	}
+	in.Rows = append(in.Rows, chaos.Row{ID: p, Status: "FAILED", Code: "worker_lost", Recoveries: len(replicas)})
+	in.Poison = append(in.Poison, p)
+	in.PoisonStatus, in.PoisonMaxStarts = "FAILED worker_lost", 4
+	return p
+}
+
+func TestCheckPoisonEventsEndFailedAfterBoundedStarts(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean()
+	poisoned(&in, "r1.1", "r1.2", "r2.1", "r3.1")
+	rep := chaos.Check(in)
+	require.Empty(t, rep.Violations(), rep.String())
+	require.Equal(t, 1, rep.Poisoned)
+	require.Equal(t, 4, rep.MaxPoisonStarts)
+	require.Contains(t, rep.String(), "1, at most 4 starts each")
+
+	in, _, _ = clean()
+	p := poisoned(&in, "r1.1", "r1.2", "r2.1", "r3.1", "r3.2")
+	require.Equal(t, []string{"poison: " + p.String() + " started 5 times, more than 4"}, chaos.Check(in).Violations())
+
+	in, _, _ = clean()
+	p = poisoned(&in, "r1.1")
+	in.Rows[len(in.Rows)-1] = chaos.Row{ID: p, Status: "PENDING"}
+	require.Contains(t, chaos.Check(in).Violations(), "poison: "+p.String()+` ended "PENDING", not "FAILED worker_lost"`)
+
+	in, _, _ = clean()
+	p = poisoned(&in, "r1.1")
+	in.Transitions = append(in.Transitions, sentBy(p, "r2", 200)...)
+	require.Contains(t, chaos.Check(in).Violations(), "poison: "+p.String()+" recorded a success")
+}
+
+func TestCheckInnocentsNextToPoisonKeepTheirBudget(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	poisoned(&in, "r2.1")
+	// a ran in r4.1, was cut by its kill, recovered once, and ran again:
+	// one recovery for one cut run is its due.
+	in.Records = append(in.Records, started(a, "r4.1", -50))
+	in.Kills = append(in.Kills, chaos.Kill{Replica: "r4.1", At: at(-10)})
+	in.Rows[0].Recoveries = 1
+	require.Empty(t, chaos.Check(in).Violations())
+	// b was charged a recovery although its only run succeeded.
+	in.Rows[1].Recoveries = 1
+	require.Equal(t, []string{"poison: innocent " + b.String() + " SENT with 1 recoveries charged for 1 runs"}, chaos.Check(in).Violations())
+	// An innocent dead-lettered breaks the rule, though it ran.
+	in.Rows[1] = chaos.Row{ID: b, Status: "FAILED", Code: "worker_lost", Recoveries: 4}
+	require.Equal(t, []string{"poison: innocent " + b.String() + " dead-lettered (FAILED worker_lost) after 1 runs"}, chaos.Check(in).Violations())
+}
+
+func TestCheckAtMostOnceExcusesOnlyAttemptsCutByAKill(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean()
+	in.AtMostOnce = true
+	cut, unmarked := uuid.New(), uuid.New()
+	in.Ledger = append(in.Ledger, cut, unmarked)
+	// cut ran in r2.1, killed; unmarked was claimed by r2.1 and never ran.
+	in.Records = append(in.Records, started(cut, "r2.1", 50))
+	in.Transitions = append(in.Transitions, claimBy(cut, "r2.1", 40), claimBy(unmarked, "r2.1", 40))
+	in.Kills = []chaos.Kill{{Replica: "r2.1", At: at(60)}}
+	in.Rows = append(in.Rows, chaos.Row{ID: cut, Status: "FAILED", Code: "worker_lost"}, chaos.Row{ID: unmarked, Status: "FAILED", Code: "worker_lost"})
+	rep := chaos.Check(in)
+	require.Empty(t, rep.Violations(), rep.String())
+	require.Equal(t, 2, rep.Cut)
+	require.Contains(t, rep.String(), "(at-most-once) 2")
+
+	// Without the kill, FAILED worker_lost is a loss the mode does not excuse.
+	in.Kills = nil
+	rep = chaos.Check(in)
+	require.Len(t, rep.Lost, 2, rep.String())
+	require.Contains(t, rep.Modes, "at-most-once: "+cut.String()+` FAILED worker_lost, but its claimer "r2.1" was not killed`)
+}
+
+func TestCheckAtMostOnceForbidsASecondStart(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean()
+	in.AtMostOnce = true
+	// x ran in r2.1, which was killed, and ran again in r3.
+	x := uuid.New()
+	in.Ledger = append(in.Ledger, x)
+	in.Records = append(append(in.Records, started(x, "r2.1", 30)), run(x, "r3", 100)...)
+	in.Kills = []chaos.Kill{{Replica: "r2.1", At: at(35)}}
+	in.Transitions = append(in.Transitions, sentBy(x, "r3", 100)...)
+	in.Rows = append(in.Rows, chaos.Row{ID: x, Status: "SENT", Recoveries: 1})
+	rep := chaos.Check(in)
+	require.Equal(t, []string{"at-most-once: " + x.String() + " started 2 times"}, rep.Modes)
+	// Under at-least-once the same records break nothing.
+	in.AtMostOnce = false
+	require.Empty(t, chaos.Check(in).Violations())
+}
+
+// deletedBy is the transitions of a clean claim by replica and the delete
+// of its success.
+func deletedBy(id uuid.UUID, replica string, ms int) []chaos.Transition {
+	ts := sentBy(id, replica, ms)
+	ts[1].NewStatus = chaos.Deleted
+	return ts
+}
+
+func TestCheckDeleteSentEstablishesDeliveryFromDeletes(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	in.DeleteSent = true
+	in.Rows = nil
+	in.Transitions = append(deletedBy(a, "r1", 0), deletedBy(b, "r1", 5)...)
+	rep := chaos.Check(in)
+	require.Empty(t, rep.Violations(), rep.String())
+	require.Equal(t, 2, rep.Deleted)
+	require.Contains(t, rep.String(), "rows deleted on success  2")
+
+	// A row left SENT, a delete by a replica that never ran the event, and
+	// a run started after the delete by a late worker.
+	in.Rows = []chaos.Row{{ID: a, Status: "SENT"}}
+	in.Transitions = append(deletedBy(a, "r1", 0), deletedBy(b, "r2", 5)...)
+	in.Records = append(in.Records, started(a, "r3", 400))
+	v := chaos.Check(in).Violations()
+	require.Contains(t, v, "delete-sent: "+a.String()+" left SENT, not deleted")
+	require.Contains(t, v, "delete-sent: "+b.String()+" deleted by r2, which had no run of it that ended before")
+	require.Contains(t, v, "fencing: "+a.String()+": r3 started its handler 380ms after the event was SENT")
+}
+
+func TestCheckDeleteSentFencesDeletesAndWhatFollows(t *testing.T) {
+	t.Parallel()
+	in, a, b := clean()
+	in.DeleteSent = true
+	in.Rows = nil
+	in.Transitions = append(deletedBy(a, "r1", 0), deletedBy(b, "r1", 5)...)
+	late := in.Transitions[1]
+	late.At, late.StatementAt = at(2000), at(1990)
+	again := claimBy(a, "r2", 2100)
+	in.Transitions = append(in.Transitions, late, again)
+	v := chaos.Check(in).Violations()
+	require.Contains(t, v, "fencing: "+a.String()+": more than one DELETED recorded")
+	require.Contains(t, v, "fencing: "+a.String()+": DELETED written by r1 in a statement that began 990ms after its lease ended")
+	require.Contains(t, v, "delete-sent: "+a.String()+" changed PENDING -> PROCESSING by r2, 2.08s after its delete")
+}

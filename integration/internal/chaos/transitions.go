@@ -13,7 +13,9 @@ import (
 // transitionLogSQL creates the table chaos_transitions in schema %[1]s
 // and a trigger on the outbox table %[2]s that logs every change of a
 // row's status into it, in the changing transaction: a rolled back change
-// leaves no entry. It stamps the change with clock_timestamp() and with
+// leaves no entry. A delete is logged too, as a change to the status
+// Deleted keeping the token (DeleteSent deletes instead of writing SENT).
+// It stamps the change with clock_timestamp() and with
 // statement_timestamp(), the start of the writing statement, which is no
 // later than that statement's own test of the lease (see fencing).
 const transitionLogSQL = `
@@ -38,6 +40,15 @@ END $$;
 CREATE TRIGGER chaos_log_transition BEFORE UPDATE ON %[2]s
 	FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
 	EXECUTE FUNCTION %[1]s.chaos_log_transition();
+CREATE FUNCTION %[1]s.chaos_log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO %[1]s.chaos_transitions
+	VALUES (OLD.id, OLD.status, 'DELETED', OLD.lock_token, OLD.lock_token, OLD.lease_until,
+		clock_timestamp(), statement_timestamp(), current_setting('application_name'));
+	RETURN OLD;
+END $$;
+CREATE TRIGGER chaos_log_delete BEFORE DELETE ON %[2]s
+	FOR EACH ROW EXECUTE FUNCTION %[1]s.chaos_log_delete();
 `
 
 // InstallTransitionLog creates the transition log of the outbox table
