@@ -212,11 +212,13 @@ type Report struct {
 	// Modes are the violations of the rules of Input's AtMostOnce,
 	// DeleteSent and Poison (see modes.go).
 	Modes []string
-	// Cut counts the committed events that ended FAILED worker_lost
-	// under AtMostOnce, a kill having cut their attempt; Deleted counts
-	// the rows deleted on success under DeleteSent; Poisoned the poison
-	// events committed and MaxPoisonStarts the most runs one of them had.
-	Cut, Deleted, Poisoned, MaxPoisonStarts int
+	// Cut and CutLive count the committed events that ended FAILED
+	// worker_lost under AtMostOnce, claimed last by a replica that was
+	// killed (Cut) or that lived on and lost its lease (CutLive); Deleted
+	// counts the rows deleted on success under DeleteSent; Poisoned the
+	// poison events committed and MaxPoisonStarts the most runs one of
+	// them had.
+	Cut, CutLive, Deleted, Poisoned, MaxPoisonStarts int
 	// atMostOnce and deleteSent are Input's, for the figures.
 	atMostOnce, deleteSent bool
 }

@@ -309,27 +309,42 @@ func TestCheckInnocentsNextToPoisonKeepTheirBudget(t *testing.T) {
 	require.Equal(t, []string{"poison: innocent " + b.String() + " dead-lettered (FAILED worker_lost) after 1 runs"}, chaos.Check(in).Violations())
 }
 
-func TestCheckAtMostOnceExcusesOnlyAttemptsCutByAKill(t *testing.T) {
+func TestCheckAtMostOnceExcusesAttemptsWhoseLeaseEnded(t *testing.T) {
 	t.Parallel()
 	in, _, _ := clean()
 	in.AtMostOnce = true
 	cut, unmarked := uuid.New(), uuid.New()
 	in.Ledger = append(in.Ledger, cut, unmarked)
-	// cut ran in r2.1, killed; unmarked was claimed by r2.1 and never ran.
+	// cut ran in r2.1, killed; unmarked was claimed by r2.1 (marked
+	// started) and never ran. r3 recovers both after the lease ended.
 	in.Records = append(in.Records, started(cut, "r2.1", 50))
-	in.Transitions = append(in.Transitions, claimBy(cut, "r2.1", 40), claimBy(unmarked, "r2.1", 40))
+	for _, id := range []uuid.UUID{cut, unmarked} {
+		claim := claimBy(id, "r2.1", 40)
+		in.Transitions = append(in.Transitions, claim, chaos.Transition{ID: id, OldStatus: "PROCESSING", NewStatus: "FAILED",
+			OldToken: claim.NewToken, NewToken: claim.NewToken, OldLeaseUntil: at(1040), StatementAt: at(1100), At: at(1101), Writer: "r3"})
+	}
 	in.Kills = []chaos.Kill{{Replica: "r2.1", At: at(60)}}
 	in.Rows = append(in.Rows, chaos.Row{ID: cut, Status: "FAILED", Code: "worker_lost"}, chaos.Row{ID: unmarked, Status: "FAILED", Code: "worker_lost"})
 	rep := chaos.Check(in)
 	require.Empty(t, rep.Violations(), rep.String())
-	require.Equal(t, 2, rep.Cut)
-	require.Contains(t, rep.String(), "(at-most-once) 2")
+	require.Contains(t, rep.String(), "2 (2 claimed by a replica then killed, 0 by a live replica that lost its lease)")
 
-	// Without the kill, FAILED worker_lost is a loss the mode does not excuse.
+	// Without the kill, r2.1 lost its leases alive: allowed, counted apart.
 	in.Kills = nil
 	rep = chaos.Check(in)
-	require.Len(t, rep.Lost, 2, rep.String())
-	require.Contains(t, rep.Modes, "at-most-once: "+cut.String()+` FAILED worker_lost, but its claimer "r2.1" was not killed`)
+	require.Empty(t, rep.Violations(), rep.String())
+	require.Equal(t, 2, rep.CutLive)
+
+	// A recovery before the lease's end is a violation, and so is a
+	// FAILED worker_lost the log does not show; under at-least-once both
+	// are losses.
+	in.Transitions[5].StatementAt = at(900) // cut's FAILED, after clean's 4
+	in.Transitions = in.Transitions[:6]     // unmarked's claim and FAILED gone
+	v := chaos.Check(in).Violations()
+	require.Contains(t, v, "at-most-once: "+cut.String()+" FAILED worker_lost by r3 out of PROCESSING, in a statement that began 140ms before its lease ended")
+	require.Contains(t, v, "at-most-once: "+unmarked.String()+" FAILED worker_lost with no FAILED transition logged")
+	in.AtMostOnce = false
+	require.Len(t, chaos.Check(in).Lost, 2)
 }
 
 func TestCheckAtMostOnceForbidsASecondStart(t *testing.T) {
@@ -358,12 +373,19 @@ func deletedBy(id uuid.UUID, replica string, ms int) []chaos.Transition {
 	return ts
 }
 
-func TestCheckDeleteSentEstablishesDeliveryFromDeletes(t *testing.T) {
-	t.Parallel()
+// cleanDeleted is clean under DeleteSent: both events deleted by r1,
+// no row left.
+func cleanDeleted() (chaos.Input, uuid.UUID, uuid.UUID) {
 	in, a, b := clean()
 	in.DeleteSent = true
 	in.Rows = nil
 	in.Transitions = append(deletedBy(a, "r1", 0), deletedBy(b, "r1", 5)...)
+	return in, a, b
+}
+
+func TestCheckDeleteSentEstablishesDeliveryFromDeletes(t *testing.T) {
+	t.Parallel()
+	in, a, b := cleanDeleted()
 	rep := chaos.Check(in)
 	require.Empty(t, rep.Violations(), rep.String())
 	require.Equal(t, 2, rep.Deleted)
@@ -382,10 +404,7 @@ func TestCheckDeleteSentEstablishesDeliveryFromDeletes(t *testing.T) {
 
 func TestCheckDeleteSentFencesDeletesAndWhatFollows(t *testing.T) {
 	t.Parallel()
-	in, a, b := clean()
-	in.DeleteSent = true
-	in.Rows = nil
-	in.Transitions = append(deletedBy(a, "r1", 0), deletedBy(b, "r1", 5)...)
+	in, a, _ := cleanDeleted()
 	late := in.Transitions[1]
 	late.At, late.StatementAt = at(2000), at(1990)
 	again := claimBy(a, "r2", 2100)
