@@ -84,6 +84,13 @@ type chaosScenario struct {
 	// returns when every fault it injected has healed; the writers write
 	// until then.
 	inject func(ctx context.Context, h *chaosHarness)
+	// delivery and deleteSent are the replicas' Delivery and DeleteSent.
+	delivery   dispatcher.Delivery
+	deleteSent bool
+	// poisonEvery, when positive, makes about one event in poisonEvery a
+	// poison event, whose handler SIGKILLs its own replica at every start;
+	// the harness restarts replicas that die (see chaos_modes_test.go).
+	poisonEvery int
 }
 
 // chaosHarness is a running scenario: the cluster, the replicas, the
@@ -103,6 +110,7 @@ type chaosHarness struct {
 	faults     map[string]int
 	rolledBack []uuid.UUID
 	stats      []chaos.ReplicaStats
+	poison     []uuid.UUID // the poison events emitted, committed or not
 }
 
 // chaosReplica is one replica process.
@@ -122,8 +130,9 @@ func chaosFaultTime(t *testing.T) time.Duration {
 	return d
 }
 
-// runChaos runs sc: setup, replicas and writers, faults, drain, check.
-func runChaos(t *testing.T, sc chaosScenario) {
+// runChaos runs sc: setup, replicas and writers, faults, drain, check;
+// it returns the checker's report.
+func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
 	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+3*chaosDrain)
 	defer cancel()
 	h := newChaosHarness(t, ctx, sc)
@@ -132,6 +141,7 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	}
 	faultCtx, stopFaults := context.WithTimeout(ctx, chaosFaultTime(t))
 	defer stopFaults()
+	stopRestarts := h.restartDead(ctx)
 	writeCtx, stopWriters := context.WithCancel(ctx)
 	writersDone := h.startWriters(writeCtx)
 	sc.inject(faultCtx, h)
@@ -139,6 +149,7 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	writersDone.Wait()
 	faultsEnded := time.Now()
 	drained := h.awaitDrain(ctx)
+	stopRestarts()
 	h.stopReplicas()
 	rep := chaos.Check(h.input(ctx, faultsEnded, drained))
 	t.Logf("scenario %s:\n%s", sc.name, rep)
@@ -153,6 +164,7 @@ func runChaos(t *testing.T, sc chaosScenario) {
 		faults += n
 	}
 	require.Positive(t, faults, "no fault was injected: the scenario did not happen")
+	return rep
 }
 
 // newChaosHarness starts the cluster, migrates the outbox, creates the
@@ -190,7 +202,9 @@ func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 		envChaosRecords+"="+filepath.Join(h.dir, name+".log"),
 		envChaosLease+"="+h.sc.lease.String(),
 		envChaosDeaf+"="+strconv.FormatBool(h.sc.deaf),
-		envChaosConc+"="+strconv.Itoa(h.sc.concurrency))
+		envChaosConc+"="+strconv.Itoa(h.sc.concurrency),
+		envChaosDelivery+"="+strconv.Itoa(int(h.sc.delivery)),
+		envChaosDelete+"="+strconv.FormatBool(h.sc.deleteSent))
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -214,6 +228,7 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 		panic(err) // a fixed, valid configuration
 	}
 	errRollback := errors.New("rolled back on purpose")
+	emitted, nextPoison := 0, 3
 	for ctx.Err() == nil {
 		events := make([]outbox.Event, 1+rand.IntN(3))
 		ids := make([]uuid.UUID, len(events))
@@ -222,6 +237,16 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 			events[i] = outbox.Event{ID: ids[i], Type: chaosEventType, Payload: []byte(strconv.Itoa(writer))}
 		}
 		rollback := rand.IntN(5) == 0
+		if h.sc.poisonEvery > 0 && !rollback && emitted >= nextPoison {
+			// one event of a transaction meant to commit: every writer
+			// emits one early, and one in poisonEvery after it
+			events[0].Payload = []byte(chaosPoison)
+			nextPoison += h.sc.poisonEvery
+			h.mu.Lock()
+			h.poison = append(h.poison, ids[0])
+			h.mu.Unlock()
+		}
+		emitted += len(events)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO chaos.ledger (event_id, writer) SELECT unnest($1::uuid[]), $2`, ids, writer); err != nil {
 				return err
@@ -326,6 +351,9 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 		Deadlocks:     strings.Count(h.cluster.ServerLog(), "deadlock detected"),
 		Replicas:      h.stats,
 		MaxGoroutines: chaosMaxGoroutines,
+		AtMostOnce:    h.sc.delivery == dispatcher.AtMostOnce,
+		DeleteSent:    h.sc.deleteSent,
+		Poison:        h.poison, PoisonStatus: "FAILED worker_lost", PoisonMaxStarts: chaosMaxRecoveries + 1,
 	}
 }
 
@@ -349,6 +377,14 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
+	delivery, err := strconv.Atoi(os.Getenv(envChaosDelivery))
+	if err != nil {
+		return err
+	}
+	deleteSent, err := strconv.ParseBool(os.Getenv(envChaosDelete))
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envChildURL))
 	if err != nil {
@@ -364,6 +400,8 @@ func childChaosReplica() error {
 		Owner:         name,
 		LeaseDuration: lease,
 		Concurrency:   concurrency,
+		Delivery:      dispatcher.Delivery(delivery),
+		DeleteSent:    deleteSent,
 		PollInterval:  50 * time.Millisecond,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -410,6 +448,9 @@ func recordingHandler(rec *chaos.Recorder, deaf bool) outbox.Handler {
 	}
 	return func(ctx context.Context, e outbox.Event) error {
 		write(e, chaos.Start)
+		if string(e.Payload) == chaosPoison {
+			killSelf()
+		}
 		done := ctx.Done()
 		if deaf {
 			done = nil
@@ -432,6 +473,12 @@ func (h *chaosHarness) kill(i int) {
 	h.mu.Unlock()
 	killed := time.Now() // the process writes nothing after this
 	require.NoError(h.t, r.c.cmd.Process.Kill())
+	h.replace(i, r, killed, "SIGKILLs")
+}
+
+// replace reaps the replica r of slot i, which was SIGKILLed at killed,
+// starts its next incarnation and counts the kill as a fault of kind.
+func (h *chaosHarness) replace(i int, r *chaosReplica, killed time.Time, kind string) {
 	requireKilled(h.t, r.c.cmd.Wait(), r.c)
 	if reaped := time.Since(killed); reaped > 100*time.Millisecond {
 		h.t.Logf("the kill of %s took %v to reap", r.name, reaped)
@@ -441,7 +488,7 @@ func (h *chaosHarness) kill(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.kills = append(h.kills, chaos.Kill{Replica: r.name, At: killed})
-	h.faults["SIGKILLs"]++ // h.mu is held
+	h.faults[kind]++ // h.mu is held
 	h.slots[i] = next
 }
 
