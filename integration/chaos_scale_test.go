@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +18,22 @@ import (
 
 // chaosLong reports whether the long versions run (`make chaos`).
 func chaosLong() bool { return os.Getenv(envChaosDuration) != "" }
+
+// envChaosEvents, an integer, replaces the 100,000 events the long
+// versions of TestChaosCombined and TestChaosFairness commit (for a
+// machine too slow to write that many in reasonable time).
+const envChaosEvents = "PGOUTBOX_CHAOS_EVENTS"
+
+// chaosLongEvents is how many events the long scale scenarios commit.
+func chaosLongEvents(t *testing.T) int {
+	s := os.Getenv(envChaosEvents)
+	if s == "" {
+		return 100_000
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, envChaosEvents)
+	return n
+}
 
 // chaosVariant is one lease, batch and concurrency setting under one
 // fault schedule.
@@ -116,7 +133,7 @@ func TestChaosCombined(t *testing.T) {
 	t.Parallel()
 	sc := chaosScenario{name: "combined", replicas: 3, writers: 4, lease: time.Second, inject: mixedFaults}
 	if chaosLong() {
-		sc.txEvents, sc.minEvents, sc.drain = 20, 100_000, 15*time.Minute
+		sc.txEvents, sc.minEvents, sc.drain = 20, chaosLongEvents(t), 15*time.Minute
 	}
 	runChaos(t, sc)
 }
@@ -148,7 +165,7 @@ func TestChaosFairness(t *testing.T) {
 		inject: func(ctx context.Context, _ *chaosHarness) { <-ctx.Done() },
 	}
 	if chaosLong() {
-		sc.replicas, sc.txEvents, sc.minEvents, sc.drain = 10, 20, 100_000, 5*time.Minute
+		sc.replicas, sc.txEvents, sc.minEvents, sc.drain = 10, 20, chaosLongEvents(t), 5*time.Minute
 	}
 	rep := runChaos(t, sc)
 	require.Empty(t, rep.Overlaps)

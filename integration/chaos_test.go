@@ -147,7 +147,9 @@ func chaosFaultTime(t *testing.T) time.Duration {
 // runChaos runs sc: setup, replicas and writers, faults, drain, check.
 func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
 	require.GreaterOrEqual(t, sc.drainLimit(), 2*sc.lease, "the drain must outlast lease recovery")
-	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+3*sc.drainLimit())
+	// Writing minEvents may outlast the fault time: allow 100 events/s.
+	writing := time.Duration(sc.minEvents) * 10 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+writing+3*sc.drainLimit())
 	defer cancel()
 	h := newChaosHarness(t, ctx, sc)
 	for i := range sc.replicas {
