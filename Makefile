@@ -81,7 +81,7 @@ CHAOS_DURATION ?= 60s
 .PHONY: chaos
 chaos: ## Run the fault-injection scenarios (replica kills and pauses, PostgreSQL crashes) for CHAOS_DURATION (60s) of faults each, one at a time, with -race; rewrites the figures in docs/reliability.md
 	@$(WITHPG) env PGOUTBOX_CHAOS_DURATION=$(CHAOS_DURATION) PGOUTBOX_CHAOS_FIGURES=$(CURDIR)/docs/reliability.md \
-		go test -C integration -race -count=1 -parallel 1 -timeout 60m -run '^TestChaos' -v . $(TESTFLAGS)
+		go test -C integration -race -count=1 -parallel 1 -timeout 120m -run '^TestChaos' -v . $(TESTFLAGS)
 
 # Extra flags of the benchmark suite, e.g. BENCHFLAGS=-rounds=1. The suite's
 # database is DATABASE_URL from the environment when set, else the one withpg

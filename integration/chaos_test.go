@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ const (
 	envChaosLease    = "PGOUTBOX_IT_CHAOS_LEASE"  // its LeaseDuration
 	envChaosDeaf     = "PGOUTBOX_IT_CHAOS_DEAF"   // "true": its handler ignores its context
 	envChaosConc     = "PGOUTBOX_IT_CHAOS_CONC"   // its Concurrency, 0 for the default
+	// envChaosBatch is its BatchSize; unset or 0 for the default.
+	envChaosBatch = "PGOUTBOX_IT_CHAOS_BATCH"
+	// envChaosLatency is its handler's latency range, "lo,hi" (Go
+	// durations); unset for 2ms,20ms.
+	envChaosLatency = "PGOUTBOX_IT_CHAOS_LATENCY"
 
 	// envChaosDuration, a Go duration, sets how long each scenario injects
 	// faults (`make chaos`); unset, the short version runs.
@@ -80,6 +86,22 @@ type chaosScenario struct {
 	deaf bool
 	// concurrency is the replicas' Concurrency; 0 for the default.
 	concurrency int
+	// batchSize is the replicas' BatchSize; 0 for the default.
+	batchSize int
+	// latencyMin and latencyMax bound each handler call's random
+	// latency; both 0 for 2-20ms.
+	latencyMin, latencyMax time.Duration
+	// txEvents is the most events one writer transaction emits; 0 for 3.
+	txEvents int
+	// minEvents is how many committed events the fault phase lasts for at
+	// least: it ends once the fault time is over and the ledger holds that
+	// many. 0: the fault time alone.
+	minEvents int
+	// drain is the most the scenario waits for the outbox to drain; 0 for
+	// chaosDrain.
+	drain time.Duration
+	// noFaults says the scenario injects no fault on purpose.
+	noFaults bool
 	// inject runs the faults until ctx ends (the fault phase's end) and
 	// returns when every fault it injected has healed; the writers write
 	// until then.
@@ -130,16 +152,18 @@ func chaosFaultTime(t *testing.T) time.Duration {
 	return d
 }
 
-// runChaos runs sc: setup, replicas and writers, faults, drain, check;
-// it returns the checker's report.
+// runChaos runs sc: setup, replicas and writers, faults, drain, check.
 func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
-	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+3*chaosDrain)
+	require.GreaterOrEqual(t, sc.drainLimit(), 2*sc.lease, "the drain must outlast lease recovery")
+	// Writing minEvents may outlast the fault time: allow 100 events/s.
+	writing := time.Duration(sc.minEvents) * 10 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+writing+3*sc.drainLimit())
 	defer cancel()
 	h := newChaosHarness(t, ctx, sc)
 	for i := range sc.replicas {
 		h.slots = append(h.slots, h.startReplica(i, 1))
 	}
-	faultCtx, stopFaults := context.WithTimeout(ctx, chaosFaultTime(t))
+	faultCtx, stopFaults := h.faultPhase(ctx, chaosFaultTime(t))
 	defer stopFaults()
 	stopRestarts := h.restartDead(ctx)
 	writeCtx, stopWriters := context.WithCancel(ctx)
@@ -163,8 +187,40 @@ func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
 	for _, n := range h.faults {
 		faults += n
 	}
-	require.Positive(t, faults, "no fault was injected: the scenario did not happen")
+	if !sc.noFaults {
+		require.Positive(t, faults, "no fault was injected: the scenario did not happen")
+	}
+	require.GreaterOrEqual(t, rep.Events, sc.minEvents, "the writers fell short of the events required")
 	return rep
+}
+
+// drainLimit is the most sc waits for the outbox to drain.
+func (sc chaosScenario) drainLimit() time.Duration {
+	return cmp.Or(sc.drain, chaosDrain)
+}
+
+// faultPhase returns a context that ends once d has passed and the
+// ledger holds h.sc.minEvents committed events, or when ctx ends.
+func (h *chaosHarness) faultPhase(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	faultCtx, stop := context.WithCancel(ctx)
+	go func() {
+		sleepCtx(faultCtx, d)
+		for faultCtx.Err() == nil && h.committed(faultCtx) < h.sc.minEvents {
+			sleepCtx(faultCtx, 500*time.Millisecond)
+		}
+		stop()
+	}()
+	return faultCtx, stop
+}
+
+// committed counts the ledger's rows; -1 when the server cannot say (it
+// may be restarting).
+func (h *chaosHarness) committed(ctx context.Context) int {
+	var n int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM chaos.ledger`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // newChaosHarness starts the cluster, migrates the outbox, creates the
@@ -204,7 +260,9 @@ func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 		envChaosDeaf+"="+strconv.FormatBool(h.sc.deaf),
 		envChaosConc+"="+strconv.Itoa(h.sc.concurrency),
 		envChaosDelivery+"="+strconv.Itoa(int(h.sc.delivery)),
-		envChaosDelete+"="+strconv.FormatBool(h.sc.deleteSent))
+		envChaosDelete+"="+strconv.FormatBool(h.sc.deleteSent),
+		envChaosBatch+"="+strconv.Itoa(h.sc.batchSize),
+		envChaosLatency+"="+h.sc.latencyMin.String()+","+h.sc.latencyMax.String())
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -219,7 +277,7 @@ func (h *chaosHarness) startWriters(ctx context.Context) *sync.WaitGroup {
 }
 
 // write commits business transactions until ctx ends: each inserts 1 to
-// 3 ledger rows and emits their events; one in five is rolled back on
+// 3 (sc.txEvents) ledger rows and emits their events; one in five is rolled back on
 // purpose. Errors (the server restarting) are retried; whether a
 // transaction whose commit failed did commit is for the ledger to say.
 func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int) {
@@ -230,7 +288,7 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 	errRollback := errors.New("rolled back on purpose")
 	emitted, nextPoison := 0, 3
 	for ctx.Err() == nil {
-		events := make([]outbox.Event, 1+rand.IntN(3))
+		events := make([]outbox.Event, 1+rand.IntN(cmp.Or(h.sc.txEvents, 3)))
 		ids := make([]uuid.UUID, len(events))
 		for i := range events {
 			ids[i] = uuid.Must(uuid.NewV7())
@@ -282,10 +340,11 @@ func randBetween(lo, hi time.Duration) time.Duration {
 }
 
 // awaitDrain waits until no outbox row is PENDING or PROCESSING and
-// returns when that was first seen; zero when chaosDrain passed first.
+// returns when that was first seen; zero when the scenario's drain limit
+// (chaosDrain) passed first.
 // The server may still be coming back: errors are retried.
 func (h *chaosHarness) awaitDrain(ctx context.Context) time.Time {
-	deadline := time.Now().Add(chaosDrain)
+	deadline := time.Now().Add(h.sc.drainLimit())
 	for time.Now().Before(deadline) {
 		var open int
 		err := h.pool.QueryRow(ctx, `SELECT count(*) FROM chaos.outbox_events WHERE status IN ('PENDING', 'PROCESSING')`).Scan(&open)
@@ -359,7 +418,7 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 
 // childChaosReplica is a replica: one dispatcher on the scenario's
 // outbox whose handler records its start and end (chaos.Recorder) and
-// takes 2-20ms, honouring its context. It runs until killed or until its
+// takes 2-20ms (envChaosLatency), honouring its context. It runs until killed or until its
 // stdin closes; then it stops, closes its pool and prints its goroutines
 // and heap.
 func childChaosReplica() error {
@@ -385,6 +444,10 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
+	batch, lo, hi, err := chaosReplicaExtras()
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envChildURL))
 	if err != nil {
@@ -402,6 +465,7 @@ func childChaosReplica() error {
 		Concurrency:   concurrency,
 		Delivery:      dispatcher.Delivery(delivery),
 		DeleteSent:    deleteSent,
+		BatchSize:     batch,
 		PollInterval:  50 * time.Millisecond,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -412,7 +476,7 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
-	if err := d.Handle(chaosEventType, recordingHandler(rec, deaf)); err != nil {
+	if err := d.Handle(chaosEventType, recordingHandler(rec, deaf, lo, hi)); err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -435,11 +499,11 @@ func childChaosReplica() error {
 	return runErr
 }
 
-// recordingHandler records its start, takes 2-20ms (less when its
+// recordingHandler records its start, takes lo to hi (less when its
 // context ends first, unless deaf: then it records Abort and returns the
 // context's error) and records its end. A record it cannot write stops
 // the process: the scenario's records would be incomplete.
-func recordingHandler(rec *chaos.Recorder, deaf bool) outbox.Handler {
+func recordingHandler(rec *chaos.Recorder, deaf bool, lo, hi time.Duration) outbox.Handler {
 	write := func(e outbox.Event, ph chaos.Phase) {
 		if err := rec.Write(e.ID, e.Attempt, ph); err != nil {
 			fmt.Fprintln(os.Stderr, "child: record:", err)
@@ -456,7 +520,7 @@ func recordingHandler(rec *chaos.Recorder, deaf bool) outbox.Handler {
 			done = nil
 		}
 		select {
-		case <-time.After(randBetween(2*time.Millisecond, 20*time.Millisecond)):
+		case <-time.After(randBetween(lo, hi)):
 		case <-done:
 			write(e, chaos.Abort)
 			return ctx.Err()
@@ -464,6 +528,28 @@ func recordingHandler(rec *chaos.Recorder, deaf bool) outbox.Handler {
 		write(e, chaos.End)
 		return nil
 	}
+}
+
+// chaosReplicaExtras reads the replica's BatchSize (envChaosBatch) and
+// handler latency range (envChaosLatency); unset, the defaults: 0 and
+// 2-20ms.
+func chaosReplicaExtras() (batch int, lo, hi time.Duration, err error) {
+	lo, hi = 2*time.Millisecond, 20*time.Millisecond
+	if s := os.Getenv(envChaosBatch); s != "" {
+		if batch, err = strconv.Atoi(s); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if s := os.Getenv(envChaosLatency); s != "" && s != "0s,0s" {
+		l, h, _ := strings.Cut(s, ",")
+		if lo, err = time.ParseDuration(l); err != nil {
+			return 0, 0, 0, err
+		}
+		if hi, err = time.ParseDuration(h); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return batch, lo, hi, nil
 }
 
 // kill SIGKILLs the replica of slot i and starts its next incarnation.

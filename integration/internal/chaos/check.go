@@ -221,6 +221,44 @@ type Report struct {
 	Cut, CutLive, Deleted, Poisoned, MaxPoisonStarts int
 	// atMostOnce and deleteSent are Input's, for the figures.
 	atMostOnce, deleteSent bool
+	// Fairness is how evenly the replicas shared the handler starts.
+	Fairness Fairness
+}
+
+// Fairness is how evenly the replicas shared the handler starts.
+type Fairness struct {
+	// Starts counts the handler starts of each replica: every replica that
+	// recorded a start, and every replica that exited cleanly (with none,
+	// if it was starved).
+	Starts map[string]int
+	// Min and Max are the fewest and the most starts of one replica, as
+	// fractions of the mean over Starts: 1 and 1 is a perfectly even
+	// share, Min 0 a replica that never started a handler. Both are 0 when
+	// no replica started one.
+	Min, Max float64
+}
+
+// fairness counts the handler starts of each replica: those of runs, and
+// zero for a replica of replicas without a run.
+func fairness(runs []Run, replicas []ReplicaStats) Fairness {
+	f := Fairness{Starts: map[string]int{}}
+	for _, s := range replicas {
+		f.Starts[s.Replica] = 0
+	}
+	total := 0
+	for _, r := range runs {
+		f.Starts[r.Replica]++
+		total++
+	}
+	if total == 0 {
+		return f
+	}
+	mean := float64(total) / float64(len(f.Starts))
+	f.Min, f.Max = float64(total), 0
+	for _, n := range f.Starts {
+		f.Min, f.Max = min(f.Min, float64(n)/mean), max(f.Max, float64(n)/mean)
+	}
+	return f
 }
 
 // Check compares the records of a scenario with its ledger and the
@@ -256,6 +294,7 @@ func Check(in Input) Report {
 	}
 	rep.Fencing = append(fencing(in.Transitions), startsAfterSent(runs, in.Transitions)...)
 	checkModes(&rep, in, byID, rows)
+	rep.Fairness = fairness(runs, in.Replicas)
 	for _, s := range in.Replicas {
 		if in.MaxGoroutines > 0 && s.Goroutines > in.MaxGoroutines {
 			rep.Leaks = append(rep.Leaks, fmt.Sprintf("%s: %d goroutines left at exit (at most %d expected)",
@@ -576,7 +615,14 @@ func (r Report) Figures() [][2]string {
 		{"time to drain", drain},
 		{"deadlocks", fmt.Sprint(r.Deadlocks)},
 		{"replicas at clean exit", replicasFigure(r.Replicas)},
+		{"fairness", fairnessFigure(r.Fairness)},
 	}, r.modeFigures()...)
+}
+
+// fairnessFigure gives the fewest and most handler starts of one replica
+// relative to the mean.
+func fairnessFigure(f Fairness) string {
+	return fmt.Sprintf("%d replicas: fewest starts %.2f, most %.2f of the mean", len(f.Starts), f.Min, f.Max)
 }
 
 // duplicatesFigure counts the duplicates by cause, the cause's kind being

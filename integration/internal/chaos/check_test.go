@@ -414,3 +414,30 @@ func TestCheckDeleteSentFencesDeletesAndWhatFollows(t *testing.T) {
 	require.Contains(t, v, "fencing: "+a.String()+": DELETED written by r1 in a statement that began 990ms after its lease ended")
 	require.Contains(t, v, "delete-sent: "+a.String()+" changed PENDING -> PROCESSING by r2, 2.08s after its delete")
 }
+
+func TestCheckMeasuresFairness(t *testing.T) {
+	t.Parallel()
+	in, _, _ := clean() // r1 starts 2 handlers
+	in.Records = append(in.Records, run(uuid.New(), "r1", 20)...)
+	for i := range 3 {
+		in.Records = append(in.Records, run(uuid.New(), "r2", 30+i)...)
+	}
+	// r3 exited cleanly having started nothing: starved, it counts as 0.
+	in.Replicas = []chaos.ReplicaStats{{Replica: "r2"}, {Replica: "r3"}}
+	f := chaos.Check(in).Fairness
+	require.Equal(t, map[string]int{"r1": 3, "r2": 3, "r3": 0}, f.Starts)
+	require.InDelta(t, 0.0, f.Min, 1e-9)
+	require.InDelta(t, 1.5, f.Max, 1e-9) // mean 2
+	require.Contains(t, chaos.Check(in).String(), "3 replicas: fewest starts 0.00, most 1.50 of the mean")
+
+	in.Replicas = nil
+	f = chaos.Check(in).Fairness
+	require.InDelta(t, 1.0, f.Min, 1e-9)
+	require.InDelta(t, 1.0, f.Max, 1e-9)
+
+	in.Records = nil
+	f = chaos.Check(in).Fairness
+	require.Empty(t, f.Starts)
+	require.Zero(t, f.Min)
+	require.Zero(t, f.Max)
+}
