@@ -48,6 +48,9 @@ const (
 	envChaosLease    = "PGOUTBOX_IT_CHAOS_LEASE"  // its LeaseDuration
 	envChaosDeaf     = "PGOUTBOX_IT_CHAOS_DEAF"   // "true": its handler ignores its context
 	envChaosConc     = "PGOUTBOX_IT_CHAOS_CONC"   // its Concurrency, 0 for the default
+	// envChaosListener, when set, is the URL of its listener connection
+	// (dispatcher.Config.ListenerConnConfig); unset, the pool's.
+	envChaosListener = "PGOUTBOX_IT_CHAOS_LISTENER"
 
 	// envChaosDuration, a Go duration, sets how long each scenario injects
 	// faults (`make chaos`); unset, the short version runs.
@@ -84,6 +87,10 @@ type chaosScenario struct {
 	// returns when every fault it injected has healed; the writers write
 	// until then.
 	inject func(ctx context.Context, h *chaosHarness)
+	// setup, when set, runs once the cluster is up and before the
+	// replicas start: it may route the replicas elsewhere (h.replicaURL,
+	// h.listenerURL). The writers and the checker always connect directly.
+	setup func(h *chaosHarness)
 }
 
 // chaosHarness is a running scenario: the cluster, the replicas, the
@@ -103,6 +110,13 @@ type chaosHarness struct {
 	faults     map[string]int
 	rolledBack []uuid.UUID
 	stats      []chaos.ReplicaStats
+
+	// replicaURL, when set by the scenario's setup, is the URL the
+	// replica of a slot connects to instead of the cluster's.
+	replicaURL func(slot int) string
+	// listenerURL, when set by the scenario's setup, is the URL of the
+	// replicas' listener connections.
+	listenerURL string
 }
 
 // chaosReplica is one replica process.
@@ -127,6 +141,9 @@ func runChaos(t *testing.T, sc chaosScenario) {
 	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+3*chaosDrain)
 	defer cancel()
 	h := newChaosHarness(t, ctx, sc)
+	if sc.setup != nil {
+		sc.setup(h)
+	}
 	for i := range sc.replicas {
 		h.slots = append(h.slots, h.startReplica(i, 1))
 	}
@@ -185,12 +202,16 @@ func chaosPool(t *testing.T, ctx context.Context, url, name string) *pgxpool.Poo
 func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 	name := fmt.Sprintf("r%d.%d", i+1, n)
 	db := &pgtest.DB{URL: h.cluster.URL, Schema: chaosSchema}
+	if h.replicaURL != nil {
+		db.URL = h.replicaURL(i)
+	}
 	c := startChild(h.t, db, roleChaosReplica,
 		envChaosName+"="+name,
 		envChaosRecords+"="+filepath.Join(h.dir, name+".log"),
 		envChaosLease+"="+h.sc.lease.String(),
 		envChaosDeaf+"="+strconv.FormatBool(h.sc.deaf),
-		envChaosConc+"="+strconv.Itoa(h.sc.concurrency))
+		envChaosConc+"="+strconv.Itoa(h.sc.concurrency),
+		envChaosListener+"="+h.listenerURL)
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -359,13 +380,18 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
+	listener, err := chaosListenerConfig(name)
+	if err != nil {
+		return err
+	}
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Table:         outbox.Table{Schema: os.Getenv(envChildSchema)},
-		Owner:         name,
-		LeaseDuration: lease,
-		Concurrency:   concurrency,
-		PollInterval:  50 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Table:              outbox.Table{Schema: os.Getenv(envChildSchema)},
+		Owner:              name,
+		LeaseDuration:      lease,
+		Concurrency:        concurrency,
+		PollInterval:       50 * time.Millisecond,
+		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		ListenerConnConfig: listener,
 	})
 	if err != nil {
 		return err
@@ -395,6 +421,21 @@ func childChaosReplica() error {
 	runtime.ReadMemStats(&ms)
 	fmt.Printf("%s %d %d\n", chaosStats, runtime.NumGoroutine(), ms.HeapAlloc)
 	return runErr
+}
+
+// chaosListenerConfig is the replica's listener connection config from
+// envChaosListener, named name; nil (the pool's) when it is not set.
+func chaosListenerConfig(name string) (*pgx.ConnConfig, error) {
+	u := os.Getenv(envChaosListener)
+	if u == "" {
+		return nil, nil
+	}
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = name
+	return cfg, nil
 }
 
 // recordingHandler records its start, takes 2-20ms (less when its
