@@ -33,6 +33,7 @@ type chaosNet struct {
 // replicas through them. The proxies stop when the test ends.
 func startChaosNet(h *chaosHarness) *chaosNet {
 	t := h.t
+	zerolog.SetGlobalLevel(zerolog.Disabled) // some toxics log every chunk to the global logger
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	upstream := net.JoinHostPort("127.0.0.1", strconv.Itoa(h.cluster.Port))
 	n := &chaosNet{}
