@@ -54,6 +54,9 @@ const (
 	// envChaosLatency is its handler's latency range, "lo,hi" (Go
 	// durations); unset for 2ms,20ms.
 	envChaosLatency = "PGOUTBOX_IT_CHAOS_LATENCY"
+	// envChaosListener, when set, is the URL of its listener connection
+	// (dispatcher.Config.ListenerConnConfig); unset, the pool's.
+	envChaosListener = "PGOUTBOX_IT_CHAOS_LISTENER"
 
 	// envChaosDuration, a Go duration, sets how long each scenario injects
 	// faults (`make chaos`); unset, the short version runs.
@@ -113,6 +116,10 @@ type chaosScenario struct {
 	// poison event, whose handler SIGKILLs its own replica at every start;
 	// the harness restarts replicas that die (see chaos_modes_test.go).
 	poisonEvery int
+	// setup, when set, runs once the cluster is up and before the
+	// replicas start: it may route the replicas elsewhere (h.replicaURL,
+	// h.listenerURL). The writers and the checker always connect directly.
+	setup func(h *chaosHarness)
 }
 
 // chaosHarness is a running scenario: the cluster, the replicas, the
@@ -133,6 +140,13 @@ type chaosHarness struct {
 	rolledBack []uuid.UUID
 	stats      []chaos.ReplicaStats
 	poison     []uuid.UUID // the poison events emitted, committed or not
+
+	// replicaURL, when set by the scenario's setup, is the URL the
+	// replica of a slot connects to instead of the cluster's.
+	replicaURL func(slot int) string
+	// listenerURL, when set by the scenario's setup, is the URL of the
+	// replicas' listener connections.
+	listenerURL string
 }
 
 // chaosReplica is one replica process.
@@ -160,6 +174,9 @@ func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
 	ctx, cancel := context.WithTimeout(context.Background(), chaosFaultTime(t)+writing+3*sc.drainLimit())
 	defer cancel()
 	h := newChaosHarness(t, ctx, sc)
+	if sc.setup != nil {
+		sc.setup(h)
+	}
 	for i := range sc.replicas {
 		h.slots = append(h.slots, h.startReplica(i, 1))
 	}
@@ -253,6 +270,9 @@ func chaosPool(t *testing.T, ctx context.Context, url, name string) *pgxpool.Poo
 func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 	name := fmt.Sprintf("r%d.%d", i+1, n)
 	db := &pgtest.DB{URL: h.cluster.URL, Schema: chaosSchema}
+	if h.replicaURL != nil {
+		db.URL = h.replicaURL(i)
+	}
 	c := startChild(h.t, db, roleChaosReplica,
 		envChaosName+"="+name,
 		envChaosRecords+"="+filepath.Join(h.dir, name+".log"),
@@ -262,7 +282,8 @@ func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 		envChaosDelivery+"="+strconv.Itoa(int(h.sc.delivery)),
 		envChaosDelete+"="+strconv.FormatBool(h.sc.deleteSent),
 		envChaosBatch+"="+strconv.Itoa(h.sc.batchSize),
-		envChaosLatency+"="+h.sc.latencyMin.String()+","+h.sc.latencyMax.String())
+		envChaosLatency+"="+h.sc.latencyMin.String()+","+h.sc.latencyMax.String(),
+		envChaosListener+"="+h.listenerURL)
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -458,16 +479,21 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
+	listener, err := chaosListenerConfig(name)
+	if err != nil {
+		return err
+	}
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Table:         outbox.Table{Schema: os.Getenv(envChildSchema)},
-		Owner:         name,
-		LeaseDuration: lease,
-		Concurrency:   concurrency,
-		Delivery:      dispatcher.Delivery(delivery),
-		DeleteSent:    deleteSent,
-		BatchSize:     batch,
-		PollInterval:  50 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Table:              outbox.Table{Schema: os.Getenv(envChildSchema)},
+		Owner:              name,
+		LeaseDuration:      lease,
+		Concurrency:        concurrency,
+		Delivery:           dispatcher.Delivery(delivery),
+		DeleteSent:         deleteSent,
+		BatchSize:          batch,
+		PollInterval:       50 * time.Millisecond,
+		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		ListenerConnConfig: listener,
 	})
 	if err != nil {
 		return err
@@ -497,6 +523,21 @@ func childChaosReplica() error {
 	runtime.ReadMemStats(&ms)
 	fmt.Printf("%s %d %d\n", chaosStats, runtime.NumGoroutine(), ms.HeapAlloc)
 	return runErr
+}
+
+// chaosListenerConfig is the replica's listener connection config from
+// envChaosListener, named name; nil (the pool's) when it is not set.
+func chaosListenerConfig(name string) (*pgx.ConnConfig, error) {
+	u := os.Getenv(envChaosListener)
+	if u == "" {
+		return nil, nil
+	}
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = name
+	return cfg, nil
 }
 
 // recordingHandler records its start, takes lo to hi (less when its

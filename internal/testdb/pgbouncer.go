@@ -55,12 +55,20 @@ func findBouncer() string {
 // give for skipping; any other failure fails tb.
 func StartBouncer(tb testing.TB) (*Bouncer, string) {
 	tb.Helper()
+	return StartBouncerFor(tb, URL(tb))
+}
+
+// StartBouncerFor is StartBouncer in front of the server serverURL
+// reaches (as its user, with its password if it has one) instead of the
+// test database.
+func StartBouncerFor(tb testing.TB, serverURL string) (*Bouncer, string) {
+	tb.Helper()
 	bin := findBouncer()
 	if bin == "" {
 		return nil, "pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run installs it): " +
 			"the routes through a transaction-mode pooler are not tested"
 	}
-	server, err := pgx.ParseConfig(URL(tb))
+	server, err := pgx.ParseConfig(serverURL)
 	if err != nil {
 		tb.Fatalf("testdb: parse url: %v", err)
 	}
