@@ -45,6 +45,7 @@ type Dispatcher struct {
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
 	slots          chan struct{} // one token per running handler call, Concurrency in all
+	suspects       chan struct{} // one token: the suspect whose handler runs (see runSuspect)
 	stopCh         chan struct{} // Stop was called
 	done           chan struct{} // Run returned
 	stopOnce       sync.Once
@@ -127,6 +128,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),
+		suspects:       make(chan struct{}, 1),
 		stopCh:         make(chan struct{}),
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),

@@ -117,6 +117,9 @@ type item struct {
 	// hasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	hasSlot bool
+	// suspect: the row was recovered before (see lease.Batch.Suspect);
+	// set by add, read only after.
+	suspect bool
 	// dest is the event's destination (Config.RouteFunc; "" when it is
 	// not published), routed once by runBatch before anything reads it.
 	dest string
@@ -154,7 +157,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	defer s.mu.Unlock()
 	for i, e := range b.Events {
 		it := &store[i]
-		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i]}
+		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: b.Suspect[i]}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}

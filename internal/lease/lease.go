@@ -52,6 +52,13 @@ type Batch struct {
 	// Started says, for each of Events, whether the claim marked it
 	// started (see ClaimParams.Start).
 	Started []bool
+	// Suspect says, for each of Events, whether its row was recovered
+	// before (recoveries > 0: an attempt of it started and its worker
+	// was lost). The claim never marks a suspect started, whatever
+	// ClaimParams.Start says: the caller marks it with [Store.Start]
+	// right before its attempt, so that a worker dying for another event
+	// does not charge it a recovery again and again.
+	Suspect []bool
 	// Waited says, for each of Events, how long it had been due when the
 	// claim took it (database clock: the claim's now() minus the row's
 	// next_attempt_at, never negative).
@@ -95,7 +102,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	var e outbox.Event
 	var sc scanned
 	var r claimedRow
-	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started), func() error {
+	_, err = pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started, &r.suspect), func() error {
 		r.event = nextEvent(&e, sc)
 		claimed = append(claimed, r)
 		return nil
@@ -104,7 +111,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		s.releaseToken(ctx, db, token)
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	b.Events, b.Started, b.Waited = inClaimOrder(claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond))
+	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond))
 	return b, nil
 }
 
@@ -114,13 +121,14 @@ type claimedRow struct {
 	due     time.Time
 	seq     int64
 	started bool
+	suspect bool
 }
 
-// inClaimOrder returns the events oldest due first, then in insert order:
-// the order of the due index the claim locked them in; whether each was
-// marked started; and how long each had been due at now, the claim's
-// database time.
-func inClaimOrder(rows []claimedRow, now time.Time) ([]outbox.Event, []bool, []time.Duration) {
+// inClaimOrder fills b's events, oldest due first, then in insert order
+// (the order of the due index the claim locked them in), with whether
+// each was marked started and is a suspect, and how long each had been
+// due at now, the claim's database time.
+func inClaimOrder(b *Batch, rows []claimedRow, now time.Time) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -128,16 +136,16 @@ func inClaimOrder(rows []claimedRow, now time.Time) ([]outbox.Event, []bool, []t
 		return cmp.Compare(a.seq, b.seq)
 	})
 	if len(rows) == 0 {
-		return nil, nil, nil
+		return
 	}
-	events := make([]outbox.Event, len(rows))
-	started := make([]bool, len(rows))
-	waited := make([]time.Duration, len(rows))
-	for i := range rows {
-		events[i], started[i] = rows[i].event, rows[i].started
-		waited[i] = max(0, now.Sub(rows[i].due))
+	b.Events = make([]outbox.Event, len(rows))
+	b.Started = make([]bool, len(rows))
+	b.Suspect = make([]bool, len(rows))
+	b.Waited = make([]time.Duration, len(rows))
+	for i, r := range rows {
+		b.Events[i], b.Started[i], b.Suspect[i] = r.event, r.started, r.suspect
+		b.Waited[i] = max(0, now.Sub(r.due))
 	}
-	return events, started, waited
 }
 
 // releaseToken returns every row still held under token to PENDING, best

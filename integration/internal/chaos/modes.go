@@ -132,8 +132,9 @@ func deletes(in Input, byID map[uuid.UUID][]Run, rows map[uuid.UUID]Row, rep *Re
 
 // poison checks the poison events (each ends PoisonStatus after at most
 // PoisonMaxStarts runs, never a success) and the others (never
-// dead-lettered, never charged a recovery beyond their runs before the
-// last: a recovery is charged only to an attempt that started).
+// dead-lettered, never charged more recoveries than their runs before
+// the last, plus the one a claim's start mark may cost when the worker
+// dies before the event starts: see guarantees.md).
 func poison(in Input, byID map[uuid.UUID][]Run, rows map[uuid.UUID]Row, rep *Report) []string {
 	var out []string
 	isPoison := idSet(in.Poison)
@@ -147,7 +148,7 @@ func poison(in Input, byID map[uuid.UUID][]Run, rows map[uuid.UUID]Row, rep *Rep
 			switch {
 			case row.Status == "FAILED":
 				out = append(out, fmt.Sprintf("poison: innocent %s dead-lettered (%s) after %d runs", id, row.status(), runs))
-			case row.Status == "SENT" && row.Recoveries > max(runs-1, 0):
+			case row.Status == "SENT" && row.Recoveries > runs:
 				out = append(out, fmt.Sprintf("poison: innocent %s SENT with %d recoveries charged for %d runs", id, row.Recoveries, runs))
 			}
 			continue
