@@ -104,7 +104,7 @@ func secretForms(secret string) map[string]string {
 		"hex":         hex.EncodeToString([]byte(secret)),
 		"base64":      base64.StdEncoding.EncodeToString([]byte(secret)),
 		"base64url":   base64.URLEncoding.EncodeToString([]byte(secret)),
-		"[]byte":      strings.Trim(fmt.Sprint([]byte(secret)), "[]"),
+		"[]byte":      strings.Trim(fmt.Sprintf("%d", []byte(secret)), "[]"),
 	}
 }
 
@@ -249,7 +249,7 @@ func startCanaryDB(t *testing.T, ctx context.Context, c *canary) *canaryDB {
 	cl := pgcluster.Start(t, "password_encryption = 'scram-sha-256'")
 	conn, err := pgx.Connect(ctx, cl.URL)
 	require.NoError(t, err)
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	for _, q := range []string{
 		"CREATE ROLE app_canary LOGIN PASSWORD " + quoteLiteral(c.s.db),
 		"CREATE ROLE app_other LOGIN PASSWORD " + quoteLiteral("other-"+newCanarySecret(t)),
