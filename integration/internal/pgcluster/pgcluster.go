@@ -216,3 +216,23 @@ func (c *Cluster) run(name string, args ...string) (string, error) {
 	}
 	return strings.TrimSpace(out.String()), err
 }
+
+// SetHBA replaces the cluster's pg_hba.conf with lines (each a pg_hba.conf
+// record, e.g. "host all app 127.0.0.1/32 scram-sha-256") and reloads the
+// server, so that new connections meet the new rules. The cluster starts
+// with trust for every user; a test that needs real password checks puts
+// its rules first.
+func (c *Cluster) SetHBA(lines ...string) error {
+	p := filepath.Join(c.dataDir(), "pg_hba.conf")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := c.chown(p); err != nil {
+		return err
+	}
+	out, err := c.run("pg_ctl", "reload", "-D", c.dataDir())
+	if err != nil {
+		return fmt.Errorf("pg_ctl reload: %w: %s", err, out)
+	}
+	return nil
+}
