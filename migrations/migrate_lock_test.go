@@ -17,11 +17,13 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// ownSchema creates a role without the CREATE privilege on the database,
-// makes it the owner of db's schema, and returns a connection logged in as
-// it: a migrator that owns its schema and nothing else.
-func ownSchema(t *testing.T, db *testdb.DB) *pgx.Conn {
+// ownedSchema creates a test schema and a role without the CREATE
+// privilege on the database that owns it, and returns the schema, a
+// connection logged in as the role (a migrator that owns its schema and
+// nothing else), and the config of an outbox in that schema.
+func ownedSchema(t *testing.T) (*testdb.DB, *pgx.Conn, migrations.Config) {
 	t.Helper()
+	db := testdb.New(t)
 	role := db.NewRole(t, "pgotest_migrator")
 	mustExec(t, db.Conn(t), "ALTER SCHEMA "+pgx.Identifier{db.Schema}.Sanitize()+" OWNER TO "+pgx.Identifier{role}.Sanitize())
 	conn := db.RoleConn(t, role)
@@ -29,7 +31,7 @@ func ownSchema(t *testing.T, db *testdb.DB) *pgx.Conn {
 	require.NoError(t, conn.QueryRow(context.Background(),
 		"SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&create))
 	require.False(t, create, "the migrator must lack CREATE on the database for this test")
-	return conn
+	return db, conn, migrations.Config{Table: db.Table()}
 }
 
 // A migrator that owns its schema but may not create schemas in the
@@ -38,9 +40,7 @@ func ownSchema(t *testing.T, db *testdb.DB) *pgx.Conn {
 func TestMigrateAsSchemaOwnerWithoutDatabaseCreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	conn := ownSchema(t, db)
-	cfg := migrations.Config{Table: db.Table()}
+	db, conn, cfg := ownedSchema(t)
 
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg), "first run")
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg), "no-op re-run")
@@ -56,9 +56,7 @@ func TestMigrateAsSchemaOwnerWithoutDatabaseCreate(t *testing.T) {
 func TestRenderedSQLAsSchemaOwnerWithoutDatabaseCreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	conn := ownSchema(t, db)
-	cfg := migrations.Config{Table: db.Table()}
+	_, conn, cfg := ownedSchema(t)
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
 	ups, err := fs.Glob(files, "*.up.sql")
