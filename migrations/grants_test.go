@@ -115,7 +115,9 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 	go func() { ran <- d.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-ran
+		if err := <-ran; err != nil { // already returned below, or the stop
+			t.Logf("Run returned: %v", err)
+		}
 	}()
 	deadline := time.After(60 * time.Second)
 	for {
