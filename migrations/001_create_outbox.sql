@@ -2,7 +2,12 @@
 -- dispatcher relies on. A text/template: the names in double braces are
 -- quoted identifiers that migrations.Migrate (or migrations.Render) fills in.
 
-CREATE SCHEMA IF NOT EXISTS {{.schema}};
+-- The schema, when it is missing. Not CREATE SCHEMA IF NOT EXISTS alone:
+-- PostgreSQL checks the CREATE privilege on the database before it looks
+-- whether the schema exists, and a migrator that owns its schema needs no
+-- database-wide privilege. One line, so that tools that split statements
+-- at line-ending semicolons (goose) keep the block whole.
+DO $$ BEGIN IF to_regnamespace('{{.schema}}') IS NULL THEN CREATE SCHEMA IF NOT EXISTS {{.schema}}; END IF; END $$;
 
 CREATE TABLE {{.table}} (
     -- Identity of the event: UUIDv7 chosen at emit, stable across retries.

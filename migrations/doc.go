@@ -20,8 +20,21 @@
 // caller migrates and the others wait and then find nothing to do. Session
 // advisory locks need a direct connection: PgBouncer in transaction mode
 // cannot hold them. Several outboxes (different schema or table names) in
-// one database migrate independently, each with its own version table named
-// <table>_schema_version.
+// one database keep separate versions, each in its own version table named
+// <table>_schema_version. tern takes a lock of its own, one key for every
+// tern migration in the database (so migrations run one at a time), and
+// Migrate takes that one too before tern does. It waits at
+// most [Config].LockTimeout for the two, then returns an
+// *outbox.MigrationLockError naming the backend that holds the lock (a
+// lock left behind by an idle pooled connection is ended with
+// pg_terminate_backend).
+//
+// # Privileges
+//
+// Migrate creates the schema only when it is missing, so a migrator that
+// owns its schema (or has USAGE and CREATE on it) needs no privilege on
+// the database. [RenderGrants] writes the least-privilege grants for the
+// migrator and the roles that produce, dispatch and operate.
 //
 // A migration that alters the outbox table needs an ACCESS EXCLUSIVE lock,
 // and while it waits for one every Emit and claim waits behind it. It

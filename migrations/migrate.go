@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,14 @@ type Config struct {
 	// Table is the outbox's schema and table name. Defaults to
 	// public.outbox_events.
 	Table outbox.Table
+	// LockTimeout bounds how long [Migrate] waits for the advisory locks
+	// that serialize migrations (one keyed by Table, and tern's, which
+	// every tern migration in the database takes). When another session
+	// holds one for longer, Migrate returns an *outbox.MigrationLockError
+	// naming that session's backend, and changes nothing. Zero means one
+	// minute, longer than a migration that retries a locked table takes;
+	// a negative value gives an *outbox.ConfigError naming "LockTimeout".
+	LockTimeout time.Duration
 }
 
 // Migrate creates or upgrades the outbox schema on conn to the latest
@@ -47,6 +56,16 @@ type Config struct {
 // 0.5s doubling, stopping early when ctx ends; then it returns an error
 // that says another transaction holds a lock on the table and wraps the
 // *pgconn.PgError (SQLSTATE 55P03). The migrations applied before it stay.
+//
+// Before any of that it takes two session advisory locks (see the package
+// documentation), waiting at most cfg.LockTimeout (default one minute) for
+// them; a lock held longer, for example by an idle server connection of a
+// transaction-mode pooler that once ran Migrate, gives an
+// *outbox.MigrationLockError naming the holding backend (pid,
+// application_name, client address, state), which
+// SELECT pg_terminate_backend(pid) ends. It creates the schema only when
+// it is missing, so a migrator that owns an existing schema needs no
+// CREATE privilege on the database.
 func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := migrationSet(cfg)
 	if err != nil {
@@ -79,7 +98,10 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	if err != nil {
 		return tmplmigrate.Set{}, err
 	}
-	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names)}, nil
+	if cfg.LockTimeout < 0 {
+		return tmplmigrate.Set{}, &outbox.ConfigError{Field: "LockTimeout", Reason: "must not be negative"}
+	}
+	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names), LockWait: cfg.LockTimeout}, nil
 }
 
 // templateData is what the migration templates see: every name quoted.

@@ -26,6 +26,9 @@ type Set struct {
 	Names sqlname.Names
 	// Data is what the templates see: quoted identifiers.
 	Data map[string]any
+	// LockWait bounds how long Migrate waits for its advisory locks;
+	// zero means DefaultLockWait.
+	LockWait time.Duration
 }
 
 // Conn is what the public migration functions take from a caller: a
@@ -55,27 +58,36 @@ func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) erro
 	return &outbox.InputError{Field: "conn", Reason: "must not be nil"}
 }
 
-// Migrate applies what is missing of s on conn. It holds a session advisory
-// lock keyed by the table's qualified name while it runs, so that
-// concurrent callers migrate one at a time and the later ones find nothing
-// to do, and it creates the schema before tern creates its version table
-// in it. tern runs each migration in a transaction of its own; one that
-// gives up waiting for a lock (SQLSTATE 55P03, after the lock_timeout the
-// migration sets) is tried again, 5 attempts in all, pausing 0.5s
-// doubling, unless ctx ends first.
+// Migrate applies what is missing of s on conn. It holds two session
+// advisory locks while it runs, one keyed by the table's qualified name and
+// tern's own, so that concurrent callers migrate one at a time and the
+// later ones find nothing to do; it waits at most s.LockWait for them and
+// then returns a *outbox.MigrationLockError naming the backend that holds
+// the lock. It creates the schema when it is missing, before tern creates
+// its version table in it. tern runs each migration in a transaction of
+// its own; one that gives up waiting for a lock (SQLSTATE 55P03, after the
+// lock_timeout the migration sets) is tried again, 5 attempts in all,
+// pausing 0.5s doubling, unless ctx ends first.
 func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	table := s.Names.Table
-	key := "pgoutbox.migrate:" + table.String()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: advisory lock: %w", table, err)
+	ls, err := locks(ctx, conn, table)
+	if err != nil {
+		return err
 	}
+	wait := s.LockWait
+	if wait == 0 {
+		wait = DefaultLockWait
+	}
+	release, err := lockAll(ctx, conn, table, ls, wait)
 	defer func() {
-		_, uerr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
-		if err == nil && uerr != nil {
+		if uerr := release(); err == nil && uerr != nil {
 			err = fmt.Errorf("pgoutbox: migrate %s: advisory unlock: %w", table, uerr)
 		}
 	}()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Names.Schema); err != nil {
+	if err != nil {
+		return err
+	}
+	if err := createSchema(ctx, conn, s.Names.Schema); err != nil {
 		return fmt.Errorf("pgoutbox: migrate %s: create schema: %w", table, err)
 	}
 	m, err := migrate.NewMigrator(ctx, conn, s.Names.VersionTable)
@@ -86,6 +98,20 @@ func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 		return err
 	}
 	return migrateRetrying(ctx, m, table)
+}
+
+// createSchema creates the schema (quoted) when it does not exist yet.
+// CREATE SCHEMA IF NOT EXISTS alone would not do: PostgreSQL checks the
+// CREATE privilege on the database before it looks whether the schema
+// exists, and a migrator that owns its schema needs no database-wide
+// privilege.
+func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", schema).Scan(&exists); err != nil || exists {
+		return err
+	}
+	_, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema)
+	return err
 }
 
 // lockRetries is how many times Migrate tries a migration that could not

@@ -1,0 +1,129 @@
+package migrations
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Roles names the database roles [RenderGrants] writes grants for, one
+// per job. An empty name leaves that role out. The roles must exist
+// (CREATE ROLE … LOGIN, with the credentials you choose); RenderGrants
+// only grants. The privileges below are the measured minimum: a test
+// removes each one and sees the role's work fail.
+type Roles struct {
+	// Migrator runs [Migrate] (or the files of [Render]). It gets the
+	// schema, created for it when missing, with USAGE and CREATE on it,
+	// and owns the tables it creates; it needs no privilege on the
+	// database itself.
+	Migrator string
+	// Producer emits events, one at a time or in batches (which the
+	// emitter writes with COPY): USAGE on the schema, INSERT on the
+	// outbox table.
+	Producer string
+	// Dispatcher runs a dispatcher: USAGE on the schema, SELECT and UPDATE
+	// on the outbox table, and DELETE when DispatcherDeletes.
+	Dispatcher string
+	// DispatcherDeletes grants DELETE to Dispatcher, which needs it to
+	// delete the events it sent (dispatcher.Config.DeleteSent).
+	DispatcherDeletes bool
+	// Operator runs package admin and outboxctl (counts, list, inspect,
+	// replay, purge, version, verify): USAGE on the schema, SELECT, UPDATE
+	// and DELETE on the outbox table, SELECT on its version table.
+	Operator string
+}
+
+// Grants is the SQL that gives each role of a [Roles] what it needs, in
+// two scripts run at different times by different roles.
+type Grants struct {
+	// BeforeMigrate is run once, before the first Migrate, by a superuser
+	// or another role that may create schemas and grant on them. It
+	// creates the schema owned by the migrator when missing and grants
+	// USAGE on it to the other roles. Its comments advise the database-wide
+	// REVOKEs (temporary tables) that only the database owner can decide.
+	BeforeMigrate string
+	// AfterMigrate is run after Migrate by the migrator (the tables'
+	// owner) or a superuser: the privileges on the outbox table and its
+	// version table. Privileges survive the ALTER TABLEs of later
+	// migrations; run it again after an upgrade whose CHANGELOG says so.
+	AfterMigrate string
+}
+
+// RenderGrants returns the least-privilege grants of roles on the outbox
+// of cfg, every name quoted. It touches no database. An invalid table
+// gives an error wrapping [outbox.ErrInvalidIdentifier], and a role name
+// longer than 63 bytes or holding a NUL byte an *outbox.InputError naming
+// the field of [Roles].
+func RenderGrants(cfg Config, roles Roles) (Grants, error) {
+	names, err := sqlname.For(cfg.Table)
+	if err != nil {
+		return Grants{}, err
+	}
+	if err := roles.validate(); err != nil {
+		return Grants{}, err
+	}
+	return Grants{BeforeMigrate: beforeMigrate(names, roles), AfterMigrate: afterMigrate(names, roles)}, nil
+}
+
+// validate checks that every role name is one PostgreSQL can hold.
+func (r Roles) validate() error {
+	for _, f := range []struct{ field, name string }{
+		{"Migrator", r.Migrator}, {"Producer", r.Producer}, {"Dispatcher", r.Dispatcher}, {"Operator", r.Operator},
+	} {
+		if len(f.name) > 63 || strings.ContainsRune(f.name, 0) {
+			return &outbox.InputError{Field: "Roles." + f.field, Reason: "must be a role name of at most 63 bytes without NUL"}
+		}
+	}
+	return nil
+}
+
+// grant is one GRANT statement: privileges on an object to role, or
+// nothing when the role is left out.
+func grant(privileges, object, role string) string {
+	if role == "" {
+		return ""
+	}
+	return fmt.Sprintf("GRANT %s ON %s TO %s;\n", privileges, object, pgx.Identifier{role}.Sanitize())
+}
+
+func beforeMigrate(n sqlname.Names, r Roles) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- pgoutbox roles for %s, part 1 of 2: run once before the first Migrate,\n"+
+		"-- as a superuser or a role that may create schemas.\n\n", n.Table)
+	if r.Migrator != "" {
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s AUTHORIZATION %s;\n", n.Schema, pgx.Identifier{r.Migrator}.Sanitize())
+		b.WriteString(grant("USAGE, CREATE", "SCHEMA "+n.Schema, r.Migrator))
+	}
+	schema := "SCHEMA " + n.Schema
+	b.WriteString(grant("USAGE", schema, r.Producer) + grant("USAGE", schema, r.Dispatcher) + grant("USAGE", schema, r.Operator))
+	b.WriteString(`
+-- Database-wide, for the database owner to decide (they apply to every role
+-- that has no grant of its own):
+-- PUBLIC may create temporary tables in every database by default, so each
+-- role above can. To take that away:
+--   REVOKE TEMPORARY ON DATABASE <database> FROM PUBLIC;
+-- PostgreSQL 14 and older also let PUBLIC create tables in schema public:
+--   REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+`)
+	return b.String()
+}
+
+func afterMigrate(n sqlname.Names, r Roles) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- pgoutbox roles for %s, part 2 of 2: run after Migrate,\n"+
+		"-- as the migrator (the tables' owner) or a superuser.\n\n", n.Table)
+	table := "TABLE " + n.Qualified
+	b.WriteString(grant("INSERT", table, r.Producer))
+	dispatcher := "SELECT, UPDATE"
+	if r.DispatcherDeletes {
+		dispatcher += ", DELETE"
+	}
+	b.WriteString(grant(dispatcher, table, r.Dispatcher))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
+	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
+	return b.String()
+}

@@ -1,0 +1,325 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// roleEnv is an outbox set up as RenderGrants says: its schema created
+// for the migrator, migrated by it, and a pool for each other role.
+type roleEnv struct {
+	db    *testdb.DB
+	cfg   migrations.Config
+	roles migrations.Roles
+	// super is a superuser connection, for looking and for changing grants.
+	super                          *pgx.Conn
+	producer, dispatcher, operator *pgxpool.Pool
+}
+
+const roleEventType = "role.test"
+
+func newRoleEnv(t *testing.T) *roleEnv {
+	t.Helper()
+	ctx := context.Background()
+	db := testdb.New(t)
+	env := &roleEnv{db: db, super: db.Conn(t)}
+	// A schema that does not exist yet, so that BeforeMigrate creates it.
+	env.cfg = migrations.Config{Table: outbox.Table{Schema: db.Schema + "_app", Name: outbox.DefaultTable}}
+	env.roles = migrations.Roles{
+		Migrator:   db.NewRole(t, "pgotest_migrator"),
+		Producer:   db.NewRole(t, "pgotest_producer"),
+		Dispatcher: db.NewRole(t, "pgotest_dispatcher"),
+		Operator:   db.NewRole(t, "pgotest_operator"),
+	}
+	grants, err := migrations.RenderGrants(env.cfg, env.roles)
+	require.NoError(t, err)
+	mustExec(t, env.super, grants.BeforeMigrate)
+	migrator := db.RoleConn(t, env.roles.Migrator)
+	require.NoError(t, migrations.Migrate(ctx, migrator, env.cfg))
+	mustExec(t, migrator, grants.AfterMigrate)
+
+	env.producer = db.RolePool(t, env.roles.Producer, 2)
+	env.dispatcher = db.RolePool(t, env.roles.Dispatcher, 8)
+	env.operator = db.RolePool(t, env.roles.Operator, 2)
+	return env
+}
+
+// emit commits n events as the producer: one INSERT, or COPY from
+// 5,000 events on.
+func (env *roleEnv) emit(ctx context.Context, n int) error {
+	em, err := emitter.New(emitter.Config{Table: env.cfg.Table})
+	if err != nil {
+		return err
+	}
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{Type: roleEventType, ContentType: outbox.ContentTypeJSON, Payload: []byte(`{}`)}
+	}
+	return pgx.BeginFunc(ctx, env.producer, func(tx pgx.Tx) error {
+		_, err := em.Emit(ctx, tx, events...)
+		return err
+	})
+}
+
+// unsent counts the events not SENT; deleted ones do not count.
+func (env *roleEnv) unsent(t *testing.T) int {
+	t.Helper()
+	var n int
+	err := env.super.QueryRow(context.Background(),
+		"SELECT count(*) FROM "+quoted(env.cfg.Table)+" WHERE status <> 'SENT'").Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+// dispatch runs a real dispatcher as the dispatcher role, handling every
+// event with handler, until no event is left unsent (nil) or it reports
+// its first error (which it returns).
+func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handler) error {
+	t.Helper()
+	reported := make(chan error, 1)
+	d, err := dispatcher.New(env.dispatcher, dispatcher.Config{
+		Table:        env.cfg.Table,
+		PollInterval: 20 * time.Millisecond,
+		DeleteSent:   deleteSent,
+		Backoff:      outbox.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Logger:       slog.New(slog.DiscardHandler),
+		OnError: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Handle(roleEventType, handler))
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil { // already returned below, or the stop
+			t.Logf("Run returned: %v", err)
+		}
+	}()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case err := <-reported:
+			return err
+		case err := <-ran:
+			ran <- err // for the deferred wait
+			require.Error(t, err, "Run returned before the events were sent")
+			return err
+		case <-deadline:
+			t.Fatalf("%d events still unsent, and no error", env.unsent(t))
+		case <-time.After(20 * time.Millisecond):
+			if env.unsent(t) == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+func handled(context.Context, outbox.Event) error { return nil }
+
+// operate runs every admin call an operator makes, and the version and
+// verify checks of outboxctl, returning the first error.
+func (env *roleEnv) operate(ctx context.Context) error {
+	a, err := admin.New(env.operator, admin.Config{Table: env.cfg.Table})
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		func() error { _, err := a.Counts(ctx); return err }(),
+		func() error { _, err := a.List(ctx, admin.ListParams{}); return err }(),
+		func() error { _, err := a.Replay(ctx, admin.ReplayParams{Type: roleEventType}); return err }(),
+		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed}); return err }(),
+		func() error { _, err := migrations.Version(ctx, env.operator, env.cfg); return err }(),
+		migrations.Verify(ctx, env.operator, env.cfg),
+	)
+}
+
+// Each role set up by RenderGrants does its work: the producer emits one
+// event and a batch written with COPY, a dispatcher connected as the
+// dispatcher role delivers them all, and the operator runs the admin
+// calls, replaying the events made FAILED meanwhile.
+func TestGrantsLetEachRoleWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newRoleEnv(t)
+
+	require.NoError(t, env.emit(ctx, 1), "single event")
+	require.NoError(t, env.emit(ctx, 5000), "a batch the emitter writes with COPY")
+	require.Equal(t, 5001, env.unsent(t))
+	require.NoError(t, env.dispatch(t, false, handled))
+
+	mustExec(t, env.super, "UPDATE "+quoted(env.cfg.Table)+" SET status = 'FAILED', failed_at = now() WHERE seq <= 3")
+	require.NoError(t, env.operate(ctx))
+	require.Equal(t, 3, env.unsent(t), "replayed to PENDING")
+	require.NoError(t, env.dispatch(t, false, handled))
+}
+
+// The dispatcher's role cannot create tables: not in the outbox schema,
+// not in public.
+func TestGrantsDispatcherCannotCreateTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newRoleEnv(t)
+	for _, schema := range []string{env.cfg.Table.Schema, "public"} {
+		_, err := env.dispatcher.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "pgotest_intruder"}.Sanitize()+" ()")
+		requirePrivilegeError(t, err, schema)
+	}
+}
+
+// requirePrivilegeError checks that err is PostgreSQL's
+// insufficient_privilege.
+func requirePrivilegeError(t *testing.T, err error, msgAndArgs ...any) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, msgAndArgs...)
+	require.Equal(t, "42501", pgErr.Code, msgAndArgs...)
+}
+
+// A dispatcher also works with UPDATE granted on the columns it writes
+// only, through success, retry and snooze.
+func TestGrantsDispatcherWithColumnUpdate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newRoleEnv(t)
+	table, role := quoted(env.cfg.Table), pgx.Identifier{env.roles.Dispatcher}.Sanitize()
+	mustExec(t, env.super, "REVOKE UPDATE ON "+table+" FROM "+role)
+	mustExec(t, env.super, "GRANT UPDATE ("+strings.Join(dispatcherColumns, ", ")+") ON "+table+" TO "+role)
+	require.NoError(t, env.emit(ctx, 20))
+
+	var calls atomic.Int64
+	flaky := func(context.Context, outbox.Event) error {
+		switch calls.Add(1) % 3 {
+		case 1:
+			return errors.New("try again")
+		case 2:
+			return outbox.Snooze(time.Millisecond)
+		}
+		return nil
+	}
+	require.NoError(t, env.dispatch(t, false, flaky))
+	require.NoError(t, env.dispatch(t, false, handled), "nothing left")
+}
+
+// dispatcherColumns are the columns the dispatcher's statements write,
+// as docs/operations.md lists them.
+var dispatcherColumns = []string{
+	"status", "attempts", "recoveries", "snoozes", "next_attempt_at", "lock_token", "lock_owner",
+	"locked_at", "lease_until", "heartbeat_at", "started_at", "sent_at", "failed_at",
+	"last_error_code", "last_error", "attempt_log",
+}
+
+// Every privilege RenderGrants gives is needed: with any one of them
+// revoked, the role's work fails (and works again once it is back).
+func TestGrantsAreMinimal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newRoleEnv(t)
+	schema, table := "SCHEMA "+pgx.Identifier{env.cfg.Table.Schema}.Sanitize(), "TABLE "+quoted(env.cfg.Table)
+	version := "TABLE " + pgx.Identifier{env.cfg.Table.Schema, env.cfg.Table.Name + "_schema_version"}.Sanitize()
+	mustExec(t, env.super, "GRANT DELETE ON "+table+" TO "+pgx.Identifier{env.roles.Dispatcher}.Sanitize())
+	emitOne := func() error { return env.emit(ctx, 1) }
+	emitCopy := func() error { return env.emit(ctx, 5000) }
+	dispatch := func(deleteSent bool) func() error {
+		return func() error {
+			require.NoError(t, env.emit(ctx, 1), "an event to dispatch")
+			return env.dispatch(t, deleteSent, handled)
+		}
+	}
+	operate := func() error { return env.operate(ctx) }
+	tests := []struct {
+		privilege, object, role string
+		work                    func() error
+	}{
+		{"USAGE", schema, env.roles.Producer, emitOne},
+		{"INSERT", table, env.roles.Producer, emitOne},
+		{"INSERT", table, env.roles.Producer, emitCopy},
+		{"USAGE", schema, env.roles.Dispatcher, dispatch(false)},
+		{"SELECT", table, env.roles.Dispatcher, dispatch(false)},
+		{"UPDATE", table, env.roles.Dispatcher, dispatch(false)},
+		{"DELETE", table, env.roles.Dispatcher, dispatch(true)},
+		{"USAGE", schema, env.roles.Operator, operate},
+		{"SELECT", table, env.roles.Operator, operate},
+		{"UPDATE", table, env.roles.Operator, operate},
+		{"DELETE", table, env.roles.Operator, operate},
+		{"SELECT", version, env.roles.Operator, operate},
+	}
+	for _, tt := range tests {
+		on := tt.privilege + " ON " + tt.object + " TO/FROM " + tt.role
+		require.NoError(t, tt.work(), "with every grant: %s", on)
+		role := pgx.Identifier{tt.role}.Sanitize()
+		mustExec(t, env.super, "REVOKE "+tt.privilege+" ON "+tt.object+" FROM "+role)
+		require.Error(t, tt.work(), "without %s", on)
+		mustExec(t, env.super, "GRANT "+tt.privilege+" ON "+tt.object+" TO "+role)
+	}
+}
+
+// The migrator of an existing schema it does not own (public, say) needs
+// USAGE and CREATE on it, as BeforeMigrate grants, and nothing on the
+// database: without either, Migrate fails.
+func TestGrantsMigratorOfAnExistingSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cfg := migrations.Config{Table: db.Table()}
+	roles := migrations.Roles{Migrator: db.NewRole(t, "pgotest_migrator")}
+	grants, err := migrations.RenderGrants(cfg, roles)
+	require.NoError(t, err)
+	super := db.Conn(t)
+	mustExec(t, super, grants.BeforeMigrate)
+	migrator := db.RoleConn(t, roles.Migrator)
+	schema, role := pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{roles.Migrator}.Sanitize()
+
+	for _, privilege := range []string{"USAGE", "CREATE"} {
+		mustExec(t, super, "REVOKE "+privilege+" ON SCHEMA "+schema+" FROM "+role)
+		requirePrivilegeError(t, migrations.Migrate(ctx, migrator, cfg), "without "+privilege)
+		mustExec(t, super, "GRANT "+privilege+" ON SCHEMA "+schema+" TO "+role)
+	}
+	require.NoError(t, migrations.Migrate(ctx, migrator, cfg))
+	mustExec(t, migrator, grants.AfterMigrate)
+	require.NoError(t, migrations.Verify(ctx, migrator, cfg))
+}
+
+func TestRenderGrantsRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	_, err := migrations.RenderGrants(migrations.Config{Table: outbox.Table{Schema: "Bad"}}, migrations.Roles{})
+	require.ErrorIs(t, err, outbox.ErrInvalidIdentifier)
+	_, err = migrations.RenderGrants(migrations.Config{}, migrations.Roles{Operator: strings.Repeat("r", 64)})
+	var inputErr *outbox.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "Roles.Operator", inputErr.Field)
+}
+
+// docs/operations.md shows what RenderGrants writes for its example.
+func TestGrantsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	grants, err := migrations.RenderGrants(migrations.Config{Table: outbox.Table{Schema: "app"}}, migrations.Roles{
+		Migrator: "outbox_migrator", Producer: "outbox_producer", Dispatcher: "outbox_dispatcher", Operator: "outbox_operator",
+	})
+	require.NoError(t, err)
+	require.Contains(t, string(doc), grants.BeforeMigrate+"\n"+grants.AfterMigrate)
+}

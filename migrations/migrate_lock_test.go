@@ -1,0 +1,157 @@
+package migrations_test
+
+import (
+	"context"
+	"io/fs"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// ownedSchema creates a test schema and a role without the CREATE
+// privilege on the database that owns it, and returns the schema, a
+// connection logged in as the role (a migrator that owns its schema and
+// nothing else), and the config of an outbox in that schema.
+func ownedSchema(t *testing.T) (*testdb.DB, *pgx.Conn, migrations.Config) {
+	t.Helper()
+	db := testdb.New(t)
+	role := db.NewRole(t, "pgotest_migrator")
+	mustExec(t, db.Conn(t), "ALTER SCHEMA "+pgx.Identifier{db.Schema}.Sanitize()+" OWNER TO "+pgx.Identifier{role}.Sanitize())
+	conn := db.RoleConn(t, role)
+	var create bool
+	require.NoError(t, conn.QueryRow(context.Background(),
+		"SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&create))
+	require.False(t, create, "the migrator must lack CREATE on the database for this test")
+	return db, conn, migrations.Config{Table: db.Table()}
+}
+
+// A migrator that owns its schema but may not create schemas in the
+// database migrates, and migrates again finding nothing to do: Migrate
+// creates the schema only when it is missing.
+func TestMigrateAsSchemaOwnerWithoutDatabaseCreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn, cfg := ownedSchema(t)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg), "first run")
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg), "no-op re-run")
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+
+	in := inbox.Config{Table: outbox.Table{Schema: db.Schema}}
+	require.NoError(t, inbox.Migrate(ctx, conn, in), "the inbox shares the migration steps")
+	require.NoError(t, inbox.Migrate(ctx, conn, in))
+}
+
+// The files Render returns run as a migrator that owns its schema but
+// may not create schemas, once and (the first file) again.
+func TestRenderedSQLAsSchemaOwnerWithoutDatabaseCreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn, cfg := ownedSchema(t)
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	ups, err := fs.Glob(files, "*.up.sql")
+	require.NoError(t, err)
+	sort.Strings(ups)
+	for _, name := range ups {
+		text, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		mustExec(t, conn, string(text))
+	}
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+
+	first, err := fs.ReadFile(files, ups[0])
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, string(first))
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42P07", pgErr.Code, "re-running it stops at the existing table (duplicate_table), past the schema")
+}
+
+// holdLock takes the session advisory lock key on a connection of its
+// own named by application_name, as an idle pooled server connection that
+// once ran Migrate keeps it, and returns that connection.
+func holdLock(t *testing.T, db *testdb.DB, key string) *pgx.Conn {
+	t.Helper()
+	cfg := db.DirectConnConfig(t)
+	cfg.RuntimeParams["application_name"] = "pgotest-lock-holder"
+	holder, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	_, err = holder.Exec(context.Background(), "SELECT pg_advisory_lock("+key+")")
+	require.NoError(t, err)
+	return holder
+}
+
+// While another session holds one of Migrate's advisory locks, Migrate
+// waits at most LockTimeout and returns an error naming that session's
+// backend; it changes nothing and holds no lock after. Once the holder
+// is gone, Migrate succeeds.
+func TestMigrateNamesTheHolderOfItsLock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		lock string
+		key  func(outbox.Table) string
+	}{
+		{"pgoutbox", func(table outbox.Table) string {
+			return "hashtextextended('pgoutbox.migrate:" + table.String() + "', 0)"
+		}},
+		// tern's, which every tern migration of the database takes: held
+		// only for a moment, since other tests migrate meanwhile.
+		{"tern", func(outbox.Table) string { return "9628173550095224" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.lock, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			db := testdb.New(t)
+			conn := db.Conn(t)
+			cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}
+			holder := holdLock(t, db, tt.key(db.Table()))
+
+			err := migrations.Migrate(ctx, conn, cfg)
+			require.NoError(t, holder.Close(ctx))
+
+			var lockErr *outbox.MigrationLockError
+			require.ErrorAs(t, err, &lockErr)
+			require.Equal(t, tt.lock, lockErr.Lock)
+			require.Equal(t, holder.PgConn().PID(), uint32(lockErr.PID))
+			require.Equal(t, "pgotest-lock-holder", lockErr.ApplicationName)
+			require.Equal(t, "idle", lockErr.State)
+			require.NotEmpty(t, lockErr.ClientAddr)
+			require.Equal(t, 300*time.Millisecond, lockErr.Waited)
+			require.ErrorContains(t, err, "pg_terminate_backend(")
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "55P03", pgErr.Code)
+
+			require.Empty(t, tablesIn(t, conn, db.Schema), "nothing was migrated")
+			var held int
+			require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()").Scan(&held))
+			require.Zero(t, held, "Migrate let go of the lock it had taken")
+			cfg.LockTimeout = 0 // other tests may hold tern's lock for seconds
+			require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+		})
+	}
+}
+
+func TestMigrateRejectsANegativeLockTimeout(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	err := migrations.Migrate(context.Background(), conn, migrations.Config{Table: db.Table(), LockTimeout: -time.Second})
+	var cfgErr *outbox.ConfigError
+	require.ErrorAs(t, err, &cfgErr)
+	require.Equal(t, "LockTimeout", cfgErr.Field)
+	require.Empty(t, tablesIn(t, conn, db.Schema))
+}
