@@ -92,39 +92,33 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 		return err
 	}
 	b.WriteString("\n")
-	if err := f.printTypes(s.ByType); err != nil {
+	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "PROCESSING", "SENT", "FAILED"},
+		func(c admin.TypeCounts) []string {
+			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), fmt.Sprint(c.Sent), fmt.Sprint(c.Failed)}
+		})
+	if err != nil {
 		return err
 	}
 	b.WriteString("\n")
-	if err := f.printCodes(s.FailedByCode); err != nil {
+	err = printList(&f, s.FailedByCode, "no FAILED events", []string{"FAILED BY CODE", "COUNT"},
+		func(c admin.CodeCount) []string { return []string{string(c.Code), fmt.Sprint(c.Count)} })
+	if err != nil {
 		return err
 	}
-	_, err := fmt.Fprint(e.out, b.String())
+	_, err = fmt.Fprint(e.out, b.String())
 	return err
 }
 
-// printTypes writes the counts per event type and status.
-func (e *env) printTypes(types []admin.TypeCounts) error {
-	if len(types) == 0 {
-		e.printf("no events\n")
+// printList writes a table with header and one row per item, or the
+// line empty when there are none.
+func printList[T any](e *env, items []T, empty string, header []string, row func(T) []string) error {
+	if len(items) == 0 {
+		e.printf("%s\n", empty)
 		return nil
 	}
-	rows := make([][]string, len(types))
-	for i, c := range types {
-		rows[i] = []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), fmt.Sprint(c.Sent), fmt.Sprint(c.Failed)}
+	rows := make([][]string, len(items))
+	for i, it := range items {
+		rows[i] = row(it)
 	}
-	return e.printTable([]string{"TYPE", "PENDING", "PROCESSING", "SENT", "FAILED"}, rows, "")
-}
-
-// printCodes writes the FAILED events per error code.
-func (e *env) printCodes(codes []admin.CodeCount) error {
-	if len(codes) == 0 {
-		e.printf("no FAILED events\n")
-		return nil
-	}
-	rows := make([][]string, len(codes))
-	for i, c := range codes {
-		rows[i] = []string{string(c.Code), fmt.Sprint(c.Count)}
-	}
-	return e.printTable([]string{"FAILED BY CODE", "COUNT"}, rows, "")
+	return e.printTable(header, rows, "")
 }
