@@ -283,7 +283,8 @@ func TestBinaryVerifyNamesTheFix(t *testing.T) {
 	for name, tc := range map[string]struct{ change, fix string }{
 		"NoVersion":     {"DROP TABLE outbox_events_schema_version", "the table exists but has no schema version"},
 		"ChangedByHand": {"DROP INDEX outbox_events_lease_idx", fmt.Sprintf("the table is at schema version %d but its objects differ", migrations.Latest())},
-		"Newer":         {"UPDATE outbox_events_schema_version SET version = version + 1", "newer than this outboxctl knows"},
+		"Newer": {"UPDATE outbox_events_schema_version SET version = version + 1",
+			fmt.Sprintf("the table is at schema version %d, newer than this outboxctl knows", migrations.Latest()+1)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
