@@ -7,6 +7,7 @@
 // never touches a row that a dispatcher holds.
 //
 //	Counts  ─ rows per status, due backlog, age of the oldest due row
+//	Summary ─ Counts, and rows per type and status, FAILED rows per code
 //	List    ─ keyset pages of rows (no payloads), by seq
 //	Inspect ─ one row in full: payload, headers, attempt log
 //	Replay  ─ FAILED ──▶ PENDING (due now, fresh budget) + pg_notify
@@ -44,7 +45,7 @@
 //
 // # Cost
 //
-// Counts is exact and reads the whole table. List pages by seq, which has
+// Counts and Summary are exact and read the whole table. List pages by seq, which has
 // no index of its own, so each page scans the rows that match its filter;
 // pages are cheap in memory (a top-N sort) but not free on a table that
 // keeps millions of SENT rows. Purge that table in bounded calls to keep

@@ -35,6 +35,7 @@ func setup(t *testing.T) *testBundle {
 type row struct {
 	Status     string // defaults to PENDING
 	Type       string // defaults to test.event
+	Aggregate  string // aggregate_id; NULL when empty
 	Code       string
 	DueIn      time.Duration
 	SentAgo    time.Duration
@@ -66,7 +67,8 @@ func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
 			code = &r.Code
 		}
 		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
-	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes)
+	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes,
+	aggregate_id)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
 	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
@@ -74,9 +76,10 @@ VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $
 	CASE WHEN $3 = 'PROCESSING' THEN now() END,
 	CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
 	CASE WHEN $3 = 'SENT' OR $11::bigint > 0 THEN now() - $11::bigint * interval '1 microsecond' END,
-	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END, $13)`,
+	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END, $13,
+	nullif($14, ''))`,
 			ids[i], r.Type, r.Status, r.DueIn.Microseconds(), r.Attempts, r.Recoveries,
-			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes)
+			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes, r.Aggregate)
 	}
 	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
 	return ids

@@ -103,6 +103,14 @@ func TestBadInput(t *testing.T) {
 			_, err := b.admin.List(ctx, admin.ListParams{Type: "test\xffevent"})
 			return err
 		}},
+		{"ListAggregateIDNUL", "AggregateID", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{AggregateID: "o\x00-1"})
+			return err
+		}},
+		{"ListCodeInvalidUTF8", "Code", func() error {
+			_, err := b.admin.List(ctx, admin.ListParams{Code: "handler\xfferror"})
+			return err
+		}},
 		{"ReplayTypeNUL", "Type", func() error {
 			_, err := b.admin.Replay(ctx, admin.ReplayParams{Type: "test\x00event"})
 			return err

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,6 +103,14 @@ type ListParams struct {
 	// Type keeps only rows of this event type. Empty means every type.
 	// It must be valid UTF-8 without NUL.
 	Type string
+	// AggregateID keeps only rows about this entity (aggregate_id, of any
+	// aggregate type). Empty means every row. It must be valid UTF-8
+	// without NUL.
+	AggregateID string
+	// Code keeps only rows whose last_error_code is this: FAILED rows
+	// that died of it, and rows that failed an attempt with it and were
+	// retried. Empty means every row. It must be valid UTF-8 without NUL.
+	Code outbox.Code
 	// After continues from a previous page's Next. The zero value starts
 	// at the beginning.
 	After Cursor
@@ -131,14 +140,14 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
 	}
-	if err := checkText("Type", p.Type); err != nil {
+	if err := cmp.Or(checkText("Type", p.Type), checkText("AggregateID", p.AggregateID), checkText("Code", string(p.Code))); err != nil {
 		return Page{}, err
 	}
 	limit, err := checkLimit(p.Limit, DefaultListLimit, MaxListLimit)
 	if err != nil {
 		return Page{}, err
 	}
-	rows, err := a.db.Query(ctx, a.sql.list, p.After.seq, string(p.Status), p.Type, limit+1)
+	rows, err := a.db.Query(ctx, a.sql.list, p.After.seq, string(p.Status), p.Type, limit+1, p.AggregateID, string(p.Code))
 	if err != nil {
 		return Page{}, fmt.Errorf("pgoutbox: admin: list %s: %w", a.table, err)
 	}

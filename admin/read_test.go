@@ -153,6 +153,21 @@ func TestList(t *testing.T) {
 		require.Empty(t, none)
 	})
 
+	t.Run("FiltersAggregateIDAndCode", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		got := b.insert(t, row{Aggregate: "o-1"}, row{Aggregate: "o-2", Status: "FAILED", Code: "handler_error"},
+			row{Aggregate: "o-1", Status: "FAILED", Code: "publish_error"}, row{Status: "FAILED", Code: "handler_error"},
+			row{Aggregate: "o-1", Status: "PENDING", Code: "handler_error"})
+		byAggregate := listAll(t, b.admin, admin.ListParams{AggregateID: "o-1", Limit: 1}, nil)
+		require.Equal(t, []uuid.UUID{got[0], got[2], got[4]}, ids(byAggregate))
+		byCode := listAll(t, b.admin, admin.ListParams{Code: outbox.CodeHandlerError, Limit: 1}, nil)
+		require.Equal(t, []uuid.UUID{got[1], got[3], got[4]}, ids(byCode), "a retried row keeps its last code")
+		all := listAll(t, b.admin, admin.ListParams{AggregateID: "o-1", Code: outbox.CodeHandlerError, Status: outbox.StatusPending, Type: "test.event"}, nil)
+		require.Equal(t, []uuid.UUID{got[4]}, ids(all))
+		require.Empty(t, listAll(t, b.admin, admin.ListParams{AggregateID: "o-3"}, nil))
+	})
+
 	t.Run("RecordFields", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -5,6 +5,7 @@ import "fmt"
 // statements is the SQL text for one outbox table, built once by New.
 type statements struct {
 	counts, list, inspect, notify string
+	summary                       string
 	replayIDs, replayFilter       write
 	purgeSent, purgeFailed        write
 }
@@ -69,8 +70,19 @@ func buildStatements(t string) statements {
 	now()
 FROM %[1]s`, t),
 
+		// One row per (type, status, code): code only for FAILED rows. The
+		// outer join gives the empty table one row, for now().
+		summary: fmt.Sprintf(`SELECT now(), g.* FROM (SELECT 1) AS one LEFT JOIN (
+	SELECT event_type, status, CASE WHEN status = 'FAILED' THEN coalesce(last_error_code, '') ELSE '' END AS code,
+		count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
+		min(created_at) FILTER (WHERE status = 'PENDING'),
+		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
+	FROM %s GROUP BY 1, 2, 3) AS g ON true
+ORDER BY g.event_type, g.status, g.code`, t),
+
 		list: fmt.Sprintf(`SELECT %[2]s FROM %[1]s
 WHERE seq > $1 AND ($2::text = '' OR status = $2) AND ($3::text = '' OR event_type = $3)
+	AND ($5::text = '' OR aggregate_id = $5) AND ($6::text = '' OR last_error_code = $6)
 ORDER BY seq LIMIT $4`, t, recordColumns),
 
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -38,21 +40,28 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 			return e.printJSON(c)
 		}
 		t := e.table.WithDefaults()
-		return e.printTable([]string{"STATUS", "COUNT"}, [][]string{
-			{"PENDING", fmt.Sprint(c.Pending)},
-			{"  due now", fmt.Sprint(c.Due)},
-			{"PROCESSING", fmt.Sprint(c.Processing)},
-			{"SENT", fmt.Sprint(c.Sent)},
-			{"FAILED", fmt.Sprint(c.Failed)},
-			{"total", fmt.Sprint(c.Total())},
-		}, fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)",
+		return e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)",
 			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339)))
+	}
+}
+
+// countRows are the rows of the STATUS/COUNT table of counts and status.
+func countRows(c admin.Counts) [][]string {
+	return [][]string{
+		{"PENDING", fmt.Sprint(c.Pending)},
+		{"  due now", fmt.Sprint(c.Due)},
+		{"PROCESSING", fmt.Sprint(c.Processing)},
+		{"SENT", fmt.Sprint(c.Sent)},
+		{"FAILED", fmt.Sprint(c.Failed)},
+		{"total", fmt.Sprint(c.Total())},
 	}
 }
 
 func listFlags(fs *flag.FlagSet) func(*env) error {
 	status := fs.String("status", "", "only events in this `status` (pending, processing, sent, failed)")
 	typ := fs.String("type", "", "only events of this event `type`")
+	aggregate := fs.String("aggregate-id", "", "only events about this aggregate `id` (of any aggregate type)")
+	code := fs.String("code", "", "only events whose last error `code` is this (FAILED, or retried after it)")
 	after := fs.String("after", "", "continue after this `cursor` (printed at the end of the previous page)")
 	limit := fs.Int("limit", admin.DefaultListLimit, fmt.Sprintf("page `size`, 1 to %d", admin.MaxListLimit))
 	return func(e *env) error {
@@ -64,6 +73,10 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
+		c, err := parseCode(*code)
+		if err != nil {
+			return err
+		}
 		if *limit < 1 || *limit > admin.MaxListLimit {
 			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxListLimit)
 		}
@@ -71,9 +84,9 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		page, err := a.List(e.ctx, admin.ListParams{Status: st, Type: *typ, After: cursor, Limit: *limit})
+		page, err := a.List(e.ctx, admin.ListParams{Status: st, Type: *typ, AggregateID: *aggregate, Code: c, After: cursor, Limit: *limit})
 		if err != nil {
-			return err
+			return asUsage(err)
 		}
 		if e.json {
 			return e.printJSON(page)
@@ -83,9 +96,9 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 			rows[i] = []string{fmt.Sprint(r.Seq), r.ID.String(), string(r.Status), r.Type, fmt.Sprint(r.Attempts),
 				fmt.Sprint(r.Snoozes), r.NextAttemptAt.Format(time.RFC3339), r.CreatedAt.Format(time.RFC3339), string(r.LastErrorCode)}
 		}
-		footer := fmt.Sprintf("%d events; no more pages", len(rows))
+		footer := plural(len(rows), "event", "events") + "; no more pages"
 		if !page.Next.IsZero() {
-			footer = fmt.Sprintf("%d events; next page: -after %s", len(rows), page.Next)
+			footer = fmt.Sprintf("%s; next page: -after %s", plural(len(rows), "event", "events"), page.Next)
 		}
 		return e.printTable([]string{"SEQ", "ID", "STATUS", "TYPE", "ATTEMPTS", "SNOOZES", "NEXT_ATTEMPT_AT", "CREATED_AT", "LAST_ERROR_CODE"}, rows, footer)
 	}
@@ -93,13 +106,14 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 
 func inspectFlags(fs *flag.FlagSet) func(*env) error {
 	idFlag := fs.String("id", "", "event `id` (or give it as the argument)")
+	full := fs.Bool("full", false, fmt.Sprintf("print the whole payload (without it, at most %d bytes)", payloadShown))
 	return func(e *env) error {
 		raw := *idFlag
 		switch {
-		case fs.NArg() > 1, fs.NArg() == 1 && raw != "":
-			return usagef("give one event id")
-		case fs.NArg() == 1:
-			raw = fs.Arg(0)
+		case len(e.args) > 1, len(e.args) == 1 && raw != "":
+			return usagef("give one event id, as the argument or with -id")
+		case len(e.args) == 1:
+			raw = e.args[0]
 		case raw == "":
 			return usagef("an event id is required")
 		}
@@ -115,10 +129,16 @@ func inspectFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
+		shown := shownPayload(d.Payload, *full)
 		if e.json {
-			return e.printJSON(d)
+			truncated := len(shown) < len(d.Payload)
+			d.Payload = shown
+			return e.printJSON(struct {
+				admin.Detail
+				Truncated bool `json:"payload_truncated"`
+			}{d, truncated})
 		}
-		return e.printDetail(d)
+		return e.printDetail(d, shown)
 	}
 }
 
@@ -147,7 +167,11 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 	limit := fs.Int("limit", admin.DefaultReplayLimit, fmt.Sprintf("filter: at most this many `events`, 1 to %d", admin.MaxReplayLimit))
 	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
 	return func(e *env) error {
-		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: outbox.Code(*code), DryRun: !*yes}
+		c, err := parseCode(*code)
+		if err != nil {
+			return err
+		}
+		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: c, DryRun: !*yes}
 		if *before != "" {
 			t, err := time.Parse(time.RFC3339, *before)
 			if err != nil {
@@ -177,7 +201,7 @@ func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 		if e.json {
 			return e.printJSON(map[string]any{"dry_run": true, "would_replay": len(res.Replayed), "skipped": len(res.Skipped)})
 		}
-		e.printf("dry run: would replay %d FAILED events in %s", len(res.Replayed), e.table.WithDefaults())
+		e.printf("dry run: would replay %s in %s", plural(len(res.Replayed), "FAILED event", "FAILED events"), e.table.WithDefaults())
 		if len(p.IDs) > 0 {
 			e.printf("; %d of the named ids would be skipped (not FAILED or missing)", len(res.Skipped))
 		}
@@ -193,13 +217,14 @@ func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 	for _, id := range res.Skipped {
 		e.printf("skipped  %s (not FAILED, missing, or locked)\n", id)
 	}
-	e.printf("%d events replayed, %d skipped\n", len(res.Replayed), len(res.Skipped))
+	e.printf("%s replayed, %d skipped\n", plural(len(res.Replayed), "event", "events"), len(res.Skipped))
 	return nil
 }
 
 func purgeFlags(fs *flag.FlagSet) func(*env) error {
 	status := fs.String("status", "", "purge events in this `status`: sent or failed (required)")
-	olderThan := fs.Duration("older-than", -1, "purge events that reached the status more than this `duration` ago, e.g. 720h (required)")
+	var olderThan durationFlag
+	fs.Var(&olderThan, "older-than", "purge events that reached the status more than this `duration` ago, e.g. 720h; 0s for all (required)")
 	limit := fs.Int("limit", admin.DefaultPurgeLimit, fmt.Sprintf("delete at most this many `events`, 1 to %d", admin.MaxPurgeLimit))
 	yes := fs.Bool("yes", false, "really delete; without it, print how many would be deleted")
 	return func(e *env) error {
@@ -207,14 +232,14 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		if !flagSet(fs, "older-than") {
+		if !olderThan.set {
 			return usagef("-older-than is required (0s purges every %s event)", st)
 		}
 		a, err := e.newAdmin()
 		if err != nil {
 			return err
 		}
-		p := admin.PurgeParams{Status: st, OlderThan: *olderThan, Limit: *limit, DryRun: !*yes}
+		p := admin.PurgeParams{Status: st, OlderThan: olderThan.d, Limit: *limit, DryRun: !*yes}
 		n, err := a.Purge(e.ctx, p)
 		if err != nil {
 			return asUsage(err)
@@ -223,11 +248,11 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 			return e.printJSON(map[string]any{"dry_run": p.DryRun, "status": st, "count": n})
 		}
 		if p.DryRun {
-			e.printf("dry run: would delete %d %s events older than %s from %s (at most %d per call)\nnothing was changed; run again with -yes to delete\n",
-				n, st, p.OlderThan, e.table.WithDefaults(), p.Limit)
+			e.printf("dry run: would delete %s older than %s from %s (at most %d per call)\nnothing was changed; run again with -yes to delete\n",
+				plural(n, string(st)+" event", string(st)+" events"), p.OlderThan, e.table.WithDefaults(), p.Limit)
 			return nil
 		}
-		e.printf("deleted %d %s events older than %s\n", n, st, p.OlderThan)
+		e.printf("deleted %s older than %s\n", plural(n, string(st)+" event", string(st)+" events"), p.OlderThan)
 		return nil
 	}
 }
@@ -260,34 +285,62 @@ func verifyFlags(*flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		err = migrations.Verify(e.ctx, conn, migrations.Config{Table: e.table})
+		cfg := migrations.Config{Table: e.table}
+		t := e.table.WithDefaults()
+		err = migrations.Verify(e.ctx, conn, cfg)
 		var verr *migrations.VerifyError
-		if err != nil && !errors.As(err, &verr) {
+		switch {
+		case err == nil && e.json:
+			return e.printJSON(map[string]any{"table": t.String(), "ok": true, "problems": []migrations.Problem{}})
+		case err == nil:
+			e.printf("%s matches schema version %d\n", t, migrations.Latest())
+			return nil
+		case !errors.As(err, &verr):
 			return err
 		}
-		var problems []migrations.Problem
-		if verr != nil {
-			problems = verr.Problems
+		problems := slices.Clone(verr.Problems)
+		for i, p := range problems {
+			problems[i].Actual = strings.Replace(p.Actual, "(run Migrate)", "(run outboxctl migrate)", 1)
 		}
+		fix := e.verifyFix(conn, cfg, verr)
 		if e.json {
-			if jerr := e.printJSON(map[string]any{"table": e.table.WithDefaults().String(), "ok": err == nil, "problems": problems}); jerr != nil {
-				return jerr
-			}
-		} else if err == nil {
-			e.printf("%s matches schema version %d\n", e.table.WithDefaults(), migrations.Latest())
+			err = e.printJSON(map[string]any{"table": t.String(), "ok": false, "problems": problems, "fix": fix})
 		} else {
 			rows := make([][]string, len(problems))
 			for i, p := range problems {
 				rows[i] = []string{p.Object, p.Expected, p.Actual}
 			}
-			if perr := e.printTable([]string{"OBJECT", "EXPECTED", "ACTUAL"}, rows, ""); perr != nil {
-				return perr
-			}
+			err = e.printTable([]string{"OBJECT", "EXPECTED", "ACTUAL"}, rows, "\nto fix: "+fix)
 		}
 		if err != nil {
-			return fmt.Errorf("%s does not match: %d problems", e.table.WithDefaults(), len(problems))
+			return err
 		}
-		return nil
+		return fmt.Errorf("%s does not match: %s", t, plural(len(problems), "problem", "problems"))
+	}
+}
+
+// verifyFix says what to do about verr, by the table's schema version:
+// migrate it (naming the command), upgrade outboxctl, or repair objects
+// that were changed by hand.
+func (e *env) verifyFix(conn *pgx.Conn, cfg migrations.Config, verr error) string {
+	t := e.table.WithDefaults()
+	v, err := migrations.Version(e.ctx, conn, cfg)
+	switch latest := migrations.Latest(); {
+	case err != nil || v > 0 && v < latest || errors.Is(verr, outbox.ErrMissingTable):
+		return fmt.Sprintf("run `outboxctl migrate -schema %s -table %s` with the same database URL, on a direct "+
+			"connection (not through a transaction-mode pooler); or apply the SQL files of migrations.Render (docs/schema.md)",
+			t.Schema, t.Name)
+	case v == 0:
+		return fmt.Sprintf("the table exists but has no schema version (%s_schema_version is missing or empty): it was not "+
+			"created by the migrations, or its version table was dropped, and outboxctl migrate would try to create it again; "+
+			"compare it with the SQL files of migrations.Render and record the version they reach (docs/schema.md)", t)
+	case v > latest:
+		return fmt.Sprintf("the table is at schema version %d, newer than this outboxctl knows (%d): "+
+			"use the outboxctl of the pgoutbox version that migrated it", v, latest)
+	default:
+		return fmt.Sprintf("the table is at schema version %d but its objects differ from what the migrations create, "+
+			"so they were changed outside them and outboxctl migrate will not repair them: restore each object "+
+			"listed to its EXPECTED definition (docs/schema.md)", v)
 	}
 }
 

@@ -1,14 +1,15 @@
 // Command outboxctl is the operator's command line for a pgoutbox outbox:
-// counts, list, inspect, replay, purge, migrate and verify. It is a thin
-// layer over the admin and migrations packages; docs/admin.md is its
-// guide.
+// status, counts, list, inspect, replay, purge, migrate and verify. It is
+// a thin layer over the admin and migrations packages; docs/admin.md is
+// its guide.
 //
-//	outboxctl <command> [flags]
+//	outboxctl <command> [arguments and flags, in any order]
 //
 // Every command takes -url (default $DATABASE_URL), -schema, -table and
 // -json. replay and purge change nothing without -yes: they print what
-// they would do. Exit status: 0 success, 1 failure (including a schema
-// that does not verify), 2 bad usage.
+// they would do. Exit status: 0 success (also for status -watch ended by
+// an interrupt), 1 failure (including a schema that does not verify), 2
+// bad usage.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,10 +61,13 @@ type env struct {
 	conn  *pgx.Conn // nil until connect
 	table outbox.Table
 	json  bool
+	args  []string // the positional arguments
 	out   io.Writer
+	tty   bool // out is a terminal
 }
 
 var commands = []command{
+	{"status", "", "counts by status and type, oldest pending, failed by code (-watch to redraw)", statusFlags},
 	{"counts", "", "rows per status and the age of the oldest due event", countsFlags},
 	{"list", "", "list events, a page at a time (keyset by seq)", listFlags},
 	{"inspect", "<id>", "show one event in full: payload, headers, attempt log", inspectFlags},
@@ -72,7 +77,7 @@ var commands = []command{
 	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},
 }
 
-const usageLine = "usage: outboxctl <command> [flags]"
+const usageLine = "usage: outboxctl <command> [arguments] [flags]"
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, usageLine)
@@ -121,16 +126,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	exec := cmd.flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: outboxctl %s [flags] %s\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.summary)
+		fmt.Fprintf(fs.Output(), "usage: %s\n%s\n\nflags:\n", cmd.synopsis(), cmd.summary)
 		fs.PrintDefaults()
 	}
 
 	// Blank the password of every URL the program may see, before the
 	// first byte is written: flag errors echo bad values too.
 	secrets := passwords(append(urlArgs(args), os.Getenv("DATABASE_URL")))
+	tty := isTerminal(stdout)
 	stdout, stderr = &redactor{w: stdout, secrets: secrets}, &redactor{w: stderr, secrets: secrets}
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args[1:]); err != nil {
+	positional, err := parse(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -140,11 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		*url = os.Getenv("DATABASE_URL")
 	}
 
-	e := &env{ctx: ctx, url: *url, table: outbox.Table{Schema: *schema, Name: *table}, json: *asJSON, out: stdout}
+	e := &env{ctx: ctx, url: *url, table: outbox.Table{Schema: *schema, Name: *table}, json: *asJSON,
+		args: positional, out: stdout, tty: tty}
 	defer e.close()
-	err := e.check()
-	if err == nil && cmd.args == "" && fs.NArg() > 0 {
-		err = usagef("unexpected argument %q", fs.Arg(0))
+	err = e.check()
+	if err == nil && cmd.args == "" && len(positional) > 0 {
+		err = usagef("unexpected argument %q", positional[0])
 	}
 	if err == nil {
 		err = exec(e)
@@ -155,12 +163,50 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.As(err, &uerr):
 		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
-		fmt.Fprintf(stderr, "usage: outboxctl %s [flags] %s (outboxctl %s -h for help)\n", cmd.name, cmd.args, cmd.name)
+		fmt.Fprintf(stderr, "usage: %s (outboxctl %s -h for help)\n", cmd.synopsis(), cmd.name)
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
 		return exitFail
 	}
+}
+
+// synopsis is the command's usage line, without "usage: ".
+func (c command) synopsis() string {
+	return strings.Join(strings.Fields("outboxctl "+c.name+" "+c.args+" [flags]"), " ")
+}
+
+// parse parses args, in which flags may come before, between and after
+// the positional arguments ("inspect ID -schema app" as well as "inspect
+// -schema app ID"), and returns the positional arguments in order. Every
+// argument after "--" is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// status -watch redraws in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // check validates the common flags.

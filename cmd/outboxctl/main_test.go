@@ -175,7 +175,7 @@ func TestReplay(t *testing.T) {
 
 	r := onDB(t, db, "replay", "-id", failed[0].String()+","+sent[0].String())
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "dry run: would replay 1 FAILED events")
+	require.Contains(t, r.stdout, "dry run: would replay 1 FAILED event in")
 	require.Contains(t, r.stdout, "1 of the named ids would be skipped")
 	require.Equal(t, 3, count(t, db, "FAILED"), "a dry run changes nothing")
 
@@ -399,10 +399,10 @@ func TestExecModes(t *testing.T) {
 		require.Regexp(t, `(?m)^FAILED\s+2$`, on("counts").stdout)
 		require.Contains(t, on("list", "-status", "failed").stdout, failed[1].String())
 		require.Contains(t, on("inspect", failed[0].String()).stdout, "handler_error")
-		require.Contains(t, on("replay", "-id", failed[0].String()).stdout, "dry run: would replay 1 FAILED events")
+		require.Contains(t, on("replay", "-id", failed[0].String()).stdout, "dry run: would replay 1 FAILED event in")
 		require.Contains(t, on("replay", "-yes", "-id", failed[0].String()).stdout, "replayed "+failed[0].String())
 		require.Contains(t, on("replay", "-yes", "-type", "a").stdout, "replayed "+failed[1].String())
-		require.Contains(t, on("purge", "-status", "sent", "-older-than", "30m", "-yes").stdout, "deleted 1 SENT events")
+		require.Contains(t, on("purge", "-status", "sent", "-older-than", "30m", "-yes").stdout, "deleted 1 SENT event older")
 		require.Contains(t, on("verify").stdout, "matches schema version")
 		if route.Bouncer == nil {
 			require.Contains(t, on("migrate", "-table", "other_events").stdout, "is at schema version")

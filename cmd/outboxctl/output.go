@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgoutbox/pgoutbox/admin"
 )
@@ -41,9 +42,39 @@ func (e *env) printTable(header []string, rows [][]string, footer string) error 
 	return err
 }
 
+// payloadShown is how many payload bytes inspect prints without -full.
+const payloadShown = 4096
+
+// plural returns "1 event" or "n events": n with the noun's form for it.
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprint(n) + " " + many
+}
+
+// shownPayload returns the part of payload that inspect prints: all of it
+// with full or when it is at most payloadShown bytes long, else its first
+// payloadShown bytes, less a UTF-8 sequence cut at the end.
+func shownPayload(payload []byte, full bool) []byte {
+	if full || len(payload) <= payloadShown {
+		return payload
+	}
+	end := payloadShown
+	for i := end - 1; i >= end-utf8.UTFMax; i-- {
+		if utf8.RuneStart(payload[i]) { // the last sequence starts at i
+			if !utf8.FullRune(payload[i:end]) {
+				end = i
+			}
+			break
+		}
+	}
+	return payload[:end]
+}
+
 // printDetail writes one event as "field: value" lines, its headers, its
-// attempt log and its payload.
-func (e *env) printDetail(d admin.Detail) error {
+// attempt log and shown, the part of its payload to print.
+func (e *env) printDetail(d admin.Detail, shown []byte) error {
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -77,7 +108,7 @@ func (e *env) printDetail(d admin.Detail) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %s: %s\n", k, d.Headers[k])
 	}
-	fmt.Fprintf(&b, "\nattempt log (%d entries, oldest first):\n", len(d.AttemptLog))
+	fmt.Fprintf(&b, "\nattempt log (%s, oldest first):\n", plural(len(d.AttemptLog), "entry", "entries"))
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ATTEMPT\tOUTCOME\tCODE\tOWNER\tSTARTED\tENDED\tMESSAGE")
 	for _, l := range d.AttemptLog {
@@ -87,10 +118,14 @@ func (e *env) printDetail(d admin.Detail) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if text, ok := printable(d.Payload); ok {
-		fmt.Fprintf(&b, "\npayload (%d bytes):\n%s\n", len(d.Payload), text)
+	size := plural(len(d.Payload), "byte", "bytes")
+	if len(shown) < len(d.Payload) {
+		size += fmt.Sprintf(", the first %d shown; -full shows all", len(shown))
+	}
+	if _, ok := printable(d.Payload); ok {
+		fmt.Fprintf(&b, "\npayload (%s):\n%s\n", size, shown)
 	} else {
-		fmt.Fprintf(&b, "\npayload (%d bytes, base64):\n%s\n", len(d.Payload), base64.StdEncoding.EncodeToString(d.Payload))
+		fmt.Fprintf(&b, "\npayload (%s, base64):\n%s\n", size, base64.StdEncoding.EncodeToString(shown))
 	}
 	_, err := fmt.Fprint(e.out, b.String())
 	return err

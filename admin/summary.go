@@ -1,0 +1,139 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Summary is a breakdown of the table by status, event type and error
+// code, taken in one statement (one snapshot): what outboxctl status
+// shows.
+type Summary struct {
+	// Counts are the rows per status, the due backlog and the age of the
+	// oldest due row, as [Admin.Counts] reports them.
+	Counts Counts `json:"counts"`
+	// OldestPendingAge is how long ago the oldest PENDING row was created
+	// (due or not), by the database clock; 0 when nothing is PENDING.
+	// Unlike Counts.OldestDueAge it includes the time a row spent waiting
+	// out retry backoffs.
+	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+	// ByType has one entry per event type present in the table, in type
+	// order.
+	ByType []TypeCounts `json:"by_type"`
+	// FailedByCode has one entry per last_error_code among FAILED rows,
+	// the most frequent first (then in code order). A FAILED row without
+	// a code counts under "".
+	FailedByCode []CodeCount `json:"failed_by_code"`
+}
+
+// TypeCounts are the rows of one event type per status.
+type TypeCounts struct {
+	// Type is the event type.
+	Type string `json:"type"`
+	// Pending is the number of PENDING rows of the type.
+	Pending int64 `json:"pending"`
+	// Processing is the number of PROCESSING rows of the type.
+	Processing int64 `json:"processing"`
+	// Sent is the number of SENT rows of the type.
+	Sent int64 `json:"sent"`
+	// Failed is the number of FAILED rows of the type.
+	Failed int64 `json:"failed"`
+}
+
+// CodeCount is the number of FAILED rows with one last_error_code.
+type CodeCount struct {
+	// Code is the last error code ("" for a row without one).
+	Code outbox.Code `json:"code"`
+	// Count is the number of FAILED rows with that code.
+	Count int64 `json:"count"`
+}
+
+// summaryGroup is one row of the summary statement: the rows of one
+// (type, status, code) with their due count and oldest timestamps.
+type summaryGroup struct {
+	typ, status, code string
+	count, due        int64
+	oldestCreated     *time.Time // PENDING rows only
+	oldestDue         *time.Time // due PENDING rows only
+}
+
+// Summary counts the rows per status, per event type and status, and the
+// FAILED rows per error code, and measures the ages of the oldest PENDING
+// and oldest due rows, all in one statement. Like [Admin.Counts] it is
+// exact and so reads the whole table, SENT rows included: poll it at a
+// human pace.
+func (a *Admin) Summary(ctx context.Context) (Summary, error) {
+	rows, err := a.db.Query(ctx, a.sql.summary)
+	if err != nil {
+		return Summary{}, fmt.Errorf("pgoutbox: admin: summary %s: %w", a.table, err)
+	}
+	var s Summary
+	var g summaryGroup
+	var typ, status, code *string
+	var count, due *int64
+	_, err = pgx.ForEachRow(rows, []any{&s.Counts.At, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}, func() error {
+		if typ != nil { // nil: the empty table's one row
+			g.typ, g.status, g.code, g.count, g.due = *typ, *status, *code, *count, *due
+			s.add(g)
+		}
+		return nil
+	})
+	if err != nil {
+		return Summary{}, fmt.Errorf("pgoutbox: admin: summary %s: %w", a.table, err)
+	}
+	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))
+	})
+	return s, nil
+}
+
+// add counts one group; the statement returns groups in type order.
+func (s *Summary) add(g summaryGroup) {
+	if n := len(s.ByType); n == 0 || s.ByType[n-1].Type != g.typ {
+		s.ByType = append(s.ByType, TypeCounts{Type: g.typ})
+	}
+	byType, c := &s.ByType[len(s.ByType)-1], &s.Counts
+	switch outbox.Status(g.status) {
+	case outbox.StatusPending:
+		byType.Pending += g.count
+		c.Pending += g.count
+		c.Due += g.due
+		s.OldestPendingAge = max(s.OldestPendingAge, since(c.At, g.oldestCreated))
+		c.OldestDueAge = max(c.OldestDueAge, since(c.At, g.oldestDue))
+	case outbox.StatusProcessing:
+		byType.Processing += g.count
+		c.Processing += g.count
+	case outbox.StatusSent:
+		byType.Sent += g.count
+		c.Sent += g.count
+	case outbox.StatusFailed:
+		byType.Failed += g.count
+		c.Failed += g.count
+		s.addFailed(outbox.Code(g.code), g.count)
+	}
+}
+
+// addFailed adds n FAILED rows with code to FailedByCode.
+func (s *Summary) addFailed(code outbox.Code, n int64) {
+	i := slices.IndexFunc(s.FailedByCode, func(c CodeCount) bool { return c.Code == code })
+	if i < 0 {
+		s.FailedByCode = append(s.FailedByCode, CodeCount{Code: code})
+		i = len(s.FailedByCode) - 1
+	}
+	s.FailedByCode[i].Count += n
+}
+
+// since returns now - t, or 0 when t is nil or not before now.
+func since(now time.Time, t *time.Time) time.Duration {
+	if t == nil {
+		return 0
+	}
+	return max(now.Sub(*t), 0)
+}

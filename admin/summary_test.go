@@ -1,0 +1,62 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+func TestSummary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Breakdown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		got := b.insert(t, row{Type: "a", DueIn: -time.Hour}, row{Type: "a", DueIn: time.Hour}, row{Type: "b", DueIn: -time.Minute},
+			row{Type: "a", Status: "PROCESSING"}, row{Type: "b", Status: "SENT"}, row{Type: "b", Status: "SENT"},
+			row{Type: "a", Status: "FAILED", Code: "handler_error"}, row{Type: "b", Status: "FAILED", Code: "handler_error"},
+			row{Type: "b", Status: "FAILED", Code: "publish_error"}, row{Type: "b", Status: "FAILED"},
+			row{Type: "c", Status: "SENT", Code: "timeout"})
+		// The PENDING row not yet due is the oldest: it has waited out backoffs.
+		_, err := b.db.Pool.Exec(ctx, `UPDATE outbox_events SET created_at = now() - interval '3 hours' WHERE id = $1`, got[1])
+		require.NoError(t, err)
+
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		c, err := b.admin.Counts(ctx)
+		require.NoError(t, err)
+		c.At = s.Counts.At
+		c.OldestDueAge = s.Counts.OldestDueAge // measured a moment later
+		require.Equal(t, c, s.Counts, "the totals agree with Counts")
+		require.Equal(t, admin.Counts{Pending: 3, Processing: 1, Sent: 3, Failed: 4, Due: 2,
+			OldestDueAge: s.Counts.OldestDueAge, At: s.Counts.At}, s.Counts)
+		require.GreaterOrEqual(t, s.Counts.OldestDueAge, time.Hour)
+		require.Less(t, s.Counts.OldestDueAge, time.Hour+time.Minute)
+		require.GreaterOrEqual(t, s.OldestPendingAge, 3*time.Hour)
+		require.Less(t, s.OldestPendingAge, 3*time.Hour+time.Minute)
+		require.Equal(t, []admin.TypeCounts{
+			{Type: "a", Pending: 2, Processing: 1, Failed: 1},
+			{Type: "b", Pending: 1, Sent: 2, Failed: 3},
+			{Type: "c", Sent: 1},
+		}, s.ByType)
+		require.Equal(t, []admin.CodeCount{
+			{Code: outbox.CodeHandlerError, Count: 2}, {Code: "", Count: 1}, {Code: outbox.CodePublishError, Count: 1},
+		}, s.FailedByCode, "most frequent first, then by code; a SENT row's code is not a failure")
+	})
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), s.Counts.At, time.Minute)
+		s.Counts.At = time.Time{}
+		require.Equal(t, admin.Summary{}, s)
+	})
+}
