@@ -45,7 +45,7 @@ type Dispatcher struct {
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
 	slots          chan struct{} // one token per running handler call, Concurrency in all
-	suspects       chan struct{} // one token: the suspect whose handler runs (see runSuspect)
+	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
 	stopCh         chan struct{} // Stop was called
 	done           chan struct{} // Run returned
 	stopOnce       sync.Once

@@ -157,7 +157,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	defer s.mu.Unlock()
 	for i, e := range b.Events {
 		it := &store[i]
-		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: b.Suspect[i]}
+		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: i < len(b.Suspect) && b.Suspect[i]}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}

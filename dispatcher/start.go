@@ -35,7 +35,7 @@ import (
 // Under at-most-once, where such a charge makes the event FAILED, only the
 // second rule applies. And no claim marks a suspect (an event recovered
 // before): it is marked right before its handler, which runs alone among
-// suspects (see awaitSuspects), so that the charge above befalls an event
+// suspects (see suspect.go), so that the charge above befalls an event
 // once at most and a poison event cannot take innocents down with it.
 const (
 	// quickHandler is the average handler duration up to which handlers

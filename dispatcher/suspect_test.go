@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -19,12 +20,26 @@ import (
 // (suspects: a poison event's worker died with them) are not marked
 // started by their claim, and their handlers run one at a time, each
 // marked right before it: while one suspect runs, no other suspect's row
-// shows a started attempt. So a poison event that kills its process
-// charges a recovery to no suspect but itself, and innocents recovered
-// with it are not dead-lettered with it after MaxRecoveries deaths. An
-// event never recovered runs beside them as usual.
+// is PROCESSING with a started attempt, also while the outcome of the
+// one before is still being published and written. So a poison event
+// that kills its process charges a recovery to no suspect but itself, and
+// innocents recovered with it are not dead-lettered with it after
+// MaxRecoveries deaths. An event never recovered runs beside them.
 func TestSuspectsRunOneAtATimeMarkedRightBefore(t *testing.T) {
 	t.Parallel()
+	for _, publish := range []bool{false, true} {
+		t.Run(fmt.Sprintf("publish=%v", publish), func(t *testing.T) {
+			t.Parallel()
+			problems := runSuspects(t, publish)
+			require.Empty(t, problems)
+		})
+	}
+}
+
+// runSuspects runs 3 suspects and 1 other event through a dispatcher
+// (publishing each handled event when publish) and returns what went
+// wrong.
+func runSuspects(t *testing.T, publish bool) []string {
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
 	suspects := insertEvents(t, db, "t", 3)
@@ -33,36 +48,43 @@ func TestSuspectsRunOneAtATimeMarkedRightBefore(t *testing.T) {
 	require.NoError(t, err)
 
 	var mu sync.Mutex
-	running, most := 0, 0
 	var problems []string
-	returned := map[uuid.UUID]bool{}
-	done := make(chan uuid.UUID, 4)
+	running := 0
+	note := func(p string) {
+		mu.Lock()
+		defer mu.Unlock()
+		problems = append(problems, p)
+	}
+	done := make(chan struct{}, 4)
 	cfg := baseConfig(db)
 	cfg.Concurrency, cfg.BatchSize = 4, 10 // the claim would mark all 4 and start them together
+	if publish {
+		cfg.Publisher = &recordingPublisher{}
+		cfg.RouteFunc = func(outbox.Event) string { return "dest" }
+	}
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("t", func(ctx context.Context, e outbox.Event) error {
-		defer func() { done <- e.ID }()
+		defer func() { done <- struct{}{} }()
 		if e.ID == normal {
 			return nil
 		}
 		mu.Lock()
-		running++
-		most = max(most, running)
-		mu.Unlock()
-		rows, err := db.Pool.Query(ctx, `SELECT id FROM outbox_events WHERE id = ANY($1) AND started_at IS NOT NULL`, suspects)
-		require.NoError(t, err)
-		marked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		time.Sleep(30 * time.Millisecond) // long enough for another suspect to start beside it
-		mu.Lock()
-		defer mu.Unlock()
-		running--
-		for _, id := range marked {
-			if id != e.ID && !returned[id] { // a returned one shows its mark until its outcome is written
-				problems = append(problems, "a suspect ran while another suspect showed a started attempt")
-			}
+		if running++; running > 1 {
+			problems = append(problems, "suspects ran beside each other")
 		}
-		returned[e.ID] = true
+		mu.Unlock()
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM outbox_events
+			WHERE id = ANY($1) AND id <> $2 AND status = 'PROCESSING' AND started_at IS NOT NULL`, suspects, e.ID)
+		if err != nil {
+			return err
+		}
+		others, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if len(others) > 0 {
+			note(fmt.Sprintf("suspect %s ran while suspects %v showed a started attempt", e.ID, others))
+		}
+		time.Sleep(30 * time.Millisecond) // long enough for another suspect to start beside it
 		return err
 	}))
 	runDispatcher(t, d)
@@ -73,8 +95,63 @@ func TestSuspectsRunOneAtATimeMarkedRightBefore(t *testing.T) {
 			t.Fatal("the events were not all handled")
 		}
 	}
+	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, 1, most, "suspects ran beside each other")
-	require.Empty(t, problems)
+	return problems
+}
+
+// TestStuckSuspectHoldsUpNoOtherEvent: a suspect whose handler does not
+// return (it ignores its context) holds the suspect turn, but the other
+// events of its dispatcher still run, and the suspects waiting for the
+// turn are released unstarted after LeaseDuration, uncharged, instead of
+// being held under renewed leases.
+func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	suspect := func(eventType string, n int) []uuid.UUID {
+		ids := insertEvents(t, db, eventType, n)
+		_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, ids)
+		require.NoError(t, err)
+		return ids
+	}
+	suspect("stuck", 1)
+
+	cfg := baseConfig(db)
+	cfg.Concurrency, cfg.BatchSize = 4, 10
+	cfg.LeaseDuration = time.Second
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, d.Handle("stuck", func(context.Context, outbox.Event) error {
+		close(started)
+		<-release
+		return nil
+	}))
+	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
+	require.NoError(t, d.Handle("other", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	t.Cleanup(func() { close(release) }) // before the dispatcher's Stop
+	<-started // the stuck suspect has the turn
+	waiting := suspect("t", 3)
+	others := insertEvents(t, db, "other", 2)
+
+	waitFor(t, 30*time.Second, "the other events SENT", func() bool {
+		var sent int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
+		return sent == len(others)
+	})
+	for deadline := time.Now().Add(30 * time.Second); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM outbox_events`)
+			require.NoError(t, err)
+			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			t.Fatalf("the waiting suspects were not released: %+v %v", d.Stats(), state)
+		}
+	}
+	var charged int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
+	require.Zero(t, charged, "a suspect released unstarted was charged")
 }

@@ -29,6 +29,7 @@ type result struct {
 func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var publishOnly []*item
+	var suspects []handledItem
 	q := &batchQueue{allTaken: make(chan struct{})}
 	lookup := d.handlerLookup()
 	for _, it := range items {
@@ -45,12 +46,17 @@ func (d *Dispatcher) runBatch(items []*item) {
 			}
 		case h == nil:
 			publishOnly = append(publishOnly, it)
+		case it.suspect:
+			suspects = append(suspects, handledItem{it, h})
 		default:
 			q.items = append(q.items, handledItem{it, h})
 		}
 	}
 	if len(publishOnly) > 0 {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
+	}
+	for _, hi := range suspects {
+		wg.Go(func() { d.runSuspect(hi) })
 	}
 	d.work(q, &wg)
 	wg.Wait()
@@ -204,27 +210,6 @@ func (d *Dispatcher) await(it *item) bool {
 	}
 }
 
-// awaitSuspects waits until no other suspect's handler runs in this
-// dispatcher, and takes the turn: a suspect is marked started only
-// right before its handler runs, and never beside another suspect's.
-// So when a poison event's handler kills the process, the events it
-// takes down with it are charged a recovery once at most (the claim
-// marked them, or they ran beside it): from then on they are suspects
-// themselves, and no suspect runs beside another. Without this, events
-// claimed with a poison event were recovered with it, claimed with it
-// again and dead-lettered with it after MaxRecoveries deaths. It
-// returns false, without the turn, if the item is let go first.
-func (d *Dispatcher) awaitSuspects(it *item) bool {
-	select {
-	case d.suspects <- struct{}{}:
-		return true
-	case <-d.held.letGo(it):
-		return false
-	case <-it.batch.ctx.Done():
-		return false
-	}
-}
-
 // runHandler starts the handler of an item that holds a slot, once its
 // start is marked. It returns publish when the handler succeeded and the
 // event has a destination (it is published with its batch), else record
@@ -235,12 +220,6 @@ func (d *Dispatcher) awaitSuspects(it *item) bool {
 // (by the claim) or by the marker after markStarted queued the item, never
 // while this reads it.
 func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish, record bool) {
-	if it.suspect {
-		if !d.awaitSuspects(it) {
-			return result{}, false, false
-		}
-		defer func() { <-d.suspects }()
-	}
 	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
 		return result{}, false, false
 	}
