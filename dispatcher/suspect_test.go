@@ -133,7 +133,7 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	require.NoError(t, d.Handle("other", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
 	t.Cleanup(func() { close(release) }) // before the dispatcher's Stop
-	<-started // the stuck suspect has the turn
+	<-started                            // the stuck suspect has the turn
 	waiting := suspect("t", 3)
 	others := insertEvents(t, db, "other", 2)
 
