@@ -63,7 +63,7 @@ func checkSize(i int, msg *nats.Msg, limit int64) error {
 	if limit <= 0 || size <= limit {
 		return nil
 	}
-	return fmt.Errorf("natspub: the message is too large for the server: %w", &outbox.ValidationError{
+	return fmt.Errorf("natspub: publish to %q: too large for the server: %w", msg.Subject, &outbox.ValidationError{
 		Index: i, Field: "Payload", Err: nats.ErrMaxPayload,
 		Reason: fmt.Sprintf("is %d bytes, %d with the message's headers, more than the server's max_payload of %d bytes",
 			len(msg.Data), size, limit),
