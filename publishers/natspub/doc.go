@@ -159,8 +159,8 @@
 // data of a message together. The headers of an event from this
 // Publisher take a few hundred bytes (the ce- attributes, Nats-Msg-Id)
 // plus the event's own headers; with the emitter's default limits they
-// stay well below 64 KiB, and the emitter's default payload limit
-// (emitter.DefaultMaxPayloadBytes, 960 KiB) leaves that room, so an
+// take at most about 32 KiB, and the emitter's default payload limit
+// (emitter.DefaultMaxPayloadBytes, 900 KiB) leaves that room, so an
 // event Emit accepts with its defaults fits a server with the default
 // max_payload. A larger message is refused up front, permanently, as
 // described under Errors: raise max_payload on the server, or lower
