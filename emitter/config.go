@@ -10,9 +10,16 @@ import (
 
 // Defaults of the Config limits.
 const (
-	// DefaultMaxPayloadBytes is the default payload limit: 1 MiB, the usual
-	// default message limit of Kafka and NATS.
-	DefaultMaxPayloadBytes = 1 << 20
+	// DefaultMaxPayloadBytes is the default payload limit: 900 KiB
+	// (921,600 bytes). The default message limits of the brokers count
+	// more than the payload: NATS's max_payload (1 MiB) counts the
+	// headers too, and franz-go's batch limit (1,000,012 bytes, below
+	// Kafka's max.message.bytes) the record's key and headers. 900 KiB
+	// leaves room for them: with the default header limits below, an
+	// event Emit accepts fits both brokers' defaults as natspub and
+	// kafkapub send it (its headers take at most about 32 KiB there). A
+	// larger limit needs the brokers' limits raised to match.
+	DefaultMaxPayloadBytes = 900 << 10
 	// DefaultMaxHeaders is the default limit on the number of headers of
 	// one event.
 	DefaultMaxHeaders = 64
@@ -69,7 +76,9 @@ type Config struct {
 	// throttle (NotifyInterval must then be zero). Defaults to false.
 	NotifyEveryEmit bool
 	// MaxPayloadBytes bounds the size of one event's payload. Defaults to
-	// 1 MiB ([DefaultMaxPayloadBytes]); must be 1 to 64 MiB.
+	// 900 KiB ([DefaultMaxPayloadBytes], which leaves room for headers
+	// within the brokers' default 1 MiB message limits); must be 1 to
+	// 64 MiB.
 	MaxPayloadBytes int
 	// MaxHeaders bounds the number of headers of one event. Defaults to 64
 	// ([DefaultMaxHeaders]); must be 1 to 1024. Set NoHeaders instead to

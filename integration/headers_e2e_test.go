@@ -139,14 +139,7 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 		Logger:       quietLogger(),
 	})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-		defer stop()
-		require.NoError(t, d.Stop(stopCtx))
-		require.NoError(t, <-done)
-	})
+	runDispatcher(t, ctx, d)
 
 	waitFor(t, ctx, "every emitted event at the consumer", func() (bool, string) {
 		for _, e := range emitted {
@@ -173,6 +166,20 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 		return status == "SENT" || status == "FAILED", raw.status
 	})
 	return raw
+}
+
+// runDispatcher runs d until the test ends, then stops it and checks
+// that it stopped cleanly.
+func runDispatcher(t *testing.T, ctx context.Context, d *dispatcher.Dispatcher) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		require.NoError(t, d.Stop(stopCtx))
+		require.NoError(t, <-done)
+	})
 }
 
 // received collects the events a consumer decoded, by ID.

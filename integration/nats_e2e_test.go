@@ -133,6 +133,14 @@ func natsServer(t *testing.T) string {
 	if !embedded && probeNATS(localNATS) == nil {
 		return localNATS
 	}
+	return embeddedNATS(t)
+}
+
+// embeddedNATS starts a server with JetStream and every other default
+// (max_payload 1 MiB among them) in process for this test, and returns
+// its URL.
+func embeddedNATS(t *testing.T) string {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,

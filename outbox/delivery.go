@@ -32,7 +32,10 @@ type Message struct {
 // Publish must return a slice of exactly len(msgs) errors, in the order of
 // msgs: nil where the broker acknowledged the message durably, the cause
 // where it did not. Wrap a cause with [Permanent] when retrying cannot help
-// (no such topic, message too large, not authorised). When ctx ends,
+// (message too large, not authorised). An outage is never permanent: a
+// destination that does not exist yet (no such topic or stream), an
+// unreachable broker, a lost connection, a timeout; each such failure
+// costs the event one attempt, like any retryable error. When ctx ends,
 // Publish returns promptly and reports every message it could not confirm
 // with a retryable error (for example ctx.Err()). Errors must not contain
 // payload bytes.

@@ -55,7 +55,7 @@ type Event struct {
 	// Payload is valid JSON without \u0000.
 	ContentType string
 	// Payload is the message body, stored as bytea and never logged. The
-	// emitter bounds its size (1 MiB by default).
+	// emitter bounds its size (900 KiB by default).
 	Payload []byte
 	// Delay postpones the first delivery: the event becomes due at the
 	// database's now() plus Delay. Must not be negative.

@@ -55,8 +55,10 @@ type Harness struct {
 	// NewDestination returns a fresh destination that accepts messages,
 	// unique to the calling test.
 	NewDestination func(t *testing.T) string
-	// MissingDestination returns a destination the broker refuses
-	// permanently (no such topic or stream).
+	// MissingDestination returns a destination that does not exist (no
+	// such topic, no stream captures the subject). A publish to it must
+	// fail with a retryable error: a destination created after its first
+	// events were emitted is an outage, not a reason to dead-letter them.
 	MissingDestination func(t *testing.T) string
 	// Receive waits until n messages have arrived at dest and returns what
 	// arrived, in arrival order (more than n if more arrived). When fewer
@@ -227,8 +229,8 @@ func testPerEvent(t *testing.T, h Harness) {
 		if err == nil {
 			t.Fatalf("message %d to a missing destination reported success", i)
 		}
-		if !outbox.IsPermanent(err) {
-			t.Fatalf("message %d: a missing destination must be a permanent error, got %v", i, err)
+		if outbox.IsPermanent(err) {
+			t.Fatalf("message %d: a missing destination is an outage and must be retryable, got permanent %v", i, err)
 		}
 		checkClean(t, err)
 	}

@@ -36,9 +36,11 @@ type Config struct {
 
 	// UnknownTopicRetries is how many times franz-go looks a topic up
 	// again after the cluster answered UNKNOWN_TOPIC_OR_PARTITION before
-	// it fails the records, which Publish then reports as permanent.
-	// From 1 to 100; 0 selects the default. Defaults to 1, so a missing
-	// topic fails after two metadata lookups instead of franz-go's five.
+	// it fails the records, which Publish then reports as a retryable
+	// error (the dispatcher tries the event again on its backoff). From 1
+	// to 100; 0 selects the default. Defaults to 1, so a Publish to a
+	// missing topic returns after two metadata lookups instead of
+	// franz-go's five, rather than hold the dispatcher's worker.
 	// Set UnlimitedUnknownTopicRetries instead to retry until the Publish
 	// context ends.
 	//
@@ -47,9 +49,10 @@ type Config struct {
 	// [New] uses the caller's client exactly as it was built.
 	UnknownTopicRetries int
 	// UnlimitedUnknownTopicRetries makes franz-go look a missing topic up
-	// again until the Publish context ends, for topics that are created
-	// after their first events are published (UnknownTopicRetries must
-	// then be zero). Like UnknownTopicRetries, it applies only to the
+	// again until the Publish context ends, so that one attempt waits for
+	// a topic created after its first events are published instead of
+	// failing it and leaving the next try to the dispatcher's backoff
+	// (UnknownTopicRetries must then be zero). Like UnknownTopicRetries, it applies only to the
 	// client NewFromOpts builds. Defaults to false.
 	UnlimitedUnknownTopicRetries bool
 }

@@ -75,27 +75,39 @@
 //
 // These are permanent (outbox.Permanent), so the event goes to FAILED at
 // once: an invalid topic name or a reserved event header name (both
-// checked before sending), an unknown topic or partition, a record that
-// the broker or client refuses as too large or invalid when it is produced
-// alone, and topic or cluster authorization failures. Note that a
-// cluster-wide authorization failure (for example a missing
-// IDEMPOTENT_WRITE permission) fails every event. Everything else is
-// retryable, including a Publish whose context ended first. franz-go
-// itself retries retryable broker errors (not enough replicas, leader
-// moved, …) after refreshing metadata, at most every kgo.MetadataMinAge,
-// until the Publish context ends.
+// checked before sending), a record that the broker or client refuses as
+// too large or invalid when it is produced alone, and topic or cluster
+// authorization failures. Note that a cluster-wide authorization failure
+// (for example a missing IDEMPOTENT_WRITE permission) fails every event.
+// Everything else is retryable, including a Publish whose context ended
+// first. franz-go itself retries retryable broker errors (not enough
+// replicas, leader moved, …) after refreshing metadata, at most every
+// kgo.MetadataMinAge, until the Publish context ends.
+//
+// # Outages
+//
+// An outage is never permanent: an unknown topic or topic ID (the topic
+// is not created yet, for example events emitted before the deploy that
+// creates it), brokers that cannot be reached, request and record
+// timeouts. Such events are retried and delivered once the topic exists
+// or the cluster answers. An outage costs what any retryable failure
+// costs: one attempt of the event per Publish call, recorded as
+// publish_error (timeout when the dispatcher's PublishTimeout passed),
+// and the dispatcher's backoff before the next. With the dispatcher's
+// defaults (MaxAttempts 10, 1s doubling, ±10%), the last attempt comes
+// about 8.5 minutes after the first, so a longer outage makes the event
+// FAILED; raise MaxAttempts or Backoff.Max to ride out longer ones, or
+// replay after (docs/brokers.md has a table).
 //
 // franz-go fails the records of a topic the cluster keeps calling unknown
 // after kgo.UnknownTopicRetries further metadata lookups (4 by default),
 // each at most every kgo.MetadataMinAge (5s by default), so a missing
 // topic could hold a Publish for up to 20s. A client from [NewFromOpts]
 // gives up after Config.UnknownTopicRetries further lookups (1 by default)
-// at most 1s apart: against kfake a missing topic fails in about 250ms, at
-// worst about 1s. A topic created moments before its first event may need
-// a higher value on a cluster that is slow to propagate metadata.
-// Automatic topic creation is off unless the caller enables it with
-// kgo.AllowAutoTopicCreation, in which case a missing topic is created
-// instead. Error texts name the topic and the Kafka error, never payload
+// at most 1s apart: against kfake a missing topic fails, retryably, in
+// about 250ms, at worst about 1s. Automatic topic creation is off unless
+// the caller enables it with kgo.AllowAutoTopicCreation, in which case a
+// missing topic is created instead. Error texts name the topic and the Kafka error, never payload
 // bytes or header values.
 //
 // # Rejected batches

@@ -14,11 +14,11 @@ import (
 const maxTopicLen = 249
 
 // permanentCauses are the Kafka errors that retrying the same record to the
-// same topic cannot fix. Everything else is retryable. The batchCauses among
-// them are permanent only for a record that met them alone.
+// same topic cannot fix. Everything else is retryable, outages above all:
+// an unknown topic or topic ID (the topic is not created yet), a broker
+// that cannot be reached, a timeout. The batchCauses among them are
+// permanent only for a record that met them alone.
 var permanentCauses = append([]error{
-	kerr.UnknownTopicOrPartition,
-	kerr.UnknownTopicID,
 	kerr.InvalidTopicException,
 	kerr.TopicAuthorizationFailed,
 	kerr.ClusterAuthorizationFailed,

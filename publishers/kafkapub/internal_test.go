@@ -159,7 +159,7 @@ func TestClassify(t *testing.T) {
 	t.Parallel()
 
 	permanent := []error{
-		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.MessageTooLarge, kerr.RecordListTooLarge,
+		kerr.MessageTooLarge, kerr.RecordListTooLarge,
 		kerr.InvalidRecord, kerr.InvalidTopicException, kerr.TopicAuthorizationFailed,
 		kerr.ClusterAuthorizationFailed,
 		fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), // as franz-go wraps it
@@ -167,6 +167,7 @@ func TestClassify(t *testing.T) {
 	retryable := []error{
 		kerr.NotLeaderForPartition, kerr.NotEnoughReplicas, kerr.RequestTimedOut, kerr.UnknownServerError,
 		kerr.SaslAuthenticationFailed, kgo.ErrRecordTimeout, kgo.ErrClientClosed, context.Canceled,
+		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, // a topic created late is an outage
 		errors.New("dial tcp: connection refused"),
 	}
 	for _, cause := range permanent {

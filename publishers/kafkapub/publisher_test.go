@@ -183,14 +183,21 @@ func TestPublishErrors(t *testing.T) {
 		require.ErrorIs(t, errs[0], kerr.InvalidTopicException)
 	})
 
-	t.Run("MissingTopicFailsFast", func(t *testing.T) {
+	t.Run("MissingTopicIsRetryable", func(t *testing.T) {
 		t.Parallel()
-		_, p, _ := setup(t)
+		// Records for a topic not created yet fail fast and retryably, and
+		// are stored once it exists.
+		b, p, _ := setup(t)
+		topic := uniqueName("late")
+		msgs := toTopic(topic, secretEvent(1), secretEvent(2))
 		start := time.Now()
-		errs := p.Publish(timeout(t), toTopic(uniqueName("missing"), secretEvent(1)))
+		errs := p.Publish(timeout(t), msgs)
 		require.Less(t, time.Since(start), 5*time.Second)
-		requireErrs(t, errs, true)
+		requireErrs(t, errs, false)
 		require.ErrorIs(t, errs[0], kerr.UnknownTopicOrPartition)
+		b.createTopic(t, topic)
+		require.Equal(t, []error{nil, nil}, p.Publish(timeout(t), msgs))
+		require.Len(t, b.consume(timeout(t), t, topic, 2), 2)
 	})
 
 	t.Run("RecordTooLargeIsPermanent", func(t *testing.T) {

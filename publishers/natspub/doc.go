@@ -100,14 +100,14 @@
 // payload bytes or header values. These are permanent (wrapped with
 // outbox.Permanent, so the dispatcher records FAILED):
 //
-//   - no stream captures the subject (jetstream.ErrNoStreamResponse). When
-//     the server answers "no responders" but a stream lookup
-//     (StreamNameBySubject, once per subject and call) finds a stream for
-//     the subject, the stream is between leaders and the error is
-//     retryable instead; when the lookup itself fails (for example the
-//     credentials may not call the JetStream API), it stays permanent;
-//   - the message is larger than the server's max payload
-//     (nats.ErrMaxPayload) or the stream's max message size
+//   - the message, headers included, is larger than the server's
+//     max_payload (nats.Conn.MaxPayload; 1 MiB unless the server sets
+//     max_payload). It is refused before it is sent, with an
+//     *outbox.ValidationError (errors.Is outbox.ErrInvalidEvent, recorded
+//     as outbox.CodeInvalidEvent, and nats.ErrMaxPayload) whose text gives
+//     the payload size, the size with headers and the server's limit (see
+//     Message size below);
+//   - the message is larger than the stream's max message size
 //     (jetstream.ErrStreamMessageExceedsMaximum);
 //   - the connection may not publish on the subject
 //     (nats.ErrPermissionViolation). The server answers such a publish
@@ -118,6 +118,51 @@
 //     rule (a reserved user header among them; see Headers above), or a
 //     header the client still refuses to encode (nats.ErrBadHeaderMsg).
 //
-// Everything else — ack timeouts, disconnects, a full in-flight table,
-// storage errors, the end of ctx — is retryable.
+// Everything else is retryable, outages above all (see below): no stream
+// answering for the subject, ack timeouts, disconnects, a closed
+// connection, a full in-flight table, storage errors, the end of ctx.
+//
+// # Outages
+//
+// An outage is never permanent, so it never dead-letters an event at
+// once. These are outages:
+//
+//   - no stream captures the subject (the server answers "no
+//     responders": jetstream.ErrNoStreamResponse): the stream is not
+//     created yet (events emitted before a deploy creates it), it has no
+//     leader for the moment, or JetStream is not ready after a restart.
+//     The error says so; the events are stored once a stream answers;
+//   - the connection is lost or closed, or the server does not answer:
+//     nats.ErrDisconnected, nats.ErrConnectionClosed, [ErrAckTimeout].
+//     nats.go buffers what is published while it reconnects and may send
+//     it after Publish gave up on it; deduplication absorbs the
+//     re-publish within the stream's duplicate window.
+//
+// What an outage costs is what any retryable failure costs, no more: the
+// dispatcher records one failed attempt (code publish_error, or timeout
+// when its PublishTimeout passed) for each event of each Publish call,
+// and retries the event after the backoff of that attempt
+// (dispatcher.Config.Backoff). The Publisher itself does not retry, so
+// one call never spends more than one attempt of an event. With the
+// dispatcher's defaults (MaxAttempts 10, backoff 1s doubling, ±10%
+// jitter), an event's tenth and last attempt comes about 8.5 minutes
+// (511s ± 10%) after its first: an outage longer than that makes the
+// event FAILED with publish_error once its budget is spent. Raise
+// MaxAttempts or Backoff.Max to ride out longer outages, and replay the
+// events after one (outboxctl replay -code publish_error). An attempt
+// against a dead connection takes up to Config.AckTimeout; one for a
+// subject no stream captures returns at once.
+//
+// # Message size
+//
+// The server's max_payload (1 MiB by default) bounds the headers and the
+// data of a message together. The headers of an event from this
+// Publisher take a few hundred bytes (the ce- attributes, Nats-Msg-Id)
+// plus the event's own headers; with the emitter's default limits they
+// take at most about 32 KiB, and the emitter's default payload limit
+// (emitter.DefaultMaxPayloadBytes, 900 KiB) leaves that room, so an
+// event Emit accepts with its defaults fits a server with the default
+// max_payload. A larger message is refused up front, permanently, as
+// described under Errors: raise max_payload on the server, or lower
+// emitter.Config.MaxPayloadBytes to match it.
 package natspub

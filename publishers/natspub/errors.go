@@ -1,7 +1,6 @@
 package natspub
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,15 +18,16 @@ import (
 var ErrAckTimeout = errors.New("natspub: no PubAck within the ack timeout")
 
 // permanentCause reports whether retrying cannot help a message that
-// failed with err: no stream answers for its subject, it is larger than
-// the server's max payload or the stream's max message size, the
-// connection may not publish on its subject, or the subject or a header
-// is malformed (the client refuses to encode it).
+// failed with err: it is larger than the server's max payload or the
+// stream's max message size, the connection may not publish on its
+// subject, or the subject or a header is malformed (the client refuses to
+// encode it). An outage is never permanent: no stream answering for the
+// subject (jetstream.ErrNoStreamResponse, nats.ErrNoResponders: the
+// stream is not created yet, or has no leader for the moment), a timeout,
+// a lost or closed connection.
 func permanentCause(err error) bool {
 	switch {
-	case errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrMaxPayload),
+	case errors.Is(err, nats.ErrMaxPayload),
 		errors.Is(err, nats.ErrPermissionViolation),
 		errors.Is(err, nats.ErrBadSubject),
 		errors.Is(err, nats.ErrBadHeaderMsg):
@@ -41,6 +41,10 @@ func permanentCause(err error) bool {
 // when permanentCause says so. Its text holds the subject and the cause,
 // never payload bytes or header values.
 func publishError(subject string, cause error) error {
+	if errors.Is(cause, jetstream.ErrNoStreamResponse) || errors.Is(cause, nats.ErrNoResponders) {
+		return fmt.Errorf("natspub: publish to %q: %w (no stream captures the subject yet, or its stream has no leader; retryable)",
+			subject, cause)
+	}
 	err := fmt.Errorf("natspub: publish to %q: %w", subject, cause)
 	if permanentCause(cause) {
 		return outbox.Permanent(err)
@@ -48,22 +52,23 @@ func publishError(subject string, cause error) error {
 	return err
 }
 
-// streamLookup says whether some stream of the account captures subject. A
-// failed lookup answers false.
-type streamLookup func(ctx context.Context, subject string) bool
-
-// lookupStream is the streamLookup of js.
-func lookupStream(js jetstream.JetStream) streamLookup {
-	return func(ctx context.Context, subject string) bool {
-		_, err := js.StreamNameBySubject(ctx, subject)
-		return err == nil
+// checkSize returns nil when msg, message i of its call, fits within
+// limit, the server's max_payload, which counts the encoded headers as
+// well as the data; and otherwise an *outbox.ValidationError that names
+// both sizes and the limit, wrapping nats.ErrMaxPayload. A limit of 0 (no
+// server information yet) checks nothing: the client checks again once
+// connected.
+func checkSize(i int, msg *nats.Msg, limit int64) error {
+	size := int64(msg.Size() - len(msg.Subject) - len(msg.Reply))
+	if limit <= 0 || size <= limit {
+		return nil
 	}
+	return fmt.Errorf("natspub: publish to %q: too large for the server: %w", msg.Subject, &outbox.ValidationError{
+		Index: i, Field: "Payload", Err: nats.ErrMaxPayload,
+		Reason: fmt.Sprintf("is %d bytes, %d with the message's headers, more than the server's max_payload of %d bytes",
+			len(msg.Data), size, limit),
+	})
 }
-
-// errStreamLeaderless replaces jetstream.ErrNoStreamResponse, which is
-// permanent, when a stream does capture the subject: it exists but has no
-// leader for the moment, which is worth a retry.
-var errStreamLeaderless = errors.New("natspub: the stream for this subject exists but did not answer (no leader?)")
 
 // deniedPublish reports whether the connection's last error is the
 // server refusing a publish on subject. The server answers such a publish

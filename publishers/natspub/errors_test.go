@@ -3,6 +3,7 @@ package natspub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -81,40 +82,57 @@ func TestClassification(t *testing.T) {
 		require.ErrorContains(t, errs[0], `"x/y"`)
 		require.NoError(t, errs[3])
 	})
-	t.Run("LeaderlessStreamIsRetryable", func(t *testing.T) {
+	t.Run("MaxPayloadBoundary", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, jetstream.StreamConfig{})
 		p := publisher(t, b, natspub.Config{})
-		// "No responders", but a stream does capture the subject.
-		natspub.SetStreamLookup(p, func(context.Context, string) bool { return true })
-		for _, err := range p.Publish(context.Background(), messages("missing.x", 2)) {
-			require.Error(t, err)
-			require.False(t, outbox.IsPermanent(err), "%v", err)
-			requireClean(t, err)
+		limit := b.js.Conn().MaxPayload()
+		msgs := messages("ok.edge", 2)
+		// Headers plus data exactly at the server's max_payload, then one
+		// byte more.
+		for i, extra := range []int{0, 1} {
+			msgs[i].Event.Payload = []byte(strings.Repeat("S", int(limit)-headerBytes(t, p, msgs[i])+extra))
 		}
+		errs := p.Publish(context.Background(), msgs)
+		require.NoError(t, errs[0])
+		requireTooLarge(t, errs[1], limit)
+		require.Len(t, fetchAll(context.Background(), t, b.js, b.ts, p.Subject("ok.edge"), 2, quiet), 1)
 	})
 	t.Run("MaxPayloadIsPermanent", func(t *testing.T) {
 		t.Parallel()
+		// 1 MiB - 200 B of payload passes Emit's old default limit, but not
+		// the server's default max_payload once the headers are added. It
+		// is refused before it is sent, with a code that says so.
 		b := setup(t, jetstream.StreamConfig{})
 		p := publisher(t, b, natspub.Config{})
+		limit := b.js.Conn().MaxPayload()
 		msgs := messages("ok.big", 2)
-		msgs[0].Event.Payload = []byte(strings.Repeat("SECRET", int(b.js.Conn().MaxPayload())/6+1))
+		msgs[0].Event.Payload = []byte(strings.Repeat("SECRET", int(limit-200)/6))
 		errs := p.Publish(context.Background(), msgs)
-		require.ErrorIs(t, errs[0], nats.ErrMaxPayload)
-		require.True(t, outbox.IsPermanent(errs[0]))
-		requireClean(t, errs[0])
+		requireTooLarge(t, errs[0], limit)
 		require.NoError(t, errs[1])
+		require.Len(t, fetchAll(context.Background(), t, b.js, b.ts, p.Subject("ok.big"), 2, quiet), 1)
 	})
-	t.Run("MissingStreamIsPermanent", func(t *testing.T) {
+	t.Run("MissingStreamIsRetryable", func(t *testing.T) {
 		t.Parallel()
+		// Events published before their stream exists fail, retryably, and
+		// are stored once it has been created.
 		b := setup(t, jetstream.StreamConfig{})
 		p := publisher(t, b, natspub.Config{})
-		errs := p.Publish(context.Background(), messages("missing.x", 2))
-		for _, err := range errs {
+		msgs := messages("late.x", 2)
+		for _, err := range p.Publish(context.Background(), msgs) {
 			require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
-			require.True(t, outbox.IsPermanent(err))
+			require.False(t, outbox.IsPermanent(err), "%v", err)
+			require.ErrorContains(t, err, "no stream captures the subject yet")
 			requireClean(t, err)
 		}
+		late := createStream(t, b.js, b.ts.Name+"_late", p.Subject("late.>"))
+		for _, err := range p.Publish(context.Background(), msgs) {
+			require.NoError(t, err)
+		}
+		info, err := late.Info(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), info.State.Msgs)
 	})
 	t.Run("StalledClientIsRetryable", func(t *testing.T) {
 		t.Parallel()
@@ -244,6 +262,38 @@ func silence(t *testing.T, nc *nats.Conn, subject string) {
 	_, err := nc.Subscribe(subject, func(*nats.Msg) {})
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
+}
+
+// headerBytes is the size of m's encoded headers, as the server counts
+// them against its max_payload.
+func headerBytes(t *testing.T, p *natspub.Publisher, m outbox.Message) int {
+	t.Helper()
+	m.Event.Payload = nil
+	msg, err := natspub.BuildMsg(0, p.Subject(m.Destination), m.Event.ID.String(), outbox.DefaultSource, m.Event, 0)
+	require.NoError(t, err)
+	return msg.Size() - len(msg.Subject)
+}
+
+// requireTooLarge checks that err refuses a message over the server's
+// max_payload, limit, before sending it: permanent, invalid_event, naming
+// the limit.
+func requireTooLarge(t *testing.T, err error, limit int64) {
+	t.Helper()
+	require.True(t, outbox.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
+	require.ErrorIs(t, err, nats.ErrMaxPayload)
+	require.ErrorContains(t, err, fmt.Sprintf("the server's max_payload of %d bytes", limit))
+	requireClean(t, err)
+}
+
+// createStream creates a stream that captures subject and deletes it at
+// cleanup.
+func createStream(t *testing.T, js jetstream.JetStream, name, subject string) jetstream.Stream {
+	t.Helper()
+	s, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	return s
 }
 
 func messages(dest string, n int) []outbox.Message {

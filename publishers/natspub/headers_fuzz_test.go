@@ -61,7 +61,7 @@ func FuzzHeaders(f *testing.F) {
 		k1, v1, k2, v2 string, attempt int, createdAt int64,
 	) {
 		e := outboxtest.FuzzEvent(id, typ, aggType, aggID, pkey, idem, ct, payload, k1, v1, k2, v2, attempt, createdAt)
-		msg, err := natspub.BuildMsg(0, w.subject, e.ID.String(), outbox.DefaultSource, e)
+		msg, err := natspub.BuildMsg(0, w.subject, e.ID.String(), outbox.DefaultSource, e, 0)
 		if e.ID == uuid.Nil {
 			require.Error(t, err) // the stream deduplicates on the ID
 			return
@@ -136,7 +136,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		require.NotEqual(t, uuid.Nil, e.ID)
 		require.NotEmpty(t, e.Type)
-		msg, err := natspub.BuildMsg(0, w.subject, e.ID.String(), outbox.DefaultSource, e)
+		msg, err := natspub.BuildMsg(0, w.subject, e.ID.String(), outbox.DefaultSource, e, 0)
 		if err != nil {
 			var verr *outbox.ValidationError
 			require.True(t, errors.As(err, &verr), "%T %v", err, err)

@@ -116,11 +116,15 @@ func probe(url string) error {
 	})
 }
 
-// startServer starts an in-process server with JetStream on a random
-// port; opts.StoreDir must be set.
+// startServer starts an in-process server on opts.Port, or on a random
+// port when it is 0, with JetStream storing in opts.StoreDir, or without
+// JetStream when StoreDir is empty.
 func startServer(opts *server.Options) (*server.Server, error) {
-	opts.Host, opts.Port = "127.0.0.1", -1
-	opts.JetStream, opts.NoLog, opts.NoSigs = true, true, true
+	opts.Host = "127.0.0.1"
+	if opts.Port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	opts.JetStream, opts.NoLog, opts.NoSigs = opts.StoreDir != "", true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, err

@@ -16,9 +16,8 @@ import (
 // Publisher publishes outbox messages to NATS JetStream. It implements
 // [outbox.Publisher] and is safe for concurrent use.
 type Publisher struct {
-	js     jetstream.JetStream
-	cfg    Config
-	lookup streamLookup
+	js  jetstream.JetStream
+	cfg Config
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -36,7 +35,7 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, cfg: cfg, lookup: lookupStream(js)}, nil
+	return &Publisher{js: js, cfg: cfg}, nil
 }
 
 // Subject returns the NATS subject a message for dest is published on:
@@ -57,7 +56,7 @@ func (p *Publisher) Subject(dest string) string { return p.cfg.SubjectPrefix + d
 // [ErrAckTimeout]. Within one call, the messages the stream stores are
 // stored in the order of msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	b := &batch{p: p, ctx: ctx, msgs: msgs, errs: make([]error, len(msgs))}
+	b := &batch{p: p, ctx: ctx, msgs: msgs, errs: make([]error, len(msgs)), maxPayload: maxPayload(p.js)}
 	b.run()
 	return b.errs
 }
@@ -78,7 +77,18 @@ type batch struct {
 	errs    []error
 	pending []inflight // in send order
 	timer   *time.Timer
-	streams map[string]bool // subject → captured by a stream, looked up once
+	// maxPayload is the server's limit on headers plus data, read once
+	// per call; 0 when unknown.
+	maxPayload int64
+}
+
+// maxPayload returns the max_payload the server of js announced, or 0
+// when js has no connection or the connection has not been established.
+func maxPayload(js jetstream.JetStream) int64 {
+	if nc := js.Conn(); nc != nil {
+		return nc.MaxPayload()
+	}
+	return 0
 }
 
 // run sends every message through the window, then collects the
@@ -115,7 +125,7 @@ func (b *batch) send(i int) {
 	m := b.msgs[i]
 	subject := b.p.Subject(m.Destination)
 	id := m.Event.ID.String()
-	msg, err := buildMsg(i, subject, id, b.p.cfg.Source, m.Event)
+	msg, err := buildMsg(i, subject, id, b.p.cfg.Source, m.Event, b.maxPayload)
 	if err != nil {
 		b.errs[i] = outbox.Permanent(err)
 		return
@@ -159,10 +169,12 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-// buildMsg returns the NATS message for e, message i of its call (whose ID in text is id), from
-// source on subject, or a permanent cause: a malformed subject, a zero event ID (it
-// is the dedupe key), a field NATS would not carry unchanged.
-func buildMsg(i int, subject, id, source string, e outbox.Event) (*nats.Msg, error) {
+// buildMsg returns the NATS message for e, message i of its call (whose
+// ID in text is id), from source on subject, with every header it will
+// travel with (Nats-Msg-Id included); or a permanent cause: a malformed
+// subject, a zero event ID (it is the dedupe key), a field NATS would not
+// carry unchanged, a message larger than maxPayload (0: unknown).
+func buildMsg(i int, subject, id, source string, e outbox.Event, maxPayload int64) (*nats.Msg, error) {
 	if reason := checkSubject(subject); reason != "" {
 		return nil, fmt.Errorf("natspub: subject %q %s", subject, reason)
 	}
@@ -172,7 +184,14 @@ func buildMsg(i int, subject, id, source string, e outbox.Event) (*nats.Msg, err
 	if err := carriable(i, e); err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: subject, Header: encodeHeaders(e, id, source), Data: e.Payload}, nil
+	msg := &nats.Msg{Subject: subject, Header: encodeHeaders(e, id, source), Data: e.Payload}
+	// Set here rather than by jetstream.WithMsgID alone, so that the size
+	// check counts it.
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	if err := checkSize(i, msg, maxPayload); err != nil {
+		return nil, err
+	}
+	return msg, nil
 }
 
 // awaitOldest waits for the outcome of the oldest message in flight and
@@ -185,7 +204,7 @@ func (b *batch) awaitOldest() bool {
 	case <-f.paf.Ok():
 		// A PubAck, Duplicate or not: the stream holds the event.
 	case err := <-f.paf.Err():
-		b.errs[f.idx] = publishError(f.subject, b.refine(f.subject, err))
+		b.errs[f.idx] = publishError(f.subject, err)
 	case <-b.timer.C:
 		b.errs[f.idx] = publishError(f.subject, b.timeoutCause(f.subject))
 	case <-b.ctx.Done():
@@ -193,30 +212,6 @@ func (b *batch) awaitOldest() bool {
 	}
 	b.pending = b.pending[1:]
 	return true
-}
-
-// refine turns a "no stream" cause into a retryable one when a stream does
-// capture subject (it has no leader for the moment). The answer is looked
-// up once per subject and call, within AckTimeout; a failed lookup leaves
-// the cause, which is permanent.
-func (b *batch) refine(subject string, cause error) error {
-	if !errors.Is(cause, jetstream.ErrNoStreamResponse) {
-		return cause
-	}
-	found, ok := b.streams[subject]
-	if !ok {
-		ctx, cancel := context.WithTimeout(b.ctx, b.p.cfg.AckTimeout)
-		found = b.p.lookup(ctx, subject)
-		cancel()
-		if b.streams == nil {
-			b.streams = make(map[string]bool)
-		}
-		b.streams[subject] = found
-	}
-	if found {
-		return errStreamLeaderless
-	}
-	return cause
 }
 
 // timeoutCause tells a publish the server refused (permanent) from an ack

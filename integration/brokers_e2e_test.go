@@ -1,0 +1,228 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// brokerDest is the destination every event of these tests is routed to.
+const brokerDest = "late"
+
+// TestLateDestinationEndToEnd: events emitted before their NATS stream or
+// Kafka topic exists are retried, not dead-lettered, and are delivered
+// once it is created.
+func TestLateDestinationEndToEnd(t *testing.T) {
+	t.Parallel()
+	t.Run("NATS", func(t *testing.T) {
+		t.Parallel()
+		url := natsServer(t)
+		prefix := e2ePrefix(".")
+		pub, closePub, err := newNATSPublisher(url, prefix)
+		require.NoError(t, err)
+		t.Cleanup(closePub)
+		runLateDestination(t, pub, func(ctx context.Context, got *received) {
+			_, stream := createNATSStream(t, ctx, url, "PGOUTBOX_LATE_"+prefix[4:16], prefix+">")
+			consumeStream(t, stream, got.add)
+		})
+	})
+	t.Run("Kafka", func(t *testing.T) {
+		t.Parallel()
+		seeds := kafkaSeeds(t)
+		prefix := e2ePrefix("-")
+		pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
+		require.NoError(t, err)
+		t.Cleanup(closePub)
+		runLateDestination(t, pub, func(ctx context.Context, got *received) {
+			createKafkaTopic(t, ctx, seeds, prefix+brokerDest)
+			consumeKafka(t, seeds, prefix+brokerDest, got.add)
+		})
+	})
+}
+
+// runLateDestination emits events for brokerDest, dispatches them through
+// pub until every one has failed at least twice, checks that none is
+// FAILED, then calls create (which creates the destination and consumes it
+// into got) and waits until every event is SENT and received.
+func runLateDestination(t *testing.T, pub outbox.Publisher, create func(context.Context, *received)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := pgtest.NewMigrated(t)
+	ids := emitEvents(t, ctx, db, 3, nil)
+	// A short backoff and a budget far larger than the test needs: an
+	// outage must cost attempts, not dead-letter the event.
+	d, err := dispatcher.New(db.Pool, dispatcher.Config{
+		Table: db.Table(), Publisher: pub, RouteFunc: func(outbox.Event) string { return brokerDest },
+		PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
+		Backoff: outbox.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger:  quietLogger(),
+	})
+	require.NoError(t, err)
+	runDispatcher(t, ctx, d)
+
+	waitFor(t, ctx, "every event to fail twice, or end", func() (bool, string) {
+		n := countRows(t, ctx, db, "attempts >= 2 OR status = 'FAILED'")
+		return n == len(ids), fmt.Sprintf("%d of %d", n, len(ids))
+	})
+	require.Zero(t, countRows(t, ctx, db, "status = 'FAILED'"), "a missing destination dead-lettered events")
+	require.Equal(t, len(ids), countRows(t, ctx, db, "last_error_code = 'publish_error'"))
+
+	got := newReceived()
+	create(ctx, got)
+	waitFor(t, ctx, "every event to be SENT and received", func() (bool, string) {
+		for _, id := range ids {
+			if !got.has(id) {
+				return false, "not received: " + id.String()
+			}
+		}
+		n := countRows(t, ctx, db, "status = 'SENT'")
+		return n == len(ids), fmt.Sprintf("%d of %d SENT", n, len(ids))
+	})
+}
+
+// TestDefaultLimitsFitBrokers: an event at every default limit of the
+// emitter (a payload of emitter.DefaultMaxPayloadBytes, 64 headers of
+// 16 KiB in all, every text field at its limit in two-byte characters)
+// is accepted by Emit and delivered by natspub to a server with the
+// default max_payload and by kafkapub to a cluster through a client with
+// franz-go's default batch limit.
+func TestDefaultLimitsFitBrokers(t *testing.T) {
+	t.Parallel()
+	t.Run("NATS", func(t *testing.T) {
+		t.Parallel()
+		url := embeddedNATS(t)
+		prefix := e2ePrefix(".")
+		nc, _ := createNATSStream(t, context.Background(), url, "PGOUTBOX_LIMITS", prefix+">")
+		require.Equal(t, int64(1<<20), nc.MaxPayload(), "the server's default max_payload")
+		pub, closePub, err := newNATSPublisher(url, prefix)
+		require.NoError(t, err)
+		t.Cleanup(closePub)
+		dispatchLargest(t, pub)
+	})
+	t.Run("Kafka", func(t *testing.T) {
+		t.Parallel()
+		seeds := kafkaSeeds(t)
+		prefix := e2ePrefix("-")
+		createKafkaTopic(t, context.Background(), seeds, prefix+brokerDest)
+		pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
+		require.NoError(t, err)
+		t.Cleanup(closePub)
+		dispatchLargest(t, pub)
+	})
+}
+
+// dispatchLargest emits the largest event the emitter's defaults accept
+// and checks that the dispatcher sends it through pub on the first
+// attempt.
+func dispatchLargest(t *testing.T, pub outbox.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := pgtest.NewMigrated(t)
+	emitEvents(t, ctx, db, 1, largestEvent)
+	d, err := dispatcher.New(db.Pool, dispatcher.Config{
+		Table: db.Table(), Publisher: pub, RouteFunc: func(outbox.Event) string { return brokerDest },
+		PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+	})
+	require.NoError(t, err)
+	runDispatcher(t, ctx, d)
+	waitFor(t, ctx, "the event to end", func() (bool, string) {
+		return countRows(t, ctx, db, "status <> 'PENDING' AND status <> 'PROCESSING'") == 1, ""
+	})
+	var status, code string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM outbox_events`).Scan(&status, &code))
+	require.Equal(t, "SENT ", status+" "+code)
+}
+
+// largestEvent sets every field of e to the most the emitter's default
+// limits accept, in two-byte characters where the broker may escape them.
+func largestEvent(e *outbox.Event) {
+	wide := func(n int) string { return strings.Repeat("é", n/2) }
+	e.Type, e.AggregateType, e.ContentType = wide(255), wide(255), wide(255)
+	e.AggregateID, e.PartitionKey, e.IdempotencyKey = wide(1024), wide(1024), wide(1024)
+	e.Headers = make(map[string]string, emitter.DefaultMaxHeaders)
+	for i := range emitter.DefaultMaxHeaders {
+		name := fmt.Sprintf("x-%02d", i)
+		e.Headers[name] = strings.Repeat("v", emitter.DefaultMaxHeaderBytes/emitter.DefaultMaxHeaders-len(name))
+	}
+	e.Payload = []byte(strings.Repeat("x", emitter.DefaultMaxPayloadBytes))
+}
+
+// emitEvents emits n events of type "order.created" in one committed
+// transaction, each edited by edit when it is not nil, and returns their
+// IDs.
+func emitEvents(t *testing.T, ctx context.Context, db *pgtest.DB, n int, edit func(*outbox.Event)) []uuid.UUID {
+	t.Helper()
+	em, err := emitter.New(emitter.Config{Table: db.Table()})
+	require.NoError(t, err)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{Type: "order.created", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+		if edit != nil {
+			edit(&events[i])
+		}
+	}
+	ids, err := em.Emit(ctx, tx, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	return ids
+}
+
+// e2ePrefix returns a prefix of subjects or topics unique to the test:
+// "e2e", 12 random hex digits and a dot, sep between the first two.
+func e2ePrefix(sep string) string {
+	return "e2e" + sep + strings.ReplaceAll(uuid.NewString(), "-", "")[:12] + "."
+}
+
+// createNATSStream connects to url and creates a stream named name that
+// captures subject, deleted when the test ends.
+func createNATSStream(t *testing.T, ctx context.Context, url, name, subject string) (*nats.Conn, jetstream.Stream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	return nc, stream
+}
+
+// createKafkaTopic creates topic, with one partition, on the cluster at
+// seeds.
+func createKafkaTopic(t *testing.T, ctx context.Context, seeds []string, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+}
+
+// countRows counts the outbox rows that match where.
+func countRows(t *testing.T, ctx context.Context, db *pgtest.DB, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events WHERE "+where).Scan(&n))
+	return n
+}
