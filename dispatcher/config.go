@@ -228,7 +228,7 @@ type Config struct {
 	// letter), including those this dispatcher's recovery made FAILED
 	// with worker_lost. It is not called for outcomes that could not be
 	// recorded or whose fate is unknown (OnError receives those), nor for
-	// events released unstarted at stop.
+	// events released unstarted (at stop, or suspects kept waiting).
 	//
 	// ctx carries the values of the context given to Run, never its
 	// cancellation. OnOutcome runs on the dispatcher's completion

@@ -33,7 +33,9 @@ type Stats struct {
 	// RecoveredFailed counts expired leases this dispatcher turned into
 	// FAILED with worker_lost.
 	RecoveredFailed uint64
-	// Released counts claimed events returned unstarted to PENDING at stop.
+	// Released counts claimed events returned unstarted to PENDING: at
+	// stop, and suspects that waited LeaseDuration for their turn (see
+	// docs/guarantees.md).
 	Released uint64
 	// Errors counts internal errors passed to OnError, lock losses
 	// included.

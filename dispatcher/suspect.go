@@ -53,7 +53,7 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 		return
 	}
 	defer func() { <-d.suspects }()
-	if !d.acquireSlot(it.batch, nil) {
+	if !d.acquireSlot(it.batch, d.held.letGo(it)) {
 		return
 	}
 	res, publish, record := d.runHandler(it, hi.h)

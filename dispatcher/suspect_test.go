@@ -155,3 +155,40 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
 	require.Zero(t, charged, "a suspect released unstarted was charged")
 }
+
+// TestWaitingSuspectDelaysNoBatchMate: a suspect waiting for the turn
+// (another suspect's handler does not return) does not hold up the
+// publish of the events claimed in its batch: they are SENT long before
+// the waiting suspect is released, LeaseDuration later.
+func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	stuck := insertEvents(t, db, "stuck", 1)
+	_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, stuck)
+	require.NoError(t, err)
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = time.Minute
+	cfg.Publisher = &recordingPublisher{}
+	cfg.RouteFunc = func(outbox.Event) string { return "dest" }
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, d.Handle("stuck", func(context.Context, outbox.Event) error {
+		close(started)
+		<-release
+		return nil
+	}))
+	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	t.Cleanup(func() { close(release) }) // before the dispatcher's Stop
+	<-started
+
+	// One statement: the suspect and its batch-mates are claimed together.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload, recoveries)
+		SELECT gen_random_uuid(), 't', '\x7b7d', CASE WHEN g = 0 THEN 1 ELSE 0 END FROM generate_series(0, 3) AS g`)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
+		return statusCounts(t, db)[outbox.StatusSent] == 3
+	})
+}

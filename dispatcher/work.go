@@ -56,7 +56,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
 	}
 	for _, hi := range suspects {
-		wg.Go(func() { d.runSuspect(hi) })
+		go d.runSuspect(hi) // not waited for: the batch's publish must not wait for a suspect's turn
 	}
 	d.work(q, &wg)
 	wg.Wait()
