@@ -71,13 +71,16 @@ func TestHeartbeatRun(t *testing.T) {
 		defer d.held.mu.Unlock()
 		return items[0].deadline.After(first)
 	}, 5*time.Second, 5*time.Millisecond, "no beat renewed the lease")
+	d.held.mu.Lock()
+	lost := items[0].lost // under the lock: its deadline timer writes it
+	d.held.mu.Unlock()
 	close(quit)
 	select {
 	case <-returned:
 	case <-time.After(time.Second):
 		t.Fatal("run did not return when quit closed")
 	}
-	require.False(t, items[0].lost)
+	require.False(t, lost)
 }
 
 // A row that another transaction holds locked when the beat renews it

@@ -306,7 +306,6 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 	if err != nil {
 		panic(err) // a fixed, valid configuration
 	}
-	errRollback := errors.New("rolled back on purpose")
 	emitted, nextPoison := 0, 3
 	for ctx.Err() == nil {
 		events := make([]outbox.Event, 1+rand.IntN(cmp.Or(h.sc.txEvents, 3)))
@@ -326,18 +325,7 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 			h.mu.Unlock()
 		}
 		emitted += len(events)
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO chaos.ledger (event_id, writer) SELECT unnest($1::uuid[]), $2`, ids, writer); err != nil {
-				return err
-			}
-			if _, err := em.Emit(ctx, tx, events...); err != nil {
-				return err
-			}
-			if rollback {
-				return errRollback
-			}
-			return nil
-		})
+		err := h.commit(ctx, pool, em, ids, events, writer, rollback)
 		if errors.Is(err, errRollback) {
 			h.mu.Lock()
 			h.rolledBack = append(h.rolledBack, ids...)
@@ -345,6 +333,33 @@ func (h *chaosHarness) write(ctx context.Context, pool *pgxpool.Pool, writer int
 		}
 		sleepCtx(ctx, 5*time.Millisecond)
 	}
+}
+
+// errRollback rolls a writer's transaction back on purpose.
+var errRollback = errors.New("rolled back on purpose")
+
+// commit runs one business transaction of writer: the ledger rows ids and
+// their events, rolled back on purpose when rollback. The end of ctx (of
+// the writing) does not cut a transaction short: a COMMIT cancelled in
+// flight may still commit after the outbox was seen drained, leaving
+// events that no replica ran (seen in CI).
+func (h *chaosHarness) commit(ctx context.Context, pool *pgxpool.Pool, em *emitter.Emitter, ids []uuid.UUID,
+	events []outbox.Event, writer int, rollback bool,
+) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO chaos.ledger (event_id, writer) SELECT unnest($1::uuid[]), $2`, ids, writer); err != nil {
+			return err
+		}
+		if _, err := em.Emit(ctx, tx, events...); err != nil {
+			return err
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
 }
 
 // sleepCtx sleeps for d or until ctx ends.
