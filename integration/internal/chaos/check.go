@@ -219,6 +219,9 @@ type Report struct {
 	// poison events committed and MaxPoisonStarts the most runs one of
 	// them had.
 	Cut, CutLive, Deleted, Poisoned, MaxPoisonStarts int
+	// Overcharged counts the events other than poison ones that were
+	// SENT with more recoveries than runs (see poison in modes.go).
+	Overcharged int
 	// atMostOnce and deleteSent are Input's, for the figures.
 	atMostOnce, deleteSent bool
 	// Fairness is how evenly the replicas shared the handler starts.
