@@ -188,6 +188,9 @@ type killablePool struct {
 	*pgxpool.Pool
 	app    string
 	killed atomic.Bool
+	// dialing, when set (before the pool's first dial), runs at the
+	// start of each dial the kill has not refused yet.
+	dialing func()
 }
 
 func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
@@ -196,6 +199,19 @@ func newKillablePool(t *testing.T, db *testdb.DB) *killablePool {
 	kp := &killablePool{app: "victim_" + uuid.NewString()[:8]}
 	cfg.ConnConfig.RuntimeParams["application_name"] = kp.app
 	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		if kp.killed.Load() {
+			return errKilled{}
+		}
+		if kp.dialing != nil {
+			kp.dialing()
+		}
+		return nil
+	}
+	// A dial that began before the kill and ends after it is refused
+	// too: the kill's termination loop cannot see a connection that does
+	// not exist yet, and one that slipped past it kept renewing a dead
+	// victim's lease (a CI run's Stop then waited out DrainTimeout).
+	cfg.AfterConnect = func(context.Context, *pgx.Conn) error {
 		if kp.killed.Load() {
 			return errKilled{}
 		}
@@ -234,7 +250,7 @@ func (errKilled) SafeToRetry() bool { return true }
 
 // kill cuts the pool off and terminates its server connections, until
 // none has been seen for 100ms: a connection whose dial began before the
-// cut may show up a little later.
+// cut may show up a little later (and is refused once its dial ends).
 func (kp *killablePool) kill(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	kp.killed.Store(true)

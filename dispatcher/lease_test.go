@@ -288,3 +288,30 @@ func TestStopEndsWhileDatabaseIsDown(t *testing.T) {
 	require.Equal(t, uint64(3), d.Stats().LockLost)
 	require.Equal(t, map[outbox.Status]int{outbox.StatusProcessing: 3}, statusCounts(t, db))
 }
+
+// A dial of a killable pool that began before the kill and ends after it
+// gives the victim no connection: the kill's loop cannot terminate a
+// connection that does not exist yet, however slow the dial (a victim
+// that kept one renewed its leases, and its Stop waited out DrainTimeout).
+func TestKillRefusesALateDial(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	kp := newKillablePool(t, db)
+	dialing, dialed := make(chan struct{}), make(chan struct{})
+	kp.dialing = func() {
+		close(dialing)
+		<-dialed
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		conn, err := kp.Acquire(context.Background())
+		if err == nil {
+			conn.Release()
+		}
+		acquired <- err
+	}()
+	<-dialing
+	kp.kill(t, db)
+	close(dialed)
+	require.Error(t, <-acquired, "a dial that ended after the kill gave the pool a connection")
+}
