@@ -32,17 +32,18 @@
 //
 // Recover returns a bounded batch of PROCESSING rows whose lease has expired
 // to PENDING, due at once, without spending retry budget (attempts is
-// unchanged). Only a row whose attempt had started (started_at, set by the
-// claim for the rows its caller starts at once, or by Start before an
-// attempt of a row claimed ahead) counts a recovery; a row recovered more
-// than the cap allows (a poison event that kills its worker every time),
-// or any started row under at-most-once delivery, becomes FAILED with code
-// worker_lost. A row that was claimed ahead and never started is returned
-// as it was, keeping its due time, so that a worker that dies over and
-// over does not spend the budget of the events queued behind the one that
-// kills it. Recovery locks the rows it changes with SKIP LOCKED, which
-// checks status and expiry on the newest version of each row it locks, so
-// a row completed at the same moment stays completed.
+// unchanged). Only a row whose attempt had started (started_at: set by the
+// claim for the rows its caller starts at once, except rows recovered
+// before, see Batch.Suspect; else by Start right before the attempt) counts
+// a recovery; a row recovered more than the cap allows (a poison event that
+// kills its worker every time), or any started row under at-most-once
+// delivery, becomes FAILED with code worker_lost. A row that was claimed
+// ahead and never started is returned as it was, keeping its due time, so
+// that a worker that dies over and over does not spend the budget of the
+// events queued behind the one that kills it. Recovery locks the rows it
+// changes with SKIP LOCKED, which checks status and expiry on the newest
+// version of each row it locks, so a row completed at the same moment stays
+// completed.
 //
 // # Snooze
 //

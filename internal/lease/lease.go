@@ -33,9 +33,10 @@ type ClaimParams struct {
 	// at least 1ms.
 	Lease time.Duration
 	// Start is how many of the claimed rows, first in claim order, to mark
-	// started (started_at): those the caller starts at once. The others
-	// must be marked with [Store.Start] before their attempt starts, or
-	// they are not charged a recovery if the lease expires. 0 to Limit.
+	// started (started_at): those the caller starts at once, suspects
+	// excepted (see Batch.Suspect). The others must be marked with
+	// [Store.Start] before their attempt starts, or they are not charged
+	// a recovery if the lease expires. 0 to Limit.
 	Start int
 }
 

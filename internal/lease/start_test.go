@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
@@ -33,6 +34,22 @@ func TestRecoverChargesOnlyStartedRows(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, true, false, false}, b.Started)
 		require.Equal(t, b.Started, startedAt(t, e, b))
+	})
+
+	t.Run("no claim marks a suspect", func(t *testing.T) {
+		t.Parallel()
+		for _, start := range []int{0, 2, 4} { // each form of the claim: none, some, all
+			e := newEnv(t)
+			ids := insert(t, e.db.Pool, spec{DueIn: -time.Hour}, spec{DueIn: -time.Minute}, spec{DueIn: -time.Second}, spec{})
+			_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, []uuid.UUID{ids[0], ids[2]})
+			require.NoError(t, err)
+			b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 4, Lease: time.Hour, Start: start})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true, false, true, false}, b.Suspect, "start %d", start)
+			want := []bool{false, start >= 2, false, start == 4}
+			require.Equal(t, want, b.Started, "start %d", start)
+			require.Equal(t, want, startedAt(t, e, b), "start %d", start)
+		}
 	})
 
 	t.Run("unstarted rows return uncharged, keeping their due time", func(t *testing.T) {
