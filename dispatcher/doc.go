@@ -92,7 +92,10 @@
 // and one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
 // handler or publish starts (see start.go), so the events a dying worker
-// had claimed ahead come back as they were.
+// had claimed ahead come back as they were. An event recovered before (a
+// suspect) is marked right before its handler, never by a claim, and runs
+// alone among suspects (see suspect.go), so that a poison event does not
+// take the events claimed with it down with it.
 //
 // # Writes that fail
 //
@@ -133,6 +136,7 @@
 //	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
 //	claim.go       the claim statement; its events join the held set and runBatch starts
 //	start.go       before a handler starts: its handler slot and its start mark
+//	suspect.go     an event recovered before: the suspect turn, one at a time
 //	work.go        begin, the handler (in its middleware), the publish, finish
 //	complete.go    the completer: take the finished outcomes, write them, report, let go
 //	outcome.go     what OnOutcome receives

@@ -637,15 +637,8 @@ func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
 	return again
 }
 
-// startable returns the items still held whose start is marked.
+// startable returns the items still held whose start is marked (in a new
+// slice).
 func (s *heldSet) startable(items []*item) []*item {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := items[:0:0]
-	for _, it := range items {
-		if it.marked && s.byRef[it.ref()] == it {
-			kept = append(kept, it)
-		}
-	}
-	return kept
+	return s.keep(items, func(it *item) bool { return it.marked })
 }

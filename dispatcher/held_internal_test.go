@@ -66,7 +66,6 @@ func ids(n int) []uuid.UUID {
 	return out
 }
 
-// received reports whether ch is closed or had a signal (taken).
 // finished claims n events and runs each to an outcome waiting for the
 // completer.
 func (b *heldBundle) finished(t *testing.T, n int) []*item {
@@ -79,6 +78,7 @@ func (b *heldBundle) finished(t *testing.T, n int) []*item {
 	return items
 }
 
+// received reports whether ch is closed or had a signal (taken).
 func received(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

@@ -135,11 +135,17 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 // releaseUnstarted returns the held events whose handler never started to
 // PENDING. Called once the dispatcher is stopping, so none can start now.
 func (d *Dispatcher) releaseUnstarted() {
-	items := d.held.unstarted()
+	d.releaseItems(d.held.unstarted(), "release at stop failed; the leases will expire and be recovered")
+}
+
+// releaseItems returns held items that never started to PENDING,
+// uncharged. When the release fails it reports failed and lets them go
+// all the same: their leases expire and recovery returns them.
+func (d *Dispatcher) releaseItems(items []*item, failed string) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	if err := d.completer.release(ctx, items); err != nil {
-		d.reportError("release at stop failed; the leases will expire and be recovered", err)
+		d.reportError(failed, err)
 		d.held.remove(items)
 	}
 }

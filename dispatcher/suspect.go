@@ -6,9 +6,9 @@ import "time"
 // lost its lease, during one of its attempts) is a suspect: it may be the
 // poison event that killed the worker. No claim marks a suspect started
 // (see start.go); runSuspect runs each suspect alone among suspects,
-// marked right before its handler and holding the
-// dispatcher's suspect turn from before its mark until its outcome is
-// written, so that no other suspect shows a started attempt meanwhile.
+// marked right before its handler and holding the dispatcher's suspect
+// turn from before its mark until its outcome is written, so that no
+// other suspect shows a started attempt meanwhile.
 // When a poison event kills the process, the events charged a recovery
 // with it are those its claim had marked or that ran beside it, once
 // each: they come back as suspects, and no suspect runs beside another,
@@ -32,12 +32,7 @@ func (d *Dispatcher) takeSuspectTurn(it *item) bool {
 	case <-d.held.letGo(it):
 	case <-it.batch.ctx.Done():
 	case <-wait.C:
-		ctx, cancel := d.opContext()
-		defer cancel()
-		if err := d.completer.release(ctx, []*item{it}); err != nil {
-			d.reportError("release of a suspect kept waiting failed; its lease will expire and be recovered", err)
-			d.held.remove([]*item{it})
-		}
+		d.releaseItems([]*item{it}, "release of a suspect kept waiting failed; its lease will expire and be recovered")
 	}
 	return false
 }
@@ -46,7 +41,10 @@ func (d *Dispatcher) takeSuspectTurn(it *item) bool {
 // its own, publishes it alone if it has a destination, and gives the turn
 // back once its outcome is written (the item let go) or the batch ends.
 // Each suspect of a batch runs on a goroutine of its own, so that each
-// waits for the turn on its own clock.
+// waits for the turn on its own clock. Run does not wait for these
+// goroutines, and need not: its drain waits until the held set is empty,
+// and each wait here but the handler call ends when the item is let go
+// (released at stop, lost, or its outcome written) or its batch ends.
 func (d *Dispatcher) runSuspect(hi handledItem) {
 	it := hi.item
 	if !d.await(it) || !d.takeSuspectTurn(it) {

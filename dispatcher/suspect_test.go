@@ -40,12 +40,9 @@ func TestSuspectsRunOneAtATimeMarkedRightBefore(t *testing.T) {
 // (publishing each handled event when publish) and returns what went
 // wrong.
 func runSuspects(t *testing.T, publish bool) []string {
-	ctx := context.Background()
 	db := testdb.NewMigrated(t)
-	suspects := insertEvents(t, db, "t", 3)
+	suspects := insertSuspects(t, db, "t", 3)
 	normal := insertEvents(t, db, "t", 1)[0]
-	_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, suspects)
-	require.NoError(t, err)
 
 	var mu sync.Mutex
 	var problems []string
@@ -110,31 +107,11 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
-	suspect := func(eventType string, n int) []uuid.UUID {
-		ids := insertEvents(t, db, eventType, n)
-		_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, ids)
-		require.NoError(t, err)
-		return ids
-	}
-	suspect("stuck", 1)
-
 	cfg := baseConfig(db)
 	cfg.Concurrency, cfg.BatchSize = 4, 10
 	cfg.LeaseDuration = time.Second
-	d, err := dispatcher.New(db.Pool, cfg)
-	require.NoError(t, err)
-	started, release := make(chan struct{}), make(chan struct{})
-	require.NoError(t, d.Handle("stuck", func(context.Context, outbox.Event) error {
-		close(started)
-		<-release
-		return nil
-	}))
-	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
-	require.NoError(t, d.Handle("other", func(context.Context, outbox.Event) error { return nil }))
-	runDispatcher(t, d)
-	t.Cleanup(func() { close(release) }) // before the dispatcher's Stop
-	<-started                            // the stuck suspect has the turn
-	waiting := suspect("t", 3)
+	d := runStuckSuspect(t, db, cfg, "t", "other")
+	waiting := insertSuspects(t, db, "t", 3)
 	others := insertEvents(t, db, "other", 2)
 
 	waitFor(t, 30*time.Second, "the other events SENT", func() bool {
@@ -162,15 +139,39 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 // the waiting suspect is released, LeaseDuration later.
 func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testdb.NewMigrated(t)
-	stuck := insertEvents(t, db, "stuck", 1)
-	_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, stuck)
-	require.NoError(t, err)
 	cfg := baseConfig(db)
 	cfg.LeaseDuration = time.Minute
 	cfg.Publisher = &recordingPublisher{}
 	cfg.RouteFunc = func(outbox.Event) string { return "dest" }
+	runStuckSuspect(t, db, cfg, "t")
+
+	// One statement: the suspect and its batch-mates are claimed together.
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, payload, recoveries)
+		SELECT gen_random_uuid(), 't', '\x7b7d', CASE WHEN g = 0 THEN 1 ELSE 0 END FROM generate_series(0, 3) AS g`)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
+		return statusCounts(t, db)[outbox.StatusSent] == 3
+	})
+}
+
+// insertSuspects commits n events of the given type that were recovered
+// before (suspects) and returns their IDs.
+func insertSuspects(t *testing.T, db *testdb.DB, eventType string, n int) []uuid.UUID {
+	t.Helper()
+	ids := insertEvents(t, db, eventType, n)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, ids)
+	require.NoError(t, err)
+	return ids
+}
+
+// runStuckSuspect runs a dispatcher of cfg with no-op handlers for
+// eventTypes, and returns it once the handler of a suspect of type
+// "stuck", which does not return until the test ends, holds the suspect
+// turn.
+func runStuckSuspect(t *testing.T, db *testdb.DB, cfg dispatcher.Config, eventTypes ...string) *dispatcher.Dispatcher {
+	t.Helper()
+	insertSuspects(t, db, "stuck", 1)
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	started, release := make(chan struct{}), make(chan struct{})
@@ -179,16 +180,11 @@ func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
 		<-release
 		return nil
 	}))
-	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
+	for _, eventType := range eventTypes {
+		require.NoError(t, d.Handle(eventType, func(context.Context, outbox.Event) error { return nil }))
+	}
 	runDispatcher(t, d)
 	t.Cleanup(func() { close(release) }) // before the dispatcher's Stop
 	<-started
-
-	// One statement: the suspect and its batch-mates are claimed together.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload, recoveries)
-		SELECT gen_random_uuid(), 't', '\x7b7d', CASE WHEN g = 0 THEN 1 ELSE 0 END FROM generate_series(0, 3) AS g`)
-	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
-		return statusCounts(t, db)[outbox.StatusSent] == 3
-	})
+	return d
 }

@@ -8,19 +8,20 @@ import (
 )
 
 // Format prints e, for the fmt verbs (%v, %+v, %s, %#v and the rest; not
-// %p, for which fmt bypasses Format), without the bytes that may hold secrets or personal data: the payload
-// shows as its length, the headers as their sorted names, and the values
-// of AggregateID, PartitionKey and IdempotencyKey (which travel as
-// headers) not at all. ID, Type, AggregateType, ContentType, Attempt,
-// Snoozes and CreatedAt show as they are. So an event that reaches a log
-// line, an error's text or a recovered panic's message (the dispatcher
-// records a handler's panic value with %v) gives away no payload; read
-// the fields themselves to see them. What Format cannot cover: an Event in
-// an unexported struct field (fmt prints such fields raw), a type that
-// embeds Event (it inherits Format and prints as its Event alone), and
-// encoding/json, which marshals every field, the payload included (so
-// does slog's JSON handler for a value that holds an Event, such as a
-// dispatcher.Outcome, unless that value is a LogValuer too).
+// %p, for which fmt bypasses Format), without the bytes that may hold
+// secrets or personal data: the payload shows as its length, the headers
+// as their sorted names, and the values of AggregateID, PartitionKey and
+// IdempotencyKey (which travel as headers) not at all. ID, Type,
+// AggregateType, ContentType, Attempt, Snoozes and CreatedAt show as they
+// are. So an event that reaches a log line, an error's text or a recovered
+// panic's message (the dispatcher records a handler's panic value with %v)
+// gives away no payload; read the fields themselves to see them. What
+// Format cannot cover: an Event in an unexported struct field (fmt prints
+// such fields raw), a type that embeds Event (it inherits Format and
+// prints as its Event alone), and encoding/json, which marshals every
+// field, the payload included (so does slog's JSON handler for a value
+// that holds an Event, such as a dispatcher.Outcome, unless that value is
+// a LogValuer too).
 func (e Event) Format(f fmt.State, _ rune) {
 	fmt.Fprintf(f, "{ID:%s Type:%q AggregateType:%q ContentType:%q Payload:<%d bytes> Headers:%q Attempt:%d Snoozes:%d CreatedAt:%s}",
 		e.ID, e.Type, e.AggregateType, e.ContentType, len(e.Payload), e.headerNames(), e.Attempt, e.Snoozes,
