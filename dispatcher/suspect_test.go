@@ -188,3 +188,75 @@ func runStuckSuspect(t *testing.T, db *testdb.DB, cfg dispatcher.Config, eventTy
 	<-started
 	return d
 }
+
+// TestPoisonEventTakesNoInnocentDown: an event whose handler kills its
+// worker every time is FAILED worker_lost after MaxRecoveries (3)
+// deaths, and the events claimed and run beside it at its first death,
+// charged once then, are not dead-lettered with it: from then on they are
+// suspects, which no claim marks and which never run beside the poison
+// event, so its further deaths do not charge them (docs/guarantees.md).
+func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	poison := insertEvents(t, db, "poison", 1)[0]
+	innocents := insertEvents(t, db, "innocent", 2)
+	for death := range 4 { // one claim, then one per recovery
+		kp := newKillablePool(t, db)
+		cfg := baseConfig(db)
+		cfg.LeaseDuration, cfg.RecoverEvery, cfg.Owner = time.Second, 1, kp.app
+		d, err := dispatcher.New(kp.Pool, cfg)
+		require.NoError(t, err)
+		started := make(chan struct{}, 3)
+		block := func(ctx context.Context, _ outbox.Event) error {
+			select {
+			case started <- struct{}{}:
+			default: // a start beyond those the test waits for
+			}
+			<-ctx.Done() // until the worker's death
+			return ctx.Err()
+		}
+		require.NoError(t, d.Handle("poison", block))
+		require.NoError(t, d.Handle("innocent", func(ctx context.Context, e outbox.Event) error {
+			if death == 0 { // they run beside the poison event at its first death
+				return block(ctx, e)
+			}
+			select { // long enough to be cut by a death beside the poison event
+			case <-time.After(200 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		errc := make(chan error, 1)
+		go func() { errc <- d.Run(context.Background()) }()
+		want := 1 // the poison event's handler
+		if death == 0 {
+			want = 3 // and the innocents' beside it
+		}
+		for range want {
+			select {
+			case <-started:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("death %d: the victim's handlers did not start", death)
+			}
+		}
+		stopVictim(t, db, d, kp, errc)
+	}
+
+	cfg := baseConfig(db)
+	cfg.RecoverEvery = 1
+	survivor, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, survivor.Handle("poison", func(context.Context, outbox.Event) error { return nil }))
+	require.NoError(t, survivor.Handle("innocent", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, survivor)
+	waitFor(t, 15*time.Second, "every event SENT or FAILED", func() bool {
+		counts := statusCounts(t, db)
+		return counts[outbox.StatusSent]+counts[outbox.StatusFailed] == 3
+	})
+	require.Equal(t, row{Status: outbox.StatusFailed, Recoveries: 4, Code: "worker_lost"}, readRow(t, db, poison))
+	for _, id := range innocents {
+		require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, id),
+			"an innocent is charged at the poison event's first death only")
+	}
+}
