@@ -31,7 +31,8 @@ func setup(t *testing.T) *testBundle {
 
 // row describes one event row to insert with plain SQL. Durations are
 // taken from the database's now(); zero "Ago" fields leave the column as
-// the status implies (sent_at for SENT, failed_at for FAILED: now()).
+// the status implies (sent_at for SENT, failed_at for FAILED: now();
+// created_at: now()).
 type row struct {
 	Status     string // defaults to PENDING
 	Type       string // defaults to test.event
@@ -40,6 +41,7 @@ type row struct {
 	DueIn      time.Duration
 	SentAgo    time.Duration
 	FailedAgo  time.Duration
+	CreatedAgo time.Duration
 	Attempts   int
 	Recoveries int
 	Snoozes    int
@@ -68,7 +70,7 @@ func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
 		}
 		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
 	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes,
-	aggregate_id)
+	aggregate_id, created_at)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
 	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
@@ -77,9 +79,10 @@ VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $
 	CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
 	CASE WHEN $3 = 'SENT' OR $11::bigint > 0 THEN now() - $11::bigint * interval '1 microsecond' END,
 	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END, $13,
-	nullif($14, ''))`,
+	nullif($14, ''), now() - $15::bigint * interval '1 microsecond')`,
 			ids[i], r.Type, r.Status, r.DueIn.Microseconds(), r.Attempts, r.Recoveries,
-			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes, r.Aggregate)
+			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes, r.Aggregate,
+			r.CreatedAgo.Microseconds())
 	}
 	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
 	return ids

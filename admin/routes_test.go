@@ -22,10 +22,12 @@ func TestExecModes(t *testing.T) {
 		b := setup(t)
 		a, err := admin.New(b.db.RoutePool(t, r, 2), admin.Config{Table: b.db.Table()})
 		require.NoError(t, err)
-		failed := b.insert(t, many(3, row{Status: "FAILED", Type: "f", Code: "handler_error", FailedAgo: time.Hour,
+		failedRows := many(3, row{Status: "FAILED", Type: "f", Code: "handler_error", FailedAgo: time.Hour,
 			Payload: []byte(`{"n":1}`), Headers: map[string]string{"h": "v"},
 			AttemptLog: `[{"attempt":1,"outcome":"failed","code":"handler_error","message":"boom","owner":"w",` +
-				`"started":"2024-01-01T00:00:00Z","ended":"2024-01-01T00:00:01Z"}]`})...)
+				`"started":"2024-01-01T00:00:00Z","ended":"2024-01-01T00:00:01Z"}]`})
+		failedRows[1].Aggregate = "o-1"
+		failed := b.insert(t, failedRows...)
 		b.insert(t, many(2, row{Status: "SENT", SentAgo: time.Hour})...)
 
 		c, err := a.Counts(ctx)
@@ -39,6 +41,15 @@ func TestExecModes(t *testing.T) {
 		page, err = a.List(ctx, admin.ListParams{After: page.Next, Limit: 2})
 		require.NoError(t, err)
 		require.Equal(t, failed[2], page.Events[0].ID)
+		page, err = a.List(ctx, admin.ListParams{AggregateID: "o-1", Code: outbox.CodeHandlerError})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{failed[1]}, ids(page.Events))
+
+		s, err := a.Summary(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), s.Counts.Failed)
+		require.Equal(t, []admin.TypeCounts{{Type: "f", Failed: 3}, {Type: "test.event", Sent: 2}}, s.ByType)
+		require.Equal(t, []admin.CodeCount{{Code: outbox.CodeHandlerError, Count: 3}}, s.FailedByCode)
 
 		d, err := a.Inspect(ctx, failed[0])
 		require.NoError(t, err)

@@ -18,14 +18,12 @@ func TestSummary(t *testing.T) {
 	t.Run("Breakdown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		got := b.insert(t, row{Type: "a", DueIn: -time.Hour}, row{Type: "a", DueIn: time.Hour}, row{Type: "b", DueIn: -time.Minute},
+		// The PENDING row not yet due is the oldest: it has waited out backoffs.
+		b.insert(t, row{Type: "a", DueIn: -time.Hour}, row{Type: "a", DueIn: time.Hour, CreatedAgo: 3 * time.Hour}, row{Type: "b", DueIn: -time.Minute},
 			row{Type: "a", Status: "PROCESSING"}, row{Type: "b", Status: "SENT"}, row{Type: "b", Status: "SENT"},
 			row{Type: "a", Status: "FAILED", Code: "handler_error"}, row{Type: "b", Status: "FAILED", Code: "handler_error"},
 			row{Type: "b", Status: "FAILED", Code: "publish_error"}, row{Type: "b", Status: "FAILED"},
 			row{Type: "c", Status: "SENT", Code: "timeout"})
-		// The PENDING row not yet due is the oldest: it has waited out backoffs.
-		_, err := b.db.Pool.Exec(ctx, `UPDATE outbox_events SET created_at = now() - interval '3 hours' WHERE id = $1`, got[1])
-		require.NoError(t, err)
 
 		s, err := b.admin.Summary(ctx)
 		require.NoError(t, err)

@@ -23,11 +23,17 @@
 // one database keep separate versions, each in its own version table named
 // <table>_schema_version. tern takes a lock of its own, one key for every
 // tern migration in the database (so migrations run one at a time), and
-// Migrate takes that one too before tern does. It waits at
-// most [Config].LockTimeout for the two, then returns an
+// Migrate takes that one too before tern does. It waits at most
+// [Config].LockTimeout for the two, then returns an
 // *outbox.MigrationLockError naming the backend that holds the lock (a
 // lock left behind by an idle pooled connection is ended with
 // pg_terminate_backend).
+//
+// A migration that alters the outbox table needs an ACCESS EXCLUSIVE lock,
+// and while it waits for one every Emit and claim waits behind it. It
+// therefore sets a lock_timeout of 2s, and Migrate retries it a few times
+// before giving up (see [Migrate]); docs/operations.md describes rolling
+// upgrades.
 //
 // # Privileges
 //
@@ -35,12 +41,6 @@
 // owns its schema (or has USAGE and CREATE on it) needs no privilege on
 // the database. [RenderGrants] writes the least-privilege grants for the
 // migrator and the roles that produce, dispatch and operate.
-//
-// A migration that alters the outbox table needs an ACCESS EXCLUSIVE lock,
-// and while it waits for one every Emit and claim waits behind it. It
-// therefore sets a lock_timeout of 2s, and Migrate retries it a few times
-// before giving up (see [Migrate]); docs/operations.md describes rolling
-// upgrades.
 //
 // # Startup safety
 //

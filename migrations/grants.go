@@ -31,9 +31,10 @@ type Roles struct {
 	// DispatcherDeletes grants DELETE to Dispatcher, which needs it to
 	// delete the events it sent (dispatcher.Config.DeleteSent).
 	DispatcherDeletes bool
-	// Operator runs package admin and outboxctl (counts, list, inspect,
-	// replay, purge, version, verify): USAGE on the schema, SELECT, UPDATE
-	// and DELETE on the outbox table, SELECT on its version table.
+	// Operator runs package admin and outboxctl (status, counts, list,
+	// inspect, replay, purge, version, verify): USAGE on the schema,
+	// SELECT, UPDATE and DELETE on the outbox table, SELECT on its version
+	// table.
 	Operator string
 }
 
@@ -94,11 +95,11 @@ func beforeMigrate(n sqlname.Names, r Roles) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- pgoutbox roles for %s, part 1 of 2: run once before the first Migrate,\n"+
 		"-- as a superuser or a role that may create schemas.\n\n", n.Table)
+	schema := "SCHEMA " + n.Schema
 	if r.Migrator != "" {
 		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s AUTHORIZATION %s;\n", n.Schema, pgx.Identifier{r.Migrator}.Sanitize())
-		b.WriteString(grant("USAGE, CREATE", "SCHEMA "+n.Schema, r.Migrator))
+		b.WriteString(grant("USAGE, CREATE", schema, r.Migrator))
 	}
-	schema := "SCHEMA " + n.Schema
 	b.WriteString(grant("USAGE", schema, r.Producer) + grant("USAGE", schema, r.Dispatcher) + grant("USAGE", schema, r.Operator))
 	b.WriteString(`
 -- Database-wide, for the database owner to decide (they apply to every role

@@ -24,7 +24,8 @@ import (
 )
 
 // roleEnv is an outbox set up as RenderGrants says: its schema created
-// for the migrator, migrated by it, and a pool for each other role.
+// for the migrator, migrated by it, and a pool for each other role. The
+// dispatcher role may delete when dispatcherDeletes (Roles.DispatcherDeletes).
 type roleEnv struct {
 	db    *testdb.DB
 	cfg   migrations.Config
@@ -36,7 +37,7 @@ type roleEnv struct {
 
 const roleEventType = "role.test"
 
-func newRoleEnv(t *testing.T) *roleEnv {
+func newRoleEnv(t *testing.T, dispatcherDeletes bool) *roleEnv {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.New(t)
@@ -48,6 +49,8 @@ func newRoleEnv(t *testing.T) *roleEnv {
 		Producer:   db.NewRole(t, "pgotest_producer"),
 		Dispatcher: db.NewRole(t, "pgotest_dispatcher"),
 		Operator:   db.NewRole(t, "pgotest_operator"),
+
+		DispatcherDeletes: dispatcherDeletes,
 	}
 	grants, err := migrations.RenderGrants(env.cfg, env.roles)
 	require.NoError(t, err)
@@ -149,6 +152,7 @@ func (env *roleEnv) operate(ctx context.Context) error {
 	}
 	return errors.Join(
 		func() error { _, err := a.Counts(ctx); return err }(),
+		func() error { _, err := a.Summary(ctx); return err }(),
 		func() error { _, err := a.List(ctx, admin.ListParams{}); return err }(),
 		func() error { _, err := a.Replay(ctx, admin.ReplayParams{Type: roleEventType}); return err }(),
 		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed}); return err }(),
@@ -164,7 +168,7 @@ func (env *roleEnv) operate(ctx context.Context) error {
 func TestGrantsLetEachRoleWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := newRoleEnv(t)
+	env := newRoleEnv(t, false)
 
 	require.NoError(t, env.emit(ctx, 1), "single event")
 	require.NoError(t, env.emit(ctx, 5000), "a batch the emitter writes with COPY")
@@ -182,7 +186,7 @@ func TestGrantsLetEachRoleWork(t *testing.T) {
 func TestGrantsDispatcherCannotCreateTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := newRoleEnv(t)
+	env := newRoleEnv(t, false)
 	for _, schema := range []string{env.cfg.Table.Schema, "public"} {
 		_, err := env.dispatcher.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "pgotest_intruder"}.Sanitize()+" ()")
 		requirePrivilegeError(t, err, schema)
@@ -203,7 +207,7 @@ func requirePrivilegeError(t *testing.T, err error, msgAndArgs ...any) {
 func TestGrantsDispatcherWithColumnUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := newRoleEnv(t)
+	env := newRoleEnv(t, false)
 	table, role := quoted(env.cfg.Table), pgx.Identifier{env.roles.Dispatcher}.Sanitize()
 	mustExec(t, env.super, "REVOKE UPDATE ON "+table+" FROM "+role)
 	mustExec(t, env.super, "GRANT UPDATE ("+strings.Join(dispatcherColumns, ", ")+") ON "+table+" TO "+role)
@@ -231,15 +235,15 @@ var dispatcherColumns = []string{
 	"last_error_code", "last_error", "attempt_log",
 }
 
-// Every privilege RenderGrants gives is needed: with any one of them
-// revoked, the role's work fails (and works again once it is back).
+// Every privilege RenderGrants gives (DispatcherDeletes on) is needed:
+// with any one of them revoked, the role's work fails (and works again
+// once it is back).
 func TestGrantsAreMinimal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := newRoleEnv(t)
+	env := newRoleEnv(t, true)
 	schema, table := "SCHEMA "+pgx.Identifier{env.cfg.Table.Schema}.Sanitize(), "TABLE "+quoted(env.cfg.Table)
 	version := "TABLE " + pgx.Identifier{env.cfg.Table.Schema, env.cfg.Table.Name + "_schema_version"}.Sanitize()
-	mustExec(t, env.super, "GRANT DELETE ON "+table+" TO "+pgx.Identifier{env.roles.Dispatcher}.Sanitize())
 	emitOne := func() error { return env.emit(ctx, 1) }
 	emitCopy := func() error { return env.emit(ctx, 5000) }
 	dispatch := func(deleteSent bool) func() error {
@@ -310,6 +314,16 @@ func TestRenderGrantsRejectsBadInput(t *testing.T) {
 	var inputErr *outbox.InputError
 	require.ErrorAs(t, err, &inputErr)
 	require.Equal(t, "Roles.Operator", inputErr.Field)
+}
+
+// DispatcherDeletes alone decides whether the dispatcher gets DELETE.
+func TestRenderGrantsDispatcherDeletes(t *testing.T) {
+	t.Parallel()
+	for _, deletes := range []bool{false, true} {
+		g, err := migrations.RenderGrants(migrations.Config{}, migrations.Roles{Dispatcher: "d", DispatcherDeletes: deletes})
+		require.NoError(t, err)
+		require.Equal(t, deletes, strings.Contains(g.AfterMigrate, "DELETE"), "DispatcherDeletes %v", deletes)
+	}
 }
 
 // docs/operations.md shows what RenderGrants writes for its example.

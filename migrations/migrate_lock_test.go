@@ -145,6 +145,25 @@ func TestMigrateNamesTheHolderOfItsLock(t *testing.T) {
 	}
 }
 
+// A migrator without pg_read_all_stats still learns the holder's pid,
+// application_name and user; PostgreSQL hides its client address and
+// state from other roles, and the error leaves them empty.
+func TestMigrateNamesTheHolderToAnUnprivilegedMigrator(t *testing.T) {
+	t.Parallel()
+	db, conn, cfg := ownedSchema(t)
+	cfg.LockTimeout = 300 * time.Millisecond
+	holder := holdLock(t, db, "hashtextextended('pgoutbox.migrate:"+cfg.Table.String()+"', 0)")
+
+	err := migrations.Migrate(context.Background(), conn, cfg)
+	var lockErr *outbox.MigrationLockError
+	require.ErrorAs(t, err, &lockErr)
+	require.Equal(t, holder.PgConn().PID(), uint32(lockErr.PID))
+	require.Equal(t, "pgotest-lock-holder", lockErr.ApplicationName)
+	require.Equal(t, holder.Config().User, lockErr.User)
+	require.Empty(t, lockErr.ClientAddr)
+	require.Empty(t, lockErr.State)
+}
+
 func TestMigrateRejectsANegativeLockTimeout(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)

@@ -7,7 +7,8 @@ import (
 
 // MigrationLockError is what migrations.Migrate and inbox.Migrate return
 // when the advisory lock that serializes migrations stayed held by another
-// session for longer than the configured wait (migrations.Config.LockTimeout).
+// session for longer than the configured wait (migrations.Config.LockTimeout;
+// inbox.Migrate always waits the default, one minute).
 // It names the session that held it, so an operator can tell a migration
 // still running elsewhere from a lock left behind, for example by an idle
 // server connection of a transaction-mode pooler that ran Migrate once.
@@ -26,9 +27,9 @@ type MigrationLockError struct {
 	PID int32
 	// ApplicationName, ClientAddr (address:port; empty for a Unix socket),
 	// User and State (for example "idle" or "active") describe that backend
-	// as pg_stat_activity shows it. PostgreSQL shows them only to a
-	// superuser, a member of pg_read_all_stats, or the same role; they are
-	// empty otherwise.
+	// as pg_stat_activity shows it. PostgreSQL shows ClientAddr and State
+	// only to a superuser, a member of pg_read_all_stats, or the same role;
+	// they are empty otherwise.
 	ApplicationName string
 	ClientAddr      string
 	User            string

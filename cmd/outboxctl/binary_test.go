@@ -400,11 +400,12 @@ func readLines(r io.Reader) <-chan string {
 // first or the test's context ends.
 func waitFor(t *testing.T, lines <-chan string, pattern string) {
 	t.Helper()
+	re := regexp.MustCompile(pattern)
 	for {
 		select {
 		case l, ok := <-lines:
 			require.True(t, ok, "output ended before a line matched %q", pattern)
-			if regexp.MustCompile(pattern).MatchString(l) {
+			if re.MatchString(l) {
 				return
 			}
 		case <-t.Context().Done():

@@ -96,9 +96,10 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 			rows[i] = []string{fmt.Sprint(r.Seq), r.ID.String(), string(r.Status), r.Type, fmt.Sprint(r.Attempts),
 				fmt.Sprint(r.Snoozes), r.NextAttemptAt.Format(time.RFC3339), r.CreatedAt.Format(time.RFC3339), string(r.LastErrorCode)}
 		}
-		footer := plural(len(rows), "event", "events") + "; no more pages"
+		events := plural(len(rows), "event", "events")
+		footer := events + "; no more pages"
 		if !page.Next.IsZero() {
-			footer = fmt.Sprintf("%s; next page: -after %s", plural(len(rows), "event", "events"), page.Next)
+			footer = events + "; next page: -after " + page.Next.String()
 		}
 		return e.printTable([]string{"SEQ", "ID", "STATUS", "TYPE", "ATTEMPTS", "SNOOZES", "NEXT_ATTEMPT_AT", "CREATED_AT", "LAST_ERROR_CODE"}, rows, footer)
 	}
@@ -247,12 +248,13 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 		if e.json {
 			return e.printJSON(map[string]any{"dry_run": p.DryRun, "status": st, "count": n})
 		}
+		events := plural(n, string(st)+" event", string(st)+" events")
 		if p.DryRun {
 			e.printf("dry run: would delete %s older than %s from %s (at most %d per call)\nnothing was changed; run again with -yes to delete\n",
-				plural(n, string(st)+" event", string(st)+" events"), p.OlderThan, e.table.WithDefaults(), p.Limit)
+				events, p.OlderThan, e.table.WithDefaults(), p.Limit)
 			return nil
 		}
-		e.printf("deleted %s older than %s\n", plural(n, string(st)+" event", string(st)+" events"), p.OlderThan)
+		e.printf("deleted %s older than %s\n", events, p.OlderThan)
 		return nil
 	}
 }
@@ -377,16 +379,16 @@ func asUsage(err error) error {
 	return err
 }
 
-// printable returns the payload as text when it is valid UTF-8 without
-// control characters other than tab and newline, else "".
-func printable(b []byte) (string, bool) {
+// printable reports whether the payload prints as text: valid UTF-8
+// without control characters other than tab and newline.
+func printable(b []byte) bool {
 	if !utf8.Valid(b) {
-		return "", false
+		return false
 	}
 	for _, r := range string(b) {
 		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
-			return "", false
+			return false
 		}
 	}
-	return string(b), true
+	return true
 }

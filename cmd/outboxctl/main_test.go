@@ -397,6 +397,7 @@ func TestExecModes(t *testing.T) {
 		}
 
 		require.Regexp(t, `(?m)^FAILED\s+2$`, on("counts").stdout)
+		require.Regexp(t, `(?m)^handler_error\s+2$`, on("status").stdout)
 		require.Contains(t, on("list", "-status", "failed").stdout, failed[1].String())
 		require.Contains(t, on("inspect", failed[0].String()).stdout, "handler_error")
 		require.Contains(t, on("replay", "-id", failed[0].String()).stdout, "dry run: would replay 1 FAILED event in")

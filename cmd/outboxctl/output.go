@@ -122,7 +122,7 @@ func (e *env) printDetail(d admin.Detail, shown []byte) error {
 	if len(shown) < len(d.Payload) {
 		size += fmt.Sprintf(", the first %d shown; -full shows all", len(shown))
 	}
-	if _, ok := printable(d.Payload); ok {
+	if printable(d.Payload) {
 		fmt.Fprintf(&b, "\npayload (%s):\n%s\n", size, shown)
 	} else {
 		fmt.Fprintf(&b, "\npayload (%s, base64):\n%s\n", size, base64.StdEncoding.EncodeToString(shown))

@@ -62,9 +62,9 @@ func (db *DB) RoleConn(tb testing.TB, role string) *pgx.Conn {
 // schema logged in as role, closed when the test ends.
 func (db *DB) RolePool(tb testing.TB, role string, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig("")
+	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
-		tb.Fatalf("testdb: pool config: %v", err)
+		tb.Fatalf("testdb: parse url: %v", err)
 	}
 	cfg.ConnConfig = db.RoleConnConfig(tb, role)
 	cfg.MaxConns = maxConns

@@ -1,6 +1,7 @@
 package tmplmigrate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
@@ -74,11 +75,7 @@ func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	if err != nil {
 		return err
 	}
-	wait := s.LockWait
-	if wait == 0 {
-		wait = DefaultLockWait
-	}
-	release, err := lockAll(ctx, conn, table, ls, wait)
+	release, err := lockAll(ctx, conn, table, ls, cmp.Or(s.LockWait, DefaultLockWait))
 	defer func() {
 		if uerr := release(); err == nil && uerr != nil {
 			err = fmt.Errorf("pgoutbox: migrate %s: advisory unlock: %w", table, uerr)
