@@ -30,35 +30,19 @@ func TestLateDestinationEndToEnd(t *testing.T) {
 	t.Parallel()
 	t.Run("NATS", func(t *testing.T) {
 		t.Parallel()
-		url := natsServer(t)
-		prefix := e2ePrefix(".")
-		pub, closePub, err := newNATSPublisher(url, prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
-		runLateDestination(t, pub, func(ctx context.Context, got *received) {
-			_, stream := createNATSStream(t, ctx, url, "PGOUTBOX_LATE_"+prefix[4:16], prefix+">")
-			consumeStream(t, stream, got.add)
-		})
+		runLateDestination(t, newTestBroker(t, "nats", natsServer(t)))
 	})
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
-		seeds := kafkaSeeds(t)
-		prefix := e2ePrefix("-")
-		pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
-		runLateDestination(t, pub, func(ctx context.Context, got *received) {
-			createKafkaTopic(t, ctx, seeds, prefix+brokerDest)
-			consumeKafka(t, seeds, prefix+brokerDest, got.add)
-		})
+		runLateDestination(t, newTestBroker(t, "kafka", strings.Join(kafkaSeeds(t), ",")))
 	})
 }
 
 // runLateDestination emits events for brokerDest, dispatches them through
-// pub until every one has failed at least twice, checks that none is
-// FAILED, then calls create (which creates the destination and consumes it
-// into got) and waits until every event is SENT and received.
-func runLateDestination(t *testing.T, pub outbox.Publisher, create func(context.Context, *received)) {
+// b's publisher until every one has failed at least twice, checks that
+// none is FAILED, then creates the destination on b and waits until every
+// event is SENT and received.
+func runLateDestination(t *testing.T, b testBroker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -66,14 +50,11 @@ func runLateDestination(t *testing.T, pub outbox.Publisher, create func(context.
 	ids := emitEvents(t, ctx, db, 3, nil)
 	// A short backoff and a budget far larger than the test needs: an
 	// outage must cost attempts, not dead-letter the event.
-	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Table: db.Table(), Publisher: pub, RouteFunc: func(outbox.Event) string { return brokerDest },
+	runDispatcher(t, ctx, db, dispatcher.Config{
+		Publisher: b.pub, RouteFunc: func(outbox.Event) string { return brokerDest },
 		PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
 		Backoff: outbox.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond},
-		Logger:  quietLogger(),
 	})
-	require.NoError(t, err)
-	runDispatcher(t, ctx, d)
 
 	waitFor(t, ctx, "every event to fail twice, or end", func() (bool, string) {
 		n := countRows(t, ctx, db, "attempts >= 2 OR status = 'FAILED'")
@@ -83,7 +64,7 @@ func runLateDestination(t *testing.T, pub outbox.Publisher, create func(context.
 	require.Equal(t, len(ids), countRows(t, ctx, db, "last_error_code = 'publish_error'"))
 
 	got := newReceived()
-	create(ctx, got)
+	b.create(t, ctx, "LATE", brokerDest, got)
 	waitFor(t, ctx, "every event to be SENT and received", func() (bool, string) {
 		for _, id := range ids {
 			if !got.has(id) {
@@ -105,24 +86,16 @@ func TestDefaultLimitsFitBrokers(t *testing.T) {
 	t.Parallel()
 	t.Run("NATS", func(t *testing.T) {
 		t.Parallel()
-		url := embeddedNATS(t)
-		prefix := e2ePrefix(".")
-		nc, _ := createNATSStream(t, context.Background(), url, "PGOUTBOX_LIMITS", prefix+">")
+		b := newTestBroker(t, "nats", embeddedNATS(t))
+		nc, _ := createNATSStream(t, context.Background(), b.addr, "PGOUTBOX_LIMITS", b.prefix+">")
 		require.Equal(t, int64(1<<20), nc.MaxPayload(), "the server's default max_payload")
-		pub, closePub, err := newNATSPublisher(url, prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
-		dispatchLargest(t, pub)
+		dispatchLargest(t, b.pub)
 	})
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
-		seeds := kafkaSeeds(t)
-		prefix := e2ePrefix("-")
-		createKafkaTopic(t, context.Background(), seeds, prefix+brokerDest)
-		pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
-		dispatchLargest(t, pub)
+		b := newTestBroker(t, "kafka", strings.Join(kafkaSeeds(t), ","))
+		b.create(t, context.Background(), "LIMITS", brokerDest, nil)
+		dispatchLargest(t, b.pub)
 	})
 }
 
@@ -134,19 +107,12 @@ func dispatchLargest(t *testing.T, pub outbox.Publisher) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db := pgtest.NewMigrated(t)
-	emitEvents(t, ctx, db, 1, largestEvent)
-	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Table: db.Table(), Publisher: pub, RouteFunc: func(outbox.Event) string { return brokerDest },
-		PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+	ids := emitEvents(t, ctx, db, 1, largestEvent)
+	runDispatcher(t, ctx, db, dispatcher.Config{
+		Publisher: pub, RouteFunc: func(outbox.Event) string { return brokerDest },
+		PollInterval: 20 * time.Millisecond,
 	})
-	require.NoError(t, err)
-	runDispatcher(t, ctx, d)
-	waitFor(t, ctx, "the event to end", func() (bool, string) {
-		return countRows(t, ctx, db, "status <> 'PENDING' AND status <> 'PROCESSING'") == 1, ""
-	})
-	var status, code string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM outbox_events`).Scan(&status, &code))
-	require.Equal(t, "SENT ", status+" "+code)
+	require.Equal(t, "SENT ", awaitEnd(t, ctx, db, ids[0]))
 }
 
 // largestEvent sets every field of e to the most the emitter's default
@@ -186,10 +152,59 @@ func emitEvents(t *testing.T, ctx context.Context, db *pgtest.DB, n int, edit fu
 	return ids
 }
 
-// e2ePrefix returns a prefix of subjects or topics unique to the test:
-// "e2e", 12 random hex digits and a dot, sep between the first two.
-func e2ePrefix(sep string) string {
-	return "e2e" + sep + strings.ReplaceAll(uuid.NewString(), "-", "")[:12] + "."
+// testBroker is the broker of one end-to-end test: its address, a
+// prefix of subjects or topics unique to the test, and a publisher for
+// destinations under that prefix, closed when the test ends.
+type testBroker struct {
+	kind   string // "nats" or "kafka", as newPublisher takes it
+	addr   string // the NATS URL, or the Kafka seeds separated by commas
+	tag    string // e2eTag, in the prefix and the NATS stream name
+	prefix string
+	pub    outbox.Publisher
+}
+
+// newTestBroker returns the testBroker of kind at addr, with a fresh tag
+// and the prefix "e2e", a separator ("." for NATS, "-" for Kafka), the
+// tag and a dot.
+func newTestBroker(t *testing.T, kind, addr string) testBroker {
+	t.Helper()
+	sep := "."
+	if kind == "kafka" {
+		sep = "-"
+	}
+	b := testBroker{kind: kind, addr: addr, tag: e2eTag()}
+	b.prefix = "e2e" + sep + b.tag + "."
+	pub, closePub, err := newPublisher(kind, addr, b.prefix)
+	require.NoError(t, err)
+	t.Cleanup(closePub)
+	b.pub = pub
+	return b
+}
+
+// create creates the destination dest of the test on the broker (for
+// NATS a stream named PGOUTBOX_<name>_<tag> that captures
+// every subject under the prefix, deleted when the test ends; for Kafka
+// the topic prefix+dest) and, when got is not nil, consumes it into got
+// until the test ends.
+func (b testBroker) create(t *testing.T, ctx context.Context, name, dest string, got *received) {
+	t.Helper()
+	if b.kind == "nats" {
+		_, stream := createNATSStream(t, ctx, b.addr, "PGOUTBOX_"+name+"_"+b.tag, b.prefix+">")
+		if got != nil {
+			consumeStream(t, stream, got.add)
+		}
+		return
+	}
+	seeds := strings.Split(b.addr, ",")
+	createKafkaTopic(t, ctx, seeds, b.prefix+dest)
+	if got != nil {
+		consumeKafka(t, seeds, b.prefix+dest, got.add)
+	}
+}
+
+// e2eTag returns 12 random hex digits, to make names unique to a test.
+func e2eTag() string {
+	return strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 }
 
 // createNATSStream connects to url and creates a stream named name that
@@ -225,4 +240,20 @@ func countRows(t *testing.T, ctx context.Context, db *pgtest.DB, where string) i
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events WHERE "+where).Scan(&n))
 	return n
+}
+
+// awaitEnd waits until the outbox row id is SENT or FAILED and returns
+// "STATUS last_error_code" ("SENT " when it has no code).
+func awaitEnd(t *testing.T, ctx context.Context, db *pgtest.DB, id uuid.UUID) string {
+	t.Helper()
+	var status, code string
+	waitFor(t, ctx, "row "+id.String()+" to end", func() (bool, string) {
+		err := db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
+			Scan(&status, &code)
+		if err != nil {
+			return false, err.Error()
+		}
+		return status == "SENT" || status == "FAILED", status + " " + code
+	})
+	return status + " " + code
 }

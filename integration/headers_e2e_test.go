@@ -2,19 +2,13 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
@@ -37,47 +31,22 @@ func TestHeaderRuleEndToEnd(t *testing.T) {
 	t.Parallel()
 	t.Run("NATS", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		url := natsServer(t)
-		prefix := "e2e." + strings.ReplaceAll(uuid.NewString(), "-", "")[:12] + "."
-		nc, err := nats.Connect(url)
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PGOUTBOX_RULE_" + prefix[4:16], Subjects: []string{prefix + ">"}})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream.CachedInfo().Config.Name) })
+		b := newTestBroker(t, "nats", natsServer(t))
 		got := newReceived()
-		consumeStream(t, stream, got.add)
-		pub, closePub, err := newNATSPublisher(url, prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
+		b.create(t, context.Background(), "RULE", headerRuleDest, got)
 
-		raw := runHeaderRule(t, pub, got)
+		raw := runHeaderRule(t, b.pub, got)
 		require.Equal(t, "FAILED invalid_event", raw.status, "NATS would change the row written around Emit")
 	})
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		seeds := kafkaSeeds(t)
-		prefix := "e2e-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12] + "."
-		topic := prefix + headerRuleDest
-		admClient, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-		require.NoError(t, err)
-		t.Cleanup(admClient.Close)
-		resp, err := kadm.NewClient(admClient).CreateTopic(ctx, 1, -1, nil, topic)
-		require.NoError(t, err)
-		require.NoError(t, resp.Err)
+		b := newTestBroker(t, "kafka", strings.Join(kafkaSeeds(t), ","))
 		got := newReceived()
-		consumeKafka(t, seeds, topic, got.add)
-		pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
-		require.NoError(t, err)
-		t.Cleanup(closePub)
+		b.create(t, ctx, "RULE", headerRuleDest, got)
 
-		raw := runHeaderRule(t, pub, got)
+		raw := runHeaderRule(t, b.pub, got)
 		require.Equal(t, "SENT ", raw.status, "Kafka carries the row written around Emit")
 		waitFor(t, ctx, "the row written around Emit", func() (bool, string) { return got.has(raw.event.ID), "" })
 		want, e := raw.event, got.event(raw.event)
@@ -121,9 +90,7 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 		require.Equal(t, c.Field, verr.Field, c.Name)
 	}
 	require.NoError(t, tx.Commit(ctx))
-	var rows int
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events").Scan(&rows))
-	require.Equal(t, len(emitted), rows, "a refused event was written")
+	require.Equal(t, len(emitted), countRows(t, ctx, db, "true"), "a refused event was written")
 
 	raw := rawRow{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "order.created",
 		AggregateID: " agg-2 ", Headers: map[string]string{"x/y": "v"}, Payload: []byte("x")}}
@@ -131,15 +98,10 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 		VALUES ($1, $2, $3, $4, $5)`, raw.event.ID, raw.event.Type, raw.event.AggregateID, raw.event.Headers, raw.event.Payload)
 	require.NoError(t, err)
 
-	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Table:        db.Table(),
-		Publisher:    pub,
-		RouteFunc:    func(outbox.Event) string { return headerRuleDest },
+	runDispatcher(t, ctx, db, dispatcher.Config{
+		Publisher: pub, RouteFunc: func(outbox.Event) string { return headerRuleDest },
 		PollInterval: 50 * time.Millisecond,
-		Logger:       quietLogger(),
 	})
-	require.NoError(t, err)
-	runDispatcher(t, ctx, d)
 
 	waitFor(t, ctx, "every emitted event at the consumer", func() (bool, string) {
 		for _, e := range emitted {
@@ -155,23 +117,17 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 		want.Attempt, want.CreatedAt = e.Attempt, e.CreatedAt // set by the dispatcher
 		require.Empty(t, outboxtest.EventDiff(want, e), "event %d", i)
 	}
-	waitFor(t, ctx, "the raw row to end", func() (bool, string) {
-		var status, code string
-		err := db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`,
-			raw.event.ID).Scan(&status, &code)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return false, err.Error()
-		}
-		raw.status = status + " " + code
-		return status == "SENT" || status == "FAILED", raw.status
-	})
+	raw.status = awaitEnd(t, ctx, db, raw.event.ID)
 	return raw
 }
 
-// runDispatcher runs d until the test ends, then stops it and checks
-// that it stopped cleanly.
-func runDispatcher(t *testing.T, ctx context.Context, d *dispatcher.Dispatcher) {
+// runDispatcher runs a dispatcher of cfg on db's table, logging nowhere,
+// until the test ends, then stops it and checks that it stopped cleanly.
+func runDispatcher(t *testing.T, ctx context.Context, db *pgtest.DB, cfg dispatcher.Config) {
 	t.Helper()
+	cfg.Table, cfg.Logger = db.Table(), quietLogger()
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {

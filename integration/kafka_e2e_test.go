@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -36,7 +35,7 @@ func TestKafkaEndToEndKillAndRecover(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(admClient.Close)
 	adm := kadm.NewClient(admClient)
-	prefix := "e2e-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12] + "."
+	prefix := "e2e-" + e2eTag() + "."
 	topic := prefix + e2eEventType
 	resp, err := adm.CreateTopic(ctx, 3, -1, nil, topic)
 	require.NoError(t, err)

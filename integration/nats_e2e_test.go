@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,7 +39,7 @@ func TestNATSEndToEndKillAndRecover(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	tag := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	tag := e2eTag()
 	prefix := "e2e." + tag + "."
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:       "PGOUTBOX_E2E_" + tag,

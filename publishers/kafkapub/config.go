@@ -52,8 +52,8 @@ type Config struct {
 	// again until the Publish context ends, so that one attempt waits for
 	// a topic created after its first events are published instead of
 	// failing it and leaving the next try to the dispatcher's backoff
-	// (UnknownTopicRetries must then be zero). Like UnknownTopicRetries, it applies only to the
-	// client NewFromOpts builds. Defaults to false.
+	// (UnknownTopicRetries must then be zero). Like UnknownTopicRetries,
+	// it applies only to the client NewFromOpts builds. Defaults to false.
 	UnlimitedUnknownTopicRetries bool
 }
 

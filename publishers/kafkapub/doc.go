@@ -107,8 +107,8 @@
 // at most 1s apart: against kfake a missing topic fails, retryably, in
 // about 250ms, at worst about 1s. Automatic topic creation is off unless
 // the caller enables it with kgo.AllowAutoTopicCreation, in which case a
-// missing topic is created instead. Error texts name the topic and the Kafka error, never payload
-// bytes or header values.
+// missing topic is created instead. Error texts name the topic and the
+// Kafka error, never payload bytes or header values.
 //
 // # Rejected batches
 //

@@ -69,7 +69,7 @@
 //
 // # Deduplication
 //
-// Every message carries Nats-Msg-Id = the event ID (jetstream.WithMsgID).
+// Every message carries Nats-Msg-Id = the event ID (jetstream.MsgIDHeader).
 // The stream drops a second message with the same ID and answers with a
 // PubAck marked Duplicate, which Publish counts as a success. So a batch
 // re-published after a crash, a lost ack or a lease taken over by another

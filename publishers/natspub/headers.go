@@ -78,12 +78,12 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// maxOwnHeaders is how many of our headers a message can carry, plus the
-// Nats-Msg-Id that jetstream.WithMsgID adds.
+// maxOwnHeaders is how many of our headers a message can carry, the
+// Nats-Msg-Id among them.
 const maxOwnHeaders = 12
 
 // encodeHeaders returns the NATS headers for e, whose ID in text is id,
-// from source. The caller has checked e against the header rule
+// from source, with Nats-Msg-Id = id, which the stream deduplicates on. The caller has checked e against the header rule
 // (carriable), so every name is a token and every user header value
 // arrives as it is, an empty one included; attribute values are
 // percent-encoded, and an empty field of the event is left out.
@@ -104,6 +104,7 @@ func encodeHeaders(e outbox.Event, id, source string) nats.Header {
 	for k, v := range e.Headers {
 		add(k, v)
 	}
+	add(jetstream.MsgIDHeader, id)
 	set(HeaderEventID, id)
 	set(HeaderSource, source)
 	set(HeaderSpecVersion, outbox.CloudEventsSpecVersion)

@@ -27,11 +27,8 @@ func TestServerOutage(t *testing.T) {
 	s, err := startServer(&server.Options{StoreDir: dir})
 	require.NoError(t, err)
 	port := s.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := connect(t, s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	nc := js.Conn()
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTAGE", Subjects: []string{"outage.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	p, err := natspub.New(js, natspub.Config{AckTimeout: 200 * time.Millisecond})
@@ -40,7 +37,7 @@ func TestServerOutage(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	require.False(t, requireRetryable(t, p.Publish(ctx, msgs)), "the server is down")
+	require.False(t, allStored(t, p.Publish(ctx, msgs)), "the server is down")
 
 	// Back without JetStream: the server answers "no responders", as it
 	// does while JetStream is not ready.
@@ -48,7 +45,7 @@ func TestServerOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, awaitConnected(ctx, nc), "no reconnection")
 	errs := p.Publish(ctx, msgs)
-	require.False(t, requireRetryable(t, errs), "JetStream is off")
+	require.False(t, allStored(t, errs), "JetStream is off")
 	require.ErrorIs(t, errs[0], jetstream.ErrNoStreamResponse)
 	s.Shutdown()
 	s.WaitForShutdown()
@@ -56,8 +53,9 @@ func TestServerOutage(t *testing.T) {
 	s, err = startServer(&server.Options{StoreDir: dir, Port: port})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	for ctx.Err() == nil && !requireRetryable(t, p.Publish(ctx, msgs)) {
+	for ctx.Err() == nil && !allStored(t, p.Publish(ctx, msgs)) {
 	}
+	require.NoError(t, ctx.Err(), "the events were not stored once JetStream was back")
 	stream, err := js.Stream(ctx, "OUTAGE")
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
@@ -78,9 +76,9 @@ func awaitConnected(ctx context.Context, nc *nats.Conn) bool {
 	return true
 }
 
-// requireRetryable fails the test when an error of errs is permanent, and
-// reports whether there was none at all.
-func requireRetryable(t *testing.T, errs []error) bool {
+// allStored reports whether every message of a Publish that returned
+// errs was stored, and fails the test when one failed permanently.
+func allStored(t *testing.T, errs []error) bool {
 	t.Helper()
 	ok := true
 	for i, err := range errs {

@@ -130,7 +130,7 @@ func (b *batch) send(i int) {
 		b.errs[i] = outbox.Permanent(err)
 		return
 	}
-	paf, err := b.publishAsync(msg, id)
+	paf, err := b.publishAsync(msg)
 	if err != nil {
 		b.errs[i] = publishError(subject, err)
 		return
@@ -141,12 +141,12 @@ func (b *batch) send(i int) {
 // publishAsync hands msg to the jetstream client. When the client's own
 // in-flight cap is reached (other callers share it), it waits for one of
 // this batch's acks, or retries for up to AckTimeout, instead of failing.
-func (b *batch) publishAsync(msg *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+func (b *batch) publishAsync(msg *nats.Msg) (jetstream.PubAckFuture, error) {
 	giveUp := time.Now().Add(b.p.cfg.AckTimeout)
 	for {
 		// No client-side retry on "no responders": a retried message could
 		// be stored after later ones, breaking the batch order.
-		paf, err := b.p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
+		paf, err := b.p.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0))
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			return paf, err
 		}
@@ -185,9 +185,6 @@ func buildMsg(i int, subject, id, source string, e outbox.Event, maxPayload int6
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: subject, Header: encodeHeaders(e, id, source), Data: e.Payload}
-	// Set here rather than by jetstream.WithMsgID alone, so that the size
-	// check counts it.
-	msg.Header.Set(jetstream.MsgIDHeader, id)
 	if err := checkSize(i, msg, maxPayload); err != nil {
 		return nil, err
 	}
