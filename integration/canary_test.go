@@ -704,21 +704,21 @@ func canaryOutboxctl(t *testing.T, ctx context.Context, c *canary, db *canaryDB)
 		require.Equal(t, wantOK, err == nil, "outboxctl %s: %v\n%s", path, err, c.mask(e.String()))
 		return o.String(), e.String()
 	}
+	forms := []struct { // the connection string forms, taken in turn
+		suffix, env string
+		flags       []string
+	}{
+		{" -url URL", "", []string{"-url", db.url}},
+		{" -url=DSN", "", []string{"-url=" + db.dsn}},
+		{" with DATABASE_URL", db.url, nil},
+	}
 	for i, args := range [][]string{{"counts"}, {"counts", "-json"}, {"list"}, {"list", "-json"},
 		{"list", "-status", "failed"}, {"verify"}, {"migrate"}, {"replay", "-code", "panic"},
 		{"purge", "-status", "failed", "-older-than", "1h"}} {
-		name := "outboxctl " + strings.Join(args, " ")
-		switch i % 3 { // each connection string form in turn
-		case 0:
-			stdout, _ := run(name+" -url URL", "", true, append(args, "-url", db.url)...)
-			c.text(name+" -url URL", stdout)
-		case 1:
-			stdout, _ := run(name+" -url=DSN", "", true, append(args, "-url="+db.dsn)...)
-			c.text(name+" -url=DSN", stdout)
-		default:
-			stdout, _ := run(name+" with DATABASE_URL", db.url, true, args...)
-			c.text(name+" with DATABASE_URL", stdout)
-		}
+		f := forms[i%len(forms)]
+		path := "outboxctl " + strings.Join(args, " ") + f.suffix
+		stdout, _ := run(path, f.env, true, append(args, f.flags...)...)
+		c.text(path, stdout)
 	}
 	for _, args := range [][]string{{"inspect", "-json", failed}, {"inspect", failed}} {
 		stdout, _ := run("outboxctl inspect", db.url, true, args...)

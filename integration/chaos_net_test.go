@@ -155,8 +155,6 @@ func TestChaosPgBouncer(t *testing.T) {
 			h.listenerURL = h.cluster.URL
 			h.t.Logf("replicas through PgBouncer %s in transaction mode, exec mode %s", b.Version, mode)
 		},
-		inject: func(ctx context.Context, h *chaosHarness) {
-			atRandomIntervals(ctx, 500*time.Millisecond, 3*time.Second, func() { h.kill(rand.IntN(h.sc.replicas)) })
-		},
+		inject: killReplicas,
 	})
 }

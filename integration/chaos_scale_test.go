@@ -16,9 +16,6 @@ import (
 // run of 100,000+ events; and 10 replicas sharing 100,000 events fairly.
 // docs/reliability.md explains them and publishes their figures.
 
-// chaosLong reports whether the long versions run (`make chaos`).
-func chaosLong() bool { return os.Getenv(envChaosDuration) != "" }
-
 // envChaosEvents, an integer, replaces the 100,000 events the long
 // versions of TestChaosCombined and TestChaosFairness commit (for a
 // machine too slow to write that many in reasonable time).
@@ -42,12 +39,6 @@ type chaosVariant struct {
 	// short says it also runs in the short version (`make test`); the
 	// others run in `make chaos` only.
 	short bool
-}
-
-// killRandomReplicas is TestChaosKillReplicas's schedule: SIGKILL of a
-// random replica every 0.5-3s, restarted at once.
-func killRandomReplicas(ctx context.Context, h *chaosHarness) {
-	atRandomIntervals(ctx, 500*time.Millisecond, 3*time.Second, func() { h.kill(rand.IntN(h.sc.replicas)) })
 }
 
 // leaseVariants are the kill schedule under leases of 1s, 3s and 30s and
@@ -77,7 +68,7 @@ func leaseVariants() []chaosVariant {
 // leaseVariant is the kill (or pause) schedule at lease, with BatchSize
 // and Concurrency 1 if one.
 func leaseVariant(lease time.Duration, one, pause bool) chaosVariant {
-	sc := chaosScenario{replicas: 3, writers: 2, lease: lease, inject: killRandomReplicas, name: "kill"}
+	sc := chaosScenario{replicas: 3, writers: 2, lease: lease, inject: killReplicas, name: "kill"}
 	if pause {
 		sc.inject, sc.name = pauseReplicas, "pause"
 	}

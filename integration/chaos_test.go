@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,22 +42,10 @@ import (
 // scenario and publishes its figures (`make chaos` rewrites them).
 
 // The replica's role and what it reads, besides envChildURL and
-// envChildSchema.
+// envChildSchema: its chaosReplicaConfig, as JSON.
 const (
 	roleChaosReplica = "chaos-replica"
-	envChaosName     = "PGOUTBOX_IT_CHAOS_NAME"   // the replica's name: Owner and application_name
-	envChaosRecords  = "PGOUTBOX_IT_CHAOS_RECORD" // its record file
-	envChaosLease    = "PGOUTBOX_IT_CHAOS_LEASE"  // its LeaseDuration
-	envChaosDeaf     = "PGOUTBOX_IT_CHAOS_DEAF"   // "true": its handler ignores its context
-	envChaosConc     = "PGOUTBOX_IT_CHAOS_CONC"   // its Concurrency, 0 for the default
-	// envChaosBatch is its BatchSize; unset or 0 for the default.
-	envChaosBatch = "PGOUTBOX_IT_CHAOS_BATCH"
-	// envChaosLatency is its handler's latency range, "lo,hi" (Go
-	// durations); unset for 2ms,20ms.
-	envChaosLatency = "PGOUTBOX_IT_CHAOS_LATENCY"
-	// envChaosListener, when set, is the URL of its listener connection
-	// (dispatcher.Config.ListenerConnConfig); unset, the pool's.
-	envChaosListener = "PGOUTBOX_IT_CHAOS_LISTENER"
+	envChaosReplica  = "PGOUTBOX_IT_CHAOS_REPLICA"
 
 	// envChaosDuration, a Go duration, sets how long each scenario injects
 	// faults (`make chaos`); unset, the short version runs.
@@ -166,6 +155,20 @@ func chaosFaultTime(t *testing.T) time.Duration {
 	return d
 }
 
+// chaosLong reports whether the long versions run (`make chaos`).
+func chaosLong() bool { return os.Getenv(envChaosDuration) != "" }
+
+// untilFaultsEnd runs cycle once in the short version; in the long one,
+// again and again until ctx (the fault phase) ends.
+func untilFaultsEnd(ctx context.Context, cycle func()) {
+	for {
+		cycle()
+		if ctx.Err() != nil || !chaosLong() {
+			return
+		}
+	}
+}
+
 // runChaos runs sc: setup, replicas and writers, faults, drain, check.
 func runChaos(t *testing.T, sc chaosScenario) chaos.Report {
 	require.GreaterOrEqual(t, sc.drainLimit(), 2*sc.lease, "the drain must outlast lease recovery")
@@ -266,6 +269,25 @@ func chaosPool(t *testing.T, ctx context.Context, url, name string) *pgxpool.Poo
 	return pool
 }
 
+// chaosReplicaConfig is what a replica process is told: its name and
+// record file, and its scenario's replica settings.
+type chaosReplicaConfig struct {
+	Name        string // Owner and application_name
+	Records     string // its record file
+	Lease       time.Duration
+	Deaf        bool // its handler ignores its context
+	Concurrency int  // 0 for the default
+	BatchSize   int  // 0 for the default
+	Delivery    dispatcher.Delivery
+	DeleteSent  bool
+	// LatencyMin and LatencyMax bound its handler's latency; both 0 for
+	// 2-20ms.
+	LatencyMin, LatencyMax time.Duration
+	// Listener, when set, is the URL of its listener connection
+	// (dispatcher.Config.ListenerConnConfig); "" for the pool's.
+	Listener string
+}
+
 // startReplica starts the replica process of slot i, its incarnation n.
 func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 	name := fmt.Sprintf("r%d.%d", i+1, n)
@@ -273,17 +295,14 @@ func (h *chaosHarness) startReplica(i, n int) *chaosReplica {
 	if h.replicaURL != nil {
 		db.URL = h.replicaURL(i)
 	}
-	c := startChild(h.t, db, roleChaosReplica,
-		envChaosName+"="+name,
-		envChaosRecords+"="+filepath.Join(h.dir, name+".log"),
-		envChaosLease+"="+h.sc.lease.String(),
-		envChaosDeaf+"="+strconv.FormatBool(h.sc.deaf),
-		envChaosConc+"="+strconv.Itoa(h.sc.concurrency),
-		envChaosDelivery+"="+strconv.Itoa(int(h.sc.delivery)),
-		envChaosDelete+"="+strconv.FormatBool(h.sc.deleteSent),
-		envChaosBatch+"="+strconv.Itoa(h.sc.batchSize),
-		envChaosLatency+"="+h.sc.latencyMin.String()+","+h.sc.latencyMax.String(),
-		envChaosListener+"="+h.listenerURL)
+	cfg, err := json.Marshal(chaosReplicaConfig{
+		Name: name, Records: filepath.Join(h.dir, name+".log"),
+		Lease: h.sc.lease, Deaf: h.sc.deaf, Concurrency: h.sc.concurrency, BatchSize: h.sc.batchSize,
+		Delivery: h.sc.delivery, DeleteSent: h.sc.deleteSent,
+		LatencyMin: h.sc.latencyMin, LatencyMax: h.sc.latencyMax, Listener: h.listenerURL,
+	})
+	require.NoError(h.t, err)
+	c := startChild(h.t, db, roleChaosReplica, envChaosReplica+"="+string(cfg))
 	return &chaosReplica{name: name, c: c}
 }
 
@@ -453,59 +472,48 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 }
 
 // childChaosReplica is a replica: one dispatcher on the scenario's
-// outbox whose handler records its start and end (chaos.Recorder) and
-// takes 2-20ms (envChaosLatency), honouring its context. It runs until killed or until its
-// stdin closes; then it stops, closes its pool and prints its goroutines
-// and heap.
+// outbox, configured by its chaosReplicaConfig, whose handler records its
+// start and end (chaos.Recorder) and takes LatencyMin to LatencyMax. It
+// runs until killed or until its stdin closes; then it stops, closes its
+// pool and prints its goroutines and heap.
 func childChaosReplica() error {
-	name := os.Getenv(envChaosName)
-	lease, err := time.ParseDuration(os.Getenv(envChaosLease))
-	if err != nil {
+	var rc chaosReplicaConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envChaosReplica)), &rc); err != nil {
 		return err
 	}
-	rec, err := chaos.NewRecorder(os.Getenv(envChaosRecords), name)
+	if rc.LatencyMax == 0 {
+		rc.LatencyMin, rc.LatencyMax = 2*time.Millisecond, 20*time.Millisecond
+	}
+	rec, err := chaos.NewRecorder(rc.Records, rc.Name)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = rec.Close() }()
-	concurrency, err := strconv.Atoi(os.Getenv(envChaosConc))
-	if err != nil {
-		return err
-	}
-	delivery, err := strconv.Atoi(os.Getenv(envChaosDelivery))
-	if err != nil {
-		return err
-	}
-	deleteSent, err := strconv.ParseBool(os.Getenv(envChaosDelete))
-	if err != nil {
-		return err
-	}
-	batch, lo, hi, err := chaosReplicaExtras()
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envChildURL))
 	if err != nil {
 		return err
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	cfg.ConnConfig.RuntimeParams["application_name"] = rc.Name
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	listener, err := chaosListenerConfig(name)
-	if err != nil {
-		return err
+	var listener *pgx.ConnConfig
+	if rc.Listener != "" {
+		if listener, err = pgx.ParseConfig(rc.Listener); err != nil {
+			return err
+		}
+		listener.RuntimeParams["application_name"] = rc.Name
 	}
 	d, err := dispatcher.New(pool, dispatcher.Config{
 		Table:              outbox.Table{Schema: os.Getenv(envChildSchema)},
-		Owner:              name,
-		LeaseDuration:      lease,
-		Concurrency:        concurrency,
-		Delivery:           dispatcher.Delivery(delivery),
-		DeleteSent:         deleteSent,
-		BatchSize:          batch,
+		Owner:              rc.Name,
+		LeaseDuration:      rc.Lease,
+		Concurrency:        rc.Concurrency,
+		Delivery:           rc.Delivery,
+		DeleteSent:         rc.DeleteSent,
+		BatchSize:          rc.BatchSize,
 		PollInterval:       50 * time.Millisecond,
 		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		ListenerConnConfig: listener,
@@ -513,11 +521,7 @@ func childChaosReplica() error {
 	if err != nil {
 		return err
 	}
-	deaf, err := strconv.ParseBool(os.Getenv(envChaosDeaf))
-	if err != nil {
-		return err
-	}
-	if err := d.Handle(chaosEventType, recordingHandler(rec, deaf, lo, hi)); err != nil {
+	if err := d.Handle(chaosEventType, recordingHandler(rec, rc.Deaf, rc.LatencyMin, rc.LatencyMax)); err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -538,21 +542,6 @@ func childChaosReplica() error {
 	runtime.ReadMemStats(&ms)
 	fmt.Printf("%s %d %d\n", chaosStats, runtime.NumGoroutine(), ms.HeapAlloc)
 	return runErr
-}
-
-// chaosListenerConfig is the replica's listener connection config from
-// envChaosListener, named name; nil (the pool's) when it is not set.
-func chaosListenerConfig(name string) (*pgx.ConnConfig, error) {
-	u := os.Getenv(envChaosListener)
-	if u == "" {
-		return nil, nil
-	}
-	cfg, err := pgx.ParseConfig(u)
-	if err != nil {
-		return nil, err
-	}
-	cfg.RuntimeParams["application_name"] = name
-	return cfg, nil
 }
 
 // recordingHandler records its start, takes lo to hi (less when its
@@ -584,28 +573,6 @@ func recordingHandler(rec *chaos.Recorder, deaf bool, lo, hi time.Duration) outb
 		write(e, chaos.End)
 		return nil
 	}
-}
-
-// chaosReplicaExtras reads the replica's BatchSize (envChaosBatch) and
-// handler latency range (envChaosLatency); unset, the defaults: 0 and
-// 2-20ms.
-func chaosReplicaExtras() (batch int, lo, hi time.Duration, err error) {
-	lo, hi = 2*time.Millisecond, 20*time.Millisecond
-	if s := os.Getenv(envChaosBatch); s != "" {
-		if batch, err = strconv.Atoi(s); err != nil {
-			return 0, 0, 0, err
-		}
-	}
-	if s := os.Getenv(envChaosLatency); s != "" && s != "0s,0s" {
-		l, h, _ := strings.Cut(s, ",")
-		if lo, err = time.ParseDuration(l); err != nil {
-			return 0, 0, 0, err
-		}
-		if hi, err = time.ParseDuration(h); err != nil {
-			return 0, 0, 0, err
-		}
-	}
-	return batch, lo, hi, nil
 }
 
 // kill SIGKILLs the replica of slot i and starts its next incarnation.
@@ -655,10 +622,14 @@ func TestChaosKillReplicas(t *testing.T) {
 	t.Parallel()
 	runChaos(t, chaosScenario{
 		name: "kill", replicas: 3, writers: 2, lease: time.Second,
-		inject: func(ctx context.Context, h *chaosHarness) {
-			atRandomIntervals(ctx, 500*time.Millisecond, 3*time.Second, func() { h.kill(rand.IntN(h.sc.replicas)) })
-		},
+		inject: killReplicas,
 	})
+}
+
+// killReplicas SIGKILLs a random replica every 0.5-3s and restarts it,
+// until ctx ends: the kill scenario's schedule, which others reuse.
+func killReplicas(ctx context.Context, h *chaosHarness) {
+	atRandomIntervals(ctx, 500*time.Millisecond, 3*time.Second, func() { h.kill(rand.IntN(h.sc.replicas)) })
 }
 
 // chaosFiguresMu serialises the scenarios' rewrites of docs/reliability.md.
@@ -744,7 +715,7 @@ func TestChaosRestartServer(t *testing.T) {
 	runChaos(t, chaosScenario{
 		name: "restart", replicas: 3, writers: 2, lease: time.Second,
 		inject: func(ctx context.Context, h *chaosHarness) {
-			for { // one cycle (about 10s) in the short version, else until ctx ends
+			untilFaultsEnd(ctx, func() { // a cycle takes about 10s
 				for range 3 {
 					time.Sleep(randBetween(500*time.Millisecond, 1500*time.Millisecond))
 					h.outage("immediate restarts", h.cluster.RestartImmediate)
@@ -757,10 +728,7 @@ func TestChaosRestartServer(t *testing.T) {
 					time.Sleep(5 * time.Second)
 					return h.cluster.Start()
 				})
-				if ctx.Err() != nil || os.Getenv(envChaosDuration) == "" {
-					return
-				}
-			}
+			})
 		},
 	})
 }
@@ -791,13 +759,10 @@ func TestChaosReadOnlyDatabase(t *testing.T) {
 	runChaos(t, chaosScenario{
 		name: "read-only", replicas: 3, writers: 2, lease: time.Second,
 		inject: func(ctx context.Context, h *chaosHarness) {
-			for {
+			untilFaultsEnd(ctx, func() {
 				time.Sleep(randBetween(500*time.Millisecond, 1500*time.Millisecond))
 				h.outage("10s read-only spells", func() error { return h.readOnlyFor(ctx, 10*time.Second) })
-				if ctx.Err() != nil || os.Getenv(envChaosDuration) == "" {
-					return
-				}
-			}
+			})
 		},
 	})
 }
@@ -840,10 +805,7 @@ func (h *chaosHarness) terminateReplicaBackends(ctx context.Context) {
 	var n int
 	require.NoError(h.t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
 		FROM pg_stat_activity WHERE application_name ~ '^r[0-9]+\.[0-9]+$'`).Scan(&n))
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.outages = append(h.outages, chaos.Outage{From: at, To: time.Now()})
-	h.faults["backends terminated"] += n
+	h.recordOutage("backends terminated", n, at)
 }
 
 // outage runs fault, which takes the server down and brings it back, and
@@ -851,8 +813,14 @@ func (h *chaosHarness) terminateReplicaBackends(ctx context.Context) {
 func (h *chaosHarness) outage(kind string, fault func() error) {
 	from := time.Now()
 	require.NoError(h.t, fault())
+	h.recordOutage(kind, 1, from)
+}
+
+// recordOutage records an outage from from until now, counted as n
+// faults of kind.
+func (h *chaosHarness) recordOutage(kind string, n int, from time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.outages = append(h.outages, chaos.Outage{From: from, To: time.Now()})
-	h.faults[kind]++
+	h.faults[kind] += n
 }

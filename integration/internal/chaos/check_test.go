@@ -302,7 +302,7 @@ func TestCheckInnocentsNextToPoisonKeepTheirBudget(t *testing.T) {
 	in.Rows[0].Recoveries = 1
 	require.Empty(t, chaos.Check(in).Violations())
 	// b was charged one recovery although its only run succeeded: the
-	// one a claim's start mark may cost (guarantees.md); two are too many.
+	// one a claim's start mark may cost (guarantees.md).
 	in.Rows[1].Recoveries = 1
 	require.Empty(t, chaos.Check(in).Violations())
 	// Two charges for one run: allowed when two poison deaths came beside

@@ -34,5 +34,5 @@
 // delivery is at least once.
 //
 // The scenarios that drive the replicas live in the integration tests
-// (chaos_test.go); docs/reliability.md publishes their figures.
+// (chaos*_test.go); docs/reliability.md publishes their figures.
 package chaos

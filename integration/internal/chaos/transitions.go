@@ -10,6 +10,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// Transition is one change of an outbox row's status, as the trigger the
+// scenarios install (see InstallTransitionLog) logged it in the same
+// transaction: the database's own record of who wrote what.
+type Transition struct {
+	ID                   uuid.UUID
+	OldStatus, NewStatus string
+	// OldToken and NewToken are lock_token before and after (uuid.Nil for
+	// NULL). A claim sets NewToken; an outcome keeps the token.
+	OldToken, NewToken uuid.UUID
+	// OldLeaseUntil is lease_until before the change (zero for NULL).
+	OldLeaseUntil time.Time
+	// At is the database's clock_timestamp() when the row changed.
+	At time.Time
+	// StatementAt is the database's statement_timestamp() of the writing
+	// statement: when it started, no later than its test of the lease.
+	StatementAt time.Time
+	// Writer is the application_name of the session that wrote it: the
+	// replica's name.
+	Writer string
+}
+
 // transitionLogSQL creates the table chaos_transitions in schema %[1]s
 // and a trigger on the outbox table %[2]s that logs every change of a
 // row's status into it, in the changing transaction: a rolled back change
