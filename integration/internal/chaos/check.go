@@ -203,7 +203,7 @@ func Check(in Input) Report {
 		rep.Duplicates = append(rep.Duplicates, duplicates(rs, in)...)
 		rep.Overlaps = append(rep.Overlaps, overlaps(rs, in.Pauses, in.Lease)...)
 	}
-	rep.Fencing = append(fencing(in.Transitions), startsAfterSent(runs, in.Transitions)...)
+	rep.Fencing = append(fencing(in.Transitions), startsAfterSent(runs, in.Transitions, in.Pauses)...)
 	checkModes(&rep, in, byID, rows)
 	rep.Fairness = fairness(runs, in.Replicas)
 	for _, s := range in.Replicas {
@@ -412,7 +412,11 @@ func fencing(ts []Transition) []string {
 // startsAfterSent finds runs that started after their event was SENT:
 // the starting worker's lease had ended before its handler started, which
 // the dispatcher must never allow (it reads the deadline just before).
-func startsAfterSent(runs []Run, ts []Transition) []string {
+// A run whose replica was stopped across the SENT and started its handler
+// once resumed is excused: the process may have stopped between reading
+// the deadline and the handler's first record, which no process can
+// prevent (docs/guarantees.md: a paused process is a lease outlived).
+func startsAfterSent(runs []Run, ts []Transition, pauses []Pause) []string {
 	sentAt := map[uuid.UUID]time.Time{}
 	for _, t := range ts {
 		if success(t) {
@@ -423,12 +427,25 @@ func startsAfterSent(runs []Run, ts []Transition) []string {
 	}
 	var out []string
 	for _, r := range runs {
-		if at, ok := sentAt[r.ID]; ok && r.Start.After(at.Add(FenceSlack)) {
-			out = append(out, fmt.Sprintf("%s: %s started its handler %v after the event was SENT",
-				r.ID, r.Replica, r.Start.Sub(at).Round(time.Millisecond)))
+		at, ok := sentAt[r.ID]
+		if !ok || !r.Start.After(at.Add(FenceSlack)) || stoppedAcross(r, at, pauses) {
+			continue
 		}
+		out = append(out, fmt.Sprintf("%s: %s started its handler %v after the event was SENT",
+			r.ID, r.Replica, r.Start.Sub(at).Round(time.Millisecond)))
 	}
 	return out
+}
+
+// stoppedAcross reports whether r's replica was stopped at instant at and
+// resumed before r started.
+func stoppedAcross(r Run, at time.Time, pauses []Pause) bool {
+	for _, p := range pauses {
+		if p.Replica == r.Replica && !p.From.After(at) && !p.To.Before(at) && !p.To.After(r.Start) {
+			return true
+		}
+	}
+	return false
 }
 
 // fairness counts the handler starts of each replica: those of runs, and

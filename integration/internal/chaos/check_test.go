@@ -150,6 +150,33 @@ func TestCheckFindsOverlapsAndExcusesPausesPastTheLease(t *testing.T) {
 	require.Equal(t, 2, chaos.Check(in).UnexcusedOverlaps())
 }
 
+// TestCheckExcusesAStartAfterSentOnlyAcrossAPause: a run that starts
+// after its event was SENT breaks the fence, unless its replica was
+// stopped across the SENT and started the handler once resumed (it may
+// have read its deadline before it stopped).
+func TestCheckExcusesAStartAfterSentOnlyAcrossAPause(t *testing.T) {
+	t.Parallel()
+	in, a, _ := clean() // a SENT by r1 at +20
+	in.Records = append(in.Records,
+		chaos.Record{ID: a, Replica: "r3", Attempt: 1, Phase: chaos.Start, At: at(1836)},
+		chaos.Record{ID: a, Replica: "r3", Attempt: 1, Phase: chaos.Abort, At: at(1840)})
+	violation := "fencing: " + a.String() + ": r3 started its handler 1.816s after the event was SENT"
+	require.Contains(t, chaos.Check(in).Violations(), violation, "no pause")
+
+	in.Pauses = []chaos.Pause{{Replica: "r3", From: at(-1500), To: at(1830)}}
+	require.NotContains(t, chaos.Check(in).Violations(), violation, "stopped across the SENT, started once resumed")
+
+	for name, p := range map[string]chaos.Pause{
+		"another replica's pause":  {Replica: "r2", From: at(-1500), To: at(1830)},
+		"stopped after the SENT":   {Replica: "r3", From: at(30), To: at(1830)},
+		"resumed before the SENT":  {Replica: "r3", From: at(-1500), To: at(10)},
+		"resumed after it started": {Replica: "r3", From: at(-1500), To: at(1838)},
+	} {
+		in.Pauses = []chaos.Pause{p}
+		require.Contains(t, chaos.Check(in).Violations(), violation, name)
+	}
+}
+
 func TestCheckFindsOverlapWithARunCutByAKill(t *testing.T) {
 	t.Parallel()
 	in, a, _ := clean()
