@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -56,13 +57,13 @@ func (r *reporter) reportError(msg string, err error) {
 // that cannot be known.
 func (r *reporter) reportUnknown(id uuid.UUID, why string) {
 	r.stats.outcomeUnknown.Add(1)
-	r.reportError("outcome unknown", fmt.Errorf("event %s: %w: %s", id, outbox.ErrOutcomeUnknown, why))
+	r.reportError("outcome unknown", fmt.Errorf("%w: event %s: %s", outbox.ErrOutcomeUnknown, id, why))
 }
 
 // reportLost counts and reports an outcome that could not be recorded.
 func (r *reporter) reportLost(id uuid.UUID) {
 	r.stats.lockLost.Add(1)
-	r.reportError("outcome not recorded", fmt.Errorf("event %s: %w", id, outbox.ErrLockLost))
+	r.reportError("outcome not recorded", fmt.Errorf("%w: event %s", outbox.ErrLockLost, id))
 }
 
 // reportGivenUp logs, at ERROR, an event whose outcome the completer gave
@@ -87,7 +88,7 @@ func (r *reporter) reportGivenUp(it *item, err error) {
 		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(),
 		"event_type", it.event.Type, "tries", it.tries, "refusals", it.refusals, "error", err)
 	if r.onError != nil {
-		r.onError(fmt.Errorf("event %s: %w: %w", it.event.ID, cause, err))
+		r.onError(errtext.WrapAs(cause, err, "event %s", it.event.ID))
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -21,6 +23,7 @@ import (
 // concurrent use and cheap to keep for the life of the program.
 type Emitter struct {
 	cfg        Config
+	names      sqlname.Names
 	insertSQL  string
 	copyTable  pgx.Identifier
 	notifySQL  string
@@ -39,6 +42,7 @@ func New(cfg Config) (*Emitter, error) {
 	}
 	e := &Emitter{
 		cfg:       cfg,
+		names:     names,
 		insertSQL: insertSQL(names.Qualified),
 		copyTable: pgx.Identifier{cfg.Table.Schema, cfg.Table.Name},
 	}
@@ -114,7 +118,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("emitter: context is done; nothing was sent and tx is unchanged: %w", err)
+		return nil, errtext.Wrap(err, "emit: context is done; nothing was sent and tx is unchanged")
 	}
 	if err := e.write(ctx, tx, cols); err != nil {
 		return nil, err
@@ -211,18 +215,7 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) 
 		err = closeErr
 	}
 	if err != nil {
-		return sendError(err)
+		return e.sendError(err)
 	}
 	return nil
-}
-
-// sendError classifies an error of the batch: a finished or aborted tx is
-// reported like a nil one; anything else is wrapped as is.
-// It unwraps to ErrInvalidInput, ErrTxDone and the cause for an unusable
-// tx, never to ErrInvalidEvent: the events may be fine.
-func sendError(err error) error {
-	if txErr := pgerr.TxUnusable(err); txErr != nil {
-		return txErr
-	}
-	return fmt.Errorf("emitter: insert events: %w", err)
 }
