@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -192,6 +193,20 @@ func (r *reporter) flushRepeats() {
 		r.logger.Log(context.Background(), h.level, "pgoutbox: similar lines suppressed",
 			append(args, "repeats_not_logged", h.suppressed)...)
 	}
+}
+
+// logPanic logs, at ERROR, a panic of a handler (of eventType) or of the
+// publisher that was recovered, with the stack of the goroutine that
+// panicked: the event's outcome and hooks carry the panic's value but not
+// where it happened. One line per repeatLogInterval for each of them, and
+// per event type for handlers. Call it from the deferred recover.
+func (r *reporter) logPanic(who, eventType string, id uuid.UUID, err error) {
+	group := []any{"panicked", who}
+	if eventType != "" {
+		group = append(group, "event_type", eventType)
+	}
+	r.logLimited(slog.LevelError, "panic\x00"+who+"\x00"+eventType, "pgoutbox: recovered a panic; the event is retried or FAILED with code panic",
+		group, "event_id", id.String(), "error", err, "stack", string(debug.Stack()))
 }
 
 // maxLoggedIDs bounds the event IDs one log line lists.
