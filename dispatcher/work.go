@@ -365,7 +365,7 @@ func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (
 	}()
 	errs = d.cfg.Publisher.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
-		err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+		err := fmt.Errorf("pgoutbox: the publisher returned %d results for %d messages", len(errs), len(msgs))
 		d.reportError("publisher broke its contract", err)
 		return fill(len(msgs), err)
 	}

@@ -38,8 +38,9 @@ func WrapHint(err error, hint, format string, args ...any) error {
 }
 
 // WrapAs is Wrap for an error of a kind the caller branches on: it reads
-// "pgoutbox: <kind>: <context>: <err>", each without its own prefix, and
-// matches both kind (a sentinel such as outbox.ErrLockLost) and err.
+// "pgoutbox: <kind>: <context>: <err>", each without its own prefix (and
+// without "<context>: " when format is empty), and matches both kind (a
+// sentinel such as outbox.ErrLockLost) and err.
 func WrapAs(kind, err error, format string, args ...any) error {
 	return &wrapped{kind: kind, context: fmt.Sprintf(format, args...), err: err}
 }
@@ -67,7 +68,10 @@ func (w *wrapped) Error() string {
 	if w.kind != nil {
 		msg += Trim(w.kind.Error()) + ": "
 	}
-	msg += w.context + ": " + Trim(w.err.Error())
+	if w.context != "" {
+		msg += w.context + ": "
+	}
+	msg += Trim(w.err.Error())
 	if w.hint != "" {
 		msg += " (" + w.hint + ")"
 	}

@@ -18,6 +18,7 @@ func TestWrap(t *testing.T) {
 	require.EqualError(t, Wrap(plain, "op"), "pgoutbox: op: plain")
 	require.EqualError(t, WrapHint(inner, "do this", "op"), "pgoutbox: op: inner (do this)")
 	require.EqualError(t, WrapAs(kind, inner, "event %s", "e"), "pgoutbox: kind: event e: inner")
+	require.EqualError(t, WrapAs(kind, inner, ""), "pgoutbox: kind: inner")
 	require.EqualError(t, Because(kind, plain), "pgoutbox: kind")
 	require.EqualError(t, Wrap(Wrap(inner, "a"), "b"), "pgoutbox: b: a: inner")
 

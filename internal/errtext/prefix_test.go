@@ -89,6 +89,7 @@ func TestOnePrefix(t *testing.T) {
 	d, err := dispatcher.New(empty.Pool, dispatcher.Config{Table: empty.Table()})
 	require.NoError(t, err)
 	errs["dispatcher missing table"] = d.Run(ctx)
+	errs["dispatcher handle"] = d.Handle("", nil)
 
 	var wrong []string
 	for name, err := range errs {
