@@ -36,8 +36,8 @@ var (
 	ErrSchemaMismatch = errors.New("pgoutbox: schema does not match")
 	// ErrMissingTable is returned (wrapped) when the outbox table a call
 	// names does not exist: by a dispatcher's Run at start, before it
-	// claims anything, and by migrations.Verify alongside
-	// ErrSchemaMismatch. The usual causes are a Table that differs from
+	// claims anything, by Emit (and by an inbox's Record for its own
+	// table), and by migrations.Verify alongside ErrSchemaMismatch. The usual causes are a Table that differs from
 	// the one given to migrations.Migrate, or Migrate not run yet.
 	ErrMissingTable = errors.New("pgoutbox: table does not exist")
 	// ErrDuplicateID is returned (wrapped, with the ID in its text) by
