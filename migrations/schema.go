@@ -80,10 +80,12 @@ var expectedConstraints = []constraintSpec{
 }
 
 // expectedIndexes lists every index the claim and recovery queries rely
-// on. The primary key's index is covered by its constraint.
+// on (a dispatcher's typed claim on the type due index, version 4). The
+// primary key's index is covered by its constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
+	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.
