@@ -85,7 +85,7 @@ var expectedConstraints = []constraintSpec{
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
-	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
+	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.
