@@ -92,9 +92,9 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 		return err
 	}
 	b.WriteString("\n")
-	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "PROCESSING", "SENT", "FAILED"},
+	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "DUE", "PROCESSING", "SENT", "FAILED"},
 		func(c admin.TypeCounts) []string {
-			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), fmt.Sprint(c.Sent), fmt.Sprint(c.Failed)}
+			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Due), fmt.Sprint(c.Processing), fmt.Sprint(c.Sent), fmt.Sprint(c.Failed)}
 		})
 	if err != nil {
 		return err

@@ -70,6 +70,8 @@ func explainPrepared(t *testing.T, db *testdb.DB, typed bool, sql, params, args 
 		var plan []map[string]any
 		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE plan_under_test("+args+")").Scan(&plan))
 		require.NoError(t, tx.Rollback(ctx))
+		_, jit := plan[0]["JIT"]
+		require.False(t, jit, "%s: compiled with JIT (1.5s for a few rows)", mode)
 		check(mode, plan[0]["Plan"].(map[string]any))
 	}
 }
