@@ -187,7 +187,7 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 		}
 		c, err := a.Counts(ctx)
 		if err == nil && c.Processing == 0 && c.Due > 0 {
-			c.Due, err = claimedDue(ctx, d, a)
+			c, err = claimedCounts(ctx, d, a)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -202,20 +202,23 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 	}
 }
 
-// claimedDue counts the due PENDING rows of the types d claims.
-func claimedDue(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin) (int64, error) {
-	byType, err := a.PendingByType(ctx)
+// claimedCounts is the table's counts with Due counting only the due
+// PENDING rows of the types d claims, all read in one snapshot (a row
+// claimed between two reads must not look idle).
+func claimedCounts(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin) (admin.Counts, error) {
+	s, err := a.Summary(ctx)
 	if err != nil {
-		return 0, err
+		return admin.Counts{}, err
 	}
 	types, all := d.ClaimedTypes()
-	var due int64
-	for _, p := range byType {
-		if all || slices.Contains(types, p.Type) {
-			due += p.Due
+	c := s.Counts
+	c.Due = 0
+	for _, t := range s.ByType {
+		if all || slices.Contains(types, t.Type) {
+			c.Due += t.Due
 		}
 	}
-	return due, nil
+	return c, nil
 }
 
 // unclaimedDue describes the due PENDING events of types d does not claim
