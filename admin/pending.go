@@ -2,10 +2,11 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 )
 
 // TypePending is the PENDING rows of one event type.
@@ -32,7 +33,7 @@ type TypePending struct {
 func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {
 	rows, err := a.db.Query(ctx, a.sql.pendingByType)
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: admin: pending by type %s: %w", a.table, err)
+		return nil, errtext.Wrap(err, "admin: pending by type %s", a.table)
 	}
 	var out []TypePending
 	var tp TypePending
@@ -43,7 +44,7 @@ func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: admin: pending by type %s: %w", a.table, err)
+		return nil, errtext.Wrap(err, "admin: pending by type %s", a.table)
 	}
 	return out, nil
 }
