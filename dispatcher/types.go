@@ -146,13 +146,16 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 	}
 	for _, c := range d.kinds.waiting.update(counts, time.Now()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher does not claim are waiting; "+
-			"is a dispatcher that handles it running?", "table", d.cfg.Table.String(), "type", c.Type,
+			"is a dispatcher that handles it running?", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", c.Type,
 			"waiting", c.Count, "at_least", c.Count >= waitingPerType, "due_for_more_than", dueFor.String())
 	}
 }
 
 // waitingTypes holds the latest count of waiting events per type and when
-// each type was last logged.
+// each type was last logged. Not the reporter's logLimited: its 10s
+// interval would log each waiting type at every count (every
+// RecoverEvery-th poll, 10s by default), where one line per type every
+// waitingWarnEvery says enough about a state that lasts.
 type waitingTypes struct {
 	mu     sync.Mutex
 	counts map[string]int64
