@@ -26,7 +26,9 @@ type Roles struct {
 	// outbox table.
 	Producer string
 	// Dispatcher runs a dispatcher: USAGE on the schema, SELECT and UPDATE
-	// on the outbox table, and DELETE when DispatcherDeletes.
+	// on the outbox table, DELETE when DispatcherDeletes, and SELECT on
+	// the version table (dispatcher.Start verifies the schema, unless
+	// Config.SkipVerify).
 	Dispatcher string
 	// DispatcherDeletes grants DELETE to Dispatcher, which needs it to
 	// delete the events it sent (dispatcher.Config.DeleteSent).
@@ -124,6 +126,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 		dispatcher += ", DELETE"
 	}
 	b.WriteString(grant(dispatcher, table, r.Dispatcher))
+	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Dispatcher))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
 	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
 	return b.String()

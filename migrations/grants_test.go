@@ -264,6 +264,7 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"SELECT", table, env.roles.Dispatcher, dispatch(false)},
 		{"UPDATE", table, env.roles.Dispatcher, dispatch(false)},
 		{"DELETE", table, env.roles.Dispatcher, dispatch(true)},
+		{"SELECT", version, env.roles.Dispatcher, dispatch(false)},
 		{"USAGE", schema, env.roles.Operator, operate},
 		{"SELECT", table, env.roles.Operator, operate},
 		{"UPDATE", table, env.roles.Operator, operate},

@@ -47,7 +47,15 @@ type VerifyError struct {
 	Problems []Problem
 
 	missing bool // the table does not exist
+	newer   bool // the version is newer than Latest
 }
+
+// OnlyNewer reports whether the one problem found is a schema version
+// newer than this library knows: a later release migrated the table. Its
+// migrations so far only add what older versions ignore, so an older
+// dispatcher may keep running on it during a rolling upgrade (see
+// docs/operations.md).
+func (e *VerifyError) OnlyNewer() bool { return e.newer && len(e.Problems) == 1 }
 
 // Error names every object with its expected and actual state.
 func (e *VerifyError) Error() string {
@@ -97,7 +105,7 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 		return fmt.Errorf("pgoutbox: verify %s: %w", names.Table, err)
 	}
 	if problems := cat.compare(names); len(problems) > 0 {
-		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == ""}
+		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == "", newer: versionNewer(cat.version)}
 	}
 	return nil
 }
@@ -274,6 +282,12 @@ func versionVerdict(v string) string {
 		return v + " (newer than this library knows: upgrade pgoutbox)"
 	}
 	return v
+}
+
+// versionNewer reports whether v is a version newer than Latest.
+func versionNewer(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n > int(Latest())
 }
 
 func relkindName(kind string) string {
