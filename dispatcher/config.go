@@ -46,11 +46,13 @@ type Wakeup int
 
 const (
 	// WakeupAuto (the default) listens for the emitter's notifications when
-	// a start-up self-probe shows that they arrive, and falls back to
-	// polling alone (logging once) when they do not.
+	// a self-probe shows that they arrive, and stays with polling alone
+	// (logging once) when they do not. The probe runs beside dispatching,
+	// which polls meanwhile: Start does not wait for it.
 	WakeupAuto Wakeup = iota
-	// WakeupRequired makes Run fail at start unless the self-probe shows
-	// that notifications arrive.
+	// WakeupRequired makes Start (and Run) fail with ErrWakeupUnavailable
+	// unless the self-probe, run among the start-up checks, shows that
+	// notifications arrive.
 	WakeupRequired
 	// WakeupDisabled polls only. Use it behind PgBouncer in transaction
 	// mode, where LISTEN cannot work.
@@ -140,6 +142,15 @@ type Config struct {
 	// Defaults to false.
 	DeleteSent bool
 
+	// SkipVerify starts the dispatcher without comparing the table's schema
+	// with what this version needs (migrations.Verify): Start then checks
+	// only that the table and the columns it uses exist. Set it when the
+	// dispatcher's role cannot read the version table, or the schema was
+	// changed on purpose. Defaults to false: a schema that does not match
+	// makes Start fail, naming each object with its expected and actual
+	// state.
+	SkipVerify bool
+
 	// Wakeup chooses how notifications wake the dispatcher. Defaults to
 	// WakeupAuto.
 	Wakeup Wakeup
@@ -151,9 +162,8 @@ type Config struct {
 	// Defaults to a copy of the pool's connection config. Point it at the
 	// database directly when the pool goes through a pooler.
 	ListenerConnConfig *pgx.ConnConfig
-	// WakeupProbeTimeout bounds the start-up self-probe, which sends a
-	// notification on a private channel and waits for it. Defaults to 5s;
-	// 100ms to 1m.
+	// WakeupProbeTimeout bounds the self-probe, which sends a notification
+	// on a private channel and waits for it. Defaults to 5s; 100ms to 1m.
 	WakeupProbeTimeout time.Duration
 	// WakeupCooldown is the shortest time between two claim cycles started
 	// by wake-ups (notifications and Trigger): those arriving within it
@@ -230,7 +240,7 @@ type Config struct {
 	// recorded or whose fate is unknown (OnError receives those), nor for
 	// events released unstarted (at stop, or suspects kept waiting).
 	//
-	// ctx carries the values of the context given to Run, never its
+	// ctx carries the values of the context given to Start or Run, never its
 	// cancellation. OnOutcome runs on the dispatcher's completion
 	// goroutine (recovery's worker_lost outcomes on the coordinator's),
 	// so keep it fast and never block: the next outcomes wait for it. The

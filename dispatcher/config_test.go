@@ -118,18 +118,27 @@ func TestRunDetectsTableMismatch(t *testing.T) {
 // A dispatcher started on a table that an older version migrated (here:
 // without the snoozes column of migration 3) fails at start with
 // outbox.ErrSchemaMismatch naming the column, instead of failing every
-// claim and telling only OnError.
+// claim and telling only OnError: by migrations.Verify, and with
+// SkipVerify by the check of the columns it uses.
 func TestRunDetectsAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	_, err := db.Pool.Exec(context.Background(), `ALTER TABLE outbox_events DROP COLUMN snoozes`)
 	require.NoError(t, err)
-	d, err := dispatcher.New(db.Pool, baseConfig(db))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = d.Run(ctx)
-	require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
-	require.ErrorContains(t, err, "snoozes")
-	require.ErrorContains(t, err, "migrations.Migrate")
+	for _, skip := range []bool{false, true} {
+		cfg := baseConfig(db)
+		cfg.SkipVerify = skip
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = d.Run(ctx)
+		cancel()
+		require.ErrorIs(t, err, outbox.ErrSchemaMismatch, "SkipVerify %v", skip)
+		require.ErrorContains(t, err, "snoozes")
+		if skip {
+			require.ErrorContains(t, err, "migrations.Migrate")
+		} else {
+			require.ErrorContains(t, err, "actual missing")
+		}
+	}
 }
