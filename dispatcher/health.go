@@ -45,7 +45,8 @@ func (s ListenerState) String() string {
 
 // Health is a snapshot of what readiness and liveness probes judge: Healthy
 // gives the verdict, and the fields let a probe judge for itself. Times are
-// local. It holds no payloads, event data or error texts.
+// local. It holds no payloads, event data or error texts (Err is one of
+// the dispatcher's sentinels).
 type Health struct {
 	// State is where the dispatcher is in its life.
 	State State
