@@ -122,16 +122,18 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 }
 
 // verify compares the table's schema with what this version needs
-// (migrations.Verify), bounded like the dispatcher's own statements (a
-// lock held on the table cannot hold the start up for long). A schema
-// version newer than this library knows is no reason to refuse: a later
-// release migrated the table, and its migrations only add what this
-// version ignores (a rolling upgrade).
-func (d *Dispatcher) verify(ctx context.Context) error {
+// (migrations.Verify), bounded like the dispatcher's own statements. A
+// schema version newer than this library knows is no reason to refuse: a
+// later release migrated the table, and its migrations only add what this
+// version ignores (a rolling upgrade). Nor is a check that ran out of time
+// (a statement_timeout, a lock held on the table): statement timeouts must
+// never stop progress, so it logs a warning and the start goes on with
+// the check of the columns the dispatcher uses.
+func (d *Dispatcher) verify(parent context.Context) error {
 	if d.cfg.SkipVerify {
 		return nil
 	}
-	ctx, cancel := d.opContextFrom(ctx)
+	ctx, cancel := d.opContextFrom(parent)
 	defer cancel()
 	err := migrations.Verify(ctx, d.pool, migrations.Config{Table: d.cfg.Table})
 	var mismatch *migrations.VerifyError
@@ -142,6 +144,10 @@ func (d *Dispatcher) verify(ctx context.Context) error {
 		return nil
 	case mismatch != nil:
 		return fmt.Errorf("%w (Config.SkipVerify starts without this check)", err)
+	case ranOutOfTime(err) && parent.Err() == nil:
+		d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+		return nil
 	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
 		return fmt.Errorf("%w (the dispatcher's role needs SELECT on the version table, as migrations.RenderGrants "+
 			"grants, or set Config.SkipVerify)", err)
