@@ -3,12 +3,12 @@ package admin
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -81,7 +81,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 			res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 		}
 		if err != nil {
-			return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s (dry run): %w", a.table, err)
+			return ReplayResult{}, errtext.Wrap(err, "admin: replay %s (dry run)", a.table)
 		}
 		res.Skipped = skipped(p.IDs, res.Replayed)
 		return res, nil
@@ -101,7 +101,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 		return err
 	})
 	if err != nil {
-		return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s: %w", a.table, err)
+		return ReplayResult{}, errtext.Wrap(err, "admin: replay %s", a.table)
 	}
 	res.Skipped = skipped(p.IDs, res.Replayed)
 	return res, nil
@@ -205,13 +205,13 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.DryRun {
 		var n int64
 		if err := a.db.QueryRow(ctx, stmt.dry, p.OlderThan.Microseconds(), limit).Scan(&n); err != nil {
-			return 0, fmt.Errorf("pgoutbox: admin: purge %s %s (dry run): %w", p.Status, a.table, err)
+			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
 		}
 		return n, nil
 	}
 	tag, err := a.db.Exec(ctx, stmt.run, p.OlderThan.Microseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("pgoutbox: admin: purge %s %s: %w", p.Status, a.table, err)
+		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -3,12 +3,12 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -50,6 +50,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
+	d.flushRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
 }
@@ -109,11 +110,11 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	var exists bool
 	err = d.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.Qualified).Scan(&exists)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: dispatcher: check table: %w", err)
+		return errtext.Wrap(err, "dispatcher: check table")
 	}
 	if !exists {
-		return fmt.Errorf("pgoutbox: dispatcher: %s: %w (is it the Table given to migrations.Migrate?)",
-			d.store.Table(), outbox.ErrMissingTable)
+		return errtext.WrapHint(outbox.ErrMissingTable, "is it the Table given to migrations.Migrate?",
+			"dispatcher: %s", d.store.Table())
 	}
 	if err := d.verify(ctx); err != nil {
 		return err
@@ -143,14 +144,14 @@ func (d *Dispatcher) verify(parent context.Context) error {
 			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[0].Actual)
 		return nil
 	case mismatch != nil:
-		return fmt.Errorf("%w (Config.SkipVerify starts without this check)", err)
+		return errtext.WrapHint(err, "Config.SkipVerify starts without this check", "")
 	case ranOutOfTime(err) && parent.Err() == nil:
 		d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
 			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
 		return nil
 	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
-		return fmt.Errorf("%w (the dispatcher's role needs SELECT on the version table, as migrations.RenderGrants "+
-			"grants, or set Config.SkipVerify)", err)
+		return errtext.WrapHint(err, "the dispatcher's role needs SELECT on the version table, as "+
+			"migrations.RenderGrants grants, or set Config.SkipVerify", "")
 	}
 	return err
 }
