@@ -102,6 +102,7 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 		Table:        env.cfg.Table,
 		PollInterval: 20 * time.Millisecond,
 		DeleteSent:   deleteSent,
+		KeepSent:     !env.roles.DispatcherDeletes, // no retention job without DELETE
 		Backoff:      outbox.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
 		Logger:       slog.New(slog.DiscardHandler),
 		OnError: func(err error) {
