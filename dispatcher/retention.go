@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -93,7 +94,7 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 		case err != nil && ctx.Err() != nil: // cut short by the stop: the batch rolled back
 			return deleted, false
 		case err != nil:
-			r.d.reportError("retention of "+string(status)+" rows failed", err)
+			r.d.reportError(retentionFailed(status, err), err)
 			if !ranOutOfTime(err) || r.limit == 1 {
 				return deleted, false
 			}
@@ -121,4 +122,14 @@ func (r *retention) batch(ctx context.Context, p purge.Params) (purge.Result, er
 		d.cfg.onRetentionBatch(p.Status, p.Limit, res)
 	}
 	return res, err
+}
+
+// retentionFailed is the log message of a failed retention batch, with
+// what to do when the dispatcher's role may not delete.
+func retentionFailed(status outbox.Status, err error) string {
+	msg := "retention of " + string(status) + " rows failed"
+	if pgerr.Code(err) == pgerr.InsufficientPrivilege {
+		msg += ": the dispatcher's role needs DELETE on the outbox table, or set KeepSent (and no RetainFailed) to keep rows"
+	}
+	return msg
 }

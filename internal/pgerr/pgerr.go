@@ -27,6 +27,9 @@ const (
 	// LockNotAvailable: the statement gave up waiting for a lock
 	// (lock_timeout).
 	LockNotAvailable = "55P03"
+	// InsufficientPrivilege: the role lacks a privilege the statement
+	// needs.
+	InsufficientPrivilege = "42501"
 )
 
 // Code returns the SQLSTATE of the PostgreSQL error in err's chain, or ""
