@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
@@ -67,11 +68,9 @@ func (r *retention) pass(ctx context.Context) {
 	skipped := false
 	if !d.cfg.KeepSent {
 		sent, skipped = r.purge(ctx, outbox.StatusSent, d.cfg.RetainSent)
-		d.stats.retentionSent.Add(uint64(sent))
 	}
 	if !skipped && d.cfg.RetainFailed > 0 {
 		failed, skipped = r.purge(ctx, outbox.StatusFailed, d.cfg.RetainFailed)
-		d.stats.retentionFailed.Add(uint64(failed))
 	}
 	if skipped {
 		d.stats.retentionSkipped.Add(1)
@@ -104,12 +103,21 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 			return deleted, true
 		}
 		deleted += res.Deleted
+		r.counter(status).Add(uint64(res.Deleted))
 		if res.Deleted < int64(r.limit) {
 			return deleted, false
 		}
 		r.limit = min(2*r.limit, r.d.cfg.RetentionBatchSize)
 	}
 	return deleted, false
+}
+
+// counter is the Stats counter of the rows of status deleted.
+func (r *retention) counter(status outbox.Status) *atomic.Uint64 {
+	if status == outbox.StatusFailed {
+		return &r.d.stats.retentionFailed
+	}
+	return &r.d.stats.retentionSent
 }
 
 // batch runs one bounded DELETE.

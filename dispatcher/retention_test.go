@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,8 @@ func TestRetentionDeletesOnlyDueSentRows(t *testing.T) {
 	cfg := retentionConfig(db, 10)
 	var log batchLog
 	log.hook(&cfg)
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
@@ -121,6 +124,9 @@ func TestRetentionDeletesOnlyDueSentRows(t *testing.T) {
 	for _, b := range got[3:] {
 		require.Equal(t, "SENT 0/10", b)
 	}
+	// One line per pass: INFO for the pass that deleted, DEBUG for the rest.
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "25"))
+	require.GreaterOrEqual(t, logs.count(slog.LevelDebug, "deleted_sent", "0"), 1)
 }
 
 // RetainFailed deletes FAILED rows older than it; KeepSent keeps every
