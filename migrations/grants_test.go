@@ -361,6 +361,7 @@ func TestGrantsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	grants, err := migrations.RenderGrants(migrations.Config{Table: outbox.Table{Schema: "app"}}, migrations.Roles{
 		Migrator: "outbox_migrator", Producer: "outbox_producer", Dispatcher: "outbox_dispatcher", Operator: "outbox_operator",
+		DispatcherDeletes: true,
 	})
 	require.NoError(t, err)
 	require.Contains(t, string(doc), grants.BeforeMigrate+"\n"+grants.AfterMigrate)
