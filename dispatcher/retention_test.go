@@ -273,20 +273,25 @@ CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(ctx) }()
-	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool {
+	// The batch's backend, waiting at the gate inside its DELETE.
+	waiting := func() int {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%gone AS%'
-			AND query LIKE '%' || $1 || '%'`, db.Schema).Scan(&n))
-		return n == 1
-	})
+			WHERE state = 'active' AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+			AND query LIKE '%gone AS%' AND query LIKE '%' || $1 || '%'`, db.Schema).Scan(&n))
+		return n
+	}
+	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, d.Stop(stopCtx))
 	require.NoError(t, <-errc)
 	require.Zero(t, d.Stats().Errors, "a batch cut by the stop is not an error")
 	require.Zero(t, d.Stats().RetentionSent)
-
+	// The stop's cancel request reaches the server on its own: wait for it
+	// to end the statement (still at the gate, which the test holds), then
+	// open the gate.
+	waitFor(t, 30*time.Second, "the cancelled batch to end", func() bool { return waiting() == 0 })
 	require.NoError(t, holder.Rollback(ctx))
 	require.Equal(t, len(due), remaining(t, db, due), "the cut batch rolled back whole")
 	var locked int
