@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -50,7 +51,7 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var ageMicros int64
 	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros, &c.At)
 	if err != nil {
-		return Counts{}, fmt.Errorf("pgoutbox: admin: counts %s: %w", a.table, err)
+		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
 	return c, nil
@@ -149,7 +150,7 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	}
 	rows, err := a.db.Query(ctx, a.sql.list, p.After.seq, string(p.Status), p.Type, limit+1, p.AggregateID, string(p.Code))
 	if err != nil {
-		return Page{}, fmt.Errorf("pgoutbox: admin: list %s: %w", a.table, err)
+		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
 	}
 	var r Record
 	events := make([]Record, 0, limit)
@@ -158,7 +159,7 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 		return nil
 	})
 	if err != nil {
-		return Page{}, fmt.Errorf("pgoutbox: admin: list %s: %w", a.table, err)
+		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
 	}
 	page := Page{Events: events}
 	if len(events) > limit {
@@ -206,10 +207,10 @@ func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	var headers, log []byte
 	err := a.db.QueryRow(ctx, a.sql.inspect, pguuid.Of(id)).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s in %s: %w", id, a.table, ErrNotFound)
+		return Detail{}, errtext.Wrap(ErrNotFound, "admin: inspect %s in %s", id, a.table)
 	}
 	if err != nil {
-		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s in %s: %w", id, a.table, err)
+		return Detail{}, errtext.Wrap(err, "admin: inspect %s in %s", id, a.table)
 	}
 	// Decoding errors name the column only: json's messages may quote
 	// the bytes they could not read.

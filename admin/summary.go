@@ -3,12 +3,12 @@ package admin
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -72,7 +72,7 @@ type summaryGroup struct {
 func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	rows, err := a.db.Query(ctx, a.sql.summary)
 	if err != nil {
-		return Summary{}, fmt.Errorf("pgoutbox: admin: summary %s: %w", a.table, err)
+		return Summary{}, errtext.Wrap(err, "admin: summary %s", a.table)
 	}
 	var s Summary
 	var g summaryGroup
@@ -86,7 +86,7 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 		return nil
 	})
 	if err != nil {
-		return Summary{}, fmt.Errorf("pgoutbox: admin: summary %s: %w", a.table, err)
+		return Summary{}, errtext.Wrap(err, "admin: summary %s", a.table)
 	}
 	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))

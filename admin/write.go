@@ -3,12 +3,12 @@ package admin
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -82,7 +82,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 			res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 		}
 		if err != nil {
-			return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s (dry run): %w", a.table, err)
+			return ReplayResult{}, errtext.Wrap(err, "admin: replay %s (dry run)", a.table)
 		}
 		res.Skipped = skipped(p.IDs, res.Replayed)
 		return res, nil
@@ -102,7 +102,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 		return err
 	})
 	if err != nil {
-		return ReplayResult{}, fmt.Errorf("pgoutbox: admin: replay %s: %w", a.table, err)
+		return ReplayResult{}, errtext.Wrap(err, "admin: replay %s", a.table)
 	}
 	res.Skipped = skipped(p.IDs, res.Replayed)
 	return res, nil
@@ -203,13 +203,13 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.DryRun {
 		n, err := a.purge.Count(ctx, a.db, batch)
 		if err != nil {
-			return 0, fmt.Errorf("pgoutbox: admin: purge %s %s (dry run): %w", p.Status, a.table, err)
+			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
 		}
 		return n, nil
 	}
 	res, err := a.purge.Delete(ctx, a.db, batch)
 	if err != nil {
-		return 0, fmt.Errorf("pgoutbox: admin: purge %s %s: %w", p.Status, a.table, err)
+		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
 	return res.Deleted, nil
 }

@@ -167,13 +167,15 @@ func (p *poller) recoverDue(n uint64) bool {
 	return false
 }
 
-// pollCycle counts a poll and recovers expired leases when it is time.
+// pollCycle counts a poll, recovers expired leases when it is time and
+// logs the counts of repeated log lines held back.
 func (d *Dispatcher) pollCycle(ctx context.Context, p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
 		p.recoverLimit = d.recoverLeases(ctx, p.recoverLimit)
 	}
+	d.flushRepeats()
 }
 
 // armDue sets the due timer to the next PENDING event's next_attempt_at
@@ -257,9 +259,6 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 	for _, e := range res.Failed {
 		d.reportFailed(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 	}
-	if n := len(res.Pending) + len(res.Failed); n > 0 {
-		d.cfg.Logger.Info("pgoutbox: recovered expired leases", "table", d.cfg.Table.String(),
-			"pending", len(res.Pending), "failed", len(res.Failed))
-	}
+	d.reportRecovered(res)
 	return limit, false
 }

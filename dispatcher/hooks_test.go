@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,3 +196,44 @@ func TestFailedEventsAreLogged(t *testing.T) {
 		})
 	}
 }
+
+// A handler's panic is logged at ERROR with the stack of the panic, which
+// nothing else records, and its retry at INFO; the event is retried and
+// delivered.
+func TestHandlerPanicIsLogged(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	logs := &logRecorder{}
+	cfg := baseConfig(db)
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	var calls atomic.Int32
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		if calls.Add(1) == 1 {
+			panicInHandler()
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "the event SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+
+	require.Equal(t, 1, logs.count(slog.LevelError, "event_id", id.String()))
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "event_id", id.String()), "the retry is logged at INFO")
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var stack string
+	for _, rec := range logs.records {
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "stack" {
+				stack = a.Value.String()
+			}
+			return true
+		})
+	}
+	require.Contains(t, stack, "panicInHandler", "the stack shows where the handler panicked")
+}
+
+//go:noinline
+func panicInHandler() { panic("handler bug") }

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	started, unblock := make(chan struct{}), make(chan struct{})
 	lockLost := make(chan error, 1)
 	var staleHooks atomic.Int32
+	logsA, logsB := &logRecorder{}, &logRecorder{}
 	cfgA := baseConfig(db)
+	cfgA.Logger = slog.New(logsA)
 	cfgA.LeaseDuration = 30 * time.Second   // no heartbeat within the test
 	cfgA.Concurrency = 1                    // A, busy with the stale handler,
 	cfgA.PollInterval = time.Hour           // claims only at start (a claim of A's
@@ -52,6 +55,7 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 
 	var bSent atomic.Int32
 	cfgB := baseConfig(db)
+	cfgB.Logger = slog.New(logsB)
 	cfgB.RecoverEvery = 1
 	cfgB.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
 		if o.Status == outbox.StatusSent {
@@ -66,8 +70,11 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 
 	var xminBefore string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminBefore))
+	require.Equal(t, 1, logsB.count(slog.LevelWarn, "pending_ids", "["+id.String()+"]"),
+		"B's recovery is logged at WARN with the event's id")
 	close(unblock)
 	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost)
+	require.Equal(t, 1, logsA.count(slog.LevelWarn, "event_id", id.String()), "A's lost lease is logged at WARN")
 
 	var xminAfter string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminAfter))

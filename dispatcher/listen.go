@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
@@ -38,7 +38,7 @@ func (d *Dispatcher) startWakeups(ctx context.Context) (*pgx.Conn, error) {
 		return nil, ctx.Err() // stopping: not a verdict on wake-ups
 	}
 	if d.cfg.Wakeup == WakeupRequired {
-		return nil, fmt.Errorf("%w: %w", ErrWakeupUnavailable, err)
+		return nil, errtext.WrapAs(ErrWakeupUnavailable, err, "")
 	}
 	d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
 		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
@@ -51,12 +51,12 @@ func (d *Dispatcher) listen(ctx context.Context) (*pgx.Conn, error) {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, d.listenerConfig)
 	if err != nil {
-		return nil, fmt.Errorf("listener connect: %w", err)
+		return nil, errtext.Wrap(err, "listener connect")
 	}
 	channel := sqlname.Names{Table: d.cfg.Table}.Channel()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("listen: %w", err)
+		return nil, errtext.Wrap(err, "listen")
 	}
 	return conn, nil
 }
@@ -72,15 +72,15 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn) error {
 	defer cancel()
 	quoted := pgx.Identifier{channel}.Sanitize()
 	if _, err := conn.Exec(ctx, "LISTEN "+quoted); err != nil {
-		return fmt.Errorf("probe listen: %w", err)
+		return errtext.Wrap(err, "probe listen")
 	}
 	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, '')", channel); err != nil {
-		return fmt.Errorf("probe notify: %w", err)
+		return errtext.Wrap(err, "probe notify")
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("probe notification did not arrive within %s: %w", d.cfg.WakeupProbeTimeout, err)
+			return errtext.Wrap(err, "probe notification did not arrive within %s", d.cfg.WakeupProbeTimeout)
 		}
 		if n.Channel == channel {
 			_, err := conn.Exec(ctx, "UNLISTEN "+quoted)
@@ -155,7 +155,7 @@ func (d *Dispatcher) ping(quit context.Context, conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(quit, 5*time.Second)
 	defer cancel()
 	if err := conn.Ping(ctx); err != nil {
-		return fmt.Errorf("listener ping: %w", err)
+		return errtext.Wrap(err, "listener ping")
 	}
 	return nil
 }

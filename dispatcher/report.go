@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -26,26 +28,33 @@ type reporter struct {
 	onOutcome func(context.Context, Outcome)
 	table     string
 	owner     string
+	now       func() time.Time // the log limiter's clock
 }
 
 func newReporter(cfg Config) *reporter {
 	return &reporter{
 		logger: cfg.Logger, onError: cfg.OnError, onOutcome: cfg.OnOutcome,
-		table: cfg.Table.String(), owner: cfg.Owner,
+		table: cfg.Table.String(), owner: cfg.Owner, now: time.Now,
 	}
 }
 
 // reportError counts err and passes it to OnError and, at a bounded rate
-// for repeats of the same message and error text, to the log.
+// for repeats of the same message and error text, to the log at WARN.
 func (r *reporter) reportError(msg string, err error) {
 	r.stats.errors.Add(1)
-	if suppressed, ok := r.logLimit.allow(msg+"\x00"+err.Error(), time.Now()); ok {
-		args := []any{"table", r.table, "owner", r.owner, "error", err}
-		if suppressed > 0 {
-			args = append(args, "repeats_not_logged", suppressed)
-		}
-		r.logger.Warn("pgoutbox: "+msg, args...)
+	r.logLimited(slog.LevelWarn, msg+"\x00"+err.Error(), "pgoutbox: "+msg, []any{"error", err})
+	if r.onError != nil {
+		r.onError(err)
 	}
+}
+
+// reportEventError counts and reports an error about one event: to
+// OnError each time, to the log at WARN at a bounded rate for all events
+// of one msg (an expired lease often takes a whole batch with it), each
+// line naming the event it saw.
+func (r *reporter) reportEventError(msg string, id uuid.UUID, err error) {
+	r.stats.errors.Add(1)
+	r.logLimited(slog.LevelWarn, msg, "pgoutbox: "+msg, nil, "event_id", id.String(), "error", err)
 	if r.onError != nil {
 		r.onError(err)
 	}
@@ -56,13 +65,17 @@ func (r *reporter) reportError(msg string, err error) {
 // that cannot be known.
 func (r *reporter) reportUnknown(id uuid.UUID, why string) {
 	r.stats.outcomeUnknown.Add(1)
-	r.reportError("outcome unknown", fmt.Errorf("event %s: %w: %s", id, outbox.ErrOutcomeUnknown, why))
+	r.reportEventError("outcome unknown; the event may run again", id,
+		fmt.Errorf("%w: event %s: %s", outbox.ErrOutcomeUnknown, id, why))
 }
 
-// reportLost counts and reports an outcome that could not be recorded.
+// reportLost counts and reports an outcome that could not be recorded:
+// the lease ran out first (a handler slower than LeaseDuration, a paused
+// process, renewals that did not get through), so the event runs again.
 func (r *reporter) reportLost(id uuid.UUID) {
 	r.stats.lockLost.Add(1)
-	r.reportError("outcome not recorded", fmt.Errorf("event %s: %w", id, outbox.ErrLockLost))
+	r.reportEventError("lease lost; the outcome was not recorded and the event will run again", id,
+		fmt.Errorf("%w: event %s", outbox.ErrLockLost, id))
 }
 
 // reportGivenUp logs, at ERROR, an event whose outcome the completer gave
@@ -87,7 +100,7 @@ func (r *reporter) reportGivenUp(it *item, err error) {
 		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(),
 		"event_type", it.event.Type, "tries", it.tries, "refusals", it.refusals, "error", err)
 	if r.onError != nil {
-		r.onError(fmt.Errorf("event %s: %w: %w", it.event.ID, cause, err))
+		r.onError(errtext.WrapAs(cause, err, "event %s", it.event.ID))
 	}
 }
 
@@ -103,14 +116,15 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 	}
 	for _, ret := range res.Retried {
 		it := byID[ret.ID]
+		o := outcomeOf(it, outbox.StatusPending)
+		o.NextAttemptAt = ret.NextAttemptAt
 		if it.result.snooze {
 			r.stats.snoozed.Add(1)
 		} else {
 			r.stats.retried.Add(1)
 		}
+		r.logRetry(o, it.result.snooze)
 		if hook != nil {
-			o := outcomeOf(it, outbox.StatusPending)
-			o.NextAttemptAt = ret.NextAttemptAt
 			hook(ctx, o)
 		}
 	}
@@ -133,6 +147,105 @@ func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
 	}
 }
 
+// logRetry logs an event that failed and will be retried at INFO (a
+// snooze at DEBUG), at a bounded rate for each event type and code: one
+// line per repeatLogInterval, naming the event it saw, then a count of
+// those not logged.
+func (r *reporter) logRetry(o Outcome, snooze bool) {
+	level, msg := slog.LevelInfo, "pgoutbox: event failed; it will be retried"
+	if snooze {
+		level, msg = slog.LevelDebug, "pgoutbox: event snoozed"
+	}
+	group := []any{"event_type", o.Event.Type, "code", string(o.Code)}
+	r.logLimited(level, msg+"\x00"+o.Event.Type+"\x00"+string(o.Code), msg, group,
+		"event_id", o.Event.ID.String(), "attempt", o.Event.Attempt, "next_attempt_at", o.NextAttemptAt, "error", o.Err)
+}
+
+// logLimited logs msg at level with the table, owner and group attributes
+// and the line's own (detail) at most once per repeatLogInterval for one
+// key; a line logged after repeats were held back counts them
+// (repeats_not_logged), and flushRepeats logs the count of those held
+// back when no line followed them.
+func (r *reporter) logLimited(level slog.Level, key, msg string, group []any, detail ...any) {
+	if !r.logger.Enabled(context.Background(), level) {
+		return
+	}
+	args := append([]any{"table", r.table, "owner", r.owner}, group...)
+	suppressed, ok := r.logLimit.allow(key, r.now(), heldLine{level: level, msg: msg, args: args})
+	if !ok {
+		return
+	}
+	args = append(args, detail...)
+	if suppressed > 0 {
+		args = append(args, "repeats_not_logged", suppressed)
+	}
+	r.logger.Log(context.Background(), level, msg, args...)
+}
+
+// flushRepeats logs, for each line whose repeats were held back and whose
+// interval has passed with no line since, one summary: "similar lines
+// suppressed" with the line's message, group attributes and count. The
+// coordinator calls it every poll and at the end of Run, so no count
+// waits for the next repeat that may never come.
+func (r *reporter) flushRepeats() {
+	for _, h := range r.logLimit.due(r.now()) {
+		args := append([]any{"message", h.msg}, h.args...)
+		r.logger.Log(context.Background(), h.level, "pgoutbox: similar lines suppressed",
+			append(args, "repeats_not_logged", h.suppressed)...)
+	}
+}
+
+// logPanic logs, at ERROR, a panic of a handler (of eventType) or of the
+// publisher that was recovered, with the stack of the goroutine that
+// panicked: the event's outcome and hooks carry the panic's value but not
+// where it happened. One line per repeatLogInterval for each of them, and
+// per event type for handlers. Call it from the deferred recover.
+func (r *reporter) logPanic(who, eventType string, id uuid.UUID, err error) {
+	group := []any{"panicked", who}
+	if eventType != "" {
+		group = append(group, "event_type", eventType)
+	}
+	r.logLimited(slog.LevelError, "panic\x00"+who+"\x00"+eventType, "pgoutbox: recovered a panic; the event is retried or FAILED with code panic",
+		group, "event_id", id.String(), "error", err, "stack", string(debug.Stack()))
+}
+
+// maxLoggedIDs bounds the event IDs one log line lists.
+const maxLoggedIDs = 10
+
+// reportRecovered logs, at WARN, one recovery that found expired leases:
+// how many events went back to PENDING (without spending retry budget)
+// and how many became FAILED with worker_lost (each also logged by
+// reportFailed), with up to maxLoggedIDs of the IDs of each. An expired
+// lease means a worker stopped renewing it: a crash, a kill, a long pause
+// or a lost connection.
+func (r *reporter) reportRecovered(res lease.RecoverResult) {
+	if len(res.Pending)+len(res.Failed) == 0 {
+		return
+	}
+	failed := make([]uuid.UUID, len(res.Failed))
+	for i, e := range res.Failed {
+		failed[i] = e.ID
+	}
+	r.logger.Warn("pgoutbox: recovered expired leases; the workers that held them stopped renewing them (crash, kill, pause or lost connection)",
+		"table", r.table, "owner", r.owner,
+		"pending", len(res.Pending), "pending_ids", idList(res.Pending),
+		"failed_worker_lost", len(res.Failed), "failed_ids", idList(failed))
+}
+
+// idList is up to maxLoggedIDs of ids as text, with "…" when there are
+// more.
+func idList(ids []uuid.UUID) []string {
+	out := make([]string, 0, min(len(ids), maxLoggedIDs)+1)
+	for i, id := range ids {
+		if i == maxLoggedIDs {
+			out = append(out, "…")
+			break
+		}
+		out = append(out, id.String())
+	}
+	return out
+}
+
 // repeatLogInterval is the least time between two log lines of one
 // repeated error.
 const repeatLogInterval = 10 * time.Second
@@ -147,11 +260,38 @@ type logLimiter struct {
 type limitedLine struct {
 	logged     time.Time
 	suppressed int
+	held       heldLine // the line to summarise the repeats with
+}
+
+// heldLine is what a summary of held-back repeats says: their level,
+// message and group attributes, and how many there were.
+type heldLine struct {
+	level      slog.Level
+	msg        string
+	args       []any
+	suppressed int
+}
+
+// due returns the lines whose repeats were held back and whose interval
+// has passed at now, and forgets their count.
+func (l *logLimiter) due(now time.Time) []heldLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []heldLine
+	for _, line := range l.lines {
+		if line.suppressed > 0 && now.Sub(line.logged) >= repeatLogInterval {
+			h := line.held
+			h.suppressed, line.suppressed, line.logged = line.suppressed, 0, now
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // allow reports whether the line with this key may be logged at now, and
-// how many repeats were held back since it was last logged.
-func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
+// how many repeats were held back since it was last logged; held is what
+// a summary of the repeats it holds back would say.
+func (l *logLimiter) allow(key string, now time.Time, held heldLine) (suppressed int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lines == nil {
@@ -174,6 +314,7 @@ func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) 
 	}
 	if now.Sub(line.logged) < repeatLogInterval {
 		line.suppressed++
+		line.held = held
 		return 0, false
 	}
 	suppressed, line.suppressed, line.logged = line.suppressed, 0, now

@@ -2,12 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -49,6 +49,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	err = d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
+	d.flushRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
 }
@@ -106,11 +107,11 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	var exists bool
 	err = d.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.Qualified).Scan(&exists)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: dispatcher: check table: %w", err)
+		return errtext.Wrap(err, "dispatcher: check table")
 	}
 	if !exists {
-		return fmt.Errorf("pgoutbox: dispatcher: %s: %w (is it the Table given to migrations.Migrate?)",
-			d.store.Table(), outbox.ErrMissingTable)
+		return errtext.WrapHint(outbox.ErrMissingTable, "is it the Table given to migrations.Migrate?",
+			"dispatcher: %s", d.store.Table())
 	}
 	return d.store.CheckColumns(ctx, d.pool)
 }

@@ -237,6 +237,7 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
+			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
 		}
 	}()
 	err := h(it.ctx, it.event)
@@ -359,11 +360,12 @@ func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (
 	defer func() {
 		if p := recover(); p != nil {
 			errs = fill(len(msgs), fmt.Errorf("publisher panic: %v", p))
+			d.logPanic("publisher", "", msgs[0].Event.ID, errs[0])
 		}
 	}()
 	errs = d.cfg.Publisher.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
-		err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+		err := fmt.Errorf("pgoutbox: the publisher returned %d results for %d messages", len(errs), len(msgs))
 		d.reportError("publisher broke its contract", err)
 		return fill(len(msgs), err)
 	}

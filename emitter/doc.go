@@ -46,8 +46,9 @@
 // *outbox.InputError that matches outbox.ErrTxDone (and not
 // outbox.ErrInvalidEvent). A ctx already done when Emit is called gives its
 // error and sends nothing: the transaction is unchanged and still usable.
-// An error from PostgreSQL (a caller-set ID already in the table, a missing
-// table, a ctx that ends while the statement runs) is returned wrapped; as
-// with any failed statement the transaction is then aborted and can only be
-// rolled back.
+// An error from PostgreSQL is returned wrapped: a caller-set ID already in
+// the table matching outbox.ErrDuplicateID, a missing table matching
+// outbox.ErrMissingTable with how to create it, anything else (a ctx that
+// ends while the statement runs) as it is; as with any failed statement
+// the transaction is then aborted and can only be rolled back.
 package emitter

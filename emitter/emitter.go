@@ -12,7 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -21,6 +23,7 @@ import (
 // concurrent use and cheap to keep for the life of the program.
 type Emitter struct {
 	cfg        Config
+	names      sqlname.Names
 	insertSQL  string
 	copyTable  pgx.Identifier
 	notifySQL  string
@@ -39,6 +42,7 @@ func New(cfg Config) (*Emitter, error) {
 	}
 	e := &Emitter{
 		cfg:       cfg,
+		names:     names,
 		insertSQL: insertSQL(names.Qualified),
 		copyTable: pgx.Identifier{cfg.Table.Schema, cfg.Table.Name},
 	}
@@ -91,7 +95,10 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 // The insert and the notify travel in one round trip (two the first time a
 // connection runs them, to prepare the statements). Batches of 5,000 events
 // or more (or 64 MiB of payload) in which no event has a Delay go by COPY
-// instead, which is faster there and takes two or three round trips. Any
+// instead, which is faster there and takes two or three round trips. A
+// caller-set ID already in the table gives an error matching
+// [outbox.ErrDuplicateID] that names the ID; a missing table one matching
+// [outbox.ErrMissingTable] that says how to create it. Any
 // other error comes from PostgreSQL or the connection, including a ctx that
 // ends while the statement runs (pgx cancels the statement or closes the
 // connection): tx is then aborted, its Commit fails, and only a rollback
@@ -114,7 +121,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("emitter: context is done; nothing was sent and tx is unchanged: %w", err)
+		return nil, errtext.Wrap(err, "emit: context is done; nothing was sent and tx is unchanged")
 	}
 	if err := e.write(ctx, tx, cols); err != nil {
 		return nil, err
@@ -211,18 +218,7 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) 
 		err = closeErr
 	}
 	if err != nil {
-		return sendError(err)
+		return e.sendError(err)
 	}
 	return nil
-}
-
-// sendError classifies an error of the batch: a finished or aborted tx is
-// reported like a nil one; anything else is wrapped as is.
-// It unwraps to ErrInvalidInput, ErrTxDone and the cause for an unusable
-// tx, never to ErrInvalidEvent: the events may be fine.
-func sendError(err error) error {
-	if txErr := pgerr.TxUnusable(err); txErr != nil {
-		return txErr
-	}
-	return fmt.Errorf("emitter: insert events: %w", err)
 }

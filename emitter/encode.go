@@ -1,12 +1,12 @@
 package emitter
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -96,7 +96,7 @@ func eventID(id uuid.UUID) (uuid.UUID, error) {
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("emitter: new UUIDv7: %w", err)
+		return uuid.Nil, errtext.Wrap(err, "emit: new UUIDv7")
 	}
 	return id, nil
 }

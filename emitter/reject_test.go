@@ -268,4 +268,7 @@ func TestEmitAbortedTx(t *testing.T) {
 	var ierr *outbox.InputError
 	require.ErrorAs(t, err, &ierr)
 	require.Equal(t, "tx", ierr.Field)
+	require.Contains(t, err.Error(), "aborted by an earlier error")
+	require.NotContains(t, err.Error(), "nil", "an aborted transaction is not described as nil")
+	require.NotContains(t, err.Error(), "finished")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -106,11 +107,11 @@ func Verify[C migrations.Conn](ctx context.Context, conn C, cfg Config) error {
 func verify(ctx context.Context, conn *pgx.Conn, cfg Config, names sqlname.Names) error {
 	rows, err := conn.Query(ctx, catalogSQL, names.Qualified)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: inbox: verify %s: %w", names.Table, err)
+		return errtext.Wrap(err, "inbox: verify %s", names.Table)
 	}
 	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("pgoutbox: inbox: verify %s: %w", names.Table, err)
+		return errtext.Wrap(err, "inbox: verify %s", names.Table)
 	}
 	var problems []string
 	for _, want := range expectedObjects(names) {
@@ -120,7 +121,7 @@ func verify(ctx context.Context, conn *pgx.Conn, cfg Config, names sqlname.Names
 	}
 	v, err := Version(ctx, conn, cfg)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: inbox: verify %s: version: %w", names.Table, err)
+		return errtext.Wrap(err, "inbox: verify %s: version", names.Table)
 	}
 	if v != Latest() {
 		problems = append(problems, fmt.Sprintf("version is %d, want %d", v, Latest()))

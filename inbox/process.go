@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
@@ -101,7 +102,7 @@ func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid
 		return res, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return Result{}, false, queryError("record", id, err)
+		return Result{}, false, ib.queryError("record", id, err)
 	}
 	// A new statement, so in READ COMMITTED a fresh snapshot: it sees the
 	// row of the transaction the insert waited for.
@@ -111,7 +112,7 @@ func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid
 	case errors.Is(err, pgx.ErrNoRows):
 		return Result{}, false, nil
 	case err != nil:
-		return Result{}, false, queryError("look up", id, err)
+		return Result{}, false, ib.queryError("look up", id, err)
 	case !bytes.Equal(stored, hash):
 		return Result{}, true, &ConflictError{Consumer: consumer, EventID: id}
 	}
@@ -153,11 +154,15 @@ func consumerProblem(name string) string {
 	return pgtext.Problem(name, MaxConsumerLen)
 }
 
-// queryError reports an unusable tx as an InputError and wraps anything
-// else.
-func queryError(op string, id uuid.UUID, err error) error {
+// queryError reports an unusable tx as an InputError, a missing table as
+// outbox.ErrMissingTable with a hint, and wraps anything else.
+func (ib *Inbox) queryError(op string, id uuid.UUID, err error) error {
 	if txErr := pgerr.TxUnusable(err); txErr != nil {
 		return txErr
 	}
-	return fmt.Errorf("pgoutbox: inbox: %s event %s: %w", op, id, err)
+	if pgerr.Code(err) == pgerr.UndefinedTable {
+		return errtext.WrapHint(errtext.Because(outbox.ErrMissingTable, err), "create it with inbox.Migrate",
+			"inbox %s: %s event %s", ib.table, op, id)
+	}
+	return errtext.Wrap(err, "inbox %s: %s event %s", ib.table, op, id)
 }

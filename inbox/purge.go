@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -42,7 +43,7 @@ func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batc
 	}
 	var cutoff time.Time
 	if err := db.QueryRow(ctx, ib.sql.cutoff, olderThan.Microseconds()).Scan(&cutoff); err != nil {
-		return 0, fmt.Errorf("pgoutbox: inbox: purge %s: cut-off: %w", ib.table, err)
+		return 0, errtext.Wrap(err, "inbox: purge %s: cut-off", ib.table)
 	}
 	var total int64
 	for {
@@ -61,7 +62,7 @@ func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batc
 func (ib *Inbox) purgeBatch(ctx context.Context, db DB, cutoff time.Time, batchSize int) (int64, error) {
 	tag, err := db.Exec(ctx, ib.sql.purge, cutoff, batchSize)
 	if err != nil {
-		return 0, fmt.Errorf("pgoutbox: inbox: purge %s: %w", ib.table, err)
+		return 0, errtext.Wrap(err, "inbox: purge %s", ib.table)
 	}
 	return tag.RowsAffected(), nil
 }

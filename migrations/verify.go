@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -94,7 +95,7 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("pgoutbox: verify %s: %w", names.Table, err)
+		return errtext.Wrap(err, "verify %s", names.Table)
 	}
 	if problems := cat.compare(names); len(problems) > 0 {
 		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == ""}

@@ -3,6 +3,8 @@ package outbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 )
 
 // Sentinel errors, for callers that branch with errors.Is. Every typed error
@@ -23,20 +25,28 @@ var (
 	// ErrInvalidIdentifier is returned for a schema or table name that is not
 	// a plain lowercase SQL identifier of at most 63 bytes.
 	ErrInvalidIdentifier = errors.New("pgoutbox: invalid identifier")
-	// ErrTxDone is returned (in an *InputError for "tx") when Emit or an
-	// inbox call is given a nil transaction, one already committed or
-	// rolled back, or one aborted by an earlier error. It is not an
-	// ErrInvalidEvent: the events may be fine, the transaction is not.
-	ErrTxDone = errors.New("pgoutbox: transaction is nil, finished or aborted")
+	// ErrTxDone is returned (in an *InputError for "tx", whose Reason
+	// says which) when Emit or an inbox call is given a nil transaction,
+	// one already committed or rolled back, or one aborted by an earlier
+	// error. It is not an ErrInvalidEvent: the events may be fine, the
+	// transaction is not.
+	ErrTxDone = errors.New("pgoutbox: transaction cannot be used")
 	// ErrSchemaMismatch is the root of the error Verify returns when the
 	// database does not hold the objects the library relies on.
 	ErrSchemaMismatch = errors.New("pgoutbox: schema does not match")
 	// ErrMissingTable is returned (wrapped) when the outbox table a call
 	// names does not exist: by a dispatcher's Run at start, before it
-	// claims anything, and by migrations.Verify alongside
-	// ErrSchemaMismatch. The usual causes are a Table that differs from
+	// claims anything, by Emit (and by an inbox's Record for its own
+	// table), and by migrations.Verify alongside ErrSchemaMismatch. The usual causes are a Table that differs from
 	// the one given to migrations.Migrate, or Migrate not run yet.
 	ErrMissingTable = errors.New("pgoutbox: table does not exist")
+	// ErrDuplicateID is returned (wrapped, with the ID in its text) by
+	// Emit when an event's caller-set ID is already in the outbox table:
+	// the primary key refused the row. As after any failed statement,
+	// the transaction is aborted and only a rollback remains. A unique
+	// violation of any other constraint (one of the caller's own, through
+	// a trigger) does not match it.
+	ErrDuplicateID = errors.New("pgoutbox: an event with this ID is already in the outbox")
 	// ErrLockLost is reported when a worker tries to complete or renew an
 	// event whose lease it no longer holds (expired, recovered, or taken by
 	// another worker). The row was not changed.
@@ -134,11 +144,12 @@ func (e *InputError) Error() string {
 func (e *InputError) Unwrap() []error { return unwrap(ErrInvalidInput, e.Err) }
 
 // message is the text every typed error of this package shares:
-// "pgoutbox: <what>: <field> <reason>[: <err>]".
+// "pgoutbox: <what>: <field> <reason>[: <err>]", with err's own
+// "pgoutbox: " prefix left out.
 func message(what, field, reason string, err error) string {
-	msg := "pgoutbox: " + what + ": " + field + " " + reason
+	msg := errtext.Prefix + what + ": " + field + " " + reason
 	if err != nil {
-		msg += ": " + err.Error()
+		msg += ": " + errtext.Trim(err.Error())
 	}
 	return msg
 }

@@ -49,13 +49,13 @@ func (t Table) WithDefaults() Table {
 func (t Table) Validate() error {
 	t = t.WithDefaults()
 	if reason := ident.Problem(t.Schema); reason != "" {
-		return fmt.Errorf("schema: %w: %q %s", ErrInvalidIdentifier, t.Schema, reason)
+		return fmt.Errorf("%w: schema %q %s", ErrInvalidIdentifier, t.Schema, reason)
 	}
 	if reason := ident.Problem(t.Name); reason != "" {
-		return fmt.Errorf("table: %w: %q %s", ErrInvalidIdentifier, t.Name, reason)
+		return fmt.Errorf("%w: table %q %s", ErrInvalidIdentifier, t.Name, reason)
 	}
 	if len(t.Name) > ident.MaxTableLen {
-		return fmt.Errorf("table: %w: %q is longer than %d bytes (derived object names need room)", ErrInvalidIdentifier, t.Name, ident.MaxTableLen)
+		return fmt.Errorf("%w: table %q is longer than %d bytes (derived object names need room)", ErrInvalidIdentifier, t.Name, ident.MaxTableLen)
 	}
 	return nil
 }

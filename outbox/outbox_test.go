@@ -158,7 +158,10 @@ func TestErrorTexts(t *testing.T) {
 	require.ErrorIs(t, ce, outbox.ErrInvalidConfig)
 	require.Equal(t, "pgoutbox: invalid configuration: BatchSize must be between 1 and 10000", ce.Error())
 	ie := &outbox.InputError{Field: "tx", Reason: "is nil", Err: outbox.ErrTxDone}
-	require.Equal(t, "pgoutbox: invalid input: tx is nil: "+outbox.ErrTxDone.Error(), ie.Error())
+	require.Equal(t, "pgoutbox: invalid input: tx is nil: transaction cannot be used", ie.Error(), "one prefix, not the cause's too")
+	te := outbox.Table{Name: "Bad"}.Validate()
+	require.ErrorIs(t, te, outbox.ErrInvalidIdentifier)
+	require.Equal(t, `pgoutbox: invalid identifier: table "Bad" may hold only a-z, 0-9 and _`, te.Error())
 }
 
 // TestErrorShape checks that the three typed errors share one shape: a

@@ -54,8 +54,8 @@ func (s *Store) CheckColumns(ctx context.Context, db DB) error {
 	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.qualified+` LIMIT 0`)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UndefinedColumn {
-		return fmt.Errorf("pgoutbox: table %s: %s (run migrations.Migrate with this version): %w",
-			s.table, pgErr.Message, outbox.ErrSchemaMismatch)
+		return fmt.Errorf("%w: table %s: %s (run migrations.Migrate with this version)",
+			outbox.ErrSchemaMismatch, s.table, pgErr.Message)
 	}
 	if err != nil {
 		return fmt.Errorf("pgoutbox: check columns: %w", err)

@@ -27,6 +27,11 @@ const (
 	// LockNotAvailable: the statement gave up waiting for a lock
 	// (lock_timeout).
 	LockNotAvailable = "55P03"
+	// UniqueViolation: a row repeats the key of a unique constraint.
+	UniqueViolation = "23505"
+	// UndefinedTable: the table (or its schema) the statement names does
+	// not exist.
+	UndefinedTable = "42P01"
 	// InsufficientPrivilege: the role lacks a privilege the statement
 	// needs.
 	InsufficientPrivilege = "42501"
@@ -50,7 +55,7 @@ func TxUnusable(err error) *outbox.InputError {
 	case errors.Is(err, pgx.ErrTxClosed):
 		return TxError("is already committed or rolled back", err)
 	case Code(err) == InFailedTx:
-		return TxError("is aborted by an earlier error", err)
+		return TxError("is aborted by an earlier error (roll it back)", err)
 	}
 	return nil
 }

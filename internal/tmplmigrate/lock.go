@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -37,7 +38,7 @@ func locks(ctx context.Context, conn *pgx.Conn, table outbox.Table) ([]advisoryL
 	var key int64
 	err := conn.QueryRow(ctx, "SELECT hashtextextended($1, 0)", "pgoutbox.migrate:"+table.String()).Scan(&key)
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: migrate %s: advisory lock key: %w", table, err)
+		return nil, errtext.Wrap(err, "migrate %s: advisory lock key", table)
 	}
 	return []advisoryLock{{"pgoutbox", key}, {"tern", ternLockKey}}, nil
 }
@@ -74,12 +75,12 @@ func lockAll(ctx context.Context, conn *pgx.Conn, table outbox.Table, ls []advis
 func lockWithin(ctx context.Context, conn *pgx.Conn, table outbox.Table, l advisoryLock, left, waited time.Duration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: advisory lock: %w", table, err)
+		return errtext.Wrap(err, "migrate %s: advisory lock", table)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	timeout := fmt.Sprintf("%dms", max(left.Milliseconds(), 1)) // 0 would mean no limit
 	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", timeout); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: advisory lock: %w", table, err)
+		return errtext.Wrap(err, "migrate %s: advisory lock", table)
 	}
 	_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1)", l.key)
 	if pgerr.Code(err) == pgerr.LockNotAvailable {
@@ -87,10 +88,10 @@ func lockWithin(ctx context.Context, conn *pgx.Conn, table outbox.Table, l advis
 		return holderError(ctx, conn, table, l, waited, err)
 	}
 	if err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: %s advisory lock: %w", table, l.name, err)
+		return errtext.Wrap(err, "migrate %s: %s advisory lock", table, l.name)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: %s advisory lock: %w", table, l.name, err)
+		return errtext.Wrap(err, "migrate %s: %s advisory lock", table, l.name)
 	}
 	return nil
 }

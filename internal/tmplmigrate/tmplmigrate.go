@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -50,7 +51,7 @@ func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) erro
 		if c != nil {
 			pc, err := c.Acquire(ctx)
 			if err != nil {
-				return fmt.Errorf("pgoutbox: acquire a connection: %w", err)
+				return errtext.Wrap(err, "acquire a connection")
 			}
 			defer pc.Release()
 			return f(pc.Conn())
@@ -78,18 +79,18 @@ func Migrate(ctx context.Context, conn *pgx.Conn, s Set) (err error) {
 	release, err := lockAll(ctx, conn, table, ls, cmp.Or(s.LockWait, DefaultLockWait))
 	defer func() {
 		if uerr := release(); err == nil && uerr != nil {
-			err = fmt.Errorf("pgoutbox: migrate %s: advisory unlock: %w", table, uerr)
+			err = errtext.Wrap(uerr, "migrate %s: advisory unlock", table)
 		}
 	}()
 	if err != nil {
 		return err
 	}
 	if err := createSchema(ctx, conn, s.Names.Schema); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: create schema: %w", table, err)
+		return errtext.Wrap(err, "migrate %s: create schema", table)
 	}
 	m, err := migrate.NewMigrator(ctx, conn, s.Names.VersionTable)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: version table: %w", table, err)
+		return errtext.Wrap(err, "migrate %s: version table", table)
 	}
 	if err := load(m, s); err != nil {
 		return err
@@ -132,7 +133,7 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 			return nil
 		}
 		if pgerr.Code(err) != pgerr.LockNotAvailable {
-			return fmt.Errorf("pgoutbox: migrate %s: %w", table, err)
+			return errtext.Wrap(err, "migrate %s", table)
 		}
 		if attempt == lockRetries {
 			return fmt.Errorf("pgoutbox: migrate %s: another transaction holds a lock on %s "+
@@ -140,7 +141,7 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 				table, table, attempt, err)
 		}
 		if err := sleep(ctx, pause); err != nil {
-			return fmt.Errorf("pgoutbox: migrate %s: waiting to retry a migration that found the table locked: %w", table, err)
+			return errtext.Wrap(err, "migrate %s: waiting to retry a migration that found the table locked", table)
 		}
 		pause *= 2
 	}
@@ -164,7 +165,7 @@ func load(m *migrate.Migrator, s Set) error {
 	// tern renders the templates while loading them, so Data comes first.
 	m.Data = s.Data
 	if err := m.LoadMigrations(s.FS); err != nil {
-		return fmt.Errorf("pgoutbox: migrate %s: load: %w", s.Names.Table, err)
+		return errtext.Wrap(err, "migrate %s: load", s.Names.Table)
 	}
 	return nil
 }
@@ -200,7 +201,7 @@ func Render(s Set, by string) (fs.FS, error) {
 	// Without a connection a tern Migrator only loads and renders.
 	m, err := migrate.NewMigrator(context.Background(), nil, s.Names.VersionTable)
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: render: %w", err)
+		return nil, errtext.Wrap(err, "render")
 	}
 	if err := load(m, s); err != nil {
 		return nil, err

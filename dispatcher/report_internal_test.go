@@ -1,0 +1,149 @@
+package dispatcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// logBundle is a reporter whose log is kept as JSON lines and whose
+// limiter reads a clock the test moves.
+type logBundle struct {
+	r   *reporter
+	buf bytes.Buffer
+	at  time.Time
+	err int // errors passed to OnError
+}
+
+func newLogBundle(t *testing.T) *logBundle {
+	t.Helper()
+	b := &logBundle{at: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	logger := slog.New(slog.NewJSONHandler(&b.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b.r = newReporter(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }})
+	b.r.now = func() time.Time { return b.at }
+	return b
+}
+
+// lines returns the log lines written since the last call, decoded.
+func (b *logBundle) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		out = append(out, m)
+	}
+	b.buf.Reset()
+	return out
+}
+
+// Lost leases of many events are logged at WARN once per interval, naming
+// the first event; OnError sees every one; the held-back lines are
+// summarised with their count once the interval has passed, even when no
+// line follows them, and only once.
+func TestLogRepeatsSummarised(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()}
+	for _, id := range ids {
+		b.r.reportLost(id)
+	}
+	require.Equal(t, 5, b.err)
+	lines := b.lines(t)
+	require.Len(t, lines, 1)
+	require.Equal(t, "WARN", lines[0]["level"])
+	require.Equal(t, ids[0].String(), lines[0]["event_id"])
+	require.Contains(t, lines[0]["msg"], "lease lost")
+	require.Contains(t, lines[0]["error"], "pgoutbox: lease lost: event "+ids[0].String())
+
+	b.at = b.at.Add(repeatLogInterval / 2)
+	b.r.flushRepeats()
+	require.Empty(t, b.lines(t), "no summary before the interval has passed")
+
+	b.at = b.at.Add(repeatLogInterval / 2)
+	b.r.flushRepeats()
+	lines = b.lines(t)
+	require.Len(t, lines, 1)
+	require.Equal(t, "pgoutbox: similar lines suppressed", lines[0]["msg"])
+	require.Contains(t, lines[0]["message"], "lease lost")
+	require.Equal(t, "WARN", lines[0]["level"])
+	require.InDelta(t, 4, lines[0]["repeats_not_logged"], 0)
+	require.NotContains(t, lines[0], "event_id", "a summary names no single event")
+
+	b.at = b.at.Add(2 * repeatLogInterval)
+	b.r.flushRepeats()
+	require.Empty(t, b.lines(t), "a count is summarised once")
+	b.r.reportLost(ids[0])
+	lines = b.lines(t)
+	require.Len(t, lines, 1)
+	require.NotContains(t, lines[0], "repeats_not_logged")
+}
+
+// Retries are logged at INFO (snoozes at DEBUG) once per interval for each
+// event type and code, with the event's id, attempt and error; a line
+// logged after repeats counts them.
+func TestRetriesLoggedAtBoundedRate(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	retry := func(typ string, code outbox.Code, snooze bool) {
+		b.r.logRetry(Outcome{Event: outbox.Event{ID: uuid.New(), Type: typ, Attempt: 2}, Code: code,
+			Err: errors.New("handler said no")}, snooze)
+	}
+	for range 3 {
+		retry("a", outbox.CodeHandlerError, false)
+		retry("a", outbox.CodeTimeout, false)
+		retry("b", outbox.CodeHandlerError, false)
+		retry("a", outbox.CodeHandlerError, true)
+	}
+	lines := b.lines(t)
+	require.Len(t, lines, 4, "one line per type and code (and one for snoozes)")
+	levels := map[string]int{}
+	for _, l := range lines {
+		levels[l["level"].(string)]++
+		require.Contains(t, l, "event_id")
+		require.Equal(t, "handler said no", l["error"])
+	}
+	require.Equal(t, map[string]int{"INFO": 3, "DEBUG": 1}, levels)
+
+	b.at = b.at.Add(repeatLogInterval)
+	retry("a", outbox.CodeHandlerError, false)
+	lines = b.lines(t)
+	require.Len(t, lines, 1)
+	require.InDelta(t, 2, lines[0]["repeats_not_logged"], 0)
+}
+
+// A recovery is logged at WARN with its counts and at most maxLoggedIDs
+// ids of each kind.
+func TestRecoveryLogged(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	b.r.reportRecovered(lease.RecoverResult{})
+	require.Empty(t, b.lines(t), "a recovery that found nothing is not logged")
+
+	res := lease.RecoverResult{Failed: []outbox.Event{{ID: uuid.New()}}}
+	for range maxLoggedIDs + 5 {
+		res.Pending = append(res.Pending, uuid.New())
+	}
+	b.r.reportRecovered(res)
+	lines := b.lines(t)
+	require.Len(t, lines, 1)
+	require.Equal(t, "WARN", lines[0]["level"])
+	require.InDelta(t, maxLoggedIDs+5, lines[0]["pending"], 0)
+	require.Len(t, lines[0]["pending_ids"], maxLoggedIDs+1, "the first ids and a mark for the rest")
+	require.Equal(t, "…", lines[0]["pending_ids"].([]any)[maxLoggedIDs])
+	require.InDelta(t, 1, lines[0]["failed_worker_lost"], 0)
+	require.Equal(t, []any{res.Failed[0].ID.String()}, lines[0]["failed_ids"])
+}
