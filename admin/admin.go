@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -38,6 +39,7 @@ type Admin struct {
 	table   outbox.Table
 	channel string
 	sql     statements
+	purge   *purge.Store
 }
 
 // New returns an Admin for cfg on db. A nil db gives an
@@ -52,7 +54,8 @@ func New(db DB, cfg Config) (*Admin, error) {
 	if err != nil {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
-	return &Admin{db: db, table: names.Table, channel: names.Channel(), sql: buildStatements(names.Qualified)}, nil
+	return &Admin{db: db, table: names.Table, channel: names.Channel(), sql: buildStatements(names.Qualified),
+		purge: purge.New(names)}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

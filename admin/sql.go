@@ -7,7 +7,6 @@ type statements struct {
 	counts, list, inspect, notify string
 	summary                       string
 	replayIDs, replayFilter       write
-	purgeSent, purgeFailed        write
 }
 
 // write is a bulk write and its dry run: the same selection, read without
@@ -50,13 +49,6 @@ func buildStatements(t string) statements {
 			dry: fmt.Sprintf(`SELECT id FROM %s WHERE %s LIMIT %s`, t, cond, limitParam),
 		}
 	}
-	purge := func(status, column string) write {
-		cond := fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, column)
-		return write{
-			run: fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE %[2]s`, t, boundedWhere(t, cond, "$2", status)),
-			dry: fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s LIMIT $2) AS d`, t, cond),
-		}
-	}
 	return statements{
 		counts: fmt.Sprintf(`SELECT
 	count(*) FILTER (WHERE status = 'PENDING'),
@@ -91,8 +83,5 @@ ORDER BY seq LIMIT $4`, t, recordColumns),
 		replayFilter: replay(`($1::text = '' OR event_type = $1) AND ($2::text = '' OR last_error_code = $2)
 	AND ($3::timestamptz IS NULL OR failed_at < $3)`, "$4"),
 		notify: `SELECT pg_notify($1, '')`,
-
-		purgeSent:   purge("SENT", "sent_at"),
-		purgeFailed: purge("FAILED", "failed_at"),
 	}
 }

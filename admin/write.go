@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -182,17 +183,13 @@ type PurgeParams struct {
 // p.OlderThan ago (database clock), in one bounded DELETE that skips rows
 // other transactions have locked, and returns how many it deleted. Call it
 // again while it returns p.Limit to drain a larger backlog; each call is
-// its own short statement. Rows are taken in no particular order: the
-// cut-off alone decides which rows may go. Bad params give an
+// its own short statement. Rows go oldest first, found through the
+// table's finished index (migration 004), so a call reads about the rows
+// it deletes however many younger rows the table keeps, and the last,
+// empty call of a drain reads next to nothing. Bad params give an
 // [*outbox.InputError] and delete nothing.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	var stmt write
-	switch p.Status {
-	case outbox.StatusSent:
-		stmt = a.sql.purgeSent
-	case outbox.StatusFailed:
-		stmt = a.sql.purgeFailed
-	default:
+	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
 	}
 	if p.OlderThan < 0 {
@@ -202,16 +199,17 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
 	if p.DryRun {
-		var n int64
-		if err := a.db.QueryRow(ctx, stmt.dry, p.OlderThan.Microseconds(), limit).Scan(&n); err != nil {
+		n, err := a.purge.Count(ctx, a.db, batch)
+		if err != nil {
 			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
 		}
 		return n, nil
 	}
-	tag, err := a.db.Exec(ctx, stmt.run, p.OlderThan.Microseconds(), limit)
+	res, err := a.purge.Delete(ctx, a.db, batch)
 	if err != nil {
 		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
-	return tag.RowsAffected(), nil
+	return res.Deleted, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -73,7 +74,7 @@ func (w Wakeup) String() string {
 // Config configures a Dispatcher. Every field has a default, applied by New
 // to its zero value; a value out of range makes New return an
 // *outbox.ConfigError naming the field. Special settings have fields of
-// their own (NoHandlerTimeout, NoDrain, NoWakeupCooldown), never a magic
+// their own (NoHandlerTimeout, NoDrain, NoWakeupCooldown, KeepSent), never a magic
 // number.
 type Config struct {
 	// Table is the outbox to dispatch. Defaults to public.outbox_events.
@@ -150,6 +151,31 @@ type Config struct {
 	// makes Start fail, naming each object with its expected and actual
 	// state.
 	SkipVerify bool
+
+	// RetainSent is how long SENT rows are kept after they became SENT
+	// (sent_at, database clock) before the retention job deletes them.
+	// Defaults to 24h; 1s to 100 years. Set KeepSent instead to keep them
+	// (for example with DeleteSent, or when an operator purges them). See
+	// docs/operations.md, "Retention and vacuum".
+	RetainSent time.Duration
+	// KeepSent turns the deletion of SENT rows off (RetainSent must then
+	// be zero). Defaults to false.
+	KeepSent bool
+	// RetainFailed, when set, is how long FAILED rows are kept after they
+	// became FAILED (failed_at) before the retention job deletes them;
+	// 1s to 100 years. Defaults to zero: FAILED rows are kept until an
+	// operator replays or purges them.
+	RetainFailed time.Duration
+	// RetentionInterval is the time between retention passes. A pass
+	// deletes due rows in batches until a batch comes back short; one
+	// replica at a time deletes (the others skip their pass while it
+	// does). The first pass starts at a random point of the first
+	// interval, so that replicas started together spread out. Defaults to
+	// 1m; 10ms to 24h.
+	RetentionInterval time.Duration
+	// RetentionBatchSize is the most rows one retention statement
+	// deletes. Defaults to 5,000; 1 to 100,000.
+	RetentionBatchSize int
 
 	// Wakeup chooses how notifications wake the dispatcher. Defaults to
 	// WakeupAuto.
@@ -264,6 +290,10 @@ type Config struct {
 	// only this package's tests set it (export_test.go). The database
 	// clock still decides every due and expiry time.
 	now func() time.Time
+	// onRetentionBatch, when set, is called after each retention batch
+	// with its status, its limit and what it did; only this package's
+	// tests set it (export_test.go).
+	onRetentionBatch func(status outbox.Status, limit int, res purge.Result)
 }
 
 func (c Config) withDefaults() Config {
@@ -292,6 +322,11 @@ func (c Config) withDefaults() Config {
 	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
 	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, 1000)
+	if !c.KeepSent {
+		c.RetainSent = cmp.Or(c.RetainSent, 24*time.Hour)
+	}
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Minute)
+	c.RetentionBatchSize = cmp.Or(c.RetentionBatchSize, 5000)
 	if c.RouteFunc == nil {
 		c.RouteFunc = func(e outbox.Event) string { return e.Type }
 	}
@@ -333,6 +368,10 @@ func (c Config) validate() error {
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
 		{between(c.MaxSnoozes, 1, 1_000_000), "MaxSnoozes", "must be between 1 and 1000000"},
 		{!slices.ContainsFunc(c.Middleware, isNil), "Middleware", "must not hold nil"},
+		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, time.Second, maxRetain), "RetainSent", onlyWithout("between 1s and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
+		{c.RetainFailed == 0 || between(c.RetainFailed, time.Second, maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years"},
+		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
+		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -352,6 +391,9 @@ func onlyWithout(rng, field, what string, set bool) string {
 	}
 	return "must be " + rng + " (set " + field + " for " + what + ")"
 }
+
+// maxRetain bounds RetainSent and RetainFailed: 100 years.
+const maxRetain = 100 * 365 * 24 * time.Hour
 
 // maxOwnerLen bounds Config.Owner, in bytes.
 const maxOwnerLen = 200

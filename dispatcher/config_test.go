@@ -34,6 +34,14 @@ func TestNewSpecialSettings(t *testing.T) {
 			c.WakeupCooldown, c.NoWakeupCooldown = time.Second, true
 		}},
 		{"Backoff.Jitter", "set NoJitter", func(c *dispatcher.Config) { c.Backoff = outbox.Backoff{Jitter: -1} }},
+		{"RetainSent", "set KeepSent", func(c *dispatcher.Config) { c.RetainSent = -1 }},
+		{"RetainSent", "must be zero when KeepSent is set", func(c *dispatcher.Config) {
+			c.RetainSent, c.KeepSent = time.Hour, true
+		}},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = -1 }},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = time.Millisecond }},
+		{"RetentionInterval", "must be between 10ms and 24h", func(c *dispatcher.Config) { c.RetentionInterval = time.Millisecond }},
+		{"RetentionBatchSize", "must be between 1 and 100000", func(c *dispatcher.Config) { c.RetentionBatchSize = 100_001 }},
 	} {
 		cfg := baseConfig(db)
 		tc.mutate(&cfg)
@@ -44,7 +52,7 @@ func TestNewSpecialSettings(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 	cfg := baseConfig(db)
-	cfg.NoHandlerTimeout, cfg.NoDrain, cfg.NoWakeupCooldown = true, true, true
+	cfg.NoHandlerTimeout, cfg.NoDrain, cfg.NoWakeupCooldown, cfg.KeepSent = true, true, true, true
 	_, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 }

@@ -30,8 +30,11 @@ type Roles struct {
 	// the version table (dispatcher.Start verifies the schema, unless
 	// Config.SkipVerify).
 	Dispatcher string
-	// DispatcherDeletes grants DELETE to Dispatcher, which needs it to
-	// delete the events it sent (dispatcher.Config.DeleteSent).
+	// DispatcherDeletes grants DELETE to Dispatcher, which needs it for
+	// its retention job (on by default: dispatcher.Config.RetainSent and
+	// RetainFailed) and to delete the events it sent
+	// (dispatcher.Config.DeleteSent). Leave it false only for dispatchers
+	// run with KeepSent, no RetainFailed and no DeleteSent.
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
 	// inspect, replay, purge, version, verify): USAGE on the schema,

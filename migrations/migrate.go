@@ -117,5 +117,6 @@ func templateData(n sqlname.Names) map[string]any {
 		"error_check":    n.Quoted(sqlname.SuffixErrorCheck),
 		"due_idx":        n.Quoted(sqlname.SuffixDueIndex),
 		"lease_idx":      n.Quoted(sqlname.SuffixLeaseIndex),
+		"finished_idx":   n.Quoted(sqlname.SuffixFinishedIndex),
 	}
 }

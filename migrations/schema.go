@@ -79,11 +79,12 @@ var expectedConstraints = []constraintSpec{
 	{sqlname.SuffixErrorCheck, "CHECK ((char_length(last_error) <= 2048))"},
 }
 
-// expectedIndexes lists every index the claim and recovery queries rely
-// on. The primary key's index is covered by its constraint.
+// expectedIndexes lists every index the claim, recovery and retention
+// (purge) queries rely on. The primary key's index is covered by its constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
+	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.

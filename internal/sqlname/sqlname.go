@@ -25,6 +25,7 @@ const (
 	SuffixPkey          = "_pkey"
 	SuffixDueIndex      = "_due_idx"
 	SuffixLeaseIndex    = "_lease_idx"
+	SuffixFinishedIndex = "_finished_idx"
 	SuffixStatusCheck   = "_status_check"
 	SuffixLeaseCheck    = "_lease_check"
 	SuffixAttemptsCheck = "_attempts_check"
