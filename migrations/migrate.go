@@ -117,5 +117,10 @@ func templateData(n sqlname.Names) map[string]any {
 		"error_check":    n.Quoted(sqlname.SuffixErrorCheck),
 		"due_idx":        n.Quoted(sqlname.SuffixDueIndex),
 		"lease_idx":      n.Quoted(sqlname.SuffixLeaseIndex),
+		"seq_idx":        n.Quoted(sqlname.SuffixSeqIndex),
+		"type_idx":       n.Quoted(sqlname.SuffixTypeIndex),
+		"aggregate_idx":  n.Quoted(sqlname.SuffixAggIndex),
+		"code_idx":       n.Quoted(sqlname.SuffixCodeIndex),
+		"failed_idx":     n.Quoted(sqlname.SuffixFailedIndex),
 	}
 }
