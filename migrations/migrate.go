@@ -41,6 +41,8 @@ type Config struct {
 	// naming that session's backend, and changes nothing. Zero means one
 	// minute, longer than a migration that retries a locked table takes;
 	// a negative value gives an *outbox.ConfigError naming "LockTimeout".
+	// It bounds [Verify] too: its wait for a lock on the table or its
+	// indexes (see [VerifyLockError]).
 	LockTimeout time.Duration
 }
 
