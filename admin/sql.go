@@ -64,7 +64,8 @@ func replayWrite(t, cond, limitParam string) write {
 // them, seconds at ten million.
 const SentCountLimit = 10_000
 
-// sentEstimate is the planner's estimate of the rows in the table $1 now
+// sentEstimate is the planner's estimate of the rows in the table (%s, a
+// string literal of its quoted name) now
 // (its statistics scaled to its current size, as the planner scales them),
 // from pg_class: it reads no row. -1 when the table was never analyzed
 // or vacuumed.
@@ -74,9 +75,6 @@ const sentEstimate = `(SELECT (CASE WHEN c.relpages > 0
 	FROM pg_class c WHERE c.oid = %s::regclass)`
 
 func buildStatements(t string) statements {
-	// Each count reads the partial index of its status (due, lease,
-	// failed); SENT rows are counted up to SentCountLimit+1 through the
-	// seq index, and the total estimated from pg_class.
 	purge := func(status, column string) write {
 		cond := fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, column)
 		return write{
@@ -84,6 +82,9 @@ func buildStatements(t string) statements {
 			dry: fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s LIMIT $2) AS d`, t, cond),
 		}
 	}
+	// Each count reads the partial index of its status (due, lease,
+	// failed); SENT rows are counted up to SentCountLimit+1 through the
+	// seq index, and the total estimated from pg_class.
 	estimate := fmt.Sprintf(sentEstimate, quoteLiteral(t))
 	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s
 		WHERE status = 'SENT' ORDER BY seq LIMIT %d`, t, SentCountLimit+1)
