@@ -66,7 +66,9 @@ type ReplayResult struct {
 // with attempts, recoveries and snoozes reset to 0 and failed_at cleared,
 // so that they get the full retry and snooze budget again. last_error_code, last_error and
 // the attempt log are kept as history; the next failure appends to the log.
-// It is one bounded UPDATE that locks its rows with SKIP LOCKED, followed,
+// It is one bounded UPDATE that locks its rows with SKIP LOCKED (found
+// through the failed index, which holds FAILED rows only: a call costs in
+// proportion to the FAILED rows, however many rows are SENT), followed,
 // in the same transaction and only when rows changed, by a pg_notify on the
 // table's channel so dispatchers wake at once (they poll anyway). Bad
 // params give an [*outbox.InputError] and write nothing.
@@ -129,11 +131,13 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if err != nil {
 		return write{}, nil, err
 	}
-	var before *time.Time
+	var w where
+	w.eq("event_type", p.Type)
+	w.eq("last_error_code", string(p.Code))
 	if !p.FailedBefore.IsZero() {
-		before = &p.FailedBefore
+		w.conds = append(w.conds, "failed_at < "+w.arg(p.FailedBefore))
 	}
-	return a.sql.replayFilter, []any{p.Type, string(p.Code), before, limit}, nil
+	return replayWrite(a.qualified, w.String(), w.arg(limit)), w.args, nil
 }
 
 // skipped returns the ids of named that are not in replayed, in the order
