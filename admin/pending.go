@@ -27,7 +27,7 @@ type TypePending struct {
 
 // PendingByType counts the PENDING rows per event type, in type order,
 // with how many are due and the age of the oldest due one, in one
-// statement. It reads the type due index (schema version 4), which holds
+// statement. It reads the type due index (schema version 6), which holds
 // PENDING rows only: its cost follows the backlog, however many SENT and
 // FAILED rows the table keeps.
 func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {

@@ -77,7 +77,9 @@ func Example_middleware() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
 	defer func() { _ = d.Stop(ctx) }()
 
 	// Handlers run concurrently: print the outcomes in type order.

@@ -38,6 +38,17 @@ type Stats struct {
 	// stop, and suspects that waited LeaseDuration for their turn (see
 	// docs/guarantees.md).
 	Released uint64
+	// RetentionSent counts SENT rows this dispatcher's retention job
+	// deleted (older than RetainSent).
+	RetentionSent uint64
+	// RetentionFailed counts FAILED rows this dispatcher's retention job
+	// deleted (older than RetainFailed).
+	RetentionFailed uint64
+	// RetentionPasses counts retention passes this dispatcher started.
+	RetentionPasses uint64
+	// RetentionSkipped counts retention passes this dispatcher ended early
+	// because another replica was deleting (its turn, not an error).
+	RetentionSkipped uint64
 	// Errors counts internal errors passed to OnError, lock losses
 	// included.
 	Errors uint64
@@ -86,6 +97,8 @@ type counters struct {
 	pollCycles, claimCycles                      atomic.Uint64
 	wakeups, listenerConnects, dueWakeups        atomic.Uint64
 	lastPoll, pollInterval                       atomic.Int64
+	retentionSent, retentionFailed               atomic.Uint64
+	retentionPasses, retentionSkipped            atomic.Uint64
 }
 
 func (c *counters) snapshot(inFlight int) Stats {
@@ -95,6 +108,8 @@ func (c *counters) snapshot(inFlight int) Stats {
 		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
+		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
+		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
 		InFlight: inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}
 	if ns := c.lastPoll.Load(); ns != 0 {

@@ -170,7 +170,7 @@ const typeLegSlack = 1000
 
 // pendingForTypes is the type due index's predicate, written as the
 // index has it: the typed statements repeat it so that the planner can
-// take that index and no other (see migrations/004_type_due_index.sql).
+// take that index and no other (see migrations/006_type_due_index.sql).
 const pendingForTypes = `(status || '') = 'PENDING'`
 
 // typeLegs is one leg per event type ($param[1] to $param[n]): columns of

@@ -119,6 +119,7 @@ func TestTypedClaimPlanIgnoresForeignBacklog(t *testing.T) {
 				require.Less(t, total, 3000.0, "%s: %s", mode, text)
 				require.Less(t, removed, 100.0, "%s: %s", mode, text)
 				require.True(t, indexes["outbox_events_type_due_idx"], "%s: %s", mode, text)
+				require.False(t, indexes["outbox_events_type_idx"], "%s: the operator type index, over every row: %s", mode, text)
 				for _, n := range []string{"Seq Scan", "Sort", "Bitmap Heap Scan"} {
 					require.False(t, nodes[n], "%s: %s in %s", mode, n, text)
 				}
@@ -126,16 +127,18 @@ func TestTypedClaimPlanIgnoresForeignBacklog(t *testing.T) {
 	})
 	t.Run("next due", func(t *testing.T) {
 		explainPrepared(t, db, false, typed.nextDue, "text[]", "'{a,b}'", func(mode string, top map[string]any) {
-			buffers, _, nodes, _ := planBuffers(top)
+			buffers, _, nodes, indexes := planBuffers(top)
 			text, _ := json.Marshal(top)
 			require.Less(t, buffers, 50.0, "%s: %s", mode, text)
+			require.True(t, indexes["outbox_events_type_due_idx"], "%s: %s", mode, text)
 			require.False(t, nodes["Seq Scan"] || nodes["Sort"], "%s: %s", mode, text)
 		})
 	})
 	t.Run("waiting", func(t *testing.T) {
 		explainPrepared(t, db, true, s.sql.waiting, "text[], bigint, int, int", "'{a,b}', 60000000, 1000, 100", func(mode string, top map[string]any) {
-			buffers, _, nodes, _ := planBuffers(top)
+			buffers, _, nodes, indexes := planBuffers(top)
 			text, _ := json.Marshal(top)
+			require.True(t, indexes["outbox_events_type_due_idx"], "%s: %s", mode, text)
 			t.Logf("%s: waiting count of 5 other types, 1,000 at most each: %v buffers", mode, buffers)
 			require.EqualValues(t, 5, top["Actual Rows"], mode)
 			require.Less(t, buffers, 6000.0, "%s: %s", mode, text)

@@ -1,4 +1,4 @@
--- pgoutbox schema, version 4: the due rows of each event type. A
+-- pgoutbox schema, version 6: the due rows of each event type. A
 -- dispatcher that claims only the types it can deliver (its handlers and
 -- publish types) walks this index once per type, so a backlog of types it
 -- does not handle is never read by its claims (see docs/dispatcher.md,
