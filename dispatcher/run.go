@@ -29,6 +29,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
+	defer d.observeBacklog()() // the backlog gauges, while Run runs
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = newWorkers(quit.Done())
