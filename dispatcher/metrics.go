@@ -105,14 +105,15 @@ func joinErrors(errs []error) error {
 // completed counts an outcome the completer recorded as SENT or PENDING
 // (FAILED ones are counted by failedOne, with recovery's).
 func (m *metrics) completed(it *item, status outbox.Status) {
-	ctx := context.Background()
+	ctr, code := m.retried, it.result.code
 	switch {
 	case status == outbox.StatusSent:
-		m.sent.Add(ctx, 1, m.sets.Of(it.event.Type, ""))
+		ctr, code = m.sent, ""
 	case it.result.snooze:
-		m.snoozed.Add(ctx, 1, m.sets.Of(it.event.Type, ""))
-	default:
-		m.retried.Add(ctx, 1, m.sets.Of(it.event.Type, string(it.result.code)))
+		ctr, code = m.snoozed, ""
+	}
+	if ctx := context.Background(); ctr.Enabled(ctx) {
+		ctr.Add(ctx, 1, m.sets.Of(it.event.Type, string(code)))
 	}
 }
 
@@ -128,7 +129,7 @@ func (m *metrics) failedOne(o Outcome) {
 // delay is recorded as zero. Retries and snoozed events are left out:
 // their delay is the backoff's.
 func (m *metrics) started(e outbox.Event, startedAt time.Time) {
-	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() {
+	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
 	m.delay.Record(context.Background(), max(0, startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
@@ -136,6 +137,9 @@ func (m *metrics) started(e outbox.Event, startedAt time.Time) {
 
 // handled records the duration of a handler call that ended with res.
 func (m *metrics) handled(e outbox.Event, took time.Duration, res result) {
+	if !m.handlerTime.Enabled(context.Background()) {
+		return
+	}
 	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(e.Type, string(res.code)))
 }
 
@@ -175,13 +179,20 @@ type backlogSampler struct {
 
 // backlogSQL counts the due PENDING events up to BacklogLimit and reads
 // the oldest due time, from the due index (the one the claim uses): a
-// LIMIT-bounded index scan and a min() the planner answers from the
-// index's first entry, never a scan of the table.
+// LIMIT-bounded index scan and the index's first entry, in the order of
+// the index (a min() may be planned as a bitmap scan of every due row),
+// never a scan of the table. While the backlog is only a few times
+// BacklogLimit the planner may prefer a bitmap scan of every due row;
+// past that, the ordered index scan stops at the limit.
 const backlogSQL = `SELECT
 	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
 		ORDER BY next_attempt_at, seq LIMIT %[2]d) due),
-	coalesce((SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM %[1]s
-		WHERE status = 'PENDING' AND next_attempt_at <= now()), 0)`
+	coalesce(extract(epoch FROM now() - (SELECT next_attempt_at FROM %[1]s
+		WHERE status = 'PENDING' AND next_attempt_at <= now() ORDER BY next_attempt_at, seq LIMIT 1))::float8, 0)`
+
+func backlogQuery(names sqlname.Names) string {
+	return fmt.Sprintf(backlogSQL, names.Qualified, BacklogLimit)
+}
 
 // observeBacklog registers the backlog gauges' callback for the time
 // Run runs, and returns its unregistration.
@@ -190,7 +201,7 @@ func (d *Dispatcher) observeBacklog() (unregister func()) {
 	if err != nil {
 		return func() {}
 	}
-	s := &backlogSampler{d: d, interval: d.cfg.BacklogSampleInterval, sql: fmt.Sprintf(backlogSQL, names.Qualified, BacklogLimit)}
+	s := &backlogSampler{d: d, interval: d.cfg.BacklogSampleInterval, sql: backlogQuery(names)}
 	meter := d.metrics.meter
 	due, err1 := meter.Int64ObservableGauge("pgoutbox.backlog.due", metric.WithUnit("{event}"),
 		metric.WithDescription(fmt.Sprintf("Due PENDING events in the table, sampled, at most %d", BacklogLimit)))
