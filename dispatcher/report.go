@@ -19,13 +19,14 @@ import (
 // user's hooks, so none may be called with heldSet.mu (or any other lock
 // of the dispatcher) held.
 type reporter struct {
-	stats        counters
-	logLimit     logLimiter
-	logger       *slog.Logger
-	onError      func(error)
-	onOutcome    func(context.Context, Outcome)
-	table        string
-	owner        string
+	stats     counters
+	logLimit  logLimiter
+	logger    *slog.Logger
+	onError   func(error)
+	onOutcome func(context.Context, Outcome)
+	table     string
+	owner     string
+
 	*instruments // metrics and spans (metrics.go, trace.go)
 }
 
