@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -159,7 +160,13 @@ type recordedSpan struct {
 	status codes.Code
 	ended  bool
 	errors []error
+	attrs  []attribute.KeyValue
+	links  []trace.Link
 }
+
+func (s *recordedSpan) IsRecording() bool                      { return true }
+func (s *recordedSpan) SetAttributes(kv ...attribute.KeyValue) { s.attrs = append(s.attrs, kv...) }
+func (s *recordedSpan) AddLink(l trace.Link)                   { s.links = append(s.links, l) }
 
 func (s *recordedSpan) SpanContext() trace.SpanContext   { return s.sc }
 func (s *recordedSpan) SetStatus(c codes.Code, _ string) { s.status = c }
@@ -180,13 +187,26 @@ func (t tracerOf) Start(ctx context.Context, name string, opts ...trace.SpanStar
 	if cfg.NewRoot() {
 		parent = trace.SpanContext{}
 	}
-	s := &recordedSpan{name: name, kind: cfg.SpanKind(), parent: parent, sc: trace.NewSpanContext(trace.SpanContextConfig{
+	s := &recordedSpan{name: name, kind: cfg.SpanKind(), parent: parent, links: cfg.Links(), sc: trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: parent.TraceID(), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
 	})}
 	t.p.mu.Lock()
 	t.p.spans = append(t.p.spans, s)
 	t.p.mu.Unlock()
 	return trace.ContextWithSpan(ctx, s), s
+}
+
+// named returns the spans of that name.
+func (p *recordingTracer) named(name string) []*recordedSpan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*recordedSpan
+	for _, s := range p.spans {
+		if s.name == name {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func TestTracingMiddleware(t *testing.T) {
