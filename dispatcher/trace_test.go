@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -37,12 +38,12 @@ func emitInSpan(t *testing.T, db *testdb.DB, eventType string, spanID byte) (uui
 }
 
 // requireChildOf checks that the span continues the emitting span.
-func requireChildOf(t *testing.T, s *recordedSpan, emitted trace.SpanContext) {
+func requireChildOf(t *testing.T, s *telemetrytest.Span, emitted trace.SpanContext) {
 	t.Helper()
-	require.Equal(t, emitted.TraceID(), s.parent.TraceID())
-	require.Equal(t, emitted.SpanID(), s.parent.SpanID())
-	require.True(t, s.parent.IsRemote())
-	require.True(t, s.ended)
+	require.Equal(t, emitted.TraceID(), s.Parent.TraceID())
+	require.Equal(t, emitted.SpanID(), s.Parent.SpanID())
+	require.True(t, s.Parent.IsRemote())
+	require.True(t, s.Ended)
 }
 
 // By default the dispatcher runs each handler call and each Publish call
@@ -56,7 +57,7 @@ func TestDispatcherSpans(t *testing.T) {
 	handled, handledSpan := emitInSpan(t, db, "handled", 1)
 	pub1, pub1Span := emitInSpan(t, db, "pub", 2)
 	pub2, pub2Span := emitInSpan(t, db, "pub", 3)
-	tp := &recordingTracer{}
+	tp := &telemetrytest.TracerProvider{}
 	outcomes := &outcomeLog{}
 	cfg := baseConfig(db)
 	cfg.TracerProvider = tp
@@ -81,44 +82,44 @@ func TestDispatcherSpans(t *testing.T) {
 		outcomes.wait(t, id, 1)
 	}
 
-	spans := tp.named("handle handled")
+	spans := tp.Named("handle handled")
 	require.Len(t, spans, 1, "one span: TracingMiddleware adds none to the dispatcher's")
 	requireChildOf(t, spans[0], handledSpan)
-	require.Equal(t, trace.SpanKindConsumer, spans[0].kind)
-	require.Equal(t, spans[0].sc, inside, "the handler runs in the span")
-	require.Contains(t, spans[0].attrs, attribute.String("messaging.message.id", handled.String()))
-	require.Contains(t, spans[0].attrs, attribute.String("pgoutbox.event.type", "handled"))
+	require.Equal(t, trace.SpanKindConsumer, spans[0].Kind)
+	require.Equal(t, spans[0].SC, inside, "the handler runs in the span")
+	require.Contains(t, spans[0].Attrs, attribute.String("messaging.message.id", handled.String()))
+	require.Contains(t, spans[0].Attrs, attribute.String("pgoutbox.event.type", "handled"))
 
-	batch := tp.named("publish")
+	batch := tp.Named("publish")
 	require.Len(t, batch, 1, "both pub events in one Publish call")
-	require.False(t, batch[0].parent.IsValid(), "a batch starts a trace of its own")
+	require.False(t, batch[0].Parent.IsValid(), "a batch starts a trace of its own")
 	require.ElementsMatch(t, []trace.SpanContext{pub1Span, pub2Span}, linked(batch[0]))
-	require.Equal(t, trace.SpanKindProducer, batch[0].kind)
-	msgs := tp.named("publish topic")
+	require.Equal(t, trace.SpanKindProducer, batch[0].Kind)
+	msgs := tp.Named("publish topic")
 	require.Len(t, msgs, 2)
 	for _, s := range msgs {
 		emitted := pub1Span
-		if s.parent.SpanID() == pub2Span.SpanID() {
+		if s.Parent.SpanID() == pub2Span.SpanID() {
 			emitted = pub2Span
 		}
 		requireChildOf(t, s, emitted)
-		require.Equal(t, []trace.SpanContext{batch[0].sc}, linked(s), "linked to the batch's span")
-		require.Equal(t, codes.Unset, s.status)
+		require.Equal(t, []trace.SpanContext{batch[0].SC}, linked(s), "linked to the batch's span")
+		require.Equal(t, codes.Unset, s.Status)
 	}
 
 	one, oneSpan := emitInSpan(t, db, "pub", 4)
 	d.Trigger()
 	outcomes.wait(t, one, 1)
-	msgs = tp.named("publish topic")
+	msgs = tp.Named("publish topic")
 	require.Len(t, msgs, 3, "one message: its span alone")
 	requireChildOf(t, msgs[2], oneSpan)
-	require.Contains(t, msgs[2].attrs, attribute.String("messaging.message.id", one.String()))
-	require.Len(t, tp.named("publish"), 1)
+	require.Contains(t, msgs[2].Attrs, attribute.String("messaging.message.id", one.String()))
+	require.Len(t, tp.Named("publish"), 1)
 }
 
-func linked(s *recordedSpan) []trace.SpanContext {
+func linked(s *telemetrytest.Span) []trace.SpanContext {
 	var out []trace.SpanContext
-	for _, l := range s.links {
+	for _, l := range s.Links {
 		out = append(out, l.SpanContext.WithRemote(false))
 	}
 	return out
