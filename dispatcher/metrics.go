@@ -32,7 +32,7 @@ func newInstruments(cfg Config, r *reporter) *instruments {
 	if err != nil {
 		r.logger.Warn("pgoutbox: some metrics are not recorded", "table", r.table, "error", err)
 	}
-	return &instruments{metrics: m, spans: spans{tracer: cfg.TracerProvider.Tracer(telemetry.Scope)}}
+	return &instruments{metrics: m, spans: spans{tracer: telemetry.NewTracer(cfg.TracerProvider)}}
 }
 
 // metrics are the dispatcher's OpenTelemetry instruments (see

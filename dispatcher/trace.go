@@ -17,8 +17,17 @@ import (
 // spans starts the dispatcher's own spans: one per handler call and one
 // per Publish call (see docs/observability.md).
 type spans struct {
-	tracer trace.Tracer
+	tracer telemetry.Tracer
 }
+
+// noSpan is the span of a call that has none: the API's no-op.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// The start options of the spans, allocated once.
+var (
+	consumerRoot  = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
+	consumerChild = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+)
 
 // spannedKey marks the context of a handler call whose span the
 // dispatcher started and records, so that TracingMiddleware adds none.
@@ -26,9 +35,18 @@ type spannedKey struct{}
 
 // handlerSpan starts the span of a handler call: a consumer span named
 // "handle <event type>", the child of the span that emitted the event.
+// When no one would receive the span, none is started, but the handler's
+// context still carries the emitting span's context.
 func (s spans) handlerSpan(ctx context.Context, e outbox.Event) (context.Context, trace.Span) {
-	ctx, opts := spanParent(ctx, e)
-	ctx, span := s.tracer.Start(ctx, "handle "+e.Type, append(opts, trace.WithSpanKind(trace.SpanKindConsumer))...)
+	ctx, root := spanParent(ctx, e)
+	if s.tracer.Off() {
+		return ctx, noSpan
+	}
+	opts := consumerChild
+	if root {
+		opts = consumerRoot
+	}
+	ctx, span := s.tracer.Start(ctx, "handle "+e.Type, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(eventAttributes(e, "process")...)
 		ctx = context.WithValue(ctx, spannedKey{}, true)
@@ -53,6 +71,9 @@ func endHandlerSpan(span trace.Span, res result) {
 // and each message gets a span of its own, the child of its emitting span
 // and linked to the call's, when the call's span records.
 func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.Context, func(errs []error)) {
+	if s.tracer.Off() {
+		return ctx, func([]error) {}
+	}
 	if len(msgs) == 1 {
 		ctx, span := s.startPublish(ctx, msgs[0])
 		return ctx, func(errs []error) { endPublishSpan(span, errs[0]) }
@@ -88,9 +109,11 @@ func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.
 
 // startPublish starts the span of one message's publish.
 func (s spans) startPublish(ctx context.Context, m outbox.Message, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	ctx, parent := spanParent(ctx, m.Event)
-	ctx, span := s.tracer.Start(ctx, "publish "+m.Destination,
-		append(append(opts, parent...), trace.WithSpanKind(trace.SpanKindProducer))...)
+	ctx, root := spanParent(ctx, m.Event)
+	if root {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	ctx, span := s.tracer.Start(ctx, "publish "+m.Destination, append(opts, trace.WithSpanKind(trace.SpanKindProducer))...)
 	if span.IsRecording() {
 		span.SetAttributes(append(eventAttributes(m.Event, "send"),
 			attribute.String("messaging.destination.name", m.Destination))...)
@@ -127,7 +150,7 @@ func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	s := spans{tracer: tp.Tracer(telemetry.Scope)}
+	s := spans{tracer: telemetry.NewTracer(tp)}
 	return func(next outbox.Handler) outbox.Handler {
 		return func(ctx context.Context, e outbox.Event) (err error) {
 			if ctx.Value(spannedKey{}) != nil {
@@ -166,14 +189,14 @@ const traceparent = "traceparent"
 
 // spanParent returns ctx with the emitting span's context, which the
 // event's headers carry, as the parent of the span to start. An event
-// without one starts a new trace rather than join whatever span the
-// context passed to Run carried.
-func spanParent(ctx context.Context, e outbox.Event) (context.Context, []trace.SpanStartOption) {
+// without one starts a new trace (root) rather than join whatever span
+// the context passed to Run carried.
+func spanParent(ctx context.Context, e outbox.Event) (_ context.Context, root bool) {
 	emitted := emittedSpan(e)
 	if !emitted.IsValid() {
-		return ctx, []trace.SpanStartOption{trace.WithNewRoot()}
+		return ctx, true
 	}
-	return trace.ContextWithRemoteSpanContext(ctx, emitted), nil
+	return trace.ContextWithRemoteSpanContext(ctx, emitted), false
 }
 
 // eventAttributes are the attributes of a span about one event.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -15,7 +14,7 @@ import (
 type instruments struct {
 	emitted  metric.Int64Counter
 	sets     *telemetry.Sets
-	tracer   trace.Tracer
+	tracer   telemetry.Tracer
 	spanName string
 	table    string
 }
@@ -30,7 +29,7 @@ func newInstruments(cfg Config) (instruments, error) {
 	table := cfg.Table.String()
 	return instruments{
 		emitted: emitted, sets: telemetry.NewSets(table), table: table,
-		tracer: cfg.TracerProvider.Tracer(telemetry.Scope), spanName: "emit " + table,
+		tracer: telemetry.NewTracer(cfg.TracerProvider), spanName: "emit " + table,
 	}, nil
 }
 

@@ -5,10 +5,14 @@
 package telemetry
 
 import (
+	"reflect"
 	"sync"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Scope is the instrumentation scope of pgoutbox's meters and tracers.
@@ -87,3 +91,41 @@ func (s *Sets) Of(eventType, code string) metric.MeasurementOption {
 	s.sets[k] = o
 	return o
 }
+
+// Tracer is a tracer that knows when a span would reach no one: when its
+// provider is the API's no-op, or the global provider while the
+// application has installed none. Starting a span then costs allocations
+// for nothing, so its users skip it (see Off).
+type Tracer struct {
+	trace.Tracer
+	tp trace.TracerProvider
+}
+
+// NewTracer returns the tracer of tp for pgoutbox's scope.
+func NewTracer(tp trace.TracerProvider) Tracer {
+	return Tracer{Tracer: tp.Tracer(Scope), tp: tp}
+}
+
+// Off reports whether a span started now would reach no one. It costs an
+// atomic load and a comparison: it may be asked for every span.
+func (t Tracer) Off() bool {
+	switch t.tp.(type) {
+	case noop.TracerProvider, *noop.TracerProvider:
+		return true
+	}
+	return delegateType != nil && reflect.TypeOf(t.tp) == delegateType &&
+		reflect.TypeOf(otel.GetTracerProvider()) == delegateType
+}
+
+// delegateType is the type of the global TracerProvider the API returns
+// before the application installs one, which forwards to the installed
+// one once there is one. Nil when the API names it otherwise, or when a
+// provider was installed before this package's initialisation: Off then
+// never skips the global provider's spans, which costs only speed.
+var delegateType = func() reflect.Type {
+	t := reflect.TypeOf(otel.GetTracerProvider())
+	if t.String() != "*global.tracerProvider" {
+		return nil
+	}
+	return t
+}()
