@@ -226,20 +226,30 @@ func (d *Dispatcher) observeBacklog() (unregister func()) {
 const backlogTimeout = 5 * time.Second
 
 // sample returns the last sample, taken again first when it is older than
-// the interval. A failed sample is reported to OnError and observes
-// nothing until the next interval.
+// the interval. A failed sample is reported to OnError (after the lock is
+// let go) and observes nothing until the next interval.
 func (s *backlogSampler) sample(ctx context.Context) (due int64, oldest float64, ok bool) {
+	err := s.refresh(ctx)
+	if err != nil {
+		s.d.reportError("backlog sample failed", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.due, s.oldest, s.ok
+}
+
+// refresh takes a new sample when the last one is older than the
+// interval, and returns its error.
+func (s *backlogSampler) refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.at.IsZero() && time.Since(s.at) < s.interval {
-		return s.due, s.oldest, s.ok
+		return nil
 	}
 	s.at = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
 	defer cancel()
 	err := s.d.pool.QueryRow(ctx, s.sql).Scan(&s.due, &s.oldest)
-	if s.ok = err == nil; !s.ok {
-		s.d.reportError("backlog sample failed", err)
-	}
-	return s.due, s.oldest, s.ok
+	s.ok = err == nil
+	return err
 }

@@ -101,3 +101,19 @@ func tableScans(node map[string]any, relation string) []map[string]any {
 	}
 	return out
 }
+
+// A sample that fails is reported to OnError and observes nothing.
+func TestBacklogSampleFails(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t) // no outbox table
+	mp := &telemetrytest.MeterProvider{}
+	var errs []error
+	d, err := New(db.NewPool(t, 1), Config{Table: db.Table(), MeterProvider: mp,
+		OnError: func(err error) { errs = append(errs, err) }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer d.observeBacklog()()
+	require.NoError(t, mp.Collect(context.Background()))
+	require.Empty(t, mp.Points("pgoutbox.backlog.due"))
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "does not exist")
+}
