@@ -15,6 +15,18 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
+// publishPub makes cfg publish the events of type "pub" to "topic",
+// through a recordingPublisher, and no other.
+func publishPub(cfg *dispatcher.Config) {
+	cfg.Publisher = &recordingPublisher{}
+	cfg.RouteFunc = func(e outbox.Event) string {
+		if e.Type == "pub" {
+			return "topic"
+		}
+		return ""
+	}
+}
+
 func eventType(t string) attribute.KeyValue { return attribute.String("pgoutbox.event.type", t) }
 func errorType(c outbox.Code) attribute.KeyValue {
 	return attribute.String("error.type", string(c))
@@ -35,13 +47,7 @@ func TestMetricsOfOutcomes(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.MeterProvider = mp
 	cfg.OnOutcome = outcomes.add
-	cfg.Publisher = &recordingPublisher{}
-	cfg.RouteFunc = func(e outbox.Event) string {
-		if e.Type == "pub" {
-			return "topic"
-		}
-		return ""
-	}
+	publishPub(&cfg)
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	noop := func(context.Context, outbox.Event) error { return nil }

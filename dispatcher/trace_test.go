@@ -63,13 +63,7 @@ func TestDispatcherSpans(t *testing.T) {
 	cfg.TracerProvider = tp
 	cfg.Middleware = []outbox.Middleware{dispatcher.TracingMiddleware(tp)}
 	cfg.OnOutcome = outcomes.add
-	cfg.Publisher = &recordingPublisher{}
-	cfg.RouteFunc = func(e outbox.Event) string {
-		if e.Type == "pub" {
-			return "topic"
-		}
-		return ""
-	}
+	publishPub(&cfg)
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	var inside trace.SpanContext
