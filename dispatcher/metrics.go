@@ -80,7 +80,7 @@ func newMetrics(cfg Config, c *counters) (*metrics, error) {
 		return h
 	}
 	for name, mc := range counterNames(c) {
-		mc.m, mc.attrs = counter(name, "Events "+name[len("pgoutbox.events."):]+" by this dispatcher"), m.table
+		mc.m, mc.attrs = counter(name, "Events "+name[len("pgoutbox.events."):]+" by this dispatcher"), []metric.AddOption{m.table}
 	}
 	m.sent = counter("pgoutbox.events.sent", "Events that became SENT (or were deleted on success)")
 	m.retried = counter("pgoutbox.events.retried", "Failed attempts scheduled for a retry, by error.type")
@@ -122,25 +122,27 @@ func (m *metrics) failedOne(o Outcome) {
 	m.failed.Add(context.Background(), 1, m.sets.Of(o.Event.Type, string(o.Code)))
 }
 
-// started records the start delay of an event's first attempt: from its
+// started records the start delay of an item's first attempt: from its
 // created_at, the database's now() in the emitting transaction (which is
-// when that transaction began, not when it committed), to startedAt on
-// the local clock. Clock skew between the two shows up in it; a negative
+// when that transaction began, not when it committed), to its startedAt
+// on the local clock. Clock skew between the two shows up in it; a negative
 // delay is recorded as zero. Retries and snoozed events are left out:
 // their delay is the backoff's.
-func (m *metrics) started(e outbox.Event, startedAt time.Time) {
+func (m *metrics) started(it *item) {
+	e := &it.event
 	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
-	m.delay.Record(context.Background(), max(0, startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
+	m.delay.Record(context.Background(), max(0, it.startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
 }
 
-// handled records the duration of a handler call that ended with res.
-func (m *metrics) handled(e outbox.Event, took time.Duration, res result) {
+// handled records the duration of an item's handler call, which ended
+// with res.
+func (m *metrics) handled(it *item, res result) {
 	if !m.handlerTime.Enabled(context.Background()) {
 		return
 	}
-	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(e.Type, string(res.code)))
+	m.handlerTime.Record(context.Background(), time.Since(it.startedAt).Seconds(), m.sets.Of(it.event.Type, string(res.code)))
 }
 
 // published records the duration of one Publish call.
@@ -152,14 +154,14 @@ func (m *metrics) published(took time.Duration) {
 type metered struct {
 	atomicCounter
 	m     metric.Int64Counter // nil until newMetrics attaches one
-	attrs metric.AddOption
+	attrs []metric.AddOption  // allocated once: a variadic argument escapes
 }
 
 // Add adds n to the Stats counter and to its metric, and returns the new
 // value of the Stats counter.
 func (c *metered) Add(n uint64) uint64 {
 	if c.m != nil {
-		c.m.Add(context.Background(), int64(n), c.attrs)
+		c.m.Add(context.Background(), int64(n), c.attrs...)
 	}
 	return c.atomicCounter.Add(n)
 }

@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // A backlog sample counts the due PENDING events and reads how long the
@@ -116,4 +119,35 @@ func TestBacklogSampleFails(t *testing.T) {
 	require.Empty(t, mp.Points("pgoutbox.backlog.due"))
 	require.Len(t, errs, 1)
 	require.ErrorContains(t, errs[0], "does not exist")
+}
+
+// BenchmarkInstrumentsNoProvider measures what the metrics and spans add
+// to one event's dispatch when the application installed no provider (the
+// global ones by default): the handler's span and measurements, and the
+// counting of its outcome. Compare it with BenchmarkDispatchInProcess's
+// ns/event.
+//
+//	go test -run '^$' -bench InstrumentsNoProvider -benchmem ./dispatcher/
+func BenchmarkInstrumentsNoProvider(b *testing.B) {
+	pool, err := pgxpool.New(context.Background(), "postgres://bench@127.0.0.1:1/none")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now()}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		it.startedAt = time.Now()
+		d.metrics.started(it)
+		_, span := d.spans.handlerSpan(ctx, &it.event)
+		d.metrics.handled(it, result{})
+		endHandlerSpan(span, result{})
+		d.metrics.completed(it, outbox.StatusSent)
+		d.stats.claimed.Add(1)
+	}
 }

@@ -37,8 +37,8 @@ type spannedKey struct{}
 // "handle <event type>", the child of the span that emitted the event.
 // When no one would receive the span, none is started, but the handler's
 // context still carries the emitting span's context.
-func (s spans) handlerSpan(ctx context.Context, e outbox.Event) (context.Context, trace.Span) {
-	ctx, root := spanParent(ctx, e)
+func (s spans) handlerSpan(ctx context.Context, e *outbox.Event) (context.Context, trace.Span) {
+	ctx, root := spanParent(ctx, e.Headers)
 	if s.tracer.Off() {
 		return ctx, noSpan
 	}
@@ -87,7 +87,7 @@ func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.
 	batch := trace.Link{SpanContext: span.SpanContext()}
 	each := make([]trace.Span, len(msgs))
 	for i, m := range msgs {
-		if emitted := emittedSpan(m.Event); emitted.IsValid() {
+		if emitted := emittedSpan(m.Event.Headers); emitted.IsValid() {
 			span.AddLink(trace.Link{SpanContext: emitted})
 		}
 		_, each[i] = s.startPublish(ctx, m, trace.WithLinks(batch))
@@ -109,13 +109,13 @@ func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.
 
 // startPublish starts the span of one message's publish.
 func (s spans) startPublish(ctx context.Context, m outbox.Message, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	ctx, root := spanParent(ctx, m.Event)
+	ctx, root := spanParent(ctx, m.Event.Headers)
 	if root {
 		opts = append(opts, trace.WithNewRoot())
 	}
 	ctx, span := s.tracer.Start(ctx, "publish "+m.Destination, append(opts, trace.WithSpanKind(trace.SpanKindProducer))...)
 	if span.IsRecording() {
-		span.SetAttributes(append(eventAttributes(m.Event, "send"),
+		span.SetAttributes(append(eventAttributes(&m.Event, "send"),
 			attribute.String("messaging.destination.name", m.Destination))...)
 	}
 	return ctx, span
@@ -156,7 +156,7 @@ func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 			if ctx.Value(spannedKey{}) != nil {
 				return next(ctx, e)
 			}
-			ctx, span := s.handlerSpan(ctx, e)
+			ctx, span := s.handlerSpan(ctx, &e)
 			defer span.End()
 			defer func() {
 				if p := recover(); p != nil {
@@ -174,14 +174,14 @@ func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 	}
 }
 
-// emittedSpan is the span context of the span that emitted e, from its
-// traceparent and tracestate headers; invalid when it has none.
-func emittedSpan(e outbox.Event) trace.SpanContext {
-	if e.Headers[traceparent] == "" {
+// emittedSpan is the span context of the span that emitted an event,
+// from its traceparent and tracestate headers; invalid when it has none.
+func emittedSpan(headers map[string]string) trace.SpanContext {
+	if headers[traceparent] == "" {
 		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(
-		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
+		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(headers)))
 }
 
 // traceparent is the W3C header the emitter writes (emitter.HeaderTraceparent).
@@ -191,8 +191,8 @@ const traceparent = "traceparent"
 // event's headers carry, as the parent of the span to start. An event
 // without one starts a new trace (root) rather than join whatever span
 // the context passed to Run carried.
-func spanParent(ctx context.Context, e outbox.Event) (_ context.Context, root bool) {
-	emitted := emittedSpan(e)
+func spanParent(ctx context.Context, headers map[string]string) (_ context.Context, root bool) {
+	emitted := emittedSpan(headers)
 	if !emitted.IsValid() {
 		return ctx, true
 	}
@@ -200,7 +200,7 @@ func spanParent(ctx context.Context, e outbox.Event) (_ context.Context, root bo
 }
 
 // eventAttributes are the attributes of a span about one event.
-func eventAttributes(e outbox.Event, operation string) []attribute.KeyValue {
+func eventAttributes(e *outbox.Event, operation string) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		attribute.String("messaging.system", "pgoutbox"),
 		attribute.String("messaging.operation.type", operation),

@@ -234,14 +234,14 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 // context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
-	d.metrics.started(it.event, it.startedAt) // set by begin, on this goroutine
-	ctx, span := d.spans.handlerSpan(it.ctx, it.event)
-	defer func() { endHandlerSpan(span, res) }()
+	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	ctx, span := d.spans.handlerSpan(it.ctx, &it.event)
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 		}
-		d.metrics.handled(it.event, time.Since(it.startedAt), res)
+		d.metrics.handled(it, res)
+		endHandlerSpan(span, res)
 	}()
 	err := h(ctx, it.event)
 	d.noteHandlerTime(time.Since(it.startedAt))
@@ -303,7 +303,7 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
 		if d.held.begin(it, 0) {
-			d.metrics.started(it.event, it.startedAt)
+			d.metrics.started(it)
 			started = append(started, it)
 		}
 	}
