@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -129,15 +128,7 @@ func TestBacklogSampleFails(t *testing.T) {
 //
 //	go test -run '^$' -bench InstrumentsNoProvider -benchmem ./dispatcher/
 func BenchmarkInstrumentsNoProvider(b *testing.B) {
-	pool, err := pgxpool.New(context.Background(), "postgres://bench@127.0.0.1:1/none")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
+	d := offlineDispatcher(b, Config{})
 	it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now()}}
 	ctx := context.Background()
 	b.ReportAllocs()
