@@ -13,6 +13,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
@@ -304,6 +307,24 @@ type Config struct {
 	// to slog.Default().
 	Logger *slog.Logger
 
+	// MeterProvider receives the dispatcher's metrics (see
+	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
+	// application's global provider, which records nothing until the
+	// application installs one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives the dispatcher's spans: one per handler
+	// call and one per Publish call, continuing the trace of the
+	// transaction that emitted the event. Defaults to
+	// otel.GetTracerProvider(), which records nothing until the
+	// application installs one.
+	TracerProvider trace.TracerProvider
+	// BacklogSampleInterval is the least time between two samples of the
+	// backlog gauges (pgoutbox.backlog.due and
+	// pgoutbox.backlog.oldest_due_age), each one bounded query on the due
+	// index, run while the MeterProvider collects. Defaults to 30s; 1s to
+	// 1h.
+	BacklogSampleInterval time.Duration
+
 	// now replaces time.Now for the dispatcher's local lease deadlines;
 	// only this package's tests set it (export_test.go). The database
 	// clock still decides every due and expiry time.
@@ -351,6 +372,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.MeterProvider = cmp.Or(c.MeterProvider, otel.GetMeterProvider())
+	c.TracerProvider = cmp.Or(c.TracerProvider, otel.GetTracerProvider())
+	c.BacklogSampleInterval = cmp.Or(c.BacklogSampleInterval, 30*time.Second)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -390,6 +414,7 @@ func (c Config) validate() error {
 		{c.RetainFailed == 0 || between(c.RetainFailed, time.Second, maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years"},
 		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
 		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
+		{between(c.BacklogSampleInterval, time.Second, time.Hour), "BacklogSampleInterval", "must be between 1s and 1h"},
 		{len(c.PublishTypes) == 0 || c.Publisher != nil, "PublishTypes", "needs a Publisher"},
 		{!slices.ContainsFunc(c.PublishTypes, badType), "PublishTypes",
 			"must hold types that are not blank, at most 255 bytes of UTF-8 without NUL"},

@@ -77,8 +77,19 @@
 // Handler middleware (outbox.Middleware) wraps handlers: Config.Middleware
 // for every handler, outermost first, then the middleware given to Handle
 // for one type. Chains are built once, when a handler is registered, so an
-// empty chain costs nothing per event. TracingMiddleware runs each call
-// in an OpenTelemetry span under the emitting span.
+// empty chain costs nothing per event.
+//
+// # Metrics and traces
+//
+// The dispatcher reports through the OpenTelemetry API alone, to
+// Config.MeterProvider and Config.TracerProvider (by default the global
+// providers, which record nothing until the application installs one):
+// counters of claimed, sent, retried, failed (by code), lock lost and
+// recovered events, handler and publish durations, the start delay of
+// first attempts, and backlog gauges sampled from the due index at most
+// once per BacklogSampleInterval while Run runs. Each handler call and
+// each Publish call runs in a span whose parent is the span that emitted
+// the event. See docs/observability.md.
 //
 // # Leases
 //

@@ -26,6 +26,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
+	defer d.observeBacklog()() // the backlog gauges, while Run runs
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = newWorkers(quit.Done())

@@ -89,17 +89,23 @@ type Stats struct {
 }
 
 // counters are the live values behind Stats.
+// The metered ones add to their OpenTelemetry counter too (see
+// counterNames); the others are counted by metrics with attributes of
+// their own, or are not metrics.
 type counters struct {
-	claimed, sent, retried, snoozed, failed      atomic.Uint64
-	lockLost                                     atomic.Uint64
-	outcomeUnknown                               atomic.Uint64
-	recovered, recoveredFailed, released, errors atomic.Uint64
-	pollCycles, claimCycles                      atomic.Uint64
-	wakeups, listenerConnects, dueWakeups        atomic.Uint64
-	lastPoll, pollInterval                       atomic.Int64
-	retentionSent, retentionFailed               atomic.Uint64
-	retentionPasses, retentionSkipped            atomic.Uint64
+	sent, retried, snoozed, failed        atomic.Uint64
+	claimed, lockLost, outcomeUnknown     metered
+	recovered, released                   metered
+	recoveredFailed, errors               atomic.Uint64
+	pollCycles, claimCycles               atomic.Uint64
+	wakeups, listenerConnects, dueWakeups atomic.Uint64
+	lastPoll, pollInterval                atomic.Int64
+	retentionSent, retentionFailed        atomic.Uint64
+	retentionPasses, retentionSkipped     atomic.Uint64
 }
+
+// atomicCounter is the Stats counter inside a metered one.
+type atomicCounter = atomic.Uint64
 
 func (c *counters) snapshot(inFlight int) Stats {
 	s := Stats{
