@@ -112,7 +112,7 @@ func (r *retention) pass(ctx context.Context) {
 	if !r.indexReady(ctx) {
 		return
 	}
-	until := time.Now().Add(passBudget(d.cfg.RetentionInterval))
+	until := d.cfg.now().Add(passBudget(d.cfg.RetentionInterval))
 	var sent, failed int64
 	skipped := false
 	if !d.cfg.KeepSent {
@@ -149,7 +149,7 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 		dr = &drain{limit: r.d.cfg.RetentionBatchSize}
 		r.drains[status] = dr
 	}
-	for ctx.Err() == nil && time.Now().Before(until) {
+	for ctx.Err() == nil && r.d.cfg.now().Before(until) {
 		res, err := r.batch(ctx, purge.Params{Status: status, OlderThan: age, Limit: dr.limit, After: dr.after, Exclusive: true})
 		switch {
 		case err != nil && ctx.Err() != nil: // cut short by the stop

@@ -54,16 +54,16 @@ type batchLog struct {
 	batches []string // "SENT 10/10": status, deleted/limit; "skipped" when another held the lock
 }
 
-func (l *batchLog) hook(cfg *dispatcher.Config) {
-	dispatcher.SetRetentionHook(cfg, func(status outbox.Status, limit int, deleted int64, skipped bool) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if skipped {
-			l.batches = append(l.batches, "skipped")
-			return
-		}
-		l.batches = append(l.batches, fmt.Sprintf("%s %d/%d", status, deleted, limit))
-	})
+func (l *batchLog) hook(cfg *dispatcher.Config) { dispatcher.SetRetentionHook(cfg, l.add) }
+
+func (l *batchLog) add(status outbox.Status, limit int, deleted int64, skipped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if skipped {
+		l.batches = append(l.batches, "skipped")
+		return
+	}
+	l.batches = append(l.batches, fmt.Sprintf("%s %d/%d", status, deleted, limit))
 }
 
 func (l *batchLog) get() []string {
@@ -186,7 +186,8 @@ func TestRetentionWaitsForItsTurn(t *testing.T) {
 
 	require.NoError(t, other.Rollback(ctx))
 	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
-	require.EqualValues(t, 12, d.Stats().RetentionSent)
+	// Counted just after the batch commits.
+	waitFor(t, 30*time.Second, "the rows counted", func() bool { return d.Stats().RetentionSent == 12 })
 }
 
 // Two replicas running retention at once on a table that is also being
@@ -468,4 +469,32 @@ CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUT
 	require.NoError(t, holder.Rollback(ctx))
 	require.Equal(t, len(due), remaining(t, db, due), "rows the cancelled batch deleted")
 	require.Zero(t, d.Stats().Errors)
+}
+
+// A pass deletes for at most half of RetentionInterval (at least 1s), then
+// ends and logs; the next pass goes on with the drain where it stopped.
+// Here the local clock jumps an hour after each batch: each pass deletes
+// one batch, and the batches are those of one drain (10, 10, then 5).
+func TestRetentionPassHasATimeBudget(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 25)
+	cfg := retentionConfig(db, 10)
+	clock := &testClock{}
+	dispatcher.SetClock(&cfg, clock.Now)
+	var log batchLog
+	dispatcher.SetRetentionHook(&cfg, func(status outbox.Status, limit int, deleted int64, skipped bool) {
+		clock.advance(time.Hour)
+		log.add(status, limit, deleted, skipped)
+	})
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitPasses(t, d, 1)
+	require.Equal(t, []string{"SENT 10/10", "SENT 10/10", "SENT 5/10"}, log.get()[:3])
+	require.Equal(t, 2, logs.count(slog.LevelInfo, "deleted_sent", "10"), "passes that deleted one full batch")
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "5"))
 }
