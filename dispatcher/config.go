@@ -157,7 +157,8 @@ type Config struct {
 
 	// RetainSent is how long SENT rows are kept after they became SENT
 	// (sent_at, database clock) before the retention job deletes them.
-	// Defaults to 24h; 1s to 100 years. Set KeepSent instead to keep them
+	// Defaults to 24h; 1m (and at least twice LeaseDuration) to 100
+	// years. Set KeepSent instead to keep them
 	// (for example with DeleteSent, or when an operator purges them). See
 	// docs/operations.md, "Retention and vacuum".
 	RetainSent time.Duration
@@ -166,7 +167,7 @@ type Config struct {
 	KeepSent bool
 	// RetainFailed, when set, is how long FAILED rows are kept after they
 	// became FAILED (failed_at) before the retention job deletes them;
-	// 1s to 100 years. Defaults to zero: FAILED rows are kept until an
+	// 1m (and at least twice LeaseDuration) to 100 years. Defaults to zero: FAILED rows are kept until an
 	// operator replays or purges them.
 	RetainFailed time.Duration
 	// RetentionInterval is the time between retention passes. A pass
@@ -410,8 +411,8 @@ func (c Config) validate() error {
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
 		{between(c.MaxSnoozes, 1, 1_000_000), "MaxSnoozes", "must be between 1 and 1000000"},
 		{!slices.ContainsFunc(c.Middleware, isNil), "Middleware", "must not hold nil"},
-		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, time.Second, maxRetain), "RetainSent", onlyWithout("between 1s and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
-		{c.RetainFailed == 0 || between(c.RetainFailed, time.Second, maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years"},
+		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, c.minRetain(), maxRetain), "RetainSent", onlyWithout("between 1m (and twice LeaseDuration) and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
+		{c.RetainFailed == 0 || between(c.RetainFailed, c.minRetain(), maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1m (and twice LeaseDuration) and 100 years"},
 		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
 		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
 		{between(c.BacklogSampleInterval, time.Second, time.Hour), "BacklogSampleInterval", "must be between 1s and 1h"},
@@ -437,6 +438,11 @@ func onlyWithout(rng, field, what string, set bool) string {
 	}
 	return "must be " + rng + " (set " + field + " for " + what + ")"
 }
+
+// minRetain is the shortest RetainSent or RetainFailed: a minute, and
+// twice LeaseDuration, so that a completion whose reply was lost reads
+// its row back before the retention job may delete it.
+func (c Config) minRetain() time.Duration { return max(time.Minute, 2*c.LeaseDuration) }
 
 // maxRetain bounds RetainSent and RetainFailed: 100 years.
 const maxRetain = 100 * 365 * 24 * time.Hour

@@ -35,7 +35,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.completer.run(quit.Done()) })
 	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
-	helpers.Go(func() { d.retain(quit) })
+	helpers.Go(func() { d.retain(ctx, quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.listenLoop(quit, listener) })
