@@ -145,8 +145,8 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 		return
 	}
 	for _, c := range d.kinds.waiting.update(counts, time.Now()) {
-		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher does not claim are waiting; "+
-			"is a dispatcher that handles it running?", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", c.Type,
+		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher does not claim have waited long; "+
+			"no dispatcher that claims it may be running, or it is behind", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", c.Type,
 			"waiting", c.Count, "at_least", c.Count >= waitingPerType, "due_for_more_than", dueFor.String())
 	}
 }

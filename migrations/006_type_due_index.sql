@@ -31,7 +31,8 @@ CREATE INDEX IF NOT EXISTS {{.type_due_idx}} ON {{.table}} (event_type, next_att
 
 ---- create above / drop below ----
 
--- Drops the type due index of {{.table}}: typed claims then scan the due
--- index and filter by type.
+-- Drops the type due index of {{.table}}: dispatchers of version 6 then
+-- refuse to start (Verify); with SkipVerify their typed claims read every
+-- row of each type they claim, SENT ones included.
 SET LOCAL lock_timeout = '2s';
 DROP INDEX IF EXISTS {{.schema}}.{{.type_due_idx}};

@@ -193,9 +193,12 @@ func typeLegs(t string, n, param int, columns, due, limit string) string {
 // $1 are locked. The lock cannot sit in the legs (no row lock is allowed
 // over a UNION) nor in each leg (each would lock up to $1 rows), so the
 // rows are reached again by ctid, a TID scan: the ctid of a row version
-// visible to the statement stays valid while the statement runs, and a
-// row changed since is locked in its newest version, which the WHERE on
-// "o" is checked against again (as in allDue). A join on id instead read
+// visible to the statement stays valid while the statement runs. A row
+// changed since its leg read it is skipped by this claim (the TID
+// recheck rejects the newer version), or locked in its newest version and
+// the WHERE on "o" checked against it again (as in allDue), depending on
+// the server: either way it is never claimed unless it is still a due
+// PENDING row, and a skipped row is taken by the next claim. A join on id instead read
 // the primary key for each row: 510 buffers for a claim of 100, against
 // 210. A backlog of other types is never read: each leg starts at its own
 // type in the type due index.
