@@ -132,8 +132,8 @@ build: ## Build every module; build and vet each published module alone (GOWORK=
 	@for dir in $(MODULES); do echo "==> go build ./... in $$dir"; (cd "$$dir" && go build -o /dev/null ./...) || exit 1; done
 	@echo "==> GOWORK=off go build, go vet ./... in each published module, against the local proxy"
 	@$(RELEASE) build
-	@echo "==> the core module requires no broker client and no testcontainers"
-	@bad=$$(GOWORK=off go list -m all | grep -E 'testcontainers|twmb/franz-go|nats-io' || true); \
+	@echo "==> the core module requires no broker client, no testcontainers and no OpenTelemetry SDK or exporter"
+	@bad=$$(GOWORK=off go list -m all | grep -E 'testcontainers|twmb/franz-go|nats-io|go.opentelemetry.io/otel/(sdk|exporters)|prometheus' || true); \
 		if [ -n "$$bad" ]; then echo "core go.mod pulls in:"; echo "$$bad"; exit 1; fi
 
 .PHONY: tidy

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -34,10 +35,12 @@ type Config struct {
 // the database handle and the SQL text, built once with quoted names; it
 // keeps no other state and is safe for concurrent use.
 type Admin struct {
-	db      DB
-	table   outbox.Table
-	channel string
-	sql     statements
+	db        DB
+	table     outbox.Table
+	qualified string // the quoted schema.table
+	channel   string
+	sql       statements
+	purge     *purge.Store
 }
 
 // New returns an Admin for cfg on db. A nil db gives an
@@ -52,7 +55,8 @@ func New(db DB, cfg Config) (*Admin, error) {
 	if err != nil {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
-	return &Admin{db: db, table: names.Table, channel: names.Channel(), sql: buildStatements(names.Qualified)}, nil
+	return &Admin{db: db, table: names.Table, qualified: names.Qualified, channel: names.Channel(),
+		sql: buildStatements(names.Qualified), purge: purge.New(names)}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

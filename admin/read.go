@@ -19,14 +19,21 @@ import (
 
 // Counts is a snapshot of the table by status, taken in one statement.
 type Counts struct {
-	// Pending, Processing, Sent and Failed are the exact number of rows in
-	// each status.
+	// Pending is the exact number of PENDING rows.
 	Pending int64 `json:"pending"`
-	// Processing is the number of PROCESSING rows.
+	// Processing is the exact number of PROCESSING rows.
 	Processing int64 `json:"processing"`
-	// Sent is the number of SENT rows.
+	// Sent is the number of SENT rows: exact up to [SentCountLimit], an
+	// estimate past it (SentEstimated).
 	Sent int64 `json:"sent"`
-	// Failed is the number of FAILED rows.
+	// SentEstimated reports that Sent is an estimate: more than
+	// [SentCountLimit] rows are SENT, and Sent is the planner's estimate
+	// of the table's rows (pg_class, as of the last ANALYZE or VACUUM,
+	// scaled to the table's current size) less the exact counts of the
+	// other statuses, and at least SentCountLimit+1. It drifts between
+	// autovacuum runs; the other counts are always exact.
+	SentEstimated bool `json:"sent_estimated"`
+	// Failed is the exact number of FAILED rows.
 	Failed int64 `json:"failed"`
 	// Due is how many PENDING rows are due now (next_attempt_at <= now()).
 	Due int64 `json:"due"`
@@ -42,19 +49,34 @@ type Counts struct {
 func (c Counts) Total() int64 { return c.Pending + c.Processing + c.Sent + c.Failed }
 
 // Counts counts the rows per status and measures the age of the oldest due
-// PENDING row. The counts are exact, so the statement reads the whole
-// table, SENT rows included: on a table that keeps millions of SENT rows it
-// takes as long as a sequential scan. Poll it at a human pace, not in a
-// tight loop; the age alone is read from the due index.
+// PENDING row, in one statement. PENDING, PROCESSING and FAILED rows are
+// counted exactly, each through its status's partial index (due, lease,
+// failed), so those counts cost in proportion to the rows in the status;
+// SENT rows are counted one by one up to [SentCountLimit] and estimated
+// past it (see Counts.SentEstimated). However many SENT rows the table
+// keeps, Counts reads no more than about SentCountLimit of them.
 func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
-	var ageMicros int64
-	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros, &c.At)
+	var ageMicros, estimate int64
+	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
+		&c.At, &estimate)
 	if err != nil {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+	c.settleSent(estimate)
 	return c, nil
+}
+
+// settleSent replaces c.Sent, a count stopped at SentCountLimit+1, by an
+// estimate when the count reached that limit: rows is the planner's
+// estimate of the table's rows (-1 when unknown).
+func (c *Counts) settleSent(rows int64) {
+	if c.Sent <= SentCountLimit {
+		return
+	}
+	c.SentEstimated = true
+	c.Sent = max(rows-c.Pending-c.Processing-c.Failed, c.Sent)
 }
 
 // List page sizes.
@@ -134,9 +156,14 @@ type Page struct {
 // skip a row that stays in the table, however many rows are inserted or
 // deleted while an operator pages (no OFFSET). A row whose transaction
 // commits after a later page was read, with a seq below that page's end,
-// is not shown to that walk; start again to see it. seq has no index of
-// its own, so each page scans the rows that match the filter and keeps the
-// first Limit.
+// is not shown to that walk; start again to see it.
+//
+// Every page, the first or the millionth, is read from an index (schema
+// version 5): without a filter, or with Status SENT, the seq index from
+// the cursor on; with Type, AggregateID or Code, that column's index;
+// with Status PENDING, PROCESSING or FAILED, that status's partial index,
+// whose rows are sorted (so such a page costs in proportion to the rows
+// in the status, not to the SENT rows).
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
@@ -148,7 +175,8 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	rows, err := a.db.Query(ctx, a.sql.list, p.After.seq, string(p.Status), p.Type, limit+1, p.AggregateID, string(p.Code))
+	stmt, args := a.listSQL(p, limit+1)
+	rows, err := a.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
 	}
@@ -167,6 +195,28 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 		page.Next = Cursor{seq: events[limit-1].Seq}
 	}
 	return page, nil
+}
+
+// listSQL is the statement and arguments of one page of at most limit
+// rows matching p (validated). Only the filters given become conditions;
+// the status is a literal, so that a generic plan can use its partial
+// index. "seq + 0" keeps the planner off the seq index for the statuses
+// with an index of their own: walking seq in order and filtering for
+// PENDING reads past every SENT row before the first PENDING one.
+func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
+	var w where
+	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
+	order := "seq"
+	if p.Status != "" {
+		w.conds = append(w.conds, "status = "+quoteLiteral(string(p.Status)))
+		if p.Status != outbox.StatusSent {
+			order = "seq + 0"
+		}
+	}
+	w.eq("event_type", p.Type)
+	w.eq("aggregate_id", p.AggregateID)
+	w.eq("last_error_code", string(p.Code))
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s", recordColumns, a.qualified, &w, order, w.arg(limit)), w.args
 }
 
 // AttemptLogEntry is one failed, retried or recovered attempt from a row's

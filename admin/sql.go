@@ -1,13 +1,14 @@
 package admin
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // statements is the SQL text for one outbox table, built once by New.
 type statements struct {
-	counts, list, inspect, notify string
-	summary                       string
-	replayIDs, replayFilter       write
-	purgeSent, purgeFailed        write
+	counts, summary, inspect, notify string
+	replayIDs                        write
 }
 
 // write is a bulk write and its dry run: the same selection, read without
@@ -37,62 +38,111 @@ const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, re
 // as a join that re-runs the sub-select and touches more than n rows.
 const bounded = `o.id = ANY (ARRAY(SELECT id FROM %[1]s WHERE %[2]s LIMIT %[3]s FOR UPDATE SKIP LOCKED)) AND o.status = '%[4]s'`
 
+// boundedWhere fills in bounded.
 func boundedWhere(table, cond, limitParam, status string) string {
 	return fmt.Sprintf(bounded, table, cond, limitParam, status)
 }
 
+// replayWrite is a replay of the FAILED rows that match cond (a WHERE
+// clause on the outbox), at most limitParam of them, oldest seq first.
+// "seq + 0" keeps the planner off the seq index: walking it in order and
+// filtering for FAILED reads past every SENT row, while the failed index
+// holds FAILED rows only (the sort is of those).
+func replayWrite(t, cond, limitParam string) write {
+	cond = `status = 'FAILED' AND ` + cond + ` ORDER BY seq + 0`
+	return write{
+		run: fmt.Sprintf(`UPDATE %[1]s AS o SET %[2]s WHERE %[3]s RETURNING o.id`,
+			t, replaySet, boundedWhere(t, cond, limitParam, "FAILED")),
+		dry: fmt.Sprintf(`SELECT id FROM %s WHERE %s LIMIT %s`, t, cond, limitParam),
+	}
+}
+
+// SentCountLimit is the most SENT rows [Admin.Counts] and [Admin.Summary]
+// count one by one. Past it they report SENT as an estimate (see
+// Counts.SentEstimated): an exact count of a table's SENT rows reads all of
+// them, seconds at ten million.
+const SentCountLimit = 10_000
+
+// sentEstimate is the planner's estimate of the rows in the table (%s, a
+// string literal of its quoted name) now
+// (its statistics scaled to its current size, as the planner scales them),
+// from pg_class: it reads no row. -1 when the table was never analyzed
+// or vacuumed.
+const sentEstimate = `(SELECT (CASE WHEN c.relpages > 0
+		THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+		ELSE c.reltuples END)::bigint
+	FROM pg_class c WHERE c.oid = %s::regclass)`
+
 func buildStatements(t string) statements {
-	replay := func(cond, limitParam string) write {
-		cond = `status = 'FAILED' AND ` + cond + ` ORDER BY seq`
-		return write{
-			run: fmt.Sprintf(`UPDATE %[1]s AS o SET %[2]s WHERE %[3]s RETURNING o.id`,
-				t, replaySet, boundedWhere(t, cond, limitParam, "FAILED")),
-			dry: fmt.Sprintf(`SELECT id FROM %s WHERE %s LIMIT %s`, t, cond, limitParam),
-		}
-	}
-	purge := func(status, column string) write {
-		cond := fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, column)
-		return write{
-			run: fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE %[2]s`, t, boundedWhere(t, cond, "$2", status)),
-			dry: fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s LIMIT $2) AS d`, t, cond),
-		}
-	}
+	// Each count reads the partial index of its status (due, lease,
+	// failed); SENT rows are counted up to SentCountLimit+1 through the
+	// seq index, and the total estimated from pg_class.
+	estimate := fmt.Sprintf(sentEstimate, quoteLiteral(t))
+	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s
+		WHERE status = 'SENT' ORDER BY seq LIMIT %d`, t, SentCountLimit+1)
 	return statements{
 		counts: fmt.Sprintf(`SELECT
-	count(*) FILTER (WHERE status = 'PENDING'),
-	count(*) FILTER (WHERE status = 'PROCESSING'),
-	count(*) FILTER (WHERE status = 'SENT'),
-	count(*) FILTER (WHERE status = 'FAILED'),
-	count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
+	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING'),
+	(SELECT count(*) FROM %[1]s WHERE status = 'PROCESSING'),
+	(SELECT count(*) FROM (%[2]s) AS s),
+	(SELECT count(*) FROM %[1]s WHERE status = 'FAILED'),
+	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()),
 	coalesce((extract(epoch FROM now() - (
 		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
 		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
-	now()
-FROM %[1]s`, t),
+	now(), %[3]s`, t, sentRows, estimate),
 
-		// One row per (type, status, code): code only for FAILED rows. The
-		// outer join gives the empty table one row, for now().
-		summary: fmt.Sprintf(`SELECT now(), g.* FROM (SELECT 1) AS one LEFT JOIN (
-	SELECT event_type, status, CASE WHEN status = 'FAILED' THEN coalesce(last_error_code, '') ELSE '' END AS code,
-		count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
+		// One row per (type, status, code): code only for FAILED rows,
+		// each status read through its own index, SENT rows up to the
+		// limit. The outer join gives the empty table one row, for now().
+		summary: fmt.Sprintf(`SELECT now(), %[3]s, g.* FROM (SELECT 1) AS one LEFT JOIN (
+	SELECT event_type, status, code, count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
 		min(created_at) FILTER (WHERE status = 'PENDING'),
 		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
-	FROM %s GROUP BY 1, 2, 3) AS g ON true
-ORDER BY g.event_type, g.status, g.code`, t),
-
-		list: fmt.Sprintf(`SELECT %[2]s FROM %[1]s
-WHERE seq > $1 AND ($2::text = '' OR status = $2) AND ($3::text = '' OR event_type = $3)
-	AND ($5::text = '' OR aggregate_id = $5) AND ($6::text = '' OR last_error_code = $6)
-ORDER BY seq LIMIT $4`, t, recordColumns),
+	FROM (
+		SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %[1]s WHERE status = 'PENDING'
+		UNION ALL SELECT event_type, status, '', next_attempt_at, created_at FROM %[1]s WHERE status = 'PROCESSING'
+		UNION ALL SELECT event_type, status, coalesce(last_error_code, ''), next_attempt_at, created_at
+			FROM %[1]s WHERE status = 'FAILED'
+		UNION ALL (%[2]s)
+	) AS r GROUP BY 1, 2, 3) AS g ON true
+ORDER BY g.event_type, g.status, g.code`, t, sentRows, estimate),
 
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
 
-		replayIDs: replay(`id = ANY($1::uuid[])`, "$2"),
-		replayFilter: replay(`($1::text = '' OR event_type = $1) AND ($2::text = '' OR last_error_code = $2)
-	AND ($3::timestamptz IS NULL OR failed_at < $3)`, "$4"),
-		notify: `SELECT pg_notify($1, '')`,
-
-		purgeSent:   purge("SENT", "sent_at"),
-		purgeFailed: purge("FAILED", "failed_at"),
+		replayIDs: replayWrite(t, `id = ANY($1::uuid[])`, "$2"),
+		notify:    `SELECT pg_notify($1, '')`,
 	}
+}
+
+// quoteLiteral returns s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// where is a WHERE clause built from the filters an operator gave, with
+// its arguments: only the filters given become conditions, so that the
+// planner (in custom and generic plans alike) sees which index fits.
+type where struct {
+	conds []string
+	args  []any
+}
+
+// arg adds v to the arguments and returns its placeholder.
+func (w *where) arg(v any) string {
+	w.args = append(w.args, v)
+	return fmt.Sprintf("$%d", len(w.args))
+}
+
+// eq adds "column = value" unless value is empty.
+func (w *where) eq(column, value string) {
+	if value != "" {
+		w.conds = append(w.conds, column+" = "+w.arg(value))
+	}
+}
+
+// String joins the conditions with AND ("true" when there are none).
+func (w *where) String() string {
+	if len(w.conds) == 0 {
+		return "true"
+	}
+	return strings.Join(w.conds, " AND ")
 }

@@ -41,7 +41,9 @@ type TypeCounts struct {
 	Pending int64 `json:"pending"`
 	// Processing is the number of PROCESSING rows of the type.
 	Processing int64 `json:"processing"`
-	// Sent is the number of SENT rows of the type.
+	// Sent is the number of SENT rows of the type, when the table holds
+	// at most [SentCountLimit] SENT rows; 0 past it (Counts.SentEstimated),
+	// since counting them per type would read every one.
 	Sent int64 `json:"sent"`
 	// Failed is the number of FAILED rows of the type.
 	Failed int64 `json:"failed"`
@@ -66,9 +68,11 @@ type summaryGroup struct {
 
 // Summary counts the rows per status, per event type and status, and the
 // FAILED rows per error code, and measures the ages of the oldest PENDING
-// and oldest due rows, all in one statement. Like [Admin.Counts] it is
-// exact and so reads the whole table, SENT rows included: poll it at a
-// human pace.
+// and oldest due rows, all in one statement. Like [Admin.Counts] it reads
+// PENDING, PROCESSING and FAILED rows through their partial indexes and
+// counts them exactly, and counts SENT rows (per type too) only up to
+// [SentCountLimit]: past it Counts.Sent is an estimate and no type has
+// SENT rows counted. Its cost follows the rows that are not SENT.
 func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	rows, err := a.db.Query(ctx, a.sql.summary)
 	if err != nil {
@@ -78,7 +82,9 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	var g summaryGroup
 	var typ, status, code *string
 	var count, due *int64
-	_, err = pgx.ForEachRow(rows, []any{&s.Counts.At, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}, func() error {
+	var estimate int64
+	targets := []any{&s.Counts.At, &estimate, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}
+	_, err = pgx.ForEachRow(rows, targets, func() error {
 		if typ != nil { // nil: the empty table's one row
 			g.typ, g.status, g.code, g.count, g.due = *typ, *status, *code, *count, *due
 			s.add(g)
@@ -91,7 +97,23 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))
 	})
+	s.Counts.settleSent(estimate)
+	if s.Counts.SentEstimated {
+		s.dropSentByType()
+	}
 	return s, nil
+}
+
+// dropSentByType forgets the SENT rows counted per type, which are only
+// the first SentCountLimit+1 when Sent is estimated, and the types that
+// had no other rows.
+func (s *Summary) dropSentByType() {
+	s.ByType = slices.DeleteFunc(s.ByType, func(c TypeCounts) bool {
+		return c.Pending == 0 && c.Processing == 0 && c.Failed == 0
+	})
+	for i := range s.ByType {
+		s.ByType[i].Sent = 0
+	}
 }
 
 // add counts one group; the statement returns groups in type order.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -65,7 +66,9 @@ type ReplayResult struct {
 // with attempts, recoveries and snoozes reset to 0 and failed_at cleared,
 // so that they get the full retry and snooze budget again. last_error_code, last_error and
 // the attempt log are kept as history; the next failure appends to the log.
-// It is one bounded UPDATE that locks its rows with SKIP LOCKED, followed,
+// It is one bounded UPDATE that locks its rows with SKIP LOCKED (found
+// through the failed index, which holds FAILED rows only: a call costs in
+// proportion to the FAILED rows, however many rows are SENT), followed,
 // in the same transaction and only when rows changed, by a pg_notify on the
 // table's channel so dispatchers wake at once (they poll anyway). Bad
 // params give an [*outbox.InputError] and write nothing.
@@ -128,11 +131,13 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if err != nil {
 		return write{}, nil, err
 	}
-	var before *time.Time
+	var w where
+	w.eq("event_type", p.Type)
+	w.eq("last_error_code", string(p.Code))
 	if !p.FailedBefore.IsZero() {
-		before = &p.FailedBefore
+		w.conds = append(w.conds, "failed_at < "+w.arg(p.FailedBefore))
 	}
-	return a.sql.replayFilter, []any{p.Type, string(p.Code), before, limit}, nil
+	return replayWrite(a.qualified, w.String(), w.arg(limit)), w.args, nil
 }
 
 // skipped returns the ids of named that are not in replayed, in the order
@@ -182,17 +187,13 @@ type PurgeParams struct {
 // p.OlderThan ago (database clock), in one bounded DELETE that skips rows
 // other transactions have locked, and returns how many it deleted. Call it
 // again while it returns p.Limit to drain a larger backlog; each call is
-// its own short statement. Rows are taken in no particular order: the
-// cut-off alone decides which rows may go. Bad params give an
+// its own short statement. Rows go oldest first, found through the
+// table's finished index (migration 004), so a call reads about the rows
+// it deletes however many younger rows the table keeps, and the last,
+// empty call of a drain reads next to nothing. Bad params give an
 // [*outbox.InputError] and delete nothing.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	var stmt write
-	switch p.Status {
-	case outbox.StatusSent:
-		stmt = a.sql.purgeSent
-	case outbox.StatusFailed:
-		stmt = a.sql.purgeFailed
-	default:
+	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
 	}
 	if p.OlderThan < 0 {
@@ -202,16 +203,17 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
 	if p.DryRun {
-		var n int64
-		if err := a.db.QueryRow(ctx, stmt.dry, p.OlderThan.Microseconds(), limit).Scan(&n); err != nil {
+		n, err := a.purge.Count(ctx, a.db, batch)
+		if err != nil {
 			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
 		}
 		return n, nil
 	}
-	tag, err := a.db.Exec(ctx, stmt.run, p.OlderThan.Microseconds(), limit)
+	res, err := a.purge.Delete(ctx, a.db, batch)
 	if err != nil {
 		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
-	return tag.RowsAffected(), nil
+	return res.Deleted, nil
 }

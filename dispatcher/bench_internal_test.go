@@ -22,15 +22,7 @@ import (
 //	go test -run '^$' -bench DispatchInProcess -benchmem ./dispatcher/
 func BenchmarkDispatchInProcess(b *testing.B) {
 	const batch = 1000
-	pool, err := pgxpool.New(context.Background(), "postgres://bench@127.0.0.1:1/none")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, Config{BatchSize: batch, Concurrency: batch, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
+	d := offlineDispatcher(b, Config{BatchSize: batch, Concurrency: batch})
 	if err := d.Handle("x", func(context.Context, outbox.Event) error { return nil }); err != nil {
 		b.Fatal(err)
 	}
@@ -60,6 +52,22 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 		d.held.remove(items)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
+}
+
+// offlineDispatcher returns a quiet dispatcher of cfg on a pool that never
+// connects, for benchmarks of what it does besides SQL.
+func offlineDispatcher(b *testing.B, cfg Config) *Dispatcher {
+	pool, err := pgxpool.New(context.Background(), "postgres://bench@127.0.0.1:1/none")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := New(pool, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // outcomeCount is how many outcomes wait for the completer.

@@ -176,6 +176,7 @@ func (d *Dispatcher) claim(limit int) claimResult {
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts,
 	})
+	d.health.claimed(err)
 	if err != nil {
 		d.releaseSlots(slots)
 		d.reportError("claim failed", err)

@@ -37,6 +37,7 @@ type completer struct {
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
 	report      *reporter
+	health      *healthState
 	// retryScheduled is signalled when a write scheduled a retry: the
 	// next due time may have moved (see the coordinator).
 	retryScheduled chan struct{}
@@ -48,7 +49,7 @@ type completer struct {
 func newCompleter(ctx context.Context, d *Dispatcher) *completer {
 	return &completer{
 		ctx: ctx, cfg: &d.cfg, held: d.held, store: d.store, pool: d.pool,
-		leaseWrites: &d.leaseWrites, report: d.reporter, retryScheduled: d.retryScheduled,
+		leaseWrites: &d.leaseWrites, report: d.reporter, health: &d.health, retryScheduled: d.retryScheduled,
 	}
 }
 
@@ -125,6 +126,7 @@ const maxWriteLimit = 1 << 16
 func (c *completer) writeSplitting(items []*item, budget *int) {
 	*budget--
 	err := c.write(items)
+	c.health.completed(err)
 	if err == nil {
 		return
 	}

@@ -13,8 +13,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -46,11 +50,13 @@ type Wakeup int
 
 const (
 	// WakeupAuto (the default) listens for the emitter's notifications when
-	// a start-up self-probe shows that they arrive, and falls back to
-	// polling alone (logging once) when they do not.
+	// a self-probe shows that they arrive, and stays with polling alone
+	// (logging once) when they do not. The probe runs beside dispatching,
+	// which polls meanwhile: Start does not wait for it.
 	WakeupAuto Wakeup = iota
-	// WakeupRequired makes Run fail at start unless the self-probe shows
-	// that notifications arrive.
+	// WakeupRequired makes Start (and Run) fail with ErrWakeupUnavailable
+	// unless the self-probe, run among the start-up checks, shows that
+	// notifications arrive.
 	WakeupRequired
 	// WakeupDisabled polls only. Use it behind PgBouncer in transaction
 	// mode, where LISTEN cannot work.
@@ -71,7 +77,7 @@ func (w Wakeup) String() string {
 // Config configures a Dispatcher. Every field has a default, applied by New
 // to its zero value; a value out of range makes New return an
 // *outbox.ConfigError naming the field. Special settings have fields of
-// their own (NoHandlerTimeout, NoDrain, NoWakeupCooldown), never a magic
+// their own (NoHandlerTimeout, NoDrain, NoWakeupCooldown, KeepSent), never a magic
 // number.
 type Config struct {
 	// Table is the outbox to dispatch. Defaults to public.outbox_events.
@@ -140,6 +146,40 @@ type Config struct {
 	// Defaults to false.
 	DeleteSent bool
 
+	// SkipVerify starts the dispatcher without comparing the table's schema
+	// with what this version needs (migrations.Verify): Start then checks
+	// only that the table and the columns it uses exist. Set it when the
+	// dispatcher's role cannot read the version table, or the schema was
+	// changed on purpose. Defaults to false: a schema that does not match
+	// makes Start fail, naming each object with its expected and actual
+	// state.
+	SkipVerify bool
+
+	// RetainSent is how long SENT rows are kept after they became SENT
+	// (sent_at, database clock) before the retention job deletes them.
+	// Defaults to 24h; 1s to 100 years. Set KeepSent instead to keep them
+	// (for example with DeleteSent, or when an operator purges them). See
+	// docs/operations.md, "Retention and vacuum".
+	RetainSent time.Duration
+	// KeepSent turns the deletion of SENT rows off (RetainSent must then
+	// be zero). Defaults to false.
+	KeepSent bool
+	// RetainFailed, when set, is how long FAILED rows are kept after they
+	// became FAILED (failed_at) before the retention job deletes them;
+	// 1s to 100 years. Defaults to zero: FAILED rows are kept until an
+	// operator replays or purges them.
+	RetainFailed time.Duration
+	// RetentionInterval is the time between retention passes. A pass
+	// deletes due rows in batches until a batch comes back short; one
+	// replica at a time deletes (the others skip their pass while it
+	// does). The first pass starts at a random point of the first
+	// interval, so that replicas started together spread out. Defaults to
+	// 1m; 10ms to 24h.
+	RetentionInterval time.Duration
+	// RetentionBatchSize is the most rows one retention statement
+	// deletes. Defaults to 5,000; 1 to 100,000.
+	RetentionBatchSize int
+
 	// Wakeup chooses how notifications wake the dispatcher. Defaults to
 	// WakeupAuto.
 	Wakeup Wakeup
@@ -151,9 +191,8 @@ type Config struct {
 	// Defaults to a copy of the pool's connection config. Point it at the
 	// database directly when the pool goes through a pooler.
 	ListenerConnConfig *pgx.ConnConfig
-	// WakeupProbeTimeout bounds the start-up self-probe, which sends a
-	// notification on a private channel and waits for it. Defaults to 5s;
-	// 100ms to 1m.
+	// WakeupProbeTimeout bounds the self-probe, which sends a notification
+	// on a private channel and waits for it. Defaults to 5s; 100ms to 1m.
 	WakeupProbeTimeout time.Duration
 	// WakeupCooldown is the shortest time between two claim cycles started
 	// by wake-ups (notifications and Trigger): those arriving within it
@@ -230,7 +269,7 @@ type Config struct {
 	// recorded or whose fate is unknown (OnError receives those), nor for
 	// events released unstarted (at stop, or suspects kept waiting).
 	//
-	// ctx carries the values of the context given to Run, never its
+	// ctx carries the values of the context given to Start or Run, never its
 	// cancellation. OnOutcome runs on the dispatcher's completion
 	// goroutine (recovery's worker_lost outcomes on the coordinator's),
 	// so keep it fast and never block: the next outcomes wait for it. The
@@ -250,10 +289,32 @@ type Config struct {
 	// to slog.Default().
 	Logger *slog.Logger
 
+	// MeterProvider receives the dispatcher's metrics (see
+	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
+	// application's global provider, which records nothing until the
+	// application installs one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives the dispatcher's spans: one per handler
+	// call and one per Publish call, continuing the trace of the
+	// transaction that emitted the event. Defaults to
+	// otel.GetTracerProvider(), which records nothing until the
+	// application installs one.
+	TracerProvider trace.TracerProvider
+	// BacklogSampleInterval is the least time between two samples of the
+	// backlog gauges (pgoutbox.backlog.due and
+	// pgoutbox.backlog.oldest_due_age), each one bounded query on the due
+	// index, run while the MeterProvider collects. Defaults to 30s; 1s to
+	// 1h.
+	BacklogSampleInterval time.Duration
+
 	// now replaces time.Now for the dispatcher's local lease deadlines;
 	// only this package's tests set it (export_test.go). The database
 	// clock still decides every due and expiry time.
 	now func() time.Time
+	// onRetentionBatch, when set, is called after each retention batch
+	// with its status, its limit and what it did; only this package's
+	// tests set it (export_test.go).
+	onRetentionBatch func(status outbox.Status, limit int, res purge.Result)
 }
 
 func (c Config) withDefaults() Config {
@@ -282,12 +343,20 @@ func (c Config) withDefaults() Config {
 	c.RecoverBatchSize = cmp.Or(c.RecoverBatchSize, 1000)
 	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, 3)
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, 1000)
+	if !c.KeepSent {
+		c.RetainSent = cmp.Or(c.RetainSent, 24*time.Hour)
+	}
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Minute)
+	c.RetentionBatchSize = cmp.Or(c.RetentionBatchSize, 5000)
 	if c.RouteFunc == nil {
 		c.RouteFunc = func(e outbox.Event) string { return e.Type }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.MeterProvider = cmp.Or(c.MeterProvider, otel.GetMeterProvider())
+	c.TracerProvider = cmp.Or(c.TracerProvider, otel.GetTracerProvider())
+	c.BacklogSampleInterval = cmp.Or(c.BacklogSampleInterval, 30*time.Second)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -323,6 +392,11 @@ func (c Config) validate() error {
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
 		{between(c.MaxSnoozes, 1, 1_000_000), "MaxSnoozes", "must be between 1 and 1000000"},
 		{!slices.ContainsFunc(c.Middleware, isNil), "Middleware", "must not hold nil"},
+		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, time.Second, maxRetain), "RetainSent", onlyWithout("between 1s and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
+		{c.RetainFailed == 0 || between(c.RetainFailed, time.Second, maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years"},
+		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
+		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
+		{between(c.BacklogSampleInterval, time.Second, time.Hour), "BacklogSampleInterval", "must be between 1s and 1h"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -342,6 +416,9 @@ func onlyWithout(rng, field, what string, set bool) string {
 	}
 	return "must be " + rng + " (set " + field + " for " + what + ")"
 }
+
+// maxRetain bounds RetainSent and RetainFailed: 100 years.
+const maxRetain = 100 * 365 * 24 * time.Hour
 
 // maxOwnerLen bounds Config.Owner, in bytes.
 const maxOwnerLen = 200

@@ -34,6 +34,14 @@ func TestNewSpecialSettings(t *testing.T) {
 			c.WakeupCooldown, c.NoWakeupCooldown = time.Second, true
 		}},
 		{"Backoff.Jitter", "set NoJitter", func(c *dispatcher.Config) { c.Backoff = outbox.Backoff{Jitter: -1} }},
+		{"RetainSent", "set KeepSent", func(c *dispatcher.Config) { c.RetainSent = -1 }},
+		{"RetainSent", "must be zero when KeepSent is set", func(c *dispatcher.Config) {
+			c.RetainSent, c.KeepSent = time.Hour, true
+		}},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = -1 }},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = time.Millisecond }},
+		{"RetentionInterval", "must be between 10ms and 24h", func(c *dispatcher.Config) { c.RetentionInterval = time.Millisecond }},
+		{"RetentionBatchSize", "must be between 1 and 100000", func(c *dispatcher.Config) { c.RetentionBatchSize = 100_001 }},
 	} {
 		cfg := baseConfig(db)
 		tc.mutate(&cfg)
@@ -44,7 +52,7 @@ func TestNewSpecialSettings(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 	cfg := baseConfig(db)
-	cfg.NoHandlerTimeout, cfg.NoDrain, cfg.NoWakeupCooldown = true, true, true
+	cfg.NoHandlerTimeout, cfg.NoDrain, cfg.NoWakeupCooldown, cfg.KeepSent = true, true, true, true
 	_, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 }
@@ -118,18 +126,27 @@ func TestRunDetectsTableMismatch(t *testing.T) {
 // A dispatcher started on a table that an older version migrated (here:
 // without the snoozes column of migration 3) fails at start with
 // outbox.ErrSchemaMismatch naming the column, instead of failing every
-// claim and telling only OnError.
+// claim and telling only OnError: by migrations.Verify, and with
+// SkipVerify by the check of the columns it uses.
 func TestRunDetectsAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	_, err := db.Pool.Exec(context.Background(), `ALTER TABLE outbox_events DROP COLUMN snoozes`)
 	require.NoError(t, err)
-	d, err := dispatcher.New(db.Pool, baseConfig(db))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = d.Run(ctx)
-	require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
-	require.ErrorContains(t, err, "snoozes")
-	require.ErrorContains(t, err, "migrations.Migrate")
+	for _, skip := range []bool{false, true} {
+		cfg := baseConfig(db)
+		cfg.SkipVerify = skip
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = d.Run(ctx)
+		cancel()
+		require.ErrorIs(t, err, outbox.ErrSchemaMismatch, "SkipVerify %v", skip)
+		require.ErrorContains(t, err, "snoozes")
+		if skip {
+			require.ErrorContains(t, err, "migrations.Migrate")
+		} else {
+			require.ErrorContains(t, err, "actual missing")
+		}
+	}
 }

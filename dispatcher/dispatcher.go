@@ -16,7 +16,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// ErrDrainTimeout is returned by Run and Stop when in-flight handlers did
+// ErrDrainTimeout is returned by Run and Stop (and Err) when in-flight handlers did
 // not finish within Config.DrainTimeout and had their contexts cancelled.
 // Their events were released or recorded as usual; nothing is lost.
 var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight handlers were cancelled")
@@ -25,9 +25,18 @@ var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight ha
 // timeout.
 var errHardStop = errors.New("pgoutbox: dispatcher stopped")
 
-// ErrStarted is returned by Handle after Run was called: handlers are fixed
+// ErrStarted is returned by Handle after Start or Run: handlers are fixed
 // once the dispatcher starts.
-var ErrStarted = errors.New("pgoutbox: dispatcher: Handle called after Run")
+var ErrStarted = errors.New("pgoutbox: dispatcher: Handle called after Start or Run")
+
+// ErrRunning is returned by Start and Run when the dispatcher is already
+// starting or running: a dispatcher runs once.
+var ErrRunning = errors.New("pgoutbox: dispatcher is already running")
+
+// ErrStopped is returned by Start and Run when the dispatcher was stopped
+// (by Stop, or by the end of the context its Start or Run was given): a
+// stopped dispatcher cannot run again; create a new one with New.
+var ErrStopped = errors.New("pgoutbox: dispatcher was stopped; create a new one with New")
 
 // Dispatcher claims committed events from one outbox table and delivers
 // them to local handlers and/or a publisher. Any number of dispatchers, in
@@ -47,10 +56,13 @@ type Dispatcher struct {
 	slots          chan struct{} // one token per running handler call, Concurrency in all
 	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
 	stopCh         chan struct{} // Stop was called
-	done           chan struct{} // Run returned
+	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
 	stopOnce       sync.Once
 
-	// Set by Run before any goroutine starts; read-only after.
+	// health is what Health reports (see health.go).
+	health healthState
+
+	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
 	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
 	workers   *workers        // goroutines for handler calls
@@ -76,26 +88,51 @@ type Dispatcher struct {
 	// mu guards the fields below. It is never held while heldSet.mu or
 	// leaseWrites is taken, nor taken while they are held.
 	mu       sync.Mutex
-	state    runState
-	result   error
+	state    State
+	result   error                     // dispatching's result, once stateStopped
 	handlers map[string]outbox.Handler // wrapped in their middleware
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
 	defaultHandler outbox.Handler
 }
 
-type runState int
+// State is where a dispatcher is in its life (see Health).
+type State int
 
 const (
-	stateNew runState = iota
-	stateRunning
-	stateDone
+	// StateNew is a dispatcher not started yet, or whose start failed (it
+	// may be started again).
+	StateNew State = iota
+	// StateStarting is a dispatcher running its start-up checks.
+	StateStarting
+	// StateRunning is a dispatcher dispatching.
+	StateRunning
+	// StateStopping is a dispatcher that stopped claiming and is draining.
+	StateStopping
+	// StateStopped is a dispatcher that stopped: it cannot run again.
+	StateStopped
 )
+
+// String names the state: "new", "starting", "running", "stopping" or
+// "stopped".
+func (s State) String() string {
+	switch s {
+	case StateStarting:
+		return "starting"
+	case StateRunning:
+		return "running"
+	case StateStopping:
+		return "stopping"
+	case StateStopped:
+		return "stopped"
+	}
+	return "new"
+}
 
 // New returns a dispatcher for the table in cfg, reading and writing through
 // pool. It validates cfg and returns an *outbox.ConfigError naming the first
 // field out of range, or an *outbox.InputError for a nil pool. It does not
-// touch the database; Run does.
+// touch the database; Start and Run do.
 func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
@@ -137,11 +174,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 
 // Handle registers h as the local handler of events of eventType, wrapped
 // in Config.Middleware and then in mw (the first of mw outermost of the
-// two; see Config.Middleware). Register every handler before Run. It
+// two; see Config.Middleware). Register every handler before Start. It
 // returns an *outbox.InputError naming "eventType" for an empty type or one
 // that already has a handler, "h" for a nil handler, "mw" for nil
 // middleware or a middleware that returns a nil handler, and ErrStarted
-// for a call after Run.
+// for a call after Start or Run.
 func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Middleware) error {
 	switch {
 	case strings.TrimSpace(eventType) == "":
@@ -161,7 +198,7 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 	switch {
 	case d.handlers[eventType] != nil:
 		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
-	case d.state != stateNew:
+	case d.state != StateNew:
 		return ErrStarted
 	}
 	d.handlers[eventType] = wrapped
@@ -189,55 +226,160 @@ func (d *Dispatcher) Stats() Stats {
 	return s
 }
 
-// Run dispatches until ctx ends or Stop is called, then stops claiming,
+// Start runs the start-up checks and, when they pass, dispatches in the
+// background until ctx ends or Stop is called; then it drains as Run does.
+// It returns once dispatching has begun, or with the error that kept it
+// from starting:
+//
+//   - a missing table (errors.Is outbox.ErrMissingTable), naming it;
+//   - a schema that does not match what this version needs: a
+//     *migrations.VerifyError naming each object with its expected and
+//     actual state (set Config.SkipVerify to start without this check; a
+//     schema version newer than this library knows is accepted, for
+//     rolling upgrades);
+//   - in WakeupRequired mode, ErrWakeupUnavailable when the wake-up probe
+//     fails (in WakeupAuto mode the probe runs in the background and
+//     dispatching does not wait for it);
+//   - ErrRunning when the dispatcher is starting or running, ErrStopped
+//     when it was stopped;
+//   - ctx's error, or ErrStopped, when ctx ends or Stop is called during
+//     the checks (the dispatcher is then stopped).
+//
+// A start that fails on its checks leaves the dispatcher as New returned
+// it: it may be started again (after migrating, say). ctx bounds the
+// checks and the dispatching both, and its values reach handlers and
+// hooks; give it the context of the program's life, not a short-lived
+// one. After Start, Stop returns the result of dispatching (nil, or
+// ErrDrainTimeout), as do Err once Done is closed, and Health.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	listener, err := d.start(ctx)
+	switch {
+	case errors.Is(err, errInterrupted):
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ErrStopped
+	case err != nil:
+		return err
+	}
+	go d.dispatchUntilStop(ctx, listener)
+	return nil
+}
+
+// Run is Start followed by a wait for the end: it runs the start-up checks,
+// dispatches until ctx ends or Stop is called, then stops claiming,
 // returns claimed-but-unstarted events to PENDING, lets in-flight handlers
 // finish within DrainTimeout (cancelling their contexts after it), records
 // their outcomes and returns. It returns nil after a clean stop,
 // ErrDrainTimeout when handlers had to be cancelled, or the error that kept
-// it from starting (for example outbox.ErrMissingTable, wrapped, for a
-// Table that was never migrated). A stop (ctx
-// ending, or Stop) at any moment is a clean stop: during the start-up
-// checks too, which it interrupts, Run returns nil.
-//
-// Run may be called once; later calls wait for the first to end and return
-// its result. After Stop, Run returns nil at once.
+// it from starting (see Start). A stop during the start-up checks is a
+// clean stop: Run returns nil. Prefer Start, which reports a start-up
+// error before the program goes on.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	d.mu.Lock()
-	if d.state != stateNew {
-		d.mu.Unlock()
-		<-d.done
-		return d.result
+	listener, err := d.start(ctx)
+	switch {
+	case errors.Is(err, errInterrupted):
+		return nil
+	case err != nil:
+		return err
 	}
-	d.state = stateRunning
-	d.mu.Unlock()
-	err := d.run(ctx)
+	return d.dispatchUntilStop(ctx, listener)
+}
+
+// errInterrupted is start's error when a stop (ctx ending, or Stop)
+// interrupted the start-up checks.
+var errInterrupted = errors.New("pgoutbox: dispatcher start interrupted")
+
+// start moves a new dispatcher to starting and runs the start-up checks.
+// When they fail it goes back to new, unless a stop came meanwhile.
+func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
 	d.mu.Lock()
-	d.result, d.state = err, stateDone
+	switch d.state {
+	case StateNew:
+		d.state = StateStarting
+	case StateStopped:
+		d.mu.Unlock()
+		return nil, ErrStopped
+	default:
+		d.mu.Unlock()
+		return nil, ErrRunning
+	}
 	d.mu.Unlock()
-	close(d.done)
+	listener, err := d.startUp(ctx)
+	if err == nil && d.stoppedStarting(ctx) {
+		if listener != nil {
+			_ = listener.Close(context.WithoutCancel(ctx))
+		}
+		err = errInterrupted
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case err == nil:
+		d.state = StateRunning
+	case errors.Is(err, errInterrupted) || d.stopRequested():
+		d.stopped(nil)
+	default:
+		d.state = StateNew
+	}
+	return listener, err
+}
+
+// dispatchUntilStop dispatches until ctx ends or Stop is called, drains,
+// and records the result.
+func (d *Dispatcher) dispatchUntilStop(ctx context.Context, listener *pgx.Conn) error {
+	err := d.run(ctx, listener)
+	d.mu.Lock()
+	d.stopped(err)
+	d.mu.Unlock()
 	return err
 }
 
-// Stop asks Run to stop gracefully and waits, bounded by ctx, for it to
-// return; it then returns Run's result (or ctx's error if ctx ended first).
-// It may be called any number of times, from any goroutine, before or
-// after Run.
+// stopped records the end; d.mu must be held.
+func (d *Dispatcher) stopped(result error) {
+	d.result, d.state = result, StateStopped
+	close(d.done)
+}
+
+// setState records a change of state.
+func (d *Dispatcher) setState(s State) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state = s
+}
+
+// Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
+// for it to end; it then returns the result of dispatching (nil, or
+// ErrDrainTimeout), or ctx's error if ctx ended first. It may be called
+// any number of times, from any goroutine, before or after Start or Run:
+// before, it stops the dispatcher (Start and Run then return ErrStopped).
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.stopOnce.Do(func() { close(d.stopCh) })
 	d.mu.Lock()
-	if d.state == stateNew {
-		d.state = stateDone
-		close(d.done)
+	if d.state == StateNew {
+		d.stopped(nil)
 	}
 	d.mu.Unlock()
 	select {
 	case <-d.done:
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.result
+		return d.Err()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Done returns a channel that is closed when the dispatcher has stopped:
+// dispatching ended (Stop, or the end of Start's ctx) and drained, or Stop
+// came before a start. A start that failed does not close it.
+func (d *Dispatcher) Done() <-chan struct{} { return d.done }
+
+// Err returns the result of dispatching once Done is closed: nil after a
+// clean stop, ErrDrainTimeout when handlers had to be cancelled. It
+// returns nil before.
+func (d *Dispatcher) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.result
 }
 
 // stopRequested reports whether Stop was called.

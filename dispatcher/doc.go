@@ -66,8 +66,19 @@
 // Handler middleware (outbox.Middleware) wraps handlers: Config.Middleware
 // for every handler, outermost first, then the middleware given to Handle
 // for one type. Chains are built once, when a handler is registered, so an
-// empty chain costs nothing per event. TracingMiddleware runs each call
-// in an OpenTelemetry span under the emitting span.
+// empty chain costs nothing per event.
+//
+// # Metrics and traces
+//
+// The dispatcher reports through the OpenTelemetry API alone, to
+// Config.MeterProvider and Config.TracerProvider (by default the global
+// providers, which record nothing until the application installs one):
+// counters of claimed, sent, retried, failed (by code), lock lost and
+// recovered events, handler and publish durations, the start delay of
+// first attempts, and backlog gauges sampled from the due index at most
+// once per BacklogSampleInterval while Run runs. Each handler call and
+// each Publish call runs in a span whose parent is the span that emitted
+// the event. See docs/observability.md.
 //
 // # Leases
 //
@@ -105,14 +116,34 @@
 // A write whose reply was lost is retried; the outcome it finds already
 // written under its own token is its own.
 //
+// # Starting
+//
+// Start runs the start-up checks and returns their error, if any, before
+// anything is dispatched: the table exists, its schema matches what this
+// version needs (migrations.Verify, unless Config.SkipVerify), and in
+// WakeupRequired mode notifications arrive. It then dispatches in the
+// background until its context ends or Stop is called. Run does the same
+// and blocks until the end. A dispatcher runs once: Start or Run on one
+// that is running returns ErrRunning, on one that stopped ErrStopped. In
+// WakeupAuto mode the wake-up probe runs beside dispatching, which polls
+// until notifications are proven to arrive.
+//
+//	new ──Start/Run──▶ starting ──checks pass──▶ running ──Stop/ctx──▶ stopping ──drained──▶ stopped
+//	 ▲                    │                                                                    ▲
+//	 └──checks fail───────┘                                   Stop before a start ─────────────┘
+//
+// Health reports the state, the last successful claim and outcome write,
+// the failures in a row since, and the listener's state; Health.Healthy
+// judges it for readiness and liveness probes.
+//
 // # Stopping
 //
-// Run blocks until its context ends or Stop is called. It then stops
-// claiming, returns claimed events whose handler has not started to
-// PENDING, waits up to DrainTimeout for running handlers, cancels the
-// remaining ones (their events return to PENDING without spending an
-// attempt), writes every outcome and returns. Stop waits for the same
-// result. Both are idempotent.
+// Once ctx ends or Stop is called, the dispatcher stops claiming, returns
+// claimed events whose handler has not started to PENDING, waits up to
+// DrainTimeout for running handlers, cancels the remaining ones (their
+// events return to PENDING without spending an attempt), writes every
+// outcome and ends. Stop waits for the same result and returns it, as Run
+// does; Done is closed then and Err holds it. Stop is idempotent.
 //
 // Writing the outcomes may take a bounded while past DrainTimeout. A write
 // that fails is retried after 100ms, then after waits doubling up to 2s.
@@ -146,7 +177,8 @@
 //	held.go        the held set: every event held and every change of its state,
 //	               under its own lock (the lock order is documented there)
 //	heartbeat.go   the heartbeat: renews every held lease
-//	run.go         Run's body: start the services, coordinate, drain
+//	run.go         dispatching: the start-up checks, start the services, coordinate, drain
+//	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      counters, logs, OnError and OnOutcome calls
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection that turns notifications into triggers

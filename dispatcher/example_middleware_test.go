@@ -30,8 +30,9 @@ func timeoutPerType(timeouts map[string]time.Duration) outbox.Middleware {
 	}
 }
 
-// A dispatcher whose handlers run in a span each and under a timeout per
-// event type, with a catch-all handler and one hook for every outcome.
+// A dispatcher whose handlers run in a span each (the dispatcher's own,
+// through Config.TracerProvider) and under a timeout per event type, with
+// a catch-all handler and one hook for every outcome.
 func Example_middleware() {
 	ctx := context.Background()
 	pool, table, done := exampleDB() // the application's pool and outbox table
@@ -39,15 +40,16 @@ func Example_middleware() {
 	exampleEmitTypes(ctx, pool, table, "email.requested", "report.requested", "user.signed_up")
 
 	outcomes := make(chan dispatcher.Outcome, 3)
-	tracerProvider := noop.NewTracerProvider() // otel.GetTracerProvider() in an application
 	d, err := dispatcher.New(pool, dispatcher.Config{
 		Table: table,
+		// The default, otel.GetTracerProvider(), records once the
+		// application installs a provider; set it to use another.
+		TracerProvider: noop.NewTracerProvider(),
 		// Middleware can only shorten a handler's deadline: HandlerTimeout
 		// is the longest any type gets.
 		HandlerTimeout: 5 * time.Minute,
-		// Outermost first: the span covers the timeout and the handler.
+		// The span covers the middleware and the handler.
 		Middleware: []outbox.Middleware{
-			dispatcher.TracingMiddleware(tracerProvider),
 			timeoutPerType(map[string]time.Duration{
 				"report.requested": 50 * time.Millisecond, // minutes, in a real service
 				"email.requested":  10 * time.Second,
@@ -77,7 +79,9 @@ func Example_middleware() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
 	defer func() { _ = d.Stop(ctx) }()
 
 	// Handlers run concurrently: print the outcomes in type order.

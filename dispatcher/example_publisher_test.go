@@ -37,7 +37,9 @@ func ExampleNew_publisher() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
 	defer func() { _ = d.Stop(ctx) }()
 
 	fmt.Println((<-sent).Status)

@@ -38,7 +38,9 @@ func Example_snooze() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
 	defer func() { _ = d.Stop(ctx) }()
 
 	for range 2 {

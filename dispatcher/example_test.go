@@ -11,8 +11,9 @@ import (
 )
 
 // A dispatcher with a handler for one event type and a hook that sees
-// every outcome. Run blocks until Stop is called or its context ends: a
-// service runs it on a goroutine of its own and stops it at shutdown.
+// every outcome. Start runs the start-up checks, returns their error, and
+// then dispatches in the background until Stop is called or its context
+// ends: a service starts it with its other parts and stops it at shutdown.
 func ExampleNew() {
 	ctx := context.Background()
 	pool, table, done := exampleDB() // the application's pool and outbox table
@@ -40,20 +41,21 @@ func ExampleNew() {
 		panic(err)
 	}
 
-	runErr := make(chan error, 1)
-	go func() { runErr <- d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err) // a missing table, schema drift: nothing was dispatched
+	}
 
 	o := <-outcomes
 	fmt.Println(o.Event.Type, o.Status)
 
-	// At shutdown: stop claiming, let in-flight handlers finish, wait for Run.
+	// At shutdown: stop claiming, let in-flight handlers finish.
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	fmt.Println("stop:", d.Stop(stopCtx), "run:", <-runErr)
+	fmt.Println("stop:", d.Stop(stopCtx))
 	// Output:
 	// handling order o-1
 	// order.created SENT
-	// stop: <nil> run: <nil>
+	// stop: <nil>
 }
 
 // A failed attempt is retried on the backoff; OnOutcome sees the retry
@@ -82,7 +84,9 @@ func ExampleDispatcher_Handle() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = d.Run(ctx) }()
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
 	defer func() { _ = d.Stop(ctx) }()
 
 	for range 2 {

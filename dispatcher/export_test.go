@@ -1,6 +1,11 @@
 package dispatcher
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/purge"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
 
 // SetClock makes the dispatcher built from c read its local clock (lease
 // deadlines) from now instead of time.Now. The database clock still
@@ -14,3 +19,12 @@ func (d *Dispatcher) HandlersTiny() bool { return d.handlersTiny() }
 // SetHandlerTime sets the running average of handler durations, as if the
 // handlers so far had taken avg each.
 func (d *Dispatcher) SetHandlerTime(avg time.Duration) { d.handlerTime.Store(int64(avg)) }
+
+// SetRetentionHook makes the dispatcher built from c call f after each
+// retention batch with the batch's status, its limit, the rows it deleted
+// and whether another replica's batch held the lock (skipped).
+func SetRetentionHook(c *Config, f func(status outbox.Status, limit int, deleted int64, skipped bool)) {
+	c.onRetentionBatch = func(status outbox.Status, limit int, res purge.Result) {
+		f(status, limit, res.Deleted, res.Skipped)
+	}
+}

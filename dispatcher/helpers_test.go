@@ -85,17 +85,16 @@ func baseConfig(db *testdb.DB) dispatcher.Config {
 	}
 }
 
-// runDispatcher starts d.Run and stops it when the test ends, requiring a
+// runDispatcher starts d and stops it when the test ends, requiring a
 // clean stop.
 func runDispatcher(t *testing.T, d *dispatcher.Dispatcher) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() { errc <- d.Run(context.Background()) }()
+	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		require.NoError(t, d.Stop(ctx))
-		require.NoError(t, <-errc)
+		require.NoError(t, d.Err())
 	})
 }
 

@@ -75,7 +75,7 @@ func TestGracefulStopDrainsAndReleases(t *testing.T) {
 	require.NoError(t, d.Stop(ctx))
 	require.NoError(t, <-errc)
 	require.NoError(t, d.Stop(ctx), "Stop is idempotent")
-	require.NoError(t, d.Run(ctx), "Run after the end returns the same result")
+	require.ErrorIs(t, d.Run(ctx), dispatcher.ErrStopped, "a dispatcher runs once")
 
 	require.True(t, finished.Load())
 	require.Len(t, started, 0, "no other handler started")
@@ -123,7 +123,8 @@ func TestStopBeforeRun(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, baseConfig(db))
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(context.Background()))
-	require.NoError(t, d.Run(context.Background()))
+	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
+	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
 	require.ErrorIs(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }), dispatcher.ErrStarted)
 }
 

@@ -13,36 +13,60 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
-// ErrWakeupUnavailable is returned by Run in WakeupRequired mode when the
-// start-up self-probe shows that notifications do not arrive.
+// ErrWakeupUnavailable is returned by Start and Run in WakeupRequired mode
+// when the start-up self-probe shows that notifications do not arrive.
 var ErrWakeupUnavailable = errors.New("pgoutbox: LISTEN/NOTIFY wake-ups are not working")
 
-// startWakeups opens the listener connection and proves with a self-probe
-// that notifications reach it. It returns the listening connection, or nil
-// when wake-ups are disabled or (in auto mode) do not work.
-func (d *Dispatcher) startWakeups(ctx context.Context) (*pgx.Conn, error) {
-	if d.cfg.Wakeup == WakeupDisabled {
+// requireWakeups is the start-up check of WakeupRequired mode: it opens
+// the listener connection and proves with a self-probe that notifications
+// reach it. It returns the listening connection, or nil in other modes.
+func (d *Dispatcher) requireWakeups(ctx context.Context) (*pgx.Conn, error) {
+	if d.cfg.Wakeup != WakeupRequired {
 		return nil, nil
 	}
+	d.health.setListener(ListenerProbing)
+	conn, err := d.openWakeups(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err() // stopping: not a verdict on wake-ups
+	case err != nil:
+		d.health.setListener(ListenerUnavailable)
+		return nil, errtext.WrapAs(ErrWakeupUnavailable, err, "")
+	}
+	return conn, nil
+}
+
+// autoWakeups runs the wake-ups of WakeupAuto mode beside dispatching,
+// which polls meanwhile and does not wait for it: it opens the listener,
+// probes it, and switches wake-ups on when notifications arrive, or logs
+// once and leaves the dispatcher polling when they do not. It returns when
+// quit ends.
+func (d *Dispatcher) autoWakeups(quit context.Context) {
+	d.health.setListener(ListenerProbing)
+	conn, err := d.openWakeups(quit)
+	if err != nil {
+		if quit.Err() == nil {
+			d.health.setListener(ListenerUnavailable)
+			d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
+				"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+		}
+		return
+	}
+	d.listenLoop(quit, conn)
+}
+
+// openWakeups opens the listener connection and proves with a self-probe
+// that notifications reach it.
+func (d *Dispatcher) openWakeups(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := d.listen(ctx)
 	if err == nil {
 		err = d.probe(ctx, conn)
 	}
-	if err == nil {
-		return conn, nil
-	}
-	if conn != nil {
+	if err != nil && conn != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
+		conn = nil
 	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err() // stopping: not a verdict on wake-ups
-	}
-	if d.cfg.Wakeup == WakeupRequired {
-		return nil, errtext.WrapAs(ErrWakeupUnavailable, err, "")
-	}
-	d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
-		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
-	return nil, nil
+	return conn, err
 }
 
 // listen opens a dedicated connection and LISTENs on the wake-up channel.
@@ -98,6 +122,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 	backoff := 100 * time.Millisecond
 	for {
 		d.wakeupsActive.Store(true)
+		d.health.setListener(ListenerActive)
 		d.stats.listenerConnects.Add(1)
 		d.Trigger()
 		err := d.waitNotifications(quit, conn)
@@ -106,6 +131,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 		if quit.Err() != nil {
 			return
 		}
+		d.health.setListener(ListenerReconnecting)
 		d.reportError("listener connection lost; reconnecting", err)
 		for conn = nil; conn == nil; {
 			if !sleep(quit.Done(), backoff) {

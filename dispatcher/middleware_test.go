@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -142,53 +142,6 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 	require.NoError(t, d.Handle("x", h, ok), "the failed calls registered nothing")
 }
 
-// recordingTracer is an OpenTelemetry tracer provider that keeps the spans
-// it starts.
-type recordingTracer struct {
-	noop.TracerProvider
-	mu    sync.Mutex
-	spans []*recordedSpan
-}
-
-type recordedSpan struct {
-	noop.Span
-	name   string
-	kind   trace.SpanKind
-	parent trace.SpanContext
-	sc     trace.SpanContext
-	status codes.Code
-	ended  bool
-	errors []error
-}
-
-func (s *recordedSpan) SpanContext() trace.SpanContext   { return s.sc }
-func (s *recordedSpan) SetStatus(c codes.Code, _ string) { s.status = c }
-func (s *recordedSpan) End(...trace.SpanEndOption)       { s.ended = true }
-func (s *recordedSpan) RecordError(err error, _ ...trace.EventOption) {
-	s.errors = append(s.errors, err)
-}
-func (p *recordingTracer) Tracer(string, ...trace.TracerOption) trace.Tracer { return tracerOf{p: p} }
-
-type tracerOf struct {
-	noop.Tracer
-	p *recordingTracer
-}
-
-func (t tracerOf) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	cfg := trace.NewSpanStartConfig(opts...)
-	parent := trace.SpanContextFromContext(ctx)
-	if cfg.NewRoot() {
-		parent = trace.SpanContext{}
-	}
-	s := &recordedSpan{name: name, kind: cfg.SpanKind(), parent: parent, sc: trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: parent.TraceID(), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
-	})}
-	t.p.mu.Lock()
-	t.p.spans = append(t.p.spans, s)
-	t.p.mu.Unlock()
-	return trace.ContextWithSpan(ctx, s), s
-}
-
 func TestTracingMiddleware(t *testing.T) {
 	t.Parallel()
 	const traceID, spanID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -207,54 +160,54 @@ func TestTracingMiddleware(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tp := &recordingTracer{}
+			tp := &telemetrytest.TracerProvider{}
 			var inside trace.SpanContext
 			h := dispatcher.TracingMiddleware(tp)(func(ctx context.Context, _ outbox.Event) error {
 				inside = trace.SpanContextFromContext(ctx)
 				return tt.err
 			})
 			require.Equal(t, tt.err, h(context.Background(), e))
-			require.Len(t, tp.spans, 1)
-			s := tp.spans[0]
-			require.Equal(t, "handle order.created", s.name)
-			require.Equal(t, trace.SpanKindConsumer, s.kind)
-			require.Equal(t, traceID, s.parent.TraceID().String(), "the emitting span is the parent")
-			require.Equal(t, spanID, s.parent.SpanID().String())
-			require.True(t, s.parent.IsRemote())
-			require.Equal(t, s.sc, inside, "the handler runs in the span")
-			require.Equal(t, tt.status, s.status)
-			require.True(t, s.ended)
+			require.Len(t, tp.Spans(), 1)
+			s := tp.Spans()[0]
+			require.Equal(t, "handle order.created", s.Name)
+			require.Equal(t, trace.SpanKindConsumer, s.Kind)
+			require.Equal(t, traceID, s.Parent.TraceID().String(), "the emitting span is the parent")
+			require.Equal(t, spanID, s.Parent.SpanID().String())
+			require.True(t, s.Parent.IsRemote())
+			require.Equal(t, s.SC, inside, "the handler runs in the span")
+			require.Equal(t, tt.status, s.Status)
+			require.True(t, s.Ended)
 		})
 	}
 
 	t.Run("panic", func(t *testing.T) {
 		t.Parallel()
-		tp := &recordingTracer{}
+		tp := &telemetrytest.TracerProvider{}
 		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { panic("boom") })
 		require.PanicsWithValue(t, "boom", func() { _ = h(context.Background(), e) }, "the panic goes on to the dispatcher")
-		require.Len(t, tp.spans, 1)
-		require.Equal(t, codes.Error, tp.spans[0].status)
-		require.True(t, tp.spans[0].ended)
+		require.Len(t, tp.Spans(), 1)
+		require.Equal(t, codes.Error, tp.Spans()[0].Status)
+		require.True(t, tp.Spans()[0].Ended)
 	})
 
 	t.Run("error recorded", func(t *testing.T) {
 		t.Parallel()
-		tp := &recordingTracer{}
+		tp := &telemetrytest.TracerProvider{}
 		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { return boom })
 		require.ErrorIs(t, h(context.Background(), e), boom)
-		require.Equal(t, []error{boom}, tp.spans[0].errors)
+		require.Equal(t, []error{boom}, tp.Spans()[0].Errors)
 	})
 
 	t.Run("no trace context starts a new trace", func(t *testing.T) {
 		t.Parallel()
-		tp := &recordingTracer{}
+		tp := &telemetrytest.TracerProvider{}
 		runSpan := trace.NewSpanContext(trace.SpanContextConfig{
 			TraceID: trace.TraceID{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, SpanID: trace.SpanID{9, 9, 9, 9, 9, 9, 9, 9},
 		})
 		ctx := trace.ContextWithSpanContext(context.Background(), runSpan) // a span in Run's context
 		h := dispatcher.TracingMiddleware(tp)(func(context.Context, outbox.Event) error { return nil })
 		require.NoError(t, h(ctx, outbox.Event{Type: "order.created"}))
-		require.False(t, tp.spans[0].parent.IsValid(), "the span of Run's context is not the parent")
+		require.False(t, tp.Spans()[0].Parent.IsValid(), "the span of Run's context is not the parent")
 	})
 
 	t.Run("nil provider", func(t *testing.T) {

@@ -124,8 +124,9 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 }
 
 // poolWithoutDelete returns a pool on db's schema acting as a role that
-// may read, insert and update the outbox but not delete from it. The role
-// is dropped when the test ends.
+// may read, insert and update the outbox but not delete from it (and read
+// its version table, which Start verifies). The role is dropped when the
+// test ends.
 func poolWithoutDelete(t *testing.T, db *testdb.DB) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
@@ -138,7 +139,8 @@ func poolWithoutDelete(t *testing.T, db *testdb.DB) *pgxpool.Pool {
 		require.NoError(t, err)
 	})
 	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
-GRANT SELECT, INSERT, UPDATE ON %[1]s.outbox_events TO %[2]s`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
+GRANT SELECT, INSERT, UPDATE ON %[1]s.outbox_events TO %[2]s;
+GRANT SELECT ON %[1]s.outbox_events_schema_version TO %[2]s`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
 	require.NoError(t, err)
 	cfg := poolConfig(t, db)
 	cfg.ConnConfig.RuntimeParams["role"] = role

@@ -29,13 +29,17 @@ type reporter struct {
 	table     string
 	owner     string
 	now       func() time.Time // the log limiter's clock
+
+	*instruments // metrics and spans (metrics.go, trace.go)
 }
 
 func newReporter(cfg Config) *reporter {
-	return &reporter{
+	r := &reporter{
 		logger: cfg.Logger, onError: cfg.OnError, onOutcome: cfg.OnOutcome,
 		table: cfg.Table.String(), owner: cfg.Owner, now: time.Now,
 	}
+	r.instruments = newInstruments(cfg, r)
+	return r
 }
 
 // reportError counts err and passes it to OnError and, at a bounded rate
@@ -110,6 +114,7 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 	hook := r.onOutcome
 	for _, id := range res.Sent {
 		r.stats.sent.Add(1)
+		r.metrics.completed(byID[id], outbox.StatusSent)
 		if hook != nil {
 			hook(ctx, outcomeOf(byID[id], outbox.StatusSent))
 		}
@@ -124,6 +129,7 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 			r.stats.retried.Add(1)
 		}
 		r.logRetry(o, it.result.snooze)
+		r.metrics.completed(it, outbox.StatusPending)
 		if hook != nil {
 			hook(ctx, o)
 		}
@@ -139,6 +145,7 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 // repeated error of the dispatcher's own, each names an event that needs
 // someone's attention.
 func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
+	r.metrics.failedOne(o)
 	r.logger.Warn("pgoutbox: event failed; it stays FAILED until replayed", "table", r.table, "owner", r.owner,
 		"event_id", o.Event.ID.String(), "event_type", o.Event.Type, "code", string(o.Code),
 		"attempt", o.Event.Attempt, "error", errorText(o.Err))

@@ -31,7 +31,7 @@ func newLogBundle(t *testing.T) *logBundle {
 	t.Helper()
 	b := &logBundle{at: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	logger := slog.New(slog.NewJSONHandler(&b.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.r = newReporter(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }})
+	b.r = newReporter(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }}.withDefaults())
 	b.r.now = func() time.Time { return b.at }
 	return b
 }

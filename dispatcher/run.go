@@ -2,26 +2,23 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// run is the body of Run: start the helpers, coordinate until told to stop,
-// then drain.
-func (d *Dispatcher) run(ctx context.Context) error {
-	listener, err := d.startUp(ctx)
-	if err != nil || d.stoppedStarting(ctx) {
-		if listener != nil {
-			_ = listener.Close(context.WithoutCancel(ctx))
-		}
-		return err
-	}
+// run dispatches: start the helpers, coordinate until told to stop, then
+// drain. listener is the wake-up connection the start-up checks opened
+// (WakeupRequired), or nil.
+func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	// Handlers and database work outlive ctx during the drain: both keep
 	// ctx's values but not its cancellation, and only handlers are
 	// cancelled at the hard stop.
@@ -29,6 +26,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
+	defer d.observeBacklog()() // the backlog gauges, while Run runs
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = newWorkers(quit.Done())
@@ -37,15 +35,21 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	helpers.Go(func() { d.completer.run(quit.Done()) })
 	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
-	if listener != nil {
+	helpers.Go(func() { d.retain(quit) })
+	switch {
+	case listener != nil:
 		helpers.Go(func() { d.listenLoop(quit, listener) })
+	case d.cfg.Wakeup == WakeupAuto:
+		helpers.Go(func() { d.autoWakeups(quit) })
 	}
+	d.health.begin(time.Now())
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
-		"wakeups", listener != nil)
+		"wakeups", d.cfg.Wakeup.String())
 	d.coordinate(ctx)
-	err = d.drain(hardStop)
+	d.setState(StateStopping)
+	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
 	d.flushAllRepeats()
@@ -53,24 +57,24 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	return err
 }
 
-// startUp runs the start-up checks (the table, then the wake-up probe)
-// under a context that ends with ctx or when Stop is called, so that a
-// stop is never kept waiting by a database that does not answer. A stop
-// or a cancelled ctx during start-up is not an error: like one after it,
-// Run then returns nil.
+// startUp runs the start-up checks (the table, its schema, and in
+// WakeupRequired mode the wake-up probe) under a context that ends with
+// ctx or when Stop is called, so that a stop is never kept waiting by a
+// database that does not answer. A stop or a cancelled ctx during
+// start-up gives errInterrupted.
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := d.untilStop(ctx)
 	defer cancel()
 	err := d.checkTable(ctx)
 	var listener *pgx.Conn
 	if err == nil {
-		listener, err = d.startWakeups(ctx)
+		listener, err = d.requireWakeups(ctx)
 	}
 	if ctx.Err() != nil {
 		if listener != nil {
 			_ = listener.Close(context.WithoutCancel(ctx))
 		}
-		return nil, nil
+		return nil, errInterrupted
 	}
 	return listener, err
 }
@@ -89,15 +93,17 @@ func (d *Dispatcher) untilStop(ctx context.Context) (context.Context, context.Ca
 	return ctx, cancel
 }
 
-// stoppedStarting reports whether Run was asked to stop (ctx ended or Stop
+// stoppedStarting reports whether the dispatcher was asked to stop (ctx ended or Stop
 // was called) before it started dispatching.
 func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
 	return ctx.Err() != nil || d.stopRequested()
 }
 
-// checkTable fails fast when the outbox table or its schema is missing, or
-// the table lacks a column this version uses (a migration not yet run),
-// rather than logging the same claim error every poll.
+// checkTable fails fast when the outbox table or its schema is missing,
+// when the schema does not match what this version needs (Verify, unless
+// SkipVerify), or when the table lacks a column this version uses (a
+// migration not yet run), rather than logging the same claim error every
+// poll.
 func (d *Dispatcher) checkTable(ctx context.Context) error {
 	names, err := sqlname.For(d.cfg.Table)
 	if err != nil {
@@ -112,7 +118,44 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 		return errtext.WrapHint(outbox.ErrMissingTable, "is it the Table given to migrations.Migrate?",
 			"dispatcher: %s", d.store.Table())
 	}
+	if err := d.verify(ctx); err != nil {
+		return err
+	}
 	return d.store.CheckColumns(ctx, d.pool)
+}
+
+// verify compares the table's schema with what this version needs
+// (migrations.Verify), bounded like the dispatcher's own statements. A
+// schema version newer than this library knows is no reason to refuse: a
+// later release migrated the table, and its migrations only add what this
+// version ignores (a rolling upgrade). Nor is a check that ran out of time
+// (a statement_timeout, a lock held on the table): statement timeouts must
+// never stop progress, so it logs a warning and the start goes on with
+// the check of the columns the dispatcher uses.
+func (d *Dispatcher) verify(parent context.Context) error {
+	if d.cfg.SkipVerify {
+		return nil
+	}
+	ctx, cancel := d.opContextFrom(parent)
+	defer cancel()
+	err := migrations.Verify(ctx, d.pool, migrations.Config{Table: d.cfg.Table})
+	var mismatch *migrations.VerifyError
+	switch {
+	case errors.As(err, &mismatch) && mismatch.OnlyNewer():
+		d.cfg.Logger.Info("pgoutbox: the outbox schema is newer than this version of pgoutbox; dispatching on it",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[0].Actual)
+		return nil
+	case mismatch != nil:
+		return errtext.WrapHint(err, "Config.SkipVerify starts without this check", "")
+	case ranOutOfTime(err) && parent.Err() == nil:
+		d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+		return nil
+	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
+		return errtext.WrapHint(err, "the dispatcher's role needs SELECT on the version table, as "+
+			"migrations.RenderGrants grants, or set Config.SkipVerify", "")
+	}
+	return err
 }
 
 // drain stops handlers from starting, releases unstarted claims, waits for

@@ -2,17 +2,23 @@ package dispatcher_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // silentServer accepts TCP connections on loopback and never answers, like
@@ -125,4 +131,206 @@ func TestStopDuringStartUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Start reports a missing table before it returns, and leaves the
+// dispatcher as New returned it: once the table is migrated, the same
+// dispatcher starts and delivers.
+func TestStartReportsMissingTableAndMayBeRetried(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t) // not migrated
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	sent := make(chan uuid.UUID, 1)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		sent <- e.ID
+		return nil
+	}))
+
+	err = d.Start(context.Background())
+	require.ErrorIs(t, err, outbox.ErrMissingTable)
+	require.ErrorContains(t, err, db.Table().String())
+	require.Equal(t, dispatcher.StateNew, d.Health().State)
+	select {
+	case <-d.Done():
+		t.Fatal("a failed start must not stop the dispatcher")
+	default:
+	}
+
+	require.NoError(t, migrations.Migrate(context.Background(), db.Pool, migrations.Config{Table: db.Table()}))
+	runDispatcher(t, d)
+	id := insertEvents(t, db, "x", 1)[0]
+	require.Equal(t, id, <-sent)
+}
+
+// A table whose schema drifted from what this version needs (here: a
+// column lost its NOT NULL) makes Start fail, naming the object with its
+// expected and actual state; nothing is claimed. SkipVerify starts on it.
+func TestStartRefusesSchemaDrift(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(context.Background(), `ALTER TABLE outbox_events ALTER COLUMN attempts DROP NOT NULL`)
+	require.NoError(t, err)
+	id := insertEvents(t, db, "x", 1)[0]
+	handled := make(chan struct{}, 1)
+	newDispatcher := func(skip bool) *dispatcher.Dispatcher {
+		cfg := baseConfig(db)
+		cfg.SkipVerify = skip
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+			handled <- struct{}{}
+			return nil
+		}))
+		return d
+	}
+
+	err = newDispatcher(false).Start(context.Background())
+	require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
+	var verr *migrations.VerifyError
+	require.ErrorAs(t, err, &verr)
+	object := "column " + db.Table().String() + ".attempts"
+	require.Equal(t, []migrations.Problem{{Object: object, Expected: "integer NOT NULL DEFAULT 0", Actual: "integer DEFAULT 0"}}, verr.Problems)
+	require.ErrorContains(t, err, object+": expected integer NOT NULL DEFAULT 0, actual integer DEFAULT 0")
+	require.ErrorContains(t, err, "SkipVerify")
+	require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id), "nothing claimed")
+
+	runDispatcher(t, newDispatcher(true))
+	<-handled
+}
+
+// A schema version newer than this library knows (a later release
+// migrated the table during a rolling upgrade) is no reason to refuse.
+func TestStartAcceptsNewerSchemaVersion(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events_schema_version SET version = version + 1`)
+	require.NoError(t, err)
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	require.Equal(t, dispatcher.StateRunning, d.Health().State)
+}
+
+// A dispatcher runs once: Start or Run while it runs returns ErrRunning,
+// after it stopped ErrStopped; Stop returns the result of dispatching,
+// which Done and Err report too.
+func TestStartRunsOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	d, err := dispatcher.New(db.Pool, baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	require.Equal(t, dispatcher.StateRunning, d.Health().State)
+	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrRunning)
+	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrRunning)
+	require.ErrorIs(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }), dispatcher.ErrStarted)
+
+	require.NoError(t, d.Stop(context.Background()))
+	<-d.Done()
+	require.NoError(t, d.Err())
+	require.Equal(t, dispatcher.StateStopped, d.Health().State)
+	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
+	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
+	require.NoError(t, d.Stop(context.Background()), "Stop is idempotent")
+}
+
+// The end of Start's ctx stops the dispatcher as Stop does: it drains,
+// and a handler cancelled at the drain timeout makes the result
+// ErrDrainTimeout, which Err, Health and a later Stop report.
+func TestStartStopsWhenCtxEnds(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	cfg := baseConfig(db)
+	cfg.DrainTimeout = 50 * time.Millisecond
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	require.NoError(t, d.Handle("x", func(ctx context.Context, _ outbox.Event) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, d.Start(ctx))
+	<-started
+	cancel()
+	<-d.Done()
+	require.ErrorIs(t, d.Err(), dispatcher.ErrDrainTimeout)
+	require.ErrorIs(t, d.Health().Err, dispatcher.ErrDrainTimeout)
+	require.ErrorIs(t, d.Stop(context.Background()), dispatcher.ErrDrainTimeout)
+	require.Equal(t, row{Status: outbox.StatusPending}, readRow(t, db, id), "back to PENDING, no attempt spent")
+}
+
+// A Start interrupted by Stop or by its ctx during the start-up checks
+// returns ErrStopped or ctx's error, never nil: nothing is dispatching.
+func TestStartInterrupted(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg := baseConfig(db)
+	cfg.Wakeup = dispatcher.WakeupRequired
+	cfg.WakeupProbeTimeout = time.Minute
+	cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+	cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
+
+	t.Run("ByStop", func(t *testing.T) {
+		t.Parallel()
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() { errc <- d.Start(context.Background()) }()
+		waitFor(t, 10*time.Second, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
+		require.NoError(t, d.Stop(context.Background()))
+		require.ErrorIs(t, <-errc, dispatcher.ErrStopped)
+	})
+	t.Run("ByCtx", func(t *testing.T) {
+		t.Parallel()
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- d.Start(ctx) }()
+		waitFor(t, 10*time.Second, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		<-d.Done()
+		require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
+	})
+}
+
+// A schema check that runs out of time does not keep the dispatcher from
+// starting (a statement timeout must never stop progress): here the
+// version table is locked by an open transaction for the whole test, so
+// Verify's read of it meets the pool's statement_timeout every time, while
+// the outbox table itself stays free. Start logs a warning and dispatches.
+func TestStartGoesOnWhenVerifyRunsOutOfTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	locker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Rollback(ctx) })
+	_, err = locker.Exec(ctx, `LOCK TABLE outbox_events_schema_version IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	logs := &logRecorder{}
+	cfg := baseConfig(db)
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(poolWith(t, db, map[string]string{"statement_timeout": "200ms"}), cfg)
+	require.NoError(t, err)
+	handled := make(chan struct{}, 1)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		handled <- struct{}{}
+		return nil
+	}))
+	runDispatcher(t, d)
+	insertEvents(t, db, "x", 1)
+	<-handled
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	warned := slices.ContainsFunc(logs.records, func(r slog.Record) bool {
+		return r.Level == slog.LevelWarn && strings.Contains(r.Message, "could not verify the outbox schema")
+	})
+	require.True(t, warned, "a warning says the check was skipped")
 }

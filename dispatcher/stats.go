@@ -37,6 +37,17 @@ type Stats struct {
 	// stop, and suspects that waited LeaseDuration for their turn (see
 	// docs/guarantees.md).
 	Released uint64
+	// RetentionSent counts SENT rows this dispatcher's retention job
+	// deleted (older than RetainSent).
+	RetentionSent uint64
+	// RetentionFailed counts FAILED rows this dispatcher's retention job
+	// deleted (older than RetainFailed).
+	RetentionFailed uint64
+	// RetentionPasses counts retention passes this dispatcher started.
+	RetentionPasses uint64
+	// RetentionSkipped counts retention passes this dispatcher ended early
+	// because another replica was deleting (its turn, not an error).
+	RetentionSkipped uint64
 	// Errors counts internal errors passed to OnError, lock losses
 	// included.
 	Errors uint64
@@ -66,15 +77,23 @@ type Stats struct {
 }
 
 // counters are the live values behind Stats.
+// The metered ones add to their OpenTelemetry counter too (see
+// counterNames); the others are counted by metrics with attributes of
+// their own, or are not metrics.
 type counters struct {
-	claimed, sent, retried, snoozed, failed      atomic.Uint64
-	lockLost                                     atomic.Uint64
-	outcomeUnknown                               atomic.Uint64
-	recovered, recoveredFailed, released, errors atomic.Uint64
-	pollCycles, claimCycles                      atomic.Uint64
-	wakeups, listenerConnects, dueWakeups        atomic.Uint64
-	lastPoll, pollInterval                       atomic.Int64
+	sent, retried, snoozed, failed        atomic.Uint64
+	claimed, lockLost, outcomeUnknown     metered
+	recovered, released                   metered
+	recoveredFailed, errors               atomic.Uint64
+	pollCycles, claimCycles               atomic.Uint64
+	wakeups, listenerConnects, dueWakeups atomic.Uint64
+	lastPoll, pollInterval                atomic.Int64
+	retentionSent, retentionFailed        atomic.Uint64
+	retentionPasses, retentionSkipped     atomic.Uint64
 }
+
+// atomicCounter is the Stats counter inside a metered one.
+type atomicCounter = atomic.Uint64
 
 func (c *counters) snapshot(inFlight int) Stats {
 	s := Stats{
@@ -83,6 +102,8 @@ func (c *counters) snapshot(inFlight int) Stats {
 		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
+		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
+		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
 		InFlight: inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}
 	if ns := c.lastPoll.Load(); ns != 0 {

@@ -478,3 +478,73 @@ func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
 		})
 	})
 }
+
+// In WakeupAuto mode dispatching does not wait for the wake-up probe:
+// with a listener whose notifications never arrive (it sits in another
+// database, as behind a transaction-mode pooler the probe's notification
+// misses the listener's server connection) and a probe that would wait a
+// minute, Start returns and an event is dispatched while the probe is
+// still waiting. Stop ends the probe.
+func TestAutoWakeupDoesNotDelayDispatching(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, _, _ := wakeupConfig(t, db)
+	cfg.Wakeup = dispatcher.WakeupAuto
+	cfg.PollInterval = 20 * time.Millisecond
+	cfg.WakeupProbeTimeout = time.Minute
+	cfg.ListenerConnConfig.Database = otherDatabase(cfg.ListenerConnConfig.Database)
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	listenerAtHandling := make(chan dispatcher.ListenerState, 1)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		listenerAtHandling <- d.Health().Listener
+		return nil
+	}))
+	require.NoError(t, d.Start(context.Background()))
+	insertEvents(t, db, "x", 1)
+
+	require.Equal(t, dispatcher.ListenerProbing, <-listenerAtHandling, "dispatched while the probe waited")
+	require.False(t, d.Stats().WakeupsActive)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(stopCtx), "Stop ends the probe")
+	require.Equal(t, dispatcher.ListenerOff, d.Health().Listener)
+}
+
+// Health follows the listener: probing, then active once the probe
+// succeeds in WakeupAuto mode, unavailable when it fails (polling only).
+func TestHealthListenerStates(t *testing.T) {
+	t.Parallel()
+	t.Run("Active", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, _, _ := wakeupConfig(t, db)
+		cfg.Wakeup = dispatcher.WakeupAuto
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		waitFor(t, 20*time.Second, "the listener", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
+	})
+	t.Run("Unavailable", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, down, _ := wakeupConfig(t, db)
+		down.Store(true)
+		cfg.Wakeup = dispatcher.WakeupAuto
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		waitFor(t, 20*time.Second, "the probe to fail", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
+		require.NoError(t, d.Health().Healthy(time.Minute), "polling only is healthy")
+	})
+	t.Run("RequiredFailsStart", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, down, _ := wakeupConfig(t, db)
+		down.Store(true)
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrWakeupUnavailable)
+		require.Equal(t, dispatcher.StateNew, d.Health().State)
+	})
+}

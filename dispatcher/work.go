@@ -234,14 +234,18 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 // context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
+	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	ctx, span := d.spans.handlerSpan(it.ctx, &it.event)
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
 		}
+		d.metrics.handled(it, res)
+		endHandlerSpan(span, res)
 	}()
-	err := h(it.ctx, it.event)
-	d.noteHandlerTime(time.Since(it.startedAt)) // set by begin, on this goroutine
+	err := h(ctx, it.event)
+	d.noteHandlerTime(time.Since(it.startedAt))
 	if err == nil {
 		return result{}
 	}
@@ -300,6 +304,7 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
 		if d.held.begin(it, 0) {
+			d.metrics.started(it)
 			started = append(started, it)
 		}
 	}
@@ -335,7 +340,11 @@ func (d *Dispatcher) publish(items []*item) {
 	}
 	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()
-	errs := d.callPublisher(ctx, msgs)
+	spanCtx, endSpans := d.spans.publishSpan(ctx, msgs)
+	start := time.Now()
+	errs := d.callPublisher(spanCtx, msgs)
+	d.metrics.published(time.Since(start))
+	endSpans(errs)
 	for i, it := range items {
 		if errs[i] == nil {
 			d.finish(it, result{})

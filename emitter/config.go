@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -99,6 +103,18 @@ type Config struct {
 	// false: such events are rejected, since an empty body is more often a
 	// bug than a message.
 	AllowEmptyPayload bool
+
+	// MeterProvider receives the pgoutbox.events.emitted counter (see
+	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
+	// application's global provider, which records nothing until the
+	// application installs one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a producer span per Emit call, the child of
+	// the span in Emit's context; its context is the traceparent the
+	// events carry. Defaults to otel.GetTracerProvider(), which records
+	// nothing until the application installs one (the events then carry
+	// the traceparent of the span in Emit's context, if any).
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with every zero field replaced by its default.
@@ -115,6 +131,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	return c
 }

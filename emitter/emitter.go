@@ -29,6 +29,8 @@ type Emitter struct {
 	notifySQL  string
 	notifyArgs []any
 	throttle   notifyThrottle
+
+	instruments // metrics.go, trace.go
 }
 
 // New returns an Emitter for cfg after applying the defaults documented on
@@ -49,6 +51,9 @@ func New(cfg Config) (*Emitter, error) {
 	if !cfg.DisableNotify {
 		e.notifySQL = notifySQL
 		e.notifyArgs = []any{names.Channel()}
+	}
+	if e.instruments, err = newInstruments(cfg); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -115,18 +120,28 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := e.startSpan(ctx, events, cols.ids)
+	err = e.traceAndWrite(ctx, tx, events, cols)
+	endSpan(span, err)
+	if err != nil {
+		return nil, err
+	}
+	e.countEmitted(events)
+	return cols.ids, nil
+}
+
+// traceAndWrite adds the trace headers to the prepared columns and
+// writes them.
+func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, events []outbox.Event, cols *columns) error {
 	if !e.cfg.DisableTracePropagation {
 		if th := traceHeaders(ctx); th != nil {
 			cols.addHeaders(withTrace(events, th))
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errtext.Wrap(err, "emit: context is done; nothing was sent and tx is unchanged")
+		return errtext.Wrap(err, "emit: context is done; nothing was sent and tx is unchanged")
 	}
-	if err := e.write(ctx, tx, cols); err != nil {
-		return nil, err
-	}
-	return cols.ids, nil
+	return e.write(ctx, tx, cols)
 }
 
 // write sends the columns with COPY when the batch is large and every

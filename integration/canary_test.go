@@ -527,6 +527,10 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 		"canary.permanent", "canary.panic", "canary.panicerr", "canary.slow", "canary.slow", "canary.unhandled")
 	<-started
 	<-started
+	// The wake-up probe runs beside dispatching: the listener must be up
+	// before the kill, for its reconnect to be seen.
+	require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerActive },
+		30*time.Second, 10*time.Millisecond, "the listener never came up")
 	require.Positive(t, db.terminate(t, ctx), "no app_canary backend to terminate")
 	close(release)
 	canaryAwaitDone(t, ctx, db)
@@ -571,6 +575,9 @@ func canaryListener(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 		go func() { done <- d.Run(ctx) }()
 		canaryEmitAll(t, ctx, c, db.app, "canary.ok")
 		canaryAwaitDone(t, ctx, db)
+		// The probe runs beside dispatching: wait for its verdict.
+		require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable },
+			30*time.Second, 10*time.Millisecond, "the listener's failure was not noticed")
 		st := d.Stats()
 		require.NoError(t, d.Stop(ctx))
 		require.NoError(t, <-done)

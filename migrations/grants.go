@@ -26,10 +26,15 @@ type Roles struct {
 	// outbox table.
 	Producer string
 	// Dispatcher runs a dispatcher: USAGE on the schema, SELECT and UPDATE
-	// on the outbox table, and DELETE when DispatcherDeletes.
+	// on the outbox table, DELETE when DispatcherDeletes, and SELECT on
+	// the version table (dispatcher.Start verifies the schema, unless
+	// Config.SkipVerify).
 	Dispatcher string
-	// DispatcherDeletes grants DELETE to Dispatcher, which needs it to
-	// delete the events it sent (dispatcher.Config.DeleteSent).
+	// DispatcherDeletes grants DELETE to Dispatcher, which needs it for
+	// its retention job (on by default: dispatcher.Config.RetainSent and
+	// RetainFailed) and to delete the events it sent
+	// (dispatcher.Config.DeleteSent). Leave it false only for dispatchers
+	// run with KeepSent, no RetainFailed and no DeleteSent.
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
 	// inspect, replay, purge, version, verify): USAGE on the schema,
@@ -124,6 +129,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 		dispatcher += ", DELETE"
 	}
 	b.WriteString(grant(dispatcher, table, r.Dispatcher))
+	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Dispatcher))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
 	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
 	return b.String()

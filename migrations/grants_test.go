@@ -102,8 +102,12 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 		Table:        env.cfg.Table,
 		PollInterval: 20 * time.Millisecond,
 		DeleteSent:   deleteSent,
-		Backoff:      outbox.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
-		Logger:       slog.New(slog.DiscardHandler),
+		KeepSent:     !env.roles.DispatcherDeletes, // no retention job without DELETE
+		// A retention pass every 10ms: the run ends once the aged rows
+		// are gone too.
+		RetentionInterval: 10 * time.Millisecond,
+		Backoff:           outbox.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Logger:            slog.New(slog.DiscardHandler),
 		OnError: func(err error) {
 			select {
 			case reported <- err:
@@ -134,7 +138,7 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 		case <-deadline:
 			t.Fatalf("%d events still unsent, and no error", env.unsent(t))
 		case <-time.After(20 * time.Millisecond):
-			if env.unsent(t) == 0 {
+			if env.unsent(t) == 0 && env.aged(t) == 0 {
 				return nil
 			}
 		}
@@ -142,6 +146,25 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 }
 
 func handled(context.Context, outbox.Event) error { return nil }
+
+// aged counts the SENT rows that the dispatcher's retention job deletes
+// (older than the default RetainSent, a day).
+func (env *roleEnv) aged(t *testing.T) int {
+	t.Helper()
+	var n int
+	err := env.super.QueryRow(context.Background(), "SELECT count(*) FROM "+quoted(env.cfg.Table)+
+		" WHERE status = 'SENT' AND sent_at < now() - interval '1 day'").Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+// ageOne commits one SENT row that finished two days ago, for the
+// dispatcher's retention job to delete.
+func (env *roleEnv) ageOne(t *testing.T) {
+	t.Helper()
+	mustExec(t, env.super, "INSERT INTO "+quoted(env.cfg.Table)+
+		" (id, event_type, status, sent_at) VALUES (gen_random_uuid(), 'aged', 'SENT', now() - interval '2 days')")
+}
 
 // operate runs every admin call an operator makes, and the version and
 // verify checks of outboxctl, returning the first error.
@@ -252,6 +275,10 @@ func TestGrantsAreMinimal(t *testing.T) {
 			return env.dispatch(t, deleteSent, handled)
 		}
 	}
+	retain := func() error {
+		env.ageOne(t)
+		return env.dispatch(t, false, handled)
+	}
 	operate := func() error { return env.operate(ctx) }
 	tests := []struct {
 		privilege, object, role string
@@ -264,6 +291,8 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"SELECT", table, env.roles.Dispatcher, dispatch(false)},
 		{"UPDATE", table, env.roles.Dispatcher, dispatch(false)},
 		{"DELETE", table, env.roles.Dispatcher, dispatch(true)},
+		{"SELECT", version, env.roles.Dispatcher, dispatch(false)},
+		{"DELETE", table, env.roles.Dispatcher, retain},
 		{"USAGE", schema, env.roles.Operator, operate},
 		{"SELECT", table, env.roles.Operator, operate},
 		{"UPDATE", table, env.roles.Operator, operate},
@@ -333,6 +362,7 @@ func TestGrantsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	grants, err := migrations.RenderGrants(migrations.Config{Table: outbox.Table{Schema: "app"}}, migrations.Roles{
 		Migrator: "outbox_migrator", Producer: "outbox_producer", Dispatcher: "outbox_dispatcher", Operator: "outbox_operator",
+		DispatcherDeletes: true,
 	})
 	require.NoError(t, err)
 	require.Contains(t, string(doc), grants.BeforeMigrate+"\n"+grants.AfterMigrate)

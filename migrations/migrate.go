@@ -41,6 +41,8 @@ type Config struct {
 	// naming that session's backend, and changes nothing. Zero means one
 	// minute, longer than a migration that retries a locked table takes;
 	// a negative value gives an *outbox.ConfigError naming "LockTimeout".
+	// It bounds [Verify] too: its wait for a lock on the table or its
+	// indexes (see [VerifyLockError]).
 	LockTimeout time.Duration
 }
 
@@ -117,5 +119,11 @@ func templateData(n sqlname.Names) map[string]any {
 		"error_check":    n.Quoted(sqlname.SuffixErrorCheck),
 		"due_idx":        n.Quoted(sqlname.SuffixDueIndex),
 		"lease_idx":      n.Quoted(sqlname.SuffixLeaseIndex),
+		"finished_idx":   n.Quoted(sqlname.SuffixFinishedIndex),
+		"seq_idx":        n.Quoted(sqlname.SuffixSeqIndex),
+		"type_idx":       n.Quoted(sqlname.SuffixTypeIndex),
+		"aggregate_idx":  n.Quoted(sqlname.SuffixAggIndex),
+		"code_idx":       n.Quoted(sqlname.SuffixCodeIndex),
+		"failed_idx":     n.Quoted(sqlname.SuffixFailedIndex),
 	}
 }

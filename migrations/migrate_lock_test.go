@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +174,48 @@ func TestMigrateRejectsANegativeLockTimeout(t *testing.T) {
 	require.ErrorAs(t, err, &cfgErr)
 	require.Equal(t, "LockTimeout", cfgErr.Field)
 	require.Empty(t, tablesIn(t, conn, db.Schema))
+}
+
+// While another session holds an ACCESS EXCLUSIVE lock on the outbox
+// table in an open transaction, Verify waits at most LockTimeout and
+// returns a *VerifyLockError naming that session (it had waited for as
+// long as the lock was held); once the lock is gone it verifies.
+func TestVerifyIsBoundedByLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	db := testdb.NewMigrated(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}
+	holderCfg := db.DirectConnConfig(t)
+	holderCfg.RuntimeParams["application_name"] = "pgotest-lock-holder"
+	holder, err := pgx.ConnectConfig(ctx, holderCfg)
+	require.NoError(t, err)
+	defer func() { _ = holder.Close(context.Background()) }()
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE "+quoted(db.Table())+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	err = migrations.Verify(ctx, conn, cfg)
+	var lockErr *migrations.VerifyLockError
+	require.ErrorAs(t, err, &lockErr)
+	require.Equal(t, holder.PgConn().PID(), uint32(lockErr.PID))
+	require.Equal(t, "AccessExclusiveLock", lockErr.Mode)
+	require.Equal(t, "pgotest-lock-holder", lockErr.ApplicationName)
+	require.Equal(t, "idle in transaction", lockErr.State)
+	require.Equal(t, 300*time.Millisecond, lockErr.Waited)
+	require.ErrorContains(t, err, "pgoutbox: verify ")
+	require.Equal(t, 1, strings.Count(err.Error(), "pgoutbox:"), err.Error())
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code)
+	require.NotErrorIs(t, err, outbox.ErrSchemaMismatch, "nothing was compared")
+
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	cfg.LockTimeout = -time.Second
+	var cfgErr *outbox.ConfigError
+	require.ErrorAs(t, migrations.Verify(ctx, conn, cfg), &cfgErr)
+	require.Equal(t, "LockTimeout", cfgErr.Field)
 }

@@ -28,6 +28,8 @@ func TestRender(t *testing.T) {
 		"001_create_outbox.down.sql", "001_create_outbox.up.sql",
 		"002_started_at.down.sql", "002_started_at.up.sql",
 		"003_snoozes.down.sql", "003_snoozes.up.sql",
+		"004_finished_idx.down.sql", "004_finished_idx.up.sql",
+		"005_operator_indexes.down.sql", "005_operator_indexes.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -42,13 +44,20 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("001_create_outbox.up.sql"))
 	mustExec(t, conn, read("002_started_at.up.sql"))
 	mustExec(t, conn, read("003_snoozes.up.sql"))
+	mustExec(t, conn, read("004_finished_idx.up.sql"))
+	mustExec(t, conn, read("005_operator_indexes.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
-	mustExec(t, conn, read("003_snoozes.down.sql"))
+	mustExec(t, conn, read("005_operator_indexes.down.sql"))
+	mustExec(t, conn, read("004_finished_idx.down.sql"))
 	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, v)
+	mustExec(t, conn, read("003_snoozes.down.sql"))
+	v, err = migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, v)
 	mustExec(t, conn, read("002_started_at.down.sql"))

@@ -79,11 +79,18 @@ var expectedConstraints = []constraintSpec{
 	{sqlname.SuffixErrorCheck, "CHECK ((char_length(last_error) <= 2048))"},
 }
 
-// expectedIndexes lists every index the claim and recovery queries rely
-// on. The primary key's index is covered by its constraint.
+// expectedIndexes lists every index the claim, recovery, retention
+// (purge) and operator queries rely on. The primary key's index is covered
+// by its constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
+	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
+	{sqlname.SuffixSeqIndex, "btree (seq)"},
+	{sqlname.SuffixTypeIndex, "btree (event_type, seq)"},
+	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE (last_error_code IS NOT NULL)"},
+	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.

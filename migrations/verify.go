@@ -1,15 +1,18 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -48,7 +51,15 @@ type VerifyError struct {
 	Problems []Problem
 
 	missing bool // the table does not exist
+	newer   bool // the version is newer than Latest
 }
+
+// OnlyNewer reports whether the one problem found is a schema version
+// newer than this library knows: a later release migrated the table. Its
+// migrations so far only add what older versions ignore, so an older
+// dispatcher may keep running on it during a rolling upgrade (see
+// docs/operations.md).
+func (e *VerifyError) OnlyNewer() bool { return e.newer && len(e.Problems) == 1 }
 
 // Error names every object with its expected and actual state.
 func (e *VerifyError) Error() string {
@@ -78,27 +89,37 @@ func (e *VerifyError) Unwrap() []error {
 //
 // Verify only reads the system catalogs and the version table: it never
 // creates, alters or drops anything, and works for a role that has only
-// USAGE on the schema and SELECT on the version table. It takes at most two
-// round trips.
+// USAGE on the schema and SELECT on the version table. It reads in one
+// transaction whose lock_timeout is cfg.LockTimeout (default one minute):
+// the catalog functions it calls lock the table and its indexes (ACCESS
+// SHARE), so a session holding an ACCESS EXCLUSIVE lock on the table (an
+// ALTER TABLE, a VACUUM FULL, a LOCK TABLE) would otherwise hold Verify
+// up for as long as it keeps it. Past the timeout Verify returns a
+// [*VerifyLockError] naming that session.
 func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
 		return err
 	}
+	if cfg.LockTimeout < 0 {
+		return &outbox.ConfigError{Field: "LockTimeout", Reason: "must not be negative"}
+	}
+	wait := cmp.Or(cfg.LockTimeout, tmplmigrate.DefaultLockWait)
 	var cat *catalog
 	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
-		cat, err = readCatalog(ctx, c, names)
+		cat, err = readCatalogWithin(ctx, c, names, wait)
 		return err
 	})
 	var input *outbox.InputError
-	if errors.As(err, &input) {
+	var locked *VerifyLockError
+	if errors.As(err, &input) || errors.As(err, &locked) {
 		return err
 	}
 	if err != nil {
 		return errtext.Wrap(err, "verify %s", names.Table)
 	}
 	if problems := cat.compare(names); len(problems) > 0 {
-		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == ""}
+		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == "", newer: versionNewer(cat.version)}
 	}
 	return nil
 }
@@ -135,6 +156,26 @@ const (
 	FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 	WHERE x.indrelid = ` + relOID
 )
+
+// readCatalogWithin runs readCatalog in a transaction that waits at most
+// wait for each lock; a lock that stayed held gives a *VerifyLockError.
+func readCatalogWithin(ctx context.Context, conn *pgx.Conn, names sqlname.Names, wait time.Duration) (*catalog, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	timeout := fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)) // 0 would mean no limit
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", timeout); err != nil {
+		return nil, err
+	}
+	cat, err := readCatalog(ctx, tx.Conn(), names)
+	if pgerr.Code(err) == pgerr.LockNotAvailable {
+		_ = tx.Rollback(ctx)
+		return nil, lockError(ctx, conn, names, wait, err)
+	}
+	return cat, err
+}
 
 // readCatalog reads everything Verify compares: one batch of catalog
 // queries, then the version table when it exists.
@@ -275,6 +316,12 @@ func versionVerdict(v string) string {
 		return v + " (newer than this library knows: upgrade pgoutbox)"
 	}
 	return v
+}
+
+// versionNewer reports whether v is a version newer than Latest.
+func versionNewer(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n > int(Latest())
 }
 
 func relkindName(kind string) string {

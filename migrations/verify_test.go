@@ -163,6 +163,7 @@ func TestVerify(t *testing.T) {
 			}
 			require.Equal(t, want, verr.Problems)
 			require.Equal(t, db.Table(), verr.Table)
+			require.Equal(t, tt.name == "NewerVersion", verr.OnlyNewer(), "only a newer version alone is OnlyNewer")
 		})
 	}
 }

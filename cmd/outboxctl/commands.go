@@ -40,21 +40,35 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 			return e.printJSON(c)
 		}
 		t := e.table.WithDefaults()
-		return e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)",
-			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339)))
+		return e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
+			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)))
 	}
 }
 
 // countRows are the rows of the STATUS/COUNT table of counts and status.
+// An estimated SENT count, and so the total, starts with "~".
 func countRows(c admin.Counts) [][]string {
+	approx := ""
+	if c.SentEstimated {
+		approx = "~"
+	}
 	return [][]string{
 		{"PENDING", fmt.Sprint(c.Pending)},
 		{"  due now", fmt.Sprint(c.Due)},
 		{"PROCESSING", fmt.Sprint(c.Processing)},
-		{"SENT", fmt.Sprint(c.Sent)},
+		{"SENT", approx + fmt.Sprint(c.Sent)},
 		{"FAILED", fmt.Sprint(c.Failed)},
-		{"total", fmt.Sprint(c.Total())},
+		{"total", approx + fmt.Sprint(c.Total())},
 	}
+}
+
+// sentNote is the footer line that says the SENT count is an estimate,
+// or "" when it is exact.
+func sentNote(c admin.Counts) string {
+	if !c.SentEstimated {
+		return ""
+	}
+	return fmt.Sprintf("\nSENT is estimated (more than %d rows; planner statistics), the other counts are exact", admin.SentCountLimit)
 }
 
 func listFlags(fs *flag.FlagSet) func(*env) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -411,4 +412,38 @@ func TestExecModes(t *testing.T) {
 		}
 		require.Equal(t, 2, count(t, db, "PENDING"))
 	})
+}
+
+// Past admin.SentCountLimit SENT rows, counts and status say the SENT
+// count (and so the total) is an estimate, print it with "~", keep the
+// other counts exact, and status leaves the SENT column of each type out.
+func TestCountsEstimateSent(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, status, sent_at)
+		SELECT gen_random_uuid(), 'old', 'SENT', now() FROM generate_series(1, $1::int)`, admin.SentCountLimit+500)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `ANALYZE outbox_events`)
+	require.NoError(t, err)
+	insert(t, db, "FAILED", "a", 2)
+
+	r := onDB(t, db, "counts")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^SENT\s+~\d+$`, r.stdout)
+	require.Regexp(t, `(?m)^FAILED\s+2$`, r.stdout)
+	require.Regexp(t, `(?m)^total\s+~\d+$`, r.stdout)
+	require.Contains(t, r.stdout, "SENT is estimated (more than 10000 rows; planner statistics), the other counts are exact")
+
+	r = onDB(t, db, "counts", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var c admin.Counts
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &c))
+	require.True(t, c.SentEstimated)
+	require.InEpsilon(t, admin.SentCountLimit+500, c.Sent, 0.1)
+
+	r = onDB(t, db, "status")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^a\s+0\s+0\s+-\s+2$`, r.stdout)
+	require.NotRegexp(t, `(?m)^old\s`, r.stdout, "a type with SENT rows only is not listed when SENT is estimated")
+	require.Contains(t, r.stdout, "SENT is estimated")
 }

@@ -88,13 +88,18 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 	if s.Counts.Due > 0 {
 		footer += fmt.Sprintf("\noldest due event: waiting for %s", s.Counts.OldestDueAge.Round(time.Millisecond))
 	}
+	footer += sentNote(s.Counts)
 	if err := f.printTable([]string{"STATUS", "COUNT"}, countRows(s.Counts), footer); err != nil {
 		return err
 	}
 	b.WriteString("\n")
 	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "PROCESSING", "SENT", "FAILED"},
 		func(c admin.TypeCounts) []string {
-			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), fmt.Sprint(c.Sent), fmt.Sprint(c.Failed)}
+			sent := fmt.Sprint(c.Sent)
+			if s.Counts.SentEstimated {
+				sent = "-" // not counted by type past admin.SentCountLimit
+			}
+			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), sent, fmt.Sprint(c.Failed)}
 		})
 	if err != nil {
 		return err

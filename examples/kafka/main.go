@@ -113,12 +113,15 @@ func run(ctx context.Context, dbURL, brokers string, orders int, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	// Start checks the table and its schema, then publishes in the
+	// background until Stop.
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
 
 	recvErr := receive(ctx, seeds, ids, out)
 	stopErr := d.Stop(ctx)
-	return errors.Join(recvErr, stopErr, <-done)
+	return errors.Join(recvErr, stopErr)
 }
 
 // createTopic creates the topic the dispatcher produces to, unless it

@@ -159,8 +159,9 @@ func placeOrder(ctx context.Context, tx pgx.Tx, e *emitter.Emitter, j *journey, 
 	return nil
 }
 
-// dispatch runs a dispatcher with the demo's handlers until every event
-// has settled (SENT or FAILED), then stops it gracefully.
+// dispatch starts a dispatcher with the demo's handlers, waits until every
+// event has settled (SENT or FAILED), shows its health, then stops it
+// gracefully.
 func dispatch(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
 	d, err := dispatcher.New(pool, dispatcher.Config{
 		Table:        table,
@@ -178,17 +179,25 @@ func dispatch(ctx context.Context, pool *pgxpool.Pool, j *journey) error {
 			return err
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	// Start checks the table and its schema (a start-up error is returned
+	// here, before anything is dispatched), then dispatches in the
+	// background until Stop.
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
 	select {
 	case <-j.settled:
 	case <-ctx.Done():
+		_ = d.Stop(context.WithoutCancel(ctx))
 		return ctx.Err()
 	}
-	if err := d.Stop(ctx); err != nil {
-		return err
+	// What a readiness or liveness probe (/healthz) would judge.
+	verdict := "healthy"
+	if err := d.Health().Healthy(time.Minute); err != nil {
+		verdict = err.Error()
 	}
-	if err := <-done; err != nil {
+	fmt.Fprintf(j.out, "\nDispatcher health: %s, %s.\n", d.Health().State, verdict)
+	if err := d.Stop(ctx); err != nil { // drains in-flight handlers
 		return err
 	}
 	j.summary()

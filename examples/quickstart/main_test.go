@@ -30,5 +30,6 @@ func TestRun(t *testing.T) {
 		require.Contains(t, text, "invoice.mailed (grace)     FAILED       handler_error", text)
 		require.Equal(t, 4, strings.Count(text, "SENT\n"), text)
 		require.Contains(t, text, "All 5 events settled: 4 SENT, 1 FAILED.", text)
+		require.Contains(t, text, "Dispatcher health: running, healthy.", text)
 	}
 }

@@ -32,6 +32,9 @@ const (
 	// UndefinedTable: the table (or its schema) the statement names does
 	// not exist.
 	UndefinedTable = "42P01"
+	// InsufficientPrivilege: the role lacks a privilege the statement
+	// needs.
+	InsufficientPrivilege = "42501"
 )
 
 // Code returns the SQLSTATE of the PostgreSQL error in err's chain, or ""

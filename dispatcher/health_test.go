@@ -1,0 +1,63 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Health is unhealthy before the start and after the stop; while running
+// it records the last claim and outcome write, and turns unhealthy once
+// claims have failed for longer than maxAge (here the database is cut
+// off), without a timed assertion: a maxAge of an hour still passes, one
+// shorter than the time since the first failure does not.
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	kp := newKillablePool(t, db)
+	cfg := baseConfig(db)
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	d, err := dispatcher.New(kp.Pool, cfg)
+	require.NoError(t, err)
+	sent := make(chan struct{}, 1)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		sent <- struct{}{}
+		return nil
+	}))
+	require.ErrorIs(t, d.Health().Healthy(time.Hour), dispatcher.ErrUnhealthy, "not started")
+	require.ErrorContains(t, d.Health().Healthy(time.Hour), "new")
+
+	before := time.Now()
+	require.NoError(t, d.Start(context.Background()))
+	insertEvents(t, db, "x", 1)
+	<-sent
+	waitFor(t, 10*time.Second, "the outcome written", func() bool { return !d.Health().LastCompletion.IsZero() })
+	h := d.Health()
+	require.Equal(t, dispatcher.StateRunning, h.State)
+	require.Equal(t, dispatcher.ListenerOff, h.Listener)
+	require.False(t, h.Started.Before(before))
+	require.False(t, h.LastClaim.Before(h.Started))
+	require.Zero(t, h.ClaimErrors)
+	require.True(t, h.FailingSince.IsZero())
+	require.NoError(t, h.Healthy(0), "nothing is failing")
+
+	kp.kill(t, db)
+	waitFor(t, 30*time.Second, "failed claims", func() bool { return d.Health().ClaimErrors >= 2 })
+	h = d.Health()
+	require.False(t, h.FailingSince.IsZero())
+	require.False(t, h.LastClaim.After(h.FailingSince))
+	require.NoError(t, h.Healthy(time.Hour), "failing for less than maxAge")
+	waitFor(t, 10*time.Second, "time to pass the first failure", func() bool { return time.Since(h.FailingSince) > time.Millisecond })
+	err = h.Healthy(time.Millisecond)
+	require.ErrorIs(t, err, dispatcher.ErrUnhealthy)
+	require.ErrorContains(t, err, "failing since")
+
+	require.NoError(t, d.Stop(context.Background()))
+	require.ErrorContains(t, d.Health().Healthy(time.Hour), "stopped")
+}

@@ -1,0 +1,257 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// BacklogLimit is the most due PENDING events one backlog sample counts:
+// the pgoutbox.backlog.due gauge reads BacklogLimit when the backlog is
+// at least that large, so that a sample reads a bounded part of the due
+// index however large the backlog grows.
+const BacklogLimit = 10_000
+
+// instruments are a dispatcher's metrics and spans.
+type instruments struct {
+	metrics *metrics
+	spans   spans
+}
+
+// newInstruments creates the instruments of cfg's providers. A metric an
+// SDK refused is logged; it measures nothing.
+func newInstruments(cfg Config, r *reporter) *instruments {
+	m, err := newMetrics(cfg, &r.stats)
+	if err != nil {
+		r.logger.Warn("pgoutbox: some metrics are not recorded", "table", r.table, "error", err)
+	}
+	return &instruments{metrics: m, spans: spans{tracer: telemetry.NewTracer(cfg.TracerProvider)}}
+}
+
+// metrics are the dispatcher's OpenTelemetry instruments (see
+// docs/observability.md). With no MeterProvider installed they are the
+// API's no-ops, and every measurement uses a cached attribute set.
+type metrics struct {
+	sets                            *telemetry.Sets
+	table                           metric.MeasurementOption
+	sent, retried, snoozed, failed  metric.Int64Counter
+	handlerTime, publishTime, delay metric.Float64Histogram
+	meter                           metric.Meter
+}
+
+// counterNames name the metered Stats counters, whose attributes are the
+// table alone. Retention's deleted rows belong here too, as
+// "pgoutbox.events.deleted", once Stats counts them.
+func counterNames(c *counters) map[string]*metered {
+	return map[string]*metered{
+		"pgoutbox.events.claimed":         &c.claimed,
+		"pgoutbox.events.lock_lost":       &c.lockLost,
+		"pgoutbox.events.outcome_unknown": &c.outcomeUnknown,
+		"pgoutbox.events.recovered":       &c.recovered,
+		"pgoutbox.events.released":        &c.released,
+	}
+}
+
+// newMetrics creates the instruments of cfg.MeterProvider and attaches
+// those of the table-wide counters to c. The API's instruments never fail
+// to be created; an error (a name an SDK refuses) leaves a working no-op
+// and is returned for the log.
+func newMetrics(cfg Config, c *counters) (*metrics, error) {
+	meter := cfg.MeterProvider.Meter(telemetry.Scope)
+	sets := telemetry.NewSets(cfg.Table.String())
+	m := &metrics{sets: sets, table: sets.Table(), meter: meter}
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		ctr, err := meter.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return ctr
+	}
+	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	for name, mc := range counterNames(c) {
+		mc.m, mc.attrs = counter(name, "Events "+name[len("pgoutbox.events."):]+" by this dispatcher"), []metric.AddOption{m.table}
+	}
+	m.sent = counter("pgoutbox.events.sent", "Events that became SENT (or were deleted on success)")
+	m.retried = counter("pgoutbox.events.retried", "Failed attempts scheduled for a retry, by error.type")
+	m.snoozed = counter("pgoutbox.events.snoozed", "Attempts a handler gave back with outbox.Snooze")
+	m.failed = counter("pgoutbox.events.failed", "Events that became FAILED, by error.type")
+	m.handlerTime = histogram("pgoutbox.handler.duration", "Duration of handler calls", telemetry.DurationBuckets)
+	m.publishTime = histogram("pgoutbox.publish.duration", "Duration of Publisher.Publish calls", telemetry.DurationBuckets)
+	m.delay = histogram("pgoutbox.event.start_delay",
+		"From an event's created_at (database clock) to the start of its first attempt (local clock)", telemetry.LatencyBuckets)
+	return m, joinErrors(errs)
+}
+
+func joinErrors(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// completed counts an outcome the completer recorded as SENT or PENDING
+// (FAILED ones are counted by failedOne, with recovery's).
+func (m *metrics) completed(it *item, status outbox.Status) {
+	ctr, code := m.retried, it.result.code
+	switch {
+	case status == outbox.StatusSent:
+		ctr, code = m.sent, ""
+	case it.result.snooze:
+		ctr, code = m.snoozed, ""
+	}
+	if ctx := context.Background(); ctr.Enabled(ctx) {
+		ctr.Add(ctx, 1, m.sets.Of(it.event.Type, string(code)))
+	}
+}
+
+// failedOne counts an event that became FAILED.
+func (m *metrics) failedOne(o Outcome) {
+	m.failed.Add(context.Background(), 1, m.sets.Of(o.Event.Type, string(o.Code)))
+}
+
+// started records the start delay of an item's first attempt: from its
+// created_at, the database's now() in the emitting transaction (which is
+// when that transaction began, not when it committed), to its startedAt
+// on the local clock. Clock skew between the two shows up in it; a negative
+// delay is recorded as zero. Retries and snoozed events are left out:
+// their delay is the backoff's.
+func (m *metrics) started(it *item) {
+	e := &it.event
+	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
+		return
+	}
+	m.delay.Record(context.Background(), max(0, it.startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
+}
+
+// handled records the duration of an item's handler call, which ended
+// with res.
+func (m *metrics) handled(it *item, res result) {
+	if !m.handlerTime.Enabled(context.Background()) {
+		return
+	}
+	m.handlerTime.Record(context.Background(), time.Since(it.startedAt).Seconds(), m.sets.Of(it.event.Type, string(res.code)))
+}
+
+// published records the duration of one Publish call.
+func (m *metrics) published(took time.Duration) {
+	m.publishTime.Record(context.Background(), took.Seconds(), m.table)
+}
+
+// metered is a Stats counter that adds to an OpenTelemetry counter too.
+type metered struct {
+	atomicCounter
+	m     metric.Int64Counter // nil until newMetrics attaches one
+	attrs []metric.AddOption  // allocated once: a variadic argument escapes
+}
+
+// Add adds n to the Stats counter and to its metric, and returns the new
+// value of the Stats counter.
+func (c *metered) Add(n uint64) uint64 {
+	if c.m != nil {
+		c.m.Add(context.Background(), int64(n), c.attrs...)
+	}
+	return c.atomicCounter.Add(n)
+}
+
+// backlogSampler samples the backlog gauges at most once per interval,
+// when the MeterProvider collects them.
+type backlogSampler struct {
+	d        *Dispatcher
+	sql      string
+	interval time.Duration
+	mu       sync.Mutex
+	at       time.Time // when the last sample was taken; zero before
+	due      int64
+	oldest   float64 // seconds; 0 when nothing is due
+	ok       bool    // the last sample succeeded
+}
+
+// backlogSQL counts the due PENDING events up to BacklogLimit and reads
+// the oldest due time, from the due index (the one the claim uses): a
+// LIMIT-bounded index scan and the index's first entry, in the order of
+// the index (a min() may be planned as a bitmap scan of every due row),
+// never a scan of the table. While the backlog is only a few times
+// BacklogLimit the planner may prefer a bitmap scan of every due row;
+// past that, the ordered index scan stops at the limit.
+const backlogSQL = `SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
+		ORDER BY next_attempt_at, seq LIMIT %[2]d) due),
+	coalesce(extract(epoch FROM now() - (SELECT next_attempt_at FROM %[1]s
+		WHERE status = 'PENDING' AND next_attempt_at <= now() ORDER BY next_attempt_at, seq LIMIT 1))::float8, 0)`
+
+func backlogQuery(names sqlname.Names) string {
+	return fmt.Sprintf(backlogSQL, names.Qualified, BacklogLimit)
+}
+
+// observeBacklog registers the backlog gauges' callback for the time
+// Run runs, and returns its unregistration.
+func (d *Dispatcher) observeBacklog() (unregister func()) {
+	names, err := sqlname.For(d.cfg.Table)
+	if err != nil {
+		return func() {}
+	}
+	s := &backlogSampler{d: d, interval: d.cfg.BacklogSampleInterval, sql: backlogQuery(names)}
+	meter := d.metrics.meter
+	due, err1 := meter.Int64ObservableGauge("pgoutbox.backlog.due", metric.WithUnit("{event}"),
+		metric.WithDescription(fmt.Sprintf("Due PENDING events in the table, sampled, at most %d", BacklogLimit)))
+	age, err2 := meter.Float64ObservableGauge("pgoutbox.backlog.oldest_due_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest due PENDING event has been due, sampled"))
+	reg, err3 := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if n, oldest, ok := s.sample(ctx); ok {
+			o.ObserveInt64(due, n, d.metrics.table)
+			o.ObserveFloat64(age, oldest, d.metrics.table)
+		}
+		return nil
+	}, due, age)
+	if err := joinErrors([]error{err1, err2, err3}); err != nil {
+		d.reportError("backlog gauges not registered", err)
+		return func() {}
+	}
+	return func() { _ = reg.Unregister() }
+}
+
+// backlogTimeout bounds one backlog sample, which runs while the
+// MeterProvider collects.
+const backlogTimeout = 5 * time.Second
+
+// sample returns the last sample, taken again first when it is older than
+// the interval. A failed sample is reported to OnError (after the lock is
+// let go) and observes nothing until the next interval.
+func (s *backlogSampler) sample(ctx context.Context) (due int64, oldest float64, ok bool) {
+	err := s.refresh(ctx)
+	if err != nil {
+		s.d.reportError("backlog sample failed", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.due, s.oldest, s.ok
+}
+
+// refresh takes a new sample when the last one is older than the
+// interval, and returns its error.
+func (s *backlogSampler) refresh(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.at.IsZero() && time.Since(s.at) < s.interval {
+		return nil
+	}
+	s.at = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
+	defer cancel()
+	err := s.d.pool.QueryRow(ctx, s.sql).Scan(&s.due, &s.oldest)
+	s.ok = err == nil
+	return err
+}

@@ -1,0 +1,144 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// A backlog sample counts the due PENDING events and reads how long the
+// oldest has been due; a second collection within the interval reuses the
+// sample instead of querying again.
+func TestBacklogSample(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, next_attempt_at)
+		SELECT gen_random_uuid(), 'x', now() + make_interval(secs => s) FROM unnest(ARRAY[-90, -30, -1, 600, 900]) AS s`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at, next_attempt_at)
+		VALUES (gen_random_uuid(), 'x', 'SENT', now(), now() - interval '1 hour')`)
+	require.NoError(t, err)
+	mp := &telemetrytest.MeterProvider{}
+	d, err := New(db.NewPool(t, 2), Config{Table: db.Table(), MeterProvider: mp, BacklogSampleInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	unregister := d.observeBacklog()
+	require.NoError(t, mp.Collect(ctx))
+	due, age := mp.Points("pgoutbox.backlog.due"), mp.Points("pgoutbox.backlog.oldest_due_age")
+	require.Len(t, due, 1)
+	require.InDelta(t, 3, due[0].Value, 0, "the due PENDING ones: not the future ones, not SENT")
+	require.Len(t, age, 1)
+	require.GreaterOrEqual(t, age[0].Value, 90.0)
+	require.Less(t, age[0].Value, 900.0)
+
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type) VALUES (gen_random_uuid(), 'x')`)
+	require.NoError(t, err)
+	require.NoError(t, mp.Collect(ctx))
+	require.InDelta(t, 3, mp.Points("pgoutbox.backlog.due")[1].Value, 0, "the sample of the interval, not a new query")
+	unregister()
+	require.Zero(t, mp.Callbacks())
+}
+
+// The backlog sample reads the due index only, a bounded part of it: with
+// 200,000 SENT rows and 100,000 due PENDING ones, no scan of the table,
+// and the count stops at BacklogLimit. (With a backlog of only a few times
+// BacklogLimit the planner may read every due row through the index
+// instead, which is then no more work.)
+func TestBacklogSamplePlan(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+		SELECT gen_random_uuid(), 'x', 'SENT', now() FROM generate_series(1, 200000)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, next_attempt_at)
+		SELECT gen_random_uuid(), 'x', now() - interval '1 minute' FROM generate_series(1, 100000)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `ANALYZE outbox_events`)
+	require.NoError(t, err)
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	query := backlogQuery(names)
+	var due int64
+	var age float64
+	require.NoError(t, db.Pool.QueryRow(ctx, query).Scan(&due, &age))
+	require.Equal(t, int64(BacklogLimit), due, "counted up to the limit")
+	require.GreaterOrEqual(t, age, 60.0)
+
+	var plan []map[string]any
+	require.NoError(t, db.Pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+query).Scan(&plan))
+	scans := tableScans(plan[0]["Plan"].(map[string]any), db.Table().Name)
+	require.NotEmpty(t, scans)
+	for _, n := range scans {
+		raw, _ := json.Marshal(n)
+		require.Contains(t, []any{"Index Scan", "Index Only Scan"}, n["Node Type"], "no scan of the table: %s", raw)
+		require.Equal(t, names.Object(sqlname.SuffixDueIndex), n["Index Name"], "%s", raw)
+		require.LessOrEqual(t, n["Actual Rows"].(float64), float64(BacklogLimit), "a bounded part of the index: %s", raw)
+	}
+}
+
+// tableScans returns the plan nodes that read the relation.
+func tableScans(node map[string]any, relation string) []map[string]any {
+	var out []map[string]any
+	if node["Relation Name"] == relation {
+		out = append(out, node)
+	}
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		if m, ok := c.(map[string]any); ok {
+			out = append(out, tableScans(m, relation)...)
+		}
+	}
+	return out
+}
+
+// A sample that fails is reported to OnError and observes nothing.
+func TestBacklogSampleFails(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t) // no outbox table
+	mp := &telemetrytest.MeterProvider{}
+	var errs []error
+	d, err := New(db.NewPool(t, 1), Config{Table: db.Table(), MeterProvider: mp,
+		OnError: func(err error) { errs = append(errs, err) }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer d.observeBacklog()()
+	require.NoError(t, mp.Collect(context.Background()))
+	require.Empty(t, mp.Points("pgoutbox.backlog.due"))
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "does not exist")
+}
+
+// BenchmarkInstrumentsNoProvider measures what the metrics and spans add
+// to one event's dispatch when the application installed no provider (the
+// global ones by default): the handler's span and measurements, and the
+// counting of its outcome. Compare it with BenchmarkDispatchInProcess's
+// ns/event.
+//
+//	go test -run '^$' -bench InstrumentsNoProvider -benchmem ./dispatcher/
+func BenchmarkInstrumentsNoProvider(b *testing.B) {
+	d := offlineDispatcher(b, Config{})
+	it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now()}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		it.startedAt = time.Now()
+		d.metrics.started(it)
+		_, span := d.spans.handlerSpan(ctx, &it.event)
+		d.metrics.handled(it, result{})
+		endHandlerSpan(span, result{})
+		d.metrics.completed(it, outbox.StatusSent)
+		d.stats.claimed.Add(1)
+	}
+}

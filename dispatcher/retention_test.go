@@ -1,0 +1,306 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// insertAged commits n rows in status whose sent_at and failed_at are age
+// ago (database clock), whatever the status: a row that is not SENT or
+// FAILED must stay however old these columns say it is. PENDING rows are
+// due in an hour (no dispatcher claims them), PROCESSING rows hold a
+// lease for an hour.
+func insertAged(t *testing.T, db *testdb.DB, status outbox.Status, age time.Duration, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events
+	(id, event_type, payload, status, sent_at, failed_at, next_attempt_at, lock_token, lease_until, created_at)
+SELECT id, 'retention.test', '\x7b7d', $2, now() - $3::bigint * interval '1 microsecond',
+	now() - $3::bigint * interval '1 microsecond', now() + interval '1 hour',
+	CASE WHEN $2 = 'PROCESSING' THEN gen_random_uuid() END, now() + interval '1 hour',
+	now() - $3::bigint * interval '1 microsecond' - interval '1 hour'
+FROM unnest($1::uuid[]) AS id`, ids, string(status), age.Microseconds())
+	require.NoError(t, err)
+	return ids
+}
+
+// remaining returns which of ids are still in the table.
+func remaining(t *testing.T, db *testdb.DB, ids []uuid.UUID) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox_events WHERE id = ANY($1::uuid[])`, ids).Scan(&n))
+	return n
+}
+
+// batchLog records the retention batches of one dispatcher.
+type batchLog struct {
+	mu      sync.Mutex
+	batches []string // "SENT 10/10": status, deleted/limit; "skipped" when another held the lock
+}
+
+func (l *batchLog) hook(cfg *dispatcher.Config) {
+	dispatcher.SetRetentionHook(cfg, func(status outbox.Status, limit int, deleted int64, skipped bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if skipped {
+			l.batches = append(l.batches, "skipped")
+			return
+		}
+		l.batches = append(l.batches, fmt.Sprintf("%s %d/%d", status, deleted, limit))
+	})
+}
+
+func (l *batchLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.batches...)
+}
+
+// retentionConfig is baseConfig with a retention pass every 10ms in
+// batches of batch rows.
+func retentionConfig(db *testdb.DB, batch int) dispatcher.Config {
+	cfg := baseConfig(db)
+	cfg.RetentionInterval = 10 * time.Millisecond
+	cfg.RetentionBatchSize = batch
+	return cfg
+}
+
+// waitPasses waits until d has finished n more retention passes than
+// it had when called. A pass counts when it starts: n+1 started means n
+// ended.
+func waitPasses(t *testing.T, d *dispatcher.Dispatcher, n uint64) {
+	t.Helper()
+	from := d.Stats().RetentionPasses
+	waitFor(t, 30*time.Second, "retention passes", func() bool { return d.Stats().RetentionPasses >= from+n+1 })
+}
+
+// Only SENT rows older than RetainSent go, in batches of at most
+// RetentionBatchSize, a pass ending with its first short batch; young
+// SENT rows, FAILED rows (kept by default) and PENDING and PROCESSING
+// rows, however old their columns say they are, stay.
+func TestRetentionDeletesOnlyDueSentRows(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 25)
+	kept := append(insertAged(t, db, outbox.StatusSent, time.Hour, 5), insertAged(t, db, outbox.StatusFailed, 48*time.Hour, 5)...)
+	kept = append(kept, insertAged(t, db, outbox.StatusPending, 48*time.Hour, 5)...)
+	kept = append(kept, insertAged(t, db, outbox.StatusProcessing, 48*time.Hour, 5)...)
+
+	cfg := retentionConfig(db, 10)
+	var log batchLog
+	log.hook(&cfg)
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitPasses(t, d, 2)
+
+	require.Zero(t, remaining(t, db, due), "SENT rows older than RetainSent")
+	require.Equal(t, len(kept), remaining(t, db, kept), "rows that are not due")
+	s := d.Stats()
+	require.EqualValues(t, 25, s.RetentionSent)
+	require.Zero(t, s.RetentionFailed)
+	require.Zero(t, s.Errors)
+	// The first pass: two full batches and a short one; every later pass
+	// finds nothing.
+	got := log.get()
+	require.Equal(t, []string{"SENT 10/10", "SENT 10/10", "SENT 5/10", "SENT 0/10"}, got[:4])
+	for _, b := range got[3:] {
+		require.Equal(t, "SENT 0/10", b)
+	}
+	// One line per pass: INFO for the pass that deleted, DEBUG for the rest.
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "25"))
+	require.GreaterOrEqual(t, logs.count(slog.LevelDebug, "deleted_sent", "0"), 1)
+}
+
+// RetainFailed deletes FAILED rows older than it; KeepSent keeps every
+// SENT row.
+func TestRetentionFailedWithKeepSent(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusFailed, 8*24*time.Hour, 7)
+	kept := append(insertAged(t, db, outbox.StatusFailed, 6*24*time.Hour, 3), insertAged(t, db, outbox.StatusSent, 30*24*time.Hour, 4)...)
+
+	cfg := retentionConfig(db, 5)
+	cfg.KeepSent = true
+	cfg.RetainFailed = 7 * 24 * time.Hour
+	var log batchLog
+	log.hook(&cfg)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitPasses(t, d, 1)
+
+	require.Zero(t, remaining(t, db, due), "FAILED rows older than RetainFailed")
+	require.Equal(t, len(kept), remaining(t, db, kept))
+	require.EqualValues(t, 7, d.Stats().RetentionFailed)
+	require.Zero(t, d.Stats().RetentionSent)
+	require.Equal(t, []string{"FAILED 5/5", "FAILED 2/5"}, log.get()[:2])
+}
+
+// While another transaction holds the table's retention lock (as another
+// replica's batch does), a pass deletes nothing and says it skipped; once
+// the lock is free, the next pass deletes.
+func TestRetentionWaitsForItsTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 12)
+
+	other, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		"pgoutbox.retention:"+db.Table().String())
+	require.NoError(t, err)
+
+	cfg := retentionConfig(db, 5)
+	var log batchLog
+	log.hook(&cfg)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitPasses(t, d, 3)
+	require.Equal(t, len(due), remaining(t, db, due), "rows deleted while another held the lock")
+	require.GreaterOrEqual(t, d.Stats().RetentionSkipped, uint64(3))
+	for _, b := range log.get() {
+		require.Equal(t, "skipped", b)
+	}
+
+	require.NoError(t, other.Rollback(ctx))
+	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	require.EqualValues(t, 12, d.Stats().RetentionSent)
+}
+
+// Two replicas running retention at once on a table that is also being
+// dispatched: every due row goes exactly once between them (their counts
+// add up to the rows), dispatching is not disturbed, and nothing
+// deadlocks.
+func TestRetentionTwoReplicas(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 3000)
+	pending := insertEvents(t, db, "retention.live", 500)
+	deadlocksBefore := databaseDeadlocks(t, db)
+
+	ds := make([]*dispatcher.Dispatcher, 2)
+	logs := make([]*batchLog, 2)
+	for i := range ds {
+		cfg := retentionConfig(db, 50)
+		logs[i] = &batchLog{}
+		logs[i].hook(&cfg)
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("retention.live", func(context.Context, outbox.Event) error { return nil }))
+		ds[i] = d
+	}
+	for _, d := range ds {
+		runDispatcher(t, d)
+	}
+	waitFor(t, 60*time.Second, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, 60*time.Second, "the live events to be sent", func() bool {
+		return statusCounts(t, db)[outbox.StatusSent] == len(pending)
+	})
+	for _, d := range ds {
+		waitPasses(t, d, 1) // any batch in flight has ended
+	}
+
+	var deleted, errs uint64
+	for i, d := range ds {
+		s := d.Stats()
+		deleted += s.RetentionSent
+		errs += s.Errors
+		require.NotZero(t, s.RetentionPasses, "replica %d ran no pass", i)
+		for _, b := range logs[i].get() {
+			require.Contains(t, []string{"skipped", "SENT 0/50"}, cutCount(b), "replica %d: a batch over its limit: %s", i, b)
+		}
+	}
+	require.EqualValues(t, len(due), deleted, "rows deleted, counted by both replicas")
+	require.Zero(t, errs)
+	require.Equal(t, len(pending), remaining(t, db, pending), "young SENT rows stay")
+	require.Equal(t, deadlocksBefore, databaseDeadlocks(t, db), "pg_stat_database.deadlocks grew (it counts the whole database)")
+}
+
+// cutCount maps "SENT n/50" with 0 <= n <= 50 to "SENT 0/50" and keeps
+// anything else as it is.
+func cutCount(b string) string {
+	var n, limit int
+	if _, err := fmt.Sscanf(b, "SENT %d/%d", &n, &limit); err == nil && n >= 0 && n <= limit {
+		return fmt.Sprintf("SENT 0/%d", limit)
+	}
+	return b
+}
+
+// A stop while a retention batch is in flight (held inside its DELETE by
+// a trigger waiting for the test) cancels the batch: it rolls back whole,
+// no row is left locked, Run returns cleanly and reports no error, and
+// the next dispatcher deletes the rows.
+func TestRetentionStopMidBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 30)
+	const gate = 7317
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
+CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
+	require.NoError(t, err)
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
+	require.NoError(t, err)
+
+	cfg := retentionConfig(db, 10)
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(ctx) }()
+	// The batch's backend, waiting at the gate inside its DELETE.
+	waiting := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+			AND query LIKE '%gone AS%' AND query LIKE '%' || $1 || '%'`, db.Schema).Scan(&n))
+		return n
+	}
+	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(stopCtx))
+	require.NoError(t, <-errc)
+	require.Zero(t, d.Stats().Errors, "a batch cut by the stop is not an error")
+	require.Zero(t, d.Stats().RetentionSent)
+	// The stop's cancel request reaches the server on its own: wait for it
+	// to end the statement (still at the gate, which the test holds), then
+	// open the gate.
+	waitFor(t, 30*time.Second, "the cancelled batch to end", func() bool { return waiting() == 0 })
+	require.NoError(t, holder.Rollback(ctx))
+	require.Equal(t, len(due), remaining(t, db, due), "the cut batch rolled back whole")
+	var locked int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox_events
+		WHERE id = ANY($1::uuid[]) FOR UPDATE NOWAIT) AS l`, due).Scan(&locked))
+	require.Equal(t, len(due), locked, "every row can be locked at once: none is held")
+
+	next, err := dispatcher.New(db.Pool, retentionConfig(db, 10))
+	require.NoError(t, err)
+	runDispatcher(t, next)
+	waitFor(t, 30*time.Second, "the next dispatcher to delete the rows", func() bool { return remaining(t, db, due) == 0 })
+}

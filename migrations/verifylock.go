@@ -1,0 +1,75 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// VerifyLockError is what [Verify] returns when a lock it needs on the
+// outbox table or one of its indexes stayed held by another session for
+// longer than Config.LockTimeout. It names that session, so an operator
+// can tell a migration or maintenance command in progress from a
+// forgotten transaction. Verify found nothing wrong or right: run it again
+// once the lock is gone.
+type VerifyLockError struct {
+	// Table is the outbox being verified.
+	Table outbox.Table
+	// Waited is how long Verify waited for the lock.
+	Waited time.Duration
+	// PID is the backend that held a lock on the table or an index of it
+	// in a mode that blocks reads (ACCESS EXCLUSIVE), or 0 when it had
+	// released it by the time Verify looked.
+	PID int32
+	// Mode is the lock mode it held, for example "AccessExclusiveLock".
+	Mode string
+	// ApplicationName and State describe the holder as pg_stat_activity
+	// shows it (State only to a superuser, pg_read_all_stats or the same
+	// role).
+	ApplicationName string
+	// State is the holder's state, for example "idle in transaction".
+	State string
+	// Err is the database's lock_timeout error (SQLSTATE 55P03).
+	Err error
+}
+
+// Error names the table, the wait and the holder; it contains no
+// credentials.
+func (e *VerifyLockError) Error() string {
+	msg := fmt.Sprintf("pgoutbox: verify %s: waited %s for a lock on the table held by another session", e.Table, e.Waited)
+	if e.PID == 0 {
+		return msg + " (released since; verify again)"
+	}
+	return msg + fmt.Sprintf(": backend pid %d holds %s (application_name %q, state %q); "+
+		"wait for it to finish or end it with SELECT pg_terminate_backend(%d)", e.PID, e.Mode, e.ApplicationName, e.State, e.PID)
+}
+
+// Unwrap returns the database's lock_timeout error.
+func (e *VerifyLockError) Unwrap() error { return e.Err }
+
+// relationHolderSQL finds a backend, other than this one, holding a lock
+// that blocks reads on the table $1.$2 or one of its indexes.
+const relationHolderSQL = `SELECT l.pid, l.mode, coalesce(a.application_name, ''), coalesce(a.state, '')
+FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid()
+	AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+	AND l.relation IN (SELECT ` + relOID + ` UNION ALL
+		SELECT indexrelid FROM pg_catalog.pg_index WHERE indrelid = ` + relOID + `)
+LIMIT 1`
+
+// lockError is the error for a lock that stayed held for waited.
+func lockError(ctx context.Context, conn *pgx.Conn, names sqlname.Names, waited time.Duration, cause error) error {
+	e := &VerifyLockError{Table: names.Table, Waited: waited, Err: cause}
+	err := conn.QueryRow(ctx, relationHolderSQL, names.Table.Schema, names.Table.Name).
+		Scan(&e.PID, &e.Mode, &e.ApplicationName, &e.State)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w (looking up the holder: %w)", e, err)
+	}
+	return e
+}
