@@ -52,7 +52,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
-	d.flushRepeats()
+	d.flushAllRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
 }

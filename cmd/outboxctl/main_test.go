@@ -178,7 +178,8 @@ func TestInspect(t *testing.T) {
 
 	r = onDB(t, db, "inspect", uuid.NewString())
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "not found")
+	require.Contains(t, r.stderr, ": event not found")
+	require.Equal(t, 1, strings.Count(r.stderr, "admin:"), r.stderr)
 }
 
 func TestReplay(t *testing.T) {
