@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -63,7 +64,7 @@ func counterNames(c *counters) map[string]*metered {
 // newMetrics creates the instruments of cfg.MeterProvider and attaches
 // those of the table-wide counters to c. The API's instruments never fail
 // to be created; an error (a name an SDK refuses) leaves a working no-op
-// and is returned for the log.
+// (the API's, when the SDK gave none) and is returned for the log.
 func newMetrics(cfg Config, c *counters) (*metrics, error) {
 	meter := cfg.MeterProvider.Meter(telemetry.Scope)
 	sets := telemetry.NewSets(cfg.Table.String())
@@ -72,12 +73,18 @@ func newMetrics(cfg Config, c *counters) (*metrics, error) {
 	counter := func(name, desc string) metric.Int64Counter {
 		ctr, err := meter.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
 		errs = append(errs, err)
+		if ctr == nil {
+			return noop.Int64Counter{}
+		}
 		return ctr
 	}
 	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(buckets...))
 		errs = append(errs, err)
+		if h == nil {
+			return noop.Float64Histogram{}
+		}
 		return h
 	}
 	for name, mc := range counterNames(c) {
@@ -128,10 +135,11 @@ func (m *metrics) failedOne(o Outcome) {
 // when that transaction began, not when it committed), to its startedAt
 // on the local clock. Clock skew between the two shows up in it; a negative
 // delay is recorded as zero. Retries and snoozed events are left out:
-// their delay is the backoff's.
+// their delay is the backoff's; so are suspects (recovered before: their
+// first attempt started already, and was lost).
 func (m *metrics) started(it *item) {
 	e := &it.event
-	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
+	if e.Attempt != 1 || e.Snoozes != 0 || it.suspect || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
 	m.delay.Record(context.Background(), max(0, it.startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
