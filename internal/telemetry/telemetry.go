@@ -139,7 +139,10 @@ func (t Tracer) Off() bool {
 // before the application installs one, which forwards to the installed
 // one once there is one. Nil when the API names it otherwise, or when a
 // provider was installed before this package's initialisation: Off then
-// never skips the global provider's spans, which costs only speed.
+// never skips the global provider's spans, which costs only speed. An
+// eBPF auto-instrumentation that captures spans from the global API with
+// no provider installed in the program is not detected: it sees none of
+// pgoutbox's spans, since none is started (docs/observability.md).
 var delegateType = func() reflect.Type {
 	t := reflect.TypeOf(otel.GetTracerProvider())
 	if t.String() != "*global.tracerProvider" {
