@@ -183,14 +183,21 @@ func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
 	}
 }
 
+// destination is where the publisher sends e: RouteFunc's answer, for an
+// event of one of PublishTypes (when set); "" when it is not published.
 func (d *Dispatcher) destination(e outbox.Event) string {
-	if d.cfg.Publisher == nil {
+	if d.cfg.Publisher == nil || d.kinds.publish != nil && !d.kinds.publish[e.Type] {
 		return ""
 	}
 	return d.cfg.RouteFunc(e)
 }
 
-var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
+// errNoHandler is the error of an event claimed to be published (a
+// Publisher without PublishTypes claims every type) whose route is empty
+// and whose type has no handler: the dispatcher's own configuration says
+// nothing delivers it. An event of a type the dispatcher does not claim
+// is never claimed, so it never ends here.
+var errNoHandler = errors.New("the route of the event is empty and no handler is registered for its type")
 
 // await waits until an older item of the same event, whose lease was lost
 // while its handler kept running, has ended, so that one process never runs

@@ -231,7 +231,7 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) 
 		err = closeErr
 	}
 	if err != nil {
-		return e.sendError(err)
+		return e.sendError(err, c.callerIDs)
 	}
 	return nil
 }
