@@ -322,8 +322,9 @@ type Config struct {
 	// BacklogSampleInterval is the least time between two samples of the
 	// backlog gauges (pgoutbox.backlog.due and
 	// pgoutbox.backlog.oldest_due_age), each one bounded query on the due
-	// index, run while the MeterProvider collects. Defaults to 30s; 1s to
-	// 1h.
+	// index, run by a goroutine of Run's when a collection of the
+	// MeterProvider finds the last sample older than this (a collection
+	// never waits for it). Defaults to 30s; 1s to 1h.
 	BacklogSampleInterval time.Duration
 
 	// now replaces time.Now for the dispatcher's local lease deadlines;

@@ -237,20 +237,22 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 	return result{}, true, false
 }
 
-// callHandler runs h in the item's context, recovering a panic. The
-// context ends when h returns.
+// callHandler runs h in the item's context, recovering a panic, its
+// instruments' included (a sampler's or a span processor's: the call then
+// fails with code panic). The context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
-	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
-	ctx, span := d.spans.handlerSpan(it.ctx, &it.event)
+	span := noSpan
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
 		}
-		d.metrics.handled(it, res)
-		endHandlerSpan(span, res)
+		d.endHandlerCall(it, span, res)
 	}()
+	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	var ctx context.Context
+	ctx, span = d.spans.handlerSpan(it.ctx, &it.event)
 	err := h(ctx, it.event)
 	d.noteHandlerTime(time.Since(it.startedAt))
 	if err == nil {

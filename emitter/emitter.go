@@ -52,9 +52,7 @@ func New(cfg Config) (*Emitter, error) {
 		e.notifySQL = notifySQL
 		e.notifyArgs = []any{names.Channel()}
 	}
-	if e.instruments, err = newInstruments(cfg); err != nil {
-		return nil, err
-	}
+	e.instruments = newInstruments(cfg)
 	return e, nil
 }
 
