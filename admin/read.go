@@ -161,9 +161,11 @@ type Page struct {
 // Every page, the first or the millionth, is read from an index (schema
 // version 5): without a filter, or with Status SENT, the seq index from
 // the cursor on; with Type, AggregateID or Code, that column's index;
-// with Status PENDING, PROCESSING or FAILED, that status's partial index,
-// whose rows are sorted (so such a page costs in proportion to the rows
-// in the status, not to the SENT rows).
+// with Status FAILED and Code, the failed index from the cursor on; with
+// Status PENDING, PROCESSING or FAILED otherwise, that status's partial
+// index, whose rows after the cursor are all read and sorted: such a page
+// costs in proportion to the rows in the status (not to the SENT rows),
+// so during a backlog a page of PENDING rows reads the whole backlog.
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
@@ -202,14 +204,17 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 // the status is a literal, so that a generic plan can use its partial
 // index. "seq + 0" keeps the planner off the seq index for the statuses
 // with an index of their own: walking seq in order and filtering for
-// PENDING reads past every SENT row before the first PENDING one.
+// PENDING reads past every SENT row before the first PENDING one. FAILED
+// rows of one code are ordered by plain seq: the failed index
+// (last_error_code, seq) holds them in that order, so a page reads its
+// rows only instead of sorting every FAILED row with the code.
 func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
 	order := "seq"
 	if p.Status != "" {
 		w.conds = append(w.conds, "status = "+quoteLiteral(string(p.Status)))
-		if p.Status != outbox.StatusSent {
+		if p.Status != outbox.StatusSent && (p.Status != outbox.StatusFailed || p.Code == "") {
 			order = "seq + 0"
 		}
 	}
