@@ -88,10 +88,13 @@ const sentEstimate = `(SELECT (CASE WHEN c.relpages > 0
 func buildStatements(t string) statements {
 	// Each count reads the partial index of its status (due, lease,
 	// failed); SENT rows are counted up to SentCountLimit+1 through the
-	// seq index, and the total estimated from pg_class.
+	// finished index (migration 004), whose entries start with the status,
+	// so the count reads SENT entries only, whatever else the table holds;
+	// the order is the index's, which only makes the planner walk it. The
+	// total is estimated from pg_class.
 	estimate := fmt.Sprintf(sentEstimate, quoteLiteral(t))
 	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s
-		WHERE status = 'SENT' ORDER BY seq LIMIT %d`, t, SentCountLimit+1)
+		WHERE status = 'SENT' ORDER BY status, coalesce(sent_at, failed_at) LIMIT %d`, t, SentCountLimit+1)
 	return statements{
 		counts: fmt.Sprintf(`SELECT
 	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING'),
