@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -96,6 +97,33 @@ func TestSummary(t *testing.T) {
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now(), s.Counts.At, time.Minute)
 		s.Counts.At = time.Time{}
-		require.Equal(t, admin.Summary{}, s)
+		require.Equal(t, admin.Summary{SentByType: true}, s)
+	})
+
+	t.Run("PastTheSentLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+			SELECT gen_random_uuid(), CASE WHEN i = 1 THEN 'a' ELSE 'old' END, 'SENT', now()
+			FROM generate_series(1, $1::int) AS i`, admin.SentCountLimit+1)
+		require.NoError(t, err)
+		b.insert(t, row{Type: "a"})
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.Counts.SentEstimated)
+		require.False(t, s.SentByType)
+		require.Equal(t, []admin.TypeCounts{{Type: "a", Pending: 1, Due: 1}}, s.ByType,
+			"SENT rows not counted by type; the type with SENT rows only left out")
+		js, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Contains(t, string(js), `"sent_by_type":false`, "JSON readers can tell 0 from not counted")
+
+		b.insert(t, row{Type: "c"})
+		_, err = b.db.Pool.Exec(ctx, `DELETE FROM outbox_events WHERE event_type = 'old' AND status = 'SENT'`)
+		require.NoError(t, err)
+		s, err = b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.SentByType)
+		require.Equal(t, []admin.TypeCounts{{Type: "a", Pending: 1, Due: 1, Sent: 1}, {Type: "c", Pending: 1, Due: 1}}, s.ByType)
 	})
 }
