@@ -29,8 +29,9 @@ type Counts struct {
 	// SentEstimated reports that Sent is an estimate: more than
 	// [SentCountLimit] rows are SENT, and Sent is the planner's estimate
 	// of the table's rows (pg_class, as of the last ANALYZE or VACUUM,
-	// scaled to the table's current size) less the exact counts of the
-	// other statuses, and at least SentCountLimit+1. It drifts between
+	// scaled to the table's current size; for a table never analyzed nor
+	// vacuumed, the planner's guess from its size on disk) less the exact
+	// counts of the other statuses, and at least SentCountLimit+1. It drifts between
 	// autovacuum runs; the other counts are always exact.
 	SentEstimated bool `json:"sent_estimated"`
 	// Failed is the exact number of FAILED rows.
@@ -64,13 +65,42 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+	if estimate, err = a.tableRows(ctx, c, estimate); err != nil {
+		return Counts{}, err
+	}
 	c.settleSent(estimate)
 	return c, nil
 }
 
+// tableRows returns rows, the table's row estimate from pg_class, or,
+// when that is unknown (-1: never analyzed nor vacuumed, as after a bulk
+// load) and c counted past SentCountLimit SENT rows, an estimate from a
+// sample of about sampledPages of the table's pages (TABLESAMPLE SYSTEM)
+// scaled to its size on disk.
+func (a *Admin) tableRows(ctx context.Context, c Counts, rows int64) (int64, error) {
+	if rows >= 0 || c.Sent <= SentCountLimit {
+		return rows, nil
+	}
+	var pages float64
+	err := a.db.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::float8",
+		a.qualified).Scan(&pages)
+	if err == nil {
+		percent := min(100, 100*sampledPages/max(pages, 1))
+		err = a.db.QueryRow(ctx, "SELECT (count(*) * 100 / $1::float8)::bigint FROM "+a.qualified+
+			" TABLESAMPLE SYSTEM ($1)", percent).Scan(&rows)
+	}
+	if err != nil {
+		return 0, errtext.Wrap(err, "admin: estimate the rows of %s", a.table)
+	}
+	return rows, nil
+}
+
+// sampledPages is about how many pages tableRows reads.
+const sampledPages = 100
+
 // settleSent replaces c.Sent, a count stopped at SentCountLimit+1, by an
 // estimate when the count reached that limit: rows is the planner's
-// estimate of the table's rows (-1 when unknown).
+// estimate of the table's rows.
 func (c *Counts) settleSent(rows int64) {
 	if c.Sent <= SentCountLimit {
 		return

@@ -79,10 +79,11 @@ const SentCountLimit = 10_000
 // string literal of its quoted name) now
 // (its statistics scaled to its current size, as the planner scales them),
 // from pg_class: it reads no row. -1 when the table was never analyzed
-// or vacuumed.
+// or vacuumed (relpages 0; reltuples is then -1, or 0 before PostgreSQL
+// 14): see Admin.plannerRows.
 const sentEstimate = `(SELECT (CASE WHEN c.relpages > 0
 		THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
-		ELSE c.reltuples END)::bigint
+		ELSE -1 END)::bigint
 	FROM pg_class c WHERE c.oid = %s::regclass)`
 
 func buildStatements(t string) statements {

@@ -109,6 +109,9 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))
 	})
+	if estimate, err = a.tableRows(ctx, s.Counts, estimate); err != nil {
+		return Summary{}, err
+	}
 	s.Counts.settleSent(estimate)
 	s.SentByType = !s.Counts.SentEstimated
 	if !s.SentByType {

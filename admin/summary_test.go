@@ -100,6 +100,30 @@ func TestSummary(t *testing.T) {
 		require.Equal(t, admin.Summary{SentByType: true}, s)
 	})
 
+	// A table bulk-loaded and never analyzed nor vacuumed (pg_class
+	// knows no row count) gets an estimate from a sample of its pages,
+	// not SentCountLimit+1.
+	t.Run("SentEstimateOfANeverAnalyzedTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE outbox_events SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+			SELECT gen_random_uuid(), 'old', 'SENT', now() FROM generate_series(1, 50000)`)
+		require.NoError(t, err)
+		var pages int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&pages))
+		require.Zero(t, pages, "never analyzed")
+		c, err := b.admin.Counts(ctx)
+		require.NoError(t, err)
+		require.True(t, c.SentEstimated)
+		require.InEpsilon(t, 50000, c.Sent, 0.2, "an estimate from a sample of the table's pages")
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.Counts.SentEstimated)
+		require.InEpsilon(t, 50000, s.Counts.Sent, 0.2, "a sample: not the same one")
+	})
+
 	t.Run("PastTheSentLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
