@@ -75,8 +75,9 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 // tableRows returns rows, the table's row estimate from pg_class, or,
 // when that is unknown (-1: never analyzed nor vacuumed, as after a bulk
 // load) and c counted past SentCountLimit SENT rows, an estimate from a
-// sample of about sampledPages of the table's pages (TABLESAMPLE SYSTEM)
-// scaled to its size on disk.
+// sample of about sampledPages of the table's pages (TABLESAMPLE SYSTEM):
+// their rows per page times the table's pages. -1 when the sample found
+// no row (settleSent then keeps the count).
 func (a *Admin) tableRows(ctx context.Context, c Counts, rows int64) (int64, error) {
 	if rows >= 0 || c.Sent <= SentCountLimit {
 		return rows, nil
@@ -85,9 +86,12 @@ func (a *Admin) tableRows(ctx context.Context, c Counts, rows int64) (int64, err
 	err := a.db.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::float8",
 		a.qualified).Scan(&pages)
 	if err == nil {
+		// Rows per sampled page (pages with a visible row), times the
+		// pages: the number of pages SYSTEM picks varies, their density
+		// much less.
 		percent := min(100, 100*sampledPages/max(pages, 1))
-		err = a.db.QueryRow(ctx, "SELECT (count(*) * 100 / $1::float8)::bigint FROM "+a.qualified+
-			" TABLESAMPLE SYSTEM ($1)", percent).Scan(&rows)
+		err = a.db.QueryRow(ctx, `SELECT coalesce((count(*) / nullif(count(DISTINCT (ctid::text::point)[0]), 0) * $2::float8)::bigint, -1)
+			FROM `+a.qualified+` TABLESAMPLE SYSTEM ($1)`, percent, pages).Scan(&rows)
 	}
 	if err != nil {
 		return 0, errtext.Wrap(err, "admin: estimate the rows of %s", a.table)

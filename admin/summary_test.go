@@ -121,6 +121,7 @@ func TestSummary(t *testing.T) {
 		s, err := b.admin.Summary(ctx)
 		require.NoError(t, err)
 		require.True(t, s.Counts.SentEstimated)
+		t.Logf("SENT estimates: %d, %d", c.Sent, s.Counts.Sent)
 		require.InEpsilon(t, 50000, s.Counts.Sent, 0.2, "a sample: not the same one")
 	})
 
