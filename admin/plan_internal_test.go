@@ -131,3 +131,43 @@ FROM generate_series(1, 1000000) AS i`)
 		require.Len(t, res.Replayed, 100)
 	})
 }
+
+// A filter replay batch and a page of FAILED rows of one code read the
+// head of the failed index, not every matching FAILED row: on 150,000
+// FAILED rows of one code, ordered by seq alone, each batch read and
+// sorted all of them (a parallel sequential scan).
+func TestReplayAndListOnABigFailedSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("inserts 300,000 rows")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events
+	(id, event_type, status, failed_at, last_error_code)
+SELECT gen_random_uuid(), 'type.' || (i % 20),
+	CASE WHEN i % 2 = 0 THEN 'FAILED' ELSE 'PENDING' END,
+	CASE WHEN i % 2 = 0 THEN now() END, CASE WHEN i % 2 = 0 THEN 'timeout' END
+FROM generate_series(1, 300000) AS i`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `VACUUM ANALYZE outbox_events`)
+	require.NoError(t, err)
+	a, err := New(db.Pool, Config{Table: db.Table()})
+	require.NoError(t, err)
+	var bad []string
+	for _, p := range []ReplayParams{{Code: "timeout"}, {}} {
+		stmt, args, err := a.replayArgs(p)
+		require.NoError(t, err)
+		plan := testdb.Explain(t, db.Pool, stmt.dry, args...)
+		if plan.Buffers > maxPlanBuffers || len(plan.SeqScans) > 0 {
+			bad = append(bad, fmt.Sprintf("replay %+v: %v buffers, seq scans %v", p, plan.Buffers, plan.SeqScans))
+		}
+	}
+	p := ListParams{Status: outbox.StatusFailed, Code: "timeout"}
+	stmt, args := a.listSQL(p, DefaultListLimit+1)
+	plan := testdb.Explain(t, db.Pool, stmt, args...)
+	if plan.Buffers > maxPlanBuffers || len(plan.SeqScans) > 0 {
+		bad = append(bad, fmt.Sprintf("list %+v: %v buffers, seq scans %v", p, plan.Buffers, plan.SeqScans))
+	}
+	require.Empty(t, bad, "one batch / one page read every FAILED row")
+}

@@ -29,8 +29,9 @@ type Counts struct {
 	// SentEstimated reports that Sent is an estimate: more than
 	// [SentCountLimit] rows are SENT, and Sent is the planner's estimate
 	// of the table's rows (pg_class, as of the last ANALYZE or VACUUM,
-	// scaled to the table's current size) less the exact counts of the
-	// other statuses, and at least SentCountLimit+1. It drifts between
+	// scaled to the table's current size; for a table never analyzed nor
+	// vacuumed, the planner's guess from its size on disk) less the exact
+	// counts of the other statuses, and at least SentCountLimit+1. It drifts between
 	// autovacuum runs; the other counts are always exact.
 	SentEstimated bool `json:"sent_estimated"`
 	// Failed is the exact number of FAILED rows.
@@ -64,13 +65,46 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+	if estimate, err = a.tableRows(ctx, c, estimate); err != nil {
+		return Counts{}, err
+	}
 	c.settleSent(estimate)
 	return c, nil
 }
 
+// tableRows returns rows, the table's row estimate from pg_class, or,
+// when that is unknown (-1: never analyzed nor vacuumed, as after a bulk
+// load) and c counted past SentCountLimit SENT rows, an estimate from a
+// sample of about sampledPages of the table's pages (TABLESAMPLE SYSTEM):
+// their rows per page times the table's pages. -1 when the sample found
+// no row (settleSent then keeps the count).
+func (a *Admin) tableRows(ctx context.Context, c Counts, rows int64) (int64, error) {
+	if rows >= 0 || c.Sent <= SentCountLimit {
+		return rows, nil
+	}
+	var pages float64
+	err := a.db.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::float8",
+		a.qualified).Scan(&pages)
+	if err == nil {
+		// Rows per sampled page (pages with a visible row), times the
+		// pages: the number of pages SYSTEM picks varies, their density
+		// much less.
+		percent := min(100, 100*sampledPages/max(pages, 1))
+		err = a.db.QueryRow(ctx, `SELECT coalesce((count(*) / nullif(count(DISTINCT (ctid::text::point)[0]), 0) * $2::float8)::bigint, -1)
+			FROM `+a.qualified+` TABLESAMPLE SYSTEM ($1)`, percent, pages).Scan(&rows)
+	}
+	if err != nil {
+		return 0, errtext.Wrap(err, "admin: estimate the rows of %s", a.table)
+	}
+	return rows, nil
+}
+
+// sampledPages is about how many pages tableRows reads.
+const sampledPages = 100
+
 // settleSent replaces c.Sent, a count stopped at SentCountLimit+1, by an
 // estimate when the count reached that limit: rows is the planner's
-// estimate of the table's rows (-1 when unknown).
+// estimate of the table's rows.
 func (c *Counts) settleSent(rows int64) {
 	if c.Sent <= SentCountLimit {
 		return
@@ -161,9 +195,11 @@ type Page struct {
 // Every page, the first or the millionth, is read from an index (schema
 // version 5): without a filter, or with Status SENT, the seq index from
 // the cursor on; with Type, AggregateID or Code, that column's index;
-// with Status PENDING, PROCESSING or FAILED, that status's partial index,
-// whose rows are sorted (so such a page costs in proportion to the rows
-// in the status, not to the SENT rows).
+// with Status FAILED and Code, the failed index from the cursor on; with
+// Status PENDING, PROCESSING or FAILED otherwise, that status's partial
+// index, whose rows after the cursor are all read and sorted: such a page
+// costs in proportion to the rows in the status (not to the SENT rows),
+// so during a backlog a page of PENDING rows reads the whole backlog.
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
@@ -202,14 +238,17 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 // the status is a literal, so that a generic plan can use its partial
 // index. "seq + 0" keeps the planner off the seq index for the statuses
 // with an index of their own: walking seq in order and filtering for
-// PENDING reads past every SENT row before the first PENDING one.
+// PENDING reads past every SENT row before the first PENDING one. FAILED
+// rows of one code are ordered by plain seq: the failed index
+// (last_error_code, seq) holds them in that order, so a page reads its
+// rows only instead of sorting every FAILED row with the code.
 func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
 	order := "seq"
 	if p.Status != "" {
 		w.conds = append(w.conds, "status = "+quoteLiteral(string(p.Status)))
-		if p.Status != outbox.StatusSent {
+		if p.Status != outbox.StatusSent && (p.Status != outbox.StatusFailed || p.Code == "") {
 			order = "seq + 0"
 		}
 	}

@@ -25,8 +25,15 @@ type Summary struct {
 	// out retry backoffs.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
 	// ByType has one entry per event type present in the table, in type
-	// order.
+	// order; past [SentCountLimit] SENT rows (SentByType false), only the
+	// types with rows in another status.
 	ByType []TypeCounts `json:"by_type"`
+	// SentByType reports that ByType's Sent counts are exact and that
+	// ByType lists the types that have SENT rows only. It is false when
+	// the table holds more than [SentCountLimit] SENT rows
+	// (Counts.SentEstimated): then every TypeCounts.Sent is 0, meaning
+	// not counted, and a type with SENT rows only is missing from ByType.
+	SentByType bool `json:"sent_by_type"`
 	// FailedByCode has one entry per last_error_code among FAILED rows,
 	// the most frequent first (then in code order). A FAILED row without
 	// a code counts under "".
@@ -46,8 +53,9 @@ type TypeCounts struct {
 	// Processing is the number of PROCESSING rows of the type.
 	Processing int64 `json:"processing"`
 	// Sent is the number of SENT rows of the type, when the table holds
-	// at most [SentCountLimit] SENT rows; 0 past it (Counts.SentEstimated),
-	// since counting them per type would read every one.
+	// at most [SentCountLimit] SENT rows; 0, not counted, past it
+	// (Summary.SentByType false), since counting them per type would read
+	// every one.
 	Sent int64 `json:"sent"`
 	// Failed is the number of FAILED rows of the type.
 	Failed int64 `json:"failed"`
@@ -101,8 +109,12 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))
 	})
+	if estimate, err = a.tableRows(ctx, s.Counts, estimate); err != nil {
+		return Summary{}, err
+	}
 	s.Counts.settleSent(estimate)
-	if s.Counts.SentEstimated {
+	s.SentByType = !s.Counts.SentEstimated
+	if !s.SentByType {
 		s.dropSentByType()
 	}
 	return s, nil

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -96,6 +97,58 @@ func TestSummary(t *testing.T) {
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now(), s.Counts.At, time.Minute)
 		s.Counts.At = time.Time{}
-		require.Equal(t, admin.Summary{}, s)
+		require.Equal(t, admin.Summary{SentByType: true}, s)
+	})
+
+	// A table bulk-loaded and never analyzed nor vacuumed (pg_class
+	// knows no row count) gets an estimate from a sample of its pages,
+	// not SentCountLimit+1.
+	t.Run("SentEstimateOfANeverAnalyzedTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE outbox_events SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+			SELECT gen_random_uuid(), 'old', 'SENT', now() FROM generate_series(1, 50000)`)
+		require.NoError(t, err)
+		var pages int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&pages))
+		require.Zero(t, pages, "never analyzed")
+		c, err := b.admin.Counts(ctx)
+		require.NoError(t, err)
+		require.True(t, c.SentEstimated)
+		require.InEpsilon(t, 50000, c.Sent, 0.2, "an estimate from a sample of the table's pages")
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.Counts.SentEstimated)
+		t.Logf("SENT estimates: %d, %d", c.Sent, s.Counts.Sent)
+		require.InEpsilon(t, 50000, s.Counts.Sent, 0.2, "a sample: not the same one")
+	})
+
+	t.Run("PastTheSentLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+			SELECT gen_random_uuid(), CASE WHEN i = 1 THEN 'a' ELSE 'old' END, 'SENT', now()
+			FROM generate_series(1, $1::int) AS i`, admin.SentCountLimit+1)
+		require.NoError(t, err)
+		b.insert(t, row{Type: "a"})
+		s, err := b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.Counts.SentEstimated)
+		require.False(t, s.SentByType)
+		require.Equal(t, []admin.TypeCounts{{Type: "a", Pending: 1, Due: 1}}, s.ByType,
+			"SENT rows not counted by type; the type with SENT rows only left out")
+		js, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Contains(t, string(js), `"sent_by_type":false`, "JSON readers can tell 0 from not counted")
+
+		b.insert(t, row{Type: "c"})
+		_, err = b.db.Pool.Exec(ctx, `DELETE FROM outbox_events WHERE event_type = 'old' AND status = 'SENT'`)
+		require.NoError(t, err)
+		s, err = b.admin.Summary(ctx)
+		require.NoError(t, err)
+		require.True(t, s.SentByType)
+		require.Equal(t, []admin.TypeCounts{{Type: "a", Pending: 1, Due: 1, Sent: 1}, {Type: "c", Pending: 1, Due: 1}}, s.ByType)
 	})
 }

@@ -41,9 +41,12 @@ type ReplayParams struct {
 	// FailedBefore keeps only rows that failed before this instant, in the
 	// years 1 to 9999. Zero means any.
 	FailedBefore time.Time
-	// Limit is the most rows a filter replay changes, oldest seq first,
-	// 1 to [MaxReplayLimit]. Defaults to [DefaultReplayLimit]. A filter
-	// with every field empty replays any FAILED rows, up to Limit.
+	// Limit is the most rows a filter replay changes, 1 to
+	// [MaxReplayLimit]. Rows are taken by error code (last_error_code,
+	// rows without one last), then oldest seq first: the failed index's
+	// order, so that each batch reads only the rows it replays. Defaults
+	// to [DefaultReplayLimit]. A filter with every field empty replays
+	// any FAILED rows, up to Limit.
 	Limit int
 	// DryRun makes Replay change nothing and send no notification: it
 	// reports the rows the same call would replay now (read without
@@ -137,7 +140,7 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if !p.FailedBefore.IsZero() {
 		w.conds = append(w.conds, "failed_at < "+w.arg(p.FailedBefore))
 	}
-	return replayWrite(a.qualified, w.String(), w.arg(limit)), w.args, nil
+	return replayWrite(a.qualified, w.String(), replayFilterOrder, w.arg(limit)), w.args, nil
 }
 
 // skipped returns the ids of named that are not in replayed, in the order

@@ -127,6 +127,18 @@ func TestReplay(t *testing.T) {
 		require.Zero(t, b.countWhere(t, "status = 'FAILED'"))
 	})
 
+	t.Run("ByCodeThenSeq", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		got := b.insert(t, row{Status: "FAILED"}, row{Status: "FAILED", Code: "timeout"},
+			row{Status: "FAILED", Code: "handler_error"}, row{Status: "FAILED", Code: "handler_error"})
+		for _, want := range [][]uuid.UUID{{got[2], got[3]}, {got[1]}, {got[0]}} {
+			res, err := b.admin.Replay(ctx, admin.ReplayParams{Limit: len(want)})
+			require.NoError(t, err)
+			require.ElementsMatch(t, want, res.Replayed, "by code, rows without one last, then oldest seq first")
+		}
+	})
+
 	t.Run("Notifies", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -3,7 +3,9 @@ package migrations
 import (
 	"context"
 	"embed"
+	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,7 +42,8 @@ type Config struct {
 	// holds one for longer, Migrate returns an *outbox.MigrationLockError
 	// naming that session's backend, and changes nothing. Zero means one
 	// minute, longer than a migration that retries a locked table takes;
-	// a negative value gives an *outbox.ConfigError naming "LockTimeout".
+	// a negative value, or one above [MaxLockTimeout], gives an
+	// *outbox.ConfigError naming "LockTimeout".
 	// It bounds [Verify] too: its wait for a lock on the table or its
 	// indexes (see [VerifyLockError]).
 	LockTimeout time.Duration
@@ -100,10 +103,26 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	if err != nil {
 		return tmplmigrate.Set{}, err
 	}
-	if cfg.LockTimeout < 0 {
-		return tmplmigrate.Set{}, &outbox.ConfigError{Field: "LockTimeout", Reason: "must not be negative"}
+	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
+		return tmplmigrate.Set{}, err
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names), LockWait: cfg.LockTimeout}, nil
+}
+
+// MaxLockTimeout is the longest Config.LockTimeout: PostgreSQL's largest
+// lock_timeout, 2^31-1 milliseconds (about 24.8 days).
+const MaxLockTimeout = math.MaxInt32 * time.Millisecond
+
+// checkLockTimeout rejects a LockTimeout PostgreSQL's lock_timeout cannot
+// hold.
+func checkLockTimeout(d time.Duration) error {
+	if d < 0 {
+		return &outbox.ConfigError{Field: "LockTimeout", Reason: "must not be negative"}
+	}
+	if d > MaxLockTimeout {
+		return &outbox.ConfigError{Field: "LockTimeout", Reason: fmt.Sprintf("is %s, at most %s (PostgreSQL's largest lock_timeout)", d, MaxLockTimeout)}
+	}
+	return nil
 }
 
 // templateData is what the migration templates see: every name quoted.

@@ -165,15 +165,115 @@ func TestMigrateNamesTheHolderToAnUnprivilegedMigrator(t *testing.T) {
 	require.Empty(t, lockErr.State)
 }
 
-func TestMigrateRejectsANegativeLockTimeout(t *testing.T) {
+// A LockTimeout below 0 or above PostgreSQL's largest lock_timeout is a
+// ConfigError from Migrate and Verify alike, before anything is read or
+// written (the largest one itself is accepted).
+func TestMigrateRejectsALockTimeoutOutOfRange(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	db := testdb.New(t)
 	conn := db.Conn(t)
-	err := migrations.Migrate(context.Background(), conn, migrations.Config{Table: db.Table(), LockTimeout: -time.Second})
-	var cfgErr *outbox.ConfigError
-	require.ErrorAs(t, err, &cfgErr)
-	require.Equal(t, "LockTimeout", cfgErr.Field)
-	require.Empty(t, tablesIn(t, conn, db.Schema))
+	for _, d := range []time.Duration{-time.Second, migrations.MaxLockTimeout + time.Millisecond, 30 * 24 * time.Hour} {
+		cfg := migrations.Config{Table: db.Table(), LockTimeout: d}
+		for name, err := range map[string]error{"migrate": migrations.Migrate(ctx, conn, cfg), "verify": migrations.Verify(ctx, conn, cfg)} {
+			var cfgErr *outbox.ConfigError
+			require.ErrorAs(t, err, &cfgErr, "%s %s", name, d)
+			require.Equal(t, "LockTimeout", cfgErr.Field)
+			require.Equal(t, 1, strings.Count(err.Error(), "pgoutbox:"), err.Error())
+		}
+		require.Empty(t, tablesIn(t, conn, db.Schema))
+	}
+	cfg := migrations.Config{Table: db.Table(), LockTimeout: migrations.MaxLockTimeout}
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+}
+
+// When Verify's read of the table queues behind an ALTER TABLE that is
+// itself queued (behind a transaction that read the table), the
+// VerifyLockError names the queued ALTER and says it is queued, rather
+// than that the lock was released.
+func TestVerifyLockErrorBehindAQueuedExclusiveLock(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.NewMigrated(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table(), LockTimeout: 500 * time.Millisecond}
+	open := func() *pgx.Conn {
+		c, err := pgx.ConnectConfig(ctx, db.DirectConnConfig(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	reader, alter := open(), open()
+	tx, err := reader.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT count(*) FROM "+quoted(db.Table()))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := alter.Exec(ctx, "ALTER TABLE "+quoted(db.Table())+" ADD COLUMN review_zz integer")
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("lock ended: %v", err)
+		default:
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = $1", int32(alter.PgConn().PID())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}, 20*time.Second, 20*time.Millisecond)
+	err = migrations.Verify(ctx, conn, cfg)
+	var lockErr *migrations.VerifyLockError
+	require.ErrorAs(t, err, &lockErr)
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, <-done)
+	require.Equal(t, alter.PgConn().PID(), uint32(lockErr.PID), "the error names the queued ALTER: %v", err)
+	require.True(t, lockErr.Queued)
+	require.Equal(t, "AccessExclusiveLock", lockErr.Mode)
+	require.ErrorContains(t, err, "is queued for AccessExclusiveLock")
+	require.Equal(t, 1, strings.Count(err.Error(), "pgoutbox:"), err.Error())
+}
+
+// Verify on a connection inside the caller's transaction reads in a
+// savepoint: the transaction stays open and usable, keeps what it wrote,
+// and keeps its lock_timeout, after a success and after a lock timeout.
+func TestVerifyInsideACallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.NewMigrated(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "CREATE TABLE "+quoted(outbox.Table{Schema: db.Schema, Name: "callers_own"})+" (x int)")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '7s'")
+	require.NoError(t, err)
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+
+	holder, err := pgx.ConnectConfig(ctx, db.DirectConnConfig(t))
+	require.NoError(t, err)
+	defer func() { _ = holder.Close(context.Background()) }()
+	htx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = htx.Exec(ctx, "LOCK TABLE "+quoted(db.Table())+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	var lockErr *migrations.VerifyLockError
+	require.ErrorAs(t, migrations.Verify(ctx, conn, cfg), &lockErr)
+	require.False(t, lockErr.Queued)
+	require.NoError(t, htx.Rollback(ctx))
+
+	var timeout string
+	require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&timeout), "the caller's transaction is usable")
+	require.Equal(t, "7s", timeout)
+	require.NoError(t, tx.Commit(ctx))
+	require.Contains(t, tablesIn(t, conn, db.Schema), "callers_own", "the caller's transaction committed its work")
 }
 
 // While another session holds an ACCESS EXCLUSIVE lock on the outbox

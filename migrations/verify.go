@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,8 +102,8 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.LockTimeout < 0 {
-		return &outbox.ConfigError{Field: "LockTimeout", Reason: "must not be negative"}
+	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
+		return err
 	}
 	wait := cmp.Or(cfg.LockTimeout, tmplmigrate.DefaultLockWait)
 	var cat *catalog
@@ -157,24 +158,56 @@ const (
 	WHERE x.indrelid = ` + relOID
 )
 
-// readCatalogWithin runs readCatalog in a transaction that waits at most
-// wait for each lock; a lock that stayed held gives a *VerifyLockError.
+// readCatalogWithin runs readCatalog waiting at most wait for each lock;
+// a lock that stayed held gives a *VerifyLockError. It reads in a
+// transaction of its own, or, when the caller's conn is already in one, in
+// a savepoint of it, which it rolls back to: the caller's transaction,
+// its locks and its settings stay as they were.
 func readCatalogWithin(ctx context.Context, conn *pgx.Conn, names sqlname.Names, wait time.Duration) (*catalog, error) {
-	tx, err := conn.Begin(ctx)
+	end, err := beginRead(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer end()
 	timeout := fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)) // 0 would mean no limit
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", timeout); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", timeout); err != nil {
 		return nil, err
 	}
-	cat, err := readCatalog(ctx, tx.Conn(), names)
+	cat, err := readCatalog(ctx, conn, names)
 	if pgerr.Code(err) == pgerr.LockNotAvailable {
-		_ = tx.Rollback(ctx)
+		end()
 		return nil, lockError(ctx, conn, names, wait, err)
 	}
 	return cat, err
+}
+
+// verifySavepoint is the savepoint Verify reads in when its caller's
+// connection is in a transaction.
+const verifySavepoint = "pgoutbox_verify"
+
+// beginRead starts Verify's reads on conn: a transaction, or a savepoint
+// when conn is in a transaction already. The function it returns undoes
+// it (ROLLBACK, or ROLLBACK TO and RELEASE the savepoint), once however
+// often it is called, and even when ctx has ended.
+func beginRead(ctx context.Context, conn *pgx.Conn) (func(), error) {
+	begin, end := []string{"BEGIN"}, []string{"ROLLBACK"}
+	if conn.PgConn().TxStatus() != 'I' {
+		begin = []string{"SAVEPOINT " + verifySavepoint}
+		end = []string{"ROLLBACK TO SAVEPOINT " + verifySavepoint, "RELEASE SAVEPOINT " + verifySavepoint}
+	}
+	if _, err := conn.Exec(ctx, begin[0]); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, sql := range end {
+				if _, err := conn.Exec(context.WithoutCancel(ctx), sql); err != nil {
+					return
+				}
+			}
+		})
+	}, nil
 }
 
 // readCatalog reads everything Verify compares: one batch of catalog

@@ -24,10 +24,18 @@ type VerifyLockError struct {
 	// Waited is how long Verify waited for the lock.
 	Waited time.Duration
 	// PID is the backend that held a lock on the table or an index of it
-	// in a mode that blocks reads (ACCESS EXCLUSIVE), or 0 when it had
-	// released it by the time Verify looked.
+	// in a mode that blocks reads (ACCESS EXCLUSIVE), or, when none held
+	// one, a backend queued for such a lock (Queued), or 0 when neither
+	// was left by the time Verify looked.
 	PID int32
-	// Mode is the lock mode it held, for example "AccessExclusiveLock".
+	// Queued reports that PID does not hold its lock but waits for it,
+	// ahead of Verify: an ALTER TABLE, for one, queues behind any
+	// transaction that has read the table, and every later reader of the
+	// table, Verify included, queues behind it. The session it waits for
+	// is one of SELECT pg_blocking_pids(PID).
+	Queued bool
+	// Mode is the lock mode it held or waits for, for example
+	// "AccessExclusiveLock".
 	Mode string
 	// ApplicationName and State describe the holder as pg_stat_activity
 	// shows it (State only to a superuser, pg_read_all_stats or the same
@@ -46,6 +54,11 @@ func (e *VerifyLockError) Error() string {
 	if e.PID == 0 {
 		return msg + " (released since; verify again)"
 	}
+	if e.Queued {
+		return msg + fmt.Sprintf(": backend pid %d is queued for %s ahead of Verify (application_name %q, state %q), "+
+			"behind the sessions SELECT pg_blocking_pids(%d) lists; wait for them to finish or end them",
+			e.PID, e.Mode, e.ApplicationName, e.State, e.PID)
+	}
 	return msg + fmt.Sprintf(": backend pid %d holds %s (application_name %q, state %q); "+
 		"wait for it to finish or end it with SELECT pg_terminate_backend(%d)", e.PID, e.Mode, e.ApplicationName, e.State, e.PID)
 }
@@ -54,20 +67,22 @@ func (e *VerifyLockError) Error() string {
 func (e *VerifyLockError) Unwrap() error { return e.Err }
 
 // relationHolderSQL finds a backend, other than this one, holding a lock
-// that blocks reads on the table $1.$2 or one of its indexes.
-const relationHolderSQL = `SELECT l.pid, l.mode, coalesce(a.application_name, ''), coalesce(a.state, '')
+// that blocks reads on the table $1.$2 or one of its indexes, or, when
+// none holds one, a backend queued for such a lock (the first to ask).
+const relationHolderSQL = `SELECT l.pid, l.mode, NOT l.granted, coalesce(a.application_name, ''), coalesce(a.state, '')
 FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid()
+WHERE l.locktype = 'relation' AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid()
 	AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
 	AND l.relation IN (SELECT ` + relOID + ` UNION ALL
 		SELECT indexrelid FROM pg_catalog.pg_index WHERE indrelid = ` + relOID + `)
+ORDER BY l.granted DESC
 LIMIT 1`
 
 // lockError is the error for a lock that stayed held for waited.
 func lockError(ctx context.Context, conn *pgx.Conn, names sqlname.Names, waited time.Duration, cause error) error {
 	e := &VerifyLockError{Table: names.Table, Waited: waited, Err: cause}
 	err := conn.QueryRow(ctx, relationHolderSQL, names.Table.Schema, names.Table.Name).
-		Scan(&e.PID, &e.Mode, &e.ApplicationName, &e.State)
+		Scan(&e.PID, &e.Mode, &e.Queued, &e.ApplicationName, &e.State)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (looking up the holder: %w)", e, err)
 	}
