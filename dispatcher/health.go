@@ -65,8 +65,10 @@ type Health struct {
 	// one that succeeded.
 	ClaimErrors int
 	// CompletionErrors counts the outcome writes that failed in a row
-	// since the last one that succeeded (a write the database refuses for
-	// one event's outcome counts too, until a write succeeds).
+	// since the last one that succeeded. A write of one event's outcome
+	// that the database refuses does not count (the event is retried and
+	// given up on its own), and the run ends once no outcome is waiting
+	// to be written: each was written, given up or let go.
 	CompletionErrors int
 	// FailingSince is when the earliest of the current runs of failed
 	// claims or failed outcome writes began; zero when the last claim and
@@ -161,6 +163,15 @@ func (h *healthState) completed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.completion.note(err, time.Now())
+}
+
+// completionsSettled ends the run of failed outcome writes once no outcome
+// is waiting to be written (each was written, given up or let go): no
+// write is failing any more.
+func (h *healthState) completionsSettled() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.completion.failingSince, h.completion.failures = time.Time{}, 0
 }
 
 func (h *healthState) setListener(s ListenerState) {

@@ -61,3 +61,30 @@ func TestHealth(t *testing.T) {
 	require.NoError(t, d.Stop(context.Background()))
 	require.ErrorContains(t, d.Health().Healthy(time.Hour), "stopped")
 }
+
+// One outcome the database refuses on an idle table is retried, given up,
+// and leaves the dispatcher healthy: a refusal of one event's write says
+// nothing about the dispatcher, and no outcome is left failing.
+func TestHealthRecoversAfterOneRefusedOutcome(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	refuseOutcomeOf(t, db, id)
+	errs := &errorLog{}
+	cfg := baseConfig(db)
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	cfg.OnError = errs.add
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "the refused outcome let go", func() bool {
+		return len(errs.matching(outbox.ErrOutcomeRefused)) == 1
+	})
+	before := d.Health().LastClaim
+	waitFor(t, 10*time.Second, "claims to go on succeeding", func() bool { return d.Health().LastClaim.After(before) })
+	time.Sleep(time.Second)
+	h := d.Health()
+	require.Zero(t, h.ClaimErrors)
+	require.NoError(t, h.Healthy(500*time.Millisecond), "claims succeed and nothing is failing any more")
+}
