@@ -57,6 +57,13 @@ type Health struct {
 	// every PollInterval (IdlePollInterval while stretched) while there is
 	// room for more events.
 	LastClaim time.Time
+	// LastPoll is when the coordinator, the loop that decides when to
+	// claim, last began a poll cycle; zero before the first. Poll cycles
+	// run every PollInterval (stretched up to IdlePollInterval while idle
+	// with wake-ups working), busy or idle, with room for events or not.
+	LastPoll time.Time
+	// PollInterval is the interval between poll cycles in effect.
+	PollInterval time.Duration
 	// LastCompletion is when the latest write of outcomes succeeded; zero
 	// before the first. Writes happen only when events finish, so an idle
 	// dispatcher's is old.
@@ -84,15 +91,22 @@ type Health struct {
 // ErrUnhealthy is matched by the errors Health.Healthy returns.
 var ErrUnhealthy = errors.New("pgoutbox: dispatcher unhealthy")
 
-// Healthy returns nil when the dispatcher is running and neither its claims
-// nor its outcome writes have kept failing for longer than maxAge (none
-// has succeeded since the first failure of the current run, maxAge or
-// more ago). Otherwise it returns an error matching ErrUnhealthy that says
-// why. Slow handlers, an idle table and a missing listener (polling
-// delivers) are healthy. Choose maxAge above PollInterval and the
-// dispatcher's own statement timeout, min(LeaseDuration/2, 30s): a claim
-// against a database that does not answer fails only when that timeout
-// passes.
+// Healthy returns nil when the dispatcher is running, its claims and
+// outcome writes have not kept failing for longer than maxAge (none has
+// succeeded since the first failure of the current run, maxAge or more
+// ago), and its coordinator is not stalled (it began a poll cycle within
+// maxAge plus PollInterval; Started stands for the first). Otherwise it
+// returns an error matching ErrUnhealthy that says why.
+//
+// It detects: a database that refuses or fails the dispatcher's claims or
+// outcome writes, or does not answer them (they fail when the dispatcher's
+// statement timeout, min(LeaseDuration/2, 30s), passes); and a coordinator
+// wedged for longer than maxAge (a recovery waiting on a lock, a bug). It
+// does not detect a stall of the outcome writer that records no failure
+// (an OnOutcome hook that never returns, say): watch Stats.InFlight for
+// that. Slow handlers, an idle table, a dispatcher saturated with busy
+// handlers and a missing listener (polling delivers) are healthy. Choose
+// maxAge above that statement timeout.
 func (h Health) Healthy(maxAge time.Duration) error {
 	switch {
 	case h.State != StateRunning:
@@ -100,8 +114,26 @@ func (h Health) Healthy(maxAge time.Duration) error {
 	case !h.FailingSince.IsZero() && time.Since(h.FailingSince) > maxAge:
 		return fmt.Errorf("%w: claims or outcome writes failing since %s (%d claims, %d writes in a row)",
 			ErrUnhealthy, h.FailingSince.Format(time.RFC3339), h.ClaimErrors, h.CompletionErrors)
+	case h.stalled(maxAge):
+		return fmt.Errorf("%w: no poll cycle since %s: the coordinator is stalled",
+			ErrUnhealthy, h.lastPollOrStart().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// stalled reports whether the coordinator began no poll cycle for longer
+// than maxAge plus the poll interval.
+func (h Health) stalled(maxAge time.Duration) bool {
+	last := h.lastPollOrStart()
+	return !last.IsZero() && time.Since(last) > maxAge+h.PollInterval
+}
+
+// lastPollOrStart is LastPoll, or Started before the first poll.
+func (h Health) lastPollOrStart() time.Time {
+	if h.LastPoll.IsZero() {
+		return h.Started
+	}
+	return h.LastPoll
 }
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
@@ -111,6 +143,10 @@ func (d *Dispatcher) Health() Health {
 	d.mu.Unlock()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
+	if ns := d.stats.lastPoll.Load(); ns != 0 {
+		h.LastPoll = time.Unix(0, ns)
+	}
+	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff
 	}
