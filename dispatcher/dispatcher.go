@@ -234,9 +234,10 @@ func (d *Dispatcher) Stats() Stats {
 //   - a missing table (errors.Is outbox.ErrMissingTable), naming it;
 //   - a schema that does not match what this version needs: a
 //     *migrations.VerifyError naming each object with its expected and
-//     actual state (set Config.SkipVerify to start without this check; a
-//     schema version newer than this library knows is accepted, for
-//     rolling upgrades);
+//     actual state (set Config.SkipVerify to start without this check; on
+//     a schema version newer than this library knows, for rolling
+//     upgrades, only a missing object refuses the start, and definitions
+//     that differ are logged at INFO);
 //   - in WakeupRequired mode, ErrWakeupUnavailable when the wake-up probe
 //     fails (in WakeupAuto mode the probe runs in the background and
 //     dispatching does not wait for it);

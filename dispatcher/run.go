@@ -127,8 +127,9 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 // verify compares the table's schema with what this version needs
 // (migrations.Verify), bounded like the dispatcher's own statements. A
 // schema version newer than this library knows is no reason to refuse: a
-// later release migrated the table, and its migrations only add what this
-// version ignores (a rolling upgrade). Nor is a check that ran out of time
+// later release migrated the table (a rolling upgrade). Then only an
+// object this version relies on that is missing refuses the start; the
+// definitions that differ are logged at INFO. Nor is a check that ran out of time
 // (a statement_timeout, a lock held on the table): statement timeouts must
 // never stop progress, so it logs a warning and the start goes on with
 // the check of the columns the dispatcher uses.
@@ -141,9 +142,10 @@ func (d *Dispatcher) verify(parent context.Context) error {
 	err := migrations.Verify(ctx, d.pool, migrations.Config{Table: d.cfg.Table})
 	var mismatch *migrations.VerifyError
 	switch {
-	case errors.As(err, &mismatch) && mismatch.OnlyNewer():
+	case errors.As(err, &mismatch) && mismatch.NewerCompatible():
 		d.cfg.Logger.Info("pgoutbox: the outbox schema is newer than this version of pgoutbox; dispatching on it",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[0].Actual)
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[len(mismatch.Problems)-1].Actual,
+			"differences", newerDifferences(mismatch))
 		return nil
 	case mismatch != nil:
 		return errtext.WrapHint(err, "Config.SkipVerify starts without this check", "")
@@ -156,6 +158,16 @@ func (d *Dispatcher) verify(parent context.Context) error {
 			"migrations.RenderGrants grants, or set Config.SkipVerify", "")
 	}
 	return err
+}
+
+// newerDifferences lists the definitions of a newer schema that differ
+// from what this version expects (all problems but the version's, last).
+func newerDifferences(e *migrations.VerifyError) []string {
+	diffs := make([]string, 0, len(e.Problems)-1)
+	for _, p := range e.Problems[:len(e.Problems)-1] {
+		diffs = append(diffs, p.String())
+	}
+	return diffs
 }
 
 // drain stops handlers from starting, releases unstarted claims, waits for
