@@ -83,6 +83,11 @@ type Health struct {
 	FailingSince time.Time
 	// Listener is the state of the wake-up listener.
 	Listener ListenerState
+	// VerifySkipped is true when the start's schema check
+	// (migrations.Verify) ran out of time twice and the dispatcher started
+	// without it (Config.SkipVerify, a choice, does not set it). Raise
+	// statement_timeout for the dispatcher's role, or set SkipVerify.
+	VerifySkipped bool
 	// Err is the result of dispatching once State is StateStopped (nil, or
 	// ErrDrainTimeout).
 	Err error
@@ -161,6 +166,7 @@ type healthState struct {
 	claim      runOfWrites
 	completion runOfWrites
 	listener   ListenerState
+	unverified bool
 }
 
 // runOfWrites follows one kind of statement: its latest success, and the
@@ -210,6 +216,13 @@ func (h *healthState) completionsSettled() {
 	h.completion.failingSince, h.completion.failures = time.Time{}, 0
 }
 
+// skipVerify notes that the start went on without the schema check.
+func (h *healthState) skipVerify() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unverified = true
+}
+
 func (h *healthState) setListener(s ListenerState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -222,7 +235,7 @@ func (h *healthState) snapshot() Health {
 	s := Health{
 		Started: h.started, LastClaim: h.claim.last, LastCompletion: h.completion.last,
 		ClaimErrors: h.claim.failures, CompletionErrors: h.completion.failures, Listener: h.listener,
-		FailingSince: h.claim.failingSince,
+		FailingSince: h.claim.failingSince, VerifySkipped: h.unverified,
 	}
 	if f := h.completion.failingSince; !f.IsZero() && (s.FailingSince.IsZero() || f.Before(s.FailingSince)) {
 		s.FailingSince = f

@@ -375,4 +375,16 @@ func TestStartGoesOnWhenVerifyRunsOutOfTime(t *testing.T) {
 		return r.Level == slog.LevelWarn && strings.Contains(r.Message, "could not verify the outbox schema")
 	})
 	require.True(t, warned, "a warning says the check was skipped")
+	require.True(t, d.Health().VerifySkipped)
+	hinted := slices.ContainsFunc(logs.records, func(r slog.Record) bool {
+		fix := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "fix" {
+				fix = a.Value.String()
+			}
+			return true
+		})
+		return strings.Contains(fix, "statement_timeout") && strings.Contains(fix, "SkipVerify")
+	})
+	require.True(t, hinted, "the warning says how to fix it")
 }
