@@ -43,9 +43,10 @@ func (d *Dispatcher) requireWakeups(ctx context.Context) (*pgx.Conn, error) {
 // which polls meanwhile and does not wait for it: it opens the listener,
 // probes it, and switches wake-ups on when notifications arrive, or logs
 // once and leaves the dispatcher polling when the probe times out (they do
-// not arrive). A connection error (a failover, a proxy restart, a killed
-// backend) is no verdict: it reconnects with backoff and probes again. It
-// returns when quit ends.
+// not arrive) or the server refuses the listener (see reconnect). A
+// connection error (a failover, a proxy restart, a killed backend) is no
+// verdict: it reconnects with backoff and probes again. It returns when
+// quit ends.
 func (d *Dispatcher) autoWakeups(quit context.Context) {
 	d.health.setListener(ListenerProbing)
 	conn, err := d.openWakeups(quit)
@@ -61,18 +62,20 @@ func (d *Dispatcher) autoWakeups(quit context.Context) {
 // arrive in time: wake-ups do not work on this connection.
 var errNoNotification = errors.New("pgoutbox: probe notification did not arrive")
 
-// reconnect reports err (the reason, unless quit ended or the probe showed
-// that notifications do not arrive), then opens and probes the listener
-// again with backoff until it works. It returns nil when quit ends, or in
-// WakeupAuto mode when notifications do not arrive (wake-ups are then
-// unavailable).
+// reconnect reports err (the reason, unless quit ended or wake-ups are
+// judged unavailable), then opens and probes the listener again with
+// backoff until it works. It returns nil when quit ends, or in WakeupAuto
+// mode when notifications do not arrive or the server refuses the
+// listener with an SQL error that retrying will not fix (a wrong
+// password, a missing role or database, no permission): wake-ups are then
+// unavailable. Network errors and a terminated backend are retried.
 func (d *Dispatcher) reconnect(quit context.Context, why string, err error) *pgx.Conn {
 	backoff := 100 * time.Millisecond
 	for {
 		switch {
 		case quit.Err() != nil:
 			return nil
-		case errors.Is(err, errNoNotification) && d.cfg.Wakeup == WakeupAuto:
+		case d.cfg.Wakeup == WakeupAuto && (errors.Is(err, errNoNotification) || refused(err)):
 			d.health.setListener(ListenerUnavailable)
 			d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
 				"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)

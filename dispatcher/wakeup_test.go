@@ -539,6 +539,17 @@ func TestHealthListenerStates(t *testing.T) {
 		waitFor(t, 20*time.Second, "the probe to fail", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 		require.NoError(t, d.Health().Healthy(time.Minute), "polling only is healthy")
 	})
+	t.Run("RefusedListenerIsUnavailable", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, _, _ := wakeupConfig(t, db)
+		cfg.ListenerConnConfig.User = "no_such_role_" + uuid.NewString()[:8]
+		cfg.Wakeup = dispatcher.WakeupAuto
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		waitFor(t, 20*time.Second, "the verdict", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
+	})
 	t.Run("ConnectErrorIsRetried", func(t *testing.T) {
 		t.Parallel()
 		db := testdb.NewMigrated(t)
