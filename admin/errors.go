@@ -14,6 +14,17 @@ import (
 // given id.
 var ErrNotFound = errors.New("pgoutbox: admin: event not found")
 
+// notFoundError is what Inspect returns for an id no row has: it reads
+// "pgoutbox: admin: inspect <id> in <table>: event not found" (the
+// sentinel's "admin:" once) and matches ErrNotFound.
+type notFoundError struct{ id, table string }
+
+func (e *notFoundError) Error() string {
+	return "pgoutbox: admin: inspect " + e.id + " in " + e.table + ": event not found"
+}
+
+func (e *notFoundError) Unwrap() error { return ErrNotFound }
+
 // inputErr builds an *outbox.InputError with a formatted reason.
 func inputErr(field, format string, args ...any) error {
 	return &outbox.InputError{Field: field, Reason: fmt.Sprintf(format, args...)}

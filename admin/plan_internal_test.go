@@ -21,7 +21,7 @@ const maxPlanBuffers = 2500
 
 // On a table of 1,000,000 rows, 99% SENT, with the PENDING rows inserted
 // last (so a walk of the seq index from the start reads past every SENT
-// row first), counts, summary, every form of list (unfiltered, each
+// row first), counts, summary, pending by type, every form of list (unfiltered, each
 // filter, a late page) and replay (each filter, dry run and run) read
 // indexes only: no sequential scan of the outbox and a bounded number of
 // buffers, however many rows are SENT.
@@ -78,7 +78,12 @@ FROM generate_series(1, 1000000) AS i`)
 			require.NoError(t, err)
 			check(t, conn, "counts "+mode, a.sql.counts)
 			check(t, conn, "summary "+mode, a.sql.summary)
+			check(t, conn, "pending by type "+mode, a.sql.pendingByType)
 		}
+		byType, err := a.PendingByType(ctx)
+		require.NoError(t, err)
+		require.Len(t, byType, 20, "the types with PENDING rows")
+		require.Equal(t, TypePending{Type: "type.0", Pending: 250, Due: 250, OldestDueAge: byType[0].OldestDueAge}, byType[0])
 		s, err := a.Summary(ctx)
 		require.NoError(t, err)
 		require.Equal(t, c.Pending, s.Counts.Pending)

@@ -257,7 +257,7 @@ func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	var headers, log []byte
 	err := a.db.QueryRow(ctx, a.sql.inspect, pguuid.Of(id)).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Detail{}, errtext.Wrap(ErrNotFound, "admin: inspect %s in %s", id, a.table)
+		return Detail{}, &notFoundError{id: id.String(), table: a.table.String()}
 	}
 	if err != nil {
 		return Detail{}, errtext.Wrap(err, "admin: inspect %s in %s", id, a.table)

@@ -283,7 +283,8 @@ func TestInspect(t *testing.T) {
 		missing := uuid.New()
 		_, err := b.admin.Inspect(ctx, missing)
 		require.ErrorIs(t, err, admin.ErrNotFound)
-		require.Contains(t, err.Error(), missing.String())
+		require.Equal(t, "pgoutbox: admin: inspect "+missing.String()+" in "+b.db.Table().String()+": event not found",
+			err.Error(), "one pgoutbox:, one admin:")
 		require.False(t, errors.Is(err, outbox.ErrInvalidInput))
 	})
 }

@@ -8,6 +8,7 @@ import (
 // statements is the SQL text for one outbox table, built once by New.
 type statements struct {
 	counts, summary, inspect, notify string
+	pendingByType                    string
 	replayIDs                        write
 }
 
@@ -107,6 +108,13 @@ func buildStatements(t string) statements {
 		UNION ALL (%[2]s)
 	) AS r GROUP BY 1, 2, 3) AS g ON true
 ORDER BY g.event_type, g.status, g.code`, t, sentRows, estimate),
+
+		// pendingByType reads the type due index only (its predicate,
+		// written as the index has it: see migrations/006), in type
+		// order, so its cost follows the PENDING rows, not the SENT ones.
+		pendingByType: fmt.Sprintf(`SELECT event_type, count(*), count(*) FILTER (WHERE next_attempt_at <= now()),
+	coalesce((extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())) * 1000000)::bigint, 0)
+FROM %s WHERE (status || '') = 'PENDING' GROUP BY event_type ORDER BY event_type`, t),
 
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
 

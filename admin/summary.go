@@ -39,6 +39,10 @@ type TypeCounts struct {
 	Type string `json:"type"`
 	// Pending is the number of PENDING rows of the type.
 	Pending int64 `json:"pending"`
+	// Due is how many of Pending are due now. A type whose due rows
+	// stay may be one no running dispatcher claims (see
+	// dispatcher.Dispatcher.ClaimedTypes).
+	Due int64 `json:"due"`
 	// Processing is the number of PROCESSING rows of the type.
 	Processing int64 `json:"processing"`
 	// Sent is the number of SENT rows of the type, when the table holds
@@ -125,6 +129,7 @@ func (s *Summary) add(g summaryGroup) {
 	switch outbox.Status(g.status) {
 	case outbox.StatusPending:
 		byType.Pending += g.count
+		byType.Due += g.due
 		c.Pending += g.count
 		c.Due += g.due
 		s.OldestPendingAge = max(s.OldestPendingAge, since(c.At, g.oldestCreated))

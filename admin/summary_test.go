@@ -39,13 +39,54 @@ func TestSummary(t *testing.T) {
 		require.GreaterOrEqual(t, s.OldestPendingAge, 3*time.Hour)
 		require.Less(t, s.OldestPendingAge, 3*time.Hour+time.Minute)
 		require.Equal(t, []admin.TypeCounts{
-			{Type: "a", Pending: 2, Processing: 1, Failed: 1},
-			{Type: "b", Pending: 1, Sent: 2, Failed: 3},
+			{Type: "a", Pending: 2, Due: 1, Processing: 1, Failed: 1},
+			{Type: "b", Pending: 1, Due: 1, Sent: 2, Failed: 3},
 			{Type: "c", Sent: 1},
 		}, s.ByType)
 		require.Equal(t, []admin.CodeCount{
 			{Code: outbox.CodeHandlerError, Count: 2}, {Code: "", Count: 1}, {Code: outbox.CodePublishError, Count: 1},
 		}, s.FailedByCode, "most frequent first, then by code; a SENT row's code is not a failure")
+	})
+
+	t.Run("PendingByType", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insert(t, row{Type: "a", DueIn: -time.Hour}, row{Type: "a", DueIn: time.Hour}, row{Type: "b", DueIn: -time.Minute},
+			row{Type: "b", DueIn: -time.Second}, row{Type: "a", Status: "PROCESSING"}, row{Type: "c", Status: "SENT"},
+			row{Type: "d", Status: "FAILED", Code: "handler_error"})
+		got, err := b.admin.PendingByType(ctx)
+		require.NoError(t, err)
+		require.Len(t, got, 2, "PENDING rows only")
+		require.Equal(t, admin.TypePending{Type: "a", Pending: 2, Due: 1, OldestDueAge: got[0].OldestDueAge}, got[0])
+		require.Equal(t, admin.TypePending{Type: "b", Pending: 2, Due: 2, OldestDueAge: got[1].OldestDueAge}, got[1])
+		require.InDelta(t, time.Hour.Seconds(), got[0].OldestDueAge.Seconds(), 60)
+		require.InDelta(t, time.Minute.Seconds(), got[1].OldestDueAge.Seconds(), 30)
+
+		empty, err := setup(t).admin.PendingByType(ctx)
+		require.NoError(t, err)
+		require.Empty(t, empty)
+	})
+
+	t.Run("PendingByTypeReadsOnlyPendingRows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
+			SELECT gen_random_uuid(), 'old', 'SENT', now() FROM generate_series(1, 20000)`)
+		require.NoError(t, err)
+		b.insert(t, row{Type: "a"}, row{Type: "b"})
+		_, err = b.db.Pool.Exec(ctx, `ANALYZE outbox_events`)
+		require.NoError(t, err)
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		a, err := admin.New(tx, admin.Config{Table: b.db.Table()})
+		require.NoError(t, err)
+		got, err := a.PendingByType(ctx)
+		require.NoError(t, err)
+		require.Len(t, got, 2)
+		var seqScans int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('outbox_events'::regclass)`).Scan(&seqScans))
+		require.Zero(t, seqScans, "no sequential scan of the table")
 	})
 
 	t.Run("Empty", func(t *testing.T) {

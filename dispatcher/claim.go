@@ -166,7 +166,8 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 	return min(d.cfg.BatchSize, free)
 }
 
-// claim takes up to limit events and starts them.
+// claim takes up to limit events of the types it claims (see types.go)
+// and starts them.
 func (d *Dispatcher) claim(limit int) claimResult {
 	ctx, cancel := d.opContext()
 	defer cancel()
@@ -174,7 +175,7 @@ func (d *Dispatcher) claim(limit int) claimResult {
 	d.stats.claimCycles.Add(1)
 	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
-		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts,
+		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: d.kinds.claimTypes(),
 	})
 	d.health.claimed(err)
 	if err != nil {

@@ -253,7 +253,7 @@ const busyTries = 5
 // an outcome this very claim wrote is its own, not a lost lease. It moves
 // those from res.Lost to the lists they belong in, and returns the ids
 // whose outcome cannot be known (a success under DeleteSent whose row is
-// gone).
+// gone, or one the retention job may have deleted since).
 func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
 	if len(res.Lost) == 0 {
 		return nil, nil
@@ -281,13 +281,27 @@ func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.Co
 	res.Lost = append(lost, own.Lost...)
 	var unknown []uuid.UUID
 	for _, id := range gone {
-		if it := byID[id]; c.cfg.DeleteSent && it.result.err == nil && !it.result.release {
+		if c.mayDelete(byID[id]) {
 			unknown = append(unknown, id)
 		} else {
 			res.Lost = append(res.Lost, id)
 		}
 	}
 	return unknown, nil
+}
+
+// mayDelete reports whether the row of it may be gone because its outcome
+// was written: a success under DeleteSent, or an outcome the retention job
+// deletes (SENT unless KeepSent, a final failure with RetainFailed set).
+func (c *completer) mayDelete(it *item) bool {
+	switch r := it.result; {
+	case r.release:
+		return false
+	case r.err == nil:
+		return c.cfg.DeleteSent || !c.cfg.KeepSent
+	default:
+		return c.cfg.RetainFailed > 0 && !r.snooze && c.failure(it).Final
+	}
 }
 
 // written lets go of the items whose outcomes a write recorded (or found

@@ -157,7 +157,8 @@ type Config struct {
 
 	// RetainSent is how long SENT rows are kept after they became SENT
 	// (sent_at, database clock) before the retention job deletes them.
-	// Defaults to 24h; 1s to 100 years. Set KeepSent instead to keep them
+	// Defaults to 24h; 1m (and at least twice LeaseDuration) to 100
+	// years. Set KeepSent instead to keep them
 	// (for example with DeleteSent, or when an operator purges them). See
 	// docs/operations.md, "Retention and vacuum".
 	RetainSent time.Duration
@@ -166,7 +167,7 @@ type Config struct {
 	KeepSent bool
 	// RetainFailed, when set, is how long FAILED rows are kept after they
 	// became FAILED (failed_at) before the retention job deletes them;
-	// 1s to 100 years. Defaults to zero: FAILED rows are kept until an
+	// 1m (and at least twice LeaseDuration) to 100 years. Defaults to zero: FAILED rows are kept until an
 	// operator replays or purges them.
 	RetainFailed time.Duration
 	// RetentionInterval is the time between retention passes. A pass
@@ -232,10 +233,27 @@ type Config struct {
 
 	// Publisher, if set, receives every event the router gives a
 	// destination, after the event's local handler (if any) succeeded.
+	// Without PublishTypes the dispatcher claims events of every type
+	// (see ClaimedTypes): run it alone on its table, or beside
+	// dispatchers of the same configuration. With PublishTypes it claims
+	// those types and its handlers' types only.
 	Publisher outbox.Publisher
+	// PublishTypes, if set, are the event types the Publisher carries:
+	// the dispatcher claims these and its handlers' types only, and
+	// publishes events of these types only (RouteFunc still picks their
+	// destination). Set it when several services, or several versions of
+	// one during a rolling deploy, share a table, so that no dispatcher
+	// claims an event it cannot deliver. Defaults to nil: every type the
+	// router gives a destination is published, and every type claimed.
+	// Needs a Publisher; each type non-empty, at most 255 bytes of UTF-8
+	// without NUL.
+	PublishTypes []string
 	// RouteFunc picks an event's destination (topic, subject). An empty
-	// result means "do not publish this event". Defaults to the event
-	// type. Used only with a Publisher.
+	// result means "do not publish this event"; such an event with no
+	// handler is FAILED with no_handler, since this dispatcher claimed it
+	// as one it publishes (set PublishTypes to leave the types it does
+	// not route to other dispatchers). Defaults to the event type. Used
+	// only with a Publisher.
 	RouteFunc func(e outbox.Event) string
 
 	// Middleware wraps every handler: those registered with Handle and
@@ -248,9 +266,10 @@ type Config struct {
 	// DefaultHandler, if set, handles the events of every type that no
 	// Handle call registered a handler for (the catch-all), wrapped in
 	// Middleware like the others; the event is then published as usual
-	// when the router gives it a destination. Defaults to nil: such an
-	// event is only published when it has a destination, and FAILED with
-	// no_handler when it has none.
+	// when the router gives it a destination. With it the dispatcher
+	// claims events of every type. Defaults to nil: the dispatcher claims
+	// only the types it can deliver (see ClaimedTypes), and leaves other
+	// types PENDING, counted in Stats.WaitingUnhandled and logged.
 	DefaultHandler outbox.Handler
 
 	// MaxSnoozes is how often one event may be given back with
@@ -303,8 +322,9 @@ type Config struct {
 	// BacklogSampleInterval is the least time between two samples of the
 	// backlog gauges (pgoutbox.backlog.due and
 	// pgoutbox.backlog.oldest_due_age), each one bounded query on the due
-	// index, run while the MeterProvider collects. Defaults to 30s; 1s to
-	// 1h.
+	// index, run by a goroutine of Run's when a collection of the
+	// MeterProvider finds the last sample older than this (a collection
+	// never waits for it). Defaults to 30s; 1s to 1h.
 	BacklogSampleInterval time.Duration
 
 	// now replaces time.Now for the dispatcher's local lease deadlines;
@@ -392,11 +412,14 @@ func (c Config) validate() error {
 		{between(c.MaxRecoveries, 1, 1000), "MaxRecoveries", "must be between 1 and 1000"},
 		{between(c.MaxSnoozes, 1, 1_000_000), "MaxSnoozes", "must be between 1 and 1000000"},
 		{!slices.ContainsFunc(c.Middleware, isNil), "Middleware", "must not hold nil"},
-		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, time.Second, maxRetain), "RetainSent", onlyWithout("between 1s and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
-		{c.RetainFailed == 0 || between(c.RetainFailed, time.Second, maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years"},
+		{c.KeepSent && c.RetainSent == 0 || !c.KeepSent && between(c.RetainSent, c.minRetain(), maxRetain), "RetainSent", onlyWithout("between 1m (and twice LeaseDuration) and 100 years", "KeepSent", "keeping SENT rows", c.KeepSent)},
+		{c.RetainFailed == 0 || between(c.RetainFailed, c.minRetain(), maxRetain), "RetainFailed", "must be zero (keep FAILED rows) or between 1m (and twice LeaseDuration) and 100 years"},
 		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
 		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
 		{between(c.BacklogSampleInterval, time.Second, time.Hour), "BacklogSampleInterval", "must be between 1s and 1h"},
+		{len(c.PublishTypes) == 0 || c.Publisher != nil, "PublishTypes", "needs a Publisher"},
+		{!slices.ContainsFunc(c.PublishTypes, badType), "PublishTypes",
+			"must hold types that are not blank, at most 255 bytes of UTF-8 without NUL"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -416,6 +439,11 @@ func onlyWithout(rng, field, what string, set bool) string {
 	}
 	return "must be " + rng + " (set " + field + " for " + what + ")"
 }
+
+// minRetain is the shortest RetainSent or RetainFailed: a minute, and
+// twice LeaseDuration, so that a completion whose reply was lost reads
+// its row back before the retention job may delete it.
+func (c Config) minRetain() time.Duration { return max(time.Minute, 2*c.LeaseDuration) }
 
 // maxRetain bounds RetainSent and RetainFailed: 100 years.
 const maxRetain = 100 * 365 * 24 * time.Hour
@@ -439,3 +467,11 @@ func defaultOwner() string {
 }
 
 func isNil(m outbox.Middleware) bool { return m == nil }
+
+// maxTypeLen bounds an event type, in bytes, as the emitter does.
+const maxTypeLen = 255
+
+// badType reports whether t cannot be an event type.
+func badType(t string) bool {
+	return strings.TrimSpace(t) == "" || pgtext.Problem(t, maxTypeLen) != ""
+}

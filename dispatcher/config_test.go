@@ -38,8 +38,15 @@ func TestNewSpecialSettings(t *testing.T) {
 		{"RetainSent", "must be zero when KeepSent is set", func(c *dispatcher.Config) {
 			c.RetainSent, c.KeepSent = time.Hour, true
 		}},
-		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = -1 }},
-		{"RetainFailed", "must be zero (keep FAILED rows) or between 1s and 100 years", func(c *dispatcher.Config) { c.RetainFailed = time.Millisecond }},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1m (and twice LeaseDuration) and 100 years", func(c *dispatcher.Config) { c.RetainFailed = -1 }},
+		{"RetainFailed", "must be zero (keep FAILED rows) or between 1m (and twice LeaseDuration) and 100 years", func(c *dispatcher.Config) { c.RetainFailed = time.Millisecond }},
+		{"RetainSent", "between 1m (and twice LeaseDuration)", func(c *dispatcher.Config) { c.RetainSent = 59 * time.Second }},
+		{"RetainSent", "between 1m (and twice LeaseDuration)", func(c *dispatcher.Config) {
+			c.RetainSent, c.LeaseDuration = 119*time.Second, time.Minute
+		}},
+		{"RetainFailed", "twice LeaseDuration", func(c *dispatcher.Config) {
+			c.RetainFailed, c.LeaseDuration = 10*time.Minute, 6*time.Minute
+		}},
 		{"RetentionInterval", "must be between 10ms and 24h", func(c *dispatcher.Config) { c.RetentionInterval = time.Millisecond }},
 		{"RetentionBatchSize", "must be between 1 and 100000", func(c *dispatcher.Config) { c.RetentionBatchSize = 100_001 }},
 	} {

@@ -22,6 +22,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	defer cancel()
 	p := newPoller(d.cfg)
 	defer p.stop()
+	d.fixClaimedTypes()
 	c := newClaims(d)
 	defer c.wait()
 	if ctx.Err() != nil || d.stopRequested() {
@@ -167,18 +168,23 @@ func (p *poller) recoverDue(n uint64) bool {
 	return false
 }
 
-// pollCycle counts a poll, recovers expired leases when it is time and
+// pollCycle counts a poll; when it is time it recovers expired leases
+// (of every type: a crashed replica's leases are taken back by whichever
+// replica recovers first, and then claimed by one that claims their type)
+// and counts the events of types this dispatcher does not claim; and it
 // logs the counts of repeated log lines held back.
 func (d *Dispatcher) pollCycle(ctx context.Context, p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
 		p.recoverLimit = d.recoverLeases(ctx, p.recoverLimit)
+		d.checkWaiting(ctx)
 	}
 	d.flushRepeats()
 }
 
 // armDue sets the due timer to the next PENDING event's next_attempt_at
+// (of a type it claims)
 // (database clock), when that comes before the next poll; when an event is
 // due already (a short backoff, or one that became due while the
 // coordinator was busy) it triggers a claim instead. It runs once claims
@@ -191,7 +197,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	wait, ok, err := d.store.NextDue(ctx, d.pool)
+	wait, ok, err := d.store.NextDue(ctx, d.pool, d.kinds.claimTypes())
 	if err != nil {
 		d.reportError("next due time", err)
 		return

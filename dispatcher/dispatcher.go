@@ -46,7 +46,8 @@ type Dispatcher struct {
 	pool  *pgxpool.Pool
 	store *lease.Store
 	*reporter
-	held *heldSet // the events held, and every change of their state
+	held  *heldSet // the events held, and every change of their state
+	kinds kinds    // what it claims and publishes (see types.go)
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -162,6 +163,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	return &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		reporter:       newReporter(cfg),
+		kinds:          kinds{publish: publishSet(cfg)},
 		held:           newHeldSet(cfg.now, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
@@ -184,6 +186,8 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 	switch {
 	case strings.TrimSpace(eventType) == "":
 		return &outbox.InputError{Field: "eventType", Reason: "is empty"}
+	case badType(eventType):
+		return &outbox.InputError{Field: "eventType", Reason: "must be at most 255 bytes of UTF-8 without NUL"}
 	case h == nil:
 		return &outbox.InputError{Field: "h", Reason: "is nil"}
 	case slices.ContainsFunc(mw, isNil):
@@ -224,6 +228,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 func (d *Dispatcher) Stats() Stats {
 	s := d.stats.snapshot(d.held.len())
 	s.WakeupsActive = d.wakeupsActive.Load()
+	d.kinds.waiting.fill(&s)
 	return s
 }
 

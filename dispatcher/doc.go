@@ -39,7 +39,9 @@
 //	                              context.DeadlineExceeded (a timeout of its own,
 //	                              or a middleware's)
 //	panic                         the handler or publisher panicked (recovered)
-//	no_handler                    no handler and no destination (FAILED at once)
+//	no_handler                    claimed as one it publishes (a Publisher without
+//	                              PublishTypes), its route is empty and no handler
+//	                              takes it (FAILED at once)
 //	invalid_event                 the publisher cannot carry the event as it is
 //	                              (its error matches outbox.ErrInvalidEvent)
 //	snooze_limit                  the handler snoozed once more than MaxSnoozes
@@ -55,6 +57,15 @@
 // again, due at the database's now() + d, without spending an attempt
 // (the row's snoozes column counts it instead). The snooze goes through
 // the same batched, fenced write as a retry.
+//
+// # Which events it claims
+//
+// A dispatcher claims only what it can deliver: its handlers' types and,
+// with a Publisher, PublishTypes; a DefaultHandler, or a Publisher
+// without PublishTypes, makes it claim every type (ClaimedTypes). Events
+// of other types stay PENDING for the dispatchers that handle them; those
+// no running dispatcher claims are counted (Stats.WaitingUnhandled) and
+// logged, never dead-lettered. See types.go.
 //
 // # Hooks and middleware
 //
@@ -167,6 +178,7 @@
 // One event's walk, file by file, in the order it happens:
 //
 //	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
+//	types.go       which event types it claims; the count of those left waiting
 //	claim.go       the claim statement; its events join the held set and runBatch starts
 //	start.go       before a handler starts: its handler slot and its start mark
 //	suspect.go     an event recovered before: the suspect turn, one at a time

@@ -181,7 +181,10 @@ func TestFailedEventsAreLogged(t *testing.T) {
 		return outbox.Permanent(errors.New("refused by the handler"))
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "three events FAILED", func() bool { return statusCounts(t, db)[outbox.StatusFailed] == 3 })
+	// The lines come just after the outcomes are written.
+	waitFor(t, 10*time.Second, "three events FAILED and logged", func() bool {
+		return statusCounts(t, db)[outbox.StatusFailed] == 3 && logs.count(slog.LevelWarn, "code", string(outbox.CodeHandlerError)) >= 3
+	})
 
 	for _, id := range ids {
 		require.Equal(t, 1, logs.count(slog.LevelWarn, "event_id", id.String()), "each FAILED event is logged once")

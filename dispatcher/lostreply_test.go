@@ -155,3 +155,50 @@ func TestLostCompletionReplyPastDeadlineIsUnknown(t *testing.T) {
 	require.Zero(t, lr.sent.Load())
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, lr.db, lr.id), "the first write took effect")
 }
+
+// A completion whose SENT write committed but whose reply was lost, and
+// whose row is gone when the retry reads it back (deleted, as retention
+// deletes SENT rows), was delivered: with retention deleting SENT rows
+// (the default) the outcome is unknown, not a lock loss ("will run
+// again"); with KeepSent nothing of ours deletes a SENT row, and a gone
+// row stays a lock loss.
+func TestLostCompletionReplyRowDeletedByRetention(t *testing.T) {
+	t.Parallel()
+	const heldWrites = 4
+	for _, keepSent := range []bool{false, true} {
+		name := "retained"
+		if keepSent {
+			name = "kept"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lr := startLostReply(t, func(cfg *dispatcher.Config) {
+				cfg.KeepSent = keepSent
+				if !keepSent {
+					cfg.RetainSent = time.Hour
+				}
+				cfg.RetentionInterval = 24 * time.Hour // the test deletes the row itself
+				dispatcher.SetClock(cfg, frozenClock())
+			})
+			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
+			_, err := lr.db.Pool.Exec(context.Background(), `DELETE FROM outbox_events WHERE id = $1 AND status = 'SENT'`, lr.id)
+			require.NoError(t, err)
+			require.Empty(t, statusCounts(t, lr.db), "the first write made the row SENT")
+			lr.proxy.release()
+			waitFor(t, 10*time.Second, "the outcome reported", func() bool {
+				return len(lr.errs.matching(outbox.ErrOutcomeUnknown))+len(lr.errs.matching(outbox.ErrLockLost)) > 0
+			})
+			require.Zero(t, lr.sent.Load())
+			if keepSent {
+				require.Len(t, lr.errs.matching(outbox.ErrLockLost), 1)
+				require.Empty(t, lr.errs.matching(outbox.ErrOutcomeUnknown))
+				return
+			}
+			require.Empty(t, lr.errs.matching(outbox.ErrLockLost), "a delivered event reported as one that will run again")
+			unknown := lr.errs.matching(outbox.ErrOutcomeUnknown)
+			require.Len(t, unknown, 1)
+			require.ErrorContains(t, unknown[0], lr.id.String())
+			require.Equal(t, uint64(1), lr.d.Stats().OutcomeUnknown)
+		})
+	}
+}

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -62,7 +64,7 @@ func counterNames(c *counters) map[string]*metered {
 // newMetrics creates the instruments of cfg.MeterProvider and attaches
 // those of the table-wide counters to c. The API's instruments never fail
 // to be created; an error (a name an SDK refuses) leaves a working no-op
-// and is returned for the log.
+// (the API's, when the SDK gave none) and is returned for the log.
 func newMetrics(cfg Config, c *counters) (*metrics, error) {
 	meter := cfg.MeterProvider.Meter(telemetry.Scope)
 	sets := telemetry.NewSets(cfg.Table.String())
@@ -71,12 +73,18 @@ func newMetrics(cfg Config, c *counters) (*metrics, error) {
 	counter := func(name, desc string) metric.Int64Counter {
 		ctr, err := meter.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
 		errs = append(errs, err)
+		if ctr == nil {
+			return noop.Int64Counter{}
+		}
 		return ctr
 	}
 	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(buckets...))
 		errs = append(errs, err)
+		if h == nil {
+			return noop.Float64Histogram{}
+		}
 		return h
 	}
 	for name, mc := range counterNames(c) {
@@ -127,10 +135,11 @@ func (m *metrics) failedOne(o Outcome) {
 // when that transaction began, not when it committed), to its startedAt
 // on the local clock. Clock skew between the two shows up in it; a negative
 // delay is recorded as zero. Retries and snoozed events are left out:
-// their delay is the backoff's.
+// their delay is the backoff's; so are suspects (recovered before: their
+// first attempt started already, and was lost).
 func (m *metrics) started(it *item) {
 	e := &it.event
-	if e.Attempt != 1 || e.Snoozes != 0 || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
+	if e.Attempt != 1 || e.Snoozes != 0 || it.suspect || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
 	m.delay.Record(context.Background(), max(0, it.startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
@@ -166,12 +175,15 @@ func (c *metered) Add(n uint64) uint64 {
 	return c.atomicCounter.Add(n)
 }
 
-// backlogSampler samples the backlog gauges at most once per interval,
-// when the MeterProvider collects them.
+// backlogSampler keeps the last sample of the backlog gauges. A
+// goroutine of Run's takes the samples (run); the MeterProvider's
+// callback only reads the last one and asks for a new one, so that a
+// collection never waits for the database.
 type backlogSampler struct {
 	d        *Dispatcher
 	sql      string
 	interval time.Duration
+	wanted   chan struct{} // a collection asked for a sample
 	mu       sync.Mutex
 	at       time.Time // when the last sample was taken; zero before
 	due      int64
@@ -196,21 +208,23 @@ func backlogQuery(names sqlname.Names) string {
 	return fmt.Sprintf(backlogSQL, names.Qualified, BacklogLimit)
 }
 
-// observeBacklog registers the backlog gauges' callback for the time
-// Run runs, and returns its unregistration.
-func (d *Dispatcher) observeBacklog() (unregister func()) {
+// observeBacklog registers the backlog gauges' callback, and returns the
+// sampler whose samples it observes (run it while Run runs) and the
+// callback's unregistration.
+func (d *Dispatcher) observeBacklog() (s *backlogSampler, unregister func()) {
+	s = &backlogSampler{d: d, interval: d.cfg.BacklogSampleInterval, wanted: make(chan struct{}, 1)}
 	names, err := sqlname.For(d.cfg.Table)
 	if err != nil {
-		return func() {}
+		return s, func() {}
 	}
-	s := &backlogSampler{d: d, interval: d.cfg.BacklogSampleInterval, sql: backlogQuery(names)}
+	s.sql = backlogQuery(names)
 	meter := d.metrics.meter
 	due, err1 := meter.Int64ObservableGauge("pgoutbox.backlog.due", metric.WithUnit("{event}"),
 		metric.WithDescription(fmt.Sprintf("Due PENDING events in the table, sampled, at most %d", BacklogLimit)))
 	age, err2 := meter.Float64ObservableGauge("pgoutbox.backlog.oldest_due_age", metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest due PENDING event has been due, sampled"))
-	reg, err3 := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		if n, oldest, ok := s.sample(ctx); ok {
+	reg, err3 := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if n, oldest, ok := s.last(); ok {
 			o.ObserveInt64(due, n, d.metrics.table)
 			o.ObserveFloat64(age, oldest, d.metrics.table)
 		}
@@ -218,40 +232,58 @@ func (d *Dispatcher) observeBacklog() (unregister func()) {
 	}, due, age)
 	if err := joinErrors([]error{err1, err2, err3}); err != nil {
 		d.reportError("backlog gauges not registered", err)
-		return func() {}
+		return s, func() {}
 	}
-	return func() { _ = reg.Unregister() }
+	return s, func() { _ = reg.Unregister() }
 }
 
-// backlogTimeout bounds one backlog sample, which runs while the
-// MeterProvider collects.
-const backlogTimeout = 5 * time.Second
-
-// sample returns the last sample, taken again first when it is older than
-// the interval. A failed sample is reported to OnError (after the lock is
-// let go) and observes nothing until the next interval.
-func (s *backlogSampler) sample(ctx context.Context) (due int64, oldest float64, ok bool) {
-	err := s.refresh(ctx)
-	if err != nil {
-		s.d.reportError("backlog sample failed", err)
-	}
+// last returns the last sample, and asks run for a new one when it is
+// older than the interval. It never waits for the database.
+func (s *backlogSampler) last() (due int64, oldest float64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.at.IsZero() || time.Since(s.at) >= s.interval {
+		signal(s.wanted)
+	}
 	return s.due, s.oldest, s.ok
 }
 
-// refresh takes a new sample when the last one is older than the
-// interval, and returns its error.
-func (s *backlogSampler) refresh(ctx context.Context) error {
+// run takes a sample each time a collection asks for one, until quit
+// ends. Only collections ask: with no MeterProvider collecting, it never
+// queries. A failed sample is reported to OnError and observes nothing
+// until the next one.
+func (s *backlogSampler) run(quit context.Context) {
+	if s.sql == "" {
+		return
+	}
+	for {
+		select {
+		case <-quit.Done():
+			return
+		case <-s.wanted:
+		}
+		if err := s.take(quit); err != nil && quit.Err() == nil {
+			s.d.reportError("backlog sample failed", errtext.Wrap(err, "dispatcher: backlog sample"))
+		}
+	}
+}
+
+// take queries a new sample, bounded like the dispatcher's own
+// statements, unless the last one is younger than the interval.
+func (s *backlogSampler) take(quit context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.at.IsZero() && time.Since(s.at) < s.interval {
+	fresh := !s.at.IsZero() && time.Since(s.at) < s.interval
+	s.mu.Unlock()
+	if fresh {
 		return nil
 	}
-	s.at = time.Now()
-	ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
+	ctx, cancel := s.d.opContextFrom(quit)
 	defer cancel()
-	err := s.d.pool.QueryRow(ctx, s.sql).Scan(&s.due, &s.oldest)
-	s.ok = err == nil
+	var due int64
+	var oldest float64
+	err := s.d.pool.QueryRow(ctx, s.sql).Scan(&due, &oldest)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at, s.due, s.oldest, s.ok = time.Now(), due, oldest, err == nil
 	return err
 }

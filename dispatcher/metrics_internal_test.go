@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -18,8 +22,9 @@ import (
 )
 
 // A backlog sample counts the due PENDING events and reads how long the
-// oldest has been due; a second collection within the interval reuses the
-// sample instead of querying again.
+// oldest has been due. A collection observes the last sample and asks for
+// a new one; one within the interval reuses the sample instead of
+// querying again.
 func TestBacklogSample(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -34,11 +39,13 @@ func TestBacklogSample(t *testing.T) {
 	d, err := New(db.NewPool(t, 2), Config{Table: db.Table(), MeterProvider: mp, BacklogSampleInterval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	unregister := d.observeBacklog()
+	s, unregister := d.observeBacklog()
 	require.NoError(t, mp.Collect(ctx))
-	due, age := mp.Points("pgoutbox.backlog.due"), mp.Points("pgoutbox.backlog.oldest_due_age")
-	require.Len(t, due, 1)
-	require.InDelta(t, 3, due[0].Value, 0, "the due PENDING ones: not the future ones, not SENT")
+	require.Empty(t, mp.Points("pgoutbox.backlog.due"), "no sample yet")
+	runSampler(t, s)
+	due := collectSample(t, mp)
+	age := mp.Points("pgoutbox.backlog.oldest_due_age")
+	require.InDelta(t, 3, due.Value, 0, "the due PENDING ones: not the future ones, not SENT")
 	require.Len(t, age, 1)
 	require.GreaterOrEqual(t, age[0].Value, 90.0)
 	require.Less(t, age[0].Value, 900.0)
@@ -46,9 +53,83 @@ func TestBacklogSample(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type) VALUES (gen_random_uuid(), 'x')`)
 	require.NoError(t, err)
 	require.NoError(t, mp.Collect(ctx))
-	require.InDelta(t, 3, mp.Points("pgoutbox.backlog.due")[1].Value, 0, "the sample of the interval, not a new query")
+	require.Empty(t, s.wanted, "no new sample asked for within the interval")
+	points := mp.Points("pgoutbox.backlog.due")
+	require.InDelta(t, 3, points[len(points)-1].Value, 0, "the sample of the interval, not a new query")
 	unregister()
 	require.Zero(t, mp.Callbacks())
+}
+
+// runSampler runs s until the test ends.
+func runSampler(t *testing.T, s *backlogSampler) {
+	quit, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.run(quit); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+}
+
+// collectSample collects until the backlog gauges observe a sample, and
+// returns its due point.
+func collectSample(t *testing.T, mp *telemetrytest.MeterProvider) telemetrytest.Point {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		require.NoError(t, mp.Collect(context.Background()))
+		return len(mp.Points("pgoutbox.backlog.due")) > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	return mp.Points("pgoutbox.backlog.due")[0]
+}
+
+// A collection never waits for the database: against a server that
+// accepts connections and never answers, it returns at once, with no
+// sample, while the sampler's query waits.
+func TestBacklogScrapeNeverWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	pool := silentPool(t)
+	mp := &telemetrytest.MeterProvider{}
+	d, err := New(pool, Config{MeterProvider: mp, OnError: func(error) {},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	s, unregister := d.observeBacklog()
+	defer unregister()
+	runSampler(t, s)
+	for range 3 {
+		start := time.Now()
+		require.NoError(t, mp.Collect(context.Background()))
+		require.Less(t, time.Since(start), 5*time.Second, "a collection waits for the database")
+	}
+	require.Empty(t, mp.Points("pgoutbox.backlog.due"))
+}
+
+// silentPool is a pool of a server that accepts connections and never
+// answers.
+func silentPool(t *testing.T) *pgxpool.Pool {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	pool, err := pgxpool.New(context.Background(), "postgres://x@"+ln.Addr().String()+"/x?connect_timeout=30")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // The backlog sample reads the due index only, a bounded part of it: with
@@ -104,41 +185,57 @@ func tableScans(node map[string]any, relation string) []map[string]any {
 	return out
 }
 
-// A sample that fails is reported to OnError and observes nothing.
+// A sample that fails is reported to OnError, once per asking
+// collection, and observes nothing.
 func TestBacklogSampleFails(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t) // no outbox table
 	mp := &telemetrytest.MeterProvider{}
-	var errs []error
-	d, err := New(db.NewPool(t, 1), Config{Table: db.Table(), MeterProvider: mp,
-		OnError: func(err error) { errs = append(errs, err) }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	errs := make(chan error, 10)
+	d, err := New(db.NewPool(t, 1), Config{Table: db.Table(), MeterProvider: mp, BacklogSampleInterval: time.Hour,
+		OnError: func(err error) { errs <- err }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	defer d.observeBacklog()()
+	s, unregister := d.observeBacklog()
+	defer unregister()
+	runSampler(t, s)
+	require.NoError(t, mp.Collect(context.Background()))
+	err = <-errs
+	require.ErrorContains(t, err, "does not exist")
+	require.Equal(t, 1, strings.Count(err.Error(), "pgoutbox:"), err.Error())
+	require.Contains(t, err.Error(), "pgoutbox: dispatcher: backlog sample: ")
 	require.NoError(t, mp.Collect(context.Background()))
 	require.Empty(t, mp.Points("pgoutbox.backlog.due"))
-	require.Len(t, errs, 1)
-	require.ErrorContains(t, errs[0], "does not exist")
+	require.Empty(t, errs, "no new sample within the interval")
 }
 
 // BenchmarkInstrumentsNoProvider measures what the metrics and spans add
 // to one event's dispatch when the application installed no provider (the
 // global ones by default): the handler's span and measurements, and the
-// counting of its outcome. Compare it with BenchmarkDispatchInProcess's
-// ns/event.
+// counting of its outcome, for an event without and with a traceparent
+// header (which is not read then). Compare it with
+// BenchmarkDispatchInProcess's ns/event.
 //
 //	go test -run '^$' -bench InstrumentsNoProvider -benchmem ./dispatcher/
 func BenchmarkInstrumentsNoProvider(b *testing.B) {
 	d := offlineDispatcher(b, Config{})
-	it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now()}}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		it.startedAt = time.Now()
-		d.metrics.started(it)
-		_, span := d.spans.handlerSpan(ctx, &it.event)
-		d.metrics.handled(it, result{})
-		endHandlerSpan(span, result{})
-		d.metrics.completed(it, outbox.StatusSent)
-		d.stats.claimed.Add(1)
+	for _, bc := range []struct {
+		name    string
+		headers map[string]string
+	}{{"plain", nil}, {"traceparent", map[string]string{traceparent: testTraceparent}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
+				Headers: bc.headers}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				it.startedAt = time.Now()
+				d.metrics.started(it)
+				_, span := d.spans.handlerSpan(ctx, &it.event)
+				d.metrics.handled(it, result{})
+				endHandlerSpan(span, result{})
+				d.metrics.completed(it, outbox.StatusSent)
+				d.stats.claimed.Add(1)
+			}
+		})
 	}
 }

@@ -106,8 +106,11 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
 	waitFor(t, 10*time.Second, "the backlog callback", func() bool { return mp.Callbacks() == 1 })
-	require.NoError(t, mp.Collect(context.Background()))
 	table := attribute.String("pgoutbox.table", db.Table().String())
+	waitFor(t, 30*time.Second, "a backlog sample", func() bool {
+		require.NoError(t, mp.Collect(context.Background()))
+		return len(mp.Points("pgoutbox.backlog.due", table)) > 0
+	})
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.due", table)))
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.oldest_due_age", table)))
 

@@ -148,7 +148,7 @@ func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
 	r.metrics.failedOne(o)
 	r.logger.Warn("pgoutbox: event failed; it stays FAILED until replayed", "table", r.table, "owner", r.owner,
 		"event_id", o.Event.ID.String(), "event_type", o.Event.Type, "code", string(o.Code),
-		"attempt", o.Event.Attempt, "error", o.Err)
+		"attempt", o.Event.Attempt, "error", errorText(o.Err))
 	if r.onOutcome != nil {
 		r.onOutcome(ctx, o)
 	}
@@ -165,7 +165,17 @@ func (r *reporter) logRetry(o Outcome, snooze bool) {
 	}
 	group := []any{"event_type", o.Event.Type, "code", string(o.Code)}
 	r.logLimited(level, msg+"\x00"+o.Event.Type+"\x00"+string(o.Code), msg, group,
-		"event_id", o.Event.ID.String(), "attempt", o.Event.Attempt, "next_attempt_at", o.NextAttemptAt, "error", o.Err)
+		"event_id", o.Event.ID.String(), "attempt", o.Event.Attempt, "next_attempt_at", o.NextAttemptAt, "error", errorText(o.Err))
+}
+
+// errorText is what a log line says of a handler's or publisher's error:
+// the bounded text the row stores as last_error (a handler's error may be
+// of any length), or nil for no error.
+func errorText(err error) any {
+	if err == nil {
+		return nil
+	}
+	return lease.CleanMessage(err.Error())
 }
 
 // logLimited logs msg at level with the table, owner and group attributes
@@ -174,28 +184,47 @@ func (r *reporter) logRetry(o Outcome, snooze bool) {
 // (repeats_not_logged), and flushRepeats logs the count of those held
 // back when no line followed them.
 func (r *reporter) logLimited(level slog.Level, key, msg string, group []any, detail ...any) {
-	if !r.logger.Enabled(context.Background(), level) {
-		return
+	if args, ok := r.limit(level, key, msg, group); ok {
+		r.logger.Log(context.Background(), level, msg, append(args, detail...)...)
 	}
-	args := append([]any{"table", r.table, "owner", r.owner}, group...)
-	suppressed, ok := r.logLimit.allow(key, r.now(), heldLine{level: level, msg: msg, args: args})
-	if !ok {
-		return
-	}
-	args = append(args, detail...)
-	if suppressed > 0 {
-		args = append(args, "repeats_not_logged", suppressed)
-	}
-	r.logger.Log(context.Background(), level, msg, args...)
 }
 
-// flushRepeats logs, for each line whose repeats were held back and whose
-// interval has passed with no line since, one summary: "similar lines
-// suppressed" with the line's message, group attributes and count. The
-// coordinator calls it every poll and at the end of Run, so no count
-// waits for the next repeat that may never come.
+// limit reports whether the line with key may be logged now (see
+// logLimited) and, if so, its attributes so far: the table, owner and
+// group attributes and the count of repeats held back before it.
+func (r *reporter) limit(level slog.Level, key, msg string, group []any) ([]any, bool) {
+	if !r.logger.Enabled(context.Background(), level) {
+		return nil, false
+	}
+	args := append([]any{"table", r.table, "owner", r.owner}, group...)
+	now := r.now()
+	r.summarise(r.logLimit.evict(now))
+	suppressed, ok := r.logLimit.allow(key, now, heldLine{level: level, msg: msg, args: args})
+	if ok && suppressed > 0 {
+		args = append(args, "repeats_not_logged", suppressed)
+	}
+	return args, ok
+}
+
+// flushRepeats logs, for each line whose repeats were held back and that
+// has not recurred for a whole repeatLogInterval, one summary: "similar
+// lines suppressed" with the line's message, group attributes and count.
+// The coordinator calls it every poll, so no count waits for a repeat
+// that may never come; a line that keeps recurring is not summarised: its
+// next logged line carries the count (repeats_not_logged).
 func (r *reporter) flushRepeats() {
-	for _, h := range r.logLimit.due(r.now()) {
+	r.summarise(r.logLimit.due(r.now(), false))
+}
+
+// flushAllRepeats summarises every count of held-back repeats, however
+// recent. Run calls it when it ends: no line follows.
+func (r *reporter) flushAllRepeats() {
+	r.summarise(r.logLimit.due(r.now(), true))
+}
+
+// summarise logs one "similar lines suppressed" line for each of held.
+func (r *reporter) summarise(held []heldLine) {
+	for _, h := range held {
 		args := append([]any{"message", h.msg}, h.args...)
 		r.logger.Log(context.Background(), h.level, "pgoutbox: similar lines suppressed",
 			append(args, "repeats_not_logged", h.suppressed)...)
@@ -212,8 +241,11 @@ func (r *reporter) logPanic(who, eventType string, id uuid.UUID, err error) {
 	if eventType != "" {
 		group = append(group, "event_type", eventType)
 	}
-	r.logLimited(slog.LevelError, "panic\x00"+who+"\x00"+eventType, "pgoutbox: recovered a panic; the event is retried or FAILED with code panic",
-		group, "event_id", id.String(), "error", err, "stack", string(debug.Stack()))
+	msg := "pgoutbox: recovered a panic; the event is retried or FAILED with code panic"
+	if args, ok := r.limit(slog.LevelError, "panic\x00"+who+"\x00"+eventType, msg, group); ok {
+		r.logger.Error(msg, append(args, "event_id", id.String(), "error", errorText(err),
+			"stack", string(debug.Stack()))...)
+	}
 }
 
 // maxLoggedIDs bounds the event IDs one log line lists.
@@ -265,7 +297,8 @@ type logLimiter struct {
 }
 
 type limitedLine struct {
-	logged     time.Time
+	logged     time.Time // when the line was last logged
+	lastSeen   time.Time // when the line last came, logged or not
 	suppressed int
 	held       heldLine // the line to summarise the repeats with
 }
@@ -279,18 +312,51 @@ type heldLine struct {
 	suppressed int
 }
 
-// due returns the lines whose repeats were held back and whose interval
-// has passed at now, and forgets their count.
-func (l *logLimiter) due(now time.Time) []heldLine {
+// due returns the lines whose repeats were held back and that have not
+// come for a whole repeatLogInterval at now (with force, all lines with
+// repeats held back), and forgets their count. A line that comes again
+// after its summary is logged in full.
+func (l *logLimiter) due(now time.Time, force bool) []heldLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.dueLocked(now, force)
+}
+
+func (l *logLimiter) dueLocked(now time.Time, force bool) []heldLine {
 	var out []heldLine
 	for _, line := range l.lines {
-		if line.suppressed > 0 && now.Sub(line.logged) >= repeatLogInterval {
+		if line.suppressed > 0 && (force || now.Sub(line.lastSeen) >= repeatLogInterval) {
 			h := line.held
-			h.suppressed, line.suppressed, line.logged = line.suppressed, 0, now
+			h.suppressed, line.suppressed = line.suppressed, 0
 			out = append(out, h)
 		}
+	}
+	return out
+}
+
+// maxLimitedLines bounds the distinct lines the limiter remembers.
+const maxLimitedLines = 1000
+
+// evict makes room when the limiter remembers more than maxLimitedLines
+// lines, never losing a count of held-back repeats: it returns the lines
+// due for a summary (see due) and forgets the lines with none held back
+// that were last logged an interval ago. When that is not enough, it
+// returns every count held back to be summarised and forgets every line.
+func (l *logLimiter) evict(now time.Time) []heldLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) <= maxLimitedLines {
+		return nil
+	}
+	out := l.dueLocked(now, false)
+	for k, line := range l.lines {
+		if line.suppressed == 0 && now.Sub(line.logged) >= repeatLogInterval {
+			delete(l.lines, k)
+		}
+	}
+	if len(l.lines) > maxLimitedLines {
+		out = append(out, l.dueLocked(now, true)...)
+		clear(l.lines)
 	}
 	return out
 }
@@ -304,21 +370,12 @@ func (l *logLimiter) allow(key string, now time.Time, held heldLine) (suppressed
 	if l.lines == nil {
 		l.lines = map[string]*limitedLine{}
 	}
-	if len(l.lines) > 1000 { // bounded memory: forget the lines not held back
-		for k, line := range l.lines {
-			if now.Sub(line.logged) >= repeatLogInterval {
-				delete(l.lines, k)
-			}
-		}
-		if len(l.lines) > 1000 {
-			clear(l.lines)
-		}
-	}
 	line := l.lines[key]
 	if line == nil {
-		l.lines[key] = &limitedLine{logged: now}
+		l.lines[key] = &limitedLine{logged: now, lastSeen: now}
 		return 0, true
 	}
+	line.lastSeen = now
 	if now.Sub(line.logged) < repeatLogInterval {
 		line.suppressed++
 		line.held = held

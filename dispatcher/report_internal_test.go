@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -90,6 +92,111 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	lines = b.lines(t)
 	require.Len(t, lines, 1)
 	require.NotContains(t, lines[0], "repeats_not_logged")
+}
+
+// A line that keeps coming (a retry every 3s, the coordinator's poll every
+// 1s) is not replaced by summaries: a full line, carrying the count held
+// back and the latest error text, comes once per interval.
+func TestContinuingRepeatsStillLogLines(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	var full, summaries int
+	var lastErr, lastRepeats any
+	for i := range 120 { // half-second steps: 60s
+		text := "connection refused"
+		if i >= 10 {
+			text = "HTTP 500"
+		}
+		if i%6 == 0 { // a retry every 3s
+			b.r.logRetry(Outcome{Event: outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}, Code: outbox.CodeHandlerError,
+				Err: errors.New(text)}, false)
+		}
+		if i%2 == 1 { // the coordinator's poll, every 1s
+			b.r.flushRepeats()
+		}
+		for _, l := range b.lines(t) {
+			if l["msg"] == "pgoutbox: similar lines suppressed" {
+				summaries++
+			} else {
+				full++
+				lastErr, lastRepeats = l["error"], l["repeats_not_logged"]
+			}
+		}
+		b.at = b.at.Add(time.Second / 2)
+	}
+	require.GreaterOrEqual(t, full, 5, "about one full line per 10s")
+	require.Zero(t, summaries, "the line never went quiet")
+	require.Equal(t, "HTTP 500", lastErr)
+	require.InDelta(t, 3, lastRepeats, 0, "the retries at +3s, +6s and +9s")
+}
+
+// When Run ends, every count of held-back lines is summarised, however
+// recent: no line follows.
+func TestEndOfRunSummarisesEveryCount(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	for range 50 {
+		b.r.reportLost(uuid.New())
+	}
+	require.Len(t, b.lines(t), 1)
+	b.at = b.at.Add(time.Second)
+	b.r.flushAllRepeats()
+	lines := b.lines(t)
+	require.Len(t, lines, 1, "the 49 held-back lost leases are summarised when Run ends")
+	require.Equal(t, "pgoutbox: similar lines suppressed", lines[0]["msg"])
+	require.InDelta(t, 49, lines[0]["repeats_not_logged"], 0)
+	b.r.flushAllRepeats()
+	require.Empty(t, b.lines(t), "a count is summarised once")
+}
+
+// A handler's error is logged as the bounded text the row stores, in the
+// lines of a retry, a FAILED event and a panic.
+func TestLoggedErrorTextBounded(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	long := errors.New(strings.Repeat("é", 5000))
+	o := Outcome{Event: outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}, Code: outbox.CodeHandlerError, Err: long}
+	b.r.logRetry(o, false)
+	b.r.reportFailed(context.Background(), o)
+	b.r.logPanic("handler", "a", o.Event.ID, long)
+	lines := b.lines(t)
+	require.Len(t, lines, 3)
+	for _, l := range lines {
+		require.Equal(t, lease.CleanMessage(long.Error()), l["error"], l["msg"])
+		require.LessOrEqual(t, len(l["error"].(string)), 2048)
+	}
+	require.Contains(t, lines[2]["stack"], "logPanic", "the panic line has the stack")
+}
+
+// Making room in the limiter never drops a count of held-back lines
+// unsummarised: a count due for a summary is summarised, and one not yet
+// due is kept (or summarised) rather than forgotten.
+func TestLimiterEvictionKeepsCounts(t *testing.T) {
+	t.Parallel()
+	b := newLogBundle(t)
+	summarised := map[string]float64{}
+	collect := func() {
+		for _, l := range b.lines(t) {
+			if l["msg"] == "pgoutbox: similar lines suppressed" {
+				summarised[l["message"].(string)] += l["repeats_not_logged"].(float64)
+			}
+		}
+	}
+	for range 3 {
+		b.r.reportError("quiet", errors.New("x"))
+	}
+	b.at = b.at.Add(repeatLogInterval)
+	for range 3 {
+		b.r.reportError("recent", errors.New("x"))
+	}
+	for i := range maxLimitedLines + 1 {
+		b.r.reportError("distinct", fmt.Errorf("error %d", i))
+	}
+	collect()
+	require.InDelta(t, 2, summarised["pgoutbox: quiet"], 0, "the due count is summarised when room is made")
+	b.r.flushAllRepeats()
+	collect()
+	require.InDelta(t, 2, summarised["pgoutbox: recent"], 0, "the count not yet due is not lost")
 }
 
 // Retries are logged at INFO (snoozes at DEBUG) once per interval for each

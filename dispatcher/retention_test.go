@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,16 +54,16 @@ type batchLog struct {
 	batches []string // "SENT 10/10": status, deleted/limit; "skipped" when another held the lock
 }
 
-func (l *batchLog) hook(cfg *dispatcher.Config) {
-	dispatcher.SetRetentionHook(cfg, func(status outbox.Status, limit int, deleted int64, skipped bool) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if skipped {
-			l.batches = append(l.batches, "skipped")
-			return
-		}
-		l.batches = append(l.batches, fmt.Sprintf("%s %d/%d", status, deleted, limit))
-	})
+func (l *batchLog) hook(cfg *dispatcher.Config) { dispatcher.SetRetentionHook(cfg, l.add) }
+
+func (l *batchLog) add(status outbox.Status, limit int, deleted int64, skipped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if skipped {
+		l.batches = append(l.batches, "skipped")
+		return
+	}
+	l.batches = append(l.batches, fmt.Sprintf("%s %d/%d", status, deleted, limit))
 }
 
 func (l *batchLog) get() []string {
@@ -185,7 +186,8 @@ func TestRetentionWaitsForItsTurn(t *testing.T) {
 
 	require.NoError(t, other.Rollback(ctx))
 	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
-	require.EqualValues(t, 12, d.Stats().RetentionSent)
+	// Counted just after the batch commits.
+	waitFor(t, 30*time.Second, "the rows counted", func() bool { return d.Stats().RetentionSent == 12 })
 }
 
 // Two replicas running retention at once on a table that is also being
@@ -303,4 +305,196 @@ CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	runDispatcher(t, next)
 	waitFor(t, 30*time.Second, "the next dispatcher to delete the rows", func() bool { return remaining(t, db, due) == 0 })
+}
+
+// A batch that runs out of time (a trigger raises query_canceled on the
+// 101st row a statement deletes) halves the batch size for the rest of
+// the drain, never doubling it back: a drain of 2,000 rows from batches
+// of 800 fails three times (800, 400, 200), then deletes 100 at a time.
+func TestRetentionTimeoutDoesNotOscillate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 2000)
+	_, err := db.Pool.Exec(ctx, `
+CREATE FUNCTION fake_timeout() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE n int := coalesce(nullif(current_setting('rt.n', true), ''), '0')::int + 1;
+BEGIN
+	PERFORM set_config('rt.n', n::text, true);
+	IF n > 100 THEN
+		RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = 'query_canceled';
+	END IF;
+	RETURN OLD;
+END $$;
+CREATE TRIGGER fake_timeout BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION fake_timeout();`)
+	require.NoError(t, err)
+	cfg := retentionConfig(db, 800)
+	cfg.RetentionInterval = 50 * time.Millisecond
+	var log batchLog
+	log.hook(&cfg)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 60*time.Second, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
+	require.LessOrEqual(t, d.Stats().Errors, uint64(3), "timed-out batches during one drain of 2,000 rows")
+	require.Equal(t, "SENT 100/100", log.get()[0], "the first batch that fit")
+}
+
+// Without the finished index (migration 004 not run and SkipVerify set,
+// or the index dropped or left invalid by a failed CREATE INDEX
+// CONCURRENTLY after the start), each batch would scan the table:
+// retention skips its passes and says once, at WARN, to run
+// Migrate; once the index is there, the next pass deletes.
+func TestRetentionWaitsForTheFinishedIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 12)
+	_, err := db.Pool.Exec(ctx, `DROP INDEX outbox_events_finished_idx`)
+	require.NoError(t, err)
+
+	cfg := retentionConfig(db, 5)
+	cfg.SkipVerify = true
+	var log batchLog
+	log.hook(&cfg)
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "a warning", func() bool {
+		return logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_finished_idx"`) == 1
+	})
+	waitPasses(t, d, 3) // no batch, no second warning
+	require.Equal(t, len(due), remaining(t, db, due))
+	require.Empty(t, log.get(), "batches run without the index")
+	require.Equal(t, 1, logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_finished_idx"`))
+	require.Zero(t, d.Stats().Errors)
+
+	_, err = db.Pool.Exec(ctx, `CREATE INDEX outbox_events_finished_idx ON outbox_events (status, coalesce(sent_at, failed_at))
+		WHERE status IN ('SENT', 'FAILED')`)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+}
+
+// A batch that fails reaches OnError with one pgoutbox: prefix, naming
+// the retention, the status and the table; a permission error says what
+// to do.
+func TestRetentionErrorSaysWhatFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	insertAged(t, db, outbox.StatusSent, 48*time.Hour, 3)
+	_, err := db.Pool.Exec(ctx, `
+CREATE FUNCTION no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'permission denied for table outbox_events' USING ERRCODE = 'insufficient_privilege'; END $$;
+CREATE TRIGGER no_delete BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION no_delete();`)
+	require.NoError(t, err)
+	cfg := retentionConfig(db, 5)
+	errs := &errorLog{}
+	cfg.OnError = errs.add
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "an error", func() bool { return len(errs.filter(func(error) bool { return true })) > 0 })
+	msg := errs.filter(func(error) bool { return true })[0].Error()
+	require.Equal(t, 1, strings.Count(msg, "pgoutbox:"), msg)
+	require.True(t, strings.HasPrefix(msg, "pgoutbox: dispatcher: retention of SENT rows of "+db.Table().String()+": "), msg)
+	require.Contains(t, msg, "permission denied")
+	require.Contains(t, msg, "grant the dispatcher's role DELETE on the outbox table, or set KeepSent", msg)
+}
+
+// Cancelling Run's ctx stops retention at once, although the drain goes
+// on (a handler still runs): the batch in flight, held inside its DELETE
+// by a trigger waiting for the test, is cancelled and its connection
+// freed before the drain ends (and before the batch's own 30s timeout).
+func TestRetentionStopsWithRunContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 30)
+	const gate = 7318
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
+CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
+	require.NoError(t, err)
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
+	require.NoError(t, err)
+	insertEvents(t, db, "held", 1)
+
+	cfg := retentionConfig(db, 10)
+	cfg.DrainTimeout = 10 * time.Minute
+	cfg.LeaseDuration = time.Hour // statements time out after 30s
+	started, release := make(chan struct{}), make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("held", func(context.Context, outbox.Event) error {
+		close(started)
+		<-release
+		return nil
+	}))
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- d.Run(runCtx) }()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	waiting := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+			AND query LIKE '%gone AS%' AND query LIKE '%' || $1 || '%'`, db.Schema).Scan(&n))
+		return n
+	}
+	<-started
+	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
+	cancel()
+	waitFor(t, 25*time.Second, "the batch cancelled while the drain goes on", func() bool { return waiting() == 0 })
+	require.Zero(t, d.Stats().Errors, "the batch ended by its statement timeout, not by the cancel")
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned before the handler did: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-errc)
+	require.NoError(t, holder.Rollback(ctx))
+	require.Equal(t, len(due), remaining(t, db, due), "rows the cancelled batch deleted")
+	require.Zero(t, d.Stats().Errors)
+}
+
+// A pass deletes for at most half of RetentionInterval (at least 1s), then
+// ends and logs; the next pass goes on with the drain where it stopped.
+// Here the local clock jumps an hour after each batch: each pass deletes
+// one batch, and the batches are those of one drain (10, 10, then 5).
+func TestRetentionPassHasATimeBudget(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 25)
+	cfg := retentionConfig(db, 10)
+	clock := &testClock{}
+	dispatcher.SetClock(&cfg, clock.Now)
+	var log batchLog
+	dispatcher.SetRetentionHook(&cfg, func(status outbox.Status, limit int, deleted int64, skipped bool) {
+		clock.advance(time.Hour)
+		log.add(status, limit, deleted, skipped)
+	})
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitPasses(t, d, 1)
+	require.Equal(t, []string{"SENT 10/10", "SENT 10/10", "SENT 5/10"}, log.get()[:3])
+	require.Equal(t, 2, logs.count(slog.LevelInfo, "deleted_sent", "10"), "passes that deleted one full batch")
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "5"))
 }

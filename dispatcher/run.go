@@ -26,7 +26,8 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
-	defer d.observeBacklog()() // the backlog gauges, while Run runs
+	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
+	defer unregister()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = newWorkers(quit.Done())
@@ -35,7 +36,8 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.completer.run(quit.Done()) })
 	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
-	helpers.Go(func() { d.retain(quit) })
+	helpers.Go(func() { d.retain(ctx, quit) })
+	helpers.Go(func() { backlog.run(quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.listenLoop(quit, listener) })
@@ -52,7 +54,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
-	d.flushRepeats()
+	d.flushAllRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
 	return err
 }

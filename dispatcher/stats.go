@@ -6,7 +6,8 @@ import (
 )
 
 // Stats is a point-in-time snapshot of a dispatcher's counters and gauges.
-// It holds numbers only: no payloads, event types or IDs.
+// It holds numbers only, and event types in WaitingUnhandledByType: no
+// payloads or IDs.
 type Stats struct {
 	// Claimed counts events claimed since New.
 	Claimed uint64
@@ -74,6 +75,17 @@ type Stats struct {
 	// LastPoll is the local time of the latest poll cycle; zero before the
 	// first.
 	LastPoll time.Time
+	// WaitingUnhandled is how many PENDING events of types this
+	// dispatcher does not claim (see ClaimedTypes) have been due for more
+	// than a minute (or two IdlePollIntervals, if longer): events that no
+	// running dispatcher may be able to deliver. Counted every
+	// RecoverEvery-th poll, up to 1,000 per type; always 0 for a
+	// dispatcher that claims every type.
+	WaitingUnhandled int64
+	// WaitingUnhandledByType breaks WaitingUnhandled down by event type
+	// (up to 1,000 each); nil when nothing waits. A copy: the caller may
+	// keep it.
+	WaitingUnhandledByType map[string]int64
 }
 
 // counters are the live values behind Stats.

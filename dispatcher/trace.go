@@ -35,13 +35,14 @@ type spannedKey struct{}
 
 // handlerSpan starts the span of a handler call: a consumer span named
 // "handle <event type>", the child of the span that emitted the event.
-// When no one would receive the span, none is started, but the handler's
-// context still carries the emitting span's context.
+// When no one would receive the span, none is started and the headers are
+// not read: the handler's context then carries no emitting span context
+// (which costs allocations per event for no one).
 func (s spans) handlerSpan(ctx context.Context, e *outbox.Event) (context.Context, trace.Span) {
-	ctx, root := spanParent(ctx, e.Headers)
 	if s.tracer.Off() {
 		return ctx, noSpan
 	}
+	ctx, root := spanParent(ctx, e.Headers)
 	opts := consumerChild
 	if root {
 		opts = consumerRoot
@@ -65,11 +66,24 @@ func endHandlerSpan(span trace.Span, res result) {
 	span.End()
 }
 
+// endHandlerCall records a handler call's duration and ends its span,
+// recovering a panic of the instruments': the result stands.
+func (d *Dispatcher) endHandlerCall(it *item, span trace.Span, res result) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.logPanic("instrumentation", it.event.Type, it.event.ID, fmt.Errorf("ending the handler's span: %v", p))
+		}
+	}()
+	d.metrics.handled(it, res)
+	endHandlerSpan(span, res)
+}
+
 // publishSpan starts the span of a Publish call, of kind producer. For
 // one message, it is the child of the span that emitted the event; for
 // several, it starts a trace of its own, linked to each emitting span,
 // and each message gets a span of its own, the child of its emitting span
-// and linked to the call's, when the call's span records.
+// (sampled by its own parent, whether the call's span is or not) and
+// linked to the call's when that has a valid span context.
 func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.Context, func(errs []error)) {
 	if s.tracer.Off() {
 		return ctx, func([]error) {}
@@ -79,18 +93,22 @@ func (s spans) publishSpan(ctx context.Context, msgs []outbox.Message) (context.
 		return ctx, func(errs []error) { endPublishSpan(span, errs[0]) }
 	}
 	ctx, span := s.tracer.Start(ctx, "publish", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer))
-	if !span.IsRecording() {
-		return ctx, func([]error) { span.End() }
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "pgoutbox"),
+			attribute.String("messaging.operation.type", "send"), attribute.Int("messaging.batch.message_count", len(msgs)))
 	}
-	span.SetAttributes(attribute.String("messaging.system", "pgoutbox"),
-		attribute.String("messaging.operation.type", "send"), attribute.Int("messaging.batch.message_count", len(msgs)))
-	batch := trace.Link{SpanContext: span.SpanContext()}
+	var opts []trace.SpanStartOption
+	if batch := span.SpanContext(); batch.IsValid() {
+		opts = []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: batch})}
+	}
 	each := make([]trace.Span, len(msgs))
 	for i, m := range msgs {
-		if emitted := emittedSpan(m.Event.Headers); emitted.IsValid() {
-			span.AddLink(trace.Link{SpanContext: emitted})
+		if span.IsRecording() {
+			if emitted := emittedSpan(m.Event.Headers); emitted.IsValid() {
+				span.AddLink(trace.Link{SpanContext: emitted})
+			}
 		}
-		_, each[i] = s.startPublish(ctx, m, trace.WithLinks(batch))
+		_, each[i] = s.startPublish(ctx, m, opts...)
 	}
 	return ctx, func(errs []error) {
 		failed := 0
@@ -137,15 +155,16 @@ func endPublishSpan(span trace.Span, err error) {
 // handler error is recorded on the span and sets its status to error (a
 // snooze does not), and so does a panic, which the middleware lets go on
 // to the dispatcher. An event without a trace context starts a new trace.
-// A nil tp starts no span of its own, but the handler's context still
-// carries the emitting span's context.
+// A nil tp (or one that would record nothing) starts no span of its own,
+// but the handler's context still carries the emitting span's context.
 //
 // Deprecated: the dispatcher starts this span itself, through
 // Config.TracerProvider (by default the global provider). Within a
-// dispatcher whose own span records, TracingMiddleware adds no span, so
-// that no call gets two; it still starts one where the dispatcher's does
-// not record (a tp other than Config.TracerProvider) and outside a
-// dispatcher.
+// dispatcher whose own span records, TracingMiddleware adds no span,
+// whatever tp it was given (that span went to Config.TracerProvider), so
+// that no call gets two; it starts one where the dispatcher's span does
+// not record (Config.TracerProvider records nothing, or did not sample
+// the call) and outside a dispatcher.
 func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -154,6 +173,10 @@ func TracingMiddleware(tp trace.TracerProvider) outbox.Middleware {
 	return func(next outbox.Handler) outbox.Handler {
 		return func(ctx context.Context, e outbox.Event) (err error) {
 			if ctx.Value(spannedKey{}) != nil {
+				return next(ctx, e)
+			}
+			if s.tracer.Off() {
+				ctx, _ = spanParent(ctx, e.Headers)
 				return next(ctx, e)
 			}
 			ctx, span := s.handlerSpan(ctx, &e)

@@ -183,14 +183,21 @@ func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
 	}
 }
 
+// destination is where the publisher sends e: RouteFunc's answer, for an
+// event of one of PublishTypes (when set); "" when it is not published.
 func (d *Dispatcher) destination(e outbox.Event) string {
-	if d.cfg.Publisher == nil {
+	if d.cfg.Publisher == nil || d.kinds.publish != nil && !d.kinds.publish[e.Type] {
 		return ""
 	}
 	return d.cfg.RouteFunc(e)
 }
 
-var errNoHandler = errors.New("no handler is registered for the event type and no publisher is configured")
+// errNoHandler is the error of an event claimed to be published (a
+// Publisher without PublishTypes claims every type) whose route is empty
+// and whose type has no handler: the dispatcher's own configuration says
+// nothing delivers it. An event of a type the dispatcher does not claim
+// is never claimed, so it never ends here.
+var errNoHandler = errors.New("the route of the event is empty and no handler is registered for its type")
 
 // await waits until an older item of the same event, whose lease was lost
 // while its handler kept running, has ended, so that one process never runs
@@ -230,20 +237,22 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 	return result{}, true, false
 }
 
-// callHandler runs h in the item's context, recovering a panic. The
-// context ends when h returns.
+// callHandler runs h in the item's context, recovering a panic, its
+// instruments' included (a sampler's or a span processor's: the call then
+// fails with code panic). The context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
-	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
-	ctx, span := d.spans.handlerSpan(it.ctx, &it.event)
+	span := noSpan
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
 		}
-		d.metrics.handled(it, res)
-		endHandlerSpan(span, res)
+		d.endHandlerCall(it, span, res)
 	}()
+	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	var ctx context.Context
+	ctx, span = d.spans.handlerSpan(it.ctx, &it.event)
 	err := h(ctx, it.event)
 	d.noteHandlerTime(time.Since(it.startedAt))
 	if err == nil {

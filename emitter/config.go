@@ -107,7 +107,8 @@ type Config struct {
 	// MeterProvider receives the pgoutbox.events.emitted counter (see
 	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
 	// application's global provider, which records nothing until the
-	// application installs one.
+	// application installs one. A counter the provider refuses is logged
+	// at WARN to slog.Default and counts nothing; New does not fail.
 	MeterProvider metric.MeterProvider
 	// TracerProvider receives a producer span per Emit call, the child of
 	// the span in Emit's context; its context is the traceparent the

@@ -58,7 +58,7 @@ func (e *Emitter) sendCopy(ctx context.Context, tx pgx.Tx, c *columns, notify bo
 		cancel()
 	}
 	if err != nil {
-		return e.sendError(err)
+		return e.sendError(err, c.callerIDs)
 	}
 	return nil
 }

@@ -52,9 +52,7 @@ func New(cfg Config) (*Emitter, error) {
 		e.notifySQL = notifySQL
 		e.notifyArgs = []any{names.Channel()}
 	}
-	if e.instruments, err = newInstruments(cfg); err != nil {
-		return nil, err
-	}
+	e.instruments = newInstruments(cfg)
 	return e, nil
 }
 
@@ -233,7 +231,7 @@ func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) 
 		err = closeErr
 	}
 	if err != nil {
-		return e.sendError(err)
+		return e.sendError(err, c.callerIDs)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 // NULL.
 type columns struct {
 	ids           []uuid.UUID
+	callerIDs     []uuid.UUID  // the ids the caller set (not generated)
 	idArgs        pguuid.Array // the ids as parameters (see pguuid)
 	types         []string
 	aggTypes      []string
@@ -65,6 +66,9 @@ func encode(events []outbox.Event) (*columns, error) {
 		id, err := eventID(ev.ID)
 		if err != nil {
 			return nil, err
+		}
+		if ev.ID != uuid.Nil {
+			c.callerIDs = append(c.callerIDs, id)
 		}
 		c.ids[i], c.idArgs[i] = id, pguuid.Of(id)
 		c.types[i] = ev.Type

@@ -3,6 +3,7 @@ package emitter
 import (
 	"errors"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,23 +17,24 @@ import (
 // sendError classifies an error of the insert or COPY: a finished or
 // aborted tx is reported like a nil one (matching ErrInvalidInput and
 // ErrTxDone, never ErrInvalidEvent: the events may be fine); a missing
-// table matches outbox.ErrMissingTable and says how to create it; a
-// caller-set ID already in the table matches outbox.ErrDuplicateID and
-// names the ID. Anything else is wrapped as is.
-func (e *Emitter) sendError(err error) error {
+// outbox table matches outbox.ErrMissingTable and says how to create it
+// (a missing table of a trigger's does not); a caller-set ID already in
+// the table matches outbox.ErrDuplicateID and names the ID, from the
+// server's detail or else from callerIDs, the IDs the call set. Every text
+// keeps the database's message.
+func (e *Emitter) sendError(err error, callerIDs []uuid.UUID) error {
 	if txErr := pgerr.TxUnusable(err); txErr != nil {
 		return txErr
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return errtext.Wrap(err, "emit into %s", e.names.Table)
-	}
 	switch {
-	case pgErr.Code == pgerr.UndefinedTable:
-		return errtext.WrapHint(errtext.Because(outbox.ErrMissingTable, err), e.migrateHint(), "emit into %s", e.names.Table)
-	case pgErr.Code == pgerr.UniqueViolation && pgErr.SchemaName == e.names.Table.Schema &&
-		pgErr.ConstraintName == e.names.Object(sqlname.SuffixPkey):
-		return errtext.Wrap(errtext.Because(outbox.ErrDuplicateID, err), "emit into %s: event %s", e.names.Table, duplicateID(pgErr.Detail))
+	case pgerr.OwnMissingTable(err):
+		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, ""), e.migrateHint(),
+			"emit into %s", e.names.Table)
+	case errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation &&
+		pgErr.SchemaName == e.names.Table.Schema && pgErr.ConstraintName == e.names.Object(sqlname.SuffixPkey):
+		return errtext.Wrap(errtext.Because(outbox.ErrDuplicateID, err), "emit into %s: event %s",
+			e.names.Table, duplicateID(pgErr.Detail, callerIDs))
 	}
 	return errtext.Wrap(err, "emit into %s", e.names.Table)
 }
@@ -47,13 +49,32 @@ func (e *Emitter) migrateHint() string {
 // `Key (id)=(0190…) already exists.`
 var keyDetail = regexp.MustCompile(`\(id\)=\(([0-9a-f-]{36})\)`)
 
-// duplicateID returns the ID a unique violation's detail names, or
-// "(ID not reported)" when the server left it out.
-func duplicateID(detail string) string {
+// maxNamedIDs bounds the caller-set IDs a duplicate-ID error lists.
+const maxNamedIDs = 3
+
+// duplicateID names the ID of a unique violation: the one its detail
+// names; else, when the server left the key out (a role without SELECT on
+// the table), the caller-set ID when the call set one, or "one of" up to
+// maxNamedIDs of them.
+func duplicateID(detail string, callerIDs []uuid.UUID) string {
 	if m := keyDetail.FindStringSubmatch(detail); m != nil {
 		if id, err := uuid.Parse(m[1]); err == nil {
 			return id.String()
 		}
 	}
-	return "(ID not reported)"
+	switch len(callerIDs) {
+	case 0:
+		return "(ID not reported)"
+	case 1:
+		return callerIDs[0].String()
+	}
+	names := make([]string, 0, maxNamedIDs+1)
+	for i, id := range callerIDs {
+		if i == maxNamedIDs {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, id.String())
+	}
+	return "one of " + strings.Join(names, ", ")
 }

@@ -2,8 +2,10 @@ package emitter
 
 import (
 	"context"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -19,18 +21,23 @@ type instruments struct {
 	table    string
 }
 
-func newInstruments(cfg Config) (instruments, error) {
+// newInstruments creates the instruments of cfg's providers. A counter
+// the SDK refused is logged at WARN (slog.Default: an Emitter has no
+// logger) and counts nothing, as the dispatcher's metrics do: New does not
+// fail for it.
+func newInstruments(cfg Config) instruments {
 	emitted, err := cfg.MeterProvider.Meter(telemetry.Scope).Int64Counter("pgoutbox.events.emitted",
 		metric.WithUnit("{event}"),
 		metric.WithDescription("Events written by Emit calls that succeeded (counted before their transaction commits)"))
-	if err != nil {
-		return instruments{}, &outbox.ConfigError{Field: "MeterProvider", Reason: "refused the emitted counter", Err: err}
-	}
 	table := cfg.Table.String()
+	if err != nil || emitted == nil {
+		slog.Default().Warn("pgoutbox: some metrics are not recorded", "table", table, "error", err)
+		emitted = noop.Int64Counter{}
+	}
 	return instruments{
 		emitted: emitted, sets: telemetry.NewSets(table), table: table,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), spanName: "emit " + table,
-	}, nil
+	}
 }
 
 // countEmitted counts the events of an Emit call that succeeded, by type.

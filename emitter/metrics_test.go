@@ -2,11 +2,14 @@ package emitter_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/emitter"
@@ -72,4 +75,27 @@ func TestEmitSpan(t *testing.T) {
 	s = tp.Spans()[1]
 	require.Equal(t, codes.Error, s.Status, "a failed call's span says so")
 	require.True(t, s.Ended)
+}
+
+// refusing is a MeterProvider whose SDK refuses every instrument, with a
+// nil instrument.
+type refusing struct{ noop.MeterProvider }
+
+func (refusing) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
+
+type refusingMeter struct{ noop.Meter }
+
+func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return nil, errors.New("instrument name refused")
+}
+
+// A counter the MeterProvider refuses is logged and counts nothing, as
+// in the dispatcher: New does not fail, and Emit works.
+func TestEmitterCarriesOnWhenTheCounterIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, emitter.Config{MeterProvider: refusing{}})
+	tx := b.begin(t)
+	_, err := b.emitter.Emit(context.Background(), tx, validEvent())
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(context.Background()))
 }

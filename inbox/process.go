@@ -154,14 +154,16 @@ func consumerProblem(name string) string {
 	return pgtext.Problem(name, MaxConsumerLen)
 }
 
-// queryError reports an unusable tx as an InputError, a missing table as
-// outbox.ErrMissingTable with a hint, and wraps anything else.
+// queryError reports an unusable tx as an InputError, a missing inbox
+// table as outbox.ErrMissingTable with a hint (a missing table of a
+// trigger's is not), and wraps anything else; every text keeps the
+// database's message.
 func (ib *Inbox) queryError(op string, id uuid.UUID, err error) error {
 	if txErr := pgerr.TxUnusable(err); txErr != nil {
 		return txErr
 	}
-	if pgerr.Code(err) == pgerr.UndefinedTable {
-		return errtext.WrapHint(errtext.Because(outbox.ErrMissingTable, err), "create it with inbox.Migrate",
+	if pgerr.OwnMissingTable(err) {
+		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, ""), "create it with inbox.Migrate",
 			"inbox %s: %s event %s", ib.table, op, id)
 	}
 	return errtext.Wrap(err, "inbox %s: %s event %s", ib.table, op, id)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -258,4 +259,45 @@ func TestNewDefaults(t *testing.T) {
 	ib, err := inbox.New(inbox.Config{})
 	require.NoError(t, err)
 	require.Equal(t, outbox.Table{Schema: "public", Name: inbox.DefaultTable}, ib.Table())
+}
+
+// Record into an inbox table that does not exist gives
+// outbox.ErrMissingTable with the database's message and a hint; a table
+// missing for a trigger on the inbox table does not (the inbox table
+// exists), and its text names the trigger's table.
+func TestRecordMissingTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	record := func(db *testdb.DB, cfg inbox.Config) error {
+		ib, err := inbox.New(cfg)
+		require.NoError(t, err)
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = ib.Record(ctx, tx, "c", newEvent(`{}`))
+		return err
+	}
+	t.Run("Inbox", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+		err := record(db, inbox.Config{Table: outbox.Table{Schema: db.Schema}})
+		require.ErrorIs(t, err, outbox.ErrMissingTable)
+		require.ErrorContains(t, err, "does not exist (SQLSTATE 42P01)")
+		require.ErrorContains(t, err, "inbox.Migrate")
+	})
+	t.Run("Trigger", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(ctx, `
+			CREATE TABLE audit (x text);
+			CREATE FUNCTION to_audit() RETURNS trigger LANGUAGE plpgsql AS
+				$$ BEGIN INSERT INTO audit VALUES ('x'); RETURN NEW; END $$;
+			CREATE TRIGGER audit AFTER INSERT ON outbox_inbox FOR EACH ROW EXECUTE FUNCTION to_audit();
+			DROP TABLE audit`)
+		require.NoError(t, err)
+		err = record(b.db, b.cfg)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, outbox.ErrMissingTable, "the inbox table exists: %v", err)
+		require.ErrorContains(t, err, `relation "audit" does not exist`)
+	})
 }

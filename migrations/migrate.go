@@ -125,5 +125,6 @@ func templateData(n sqlname.Names) map[string]any {
 		"aggregate_idx":  n.Quoted(sqlname.SuffixAggIndex),
 		"code_idx":       n.Quoted(sqlname.SuffixCodeIndex),
 		"failed_idx":     n.Quoted(sqlname.SuffixFailedIndex),
+		"type_due_idx":   n.Quoted(sqlname.SuffixTypeDueIndex),
 	}
 }

@@ -30,6 +30,7 @@ func TestRender(t *testing.T) {
 		"003_snoozes.down.sql", "003_snoozes.up.sql",
 		"004_finished_idx.down.sql", "004_finished_idx.up.sql",
 		"005_operator_indexes.down.sql", "005_operator_indexes.up.sql",
+		"006_type_due_index.down.sql", "006_type_due_index.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -46,11 +47,13 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("003_snoozes.up.sql"))
 	mustExec(t, conn, read("004_finished_idx.up.sql"))
 	mustExec(t, conn, read("005_operator_indexes.up.sql"))
+	mustExec(t, conn, read("006_type_due_index.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("006_type_due_index.down.sql"))
 	mustExec(t, conn, read("005_operator_indexes.down.sql"))
 	mustExec(t, conn, read("004_finished_idx.down.sql"))
 	v, err := migrations.Version(ctx, conn, cfg)

@@ -80,8 +80,9 @@ var expectedConstraints = []constraintSpec{
 }
 
 // expectedIndexes lists every index the claim, recovery, retention
-// (purge) and operator queries rely on. The primary key's index is covered
-// by its constraint.
+// (purge) and operator queries rely on (a dispatcher's typed claim on the
+// type due index, version 6). The primary key's index is covered by its
+// constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
@@ -91,6 +92,7 @@ var expectedIndexes = []indexSpec{
 	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
 	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE (last_error_code IS NOT NULL)"},
 	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
+	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.

@@ -17,8 +17,12 @@ const (
 	// context.DeadlineExceeded: a deadline of its own, of a middleware's or
 	// of a client it called ran out.
 	CodeTimeout Code = "timeout"
-	// CodeNoHandler: no local handler is registered for the event type and
-	// no publisher is configured. The event goes straight to FAILED.
+	// CodeNoHandler: a dispatcher that claims every type because it
+	// publishes (a Publisher without PublishTypes) got an empty route for
+	// the event, and no local handler is registered for its type. The
+	// event goes straight to FAILED. A dispatcher never claims an event of
+	// a type it has no handler or publisher route for: such an event waits
+	// PENDING for a dispatcher that does.
 	CodeNoHandler Code = "no_handler"
 	// CodeWorkerLost: the worker holding the event stopped renewing its
 	// lease (crash, kill, partition) more often than the recovery cap

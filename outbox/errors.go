@@ -38,7 +38,9 @@ var (
 	// names does not exist: by a dispatcher's Run at start, before it
 	// claims anything, by Emit (and by an inbox's Record for its own
 	// table), and by migrations.Verify alongside ErrSchemaMismatch. The usual causes are a Table that differs from
-	// the one given to migrations.Migrate, or Migrate not run yet.
+	// the one given to migrations.Migrate, or Migrate not run yet. A
+	// table missing for a trigger or function the statement runs does
+	// not match it.
 	ErrMissingTable = errors.New("pgoutbox: table does not exist")
 	// ErrDuplicateID is returned (wrapped, with the ID in its text) by
 	// Emit when an event's caller-set ID is already in the outbox table:

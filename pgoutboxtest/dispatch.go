@@ -49,7 +49,9 @@ type DispatchResult struct {
 // type → handler, each registered with Dispatcher.Handle) until the table
 // is idle, stops it cleanly and returns the counts. The table is idle once
 // the dispatcher has issued its first claim and no row is PROCESSING and
-// no PENDING row is due by the database clock. Events scheduled later (a
+// no PENDING row of a type the dispatcher claims (see
+// dispatcher.Dispatcher.ClaimedTypes) is due by the database clock.
+// Events scheduled later (a
 // Delay, a retry's backoff) stay PENDING and count as idle: a failed
 // attempt ends the run with its retry pending (Counts.Pending,
 // Stats.Retried). To see the retry run, call DispatchUntilIdle again once
@@ -70,9 +72,12 @@ type DispatchResult struct {
 // the test fails naming the handlers still running, and that dispatcher
 // may still write to the table afterwards.
 //
-// The test also fails when this run made an event FAILED with
-// outbox.CodeNoHandler: no handler matched its type (a typo in a handlers
-// key, or a handler left out); the message names the types. Other events
+// The test also fails when due events of a type the dispatcher does not
+// claim are left PENDING (a typo in a handlers key, or a handler left
+// out: the dispatcher leaves such events for another one), or when this
+// run made an event FAILED with outbox.CodeNoHandler (a Publisher whose
+// RouteFunc gave it no destination, and no handler); the message names
+// the types. Other events
 // that end FAILED (a handler's permanent error, the retry budget spent) do
 // not fail the test: they are the caller's to check, in Counts or with
 // [RequireEmitted].
@@ -118,6 +123,10 @@ func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispa
 		return DispatchResult{}
 	}
 	if msg := w.noHandlerFailures(handlers); msg != "" {
+		fail(tb, name, "%s", msg)
+		return DispatchResult{}
+	}
+	if msg := unclaimedDue(context.WithoutCancel(ctx), d, a, handlers); msg != "" {
 		fail(tb, name, "%s", msg)
 		return DispatchResult{}
 	}
@@ -177,6 +186,9 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 			continue // still starting: Run reports what keeps it from starting
 		}
 		c, err := a.Counts(ctx)
+		if err == nil && c.Processing == 0 && c.Due > 0 {
+			c, err = claimedCounts(ctx, d, a)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			return false, err
@@ -188,6 +200,51 @@ func waitIdle(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, run
 			d.Trigger()
 		}
 	}
+}
+
+// claimedCounts is the table's counts with Due counting only the due
+// PENDING rows of the types d claims, all read in one snapshot (a row
+// claimed between two reads must not look idle).
+func claimedCounts(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin) (admin.Counts, error) {
+	s, err := a.Summary(ctx)
+	if err != nil {
+		return admin.Counts{}, err
+	}
+	types, all := d.ClaimedTypes()
+	c := s.Counts
+	c.Due = 0
+	for _, t := range s.ByType {
+		if all || slices.Contains(types, t.Type) {
+			c.Due += t.Due
+		}
+	}
+	return c, nil
+}
+
+// unclaimedDue describes the due PENDING events of types d does not claim
+// (no handler matched them), or returns "" when there are none.
+func unclaimedDue(ctx context.Context, d *dispatcher.Dispatcher, a *admin.Admin, handlers map[string]outbox.Handler) string {
+	types, all := d.ClaimedTypes()
+	if all {
+		return ""
+	}
+	byType, err := a.PendingByType(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var n int64
+	var left []string
+	for _, p := range byType {
+		if p.Due > 0 && !slices.Contains(types, p.Type) {
+			n += p.Due
+			left = append(left, p.Type)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s left PENDING: no handler matched their types (%s), so the dispatcher did not claim them; %s; "+
+		"check the handlers map for a typo or a missing type", events(int(n)), quotedList(left), registeredHandlers(handlers))
 }
 
 // stop asks the dispatcher to stop and waits for its Run to return, at

@@ -27,10 +27,12 @@
 // handlers until no event is due or in flight, stops it cleanly and
 // returns the table's per-status counts and the dispatcher's Stats. Idle is
 // read from the table, not from hooks: no row is PROCESSING and no PENDING
-// row is due by the database clock. Events due later (a Delay, a retry's
-// backoff) stay PENDING and count as idle. An event the run made FAILED
-// with no_handler (no handler for its type) fails the test; other FAILED
-// events are the caller's to check.
+// row of a type the dispatcher claims is due by the database clock. Events
+// due later (a Delay, a retry's backoff) stay PENDING and count as idle.
+// A due event that no handler matched (the dispatcher leaves it PENDING
+// for another dispatcher) fails the test, naming its type, and so does
+// one the run made FAILED with no_handler; other FAILED events are the
+// caller's to check.
 //
 // # Failing a test
 //

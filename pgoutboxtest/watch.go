@@ -103,12 +103,16 @@ func (w *watch) noHandlerFailures(handlers map[string]outbox.Handler) string {
 	for _, c := range w.noHandler {
 		n += c
 	}
-	registered := "no handlers are registered"
-	if len(handlers) > 0 {
-		registered = "handlers are registered for " + quotedList(slices.Sorted(maps.Keys(handlers)))
-	}
 	return fmt.Sprintf("%s FAILED with no_handler (types: %s): %s; check the handlers map for a typo or a missing type",
-		events(n), quotedList(slices.Sorted(maps.Keys(w.noHandler))), registered)
+		events(n), quotedList(slices.Sorted(maps.Keys(w.noHandler))), registeredHandlers(handlers))
+}
+
+// registeredHandlers names the types of handlers, for a failure message.
+func registeredHandlers(handlers map[string]outbox.Handler) string {
+	if len(handlers) == 0 {
+		return "no handlers are registered"
+	}
+	return "handlers are registered for " + quotedList(slices.Sorted(maps.Keys(handlers)))
 }
 
 // quotedList is items quoted and separated by commas.

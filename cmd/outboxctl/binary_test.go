@@ -332,9 +332,9 @@ func TestBinaryStatus(t *testing.T) {
 	require.Regexp(t, `(?m)^total\s+7$`, r.stdout)
 	require.Regexp(t, `oldest PENDING event: created 2h0m\d+(\.\d+)?s ago\n`, r.stdout)
 	require.Contains(t, r.stdout, "oldest due event: waiting for ")
-	require.Regexp(t, `(?m)^TYPE\s+PENDING\s+PROCESSING\s+SENT\s+FAILED$`, r.stdout)
-	require.Regexp(t, `(?m)^invoice\.issued\s+0\s+1\s+0\s+1$`, r.stdout)
-	require.Regexp(t, `(?m)^order\.created\s+2\s+0\s+3\s+0$`, r.stdout)
+	require.Regexp(t, `(?m)^TYPE\s+PENDING\s+DUE\s+PROCESSING\s+SENT\s+FAILED$`, r.stdout)
+	require.Regexp(t, `(?m)^invoice\.issued\s+0\s+0\s+1\s+0\s+1$`, r.stdout)
+	require.Regexp(t, `(?m)^order\.created\s+2\s+2\s+0\s+3\s+0$`, r.stdout)
 	require.Regexp(t, `(?m)^handler_error\s+1$`, r.stdout)
 
 	r = binOK(t, db, "status", "-json")

@@ -36,13 +36,32 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
+		byType, err := a.PendingByType(e.ctx)
+		if err != nil {
+			return err
+		}
 		if e.json {
-			return e.printJSON(c)
+			return e.printJSON(countsJSON{Counts: c, PendingByType: byType})
 		}
 		t := e.table.WithDefaults()
-		return e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
+		err = e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
 			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)))
+		if err != nil {
+			return err
+		}
+		e.printf("\n")
+		return printList(e, byType, "no PENDING events", []string{"PENDING BY TYPE", "PENDING", "DUE", "OLDEST DUE WAITING"},
+			func(p admin.TypePending) []string {
+				return []string{p.Type, fmt.Sprint(p.Pending), fmt.Sprint(p.Due), p.OldestDueAge.Round(time.Millisecond).String()}
+			})
 	}
+}
+
+// countsJSON is what counts -json prints: the counts by status (at the
+// top level, as before) and the PENDING rows by type.
+type countsJSON struct {
+	admin.Counts
+	PendingByType []admin.TypePending `json:"pending_by_type"`
 }
 
 // countRows are the rows of the STATUS/COUNT table of counts and status.

@@ -68,7 +68,7 @@ type env struct {
 
 var commands = []command{
 	{"status", "", "counts by status and type, oldest pending, failed by code (-watch to redraw)", statusFlags},
-	{"counts", "", "rows per status and the age of the oldest due event", countsFlags},
+	{"counts", "", "rows per status, the age of the oldest due event, and PENDING rows by type", countsFlags},
 	{"list", "", "list events, a page at a time (keyset by seq)", listFlags},
 	{"inspect", "<id>", "show one event in full: payload, headers, attempt log", inspectFlags},
 	{"replay", "", "return FAILED events to PENDING (dry run without -yes)", replayFlags},

@@ -69,21 +69,34 @@ func TestCounts(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	insert(t, db, "PENDING", "a", 2)
 	insert(t, db, "FAILED", "a", 3)
+	insert(t, db, "PENDING", "order.cancelled", 1)
 
 	r := onDB(t, db, "counts")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Regexp(t, `(?m)^PENDING\s+2$`, r.stdout)
+	require.Regexp(t, `(?m)^PENDING\s+3$`, r.stdout)
 	require.Regexp(t, `(?m)^FAILED\s+3$`, r.stdout)
-	require.Regexp(t, `(?m)^total\s+5$`, r.stdout)
+	require.Regexp(t, `(?m)^total\s+6$`, r.stdout)
 	require.Contains(t, r.stdout, "oldest due event waiting:")
+	require.Regexp(t, `(?m)^PENDING BY TYPE\s+PENDING\s+DUE\s+OLDEST DUE WAITING$`, r.stdout)
+	require.Regexp(t, `(?m)^a\s+2\s+2\s+\S+$`, r.stdout)
+	require.Regexp(t, `(?m)^order\.cancelled\s+1\s+1\s+\S+$`, r.stdout)
 
 	r = onDB(t, db, "counts", "-json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var c struct{ Pending, Failed, Due int64 }
+	var c struct {
+		Pending, Failed, Due int64
+		PendingByType        []struct {
+			Type         string
+			Pending, Due int64
+		} `json:"pending_by_type"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &c))
-	require.Equal(t, int64(2), c.Pending)
+	require.Equal(t, int64(3), c.Pending)
 	require.Equal(t, int64(3), c.Failed)
-	require.Equal(t, int64(2), c.Due)
+	require.Equal(t, int64(3), c.Due)
+	require.Len(t, c.PendingByType, 2)
+	require.Equal(t, "order.cancelled", c.PendingByType[1].Type)
+	require.Equal(t, int64(1), c.PendingByType[1].Due)
 }
 
 func TestList(t *testing.T) {
@@ -165,7 +178,8 @@ func TestInspect(t *testing.T) {
 
 	r = onDB(t, db, "inspect", uuid.NewString())
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "not found")
+	require.Contains(t, r.stderr, ": event not found")
+	require.Equal(t, 1, strings.Count(r.stderr, "admin:"), r.stderr)
 }
 
 func TestReplay(t *testing.T) {
@@ -442,7 +456,7 @@ func TestCountsEstimateSent(t *testing.T) {
 
 	r = onDB(t, db, "status")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Regexp(t, `(?m)^a\s+0\s+0\s+-\s+2$`, r.stdout)
+	require.Regexp(t, `(?m)^a\s+0\s+0\s+0\s+-\s+2$`, r.stdout)
 	require.NotRegexp(t, `(?m)^old\s`, r.stdout, "a type with SENT rows only is not listed when SENT is estimated")
 	require.Contains(t, r.stdout, "SENT is estimated")
 }

@@ -93,13 +93,13 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 		return err
 	}
 	b.WriteString("\n")
-	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "PROCESSING", "SENT", "FAILED"},
+	err := printList(&f, s.ByType, "no events", []string{"TYPE", "PENDING", "DUE", "PROCESSING", "SENT", "FAILED"},
 		func(c admin.TypeCounts) []string {
 			sent := fmt.Sprint(c.Sent)
 			if s.Counts.SentEstimated {
 				sent = "-" // not counted by type past admin.SentCountLimit
 			}
-			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Processing), sent, fmt.Sprint(c.Failed)}
+			return []string{c.Type, fmt.Sprint(c.Pending), fmt.Sprint(c.Due), fmt.Sprint(c.Processing), sent, fmt.Sprint(c.Failed)}
 		})
 	if err != nil {
 		return err

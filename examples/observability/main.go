@@ -69,7 +69,7 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	}
 	return dispatch(ctx, pool, func() error {
 		fmt.Fprintf(out, "Scraped %s:\n", metricsURL)
-		return scrape(ctx, metricsURL, out)
+		return scrapeSampled(ctx, metricsURL, out)
 	})
 }
 
@@ -170,6 +170,28 @@ func dispatch(ctx context.Context, pool *pgxpool.Pool, settledThen func() error)
 		return errors.Join(thenErr, err)
 	}
 	return errors.Join(thenErr, <-errc)
+}
+
+// scrapeSampled scrapes until the backlog gauges show a sample (a scrape
+// reports the last sample and asks the dispatcher for a new one when it
+// is stale: the first after Run starts has none yet), and prints that
+// scrape.
+func scrapeSampled(ctx context.Context, url string, out io.Writer) error {
+	for {
+		var b strings.Builder
+		if err := scrape(ctx, url, &b); err != nil {
+			return err
+		}
+		if strings.Contains(b.String(), "pgoutbox_backlog_due{") {
+			_, err := io.WriteString(out, b.String())
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // scrape prints the pgoutbox series of the endpoint.

@@ -46,7 +46,7 @@ func TestOnePrefix(t *testing.T) {
 	emEmpty, err := emitter.New(emitter.Config{Table: empty.Table()})
 	require.NoError(t, err)
 	errs["emit nil tx"] = errOf(em.Emit(ctx, nil, outbox.Event{Type: "x", Payload: []byte("{}")}))
-	errs["emit invalid event"] = errOf(em.Emit(ctx, nil, outbox.Event{Payload: []byte("{}")}))
+	errs["emit invalid event, nil tx"] = errOf(em.Emit(ctx, nil, outbox.Event{Payload: []byte("{}")}))
 	inTx(t, db, func(tx pgx.Tx) {
 		errs["emit invalid event"] = errOf(em.Emit(ctx, tx, outbox.Event{Payload: []byte("{}")}))
 		done, cancel := context.WithCancel(ctx)

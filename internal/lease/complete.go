@@ -165,7 +165,7 @@ func failureArgs(g tokenGroup, fs []Failure) []any {
 	snoozes := make([]bool, n)
 	for j, i := range g.index {
 		f := fs[i]
-		codes[j], messages[j] = string(f.Code), cleanMessage(f.Message)
+		codes[j], messages[j] = string(f.Code), CleanMessage(f.Message)
 		finals[j], delays[j], snoozes[j] = f.Final, micros(f.Delay), f.Snooze && !f.Final
 	}
 	return []any{g.ids, g.token, codes, messages, finals, delays, snoozes}
@@ -174,9 +174,10 @@ func failureArgs(g tokenGroup, fs []Failure) []any {
 // maxMessageBytes bounds the error text sent to the database.
 const maxMessageBytes = 2048
 
-// cleanMessage makes an error text storable as text: valid UTF-8, no NUL,
-// at most maxMessageBytes bytes (cut on a rune boundary).
-func cleanMessage(m string) string {
+// CleanMessage makes an error text storable as text: valid UTF-8, no NUL,
+// at most maxMessageBytes bytes (cut on a rune boundary). It is the text
+// Complete stores as last_error, and the dispatcher logs the same.
+func CleanMessage(m string) string {
 	m = strings.ReplaceAll(strings.ToValidUTF8(m, "\uFFFD"), "\x00", "")
 	if len(m) <= maxMessageBytes {
 		return m

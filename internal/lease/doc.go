@@ -19,6 +19,17 @@
 // lease_until from the database clock. Rows locked by another claimer are
 // skipped, never waited for, and a row is never handed to two claimers.
 //
+// A claim may be restricted to some event types (ClaimParams.Types): it
+// then reads one leg per type from the type due index (event_type,
+// next_attempt_at, seq), merges the legs in due order and locks the rows
+// through their ctid, so that a backlog of other types costs it nothing
+// (TestTypedClaimPlanIgnoresForeignBacklog). It runs under planner
+// settings that keep each leg an ordered index scan (typedPlans). Its
+// three forms mark rows started exactly as the claim of every type does:
+// the same started_at expressions, so that no form marks a suspect.
+// Waiting counts, per type not claimed, the rows left waiting, from the
+// same index and bounded per type.
+//
 // # Fencing
 //
 // Renew, Start, Complete and Release match each row by id AND token AND

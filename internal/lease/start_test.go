@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,17 +39,33 @@ func TestRecoverChargesOnlyStartedRows(t *testing.T) {
 
 	t.Run("no claim marks a suspect", func(t *testing.T) {
 		t.Parallel()
-		for _, start := range []int{0, 2, 4} { // each form of the claim: none, some, all
-			e := newEnv(t)
-			ids := insert(t, e.db.Pool, spec{DueIn: -time.Hour}, spec{DueIn: -time.Minute}, spec{DueIn: -time.Second}, spec{})
-			_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, []uuid.UUID{ids[0], ids[2]})
-			require.NoError(t, err)
-			b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 4, Lease: time.Hour, Start: start})
-			require.NoError(t, err)
-			require.Equal(t, []bool{true, false, true, false}, b.Suspect, "start %d", start)
-			want := []bool{false, start >= 2, false, start == 4}
-			require.Equal(t, want, b.Started, "start %d", start)
-			require.Equal(t, want, startedAt(t, e, b), "start %d", start)
+		// Each form of the claim (none, some, all marked), of every type
+		// and of some types: the typed claim takes the rows of types x and
+		// y, mixed in due order, and leaves z.
+		for _, types := range [][]string{nil, {"x", "y"}} {
+			for _, start := range []int{0, 2, 4} {
+				e := newEnv(t)
+				ids := insert(t, e.db.Pool, spec{Type: "x", DueIn: -time.Hour}, spec{Type: "z", DueIn: -2 * time.Minute},
+					spec{Type: "y", DueIn: -time.Minute}, spec{Type: "x", DueIn: -time.Second}, spec{Type: "y"})
+				_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, []uuid.UUID{ids[0], ids[3]})
+				require.NoError(t, err)
+				b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 4, Lease: time.Hour, Start: start, Types: types})
+				require.NoError(t, err)
+				msg := fmt.Sprintf("types %v, start %d", types, start)
+				if types == nil {
+					require.Equal(t, ids[:4], batchIDs(b), msg)
+					require.Equal(t, []bool{true, false, false, true}, b.Suspect, msg)
+				} else {
+					require.Equal(t, []uuid.UUID{ids[0], ids[2], ids[3], ids[4]}, batchIDs(b), msg)
+					require.Equal(t, []bool{true, false, true, false}, b.Suspect, msg)
+				}
+				want := make([]bool, 4)
+				for i := range want {
+					want[i] = i < start && !b.Suspect[i]
+				}
+				require.Equal(t, want, b.Started, msg)
+				require.Equal(t, want, startedAt(t, e, b), msg)
+			}
 		}
 	})
 

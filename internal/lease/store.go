@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,8 @@ type DB interface {
 type Store struct {
 	table     outbox.Table
 	sql       statements
-	qualified string // the table's quoted, schema-qualified name
+	qualified string   // the table's quoted, schema-qualified name
+	typed     sync.Map // number of types → typedStatements
 }
 
 // New returns a Store for the table, after validating its names.

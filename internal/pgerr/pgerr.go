@@ -47,6 +47,16 @@ func Code(err error) string {
 	return ""
 }
 
+// OwnMissingTable reports whether err says that a table the statement
+// itself names does not exist: SQLSTATE 42P01 raised by the statement, not
+// by a trigger or function it ran (a trigger writing to a dropped table of
+// its own is not about the caller's table). Such an error has neither a
+// context (Where) nor an internal query.
+func OwnMissingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == UndefinedTable && pgErr.Where == "" && pgErr.InternalQuery == ""
+}
+
 // TxUnusable returns the *outbox.InputError naming "tx" (matching
 // outbox.ErrTxDone) that err calls for when it says the caller's
 // transaction is committed, rolled back or aborted, and nil otherwise.

@@ -19,6 +19,18 @@ func TestCode(t *testing.T) {
 	require.Empty(t, Code(nil))
 }
 
+// Only a 42P01 of the statement itself is about the caller's table: one
+// raised inside a trigger or function carries a context (Where) or an
+// internal query.
+func TestOwnMissingTable(t *testing.T) {
+	require.True(t, OwnMissingTable(fmt.Errorf("emit: %w", &pgconn.PgError{Code: UndefinedTable})))
+	require.False(t, OwnMissingTable(&pgconn.PgError{Code: UndefinedTable,
+		Where: "PL/pgSQL function to_audit() line 1 at SQL statement"}))
+	require.False(t, OwnMissingTable(&pgconn.PgError{Code: UndefinedTable, InternalQuery: "SELECT 1 FROM audit"}))
+	require.False(t, OwnMissingTable(&pgconn.PgError{Code: UniqueViolation}))
+	require.False(t, OwnMissingTable(errors.New("not from PostgreSQL")))
+}
+
 func TestTxUnusable(t *testing.T) {
 	for _, err := range []error{pgx.ErrTxClosed, fmt.Errorf("x: %w", &pgconn.PgError{Code: InFailedTx})} {
 		txErr := TxUnusable(err)

@@ -71,7 +71,7 @@ FROM generate_series(1, 1000000) AS i`)
 		t.Run(mode, func(t *testing.T) {
 			conn := db.Conn(t)
 			for _, q := range []string{"SET plan_cache_mode = " + mode,
-				"PREPARE del(bigint, int, text) AS " + s.sentExcl, "PREPARE purge(bigint, int) AS " + s.sent,
+				"PREPARE del(bigint, int, timestamptz, text) AS " + s.sentExcl, "PREPARE purge(bigint, int, timestamptz) AS " + s.sent,
 				"PREPARE cnt(bigint, int) AS " + s.sentCount} {
 				_, err := conn.Exec(ctx, q)
 				require.NoError(t, err)
@@ -92,7 +92,7 @@ FROM generate_series(1, 1000000) AS i`)
 			// the generic ones the 10 left, then find none.
 			for i := range 6 {
 				for name, stmt := range map[string]string{"count": "EXECUTE cnt(%d, %d)",
-					"retention": "EXECUTE del(%d, %d, 'plan')", "purge": "EXECUTE purge(%d, %d)"} {
+					"retention": "EXECUTE del(%d, %d, '-infinity', 'plan')", "purge": "EXECUTE purge(%d, %d, '-infinity')"} {
 					st, text := run(fmt.Sprintf(stmt, day, batch))
 					require.Empty(t, st.seqScans, "%s %d: a sequential scan\n%s", name, i, text)
 					require.Contains(t, st.indexes, "outbox_events_finished_idx", "%s %d\n%s", name, i, text)

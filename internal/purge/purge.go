@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -30,6 +31,13 @@ type Params struct {
 	// Exclusive makes the batch run only while no other exclusive batch
 	// on the table runs (see the package doc).
 	Exclusive bool
+	// After, when set, skips the rows that finished before it: a drain
+	// passes the Result.Last of its previous batch, so that each batch
+	// starts in the finished index where the previous one ended rather
+	// than at its oldest entry, past the dead entries of the rows already
+	// deleted (which stay in the index while an old snapshot holds the
+	// vacuum horizon back). The zero time starts at the oldest row.
+	After time.Time
 }
 
 // Result is what one batch did.
@@ -39,6 +47,9 @@ type Result struct {
 	// Skipped is true when Params.Exclusive was set and another batch held
 	// the table's retention lock: the batch deleted nothing.
 	Skipped bool
+	// Last is when the last row the batch deleted finished (the greatest
+	// coalesce(sent_at, failed_at)); the zero time when it deleted none.
+	Last time.Time
 }
 
 // Store holds the statements for one outbox table.
@@ -60,8 +71,8 @@ func New(names sqlname.Names) *Store {
 		lockName:    "pgoutbox.retention:" + names.Table.String(),
 		sent:        deleteSQL(t, "SENT", "true"),
 		failed:      deleteSQL(t, "FAILED", "true"),
-		sentExcl:    deleteSQL(t, "SENT", "pg_try_advisory_xact_lock(hashtextextended($3, 0))"),
-		failedExcl:  deleteSQL(t, "FAILED", "pg_try_advisory_xact_lock(hashtextextended($3, 0))"),
+		sentExcl:    deleteSQL(t, "SENT", "pg_try_advisory_xact_lock(hashtextextended($4, 0))"),
+		failedExcl:  deleteSQL(t, "FAILED", "pg_try_advisory_xact_lock(hashtextextended($4, 0))"),
 		sentCount:   countSQL(t, "SENT"),
 		failedCount: countSQL(t, "FAILED"),
 	}
@@ -75,18 +86,20 @@ func due(status string) string {
 
 // deleteSQL is one batch: turn decides whether it may run (the advisory
 // lock, or true). The sub-select that locks the rows is gated on it, so a
-// batch that did not get its turn reads no row. "id = ANY(ARRAY(…))"
+// batch that did not get its turn reads no row. $3 is Params.After
+// (-infinity for none), a lower bound of the same index column, so that
+// the scan starts there. "id = ANY(ARRAY(…))"
 // rather than "id IN (SELECT … LIMIT n)", which may be planned as a join
 // that re-runs the sub-select and touches more than n rows.
 func deleteSQL(table, status, turn string) string {
 	return fmt.Sprintf(`WITH turn AS (SELECT %[4]s AS got),
 gone AS (
 	DELETE FROM %[1]s AS o WHERE o.id = ANY (ARRAY(
-		SELECT id FROM %[1]s WHERE (SELECT got FROM turn) AND %[3]s
+		SELECT id FROM %[1]s WHERE (SELECT got FROM turn) AND %[3]s AND %[5]s >= $3::timestamptz
 		ORDER BY %[5]s LIMIT $2 FOR UPDATE SKIP LOCKED))
 	AND o.status = '%[2]s'
-	RETURNING 1)
-SELECT (SELECT got FROM turn), (SELECT count(*) FROM gone)`, table, status, due(status), turn, finishedAt)
+	RETURNING %[5]s AS finished)
+SELECT (SELECT got FROM turn), count(*), max(finished) FROM gone`, table, status, due(status), turn, finishedAt)
 }
 
 // countSQL counts, without locking, up to $2 rows a batch would delete.
@@ -99,7 +112,11 @@ func countSQL(table, status string) string {
 
 // Delete runs one batch and reports how many rows it deleted.
 func (s *Store) Delete(ctx context.Context, db Querier, p Params) (Result, error) {
-	args := []any{p.OlderThan.Microseconds(), p.Limit}
+	after := pgtype.Timestamptz{Time: p.After, Valid: true}
+	if p.After.IsZero() {
+		after = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	args := []any{p.OlderThan.Microseconds(), p.Limit, after}
 	stmt := s.pick(p.Status, s.sent, s.failed)
 	if p.Exclusive {
 		stmt = s.pick(p.Status, s.sentExcl, s.failedExcl)
@@ -107,10 +124,11 @@ func (s *Store) Delete(ctx context.Context, db Querier, p Params) (Result, error
 	}
 	var got bool
 	var n int64
-	if err := db.QueryRow(ctx, stmt, args...).Scan(&got, &n); err != nil {
+	var last pgtype.Timestamptz
+	if err := db.QueryRow(ctx, stmt, args...).Scan(&got, &n, &last); err != nil {
 		return Result{}, err
 	}
-	return Result{Deleted: n, Skipped: !got}, nil
+	return Result{Deleted: n, Skipped: !got, Last: last.Time}, nil
 }
 
 // Count returns how many rows (at most p.Limit) a batch would delete now,

@@ -31,6 +31,7 @@ const (
 	SuffixAggIndex      = "_aggregate_idx"
 	SuffixCodeIndex     = "_code_idx"
 	SuffixFailedIndex   = "_failed_idx"
+	SuffixTypeDueIndex  = "_type_due_idx"
 	SuffixStatusCheck   = "_status_check"
 	SuffixLeaseCheck    = "_lease_check"
 	SuffixAttemptsCheck = "_attempts_check"

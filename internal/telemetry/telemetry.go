@@ -29,9 +29,12 @@ const (
 	KeyErrorType = attribute.Key("error.type")
 )
 
-// MaxTypes bounds the distinct attribute sets one Sets keeps: past it,
-// new event types are reported as OtherType, so that a program emitting
-// unbounded types cannot make a metric's cardinality unbounded.
+// MaxTypes bounds the distinct event types one Sets admits: past it, new
+// event types are reported as OtherType, so that a program emitting
+// unbounded types cannot make a metric's cardinality unbounded. An
+// admitted type keeps its name with any error code. Each Dispatcher and
+// each Emitter has a Sets of its own: the bound is theirs, not the
+// process's.
 const MaxTypes = 500
 
 // OtherType stands for the event types past MaxTypes.
@@ -49,18 +52,20 @@ var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // Sets caches, per event type and error code, the measurement option of
 // the attribute set {table, event type[, error.type]}, so that a
 // measurement allocates nothing. The zero value is not usable; see
-// NewSets. It is safe for concurrent use.
+// NewSets. It is safe for concurrent use; a set already cached is read
+// under a read lock only.
 type Sets struct {
 	table attribute.KeyValue
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	sets  map[setKey]metric.MeasurementOption
+	types map[string]struct{} // the admitted event types, at most MaxTypes
 }
 
 type setKey struct{ eventType, code string }
 
 // NewSets returns an empty cache for the given table name.
 func NewSets(table string) *Sets {
-	return &Sets{table: KeyTable.String(table), sets: map[setKey]metric.MeasurementOption{}}
+	return &Sets{table: KeyTable.String(table), sets: map[setKey]metric.MeasurementOption{}, types: map[string]struct{}{}}
 }
 
 // Table returns the measurement option of the table alone.
@@ -69,27 +74,40 @@ func (s *Sets) Table() metric.MeasurementOption {
 }
 
 // Of returns the measurement option of the event type, with the error
-// code when code is not empty.
+// code when code is not empty. A type first seen once MaxTypes types are
+// admitted is reported as OtherType.
 func (s *Sets) Of(eventType, code string) metric.MeasurementOption {
-	k := setKey{eventType, code}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o, ok := s.sets[k]; ok {
+	s.mu.RLock()
+	o, ok := s.sets[s.key(eventType, code)]
+	s.mu.RUnlock()
+	if ok {
 		return o
 	}
-	if len(s.sets) >= MaxTypes {
-		k.eventType = OtherType
-		if o, ok := s.sets[k]; ok {
-			return o
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, admitted := s.types[eventType]; !admitted && len(s.types) < MaxTypes {
+		s.types[eventType] = struct{}{}
+	}
+	k := s.key(eventType, code)
+	if o, ok := s.sets[k]; ok {
+		return o
 	}
 	kv := []attribute.KeyValue{s.table, KeyEventType.String(k.eventType)}
 	if code != "" {
 		kv = append(kv, KeyErrorType.String(code))
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	o = metric.WithAttributeSet(attribute.NewSet(kv...))
 	s.sets[k] = o
 	return o
+}
+
+// key is the cache key of the event type and code: the type's own when
+// it is admitted, OtherType's otherwise. Call it holding s.mu.
+func (s *Sets) key(eventType, code string) setKey {
+	if _, admitted := s.types[eventType]; !admitted {
+		eventType = OtherType
+	}
+	return setKey{eventType, code}
 }
 
 // Tracer is a tracer that knows when a span would reach no one: when its
@@ -121,7 +139,10 @@ func (t Tracer) Off() bool {
 // before the application installs one, which forwards to the installed
 // one once there is one. Nil when the API names it otherwise, or when a
 // provider was installed before this package's initialisation: Off then
-// never skips the global provider's spans, which costs only speed.
+// never skips the global provider's spans, which costs only speed. An
+// eBPF auto-instrumentation that captures spans from the global API with
+// no provider installed in the program is not detected: it sees none of
+// pgoutbox's spans, since none is started (docs/observability.md).
 var delegateType = func() reflect.Type {
 	t := reflect.TypeOf(otel.GetTracerProvider())
 	if t.String() != "*global.tracerProvider" {

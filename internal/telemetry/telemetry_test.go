@@ -1,6 +1,8 @@
 package telemetry_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,4 +39,38 @@ func TestSetsBound(t *testing.T) {
 	require.Equal(t, s.Of(telemetry.OtherType, ""), s.Of("one.too.many", ""))
 	require.Equal(t, s.Of("one.too.many", ""), s.Of("another", ""))
 	require.NotEqual(t, s.Of(telemetry.OtherType, ""), s.Of(telemetry.OtherType, "handler_error"))
+}
+
+// The bound counts types, not (type, code) pairs: a type admitted before
+// the bound keeps its name for a code first seen after it.
+func TestSetsKnownTypeKeepsItsNameForNewCodes(t *testing.T) {
+	t.Parallel()
+	s := telemetry.NewSets("public.outbox_events")
+	s.Of("order.created", "")
+	for i := range telemetry.MaxTypes {
+		s.Of(fmt.Sprintf("t%d", i), "")
+	}
+	require.NotEqual(t, s.Of(telemetry.OtherType, "handler_error"), s.Of("order.created", "handler_error"))
+	require.Equal(t, s.Of(telemetry.OtherType, "handler_error"), s.Of(fmt.Sprintf("t%d", telemetry.MaxTypes-1), "handler_error"),
+		"the type past the bound")
+}
+
+// Concurrent lookups of new and cached sets agree (run with -race).
+func TestSetsConcurrent(t *testing.T) {
+	t.Parallel()
+	s := telemetry.NewSets("public.outbox_events")
+	var wg sync.WaitGroup
+	got := make([]any, 8)
+	for g := range got {
+		wg.Go(func() {
+			for i := range 100 {
+				s.Of(fmt.Sprintf("t%d", i), "")
+			}
+			got[g] = s.Of("t7", "timeout")
+		})
+	}
+	wg.Wait()
+	for _, o := range got {
+		require.Equal(t, got[0], o)
+	}
 }

@@ -4,11 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
+
+// originError is an error of this adapter about one of pgoutbox's: it
+// reads "<context>: <err>", context "kafkapub" (or starting with it) and err's
+// text without its "pgoutbox: ", so the text names one origin; it unwraps
+// to err.
+type originError struct {
+	context string
+	err     error
+}
+
+func (e *originError) Error() string {
+	return e.context + ": " + strings.TrimPrefix(e.err.Error(), "pgoutbox: ")
+}
+
+func (e *originError) Unwrap() error { return e.err }
 
 // maxTopicLen is Kafka's limit on topic names.
 const maxTopicLen = 249

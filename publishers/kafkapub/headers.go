@@ -114,8 +114,8 @@ func encodeHeaders(e outbox.Event, source string) []kgo.RecordHeader {
 func checkHeaderNames(i int, e outbox.Event) error {
 	for k := range e.Headers {
 		if ours(k) {
-			return outbox.Permanent(fmt.Errorf("kafkapub: %w", &outbox.ValidationError{
-				Index: i, Field: "Headers", Reason: fmt.Sprintf("name %q is reserved for CloudEvents attributes (%s*, %s)", k, HeaderPrefix, HeaderContentType)}))
+			return outbox.Permanent(&originError{context: "kafkapub", err: &outbox.ValidationError{
+				Index: i, Field: "Headers", Reason: fmt.Sprintf("name %q is reserved for CloudEvents attributes (%s*, %s)", k, HeaderPrefix, HeaderContentType)}})
 		}
 	}
 	return nil

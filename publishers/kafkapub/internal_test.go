@@ -88,6 +88,7 @@ func TestHeaders(t *testing.T) {
 			require.Equal(t, 3, verr.Index, "the message's position in the Publish call")
 			require.ErrorContains(t, err, `"`+name+`"`)
 			require.NotContains(t, err.Error(), "spoofed")
+			require.True(t, strings.HasPrefix(err.Error(), "permanent: kafkapub: invalid event 3: "), err.Error())
 		}
 	})
 

@@ -11,6 +11,21 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
+// originError is an error of this adapter about one of pgoutbox's: it
+// reads "<context>: <err>", context starting with "natspub" and err's
+// text without its "pgoutbox: ", so the text names one origin; it unwraps
+// to err.
+type originError struct {
+	context string
+	err     error
+}
+
+func (e *originError) Error() string {
+	return e.context + ": " + strings.TrimPrefix(e.err.Error(), "pgoutbox: ")
+}
+
+func (e *originError) Unwrap() error { return e.err }
+
 // ErrAckTimeout is the cause reported for a message whose PubAck did not
 // arrive within Config.AckTimeout. It is retryable: the message may or may
 // not be stored, and the stream's deduplication absorbs a re-publish
@@ -63,11 +78,11 @@ func checkSize(i int, msg *nats.Msg, limit int64) error {
 	if limit <= 0 || size <= limit {
 		return nil
 	}
-	return fmt.Errorf("natspub: publish to %q: too large for the server: %w", msg.Subject, &outbox.ValidationError{
+	return &originError{context: fmt.Sprintf("natspub: publish to %q: too large for the server", msg.Subject), err: &outbox.ValidationError{
 		Index: i, Field: "Payload", Err: nats.ErrMaxPayload,
 		Reason: fmt.Sprintf("is %d bytes, %d with the message's headers, more than the server's max_payload of %d bytes",
 			len(msg.Data), size, limit),
-	})
+	}}
 }
 
 // deniedPublish reports whether the connection's last error is the

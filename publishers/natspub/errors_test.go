@@ -23,6 +23,7 @@ import (
 func requireClean(t *testing.T, err error) {
 	t.Helper()
 	require.NotContains(t, err.Error(), "SECRET")
+	require.NotContains(t, err.Error(), "pgoutbox:", "natspub: names the origin, once")
 }
 
 func TestClassification(t *testing.T) {

@@ -135,8 +135,8 @@ func carriable(i int, e outbox.Event) error {
 	if field == "" {
 		return nil
 	}
-	return fmt.Errorf("natspub: the event cannot travel as NATS headers unchanged: %w",
-		&outbox.ValidationError{Index: i, Field: field, Reason: reason})
+	return &originError{context: "natspub: the event cannot travel as NATS headers unchanged",
+		err: &outbox.ValidationError{Index: i, Field: field, Reason: reason}}
 }
 
 // Decode rebuilds the event a [Publisher] sent from a message read with

@@ -11,13 +11,18 @@ import (
 )
 
 // TracerProvider keeps the spans its tracers start, as recording spans.
-// Every span gets the span id 0102030405060708 and its parent's trace id.
+// Every span gets the span id 0102030405060708 and its parent's trace id,
+// or RootTraceID when it has no parent: every span context is valid.
 // It is safe for concurrent use; read a span's fields once it has ended.
 type TracerProvider struct {
 	noop.TracerProvider
 	mu    sync.Mutex
 	spans []*Span
 }
+
+// RootTraceID is the trace id of the spans a TracerProvider starts
+// without a parent.
+var RootTraceID = trace.TraceID{0xff, 0xee}
 
 // Span is a span a TracerProvider started.
 type Span struct {
@@ -86,9 +91,13 @@ func (t tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartO
 	if cfg.NewRoot() {
 		parent = trace.SpanContext{}
 	}
+	traceID := parent.TraceID()
+	if !parent.IsValid() {
+		traceID = RootTraceID
+	}
 	s := &Span{Name: name, Kind: cfg.SpanKind(), Parent: parent, Links: cfg.Links(), Attrs: cfg.Attributes(),
 		SC: trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: parent.TraceID(), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
+			TraceID: traceID, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
 		})}
 	t.p.mu.Lock()
 	t.p.spans = append(t.p.spans, s)
