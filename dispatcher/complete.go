@@ -101,6 +101,9 @@ func (c *completer) writeReady() (wait time.Duration, wrote bool) {
 		}
 	}
 	if len(items) == 0 {
+		if wait == 0 {
+			c.health.completionsSettled() // no outcome is left failing
+		}
 		return wait, len(dropped) > 0
 	}
 	limit := c.writeLimit
@@ -125,8 +128,10 @@ const maxWriteLimit = 1 << 16
 // events that cause it, within budget statements.
 func (c *completer) writeSplitting(items []*item, budget *int) {
 	*budget--
-	err := c.write(items)
-	c.health.completed(err)
+	ran, err := c.write(items)
+	if ran && !(refused(err) && len(items) == 1) {
+		c.health.completed(err) // one event's refused outcome says nothing of the dispatcher
+	}
 	if err == nil {
 		return
 	}
@@ -147,28 +152,29 @@ func (c *completer) writeSplitting(items []*item, budget *int) {
 
 // write writes the outcomes of the items still held: releases, then
 // successes and failures in one round trip; then reports them and lets
-// their events go.
-func (c *completer) write(items []*item) error {
+// their events go. ran is false when none was held any more (no
+// statement ran).
+func (c *completer) write(items []*item) (ran bool, err error) {
 	items = c.held.owned(items)
 	if len(items) == 0 {
-		return nil
+		return false, nil
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
 	releases, params := c.params(items)
 	if err := c.release(ctx, releases); err != nil {
-		return err
+		return true, err
 	}
 	res, err := c.store.Complete(ctx, c.pool, params)
 	if err != nil {
-		return err
+		return true, err
 	}
 	unknown, err := c.settleLost(ctx, items, &res)
 	if err != nil {
-		return err
+		return true, err
 	}
 	c.written(items, res, unknown)
-	return nil
+	return true, nil
 }
 
 // opContext bounds one statement of the completer.

@@ -233,3 +233,54 @@ func pgxRows(ctx context.Context, pool *pgxpool.Pool, batch lease.Batch, statuse
 	}
 	return nil
 }
+
+// Outcomes the database refuses, written together (a refused write of
+// several counts as a failed write), end the run of failed writes once
+// they are given up and nothing waits to be written: Health does not
+// stay failing on a table where nothing fails any more.
+func TestCompleterRefusalsGivenUpEndTheFailingRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
+	require.NoError(t, err)
+	b := setupCompleter(t, db.Pool, db.Table())
+	batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
+	require.NoError(t, err)
+	require.Len(t, batch.Events, 2)
+	_, err = db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.attempts > OLD.attempts THEN
+		RAISE EXCEPTION 'refused by the test';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION refuse_outcome()`)
+	require.NoError(t, err)
+	b.finishAll(t, batch, result{}, result{}) // both finished before the completer runs: one write
+	stop := b.run(t)
+	require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 60*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.d.health.snapshot().FailingSince.IsZero() }, 10*time.Second, 10*time.Millisecond,
+		"the run of failed writes ends once nothing waits to be written")
+	stop()
+	h := b.d.health.snapshot()
+	require.Zero(t, h.CompletionErrors)
+	require.True(t, h.LastCompletion.IsZero(), "no write succeeded")
+}
+
+// A write whose items were all let go meanwhile (their leases lost) runs
+// no statement, and Health does not count it as a successful write.
+func TestCompleterWriteOfNothingIsNoSuccess(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := setupCompleter(t, pool, outbox.Table{})
+	items := b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, result{})
+	b.d.held.remove(items)
+	budget := maxWritesPerRound
+	b.c.writeSplitting(items, &budget)
+	require.True(t, b.d.health.snapshot().LastCompletion.IsZero())
+}

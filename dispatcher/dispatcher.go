@@ -91,6 +91,7 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	state    State
 	result   error                     // dispatching's result, once stateStopped
+	ran      bool                      // dispatching began (a stop before it is a clean stop for Run)
 	handlers map[string]outbox.Handler // wrapped in their middleware
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
@@ -239,16 +240,18 @@ func (d *Dispatcher) Stats() Stats {
 //   - a missing table (errors.Is outbox.ErrMissingTable), naming it;
 //   - a schema that does not match what this version needs: a
 //     *migrations.VerifyError naming each object with its expected and
-//     actual state (set Config.SkipVerify to start without this check; a
-//     schema version newer than this library knows is accepted, for
-//     rolling upgrades);
+//     actual state (set Config.SkipVerify to start without this check; on
+//     a schema version newer than this library knows, for rolling
+//     upgrades, only a missing object refuses the start, and definitions
+//     that differ are logged at INFO);
 //   - in WakeupRequired mode, ErrWakeupUnavailable when the wake-up probe
 //     fails (in WakeupAuto mode the probe runs in the background and
 //     dispatching does not wait for it);
 //   - ErrRunning when the dispatcher is starting or running, ErrStopped
-//     when it was stopped;
-//   - ctx's error, or ErrStopped, when ctx ends or Stop is called during
-//     the checks (the dispatcher is then stopped).
+//     when it is stopping or stopped;
+//   - ctx's error, or ErrStopped, when ctx ends or Stop is called before
+//     or during the checks (the dispatcher is then stopped), whatever the
+//     checks found.
 //
 // A start that fails on its checks leaves the dispatcher as New returned
 // it: it may be started again (after migrating, say). ctx bounds the
@@ -277,9 +280,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // finish within DrainTimeout (cancelling their contexts after it), records
 // their outcomes and returns. It returns nil after a clean stop,
 // ErrDrainTimeout when handlers had to be cancelled, or the error that kept
-// it from starting (see Start). A stop during the start-up checks is a
-// clean stop: Run returns nil. Prefer Start, which reports a start-up
-// error before the program goes on.
+// it from starting (see Start). A stop before Run or during its start-up
+// checks is a clean stop: Run returns nil. It returns ErrRunning while
+// another start or run is under way, and ErrStopped once a dispatching
+// began has reached stopping.
+// Prefer Start, which reports a start-up error before the program goes on.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	listener, err := d.start(ctx)
 	switch {
@@ -303,6 +308,13 @@ func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
 	case StateNew:
 		d.state = StateStarting
 	case StateStopped:
+		ran := d.ran
+		d.mu.Unlock()
+		if !ran { // stopped before it started: as a stop during the checks
+			return nil, errInterrupted
+		}
+		return nil, ErrStopped
+	case StateStopping:
 		d.mu.Unlock()
 		return nil, ErrStopped
 	default:
@@ -321,9 +333,10 @@ func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
 	defer d.mu.Unlock()
 	switch {
 	case err == nil:
-		d.state = StateRunning
+		d.state, d.ran = StateRunning, true
 	case errors.Is(err, errInterrupted) || d.stopRequested():
 		d.stopped(nil)
+		err = errInterrupted // the stop was taken: a failed check is no reason to retry
 	default:
 		d.state = StateNew
 	}
@@ -357,7 +370,8 @@ func (d *Dispatcher) setState(s State) {
 // for it to end; it then returns the result of dispatching (nil, or
 // ErrDrainTimeout), or ctx's error if ctx ended first. It may be called
 // any number of times, from any goroutine, before or after Start or Run:
-// before, it stops the dispatcher (Start and Run then return ErrStopped).
+// before, it stops the dispatcher (Start then returns ErrStopped, and Run
+// nil: a clean stop).
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.stopOnce.Do(func() { close(d.stopCh) })
 	d.mu.Lock()

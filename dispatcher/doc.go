@@ -135,9 +135,11 @@
 // WakeupRequired mode notifications arrive. It then dispatches in the
 // background until its context ends or Stop is called. Run does the same
 // and blocks until the end. A dispatcher runs once: Start or Run on one
-// that is running returns ErrRunning, on one that stopped ErrStopped. In
-// WakeupAuto mode the wake-up probe runs beside dispatching, which polls
-// until notifications are proven to arrive.
+// that is starting or running returns ErrRunning, on one that is stopping
+// or stopped ErrStopped (Run returns nil after a Stop that came before
+// dispatching began: a clean stop). In WakeupAuto mode the wake-up probe
+// runs beside dispatching, which polls until notifications are proven to
+// arrive.
 //
 //	new ──Start/Run──▶ starting ──checks pass──▶ running ──Stop/ctx──▶ stopping ──drained──▶ stopped
 //	 ▲                    │                                                                    ▲

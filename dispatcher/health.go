@@ -57,6 +57,13 @@ type Health struct {
 	// every PollInterval (IdlePollInterval while stretched) while there is
 	// room for more events.
 	LastClaim time.Time
+	// LastPoll is when the coordinator, the loop that decides when to
+	// claim, last began a poll cycle; zero before the first. Poll cycles
+	// run every PollInterval (stretched up to IdlePollInterval while idle
+	// with wake-ups working), busy or idle, with room for events or not.
+	LastPoll time.Time
+	// PollInterval is the interval between poll cycles in effect.
+	PollInterval time.Duration
 	// LastCompletion is when the latest write of outcomes succeeded; zero
 	// before the first. Writes happen only when events finish, so an idle
 	// dispatcher's is old.
@@ -65,8 +72,10 @@ type Health struct {
 	// one that succeeded.
 	ClaimErrors int
 	// CompletionErrors counts the outcome writes that failed in a row
-	// since the last one that succeeded (a write the database refuses for
-	// one event's outcome counts too, until a write succeeds).
+	// since the last one that succeeded. A write of one event's outcome
+	// that the database refuses does not count (the event is retried and
+	// given up on its own), and the run ends once no outcome is waiting
+	// to be written: each was written, given up or let go.
 	CompletionErrors int
 	// FailingSince is when the earliest of the current runs of failed
 	// claims or failed outcome writes began; zero when the last claim and
@@ -74,6 +83,11 @@ type Health struct {
 	FailingSince time.Time
 	// Listener is the state of the wake-up listener.
 	Listener ListenerState
+	// VerifySkipped is true when the start's schema check
+	// (migrations.Verify) ran out of time twice and the dispatcher started
+	// without it (Config.SkipVerify, a choice, does not set it). Raise
+	// statement_timeout for the dispatcher's role, or set SkipVerify.
+	VerifySkipped bool
 	// Err is the result of dispatching once State is StateStopped (nil, or
 	// ErrDrainTimeout).
 	Err error
@@ -82,15 +96,22 @@ type Health struct {
 // ErrUnhealthy is matched by the errors Health.Healthy returns.
 var ErrUnhealthy = errors.New("pgoutbox: dispatcher unhealthy")
 
-// Healthy returns nil when the dispatcher is running and neither its claims
-// nor its outcome writes have kept failing for longer than maxAge (none
-// has succeeded since the first failure of the current run, maxAge or
-// more ago). Otherwise it returns an error matching ErrUnhealthy that says
-// why. Slow handlers, an idle table and a missing listener (polling
-// delivers) are healthy. Choose maxAge above PollInterval and the
-// dispatcher's own statement timeout, min(LeaseDuration/2, 30s): a claim
-// against a database that does not answer fails only when that timeout
-// passes.
+// Healthy returns nil when the dispatcher is running, its claims and
+// outcome writes have not kept failing for longer than maxAge (none has
+// succeeded since the first failure of the current run, maxAge or more
+// ago), and its coordinator is not stalled (it began a poll cycle within
+// maxAge plus PollInterval; Started stands for the first). Otherwise it
+// returns an error matching ErrUnhealthy that says why.
+//
+// It detects: a database that refuses or fails the dispatcher's claims or
+// outcome writes, or does not answer them (they fail when the dispatcher's
+// statement timeout, min(LeaseDuration/2, 30s), passes); and a coordinator
+// wedged for longer than maxAge (a recovery waiting on a lock, a bug). It
+// does not detect a stall of the outcome writer that records no failure
+// (an OnOutcome hook that never returns, say): watch Stats.InFlight for
+// that. Slow handlers, an idle table, a dispatcher saturated with busy
+// handlers and a missing listener (polling delivers) are healthy. Choose
+// maxAge above that statement timeout.
 func (h Health) Healthy(maxAge time.Duration) error {
 	switch {
 	case h.State != StateRunning:
@@ -98,8 +119,26 @@ func (h Health) Healthy(maxAge time.Duration) error {
 	case !h.FailingSince.IsZero() && time.Since(h.FailingSince) > maxAge:
 		return fmt.Errorf("%w: claims or outcome writes failing since %s (%d claims, %d writes in a row)",
 			ErrUnhealthy, h.FailingSince.Format(time.RFC3339), h.ClaimErrors, h.CompletionErrors)
+	case h.stalled(maxAge):
+		return fmt.Errorf("%w: no poll cycle since %s: the coordinator is stalled",
+			ErrUnhealthy, h.lastPollOrStart().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// stalled reports whether the coordinator began no poll cycle for longer
+// than maxAge plus the poll interval.
+func (h Health) stalled(maxAge time.Duration) bool {
+	last := h.lastPollOrStart()
+	return !last.IsZero() && time.Since(last) > maxAge+h.PollInterval
+}
+
+// lastPollOrStart is LastPoll, or Started before the first poll.
+func (h Health) lastPollOrStart() time.Time {
+	if h.LastPoll.IsZero() {
+		return h.Started
+	}
+	return h.LastPoll
 }
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
@@ -109,6 +148,10 @@ func (d *Dispatcher) Health() Health {
 	d.mu.Unlock()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
+	if ns := d.stats.lastPoll.Load(); ns != 0 {
+		h.LastPoll = time.Unix(0, ns)
+	}
+	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff
 	}
@@ -123,6 +166,7 @@ type healthState struct {
 	claim      runOfWrites
 	completion runOfWrites
 	listener   ListenerState
+	unverified bool
 }
 
 // runOfWrites follows one kind of statement: its latest success, and the
@@ -163,6 +207,22 @@ func (h *healthState) completed(err error) {
 	h.completion.note(err, time.Now())
 }
 
+// completionsSettled ends the run of failed outcome writes once no outcome
+// is waiting to be written (each was written, given up or let go): no
+// write is failing any more.
+func (h *healthState) completionsSettled() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.completion.failingSince, h.completion.failures = time.Time{}, 0
+}
+
+// skipVerify notes that the start went on without the schema check.
+func (h *healthState) skipVerify() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unverified = true
+}
+
 func (h *healthState) setListener(s ListenerState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -175,7 +235,7 @@ func (h *healthState) snapshot() Health {
 	s := Health{
 		Started: h.started, LastClaim: h.claim.last, LastCompletion: h.completion.last,
 		ClaimErrors: h.claim.failures, CompletionErrors: h.completion.failures, Listener: h.listener,
-		FailingSince: h.claim.failingSince,
+		FailingSince: h.claim.failingSince, VerifySkipped: h.unverified,
 	}
 	if f := h.completion.failingSince; !f.IsZero() && (s.FailingSince.IsZero() || f.Before(s.FailingSince)) {
 		s.FailingSince = f

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestHealth(t *testing.T) {
 	require.False(t, h.LastClaim.Before(h.Started))
 	require.Zero(t, h.ClaimErrors)
 	require.True(t, h.FailingSince.IsZero())
-	require.NoError(t, h.Healthy(0), "nothing is failing")
+	require.NoError(t, h.Healthy(time.Minute), "nothing is failing")
 
 	kp.kill(t, db)
 	waitFor(t, 30*time.Second, "failed claims", func() bool { return d.Health().ClaimErrors >= 2 })
@@ -60,4 +61,64 @@ func TestHealth(t *testing.T) {
 
 	require.NoError(t, d.Stop(context.Background()))
 	require.ErrorContains(t, d.Health().Healthy(time.Hour), "stopped")
+}
+
+// One outcome the database refuses on an idle table is retried, given up,
+// and leaves the dispatcher healthy: a refusal of one event's write says
+// nothing about the dispatcher, and no outcome is left failing.
+func TestHealthRecoversAfterOneRefusedOutcome(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	refuseOutcomeOf(t, db, id)
+	errs := &errorLog{}
+	cfg := baseConfig(db)
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	cfg.OnError = errs.add
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "the refused outcome let go", func() bool {
+		return len(errs.matching(outbox.ErrOutcomeRefused)) == 1
+	})
+	before := d.Health().LastClaim
+	waitFor(t, 10*time.Second, "claims to go on succeeding", func() bool { return d.Health().LastClaim.After(before) })
+	time.Sleep(time.Second)
+	h := d.Health()
+	require.Zero(t, h.ClaimErrors)
+	require.NoError(t, h.Healthy(500*time.Millisecond), "claims succeed and nothing is failing any more")
+}
+
+// A coordinator wedged in a poll cycle (here a recovery waits on a lock
+// held on the table, with no failure to record for 30s) makes the
+// dispatcher unhealthy once it has begun no poll cycle for longer than
+// maxAge plus the poll interval, and healthy again once it goes on.
+func TestHealthNoticesStalledCoordinator(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg := baseConfig(db)
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	cfg.PollInterval = 20 * time.Millisecond
+	cfg.RecoverEvery = 1
+	cfg.LeaseDuration = 2 * time.Minute // statements time out after 30s
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "a poll", func() bool { return !d.Health().LastPoll.IsZero() })
+	require.NoError(t, d.Health().Healthy(time.Minute))
+
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE outbox_events IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "the stall noticed", func() bool {
+		return errors.Is(d.Health().Healthy(500*time.Millisecond), dispatcher.ErrUnhealthy)
+	})
+	h := d.Health()
+	require.ErrorContains(t, h.Healthy(500*time.Millisecond), "stalled")
+	require.Zero(t, h.ClaimErrors, "nothing failed: the coordinator waits")
+	require.NoError(t, tx.Rollback(ctx))
+	waitFor(t, 30*time.Second, "polls again", func() bool { return d.Health().Healthy(time.Minute) == nil && d.Health().LastPoll.After(h.LastPoll) })
 }

@@ -123,7 +123,7 @@ func TestStopBeforeRun(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, baseConfig(db))
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(context.Background()))
-	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
+	require.NoError(t, d.Run(context.Background()), "a stop before Run is a clean stop")
 	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
 	require.ErrorIs(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }), dispatcher.ErrStarted)
 }
@@ -413,4 +413,30 @@ func TestConcurrencyOneRunsBatchInClaimOrder(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, ids, got)
+}
+
+// Start or Run during the drain returns ErrStopped: the dispatcher is
+// stopping, not running.
+func TestStartWhileStopping(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "x", 1)
+	d, err := dispatcher.New(db.NewPool(t, 4), baseConfig(db))
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		close(started)
+		<-release
+		return nil
+	}))
+	require.NoError(t, d.Start(context.Background()))
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(context.Background()) }()
+	waitFor(t, 10*time.Second, "the drain", func() bool { return d.Health().State == dispatcher.StateStopping })
+	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
+	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
+	close(release)
+	require.NoError(t, <-stopped)
+	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped, "a dispatcher that ran, runs once")
 }

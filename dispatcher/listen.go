@@ -27,8 +27,11 @@ func (d *Dispatcher) requireWakeups(ctx context.Context) (*pgx.Conn, error) {
 	d.health.setListener(ListenerProbing)
 	conn, err := d.openWakeups(ctx)
 	switch {
-	case ctx.Err() != nil:
-		return nil, ctx.Err() // stopping: not a verdict on wake-ups
+	case ctx.Err() != nil: // stopping: not a verdict on wake-ups
+		if conn != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+		return nil, ctx.Err()
 	case err != nil:
 		d.health.setListener(ListenerUnavailable)
 		return nil, errtext.WrapAs(ErrWakeupUnavailable, err, "")
@@ -39,20 +42,57 @@ func (d *Dispatcher) requireWakeups(ctx context.Context) (*pgx.Conn, error) {
 // autoWakeups runs the wake-ups of WakeupAuto mode beside dispatching,
 // which polls meanwhile and does not wait for it: it opens the listener,
 // probes it, and switches wake-ups on when notifications arrive, or logs
-// once and leaves the dispatcher polling when they do not. It returns when
+// once and leaves the dispatcher polling when the probe times out (they do
+// not arrive) or the server refuses the listener (see reconnect). A
+// connection error (a failover, a proxy restart, a killed backend) is no
+// verdict: it reconnects with backoff and probes again. It returns when
 // quit ends.
 func (d *Dispatcher) autoWakeups(quit context.Context) {
 	d.health.setListener(ListenerProbing)
 	conn, err := d.openWakeups(quit)
 	if err != nil {
-		if quit.Err() == nil {
+		conn = d.reconnect(quit, "listener connect failed; retrying", err)
+	}
+	if conn != nil {
+		d.listenLoop(quit, conn)
+	}
+}
+
+// errNoNotification is the probe's error when its notification did not
+// arrive in time: wake-ups do not work on this connection.
+var errNoNotification = errors.New("pgoutbox: probe notification did not arrive")
+
+// reconnect reports err (the reason, unless quit ended or wake-ups are
+// judged unavailable), then opens and probes the listener again with
+// backoff until it works. It returns nil when quit ends, or in WakeupAuto
+// mode when notifications do not arrive or the server refuses the
+// listener with an SQL error that retrying will not fix (a wrong
+// password, a missing role or database, no permission): wake-ups are then
+// unavailable. Network errors and a terminated backend are retried.
+func (d *Dispatcher) reconnect(quit context.Context, why string, err error) *pgx.Conn {
+	backoff := 100 * time.Millisecond
+	for {
+		switch {
+		case quit.Err() != nil:
+			return nil
+		case d.cfg.Wakeup == WakeupAuto && (errors.Is(err, errNoNotification) || refused(err)):
 			d.health.setListener(ListenerUnavailable)
 			d.cfg.Logger.Warn("pgoutbox: LISTEN/NOTIFY wake-ups are not working; polling only",
 				"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
+			return nil
 		}
-		return
+		d.health.setListener(ListenerReconnecting)
+		d.reportError(why, err)
+		if !sleep(quit.Done(), backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		var conn *pgx.Conn
+		if conn, err = d.openWakeups(quit); err == nil {
+			return conn
+		}
+		why = "listener reconnect failed"
 	}
-	d.listenLoop(quit, conn)
 }
 
 // openWakeups opens the listener connection and proves with a self-probe
@@ -88,11 +128,11 @@ func (d *Dispatcher) listen(ctx context.Context) (*pgx.Conn, error) {
 // probe sends a notification on a private channel through the pool and
 // waits for it on conn. Wake-ups on the real channel that arrive meanwhile
 // are passed on.
-func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn) error {
+func (d *Dispatcher) probe(parent context.Context, conn *pgx.Conn) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	channel := "pgoutbox_probe_" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.WakeupProbeTimeout)
+	ctx, cancel := context.WithTimeout(parent, d.cfg.WakeupProbeTimeout)
 	defer cancel()
 	quoted := pgx.Identifier{channel}.Sanitize()
 	if _, err := conn.Exec(ctx, "LISTEN "+quoted); err != nil {
@@ -103,8 +143,11 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn) error {
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			return errtext.WrapAs(errNoNotification, err, "within %s", d.cfg.WakeupProbeTimeout)
+		}
 		if err != nil {
-			return errtext.Wrap(err, "probe notification did not arrive within %s", d.cfg.WakeupProbeTimeout)
+			return errtext.Wrap(err, "probe wait")
 		}
 		if n.Channel == channel {
 			_, err := conn.Exec(ctx, "UNLISTEN "+quoted)
@@ -116,11 +159,11 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // listenLoop turns notifications into triggers until quit ends. When the
-// connection breaks it reconnects with backoff, LISTENs again and triggers
-// a claim cycle to pick up what was committed while it was gone.
+// connection breaks it reconnects with backoff, LISTENs and probes again
+// (see reconnect) and triggers a claim cycle to pick up what was committed
+// while it was gone.
 func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
-	backoff := 100 * time.Millisecond
-	for {
+	for conn != nil {
 		d.wakeupsActive.Store(true)
 		d.health.setListener(ListenerActive)
 		d.stats.listenerConnects.Add(1)
@@ -128,21 +171,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 		err := d.waitNotifications(quit, conn)
 		d.wakeupsActive.Store(false)
 		_ = conn.Close(context.WithoutCancel(quit))
-		if quit.Err() != nil {
-			return
-		}
-		d.health.setListener(ListenerReconnecting)
-		d.reportError("listener connection lost; reconnecting", err)
-		for conn = nil; conn == nil; {
-			if !sleep(quit.Done(), backoff) {
-				return
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			if conn, err = d.listen(quit); err != nil {
-				d.reportError("listener reconnect failed", err)
-			}
-		}
-		backoff = 100 * time.Millisecond
+		conn = d.reconnect(quit, "listener connection lost; reconnecting", err)
 	}
 }
 

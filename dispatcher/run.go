@@ -120,20 +120,46 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 		return errtext.WrapHint(outbox.ErrMissingTable, "is it the Table given to migrations.Migrate?",
 			"dispatcher: %s", d.store.Table())
 	}
-	if err := d.verify(ctx); err != nil {
+	err = d.verify(ctx)
+	timedOut := ranOutOfTime(err) && ctx.Err() == nil
+	if err != nil && !timedOut {
 		return err
 	}
-	return d.store.CheckColumns(ctx, d.pool)
+	if err := d.store.CheckColumns(ctx, d.pool); err != nil {
+		return err
+	}
+	if timedOut { // once more, with a fresh timeout
+		return d.verifyAgain(ctx)
+	}
+	return nil
+}
+
+// verifyAgain runs the schema check a second time after the first ran out
+// of time. When this one runs out of time too it logs a warning that says
+// how to fix it, notes it in Health, and lets the start go on: statement
+// timeouts must never stop progress.
+func (d *Dispatcher) verifyAgain(ctx context.Context) error {
+	err := d.verify(ctx)
+	if !ranOutOfTime(err) || ctx.Err() != nil {
+		return err
+	}
+	d.health.skipVerify()
+	d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
+		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err,
+		"fix", "raise statement_timeout for the dispatcher's role, or set Config.SkipVerify")
+	return nil
 }
 
 // verify compares the table's schema with what this version needs
 // (migrations.Verify), bounded like the dispatcher's own statements. A
 // schema version newer than this library knows is no reason to refuse: a
-// later release migrated the table, and its migrations only add what this
-// version ignores (a rolling upgrade). Nor is a check that ran out of time
-// (a statement_timeout, a lock held on the table): statement timeouts must
-// never stop progress, so it logs a warning and the start goes on with
-// the check of the columns the dispatcher uses.
+// later release migrated the table (a rolling upgrade). Then only an
+// object this version relies on that is missing refuses the start; the
+// definitions that differ are logged at INFO. Nor is a check that ran out
+// of time (a statement_timeout, a lock held on the table): statement
+// timeouts must never stop progress, so checkTable checks the columns the
+// dispatcher uses, tries once more, and then goes on without it (see
+// verifyAgain).
 func (d *Dispatcher) verify(parent context.Context) error {
 	if d.cfg.SkipVerify {
 		return nil
@@ -143,21 +169,28 @@ func (d *Dispatcher) verify(parent context.Context) error {
 	err := migrations.Verify(ctx, d.pool, migrations.Config{Table: d.cfg.Table})
 	var mismatch *migrations.VerifyError
 	switch {
-	case errors.As(err, &mismatch) && mismatch.OnlyNewer():
+	case errors.As(err, &mismatch) && mismatch.NewerCompatible():
 		d.cfg.Logger.Info("pgoutbox: the outbox schema is newer than this version of pgoutbox; dispatching on it",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[0].Actual)
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[len(mismatch.Problems)-1].Actual,
+			"differences", newerDifferences(mismatch))
 		return nil
 	case mismatch != nil:
 		return errtext.WrapHint(err, "Config.SkipVerify starts without this check", "")
-	case ranOutOfTime(err) && parent.Err() == nil:
-		d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err)
-		return nil
 	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
 		return errtext.WrapHint(err, "the dispatcher's role needs SELECT on the version table, as "+
 			"migrations.RenderGrants grants, or set Config.SkipVerify", "")
 	}
 	return err
+}
+
+// newerDifferences lists the definitions of a newer schema that differ
+// from what this version expects (all problems but the version's, last).
+func newerDifferences(e *migrations.VerifyError) []string {
+	diffs := make([]string, 0, len(e.Problems)-1)
+	for _, p := range e.Problems[:len(e.Problems)-1] {
+		diffs = append(diffs, p.String())
+	}
+	return diffs
 }
 
 // drain stops handlers from starting, releases unstarted claims, waits for

@@ -212,6 +212,48 @@ func TestStartAcceptsNewerSchemaVersion(t *testing.T) {
 	require.Equal(t, dispatcher.StateRunning, d.Health().State)
 }
 
+// On a newer schema version, definitions that a later release changed (a
+// default, a CHECK) are accepted and logged at INFO; an object this
+// version relies on that is missing (a dropped column) still refuses the
+// start.
+func TestStartOnNewerSchemaRefusesOnlyMissingObjects(t *testing.T) {
+	t.Parallel()
+	newer := `UPDATE outbox_events_schema_version SET version = version + 1`
+	t.Run("ChangedDefinitions", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		_, err := db.Pool.Exec(context.Background(), newer+`;
+ALTER TABLE outbox_events ALTER COLUMN headers SET DEFAULT '{"v": 1}';
+ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_error_check;
+ALTER TABLE outbox_events ADD CONSTRAINT outbox_events_error_check CHECK (char_length(last_error) <= 4096)`)
+		require.NoError(t, err)
+		logs := &logRecorder{}
+		cfg := baseConfig(db)
+		cfg.Logger = slog.New(logs)
+		d, err := dispatcher.New(db.Pool, cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		require.Equal(t, dispatcher.StateRunning, d.Health().State)
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		require.True(t, slices.ContainsFunc(logs.records, func(r slog.Record) bool {
+			return r.Level == slog.LevelInfo && strings.Contains(r.Message, "schema is newer")
+		}), "the differences logged at INFO")
+	})
+	t.Run("MissingColumn", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		_, err := db.Pool.Exec(context.Background(), newer+`; ALTER TABLE outbox_events DROP COLUMN started_at`)
+		require.NoError(t, err)
+		d, err := dispatcher.New(db.Pool, baseConfig(db))
+		require.NoError(t, err)
+		err = d.Start(context.Background())
+		require.ErrorIs(t, err, outbox.ErrSchemaMismatch)
+		require.ErrorContains(t, err, "started_at: expected")
+		require.Equal(t, dispatcher.StateNew, d.Health().State)
+	})
+}
+
 // A dispatcher runs once: Start or Run while it runs returns ErrRunning,
 // after it stopped ErrStopped; Stop returns the result of dispatching,
 // which Done and Err report too.
@@ -333,4 +375,16 @@ func TestStartGoesOnWhenVerifyRunsOutOfTime(t *testing.T) {
 		return r.Level == slog.LevelWarn && strings.Contains(r.Message, "could not verify the outbox schema")
 	})
 	require.True(t, warned, "a warning says the check was skipped")
+	require.True(t, d.Health().VerifySkipped)
+	hinted := slices.ContainsFunc(logs.records, func(r slog.Record) bool {
+		fix := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "fix" {
+				fix = a.Value.String()
+			}
+			return true
+		})
+		return strings.Contains(fix, "statement_timeout") && strings.Contains(fix, "SkipVerify")
+	})
+	require.True(t, hinted, "the warning says how to fix it")
 }

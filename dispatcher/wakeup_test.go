@@ -535,14 +535,40 @@ func TestHealthListenerStates(t *testing.T) {
 	t.Run("Unavailable", func(t *testing.T) {
 		t.Parallel()
 		db := testdb.NewMigrated(t)
-		cfg, down, _ := wakeupConfig(t, db)
-		down.Store(true)
+		cfg, _, _ := wakeupConfig(t, db)
+		// In another database the probe's NOTIFY never arrives.
+		cfg.ListenerConnConfig.Database = otherDatabase(cfg.ListenerConnConfig.Database)
+		cfg.WakeupProbeTimeout = 300 * time.Millisecond
 		cfg.Wakeup = dispatcher.WakeupAuto
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		runDispatcher(t, d)
 		waitFor(t, 20*time.Second, "the probe to fail", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 		require.NoError(t, d.Health().Healthy(time.Minute), "polling only is healthy")
+	})
+	t.Run("RefusedListenerIsUnavailable", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, _, _ := wakeupConfig(t, db)
+		cfg.ListenerConnConfig.User = "no_such_role_" + uuid.NewString()[:8]
+		cfg.Wakeup = dispatcher.WakeupAuto
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		waitFor(t, 20*time.Second, "the verdict", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
+	})
+	t.Run("ConnectErrorIsRetried", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.NewMigrated(t)
+		cfg, down, _ := wakeupConfig(t, db)
+		down.Store(true)
+		cfg.Wakeup = dispatcher.WakeupAuto
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		runDispatcher(t, d)
+		waitFor(t, 20*time.Second, "a reconnect", func() bool { return d.Health().Listener == dispatcher.ListenerReconnecting })
+		down.Store(false)
+		waitFor(t, 20*time.Second, "the listener once reachable", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
 	})
 	t.Run("RequiredFailsStart", func(t *testing.T) {
 		t.Parallel()

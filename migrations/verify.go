@@ -62,6 +62,24 @@ type VerifyError struct {
 // docs/operations.md).
 func (e *VerifyError) OnlyNewer() bool { return e.newer && len(e.Problems) == 1 }
 
+// NewerCompatible reports whether the schema version is newer than this
+// library knows and every object this version relies on is present: the
+// other problems, if any, are definitions that differ (a default, a CHECK,
+// an index that a later release changed). A dispatcher of this version
+// runs on such a schema during a rolling upgrade; a missing table,
+// column, constraint or index still refuses it.
+func (e *VerifyError) NewerCompatible() bool {
+	if !e.newer {
+		return false
+	}
+	for _, p := range e.Problems {
+		if p.Actual == "missing" {
+			return false
+		}
+	}
+	return true
+}
+
 // Error names every object with its expected and actual state.
 func (e *VerifyError) Error() string {
 	parts := make([]string, len(e.Problems))

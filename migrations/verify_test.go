@@ -235,3 +235,34 @@ func catalogSnapshot(t *testing.T, conn *pgx.Conn, schema string) []string {
 	require.NotEmpty(t, snap)
 	return snap
 }
+
+// NewerCompatible holds for a newer version whose other problems are
+// definitions that differ, and not once an object is missing or the
+// version is not newer.
+func TestVerifyNewerCompatible(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, breakSQL string
+		want           bool
+	}{
+		{"ChangedDefault", `UPDATE %[1]s.outbox_events_schema_version SET version = version + 1;
+			ALTER TABLE %[2]s ALTER COLUMN headers SET DEFAULT '{"v": 1}'`, true},
+		{"DroppedColumn", `UPDATE %[1]s.outbox_events_schema_version SET version = version + 1;
+			ALTER TABLE %[2]s DROP COLUMN started_at`, false},
+		{"ChangedDefaultSameVersion", `ALTER TABLE %[2]s ALTER COLUMN headers SET DEFAULT '{"v": 1}'`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			conn := db.Conn(t)
+			cfg := migrations.Config{Table: db.Table()}
+			require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+			mustExec(t, conn, fmt.Sprintf(tt.breakSQL, pgx.Identifier{db.Schema}.Sanitize(), quoted(db.Table())))
+			var verr *migrations.VerifyError
+			require.ErrorAs(t, migrations.Verify(ctx, conn, cfg), &verr)
+			require.Equal(t, tt.want, verr.NewerCompatible())
+		})
+	}
+}
