@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,19 +49,34 @@ func (d *deliveries) count() int {
 
 // A rolling deploy: the old replica does not know order.cancelled, the
 // new one does. Every event is delivered, none FAILED, and every
-// order.cancelled by the new replica; the old one never sees one.
+// order.cancelled by the new replica, within two of its poll cycles of
+// the last commit (the "2 × PollInterval", counted in the cycles
+// a loaded machine may stretch); the old one never sees one.
 func TestRollingDeployDeadLettersNothing(t *testing.T) {
 	t.Parallel()
 	const poll = 200 * time.Millisecond
 	db := testdb.NewMigrated(t)
 	got := newDeliveries()
+	var newest atomic.Pointer[dispatcher.Dispatcher]
+	pollOf := map[uuid.UUID]uint64{} // the new replica's poll count when it handled an event
 	start := func(name string, types ...string) *dispatcher.Dispatcher {
 		cfg := baseConfig(db)
 		cfg.PollInterval, cfg.Wakeup, cfg.Owner = poll, dispatcher.WakeupDisabled, name
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		for _, typ := range types {
-			require.NoError(t, d.Handle(typ, got.handler(name)))
+			h := got.handler(name)
+			require.NoError(t, d.Handle(typ, func(ctx context.Context, e outbox.Event) error {
+				if n := newest.Load(); n != nil && name == "new" {
+					got.mu.Lock()
+					pollOf[e.ID] = n.Stats().PollCycles
+					got.mu.Unlock()
+				}
+				return h(ctx, e)
+			}))
+		}
+		if name == "new" {
+			newest.Store(d)
 		}
 		runDispatcher(t, d)
 		return d
@@ -84,6 +100,7 @@ func TestRollingDeployDeadLettersNothing(t *testing.T) {
 		ids = append(ids, insertEvents(t, db, "order.paid", 1)...)
 	}
 	require.Len(t, ids, 40)
+	committed := updated.Stats().PollCycles
 	waitFor(t, 20*time.Second, "all 40 events delivered", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 40 })
 
 	require.Equal(t, map[outbox.Status]int{outbox.StatusSent: 40}, statusCounts(t, db), "0 FAILED, 0 left")
@@ -94,6 +111,7 @@ func TestRollingDeployDeadLettersNothing(t *testing.T) {
 	for _, id := range cancelled {
 		require.Equal(t, []string{"new"}, got.by[id], "order.cancelled %s", id)
 		slowest = max(slowest, got.at[id].Sub(emitted))
+		require.LessOrEqual(t, pollOf[id], committed+2, "order.cancelled %s handled later than two poll cycles after the last commit", id)
 	}
 	t.Logf("the slowest order.cancelled was handled %s after the emits began (PollInterval %s, polling only)", slowest, poll)
 	require.Zero(t, old.Stats().Failed+updated.Stats().Failed)
