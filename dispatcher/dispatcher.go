@@ -270,7 +270,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	go d.dispatchUntilStop(ctx, listener)
+	go func() { _ = d.dispatchUntilStop(ctx, listener) }() // its result reaches Stop, Err and Health
 	return nil
 }
 

@@ -46,7 +46,7 @@ func ExampleDispatcher_Health() {
 		if err != nil {
 			panic(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
 		fmt.Println(resp.StatusCode, strings.TrimSpace(string(body)))
 	}
