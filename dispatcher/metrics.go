@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -49,8 +50,8 @@ type metrics struct {
 }
 
 // counterNames name the metered Stats counters, whose attributes are the
-// table alone. Retention's deleted rows belong here too, as
-// "pgoutbox.events.deleted", once Stats counts them.
+// table alone. (Retention's deleted rows are metered too, with their
+// status: see newMetrics.)
 func counterNames(c *counters) map[string]*metered {
 	return map[string]*metered{
 		"pgoutbox.events.claimed":         &c.claimed,
@@ -89,6 +90,11 @@ func newMetrics(cfg Config, c *counters) (*metrics, error) {
 	}
 	for name, mc := range counterNames(c) {
 		mc.m, mc.attrs = counter(name, "Events "+name[len("pgoutbox.events."):]+" by this dispatcher"), []metric.AddOption{m.table}
+	}
+	deleted := counter("pgoutbox.events.deleted", "Finished rows the retention job deleted, by pgoutbox.status")
+	for status, mc := range map[outbox.Status]*metered{outbox.StatusSent: &c.retentionSent, outbox.StatusFailed: &c.retentionFailed} {
+		mc.m, mc.attrs = deleted, []metric.AddOption{metric.WithAttributes(
+			telemetry.KeyTable.String(cfg.Table.String()), attribute.String("pgoutbox.status", string(status)))}
 	}
 	m.sent = counter("pgoutbox.events.sent", "Events that became SENT (or were deleted on success)")
 	m.retried = counter("pgoutbox.events.retried", "Failed attempts scheduled for a retry, by error.type")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -178,7 +177,7 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 }
 
 // counter is the Stats counter of the rows of status deleted.
-func (r *retention) counter(status outbox.Status) *atomic.Uint64 {
+func (r *retention) counter(status outbox.Status) *metered {
 	if status == outbox.StatusFailed {
 		return &r.d.stats.retentionFailed
 	}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -141,6 +143,8 @@ func TestRetentionFailedWithKeepSent(t *testing.T) {
 	cfg := retentionConfig(db, 5)
 	cfg.KeepSent = true
 	cfg.RetainFailed = 7 * 24 * time.Hour
+	mp := &telemetrytest.MeterProvider{}
+	cfg.MeterProvider = mp
 	var log batchLog
 	log.hook(&cfg)
 	d, err := dispatcher.New(db.Pool, cfg)
@@ -153,6 +157,10 @@ func TestRetentionFailedWithKeepSent(t *testing.T) {
 	require.EqualValues(t, 7, d.Stats().RetentionFailed)
 	require.Zero(t, d.Stats().RetentionSent)
 	require.Equal(t, []string{"FAILED 5/5", "FAILED 2/5"}, log.get()[:2])
+	table := attribute.String("pgoutbox.table", db.Table().String())
+	require.InDelta(t, 7, mp.Sum("pgoutbox.events.deleted", table, attribute.String("pgoutbox.status", "FAILED")), 0,
+		"the deleted rows are metered by status")
+	require.InDelta(t, 7, mp.Sum("pgoutbox.events.deleted"), 0, "no SENT row deleted")
 }
 
 // While another transaction holds the table's retention lock (as another

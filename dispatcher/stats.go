@@ -100,7 +100,7 @@ type counters struct {
 	pollCycles, claimCycles               atomic.Uint64
 	wakeups, listenerConnects, dueWakeups atomic.Uint64
 	lastPoll, pollInterval                atomic.Int64
-	retentionSent, retentionFailed        atomic.Uint64
+	retentionSent, retentionFailed        metered
 	retentionPasses, retentionSkipped     atomic.Uint64
 }
 
