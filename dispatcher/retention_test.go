@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -267,16 +268,7 @@ func TestRetentionStopMidBatch(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 30)
 	const gate = 7317
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
-CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
-CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
-	require.NoError(t, err)
-	holder, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
-	require.NoError(t, err)
+	holder := gateDeletes(t, db, gate)
 
 	cfg := retentionConfig(db, 10)
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
@@ -422,16 +414,7 @@ func TestRetentionStopsWithRunContext(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 30)
 	const gate = 7318
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
-CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
-CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
-	require.NoError(t, err)
-	holder, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
-	require.NoError(t, err)
+	holder := gateDeletes(t, db, gate)
 	insertEvents(t, db, "held", 1)
 
 	cfg := retentionConfig(db, 10)
@@ -505,4 +488,24 @@ func TestRetentionPassHasATimeBudget(t *testing.T) {
 	require.Equal(t, []string{"SENT 10/10", "SENT 10/10", "SENT 5/10"}, log.get()[:3])
 	require.Equal(t, 2, logs.count(slog.LevelInfo, "deleted_sent", "10"), "passes that deleted one full batch")
 	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "5"))
+}
+
+// gateDeletes holds every DELETE on the outbox inside its trigger until the
+// returned transaction ends (the test rolls it back to let them go; the
+// cleanup does too): the trigger waits for the advisory lock gate, which
+// that transaction holds.
+func gateDeletes(t *testing.T, db *testdb.DB, gate int64) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
+CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
+	require.NoError(t, err)
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
+	require.NoError(t, err)
+	return holder
 }
