@@ -55,23 +55,32 @@
 //     UPDATE SKIP LOCKED LIMIT $1, as in the unordered claim (of every
 //     type or typed). The filter read the statement's snapshot; the lock
 //     reads the newest version of each row and skips a row taken since.
-//   - Barrier. For each key among the locked rows, the barrier is the
-//     lowest seq of a blocker of the key that the statement did not lock,
-//     found by walking the order index from the key's start for one row
-//     more than the statement locked of that key (past that, no row can be
-//     the first not locked). Only locked rows before their key's barrier
-//     are updated; the others are not claimed and their row locks end with
+//   - Runs. For each key among the locked candidates, the statement walks
+//     the key's blockers in seq order (the order index, from the key's
+//     start) for one row more than it locked of that key, locks the walked
+//     rows that are due PENDING and not locked yet (a head that became due
+//     after its successors, say a retried head whose successors were
+//     released keeping their emit time, and that the LIMIT left out),
+//     skipping rows locked elsewhere, and takes the walked rows before the
+//     first one it does not hold: a prefix of the key's blockers, from its
+//     head. Rows of the key locked beyond the walk are not taken, nor is
+//     anything after a row it could not lock; their row locks end with
 //     the statement (run the claim in its own transaction, as the
-//     dispatcher does, or they last until commit). The barrier is what
-//     makes a run safe. Another claimer may take a key's head after this
+//     dispatcher does, or they last until commit). Locking the left-out
+//     rows is what keeps a key moving when its head is due later than its
+//     successors: without it such a head, behind more successors than a
+//     claim takes, was never claimed and every run of its key was cut to
+//     nothing (TestOrderedClaimRuns). The walk and the locks are what make
+//     a run safe. Another claimer may take a key's head after this
 //     statement's snapshot was taken: the snapshot still shows the head
-//     PENDING and due, so the filter lets the key's next row through, but
-//     the locking read does not return the head (skipped while locked, or
-//     rechecked and found not PENDING), so the head is the barrier and the
-//     next row is not claimed (TestOrderedClaimStaleSnapshot). A row
-//     before a barrier is also never returned without the rows of its key
-//     before it, so a limit, a row that is not due, or a row locked
-//     elsewhere cuts a run to its prefix.
+//     PENDING and due, so the filter lets the key's rows through, but the
+//     locking reads do not return the head (skipped while locked, or
+//     rechecked and found not PENDING), so the run ends before it and
+//     nothing of the key is claimed (TestOrderedClaimStaleSnapshot). A
+//     limit, a row that is not due, a row of a type the claim does not take
+//     or a row locked elsewhere cuts a run to its prefix. Keys come in the
+//     due order of their first candidate and each key's rows in seq order,
+//     so the LIMIT, applied last, also keeps prefixes.
 //
 // The head is defined over the rows the statement sees: an event whose
 // transaction has not committed yet is not a blocker, even with a lower

@@ -161,20 +161,46 @@ func TestOrderedClaimRuns(t *testing.T) {
 		})
 	})
 
-	t.Run("a run due out of seq order is cut at the first row the limit left out", func(t *testing.T) {
+	t.Run("a run follows seq order from its head, whatever the due order of its rows", func(t *testing.T) {
 		t.Parallel()
 		forEachForm(t, func(t *testing.T, e env, types []string) {
 			// Row 1 (a retry) became due after rows 2 and 3: due order is
-			// 0, 2, 3, 1; a limit of 3 locks 0, 2, 3 and the barrier is 1.
+			// 0, 2, 3, 1, seq order 0, 1, 2, 3; a limit of 3 takes 0, 1, 2.
 			specs := keyedBy("k", 4, spec{DueIn: -time.Hour})
 			specs[1].DueIn = -time.Second
 			specs[2].DueIn, specs[3].DueIn = -time.Minute, -time.Minute
 			ids := insert(t, e.db.Pool, specs...)
 			b := claimOrdered(t, e, e.db.Pool, types, 3, true)
-			require.Equal(t, ids[:1], batchIDs(b))
+			require.Equal(t, ids[:3], batchIDs(b))
 			b = claimOrdered(t, e, e.db.Pool, types, 3, true)
-			require.Empty(t, b.Events)
+			require.Empty(t, b.Events, "the rest waits behind the claimed run")
 		})
+	})
+
+	t.Run("a head retried after more successors than a claim takes is still claimed", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			// The head became due after its successors (released when
+			// it failed, keeping their emit time): in due order the
+			// successors fill any limit before the head.
+			specs := keyedBy("k", 6, spec{DueIn: -time.Second})
+			for i := 1; i < len(specs); i++ {
+				specs[i].DueIn = -time.Hour
+			}
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 2, true)
+			require.Equal(t, ids[:2], batchIDs(b))
+		})
+	})
+
+	t.Run("a run stops before a successor of a type the claim does not take", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		specs := keyedBy("k", 4, spec{})
+		specs[2].Type = "foreign"
+		ids := insert(t, e.db.Pool, specs...)
+		b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 10, true)
+		require.Equal(t, ids[:2], batchIDs(b))
 	})
 
 	t.Run("the rows of a key come in seq order when their due order differs", func(t *testing.T) {
