@@ -41,16 +41,26 @@
 // head is the blocker with the lowest seq. Rows without a key are claimed
 // as by the unordered claim. It is still one statement, in three parts:
 //
-//   - Candidate filter. A due PENDING row is read only if its key's head,
-//     one probe of the order index (key, seq, over the rows that are not
-//     SENT, schema version 7), is a due PENDING row. Without it the rows
-//     of a blocked key would be locked and then dropped by the barrier,
-//     and a blocked key with a backlog of due rows older than every other
-//     row would take the whole LIMIT at every claim: other keys would
-//     starve (TestOrderedClaimBlockedBacklogDoesNotStarve). With it, such
-//     a backlog costs one probe per row the claim passes over, not a place
-//     in the batch. In the typed form the filter sits in each type's leg,
-//     so that the rows of a blocked key cannot use up a leg's slack.
+//   - Candidate filter. A due PENDING row is read only if its key's head
+//     is a due PENDING row. The head is found by one probe of the order
+//     index (key, seq, over the rows that are not SENT, schema version 7)
+//     per key, not per row: the keys of the first $1 due rows in due order
+//     are probed once each, in a CTE, and looked up in a hashed set; only a
+//     row of another key probes its own key. Each probe walks the key's
+//     entries from its start, over those of the key's sent events that
+//     VACUUM has not removed yet, so a probe per row had cost a claim of a
+//     hot key 80 buffers per row (TestOrderedClaimPlan). Without the
+//     filter the rows of a blocked key would be locked and then dropped by
+//     the barrier, and a blocked key with a backlog of due rows older than
+//     every other row would take the whole LIMIT at every claim: other
+//     keys would starve (TestOrderedClaimBlockedBacklogDoesNotStarve).
+//     With it, such a backlog costs a pass over its index entries, not a
+//     place in the batch. In the typed form the filter sits in each type's
+//     leg, so that the rows of a blocked key cannot use up a leg's slack.
+//     The probes compare the key as a range of one value, not with "=",
+//     and the ordered claims run under typedPlans: on a table whose
+//     statistics said one key held most rows, the planner had answered the
+//     probes from the seq index, or by a sequential scan, instead.
 //   - Locking read. The candidates are locked in due order with FOR
 //     UPDATE SKIP LOCKED LIMIT $1, as in the unordered claim (of every
 //     type or typed). The filter read the statement's snapshot; the lock
@@ -87,13 +97,11 @@
 // seq than a committed one. Two transactions that emit for the same key
 // at once are ordered by commit as the claim finds them, not by seq.
 //
-// Each probe walks the order index from the start of its key, over the
-// entries of rows that left it (SENT, or older versions of updated rows)
-// until VACUUM removes them: on a hot key that sends many events between
-// two vacuums, every probe pays for them (a claim of 1,000 rows of one key
-// read 117 buffers per probe with 30,000 such entries). Ordered claims
-// rely on autovacuum keeping up with the outbox table (docs/schema.md,
-// "Storage settings").
+// Each claim still walks each claimed key's entries from its start once
+// (its head probe and its barrier): the entries of a hot key's sent
+// events are read by every claim until VACUUM removes them, so ordered
+// claims rely on autovacuum keeping up with the outbox table
+// (docs/schema.md, "Storage settings").
 //
 // An ordered claim returns its rows in due order, except that the rows
 // of each key are in seq order (they keep the positions due order gave

@@ -146,7 +146,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		})
 		return err
 	}
-	if err := s.runClaim(ctx, db, p.Types != nil, token, read, sql, args...); err != nil {
+	if err := s.runClaim(ctx, db, p.Types != nil || p.Ordered, token, read, sql, args...); err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond), p.Ordered)
@@ -167,7 +167,9 @@ func (s *Store) claimForms(p ClaimParams) claimForms {
 	return s.sql.claims
 }
 
-// runClaim sends a claim statement (under typedPlans when typed) and hands
+// runClaim sends a claim statement (under typedPlans when typed: a claim
+// of some types, or an ordered claim, whose probes of the order index a
+// skewed key distribution had turned into sequential scans) and hands
 // its rows to read. When the rows could not be read (a broken connection,
 // a timeout after the server committed), it releases whatever the claim
 // may have taken (see releaseToken).
