@@ -2,12 +2,15 @@ package admin_test
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -177,4 +180,48 @@ func TestSkipHeadsThenBlockedKeys(t *testing.T) {
 	require.Equal(t, 0, b.countWhere(t, "id = $1 AND skipped_at IS NOT NULL", ids[0]), "replay clears the skip")
 	keys, _ = b.blockedHeads(t, 10)
 	require.Empty(t, keys, "a's head is the replayed, PENDING event")
+}
+
+// With the ordered claim under head policy BlockKey (lease.ClaimParams
+// Ordered and BlockFailed), a FAILED head holds its key until an
+// operator acts: a skip lets the next event out; a replay makes the head
+// itself the next event claimed, before its successors.
+func TestOperatorActionsUnblockTheOrderedClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	store, err := lease.New(b.db.Table())
+	require.NoError(t, err)
+	claim := func() []uuid.UUID {
+		t.Helper()
+		batch, err := store.Claim(ctx, b.db.Pool, lease.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute,
+			Ordered: true, BlockFailed: true})
+		require.NoError(t, err)
+		var ids []uuid.UUID
+		for _, e := range batch.Events {
+			ids = append(ids, e.ID)
+		}
+		_, err = b.db.Pool.Exec(ctx, "UPDATE outbox_events SET status = 'PENDING', lock_token = NULL, lease_until = NULL WHERE status = 'PROCESSING'")
+		require.NoError(t, err)
+		return ids
+	}
+	ids := b.insert(t, row{Aggregate: "a", Status: "FAILED"}, row{Aggregate: "a"}, row{Aggregate: "b", Status: "FAILED"},
+		row{Aggregate: "b"}, row{Aggregate: "b"})
+	require.Empty(t, claim(), "both keys are held by their FAILED heads")
+	keys, _ := b.blockedHeads(t, 10)
+	require.Equal(t, []string{"a", "b"}, keys)
+
+	_, err = b.admin.SkipHeads(ctx, admin.SkipParams{IDs: []uuid.UUID{ids[0]}})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids[1]}, claim(), "a's next event goes out; b stays held")
+
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{ids[2]}})
+	require.NoError(t, err)
+	got := claim()
+	require.Contains(t, got, ids[2])
+	if i := slices.Index(got, ids[3]); i >= 0 {
+		require.Less(t, slices.Index(got, ids[2]), i, "the replayed head comes before b's successors")
+	}
+	keys, _ = b.blockedHeads(t, 10)
+	require.Empty(t, keys)
 }
