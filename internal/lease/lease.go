@@ -44,6 +44,10 @@ type ClaimParams struct {
 	// nil claims due events of every type. Each type must be valid
 	// PostgreSQL text (see pgtext); duplicates are allowed but waste a leg.
 	Types []string
+	// Ordered claims in per-key order (see docs/ordering.md).
+	Ordered bool
+	// BlockFailed makes a FAILED, unskipped row block its key (Ordered only).
+	BlockFailed bool
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
