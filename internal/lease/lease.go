@@ -44,9 +44,17 @@ type ClaimParams struct {
 	// nil claims due events of every type. Each type must be valid
 	// PostgreSQL text (see pgtext); duplicates are allowed but waste a leg.
 	Types []string
-	// Ordered claims in per-key order (see docs/ordering.md).
+	// Ordered claims per order key (coalesce(partition_key,
+	// aggregate_id)) only a run of the key's blockers that starts at its
+	// head: due PENDING rows, in seq order, with no row of the key that
+	// blocks it (PENDING, PROCESSING, or FAILED under BlockFailed) before
+	// them and not claimed with them. Rows without a key are claimed as
+	// without Ordered. Needs schema version 7 (the order index). See the
+	// package doc, "Ordered claim".
 	Ordered bool
-	// BlockFailed makes a FAILED, unskipped row block its key (Ordered only).
+	// BlockFailed, with Ordered, makes a FAILED row that no operator
+	// skipped (skipped_at) block its key like a PENDING one (head policy
+	// BlockKey). Without it FAILED rows never block.
 	BlockFailed bool
 }
 
@@ -56,7 +64,13 @@ type Batch struct {
 	Token uuid.UUID
 	// Events are the claimed rows, oldest due first, with Attempt set to
 	// the number of this attempt (ended attempts + 1) and CreatedAt set.
+	// In an ordered claim the rows of each order key are in seq order:
+	// they keep the positions due order gave the key's rows, filled in
+	// seq order (see ClaimParams.Ordered).
 	Events []outbox.Event
+	// Keys are, in an ordered claim, the order key of each of Events as
+	// the claim read it ("" for none); nil otherwise.
+	Keys []string
 	// LeaseUntil is the database time at which the lease expires unless
 	// renewed.
 	LeaseUntil time.Time
@@ -99,10 +113,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if p.Types != nil && len(p.Types) == 0 {
 		return Batch{Token: token}, nil
 	}
-	forms, args := s.sql.claims, []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
-	if p.Types != nil {
-		forms = s.typedStatements(len(p.Types)).claims
-	}
+	forms, args := s.claimForms(p), []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
 	sql := forms.none
 	switch {
 	case p.Start == p.Limit:
@@ -119,8 +130,17 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		var e outbox.Event
 		var sc scanned
 		var r claimedRow
-		_, err := pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started, &r.suspect), func() error {
+		var key *string
+		targets := append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started, &r.suspect)
+		if p.Ordered {
+			targets = append(targets, &key)
+		}
+		_, err := pgx.ForEachRow(rows, targets, func() error {
 			r.event = nextEvent(&e, sc)
+			r.key = ""
+			if key != nil {
+				r.key, key = *key, nil
+			}
 			claimed = append(claimed, r)
 			return nil
 		})
@@ -129,8 +149,22 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err := s.runClaim(ctx, db, p.Types != nil, token, read, sql, args...); err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond))
+	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond), p.Ordered)
 	return b, nil
+}
+
+// claimForms returns the forms of the claim p asks for: of every type or
+// of p.Types, ordered or not.
+func (s *Store) claimForms(p ClaimParams) claimForms {
+	switch {
+	case p.Ordered && p.Types != nil:
+		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed)
+	case p.Ordered:
+		return s.ordered.forms(p.BlockFailed)
+	case p.Types != nil:
+		return s.typedStatements(len(p.Types)).claims
+	}
+	return s.sql.claims
 }
 
 // runClaim sends a claim statement (under typedPlans when typed) and hands
@@ -156,11 +190,13 @@ func (s *Store) runClaim(ctx context.Context, db DB, typed bool, token uuid.UUID
 	return nil
 }
 
-// claimedRow is one claimed event with its order key.
+// claimedRow is one claimed event with its place in claim order (due,
+// seq) and, in an ordered claim, its order key.
 type claimedRow struct {
 	event   outbox.Event
 	due     time.Time
 	seq     int64
+	key     string
 	started bool
 	suspect bool
 }
@@ -168,8 +204,9 @@ type claimedRow struct {
 // inClaimOrder fills b's events, oldest due first, then in insert order
 // (the order of the due index the claim locked them in), with whether
 // each was marked started and is a suspect, and how long each had been
-// due at now, the claim's database time.
-func inClaimOrder(b *Batch, rows []claimedRow, now time.Time) {
+// due at now, the claim's database time. With ordered, the rows of each
+// key are then put in seq order (see inKeyOrder) and b.Keys is set.
+func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered bool) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -178,6 +215,13 @@ func inClaimOrder(b *Batch, rows []claimedRow, now time.Time) {
 	})
 	if len(rows) == 0 {
 		return
+	}
+	if ordered {
+		inKeyOrder(rows)
+		b.Keys = make([]string, len(rows))
+		for i, r := range rows {
+			b.Keys[i] = r.key
+		}
 	}
 	b.Events = make([]outbox.Event, len(rows))
 	b.Started = make([]bool, len(rows))

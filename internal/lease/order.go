@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// This file holds the ordered claim (ClaimParams.Ordered): the claim that
+// takes, per order key, only a run of the key's blockers starting at its
+// head. See the package doc, "Ordered claim", for why each part is there.
+
+// keyOf is the order key of the row named alias: PartitionKey, else
+// AggregateID (Emit stores ” as NULL), as the order index has it.
+func keyOf(alias string) string {
+	return `coalesce(` + alias + `.partition_key, ` + alias + `.aggregate_id)`
+}
+
+// blocker is true for a row of alias that blocks its key: not SENT (the
+// order index's predicate, written as the index has it so that the index
+// serves the probe), and not FAILED unless blockFailed and the row was
+// not skipped by an operator.
+func blocker(alias string, blockFailed bool) string {
+	failed := alias + `.status <> 'FAILED'`
+	if blockFailed {
+		failed = `(` + alias + `.status <> 'FAILED' OR ` + alias + `.skipped_at IS NULL)`
+	}
+	return alias + `.status <> 'SENT' AND ` + failed
+}
+
+// headDue is the candidate filter of the ordered claim on the row named
+// alias: the row has no key, or the head of its key (its blocker with the
+// lowest seq, one probe of the order index) is a due PENDING row. It
+// keeps the rows of blocked keys from taking the claim's LIMIT.
+func headDue(t, alias string, blockFailed bool) string {
+	return fmt.Sprintf(`(%[2]s IS NULL OR (SELECT h.status = 'PENDING' AND h.next_attempt_at <= now() FROM %[1]s AS h
+		WHERE %[3]s = %[2]s AND %[4]s
+		ORDER BY %[3]s, h.seq LIMIT 1))`, t, keyOf(alias), keyOf("h"), blocker("h", blockFailed))
+}
+
+// orderedDue locks, like allDue, up to $1 due PENDING rows of every type
+// in due order, skipping rows locked elsewhere, but only candidates
+// (headDue), and returns what the barrier needs of each.
+func orderedDue(t string, blockFailed bool) string {
+	return fmt.Sprintf(`SELECT c.id, %[2]s AS k, c.seq, c.next_attempt_at FROM %[1]s AS c
+	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
+	ORDER BY c.next_attempt_at, c.seq
+	LIMIT $1
+	FOR UPDATE OF c SKIP LOCKED`, t, keyOf("c"), headDue(t, "c", blockFailed))
+}
+
+// orderedTypedDue is typedDue with the candidate filter in each leg, so
+// that the rows of a blocked key are not offered and cannot use up a
+// leg's slack.
+func orderedTypedDue(t string, n, param int, blockFailed bool) string {
+	return fmt.Sprintf(`SELECT o.id, %[3]s AS k, o.seq, o.next_attempt_at FROM (
+		%[2]s
+	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
+	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+	ORDER BY c.next_attempt_at, c.seq
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`,
+		` AND next_attempt_at <= now() AND `+headDue(t, t, blockFailed),
+		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), keyOf("o"))
+}
+
+// orderedClaimSQL is the ordered claim statement with the given started_at
+// expression, taking its rows from due (orderedDue or orderedTypedDue):
+// of the locked rows it updates only those before their key's barrier,
+// the lowest seq of a blocker of the key that this statement did not
+// lock. Each key's walk reads the order index from the key's start and
+// stops after one row more than the statement locked of that key: past
+// it, no row can be the first one not locked. It returns the order key
+// of each row after claimedColumns.
+func orderedClaimSQL(t, startedAt, due string, blockFailed bool) string {
+	return fmt.Sprintf(`WITH due AS MATERIALIZED (
+	%[4]s
+), runs AS MATERIALIZED (
+	SELECT d.k, count(*) AS n FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
+), barriers AS MATERIALIZED (
+	SELECT w.k, min(w.seq) AS seq
+	FROM runs AS r CROSS JOIN LATERAL (
+		SELECT r.k, x.id, x.seq FROM %[1]s AS x
+		WHERE %[5]s = r.k AND %[6]s
+		ORDER BY %[5]s, x.seq LIMIT r.n + 1
+	) AS w
+	WHERE NOT EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id)
+	GROUP BY w.k
+), ids AS MATERIALIZED (
+	SELECT ARRAY(SELECT d.id FROM due AS d LEFT JOIN barriers AS b ON b.k = d.k
+		WHERE b.seq IS NULL OR d.seq < b.seq
+		ORDER BY d.next_attempt_at, d.seq) AS a
+)
+UPDATE %[1]s AS o
+SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
+	lease_until = now() + $4::bigint * interval '1 microsecond',
+	started_at = %[3]s
+WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
+RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"))
+}
+
+// orderedForms are the three forms of the ordered claim from one source
+// of due rows, one set per head policy (index: BlockFailed).
+type orderedForms [2]claimForms
+
+func buildOrdered(t string, due func(param int, blockFailed bool) string) orderedForms {
+	var f orderedForms
+	for i, bf := range []bool{false, true} {
+		f[i] = claimForms{
+			none: orderedClaimSQL(t, startNone, due(5, bf), bf),
+			all:  orderedClaimSQL(t, startAll, due(5, bf), bf),
+			some: orderedClaimSQL(t, startSome, due(6, bf), bf),
+		}
+	}
+	return f
+}
+
+// forms returns the forms of the head policy.
+func (f *orderedForms) forms(blockFailed bool) claimForms {
+	if blockFailed {
+		return f[1]
+	}
+	return f[0]
+}
+
+// orderedTyped returns the ordered claims restricted to n types, built on
+// first use and kept like typedStatements.
+func (s *Store) orderedTyped(n int) *orderedForms {
+	if f, ok := s.orderedByTypes.Load(n); ok {
+		return f.(*orderedForms)
+	}
+	built := buildOrdered(s.qualified, func(param int, bf bool) string { return orderedTypedDue(s.qualified, n, param, bf) })
+	f, _ := s.orderedByTypes.LoadOrStore(n, &built)
+	return f.(*orderedForms)
+}
+
+// inKeyOrder reorders rows, already in claim order, so that the rows of
+// each key are in seq order: each key keeps the positions its rows took,
+// and fills them in seq order. Due order and seq order differ within a
+// key when an earlier event was retried and became due after a later one.
+func inKeyOrder(rows []claimedRow) {
+	byKey := make(map[string][]int)
+	for i, r := range rows {
+		if r.key != "" {
+			byKey[r.key] = append(byKey[r.key], i)
+		}
+	}
+	for _, at := range byKey {
+		run := make([]claimedRow, len(at))
+		for j, i := range at {
+			run[j] = rows[i]
+		}
+		slices.SortFunc(run, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
+		for j, i := range at {
+			rows[i] = run[j]
+		}
+	}
+}
