@@ -100,7 +100,9 @@ type Config struct {
 	// Claimers is the most claims in flight at once, each on its own pool
 	// connection. Two keep PostgreSQL claiming one batch while it records
 	// the outcomes of another; more help only where the database has
-	// cores to spare. Defaults to 2; 1 to 16.
+	// cores to spare. Defaults to 2; 1 to 16. With Concurrency 1 and
+	// Ordering Unordered, claims run one at a time whatever this says, so
+	// that events are handed out in claim order (see Unordered).
 	Claimers int
 	// PollInterval is the time between poll cycles. Polling always runs:
 	// it schedules retries and drains what wake-ups missed. Defaults to 1s;

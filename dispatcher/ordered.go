@@ -93,8 +93,7 @@ func (d *Dispatcher) chains(items []*item) [][]handledItem {
 }
 
 // nextStep is the first step of a chain: its first item, or with runs the
-// chain's leading publish-only items (none a suspect: a suspect runs
-// alone, see suspect.go).
+// chain's leading publish-only items.
 func nextStep(chain []handledItem, runs bool) []handledItem {
 	n := 1
 	for runs && publishOnly(chain[n-1]) && n < len(chain) && publishOnly(chain[n]) {
