@@ -265,3 +265,38 @@ func TestOrderedRunsInOneCallWithKeyOrderedPublisher(t *testing.T) {
 	require.Equal(t, 1, readRow(t, db, ids[6]).Attempts, "released without an attempt spent: one success")
 	require.EqualValues(t, 2, d.Stats().OrderReleased)
 }
+
+// Heads retried after more of their successors were released than a
+// claim takes: the released successors come first in due order (they
+// keep their emit time), and the claim must still reach the heads.
+func TestOrderedRetriedHeadsBehindAFullClaim(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "ev", []string{"a", "b", "a", "b", "a", "b"})
+	kc := newKeyCalls(ids, []int{0, 1, 0, 1, 0, 1})
+	failed := &sync.Map{}
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.BatchSize = 4               // a0 b0 a1 b1; then a1 b1 a2 b2 are due before the retried heads
+	cfg.Backoff.Initial = time.Hour // the test makes the heads due, both at once
+	cfg.Backoff.Max = 2 * time.Hour
+	cfg.Claimers = 1 // no second claim's locks make the first skip a1 b1 a2 b2
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
+		kc.add(e.ID)
+		if _, again := failed.LoadOrStore(e.ID, true); !again && (e.ID == ids[0] || e.ID == ids[1]) {
+			return errors.New("transient")
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "both heads retried, their successors released", func() bool {
+		return d.Stats().Released == 2 && readRow(t, db, ids[0]).Attempts == 1 && readRow(t, db, ids[1]).Attempts == 1
+	})
+	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET next_attempt_at = now() WHERE id = ANY($1)`,
+		[]uuid.UUID{ids[0], ids[1]})
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	require.Equal(t, []int{0, 0, 1, 2}, kc.of(0))
+	require.Equal(t, []int{0, 0, 1, 2}, kc.of(1))
+}
