@@ -300,3 +300,41 @@ func TestOrderedRetriedHeadsBehindAFullClaim(t *testing.T) {
 	require.Equal(t, []int{0, 0, 1, 2}, kc.of(0))
 	require.Equal(t, []int{0, 0, 1, 2}, kc.of(1))
 }
+
+// A stop while a key's first event runs lets it finish and releases the
+// later events of the batch, waiting for their wave, unstarted and
+// uncharged.
+func TestOrderedStopReleasesLaterWaves(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "ev", []string{"k", "k", "k"})
+	started, finish := make(chan struct{}), make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 6), orderedConfig(db, dispatcher.BlockKey))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
+		if e.ID == ids[0] {
+			close(started)
+			<-finish
+			return nil
+		}
+		return errors.New("a later event must not start after the stop")
+	}))
+	require.NoError(t, d.Start(context.Background()))
+	<-started
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stopped <- d.Stop(ctx)
+	}()
+	waitFor(t, 10*time.Second, "the stop to begin", func() bool { return d.Health().State == dispatcher.StateStopping })
+	close(finish)
+	require.NoError(t, <-stopped)
+	require.Equal(t, outbox.StatusSent, readRow(t, db, ids[0]).Status)
+	for _, id := range ids[1:] {
+		r := readRow(t, db, id)
+		require.Equal(t, outbox.StatusPending, r.Status)
+		require.Zero(t, r.Attempts)
+		require.Zero(t, r.Recoveries)
+	}
+}
