@@ -189,13 +189,7 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 	db := testdb.New(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table()}
-	files, err := migrations.Render(cfg)
-	require.NoError(t, err)
-	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
-		text, err := fs.ReadFile(files, name)
-		require.NoError(t, err)
-		mustExec(t, conn, string(text))
-	}
+	migrateToVersion2(t, conn, cfg)
 	mustExec(t, conn, "INSERT INTO "+quoted(db.Table())+
 		" (id, event_type, status, attempts, last_error_code) VALUES (gen_random_uuid(), 'x', 'FAILED', 4, 'timeout')")
 	require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrSchemaMismatch, "version 2 is not the latest")
@@ -216,9 +210,15 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 // that Migrate has migration 3, an ALTER TABLE, left to apply.
 func migrateToVersion2(t *testing.T, conn *pgx.Conn, cfg migrations.Config) {
 	t.Helper()
+	applyRendered(t, conn, cfg, "001_create_outbox.up.sql", "002_started_at.up.sql")
+}
+
+// applyRendered runs the named rendered migration files on conn, in order.
+func applyRendered(t *testing.T, conn *pgx.Conn, cfg migrations.Config, names ...string) {
+	t.Helper()
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
+	for _, name := range names {
 		text, err := fs.ReadFile(files, name)
 		require.NoError(t, err)
 		mustExec(t, conn, string(text))
@@ -323,11 +323,7 @@ func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
 	db := testdb.New(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table()}
-	files, err := migrations.Render(cfg)
-	require.NoError(t, err)
-	text, err := fs.ReadFile(files, "001_create_outbox.up.sql")
-	require.NoError(t, err)
-	mustExec(t, conn, string(text))
+	applyRendered(t, conn, cfg, "001_create_outbox.up.sql")
 	table := quoted(db.Table())
 	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, partition_key, aggregate_id, lock_token, lease_until)
 		SELECT gen_random_uuid(), 'x', s.status, k.pk, k.agg,

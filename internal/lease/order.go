@@ -40,7 +40,7 @@ func headDue(t, alias string, blockFailed bool) string {
 
 // orderedDue locks, like allDue, up to $1 due PENDING rows of every type
 // in due order, skipping rows locked elsewhere, but only candidates
-// (headDue), and returns what the barrier needs of each.
+// (headDue), and returns what the runs need of each.
 func orderedDue(t string, blockFailed bool) string {
 	return fmt.Sprintf(`SELECT c.id, %[2]s AS k, c.seq, c.next_attempt_at FROM %[1]s AS c
 	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
@@ -65,51 +65,78 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 }
 
 // orderedClaimSQL is the ordered claim statement with the given started_at
-// expression, taking its rows from due (orderedDue or orderedTypedDue):
-// of the locked rows it updates only those before their key's barrier,
-// the lowest seq of a blocker of the key that this statement did not
-// lock. Each key's walk reads the order index from the key's start and
-// stops after one row more than the statement locked of that key: past
-// it, no row can be the first one not locked. It returns the order key
-// of each row after claimedColumns.
-func orderedClaimSQL(t, startedAt, due string, blockFailed bool) string {
+// expression, taking its candidates from due (orderedDue or
+// orderedTypedDue; typesParam is the position of the types array in the
+// typed form, else 0). For each key among the locked candidates, it walks
+// the key's blockers in seq order (the order index) for one more than it
+// locked of that key, locks the walked rows that are due PENDING (of the
+// claimed types) and were not locked yet, skipping rows locked elsewhere,
+// and takes the walked rows before the first one it does not hold: a
+// prefix of the key's blockers, from its head. Rows of the key beyond
+// the walk are not taken. Keys come in the due order of their first
+// candidate, keyless rows in their own, each key's rows in seq order,
+// up to $1 rows: a run cut by the limit keeps its prefix. It returns the
+// order key of each row after claimedColumns.
+func orderedClaimSQL(t, startedAt, due string, blockFailed bool, typesParam int) string {
+	ofTypes := ``
+	if typesParam > 0 {
+		ofTypes = fmt.Sprintf(` AND x.event_type = ANY ($%d::text[])`, typesParam)
+	}
 	return fmt.Sprintf(`WITH due AS MATERIALIZED (
 	%[4]s
 ), runs AS MATERIALIZED (
-	SELECT d.k, count(*) AS n FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
-), barriers AS MATERIALIZED (
-	SELECT w.k, min(w.seq) AS seq
+	SELECT d.k, count(*) AS n, min(d.next_attempt_at) AS first_due FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
+), walk AS MATERIALIZED (
+	SELECT r.k, r.first_due, w.id, w.seq, w.ready, EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id) AS held
 	FROM runs AS r CROSS JOIN LATERAL (
-		SELECT r.k, x.id, x.seq FROM %[1]s AS x
+		SELECT x.id, x.seq, x.status = 'PENDING' AND x.next_attempt_at <= now()%[8]s AS ready FROM %[1]s AS x
 		WHERE %[5]s = r.k AND %[6]s
 		ORDER BY %[5]s, x.seq LIMIT r.n + 1
 	) AS w
-	WHERE NOT EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id)
-	GROUP BY w.k
+), extra AS MATERIALIZED (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(SELECT id FROM walk WHERE ready AND NOT held))
+		AND o.status = 'PENDING' AND o.next_attempt_at <= now()
+	FOR UPDATE OF o SKIP LOCKED
+), mine AS MATERIALIZED (
+	SELECT w.k, w.first_due, w.id, w.seq, w.held OR EXISTS (SELECT 1 FROM extra AS e WHERE e.id = w.id) AS mine
+	FROM walk AS w
+), barriers AS MATERIALIZED (
+	SELECT m.k, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY m.k
 ), ids AS MATERIALIZED (
-	SELECT ARRAY(SELECT d.id FROM due AS d LEFT JOIN barriers AS b ON b.k = d.k
-		WHERE b.seq IS NULL OR d.seq < b.seq
-		ORDER BY d.next_attempt_at, d.seq) AS a
+	SELECT ARRAY(SELECT id FROM (
+		SELECT d.id, d.next_attempt_at AS first_due, '' AS k, d.seq FROM due AS d WHERE d.k IS NULL
+		UNION ALL
+		SELECT m.id, m.first_due, m.k, m.seq FROM mine AS m LEFT JOIN barriers AS b ON b.k = m.k
+		WHERE m.mine AND (b.seq IS NULL OR m.seq < b.seq)
+	) AS r ORDER BY r.first_due, r.k, r.seq LIMIT $1) AS a
 )
 UPDATE %[1]s AS o
 SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
 	lease_until = now() + $4::bigint * interval '1 microsecond',
 	started_at = %[3]s
 WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
-RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"))
+RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes)
 }
 
 // orderedForms are the three forms of the ordered claim from one source
 // of due rows, one set per head policy (index: BlockFailed).
 type orderedForms [2]claimForms
 
-func buildOrdered(t string, due func(param int, blockFailed bool) string) orderedForms {
+// typed says whether due reads the types array parameter.
+func buildOrdered(t string, typed bool, due func(param int, blockFailed bool) string) orderedForms {
 	var f orderedForms
+	types := func(param int) int {
+		if typed {
+			return param
+		}
+		return 0
+	}
 	for i, bf := range []bool{false, true} {
 		f[i] = claimForms{
-			none: orderedClaimSQL(t, startNone, due(5, bf), bf),
-			all:  orderedClaimSQL(t, startAll, due(5, bf), bf),
-			some: orderedClaimSQL(t, startSome, due(6, bf), bf),
+			none: orderedClaimSQL(t, startNone, due(5, bf), bf, types(5)),
+			all:  orderedClaimSQL(t, startAll, due(5, bf), bf, types(5)),
+			some: orderedClaimSQL(t, startSome, due(6, bf), bf, types(6)),
 		}
 	}
 	return f
@@ -129,7 +156,7 @@ func (s *Store) orderedTyped(n int) *orderedForms {
 	if f, ok := s.orderedByTypes.Load(n); ok {
 		return f.(*orderedForms)
 	}
-	built := buildOrdered(s.qualified, func(param int, bf bool) string { return orderedTypedDue(s.qualified, n, param, bf) })
+	built := buildOrdered(s.qualified, true, func(param int, bf bool) string { return orderedTypedDue(s.qualified, n, param, bf) })
 	f, _ := s.orderedByTypes.LoadOrStore(n, &built)
 	return f.(*orderedForms)
 }

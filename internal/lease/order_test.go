@@ -1,6 +1,8 @@
 package lease_test
 
 import (
+	"fmt"
+	"github.com/jackc/pgx/v5"
 	"testing"
 	"time"
 
@@ -159,20 +161,46 @@ func TestOrderedClaimRuns(t *testing.T) {
 		})
 	})
 
-	t.Run("a run due out of seq order is cut at the first row the limit left out", func(t *testing.T) {
+	t.Run("a run follows seq order from its head, whatever the due order of its rows", func(t *testing.T) {
 		t.Parallel()
 		forEachForm(t, func(t *testing.T, e env, types []string) {
 			// Row 1 (a retry) became due after rows 2 and 3: due order is
-			// 0, 2, 3, 1; a limit of 3 locks 0, 2, 3 and the barrier is 1.
+			// 0, 2, 3, 1, seq order 0, 1, 2, 3; a limit of 3 takes 0, 1, 2.
 			specs := keyedBy("k", 4, spec{DueIn: -time.Hour})
 			specs[1].DueIn = -time.Second
 			specs[2].DueIn, specs[3].DueIn = -time.Minute, -time.Minute
 			ids := insert(t, e.db.Pool, specs...)
 			b := claimOrdered(t, e, e.db.Pool, types, 3, true)
-			require.Equal(t, ids[:1], batchIDs(b))
+			require.Equal(t, ids[:3], batchIDs(b))
 			b = claimOrdered(t, e, e.db.Pool, types, 3, true)
-			require.Empty(t, b.Events)
+			require.Empty(t, b.Events, "the rest waits behind the claimed run")
 		})
+	})
+
+	t.Run("a head retried after more successors than a claim takes is still claimed", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			// The head became due after its successors (released when
+			// it failed, keeping their emit time): in due order the
+			// successors fill any limit before the head.
+			specs := keyedBy("k", 6, spec{DueIn: -time.Second})
+			for i := 1; i < len(specs); i++ {
+				specs[i].DueIn = -time.Hour
+			}
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 2, true)
+			require.Equal(t, ids[:2], batchIDs(b))
+		})
+	})
+
+	t.Run("a run stops before a successor of a type the claim does not take", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		specs := keyedBy("k", 4, spec{})
+		specs[2].Type = "foreign"
+		ids := insert(t, e.db.Pool, specs...)
+		b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 10, true)
+		require.Equal(t, ids[:2], batchIDs(b))
 	})
 
 	t.Run("the rows of a key come in seq order when their due order differs", func(t *testing.T) {
@@ -214,4 +242,79 @@ func TestOrderedClaimBlockedBacklogDoesNotStarve(t *testing.T) {
 		b := claimOrdered(t, e, e.db.Pool, types, 10, true)
 		require.Equal(t, ids[1001:1011], batchIDs(b))
 	})
+}
+
+// pauseClaimsAt makes every statement of role that reads row id wait,
+// while the test holds the advisory lock key, before it goes past that
+// row: a row-level-security policy whose function takes the lock shared.
+// The table's owner (the test's other connections) bypasses the policy.
+func pauseClaimsAt(t *testing.T, e env, role string, id uuid.UUID, key int64) {
+	t.Helper()
+	_, err := e.db.Pool.Exec(t.Context(), fmt.Sprintf(`
+GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+GRANT SELECT, UPDATE ON outbox_events TO %[2]s;
+CREATE FUNCTION pause_at(row_id uuid) RETURNS bool LANGUAGE plpgsql VOLATILE AS $f$
+BEGIN
+	IF row_id = '%[3]s' THEN
+		PERFORM pg_advisory_xact_lock_shared(%[4]d);
+	END IF;
+	RETURN true;
+END $f$;
+ALTER TABLE outbox_events ENABLE ROW LEVEL SECURITY;
+CREATE POLICY pause ON outbox_events USING (pause_at(id))`,
+		pgx.Identifier{e.db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), id, key))
+	require.NoError(t, err)
+}
+
+// waitForLockWaiter returns once a session waits for advisory lock key.
+func waitForLockWaiter(t *testing.T, e env, key int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, queryRow(e.db.Pool, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND objid = $1`, key).Scan(&n))
+		return n > 0
+	}, time.Minute, 5*time.Millisecond)
+}
+
+// A claim whose snapshot is older than another claimer's claim of a key's
+// head must not take the key's next event: its locking read does not
+// return the head (taken since), so the head is the barrier. Claimer A
+// takes its snapshot and is paused on the head; B claims the head and
+// commits; then A goes on.
+func TestOrderedClaimStaleSnapshot(t *testing.T) {
+	t.Parallel()
+	for i, form := range claimForms {
+		t.Run(form.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), keyed("other"))
+			key := int64(7_000 + i)
+			role := e.db.NewRole(t, "claimer")
+			pauseClaimsAt(t, e, role, ids[0], key)
+			gate := e.db.Conn(t)
+			_, err := gate.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, key)
+			require.NoError(t, err)
+			a := e.db.RoleConn(t, role)
+
+			done := make(chan lease.Batch, 1)
+			go func() {
+				b, err := e.store.Claim(t.Context(), a, lease.ClaimParams{Owner: "a", Limit: 10, Lease: time.Minute,
+					Types: form.types, Ordered: true, BlockFailed: true})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- b
+			}()
+			waitForLockWaiter(t, e, key)
+			b := claimOrdered(t, e, e.db.Pool, form.types, 1, true)
+			require.Equal(t, ids[:1], batchIDs(b), "B takes the head")
+			_, err = gate.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, key)
+			require.NoError(t, err)
+
+			got := <-done
+			require.Equal(t, ids[2:], batchIDs(got), "A takes the other key only")
+			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[1]).Status)
+		})
+	}
 }
