@@ -28,3 +28,7 @@ func SetRetentionHook(c *Config, f func(status outbox.Status, limit int, deleted
 		f(status, limit, res.Deleted, res.Skipped)
 	}
 }
+
+// SetClaimHook makes the dispatcher built from c call f after each claim
+// that took events, before it dispatches them, with the claimed events.
+func SetClaimHook(c *Config, f func(events []outbox.Event)) { c.onClaimed = f }
