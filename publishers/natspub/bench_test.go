@@ -42,3 +42,39 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPublishKeyOrder compares Publish with and without
+// Config.KeyOrder for one call of 1,000 messages of one key (a run that
+// KeyOrder sends one PubAck at a time) and of 1,000 keys (one message
+// each, pipelined either way), on the same stream as BenchmarkPublish.
+func BenchmarkPublishKeyOrder(b *testing.B) {
+	const size = 1000
+	for _, keys := range []int{1, size} {
+		for _, keyOrder := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/KeyOrder=%t", keys, keyOrder), func(b *testing.B) {
+				js := connect(b, natsURL)
+				ts := newStream(b, js, jetstream.StreamConfig{MaxMsgs: 200_000})
+				p, err := natspub.New(js, natspub.Config{SubjectPrefix: ts.Prefix, KeyOrder: keyOrder})
+				require.NoError(b, err)
+				msgs := messages("ok.bench", size)
+				for i := range msgs {
+					msgs[i].Event.PartitionKey = fmt.Sprintf("key-%d", i%keys)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					for i := range msgs {
+						msgs[i].Event.ID = uuid.Must(uuid.NewV7()) // the stream would drop repeats
+					}
+					b.StartTimer()
+					for i, err := range p.Publish(context.Background(), msgs) {
+						if err != nil {
+							b.Fatalf("message %d: %v", i, err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
