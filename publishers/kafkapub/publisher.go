@@ -149,6 +149,14 @@ func (p *Publisher) Close() {
 // re-produces, and the calls waiting behind them, until its context or
 // theirs ends.
 //
+// With Config.KeyOrder (see [Publisher.PublishesKeysInOrder]), the
+// messages of one outbox.OrderKey are produced one at a time, each once
+// the one before it was acknowledged, and after a key's first failure
+// (ctx ending included) the rest of the key reports an error wrapping
+// outbox.ErrNotAttempted and is not produced. A record of a rejected
+// batch is then produced again alone as above: nothing after it of its
+// key was produced.
+//
 // A context without a deadline is bounded by Config.PublishTimeout; the
 // context bounds the lone re-produces and every wait too. When ctx ends
 // Publish returns at once, reporting every message not yet acknowledged

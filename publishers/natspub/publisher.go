@@ -55,6 +55,11 @@ func (p *Publisher) Subject(dest string) string { return p.cfg.SubjectPrefix + d
 // message whose PubAck does not come within Config.AckTimeout reports
 // [ErrAckTimeout]. Within one call, the messages the stream stores are
 // stored in the order of msgs.
+//
+// With Config.KeyOrder, the messages of one outbox.OrderKey are sent one
+// at a time, each after the PubAck of the one before; after a key's first
+// failure (ctx ending included) the rest of the key reports an error
+// wrapping outbox.ErrNotAttempted and is not sent.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	b := &batch{p: p, ctx: ctx, msgs: msgs, errs: make([]error, len(msgs)), maxPayload: maxPayload(p.js)}
 	b.next, b.ready = runs(msgs, p.cfg.KeyOrder)
