@@ -1,6 +1,7 @@
 package kafkapub_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -160,6 +161,37 @@ func TestPublishKeyOrder(t *testing.T) {
 			require.EqualValues(t, n, b.stored(t, topic), "no duplicates")
 		})
 	}
+
+	// The context ends while the produce of record bad is in flight, which
+	// the broker keeps failing retryably: it reports the context's end,
+	// the rest of the key ErrNotAttempted.
+	t.Run("ContextEndsInTheMiddle", func(t *testing.T) {
+		t.Parallel()
+		b := newFakeBroker(t)
+		topic := b.newTopic(t)
+		p := b.publisher(t, kafkapub.Config{KeyOrder: true})
+		ctx, cancel := context.WithCancel(timeout(t))
+		defer cancel()
+		isBad := producesSequence(bad)
+		b.fake.Fault(kfake.Fault{
+			Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1,
+			When: func(req kmsg.Request) bool {
+				if isBad(req) {
+					cancel()
+					return true
+				}
+				return false
+			},
+		})
+		errs := p.Publish(ctx, toTopic(topic, keyEvents("hot", n)...))
+		for i, err := range errs[:bad] {
+			require.NoError(t, err, "message %d", i)
+		}
+		require.ErrorIs(t, errs[bad], context.Canceled)
+		for i := bad + 1; i < n; i++ {
+			require.ErrorIs(t, errs[i], outbox.ErrNotAttempted, "message %d", i)
+		}
+	})
 
 	t.Run("PublishesKeysInOrder", func(t *testing.T) {
 		t.Parallel()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -78,6 +79,12 @@ func TestPublishKeyOrder(t *testing.T) {
 
 	const n, bad = 100, 50
 
+	t.Run("OffByDefault", func(t *testing.T) {
+		t.Parallel()
+		_, _, p := setupPublisher(t)
+		require.False(t, p.PublishesKeysInOrder())
+	})
+
 	t.Run("RunArrivesInOrder", func(t *testing.T) {
 		t.Parallel()
 		js, ts, p := setupOrdered(t, jetstream.StreamConfig{})
@@ -136,6 +143,28 @@ func TestPublishKeyOrder(t *testing.T) {
 			require.Equal(t, idsOf(msgs), storedIDs(t, js, ts, n))
 		})
 	}
+
+	// The context ends while message bad, which no stream answers, is in
+	// flight: it reports the context's end, the rest of the key
+	// ErrNotAttempted, and none of them is stored.
+	t.Run("ContextEndsInTheMiddle", func(t *testing.T) {
+		t.Parallel()
+		js, ts, p := setupOrdered(t, jetstream.StreamConfig{})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		_, err := js.Conn().Subscribe(ts.Prefix+"silent", func(*nats.Msg) { cancel() })
+		require.NoError(t, err)
+		require.NoError(t, js.Conn().Flush())
+		msgs := keyMessages("ok.run", "hot", n)
+		msgs[bad].Destination = "silent"
+		errs := p.Publish(ctx, msgs)
+		for i, err := range errs[:bad] {
+			require.NoError(t, err, "message %d", i)
+		}
+		require.ErrorIs(t, errs[bad], context.Canceled)
+		requireStopped(t, errs, bad)
+		require.Equal(t, idsOf(msgs[:bad]), storedIDs(t, js, ts, bad))
+	})
 
 	// A failing key stops only itself: the other keys of the call, and
 	// its messages without a key, go on.
