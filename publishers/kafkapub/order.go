@@ -73,12 +73,14 @@ func (p *Publisher) produceRuns(ctx context.Context, b *batch, msgs []outbox.Mes
 	for i, m := range msgs {
 		r.next[i] = -1
 		key := outbox.OrderKey(m.Event)
-		if j, ok := last[key]; ok && key != "" {
+		if j, ok := last[key]; ok {
 			r.next[j] = i
 		} else {
 			heads = append(heads, i)
 		}
-		last[key] = i
+		if key != "" {
+			last[key] = i
+		}
 	}
 	b.runs = r
 	for _, i := range heads {

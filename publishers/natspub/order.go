@@ -26,7 +26,10 @@ func (p *Publisher) PublishesKeysInOrder() bool { return p.cfg.KeyOrder }
 func runs(msgs []outbox.Message, keyOrder bool) (next, ready []int) {
 	next = make([]int, len(msgs))
 	ready = make([]int, 0, len(msgs))
-	last := make(map[string]int)
+	var last map[string]int
+	if keyOrder {
+		last = make(map[string]int)
+	}
 	for i, m := range msgs {
 		next[i] = -1
 		key := ""
@@ -38,7 +41,9 @@ func runs(msgs []outbox.Message, keyOrder bool) (next, ready []int) {
 		} else {
 			ready = append(ready, i)
 		}
-		last[key] = i
+		if key != "" {
+			last[key] = i
+		}
 	}
 	return next, ready
 }
