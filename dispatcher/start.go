@@ -220,7 +220,7 @@ func (d *Dispatcher) markOnce() (again bool) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	d.leaseWrites.Lock()
-	res, err := d.store.Start(ctx, d.pool, refs)
+	res, err := d.store.Start(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce)
 	d.leaseWrites.Unlock()
 	if err != nil {
 		d.reportError("start marks failed, will retry", err)

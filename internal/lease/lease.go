@@ -321,7 +321,7 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 	if lease < time.Millisecond {
 		return RefResult{}, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
 	}
-	res, err := s.changeRefs(ctx, db, s.sql.renew, refs, micros(lease))
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.renew, refs, micros(lease))
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: renew: %w", err)
 	}
@@ -332,18 +332,39 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 // of their lease counts against the poison budget: call it before an
 // attempt of a row the claim did not mark starts. Like Renew it requires
 // an unexpired lease and never waits for a row lock (Busy rows are not
-// marked; try again).
-func (s *Store) Start(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
-	res, err := s.changeRefs(ctx, db, s.sql.start, refs)
+// marked; try again). With lazy, its commit does not wait for the disk
+// (see lazyStart): only for at-least-once delivery, where a mark lost in
+// a server crash costs a recovery charge, never a second delivery that
+// at-most-once forbids.
+func (s *Store) Start(ctx context.Context, db DB, refs []Ref, lazy bool) (RefResult, error) {
+	settings := customPlans
+	if lazy {
+		settings = lazyStart
+	}
+	res, err := s.changeRefs(ctx, db, settings, s.sql.start, refs)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: start: %w", err)
 	}
 	return res, nil
 }
 
+// lazyStart is customPlans plus an asynchronous commit, for a lazy Start:
+// the commit of a start mark does not wait for its WAL to reach disk, so
+// that marking a run's events one wave at a time (per-key ordering) does
+// not cost a disk flush per event. Under at-least-once the mark only
+// counts a recovery against the poison budget: a server crash that loses
+// the last marks leaves those rows PROCESSING and unmarked, and their
+// recovery is not charged, as if their attempts had not begun. Under
+// at-most-once a lost mark would let a started event be delivered again,
+// so there Start is never lazy. Nothing else depends on the mark's
+// durability: the rows' lease and token are written by the claim. Local
+// to the batch's transaction.
+const lazyStart = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('synchronous_commit', 'off', true)`
+
 // changeRefs runs one lockedRefs statement per MaxRefsPerStatement refs,
-// all in one round trip, and gathers their results.
-func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, args ...any) (res RefResult, err error) {
+// all in one round trip under settings (see queryBatchUnder), and gathers
+// their results.
+func (s *Store) changeRefs(ctx context.Context, db DB, settings, sql string, refs []Ref, args ...any) (res RefResult, err error) {
 	if len(refs) == 0 {
 		return RefResult{}, nil
 	}
@@ -355,7 +376,7 @@ func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, a
 		}
 		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
 	}
-	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) error {
+	err = queryBatchUnder(ctx, db, settings, batch, func(_ int, rows pgx.Rows) error {
 		var id, token [16]byte
 		var done bool
 		_, err := pgx.ForEachRow(rows, []any{&id, &token, &done}, func() error {
@@ -488,7 +509,7 @@ func queryTyped(ctx context.Context, db DB, each func(rows pgx.Rows) error, sql 
 // for a row lock; rows locked elsewhere are reported Busy and left to
 // expire and be recovered.
 func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
-	res, err := s.changeRefs(ctx, db, s.sql.release, refs)
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.release, refs)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: release: %w", err)
 	}
