@@ -2,11 +2,14 @@ package lease_test
 
 import (
 	"fmt"
-	"github.com/jackc/pgx/v5"
+	"math/rand/v2"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
@@ -317,4 +320,110 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[1]).Status)
 		})
 	}
+}
+
+// Claimers that claim in ordered mode at once, and complete each key's run
+// in seq order up to a random failure (a retry due at once; the rest of
+// the run is released unchanged, as the dispatcher does), never hold the
+// same key at once and send every key's events in seq order, each once.
+func TestOrderedClaimConcurrentClaimersKeepKeyOrder(t *testing.T) {
+	t.Parallel()
+	const claimers, keys, perKey = 6, 40, 15
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		var specs []spec
+		for i := range perKey {
+			for k := range keys {
+				specs = append(specs, spec{PartitionKey: "k" + strconv.Itoa(k), Payload: []byte(strconv.Itoa(i))})
+			}
+		}
+		insert(t, e.db.Pool, specs...)
+		pool := e.db.NewPool(t, claimers)
+		var mu sync.Mutex
+		held, sent := map[string]bool{}, map[string]int{}
+		var wg sync.WaitGroup
+		for c := range claimers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(c), 1))
+				for {
+					b, err := e.store.Claim(t.Context(), pool, lease.ClaimParams{Owner: "w", Limit: 1 + rng.IntN(8),
+						Lease: time.Minute, Types: types, Ordered: true, BlockFailed: true})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					done := len(b.Events) == 0 && countSent(sent) == keys*perKey
+					for _, k := range b.Keys {
+						if held[k] {
+							t.Errorf("key %s claimed while held elsewhere", k)
+						}
+					}
+					for _, k := range b.Keys {
+						held[k] = true
+					}
+					mu.Unlock()
+					if done {
+						return
+					}
+					settleRuns(t, e, pool, b, rng, &mu, held, sent)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, keys*perKey, countStatus(t, e.db.Pool, "SENT"))
+	})
+}
+
+func countSent(sent map[string]int) int {
+	n := 0
+	for _, v := range sent {
+		n += v
+	}
+	return n
+}
+
+// settleRuns completes b: per key, the events in order until one fails
+// at random (retried at once) and the rest of that key released. It
+// checks each sent event is the next of its key, and frees the keys
+// before it writes, so that no other claimer can take them before.
+func settleRuns(t *testing.T, e env, db lease.DB, b lease.Batch, rng *rand.Rand, mu *sync.Mutex, held map[string]bool, sent map[string]int) {
+	t.Helper()
+	var p lease.CompleteParams
+	var release []lease.Ref
+	stopped := map[string]bool{}
+	mu.Lock()
+	for i, ev := range b.Events {
+		k, ref := b.Keys[i], lease.Ref{ID: ev.ID, Token: b.Token}
+		switch {
+		case stopped[k]:
+			release = append(release, ref)
+		case rng.IntN(5) == 0:
+			stopped[k] = true
+			p.Failed = append(p.Failed, lease.Failure{Ref: ref, Code: "test", Message: "try again"})
+		default:
+			if want := strconv.Itoa(sent[k]); string(ev.Payload) != want {
+				t.Errorf("key %s: sent event %s, want %s", k, ev.Payload, want)
+			}
+			sent[k]++
+			p.Sent = append(p.Sent, ref)
+		}
+	}
+	for _, k := range b.Keys {
+		held[k] = false
+	}
+	mu.Unlock()
+	// A row can be locked for a moment by another claimer's locking read
+	// (found no longer PENDING, but locked until its statement ends):
+	// Release reports it busy, and the dispatcher tries again, as here.
+	for try := 0; len(release) > 0; try++ {
+		require.Less(t, try, 10000, "release stays busy")
+		res, err := e.store.Release(t.Context(), db, release)
+		require.NoError(t, err)
+		release = res.Busy
+		if len(release) > 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	_, err := e.store.Complete(t.Context(), db, p)
+	require.NoError(t, err)
 }
