@@ -28,3 +28,8 @@ func SetRetentionHook(c *Config, f func(status outbox.Status, limit int, deleted
 		f(status, limit, res.Deleted, res.Skipped)
 	}
 }
+
+// SetCircuitHook makes the dispatcher built from c call f with each new
+// state of its publisher's circuit, in order (f must not call the
+// dispatcher).
+func SetCircuitHook(c *Config, f func(CircuitState)) { c.onCircuit = f }
