@@ -63,8 +63,15 @@ var batchCauses = []error{
 // stopped: "records have timed out before they were able to be produced,
 // last err: unable to dial: ... connection refused"), the client is closed,
 // or a broker reported that it, or the partition's leader, is not
-// available. A dial or network error (*net.OpError) counts too.
+// available. A dial or network error (*net.OpError) counts too, and so
+// does context.DeadlineExceeded: franz-go fails a record with its
+// context's error, and the only context it sees is the Publish call's, so
+// the whole call ran out of time with the record unacknowledged (with
+// every broker down it retries until then; checked on a stopped kfake
+// cluster, where either this or unconfirmed reports it, whichever comes
+// first).
 var unavailableCauses = []error{
+	context.DeadlineExceeded,
 	kgo.ErrRecordTimeout,
 	kgo.ErrRecordRetries,
 	kgo.ErrClientClosed,

@@ -195,7 +195,7 @@ func TestClassify(t *testing.T) {
 		fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, fmt.Errorf("unable to dial: %w", dial)),
 		kgo.ErrRecordTimeout, kgo.ErrRecordRetries, kgo.ErrClientClosed, dial,
 		kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.BrokerNotAvailable, kerr.NotEnoughReplicas,
-		kerr.RequestTimedOut, kerr.NetworkException,
+		kerr.RequestTimedOut, kerr.NetworkException, context.DeadlineExceeded,
 	}
 	for _, cause := range unavailable {
 		err := classify("orders", cause)
@@ -203,7 +203,7 @@ func TestClassify(t *testing.T) {
 		require.ErrorIs(t, err, cause)
 	}
 	for _, cause := range append(permanent, kerr.UnknownTopicOrPartition, kerr.UnknownTopicID,
-		kerr.UnknownServerError, context.Canceled, context.DeadlineExceeded) {
+		kerr.UnknownServerError, context.Canceled) {
 		require.False(t, outbox.IsUnavailable(classify("orders", cause)), "%v", cause)
 	}
 
