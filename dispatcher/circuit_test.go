@@ -276,3 +276,33 @@ func TestCircuitAtMostOnce(t *testing.T) {
 	require.Equal(t, []dispatcher.CircuitState{dispatcher.CircuitOpen}, log.all())
 	require.Zero(t, d.Stats().OutageReturned)
 }
+
+// TestCircuitCatchAllStopsClaiming: a dispatcher that claims every type
+// (a Publisher without PublishTypes) claims nothing while its circuit is
+// open, though it keeps polling.
+func TestCircuitCatchAllStopsClaiming(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "t", 5)
+	pub := newOutagePublisher()
+	pub.down.Store(true)
+	var log circuitLog
+	cfg := circuitConfig(db, pub, &log)
+	cfg.CircuitMinBackoff, cfg.CircuitMaxBackoff = time.Hour, time.Hour // no probe
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+
+	waitFor(t, 30*time.Second, "the events back to PENDING behind an open circuit", func() bool {
+		return log.count(dispatcher.CircuitOpen) == 1 && statusCounts(t, db)[outbox.StatusPending] == 5 && d.Stats().InFlight == 0
+	})
+	polls := func(n uint64) {
+		from := d.Stats().PollCycles
+		waitFor(t, 30*time.Second, "poll cycles", func() bool { return d.Stats().PollCycles >= from+n })
+	}
+	polls(3) // a claim planned before the circuit opened has ended by now
+	claims := d.Stats().ClaimCycles
+	polls(5)
+	require.Equal(t, claims, d.Stats().ClaimCycles, "no claim while the circuit is open")
+	require.Equal(t, int64(1), pub.calls.Load())
+}
