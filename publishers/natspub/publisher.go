@@ -237,7 +237,7 @@ func (b *batch) abandon(next int) {
 	if len(b.pending) == 0 && next == len(b.msgs) {
 		return
 	}
-	var cause error = fmt.Errorf("natspub: not confirmed before the context ended: %w", cmpErr(b.ctx.Err(), context.Canceled))
+	cause := fmt.Errorf("natspub: not confirmed before the context ended: %w", cmpErr(b.ctx.Err(), context.Canceled))
 	if errors.Is(b.ctx.Err(), context.DeadlineExceeded) {
 		cause = outbox.Unavailable(cause) // the whole call ran out of time; a cancellation says nothing of the server
 	}
