@@ -306,3 +306,32 @@ func TestCircuitCatchAllStopsClaiming(t *testing.T) {
 	require.Equal(t, claims, d.Stats().ClaimCycles, "no claim while the circuit is open")
 	require.Equal(t, int64(1), pub.calls.Load())
 }
+
+// TestCircuitConfig: the circuit's settings are checked by New, with the
+// field named, and default to PollInterval, a minute and one event.
+func TestCircuitConfig(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, tc := range []struct {
+		field  string
+		mutate func(*dispatcher.Config)
+	}{
+		{"CircuitMinBackoff", func(c *dispatcher.Config) { c.CircuitMinBackoff = time.Millisecond }},
+		{"CircuitMaxBackoff", func(c *dispatcher.Config) {
+			c.CircuitMinBackoff, c.CircuitMaxBackoff = time.Minute, time.Second
+		}},
+		{"CircuitProbeSize", func(c *dispatcher.Config) { c.BatchSize, c.CircuitProbeSize = 10, 11 }},
+		{"CircuitProbeSize", func(c *dispatcher.Config) { c.CircuitProbeSize = -1 }},
+	} {
+		cfg := baseConfig(db)
+		tc.mutate(&cfg)
+		_, err := dispatcher.New(db.Pool, cfg)
+		var ce *outbox.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.Equal(t, tc.field, ce.Field)
+	}
+	cfg := baseConfig(db)
+	cfg.CircuitMinBackoff = 2 * time.Minute
+	_, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err, "CircuitMaxBackoff defaults to CircuitMinBackoff when that is longer than a minute")
+}
