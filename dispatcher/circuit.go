@@ -37,8 +37,9 @@ import (
 // through: a claim of at most CircuitProbeSize events that need the
 // publisher. Its publish decides: reachable closes the circuit, an outage
 // opens it again with twice the backoff (up to CircuitMaxBackoff). A probe
-// that found nothing to publish (no due event, or only events whose route
-// is empty) decides nothing, and the next wake-up tries another.
+// that found nothing to publish decides nothing: one that claimed only
+// events whose route is empty asks for another at once, one that claimed
+// nothing leaves it to the next poll or wake-up.
 //
 // Under AtMostOnce the events of an outage call still become FAILED, as any
 // failed attempt does in that mode: a publisher cannot prove that a message
@@ -138,15 +139,17 @@ func (c *circuit) dueTypes(k *kinds) ([]string, bool) {
 
 // probeEnded notes that the probe id ended without a verdict (it claimed
 // nothing, or its events ended without a publish), so that the next
-// wake-up may send another.
-func (c *circuit) probeEnded(id uint64) {
+// wake-up may send another; with again, it asks for that wake-up now. A
+// probe that claimed nothing waits for the next poll or wake-up instead,
+// so that a table with nothing to publish is not claimed in a loop.
+func (c *circuit) probeEnded(id uint64, again bool) {
 	c.mu.Lock()
 	ended := c.state == CircuitProbing && c.probing && c.probeID == id
 	if ended {
 		c.probing = false
 	}
 	c.mu.Unlock()
-	if ended {
+	if ended && again {
 		c.wake()
 	}
 }
@@ -330,10 +333,10 @@ func (d *Dispatcher) probeClaimed(p claimPlan, batch context.Context) {
 		return
 	}
 	if batch == nil {
-		d.circuit.probeEnded(p.probe)
+		d.circuit.probeEnded(p.probe, false)
 		return
 	}
-	context.AfterFunc(batch, func() { d.circuit.probeEnded(p.probe) })
+	context.AfterFunc(batch, func() { d.circuit.probeEnded(p.probe, true) })
 }
 
 // reportCircuit counts and logs a transition of the circuit: WARN when it
