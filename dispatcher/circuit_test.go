@@ -335,3 +335,36 @@ func TestCircuitConfig(t *testing.T) {
 	_, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err, "CircuitMaxBackoff defaults to CircuitMinBackoff when that is longer than a minute")
 }
+
+// TestCircuitEmptyProbeWaitsForPoll: once nothing is left to publish
+// (another replica took the events), a probe that claims nothing does not
+// ask for another at once: probes come at the pace of polls, not in a
+// loop of wake-ups.
+func TestCircuitEmptyProbeWaitsForPoll(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertEvents(t, db, "pub", 1)
+	pub := newOutagePublisher()
+	pub.down.Store(true)
+	var log circuitLog
+	cfg := circuitConfig(db, pub, &log)
+	cfg.PollInterval = 200 * time.Millisecond // ten wake-up cooldowns (20ms)
+	cfg.PublishTypes = []string{"pub"}
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+
+	waitFor(t, 30*time.Second, "the circuit open", func() bool { return log.count(dispatcher.CircuitOpen) == 1 })
+	waitFor(t, 30*time.Second, "the event back to PENDING", func() bool {
+		return statusCounts(t, db)[outbox.StatusPending] == 1 && d.Stats().InFlight == 0
+	})
+	_, err = db.Pool.Exec(context.Background(), `DELETE FROM outbox_events`) // a probe may hold it: then its release finds no row
+	require.NoError(t, err)
+	settled := d.Stats().PollCycles
+	waitFor(t, 30*time.Second, "two poll cycles", func() bool { return d.Stats().PollCycles >= settled+2 })
+	start := d.Stats()
+	waitFor(t, 30*time.Second, "five poll cycles", func() bool { return d.Stats().PollCycles >= start.PollCycles+5 })
+	end := d.Stats()
+	polls, claims := end.PollCycles-start.PollCycles, end.ClaimCycles-start.ClaimCycles
+	require.LessOrEqual(t, claims, 2*polls+2, "%d claims in %d polls", claims, polls)
+}
