@@ -77,15 +77,7 @@ func runLateDestination(t *testing.T, b testBroker) {
 
 	got := newReceived()
 	b.create(t, ctx, "LATE", brokerDest, got)
-	waitFor(t, ctx, "every event to be SENT and received", func() (bool, string) {
-		for _, id := range ids {
-			if !got.has(id) {
-				return false, "not received: " + id.String()
-			}
-		}
-		n := countRows(t, ctx, db, "status = 'SENT'")
-		return n == len(ids), fmt.Sprintf("%d of %d SENT", n, len(ids))
-	})
+	awaitSentAndReceived(t, ctx, db, ids, got)
 }
 
 // TestDefaultLimitsFitBrokers: an event at every default limit of the

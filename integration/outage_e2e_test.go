@@ -151,15 +151,7 @@ func awaitOutage(t *testing.T, ctx context.Context, db *pgtest.DB, d *dispatcher
 // closed.
 func awaitRecovery(t *testing.T, ctx context.Context, db *pgtest.DB, d *dispatcher.Dispatcher, ids []uuid.UUID, got *received) {
 	t.Helper()
-	waitFor(t, ctx, "every event SENT and received", func() (bool, string) {
-		for _, id := range ids {
-			if !got.has(id) {
-				return false, "not received: " + id.String()
-			}
-		}
-		n := countRows(t, ctx, db, "status = 'SENT'")
-		return n == len(ids), fmt.Sprintf("%d of %d SENT", n, len(ids))
-	})
+	awaitSentAndReceived(t, ctx, db, ids, got)
 	require.Equal(t, len(ids), countRows(t, ctx, db, "attempts = 1 AND jsonb_array_length(attempt_log) = 0"),
 		"every event SENT at its first attempt")
 	s := d.Stats()
@@ -175,4 +167,18 @@ func portOf(t *testing.T, addr string) int {
 	n, err := strconv.Atoi(port)
 	require.NoError(t, err)
 	return n
+}
+
+// awaitSentAndReceived waits until every event of ids is SENT and in got.
+func awaitSentAndReceived(t *testing.T, ctx context.Context, db *pgtest.DB, ids []uuid.UUID, got *received) {
+	t.Helper()
+	waitFor(t, ctx, "every event to be SENT and received", func() (bool, string) {
+		for _, id := range ids {
+			if !got.has(id) {
+				return false, "not received: " + id.String()
+			}
+		}
+		n := countRows(t, ctx, db, "status = 'SENT'")
+		return n == len(ids), fmt.Sprintf("%d of %d SENT", n, len(ids))
+	})
 }
