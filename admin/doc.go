@@ -1,23 +1,27 @@
 // Package admin is the operator's side of the outbox: it reads the table
-// to show what is waiting, running, sent and dead, and it makes the two
-// changes an operator needs by hand, replaying FAILED events and purging
-// finished ones. cmd/outboxctl is a command line over it; a service may
-// also call it from its own admin endpoints. Emitting, claiming and
+// to show what is waiting, running, sent and dead, and it makes the
+// changes an operator needs by hand: replaying FAILED events, skipping a
+// FAILED event that holds its order key, and purging finished ones.
+// cmd/outboxctl is a command line over it; a service may also call it
+// from its own admin endpoints. Emitting, claiming and
 // completing belong to the emitter, lease and dispatcher packages; admin
 // never touches a row that a dispatcher holds.
 //
-//	Counts  ─ rows per status, due backlog, age of the oldest due row
-//	Summary ─ Counts, and rows per type and status, FAILED rows per code
-//	List    ─ keyset pages of rows (no payloads), by seq
-//	Inspect ─ one row in full: payload, headers, attempt log
-//	Replay  ─ FAILED ──▶ PENDING (due now, fresh budget) + pg_notify
-//	Purge   ─ delete SENT or FAILED rows older than a cut-off
+//	Counts      ─ rows per status, due backlog, age of the oldest due row
+//	Summary     ─ Counts, and rows per type and status, FAILED rows per code
+//	List        ─ keyset pages of rows (no payloads), by seq
+//	Inspect     ─ one row in full: payload, headers, attempt log
+//	Replay      ─ FAILED ──▶ PENDING (due now, fresh budget) + pg_notify
+//	BlockedKeys ─ pages of order keys whose head is FAILED (per-key ordering)
+//	SkipHeads   ─ FAILED ──▶ FAILED with skipped_at (all or none) + pg_notify
+//	Purge       ─ delete SENT or FAILED rows older than a cut-off
 //
 // # Invariants
 //
-//   - Replay changes FAILED rows only, and Purge deletes SENT or FAILED
-//     rows only: PENDING and PROCESSING rows are never changed or deleted,
-//     so admin cannot break a lease or lose an event still to deliver.
+//   - Replay and SkipHeads change FAILED rows only, and Purge deletes
+//     SENT or FAILED rows only: PENDING and PROCESSING rows are never
+//     changed or deleted, so admin cannot break a lease or lose an event
+//     still to deliver.
 //   - Every write is one bounded statement: at most 10,000 rows per Replay
 //     and 100,000 per Purge. The rows are locked in a sub-select with
 //     FOR UPDATE SKIP LOCKED and reached through the primary key with
@@ -28,8 +32,10 @@
 //   - Invalid parameters give an [*outbox.InputError] (errors.Is
 //     [outbox.ErrInvalidInput]) before any statement runs; nothing is written.
 //   - No error contains payload or header bytes.
-//   - With DryRun set, Replay and Purge report what the same call would
-//     change, reading without locks, and change nothing.
+//   - SkipHeads locks its rows with SKIP LOCKED too, and writes all the
+//     named rows or none: a row it could not lock fails the call.
+//   - With DryRun set, Replay, SkipHeads and Purge report what the same
+//     call would change, reading without locks, and change nothing.
 //
 // # Replay
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
@@ -37,6 +38,8 @@ type row struct {
 	Status     string // defaults to PENDING
 	Type       string // defaults to test.event
 	Aggregate  string // aggregate_id; NULL when empty
+	Partition  string // partition_key; NULL when empty
+	Skipped    bool   // skipped_at now()
 	Code       string
 	DueIn      time.Duration
 	SentAgo    time.Duration
@@ -70,7 +73,7 @@ func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
 		}
 		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
 	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes,
-	aggregate_id, created_at)
+	aggregate_id, created_at, partition_key, skipped_at)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
 	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
@@ -79,10 +82,10 @@ VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $
 	CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
 	CASE WHEN $3 = 'SENT' OR $11::bigint > 0 THEN now() - $11::bigint * interval '1 microsecond' END,
 	CASE WHEN $3 = 'FAILED' OR $12::bigint > 0 THEN now() - $12::bigint * interval '1 microsecond' END, $13,
-	nullif($14, ''), now() - $15::bigint * interval '1 microsecond')`,
+	nullif($14, ''), now() - $15::bigint * interval '1 microsecond', nullif($16, ''), CASE WHEN $17 THEN now() END)`,
 			ids[i], r.Type, r.Status, r.DueIn.Microseconds(), r.Attempts, r.Recoveries,
 			r.Payload, r.Headers, r.AttemptLog, code, r.SentAgo.Microseconds(), r.FailedAgo.Microseconds(), r.Snoozes, r.Aggregate,
-			r.CreatedAgo.Microseconds())
+			r.CreatedAgo.Microseconds(), r.Partition, r.Skipped)
 	}
 	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
 	return ids
@@ -131,4 +134,29 @@ func (b *testBundle) countWhere(t *testing.T, cond string, args ...any) int {
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE "+cond, args...).Scan(&n))
 	return n
+}
+
+// listen returns a connection of its own that listens on the table's
+// wake-up channel.
+func (b *testBundle) listen(t *testing.T) *pgx.Conn {
+	t.Helper()
+	names, err := sqlname.For(b.db.Table())
+	require.NoError(t, err)
+	conn := b.db.Conn(t)
+	_, err = conn.Exec(context.Background(), "LISTEN "+pgxIdent(names.Channel()))
+	require.NoError(t, err)
+	return conn
+}
+
+// notified waits (5 seconds at most) for a notification on listener and
+// checks that it came on the table's wake-up channel.
+func (b *testBundle) notified(t *testing.T, listener *pgx.Conn) {
+	t.Helper()
+	names, err := sqlname.For(b.db.Table())
+	require.NoError(t, err)
+	wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(wait)
+	require.NoError(t, err)
+	require.Equal(t, names.Channel(), n.Channel)
 }

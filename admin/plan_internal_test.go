@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/pguuid"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -22,7 +23,8 @@ const maxPlanBuffers = 2500
 // On a table of 1,000,000 rows, 99% SENT, with the PENDING rows inserted
 // last (so a walk of the seq index from the start reads past every SENT
 // row first), counts, summary, pending by type, every form of list (unfiltered, each
-// filter, a late page) and replay (each filter, dry run and run) read
+// filter, a late page), blocked keys, skip and replay (each filter, dry
+// run and run) read
 // indexes only: no sequential scan of the outbox and a bounded number of
 // buffers, however many rows are SENT.
 func TestOperatorPlansOnAMillionRows(t *testing.T) {
@@ -108,6 +110,52 @@ FROM generate_series(1, 1000000) AS i`)
 			stmt, args := a.listSQL(p, DefaultListLimit+1)
 			check(t, db.Pool, fmt.Sprintf("list %+v", p), stmt, args...)
 		}
+	})
+
+	// The FAILED rows are the heads of 100 keys (agg-7, agg-1007, ...),
+	// nine events behind each; 5,000 more keys have PENDING rows. A page
+	// walks the order index one key at a time: its cost follows the keys
+	// it examines, never the SENT rows.
+	t.Run("BlockedKeys", func(t *testing.T) {
+		page, err := a.BlockedKeys(ctx, BlockedParams{})
+		require.NoError(t, err)
+		require.Len(t, page.Keys, DefaultBlockedLimit)
+		for _, k := range page.Keys {
+			require.Equal(t, 9, k.Waiting, "%+v", k)
+		}
+		require.NotEmpty(t, page.Next)
+		rest, err := a.BlockedKeys(ctx, BlockedParams{After: page.Next})
+		require.NoError(t, err)
+		require.Empty(t, rest.Keys)
+		require.Empty(t, rest.Next)
+		require.Equal(t, 5095, page.Scanned+rest.Scanned, "every key with an unsent event, once")
+		conn := db.Conn(t)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			for _, pg := range []struct {
+				after   string
+				scanned int
+			}{{"", page.Scanned}, {page.Next, rest.Scanned}} {
+				p := testdb.Explain(t, conn, a.sql.blocked, pg.after, BlockedScanLimit, DefaultBlockedLimit, WaitingCountLimit)
+				require.Empty(t, p.SeqScans, "a sequential scan\n%s", p.Text)
+				require.Contains(t, p.Indexes, db.Table().Name+"_order_idx")
+				limit := maxPlanBuffers + 5*float64(pg.scanned)
+				require.Less(t, p.Buffers, limit, "%v buffers for %d keys\n%s", p.Buffers, pg.scanned, p.Text)
+				t.Logf("blocked keys %s after %q: %v buffers for %d keys", mode, pg.after, p.Buffers, pg.scanned)
+			}
+		}
+	})
+
+	t.Run("SkipHeads", func(t *testing.T) {
+		page, err := a.BlockedKeys(ctx, BlockedParams{Limit: 3})
+		require.NoError(t, err)
+		ids := []uuid.UUID{page.Keys[0].HeadID, page.Keys[1].HeadID, page.Keys[2].HeadID}
+		check(t, db.Pool, "skip dry run", a.sql.skip.dry, pguuid.ArrayOf(ids))
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		checkWrite(t, tx, 30, "skip", a.sql.skip.run, pguuid.ArrayOf(ids), len(ids))
 	})
 
 	t.Run("Replay", func(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 // statements is the SQL text for one outbox table, built once by New.
 type statements struct {
 	counts, summary, inspect, notify string
-	pendingByType                    string
-	replayIDs                        write
+	pendingByType, blocked           string
+	replayIDs, skip                  write
 }
 
 // write is a bulk write and its dry run: the same selection, read without
@@ -27,11 +27,13 @@ const recordColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coales
 // replaySet is what a replay writes: due now by the database clock, with a
 // fresh retry, recovery and snooze budget. last_error_code, last_error and
 // attempt_log stay as history; the lease columns are already NULL on a
-// FAILED row. The token of the claim that wrote the FAILED outcome goes,
+// FAILED row. A skip (skipped_at) goes too: the replayed row is an
+// unsent event again, and should it fail again it blocks its key like
+// any FAILED head until it is skipped again. The token of the claim that wrote the FAILED outcome goes,
 // so that a dispatcher retrying that write after its reply was lost does
 // not take the replayed row for its own retry.
 const replaySet = `status = 'PENDING', next_attempt_at = now(), attempts = 0, recoveries = 0, snoozes = 0, failed_at = NULL,
-	lock_token = NULL, started_at = NULL`
+	lock_token = NULL, started_at = NULL, skipped_at = NULL`
 
 // bounded is the shape of every bulk write: lock at most n matching rows
 // in a sub-select (SKIP LOCKED) and reach them through the primary key
@@ -134,6 +136,8 @@ FROM %s WHERE (status || '') = 'PENDING' GROUP BY event_type ORDER BY event_type
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
 
 		replayIDs: replayWrite(t, `id = ANY($1::uuid[])`, replayIDsOrder, "$2"),
+		blocked:   blockedSQL(t),
+		skip:      skipWrite(t),
 		notify:    `SELECT pg_notify($1, '')`,
 	}
 }
@@ -168,4 +172,62 @@ func (w *where) String() string {
 		return "true"
 	}
 	return strings.Join(w.conds, " AND ")
+}
+
+// orderKey is the order key of a row, written as the order index
+// (migration 007) has it.
+const orderKey = "coalesce(partition_key, aggregate_id)"
+
+// blocker is the condition of a row that holds its key under head policy
+// BlockKey (PENDING, PROCESSING, FAILED and not skipped), starting with
+// the order index's predicate so that the planner may use that index.
+const blocker = `status <> 'SENT' AND ` + orderKey + ` IS NOT NULL AND (status <> 'FAILED' OR skipped_at IS NULL)`
+
+// blockedSQL walks the order index one key at a time, from the key after
+// $1: each step reads the head of the next key (its lowest-seq blocker) in
+// one probe of the index, and the walk stops after $2 keys or at the
+// $3-th FAILED head. It returns each FAILED head with the blockers behind
+// it counted up to $4+1, and the last key examined (so that the caller
+// knows where the walk stopped), with the count of keys examined and of
+// FAILED heads found.
+func blockedSQL(t string) string {
+	return fmt.Sprintf(`WITH RECURSIVE walk (n, found, k, id, seq, status, event_type, code, failed_at) AS (
+	(SELECT 1, (status = 'FAILED')::int, %[2]s, id, seq, status, event_type, last_error_code, failed_at
+		FROM %[1]s WHERE %[2]s > $1::text AND %[3]s ORDER BY %[2]s, seq LIMIT 1)
+	UNION ALL
+	SELECT w.n + 1, w.found + (h.status = 'FAILED')::int, h.k, h.id, h.seq, h.status, h.event_type, h.last_error_code, h.failed_at
+	FROM walk AS w CROSS JOIN LATERAL (
+		SELECT %[2]s AS k, id, seq, status, event_type, last_error_code, failed_at
+		FROM %[1]s WHERE %[2]s > w.k AND %[3]s ORDER BY %[2]s, seq LIMIT 1) AS h
+	WHERE w.n < $2::int AND w.found < $3::int
+)
+SELECT w.n, w.found, w.status = 'FAILED', w.k, w.id, w.seq, w.event_type, coalesce(w.code, ''), w.failed_at,
+	CASE WHEN w.status = 'FAILED' THEN (SELECT count(*) FROM (SELECT 1 FROM %[1]s
+		WHERE %[2]s = w.k AND seq > w.seq AND %[3]s ORDER BY %[2]s, seq LIMIT $4::int + 1) AS c) ELSE 0 END
+FROM walk AS w WHERE w.status = 'FAILED' OR w.n = (SELECT max(n) FROM walk)
+ORDER BY w.n`, t, orderKey, blocker)
+}
+
+// skipWrite sets skipped_at on the rows named by $1 (distinct ids, $2 of
+// them) if every one of them is FAILED, and on none otherwise, in one
+// statement. The rows are locked with SKIP LOCKED (the lock returns each
+// row's newest version): a row that another transaction holds counts as
+// not skippable, so the write never waits and is never part of a
+// deadlock. It returns one line per named row it found: id, status,
+// whether this statement locked it, skipped_at. A row skipped before
+// keeps its first skipped_at. The dry run reads the same rows without
+// locks.
+func skipWrite(t string) write {
+	return write{
+		run: fmt.Sprintf(`WITH seen AS (SELECT id, status FROM %[1]s WHERE id = ANY($1::uuid[])),
+locked AS MATERIALIZED (SELECT id, status FROM %[1]s WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE SKIP LOCKED),
+skipped AS (
+	UPDATE %[1]s AS o SET skipped_at = coalesce(o.skipped_at, now())
+	WHERE o.id = ANY($1::uuid[]) AND o.status = 'FAILED'
+		AND (SELECT count(*) FROM locked WHERE status = 'FAILED') = $2::int
+	RETURNING o.id, o.skipped_at)
+SELECT s.id, coalesce(l.status, s.status), l.id IS NOT NULL, k.skipped_at
+FROM seen AS s LEFT JOIN locked AS l USING (id) LEFT JOIN skipped AS k USING (id)`, t),
+		dry: fmt.Sprintf(`SELECT id, status, true, skipped_at FROM %s WHERE id = ANY($1::uuid[])`, t),
+	}
 }

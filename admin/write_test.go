@@ -10,7 +10,6 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
-	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -143,14 +142,10 @@ func TestReplay(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.insert(t, row{Status: "FAILED"})[0]
-		names, err := sqlname.For(b.db.Table())
-		require.NoError(t, err)
-		listener := b.db.Conn(t)
-		_, err = listener.Exec(ctx, "LISTEN "+pgxIdent(names.Channel()))
-		require.NoError(t, err)
+		listener := b.listen(t)
 
 		// Nothing replayed: no notification.
-		_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{uuid.New()}})
+		_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{uuid.New()}})
 		require.NoError(t, err)
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err = listener.WaitForNotification(short)
@@ -159,11 +154,7 @@ func TestReplay(t *testing.T) {
 
 		_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{id}})
 		require.NoError(t, err)
-		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		n, err := listener.WaitForNotification(wait)
-		require.NoError(t, err)
-		require.Equal(t, names.Channel(), n.Channel)
+		b.notified(t, listener)
 	})
 
 	t.Run("InCallersTransaction", func(t *testing.T) {

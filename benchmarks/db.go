@@ -96,7 +96,7 @@ func backlogDB(ctx context.Context, o Options, conns int) (*benchDB, error) {
 		return nil, err
 	}
 	if err = db.migrate(ctx); err == nil {
-		err = preload(ctx, db, o.N, o.Payload)
+		err = preload(ctx, db, o.N, o.Payload, o.Keys)
 	}
 	if err != nil {
 		db.Close()

@@ -51,6 +51,11 @@ type Options struct {
 	Out string
 	// CPUProfile, when set, is where the run's CPU profile goes.
 	CPUProfile string
+	// Keys, when not 0, gives the preloaded events of the dispatch modes
+	// that many partition keys, round robin (event i has key i mod Keys).
+	Keys int
+	// Ordered runs the dispatcher with Ordering PerKey.
+	Ordered bool
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database

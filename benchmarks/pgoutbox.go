@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -107,18 +108,20 @@ func inTxs(ctx context.Context, db *benchDB, writers, n, per int, write func(con
 }
 
 // preload inserts n due PENDING events through the emitter (COPY batches
-// of 5,000, no notify).
-func preload(ctx context.Context, db *benchDB, n, size int) error {
+// of 5,000, no notify), with keys partition keys round robin (none when
+// keys is 0).
+func preload(ctx context.Context, db *benchDB, n, size, keys int) error {
 	em, err := emitter.New(emitter.Config{DisableNotify: true})
 	if err != nil {
 		return err
 	}
 	events := make([]outbox.Event, 5000)
 	body := payload(size)
+	var written atomic.Int64
 	err = inTxs(ctx, db, 2, n, len(events), func(ctx context.Context, tx pgx.Tx, k int) error {
 		batch := make([]outbox.Event, k)
 		for i := range batch {
-			batch[i] = outbox.Event{Type: eventType, Payload: body}
+			batch[i] = outbox.Event{Type: eventType, Payload: body, PartitionKey: benchKey(written.Add(1), keys)}
 		}
 		_, err := em.Emit(ctx, tx, batch...)
 		return err
@@ -130,6 +133,23 @@ func preload(ctx context.Context, db *benchDB, n, size int) error {
 	return err
 }
 
+// benchKey is the partition key of the i-th preloaded event: "" without
+// keys, else one of keys keys, round robin.
+func benchKey(i int64, keys int) string {
+	if keys == 0 {
+		return ""
+	}
+	return "key-" + strconv.FormatInt(i%int64(keys), 10)
+}
+
+// ordering is the dispatcher's Ordering of a run.
+func ordering(o Options) dispatcher.Ordering {
+	if o.Ordered {
+		return dispatcher.PerKey
+	}
+	return dispatcher.Unordered
+}
+
 func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	db, err := backlogDB(ctx, o, 8)
 	if err != nil {
@@ -138,7 +158,7 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	defer db.Close()
 	d, err := dispatcher.New(db.pool, dispatcher.Config{
 		BatchSize: o.Batch, Concurrency: o.Concurrency, Claimers: o.Claimers, PollInterval: o.Poll,
-		Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger,
+		Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger, Ordering: ordering(o),
 	})
 	if err != nil {
 		return Result{}, err
@@ -153,7 +173,7 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	}
 	res := throughput("dispatch", o.N, elapsed)
 	s := d.Stats()
-	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8,
+	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8, "keys": o.Keys, "ordered": o.Ordered,
 		"claims": s.ClaimCycles, "round_trips": db.trips.total() - trips0}
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
 }

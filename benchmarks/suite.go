@@ -36,6 +36,7 @@ const (
 	groupConcX    = "dispatch vs concurrency"
 	groupBacklog  = "claim latency vs backlog"
 	groupPayload  = "emit vs payload size"
+	groupOrdered  = "dispatch vs partition keys, unordered and Ordering PerKey (B=100 C=100)"
 )
 
 // roundSpecs are run in every round; ratios come from them.
@@ -86,6 +87,11 @@ func curveSpecs(short bool) []spec {
 	}
 	for _, b := range []string{"10000", sizes(short, 1_000_000)} {
 		out = append(out, spec{"backlog " + b, groupBacklog, args("claim", "", "-backlog", b, "-batch", "100")})
+	}
+	for _, k := range []string{"1", "100", "10000"} {
+		out = append(out,
+			spec{k + " keys, unordered", groupOrdered, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-keys", k)},
+			spec{k + " keys, PerKey", groupOrdered, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-keys", k, "-ordered")})
 	}
 	for _, p := range []struct{ size, n string }{{"100", sizes(short, 2000)}, {"10240", sizes(short, 2000)}, {"1048576", sizes(short, 200)}} {
 		out = append(out, spec{"payload " + p.size + " B", groupPayload, args("pgoutbox", "emit", "-n", p.n, "-writers", "4", "-payload", p.size)})

@@ -17,7 +17,8 @@ import (
 // errors with outbox.Unavailable; the dispatcher judges each Publish call:
 //
 //   - an outage: every message of the call failed, each with an error that
-//     matches outbox.ErrUnavailable and none marked permanent. The events
+//     matches outbox.ErrUnavailable and none marked permanent (a
+//     key-ordered publisher's outbox.ErrNotAttempted counts for neither). The events
 //     go back to PENDING as they were (due time, attempts, attempt log and
 //     recoveries unchanged: the release path of a stop), and the circuit
 //     opens;
@@ -274,14 +275,9 @@ func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage boo
 	if context.Cause(ctx) != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return false
 	}
-	outage = true
-	var cause error
-	for _, err := range errs {
-		if !outbox.IsUnavailable(err) {
-			outage = false
-			break
-		}
-		cause = err
+	outage, reached, cause := verdict(errs)
+	if !outage && !reached {
+		return false
 	}
 	if outage {
 		if ch, ok := d.circuit.outage(); ok {
@@ -313,11 +309,29 @@ func (d *Dispatcher) heldBack(items []*item) bool {
 // errCircuitOpen is the error of the events heldBack returned.
 var errCircuitOpen = errors.New("the publisher's circuit is open")
 
+// verdict reads the errors of a call: an outage when every message a
+// publisher attempted failed unavailable (cause is one of them), reached
+// when one succeeded or failed for another reason, neither when nothing
+// was attempted. outbox.ErrNotAttempted (a key-ordered publisher's later
+// message of a key that failed) says nothing either way.
+func verdict(errs []error) (outage, reached bool, cause error) {
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, outbox.ErrNotAttempted):
+		case !outbox.IsUnavailable(err):
+			return false, true, nil
+		default:
+			cause = err
+		}
+	}
+	return cause != nil, false, cause
+}
+
 // publishFailure is the result of a message that failed to publish:
 // returned to PENDING without an attempt when its call was an outage
 // (at-least-once only; see above), else as classify says.
 func (d *Dispatcher) publishFailure(it *item, ctx context.Context, err error, outage bool) result {
-	res := d.classify(it, ctx, err, publishCode(err))
+	res := d.publishResult(it, ctx, err)
 	if !outage || res.release || d.cfg.Delivery == AtMostOnce {
 		return res
 	}

@@ -66,7 +66,7 @@ func (c *claims) roomFreed() {
 // fill starts claims while a claimer is free and there is room: one for a
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
-	for !c.waiting && c.inflight < c.d.cfg.Claimers && (c.wanted || c.backlog) {
+	for !c.waiting && c.inflight < c.d.claimers() && (c.wanted || c.backlog) {
 		limit := min(c.d.claimLimit(c.reserved), c.size)
 		if limit == 0 {
 			return
@@ -181,6 +181,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
+		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey,
 	})
 	d.health.claimed(err)
 	if err != nil {
@@ -190,6 +191,9 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	}
 	var batch context.Context
 	if len(b.Events) > 0 {
+		if d.cfg.onClaimed != nil {
+			d.cfg.onClaimed(b.Events)
+		}
 		d.stats.claimed.Add(uint64(len(b.Events)))
 		batch = d.dispatch(b, sentAt, slots)
 	} else {
@@ -207,6 +211,11 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) context.Context {
 	items, given := d.held.add(d.workCtx, b, sentAt, slots)
 	d.releaseSlots(slots - given)
+	if d.inClaimOrder() {
+		prev, done := d.turns.take()
+		go d.runInTurn(items, prev, done)
+		return items[0].batch.ctx
+	}
 	go d.runBatch(items)
 	return items[0].batch.ctx
 }

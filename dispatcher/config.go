@@ -100,7 +100,9 @@ type Config struct {
 	// Claimers is the most claims in flight at once, each on its own pool
 	// connection. Two keep PostgreSQL claiming one batch while it records
 	// the outcomes of another; more help only where the database has
-	// cores to spare. Defaults to 2; 1 to 16.
+	// cores to spare. Defaults to 2; 1 to 16. With Concurrency 1 and
+	// Ordering Unordered, claims run one at a time whatever this says, so
+	// that events are handed out in claim order (see Unordered).
 	Claimers int
 	// PollInterval is the time between poll cycles. Polling always runs:
 	// it schedules retries and drains what wake-ups missed. Defaults to 1s;
@@ -142,6 +144,17 @@ type Config struct {
 	Backoff outbox.Backoff
 	// Delivery chooses at-least-once (default) or at-most-once delivery.
 	Delivery Delivery
+	// Ordering chooses whether the events of one order key (see
+	// outbox.OrderKey) are delivered in order. Defaults to Unordered.
+	// Every dispatcher of one table must use the same Ordering: an
+	// unordered one takes a key's events regardless of order. See
+	// docs/ordering.md.
+	Ordering Ordering
+	// HeadPolicy chooses what a FAILED event does to the later events of
+	// its key under Ordering PerKey: BlockKey (the default) holds them
+	// until an operator replays or skips it; SkipFailed lets them go on.
+	// SkipFailed needs Ordering PerKey.
+	HeadPolicy HeadPolicy
 	// DeleteSent deletes events on success instead of keeping them SENT.
 	// Defaults to false.
 	DeleteSent bool
@@ -354,6 +367,10 @@ type Config struct {
 	// with its status, its limit and what it did; only this package's
 	// tests set it (export_test.go).
 	onRetentionBatch func(status outbox.Status, limit int, res purge.Result)
+	// onClaimed, when set, is called after each claim that took events,
+	// before they are dispatched, with the claimed events; only this
+	// package's tests set it (export_test.go).
+	onClaimed func(events []outbox.Event)
 }
 
 func (c Config) withDefaults() Config {
@@ -425,6 +442,9 @@ func (c Config) validate() error {
 		{c.NoDrain && c.DrainTimeout == 0 || !c.NoDrain && between(c.DrainTimeout, 1, time.Hour), "DrainTimeout", onlyWithout("at most 1h", "NoDrain", "cancelling handlers at once", c.NoDrain)},
 		{between(c.MaxAttempts, 1, 1000), "MaxAttempts", "must be between 1 and 1000"},
 		{c.Delivery == AtLeastOnce || c.Delivery == AtMostOnce, "Delivery", "must be AtLeastOnce or AtMostOnce"},
+		{c.Ordering == Unordered || c.Ordering == PerKey, "Ordering", "must be Unordered or PerKey"},
+		{c.HeadPolicy == BlockKey || c.HeadPolicy == SkipFailed && c.Ordering == PerKey, "HeadPolicy",
+			"must be BlockKey, or SkipFailed with Ordering PerKey"},
 		{c.Wakeup >= WakeupAuto && c.Wakeup <= WakeupDisabled, "Wakeup", "must be WakeupAuto, WakeupRequired or WakeupDisabled"},
 		{between(c.WakeupProbeTimeout, 100*time.Millisecond, time.Minute), "WakeupProbeTimeout", "must be between 100ms and 1m"},
 		{c.NoWakeupCooldown && c.WakeupCooldown == 0 || !c.NoWakeupCooldown && between(c.WakeupCooldown, 1, 10*time.Second), "WakeupCooldown", onlyWithout("at most 10s", "NoWakeupCooldown", "none", c.NoWakeupCooldown)},

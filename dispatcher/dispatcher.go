@@ -59,6 +59,7 @@ type Dispatcher struct {
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
 	slots          chan struct{} // one token per running handler call, Concurrency in all
 	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
+	turns          turns         // batches in claim order, with Concurrency 1 (see claimorder.go)
 	stopCh         chan struct{} // Stop was called
 	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
 	stopOnce       sync.Once

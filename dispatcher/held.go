@@ -114,6 +114,9 @@ type item struct {
 	// marking is closed by the marker once it is. Guarded.
 	marked  bool
 	marking chan struct{}
+	// key is the order key the claim read (ordered claims only; "" for
+	// none, see lease.Batch.Keys). Set before runBatch starts.
+	key string
 	// hasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	hasSlot bool
@@ -160,6 +163,9 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: i < len(b.Suspect) && b.Suspect[i]}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
+		}
+		if i < len(b.Keys) {
+			it.key = b.Keys[i]
 		}
 		if it.marked && given < slots {
 			it.hasSlot = true
@@ -253,6 +259,37 @@ func (s *heldSet) finish(it *item, res result) (lost bool) {
 	s.mu.Unlock()
 	signal(s.outcomesReady)
 	return false
+}
+
+// releaseQueued hands the completer, to be released unstarted (no
+// attempt spent), those of items still held whose handler never began
+// and whose lease is not lost: the rest of a key's run that stopped (see
+// ordered.go). It returns how many it handed over.
+func (s *heldSet) releaseQueued(items []*item) (n int) {
+	s.mu.Lock()
+	for _, it := range items {
+		if s.byRef[it.ref()] == it && !it.lost && it.state == itemQueued {
+			it.state, it.result = itemFinished, result{release: true}
+			s.outcomes = append(s.outcomes, it)
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		signal(s.outcomesReady)
+	}
+	return n
+}
+
+// outcome returns the result this process gave an item's attempt, and
+// false when it gave none: the item never began, or its lease was lost.
+func (s *heldSet) outcome(it *item) (res result, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it.lost || it.state == itemQueued || it.state == itemRunning {
+		return result{}, false
+	}
+	return it.result, true
 }
 
 // takeOutcomes moves up to limit (0: any number) of the outcomes whose

@@ -213,9 +213,11 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		"Delivery":           func(c *dispatcher.Config) { c.Delivery = 7 },
 		"DrainTimeout":       func(c *dispatcher.Config) { c.DrainTimeout = 2 * time.Hour },
 		"HandlerTimeout":     func(c *dispatcher.Config) { c.HandlerTimeout = -5 },
+		"HeadPolicy":         func(c *dispatcher.Config) { c.HeadPolicy = dispatcher.SkipFailed }, // needs PerKey
 		"LeaseDuration":      func(c *dispatcher.Config) { c.LeaseDuration = 10 * time.Millisecond },
 		"MaxAttempts":        func(c *dispatcher.Config) { c.MaxAttempts = 1001 },
 		"MaxRecoveries":      func(c *dispatcher.Config) { c.MaxRecoveries = -1 },
+		"Ordering":           func(c *dispatcher.Config) { c.Ordering = 2 },
 		"Owner":              func(c *dispatcher.Config) { c.Owner = string(make([]byte, 201)) },
 		"PollInterval":       func(c *dispatcher.Config) { c.PollInterval = time.Millisecond },
 		"PublishTimeout":     func(c *dispatcher.Config) { c.PublishTimeout = -1 },

@@ -59,6 +59,7 @@ func counterNames(c *counters) map[string]*metered {
 		"pgoutbox.events.outcome_unknown": &c.outcomeUnknown,
 		"pgoutbox.events.recovered":       &c.recovered,
 		"pgoutbox.events.released":        &c.released,
+		"pgoutbox.events.order_released":  &c.orderReleased,
 	}
 }
 

@@ -60,9 +60,20 @@ const (
 // marks started, and how many handler slots it took for them: the marked
 // events of the claim start in those slots, so no other event can take
 // them first (give back what the claim does not use with releaseSlots).
+//
+// Under Ordering PerKey a claim marks none: only the first event of each
+// key's run starts at once, and the claim cannot tell which they are;
+// each wave is marked before it starts (see ordered.go). Nor does one
+// take slots when batches wait for their turn (see claimorder.go).
 func (d *Dispatcher) startsFor(limit int) (starts, slots int) {
+	if d.cfg.Ordering == PerKey {
+		return 0, 0
+	}
 	if d.handlersQuick() {
 		return limit, 0
+	}
+	if d.inClaimOrder() {
+		return 0, 0 // a batch waits for its turn without a slot (see claimorder.go)
 	}
 	for slots < limit {
 		select {
@@ -209,7 +220,7 @@ func (d *Dispatcher) markOnce() (again bool) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	d.leaseWrites.Lock()
-	res, err := d.store.Start(ctx, d.pool, refs)
+	res, err := d.store.Start(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce)
 	d.leaseWrites.Unlock()
 	if err != nil {
 		d.reportError("start marks failed, will retry", err)

@@ -50,6 +50,13 @@ type Stats struct {
 	// or CircuitProbing while the publisher's destination is unavailable
 	// (see docs/dispatcher.md, "Outages").
 	Circuit CircuitState
+	// OrderReleased counts events that an ordered dispatcher (Ordering
+	// PerKey) returned unstarted to PENDING, uncharged, because an earlier
+	// event of their key in the same claim did not succeed (a retry, a
+	// snooze, a lost lease, or a FAILED event under BlockKey), or because
+	// a KeyOrderedPublisher did not attempt them (outbox.ErrNotAttempted).
+	// They are counted in Released too once their release is written.
+	OrderReleased uint64
 	// RetentionSent counts SENT rows this dispatcher's retention job
 	// deleted (older than RetainSent).
 	RetentionSent uint64
@@ -107,7 +114,7 @@ type Stats struct {
 type counters struct {
 	sent, retried, snoozed, failed        atomic.Uint64
 	claimed, lockLost, outcomeUnknown     metered
-	recovered, released                   metered
+	recovered, released, orderReleased    metered
 	recoveredFailed, errors               atomic.Uint64
 	pollCycles, claimCycles               atomic.Uint64
 	wakeups, listenerConnects, dueWakeups atomic.Uint64
@@ -124,7 +131,7 @@ func (c *counters) snapshot(inFlight int) Stats {
 	s := Stats{
 		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(), Snoozed: c.snoozed.Load(),
 		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), OutcomeUnknown: c.outcomeUnknown.Load(), Recovered: c.recovered.Load(),
-		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(),
+		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(), OrderReleased: c.orderReleased.Load(),
 		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
 		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),

@@ -26,7 +26,13 @@ type result struct {
 // Handlers run on workers that take the batch's events in claim order,
 // each worker holding one handler slot, so with Concurrency 1 the handlers
 // of one batch run in claim order.
+//
+// Under Ordering PerKey, runOrdered runs the batch instead.
 func (d *Dispatcher) runBatch(items []*item) {
+	if d.cfg.Ordering == PerKey {
+		d.runOrdered(items)
+		return
+	}
 	var wg sync.WaitGroup
 	var publishOnly []*item
 	var suspects []handledItem

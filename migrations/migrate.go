@@ -145,5 +145,6 @@ func templateData(n sqlname.Names) map[string]any {
 		"code_idx":       n.Quoted(sqlname.SuffixCodeIndex),
 		"failed_idx":     n.Quoted(sqlname.SuffixFailedIndex),
 		"type_due_idx":   n.Quoted(sqlname.SuffixTypeDueIndex),
+		"order_idx":      n.Quoted(sqlname.SuffixOrderIndex),
 	}
 }

@@ -189,13 +189,7 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 	db := testdb.New(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table()}
-	files, err := migrations.Render(cfg)
-	require.NoError(t, err)
-	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
-		text, err := fs.ReadFile(files, name)
-		require.NoError(t, err)
-		mustExec(t, conn, string(text))
-	}
+	migrateToVersion2(t, conn, cfg)
 	mustExec(t, conn, "INSERT INTO "+quoted(db.Table())+
 		" (id, event_type, status, attempts, last_error_code) VALUES (gen_random_uuid(), 'x', 'FAILED', 4, 'timeout')")
 	require.ErrorIs(t, migrations.Verify(ctx, conn, cfg), outbox.ErrSchemaMismatch, "version 2 is not the latest")
@@ -216,9 +210,15 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 // that Migrate has migration 3, an ALTER TABLE, left to apply.
 func migrateToVersion2(t *testing.T, conn *pgx.Conn, cfg migrations.Config) {
 	t.Helper()
+	applyRendered(t, conn, cfg, "001_create_outbox.up.sql", "002_started_at.up.sql")
+}
+
+// applyRendered runs the named rendered migration files on conn, in order.
+func applyRendered(t *testing.T, conn *pgx.Conn, cfg migrations.Config, names ...string) {
+	t.Helper()
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	for _, name := range []string{"001_create_outbox.up.sql", "002_started_at.up.sql"} {
+	for _, name := range names {
 		text, err := fs.ReadFile(files, name)
 		require.NoError(t, err)
 		mustExec(t, conn, string(text))
@@ -311,4 +311,52 @@ func waitForLockWaiter(ctx context.Context, t *testing.T, db *testdb.DB, table o
 			quoted(table)).Scan(&waiting)
 		return err == nil && waiting
 	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// An outbox at version 1 with keyed and keyless rows in every status
+// upgrades to version 7 in place: the rows keep their state, skipped_at is
+// empty, and the order index holds exactly the keyed rows that are not
+// SENT (a SENT row can never block its key; a keyless row has no key).
+func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	applyRendered(t, conn, cfg, "001_create_outbox.up.sql")
+	table := quoted(db.Table())
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, partition_key, aggregate_id, lock_token, lease_until)
+		SELECT gen_random_uuid(), 'x', s.status, k.pk, k.agg,
+			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
+			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
+		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
+		CROSS JOIN (VALUES ('p', NULL), (NULL, 'a'), ('p', 'a'), (NULL, NULL)) AS k(pk, agg)`)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+
+	var perStatus map[string]int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT jsonb_object_agg(status, n) FROM (
+		SELECT status, count(*) AS n FROM `+table+` WHERE skipped_at IS NULL GROUP BY status) AS c`).Scan(&perStatus))
+	require.Equal(t, map[string]int{"PENDING": 4, "PROCESSING": 4, "SENT": 4, "FAILED": 4}, perStatus)
+
+	// Read the keyed rows through the order index only.
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	mustExecTx(t, tx, `SET LOCAL enable_seqscan = off`)
+	mustExecTx(t, tx, `SET LOCAL enable_bitmapscan = off`)
+	indexed := `SELECT count(*) FROM ` + table + ` WHERE status <> 'SENT' AND coalesce(partition_key, aggregate_id) IS NOT NULL`
+	var plan string
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+indexed).Scan(&plan))
+	require.Contains(t, plan, db.Table().Name+`_order_idx`)
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, indexed).Scan(&n))
+	require.Equal(t, 9, n, "3 keyed rows in each of PENDING, PROCESSING and FAILED")
+}
+
+func mustExecTx(t *testing.T, tx pgx.Tx, sql string) {
+	t.Helper()
+	_, err := tx.Exec(context.Background(), sql)
+	require.NoError(t, err)
 }

@@ -31,6 +31,7 @@ func TestRender(t *testing.T) {
 		"004_finished_idx.down.sql", "004_finished_idx.up.sql",
 		"005_operator_indexes.down.sql", "005_operator_indexes.up.sql",
 		"006_type_due_index.down.sql", "006_type_due_index.up.sql",
+		"007_key_order.down.sql", "007_key_order.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -48,11 +49,13 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("004_finished_idx.up.sql"))
 	mustExec(t, conn, read("005_operator_indexes.up.sql"))
 	mustExec(t, conn, read("006_type_due_index.up.sql"))
+	mustExec(t, conn, read("007_key_order.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("007_key_order.down.sql"))
 	mustExec(t, conn, read("006_type_due_index.down.sql"))
 	mustExec(t, conn, read("005_operator_indexes.down.sql"))
 	mustExec(t, conn, read("004_finished_idx.down.sql"))

@@ -67,6 +67,7 @@ var expectedColumns = []columnSpec{
 	{name: "failed_at", typ: "timestamp with time zone"},
 	{name: "started_at", typ: "timestamp with time zone"},
 	{name: "snoozes", typ: "integer", notNull: true, def: "0"},
+	{name: "skipped_at", typ: "timestamp with time zone"},
 }
 
 // expectedConstraints lists every named constraint of the outbox table.
@@ -81,7 +82,8 @@ var expectedConstraints = []constraintSpec{
 
 // expectedIndexes lists every index the claim, recovery, retention
 // (purge) and operator queries rely on (a dispatcher's typed claim on the
-// type due index, version 6). The primary key's index is covered by its
+// type due index, version 6; the ordered claim on the order index,
+// version 7). The primary key's index is covered by its
 // constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
@@ -93,6 +95,7 @@ var expectedIndexes = []indexSpec{
 	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE (last_error_code IS NOT NULL)"},
 	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
 	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
+	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.

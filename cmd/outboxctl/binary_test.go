@@ -18,6 +18,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
@@ -440,4 +441,25 @@ func TestBinaryPasswordNeverPrinted(t *testing.T) {
 			require.NotContains(t, r.stdout+r.stderr, url.QueryEscape(pw), "%v", args)
 		}
 	}
+}
+
+// The built binary lists a blocked key, skips its head only with -yes
+// (ids as arguments, flags after them), and then lists no key; a head it
+// cannot skip exits 1 and changes nothing.
+func TestBinaryBlockedAndSkip(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	head := insertKeyed(t, db, "FAILED", "order-7").String()
+	next := insertKeyed(t, db, "FAILED", "order-7").String()
+	insertKeyed(t, db, "PENDING", "order-7")
+
+	require.Regexp(t, `(?m)^order-7\s+`+head+`\s+a\s+handler_error\s+\S+\s+2$`, binOK(t, db, "blocked").stdout)
+	require.Contains(t, binOK(t, db, "skip", head).stdout, "dry run: would skip 1 FAILED event in ")
+	r := binOn(t, db, "skip", head, uuid.NewString(), "-yes")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "not found")
+	require.Contains(t, binOK(t, db, "skip", head, "-yes").stdout, "\n1 event skipped; they stay FAILED, and their keys go on\n")
+	require.Regexp(t, `(?m)^order-7\s+`+next+`\s+`, binOK(t, db, "blocked").stdout, "the next FAILED event heads the key")
+	require.Contains(t, binOK(t, db, "skip", next, "-yes", "-json").stdout, `"skipped": [`)
+	require.Contains(t, binOK(t, db, "blocked").stdout, "0 blocked keys; no more pages")
 }

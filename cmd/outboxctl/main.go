@@ -1,13 +1,13 @@
 // Command outboxctl is the operator's command line for a pgoutbox outbox:
-// status, counts, list, inspect, replay, purge, migrate and verify. It is
-// a thin layer over the admin and migrations packages; docs/admin.md is
-// its guide.
+// status, counts, list, inspect, replay, blocked, skip, purge, migrate and
+// verify. It is a thin layer over the admin and migrations packages;
+// docs/admin.md is its guide.
 //
 //	outboxctl <command> [arguments and flags, in any order]
 //
 // Every command takes -url (default $DATABASE_URL), -schema, -table and
-// -json. replay and purge change nothing without -yes: they print what
-// they would do. Exit status: 0 success (also for status -watch ended by
+// -json. replay, skip and purge change nothing without -yes: they print
+// what they would do. Exit status: 0 success (also for status -watch ended by
 // an interrupt), 1 failure (including a schema that does not verify), 2
 // bad usage.
 package main
@@ -72,6 +72,8 @@ var commands = []command{
 	{"list", "", "list events, a page at a time (keyset by seq)", listFlags},
 	{"inspect", "<id>", "show one event in full: payload, headers, attempt log", inspectFlags},
 	{"replay", "", "return FAILED events to PENDING (dry run without -yes)", replayFlags},
+	{"blocked", "", "keys held by a FAILED head event (per-key ordering, head policy BlockKey)", blockedFlags},
+	{"skip", "<id>...", "mark FAILED head events skipped so their keys go on (dry run without -yes)", skipFlags},
 	{"purge", "", "delete old SENT or FAILED events (dry run without -yes)", purgeFlags},
 	{"migrate", "", "create or upgrade the outbox table", migrateFlags},
 	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},

@@ -293,6 +293,11 @@ func TestBadUsage(t *testing.T) {
 		"PurgeNegativeDuration": {"purge", "-yes", "-status", "sent", "-older-than", "-1h"},
 		"PurgeLimitTooLarge":    {"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "100001"},
 		"BadTable":              {"counts", "-table", "Bad-Name"},
+		"BlockedBadLimit":       {"blocked", "-limit", "1001"},
+		"BlockedBadAfter":       {"blocked", "-after", "a\x00"},
+		"SkipNoID":              {"skip", "-yes"},
+		"SkipBadID":             {"skip", "-yes", "nope"},
+		"SkipBadIDFlag":         {"skip", "-yes", "-id", "nope"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -424,6 +429,11 @@ func TestExecModes(t *testing.T) {
 			require.Contains(t, on("migrate", "-table", "other_events").stdout, "is at schema version")
 		}
 		require.Equal(t, 2, count(t, db, "PENDING"))
+		head := insertKeyed(t, db, "FAILED", "k")
+		require.Contains(t, on("blocked").stdout, head.String())
+		require.Contains(t, on("skip", head.String()).stdout, "would skip 1 FAILED event")
+		require.Contains(t, on("skip", "-yes", head.String()).stdout, "skipped "+head.String())
+		require.Contains(t, on("blocked", "-after", "a").stdout, "0 blocked keys")
 	})
 }
 
@@ -459,4 +469,72 @@ func TestCountsEstimateSent(t *testing.T) {
 	require.Regexp(t, `(?m)^a\s+0\s+0\s+0\s+-\s+2$`, r.stdout)
 	require.NotRegexp(t, `(?m)^old\s`, r.stdout, "a type with SENT rows only is not listed when SENT is estimated")
 	require.Contains(t, r.stdout, "SENT is estimated")
+}
+
+// insertKeyed adds one row of type "a" with aggregate id key, in status,
+// and returns its id.
+func insertKeyed(t *testing.T, db *testdb.DB, status, key string) uuid.UUID {
+	t.Helper()
+	id := uuid.Must(uuid.NewV7())
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, status, aggregate_id,
+	last_error_code, failed_at) VALUES ($1, 'a', $2, $3, CASE WHEN $2 = 'FAILED' THEN 'handler_error' END,
+	CASE WHEN $2 = 'FAILED' THEN now() END)`, id, status, key)
+	require.NoError(t, err)
+	return id
+}
+
+func TestBlockedAndSkip(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	headA := insertKeyed(t, db, "FAILED", "order-1")
+	insertKeyed(t, db, "PENDING", "order-1")
+	insertKeyed(t, db, "PENDING", "order-1")
+	headB := insertKeyed(t, db, "FAILED", "aa 2")
+	insertKeyed(t, db, "PENDING", "order-3")
+
+	r := onDB(t, db, "blocked")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^KEY\s+HEAD_ID\s+TYPE\s+CODE\s+FAILED_AT\s+WAITING$`, r.stdout)
+	require.Regexp(t, `(?m)^order-1\s+`+headA.String()+`\s+a\s+handler_error\s+\S+\s+2$`, r.stdout)
+	require.Regexp(t, `(?m)^aa 2\s+`+headB.String()+`\s+a\s+handler_error\s+\S+\s+0$`, r.stdout)
+	require.Contains(t, r.stdout, "2 blocked keys; no more pages")
+
+	r = onDB(t, db, "blocked", "-limit", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "1 blocked key; next page: -after 'aa 2'\n")
+	r = onDB(t, db, "blocked", "-limit", "1", "-after", "aa 2", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var page admin.BlockedPage
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Keys, 1)
+	require.Equal(t, headA, page.Keys[0].HeadID)
+	require.Equal(t, 2, page.Keys[0].Waiting)
+
+	r = onDB(t, db, "skip", headA.String())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "dry run: would skip 1 FAILED event in")
+	require.Contains(t, r.stdout, "run again with -yes")
+	require.Contains(t, onDB(t, db, "blocked").stdout, "2 blocked keys", "a dry run changes nothing")
+
+	pending := insertKeyed(t, db, "PENDING", "x")
+	r = onDB(t, db, "skip", "-yes", headA.String(), pending.String())
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, pending.String()+" is PENDING, not FAILED")
+	require.Contains(t, r.stderr, "nothing was written")
+	require.Empty(t, r.stdout)
+	require.Contains(t, onDB(t, db, "blocked").stdout, "2 blocked keys")
+
+	r = onDB(t, db, "skip", "-yes", headA.String(), "-id", headB.String())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "skipped "+headA.String())
+	require.Contains(t, r.stdout, "2 events skipped")
+	require.Contains(t, onDB(t, db, "blocked").stdout, "0 blocked keys; no more pages")
+	require.Equal(t, 2, count(t, db, "FAILED"), "skipped events stay FAILED")
+
+	r = onDB(t, db, "skip", "-yes", "-json", headA.String())
+	require.Equal(t, 0, r.code, r.stderr)
+	var res admin.SkipResult
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.Equal(t, []uuid.UUID{headA}, res.Skipped)
+	require.Len(t, res.At, 1)
 }

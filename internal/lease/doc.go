@@ -30,6 +30,85 @@
 // Waiting counts, per type not claimed, the rows left waiting, from the
 // same index and bounded per type.
 //
+// # Ordered claim
+//
+// With ClaimParams.Ordered a claim takes, per order key (coalesce(
+// partition_key, aggregate_id), the same as kafkapub's default key), only a
+// run: a prefix of the key's blockers in seq order starting at its head,
+// all due PENDING. The blockers of a key are its PENDING rows (due or
+// not: a retry or a snooze waiting counts), its PROCESSING rows and, under
+// BlockFailed, its FAILED rows that no operator skipped (skipped_at); the
+// head is the blocker with the lowest seq. Rows without a key are claimed
+// as by the unordered claim. It is still one statement, in three parts:
+//
+//   - Candidate filter. A due PENDING row is read only if its key's head
+//     is a due PENDING row. The head is found by one probe of the order
+//     index (key, seq, over the rows that are not SENT, schema version 7)
+//     per key, not per row: the keys of the first $1 due rows in due order
+//     are probed once each, in a CTE, and looked up in a hashed set; only a
+//     row of another key probes its own key. Each probe walks the key's
+//     entries from its start, over those of the key's sent events that
+//     VACUUM has not removed yet, so a probe per row had cost a claim of a
+//     hot key 80 buffers per row (TestOrderedClaimPlan). Without the
+//     filter the rows of a blocked key would be locked and then dropped by
+//     the barrier, and a blocked key with a backlog of due rows older than
+//     every other row would take the whole LIMIT at every claim: other
+//     keys would starve (TestOrderedClaimBlockedBacklogDoesNotStarve).
+//     With it, such a backlog costs a pass over its index entries, not a
+//     place in the batch. In the typed form the filter sits in each type's
+//     leg, so that the rows of a blocked key cannot use up a leg's slack.
+//     The probes compare the key as a range of one value, not with "=",
+//     and the ordered claims run under typedPlans: on a table whose
+//     statistics said one key held most rows, the planner had answered the
+//     probes from the seq index, or by a sequential scan, instead.
+//   - Locking read. The candidates are locked in due order with FOR
+//     UPDATE SKIP LOCKED LIMIT $1, as in the unordered claim (of every
+//     type or typed). The filter read the statement's snapshot; the lock
+//     reads the newest version of each row and skips a row taken since.
+//   - Runs. For each key among the locked candidates, the statement walks
+//     the key's blockers in seq order (the order index, from the key's
+//     start) for one row more than it locked of that key, locks the walked
+//     rows that are due PENDING and not locked yet (a head that became due
+//     after its successors, say a retried head whose successors were
+//     released keeping their emit time, and that the LIMIT left out),
+//     skipping rows locked elsewhere, and takes the walked rows before the
+//     first one it does not hold: a prefix of the key's blockers, from its
+//     head. Rows of the key locked beyond the walk are not taken, nor is
+//     anything after a row it could not lock; their row locks end with
+//     the statement (run the claim in its own transaction, as the
+//     dispatcher does, or they last until commit). Locking the left-out
+//     rows is what keeps a key moving when its head is due later than its
+//     successors: without it such a head, behind more successors than a
+//     claim takes, was never claimed and every run of its key was cut to
+//     nothing (TestOrderedClaimRuns). The walk and the locks are what make
+//     a run safe. Another claimer may take a key's head after this
+//     statement's snapshot was taken: the snapshot still shows the head
+//     PENDING and due, so the filter lets the key's rows through, but the
+//     locking reads do not return the head (skipped while locked, or
+//     rechecked and found not PENDING), so the run ends before it and
+//     nothing of the key is claimed (TestOrderedClaimStaleSnapshot). A
+//     limit, a row that is not due, a row of a type the claim does not take
+//     or a row locked elsewhere cuts a run to its prefix. Keys come in the
+//     due order of their first candidate and each key's rows in seq order,
+//     so the LIMIT, applied last, also keeps prefixes.
+//
+// The head is defined over the rows the statement sees: an event whose
+// transaction has not committed yet is not a blocker, even with a lower
+// seq than a committed one. Two transactions that emit for the same key
+// at once are ordered by commit as the claim finds them, not by seq.
+//
+// Each claim still walks each claimed key's entries from its start once
+// (its head probe and its barrier): the entries of a hot key's sent
+// events are read by every claim until VACUUM removes them, so ordered
+// claims rely on autovacuum keeping up with the outbox table
+// (docs/schema.md, "Storage settings").
+//
+// An ordered claim returns its rows in due order, except that the rows
+// of each key are in seq order (they keep the positions due order gave
+// them), and Batch.Keys holds each row's key as the statement read it.
+// Its started_at expressions are those of the unordered claim: the first
+// Start rows in due order are marked started.
+//
 // # Fencing
 //
 // Renew, Start, Complete and Release match each row by id AND token AND

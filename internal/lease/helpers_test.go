@@ -231,7 +231,7 @@ func claimOne(tb testing.TB, e env, owner string) lease.Batch { // marked starte
 	require.Len(tb, b.Events, 1)
 	if b.Suspect[0] { // no claim marks a suspect: mark it as the dispatcher does, right before its attempt
 		require.False(tb, b.Started[0], "a claim marked a suspect started")
-		res, err := e.store.Start(context.Background(), e.db.Pool, b.Refs())
+		res, err := e.store.Start(context.Background(), e.db.Pool, b.Refs(), false)
 		require.NoError(tb, err)
 		require.Equal(tb, b.Refs(), res.Done)
 	}

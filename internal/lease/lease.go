@@ -44,6 +44,18 @@ type ClaimParams struct {
 	// nil claims due events of every type. Each type must be valid
 	// PostgreSQL text (see pgtext); duplicates are allowed but waste a leg.
 	Types []string
+	// Ordered claims per order key (coalesce(partition_key,
+	// aggregate_id)) only a run of the key's blockers that starts at its
+	// head: due PENDING rows, in seq order, with no row of the key that
+	// blocks it (PENDING, PROCESSING, or FAILED under BlockFailed) before
+	// them and not claimed with them. Rows without a key are claimed as
+	// without Ordered. Needs schema version 7 (the order index). See the
+	// package doc, "Ordered claim".
+	Ordered bool
+	// BlockFailed, with Ordered, makes a FAILED row that no operator
+	// skipped (skipped_at) block its key like a PENDING one (head policy
+	// BlockKey). Without it FAILED rows never block.
+	BlockFailed bool
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
@@ -52,7 +64,13 @@ type Batch struct {
 	Token uuid.UUID
 	// Events are the claimed rows, oldest due first, with Attempt set to
 	// the number of this attempt (ended attempts + 1) and CreatedAt set.
+	// In an ordered claim the rows of each order key are in seq order:
+	// they keep the positions due order gave the key's rows, filled in
+	// seq order (see ClaimParams.Ordered).
 	Events []outbox.Event
+	// Keys are, in an ordered claim, the order key of each of Events as
+	// the claim read it ("" for none); nil otherwise.
+	Keys []string
 	// LeaseUntil is the database time at which the lease expires unless
 	// renewed.
 	LeaseUntil time.Time
@@ -95,10 +113,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if p.Types != nil && len(p.Types) == 0 {
 		return Batch{Token: token}, nil
 	}
-	forms, args := s.sql.claims, []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
-	if p.Types != nil {
-		forms = s.typedStatements(len(p.Types)).claims
-	}
+	forms, args := s.claimForms(p), []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
 	sql := forms.none
 	switch {
 	case p.Start == p.Limit:
@@ -115,21 +130,46 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		var e outbox.Event
 		var sc scanned
 		var r claimedRow
-		_, err := pgx.ForEachRow(rows, append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started, &r.suspect), func() error {
+		var key *string
+		targets := append(eventTargets(&e, &sc), &b.LeaseUntil, &r.due, &r.seq, &r.started, &r.suspect)
+		if p.Ordered {
+			targets = append(targets, &key)
+		}
+		_, err := pgx.ForEachRow(rows, targets, func() error {
 			r.event = nextEvent(&e, sc)
+			r.key = ""
+			if key != nil {
+				r.key, key = *key, nil
+			}
 			claimed = append(claimed, r)
 			return nil
 		})
 		return err
 	}
-	if err := s.runClaim(ctx, db, p.Types != nil, token, read, sql, args...); err != nil {
+	if err := s.runClaim(ctx, db, p.Types != nil || p.Ordered, token, read, sql, args...); err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond))
+	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond), p.Ordered)
 	return b, nil
 }
 
-// runClaim sends a claim statement (under typedPlans when typed) and hands
+// claimForms returns the forms of the claim p asks for: of every type or
+// of p.Types, ordered or not.
+func (s *Store) claimForms(p ClaimParams) claimForms {
+	switch {
+	case p.Ordered && p.Types != nil:
+		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed)
+	case p.Ordered:
+		return s.ordered.forms(p.BlockFailed)
+	case p.Types != nil:
+		return s.typedStatements(len(p.Types)).claims
+	}
+	return s.sql.claims
+}
+
+// runClaim sends a claim statement (under typedPlans when typed: a claim
+// of some types, or an ordered claim, whose probes of the order index a
+// skewed key distribution had turned into sequential scans) and hands
 // its rows to read. When the rows could not be read (a broken connection,
 // a timeout after the server committed), it releases whatever the claim
 // may have taken (see releaseToken).
@@ -152,11 +192,13 @@ func (s *Store) runClaim(ctx context.Context, db DB, typed bool, token uuid.UUID
 	return nil
 }
 
-// claimedRow is one claimed event with its order key.
+// claimedRow is one claimed event with its place in claim order (due,
+// seq) and, in an ordered claim, its order key.
 type claimedRow struct {
 	event   outbox.Event
 	due     time.Time
 	seq     int64
+	key     string
 	started bool
 	suspect bool
 }
@@ -164,8 +206,9 @@ type claimedRow struct {
 // inClaimOrder fills b's events, oldest due first, then in insert order
 // (the order of the due index the claim locked them in), with whether
 // each was marked started and is a suspect, and how long each had been
-// due at now, the claim's database time.
-func inClaimOrder(b *Batch, rows []claimedRow, now time.Time) {
+// due at now, the claim's database time. With ordered, the rows of each
+// key are then put in seq order (see inKeyOrder) and b.Keys is set.
+func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered bool) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -174,6 +217,13 @@ func inClaimOrder(b *Batch, rows []claimedRow, now time.Time) {
 	})
 	if len(rows) == 0 {
 		return
+	}
+	if ordered {
+		inKeyOrder(rows)
+		b.Keys = make([]string, len(rows))
+		for i, r := range rows {
+			b.Keys[i] = r.key
+		}
 	}
 	b.Events = make([]outbox.Event, len(rows))
 	b.Started = make([]bool, len(rows))
@@ -271,7 +321,7 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 	if lease < time.Millisecond {
 		return RefResult{}, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
 	}
-	res, err := s.changeRefs(ctx, db, s.sql.renew, refs, micros(lease))
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.renew, refs, micros(lease))
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: renew: %w", err)
 	}
@@ -282,18 +332,39 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 // of their lease counts against the poison budget: call it before an
 // attempt of a row the claim did not mark starts. Like Renew it requires
 // an unexpired lease and never waits for a row lock (Busy rows are not
-// marked; try again).
-func (s *Store) Start(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
-	res, err := s.changeRefs(ctx, db, s.sql.start, refs)
+// marked; try again). With lazy, its commit does not wait for the disk
+// (see lazyStart): only for at-least-once delivery, where a mark lost in
+// a server crash costs a recovery charge, never a second delivery that
+// at-most-once forbids.
+func (s *Store) Start(ctx context.Context, db DB, refs []Ref, lazy bool) (RefResult, error) {
+	settings := customPlans
+	if lazy {
+		settings = lazyStart
+	}
+	res, err := s.changeRefs(ctx, db, settings, s.sql.start, refs)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: start: %w", err)
 	}
 	return res, nil
 }
 
+// lazyStart is customPlans plus an asynchronous commit, for a lazy Start:
+// the commit of a start mark does not wait for its WAL to reach disk, so
+// that marking a run's events one wave at a time (per-key ordering) does
+// not cost a disk flush per event. Under at-least-once the mark only
+// counts a recovery against the poison budget: a server crash that loses
+// the last marks leaves those rows PROCESSING and unmarked, and their
+// recovery is not charged, as if their attempts had not begun. Under
+// at-most-once a lost mark would let a started event be delivered again,
+// so there Start is never lazy. Nothing else depends on the mark's
+// durability: the rows' lease and token are written by the claim. Local
+// to the batch's transaction.
+const lazyStart = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('synchronous_commit', 'off', true)`
+
 // changeRefs runs one lockedRefs statement per MaxRefsPerStatement refs,
-// all in one round trip, and gathers their results.
-func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, args ...any) (res RefResult, err error) {
+// all in one round trip under settings (see queryBatchUnder), and gathers
+// their results.
+func (s *Store) changeRefs(ctx context.Context, db DB, settings, sql string, refs []Ref, args ...any) (res RefResult, err error) {
 	if len(refs) == 0 {
 		return RefResult{}, nil
 	}
@@ -305,7 +376,7 @@ func (s *Store) changeRefs(ctx context.Context, db DB, sql string, refs []Ref, a
 		}
 		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
 	}
-	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) error {
+	err = queryBatchUnder(ctx, db, settings, batch, func(_ int, rows pgx.Rows) error {
 		var id, token [16]byte
 		var done bool
 		_, err := pgx.ForEachRow(rows, []any{&id, &token, &done}, func() error {
@@ -438,7 +509,7 @@ func queryTyped(ctx context.Context, db DB, each func(rows pgx.Rows) error, sql 
 // for a row lock; rows locked elsewhere are reported Busy and left to
 // expire and be recovered.
 func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
-	res, err := s.changeRefs(ctx, db, s.sql.release, refs)
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.release, refs)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: release: %w", err)
 	}

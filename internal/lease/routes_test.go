@@ -58,7 +58,7 @@ func TestExecModes(t *testing.T) {
 		require.Equal(t, 1, first.Attempt)
 		refs := b.Refs()
 
-		res, err := e.store.Start(ctx, pool, refs[1:3])
+		res, err := e.store.Start(ctx, pool, refs[1:3], true) // lazy: its settings go through every exec mode too
 		require.NoError(t, err)
 		require.ElementsMatch(t, refs[1:3], res.Done)
 

@@ -125,7 +125,7 @@ func TestRecoverChargesOnlyStartedRows(t *testing.T) {
 		refs := b.Refs()
 		expire(t, e.db.Pool, refs[2].ID)
 		lockRow(t, e, refs[3].ID)
-		res, err := e.store.Start(t.Context(), e.db.Pool, refs)
+		res, err := e.store.Start(t.Context(), e.db.Pool, refs, false)
 		require.NoError(t, err)
 		require.ElementsMatch(t, refs[:2], res.Done)
 		require.Equal(t, []lease.Ref{refs[3]}, res.Busy)

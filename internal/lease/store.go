@@ -30,6 +30,9 @@ type Store struct {
 	sql       statements
 	qualified string   // the table's quoted, schema-qualified name
 	typed     sync.Map // number of types → typedStatements
+	ordered   orderedForms
+	// orderedByTypes maps a number of types to its *orderedForms.
+	orderedByTypes sync.Map
 }
 
 // New returns a Store for the table, after validating its names.
@@ -38,7 +41,8 @@ func New(table outbox.Table) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{table: names.Table, sql: buildStatements(names.Qualified), qualified: names.Qualified}, nil
+	return &Store{table: names.Table, sql: buildStatements(names.Qualified), qualified: names.Qualified,
+		ordered: buildOrdered(names.Qualified, false, func(_ int, bf bool) string { return orderedDue(names.Qualified, bf) })}, nil
 }
 
 // usedColumns are the columns the statements read or write. A table
@@ -46,7 +50,7 @@ func New(table outbox.Table) (*Store, error) {
 const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
 	content_type, payload, headers, status, attempts, recoveries, next_attempt_at, lock_token, lock_owner,
 	locked_at, lease_until, heartbeat_at, last_error_code, last_error, attempt_log, created_at, sent_at,
-	failed_at, started_at, snoozes`
+	failed_at, started_at, snoozes, skipped_at`
 
 // CheckColumns reports, as an error matching outbox.ErrSchemaMismatch,
 // a table that lacks a column the statements use (one migrated by an

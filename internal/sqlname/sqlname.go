@@ -32,6 +32,7 @@ const (
 	SuffixCodeIndex     = "_code_idx"
 	SuffixFailedIndex   = "_failed_idx"
 	SuffixTypeDueIndex  = "_type_due_idx"
+	SuffixOrderIndex    = "_order_idx"
 	SuffixStatusCheck   = "_status_check"
 	SuffixLeaseCheck    = "_lease_check"
 	SuffixAttemptsCheck = "_attempts_check"

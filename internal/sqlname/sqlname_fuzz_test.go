@@ -26,7 +26,7 @@ var plain = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // suffixes are every object name the library derives from a table name.
 var suffixes = []string{
-	sqlname.SuffixPkey, sqlname.SuffixDueIndex, sqlname.SuffixLeaseIndex, sqlname.SuffixTypeDueIndex, sqlname.SuffixStatusCheck,
+	sqlname.SuffixPkey, sqlname.SuffixDueIndex, sqlname.SuffixLeaseIndex, sqlname.SuffixTypeDueIndex, sqlname.SuffixOrderIndex, sqlname.SuffixStatusCheck,
 	sqlname.SuffixLeaseCheck, sqlname.SuffixAttemptsCheck, sqlname.SuffixLogCheck, sqlname.SuffixErrorCheck,
 	sqlname.SuffixVersion,
 }

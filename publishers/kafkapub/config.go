@@ -29,6 +29,20 @@ type Config struct {
 	// their batch order. Defaults to [KeyPartitionOrAggregate].
 	KeyFunc func(e outbox.Event) []byte
 
+	// KeyOrder makes Publish keep the order of each outbox.OrderKey
+	// within a call, as outbox.KeyOrderedPublisher promises: it produces
+	// a key's next message only once the broker acknowledged the previous
+	// one, and after a key's first failure reports the rest of the key
+	// with outbox.ErrNotAttempted, unsent. Keys, and messages without a
+	// key, still go side by side. Set it with a dispatcher whose Ordering
+	// is PerKey, which then sends a key's run of events in one call
+	// instead of one event per call; see [Publisher.PublishesKeysInOrder]
+	// for what else it needs. It costs a round trip per message of a key
+	// that a call holds more than once. Defaults to false: every message
+	// is produced at once, and a failed message does not hold back the
+	// later ones of its key.
+	KeyOrder bool
+
 	// PublishTimeout bounds a Publish call whose context has no deadline;
 	// a context with a deadline is used as it is. From 1ms to 1h. Defaults
 	// to 30s.

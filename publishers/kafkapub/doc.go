@@ -46,9 +46,25 @@
 // The record key is chosen by Config.KeyFunc; by default it is the event's
 // PartitionKey, or its AggregateID when PartitionKey is empty
 // ([KeyPartitionOrAggregate]). Records with the same key go to the same
-// partition and, within one Publish call, keep their batch order; across
-// retries an event may arrive after events emitted later. Events with
-// neither key are spread over partitions with no order between them.
+// partition and, within one Publish call, keep their batch order while
+// nothing fails; across retries an event may arrive after events emitted
+// later. Events with neither key are spread over partitions with no order
+// between them.
+//
+// A failed produce does not stop the later records of its partition:
+// franz-go fails every record it holds for the partition when the failure
+// arrives, but one it is handed after that is written. So when a record
+// fails in the middle of a call, later records of its key may already be,
+// or still be, written before the dispatcher retries it.
+// Config.KeyOrder closes that gap for a dispatcher whose Ordering is
+// PerKey: a key's next record is produced only once the previous one was
+// acknowledged, and after a key's first failure the rest of the key in
+// the call is reported with outbox.ErrNotAttempted without being
+// produced, so the dispatcher returns those events to PENDING without
+// spending an attempt ([Publisher.PublishesKeysInOrder],
+// outbox.KeyOrderedPublisher). Keys, and records without a key, still go
+// side by side; a call holding many records of one key pays a round trip
+// for each.
 //
 // # Durability and duplicates
 //

@@ -21,6 +21,9 @@ type Publisher struct {
 	owned     bool
 	closeOnce sync.Once
 	gates     gates // per topic: produce rounds share it, lone re-produces hold it alone
+	// keysInOrder makes Publish produce each key's messages one at a
+	// time; see PublishesKeysInOrder.
+	keysInOrder bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -39,14 +42,19 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // transactional
 // (records produced outside a transaction would all fail).
 func New(client *kgo.Client, cfg Config) (*Publisher, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.withDefaults().validate(); err != nil {
 		return nil, err
 	}
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
-	return &Publisher{client: client, cfg: cfg}, nil
+	return newPublisher(client, cfg, false), nil
+}
+
+// newPublisher returns the Publisher of client and cfg, valid and before
+// its defaults are applied.
+func newPublisher(client *kgo.Client, cfg Config, owned bool) *Publisher {
+	return &Publisher{client: client, cfg: cfg.withDefaults(), owned: owned, keysInOrder: keysInOrder(client, cfg)}
 }
 
 // NewFromOpts builds a franz-go client from opts, which pass straight
@@ -69,13 +77,12 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 //
 // Errors are those of [New], or franz-go's for invalid options.
 func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.withDefaults().validate(); err != nil {
 		return nil, err
 	}
 	defaults := []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.UnknownTopicRetries(cfg.unknownTopicRetries()),
+		kgo.UnknownTopicRetries(cfg.withDefaults().unknownTopicRetries()),
 		kgo.MetadataMinAge(time.Second),
 		kgo.ProducerLinger(0),
 	}
@@ -87,7 +94,7 @@ func NewFromOpts(cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 		client.Close()
 		return nil, err
 	}
-	return &Publisher{client: client, cfg: cfg, owned: true}, nil
+	return newPublisher(client, cfg, true), nil
 }
 
 // checkClient rejects a client the Publisher cannot produce through.
@@ -142,6 +149,14 @@ func (p *Publisher) Close() {
 // re-produces, and the calls waiting behind them, until its context or
 // theirs ends.
 //
+// With Config.KeyOrder (see [Publisher.PublishesKeysInOrder]), the
+// messages of one outbox.OrderKey are produced one at a time, each once
+// the one before it was acknowledged, and after a key's first failure
+// (ctx ending included) the rest of the key reports an error wrapping
+// outbox.ErrNotAttempted and is not produced. A record of a rejected
+// batch is then produced again alone as above: nothing after it of its
+// key was produced.
+//
 // A context without a deadline is bounded by Config.PublishTimeout; the
 // context bounds the lone re-produces and every wait too. When ctx ends
 // Publish returns at once, reporting every message not yet acknowledged
@@ -167,11 +182,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	if err != nil {
 		return b.abandon(ctx, topicOf)
 	}
-	for i, m := range msgs {
-		if ctx.Err() != nil {
-			break
+	if p.keysInOrder {
+		p.produceRuns(ctx, b, msgs)
+	} else {
+		for i, m := range msgs {
+			if ctx.Err() != nil {
+				break
+			}
+			p.produce(ctx, b, i, m)
 		}
-		p.produce(ctx, b, i, m)
 	}
 	errs := b.wait(ctx, topicOf)
 	unshare()
@@ -303,11 +322,13 @@ type batch struct {
 	done     chan outcome
 	errs     []error
 	seen     []bool
+	left     int   // messages not yet seen
 	rejected []int // messages whose batch was rejected, ascending
+	runs     *runs // in a call that keeps key order: each key's run; else nil
 }
 
 func newBatch(n int) *batch {
-	return &batch{done: make(chan outcome, n), errs: make([]error, n), seen: make([]bool, n)}
+	return &batch{done: make(chan outcome, n), errs: make([]error, n), seen: make([]bool, n), left: n}
 }
 
 // settle records the outcome of message i; safe from any goroutine.
@@ -320,7 +341,7 @@ func (b *batch) reject(i int, err error) { b.done <- outcome{index: i, err: err,
 // wait collects outcomes until every message is settled or ctx ends; then
 // every message still unsettled gets a retryable error naming topicOf(i).
 func (b *batch) wait(ctx context.Context, topicOf func(i int) string) []error {
-	for left := len(b.errs); left > 0; left-- {
+	for b.left > 0 {
 		select {
 		case o := <-b.done:
 			b.record(o)
@@ -333,9 +354,13 @@ func (b *batch) wait(ctx context.Context, topicOf func(i int) string) []error {
 
 func (b *batch) record(o outcome) {
 	b.errs[o.index], b.seen[o.index] = o.err, true
+	b.left--
 	if o.rejected {
 		i, _ := slices.BinarySearch(b.rejected, o.index)
 		b.rejected = slices.Insert(b.rejected, i, o.index)
+	}
+	if b.runs != nil {
+		b.runs.settled(b, o.index, o.err)
 	}
 }
 
@@ -352,8 +377,12 @@ drain:
 		}
 	}
 	for i, seen := range b.seen {
-		if !seen {
-			b.errs[i] = unconfirmed(ctx, topicOf(i))
+		if seen {
+			continue
+		}
+		b.errs[i], b.seen[i] = unconfirmed(ctx, topicOf(i)), true
+		if b.runs != nil {
+			b.runs.stop(b, i)
 		}
 	}
 	return b.errs

@@ -57,6 +57,19 @@ type Config struct {
 	// Defaults to 512.
 	MaxPending int
 
+	// KeyOrder makes Publish keep the order of each outbox.OrderKey
+	// within a call, as outbox.KeyOrderedPublisher promises: it sends a
+	// key's next message only once the stream acknowledged the previous
+	// one, and after a key's first failure reports the rest of the key
+	// with outbox.ErrNotAttempted, unsent. Keys, and messages without a
+	// key, still share the MaxPending window. Set it with a dispatcher
+	// whose Ordering is PerKey, which then sends a key's run of events in
+	// one call instead of one event per call. It costs a round trip per
+	// message of a key that a call holds more than once. Defaults to
+	// false: every message is pipelined, and a failed message does not
+	// hold back the later ones of its key.
+	KeyOrder bool
+
 	// AckTimeout is how long Publish waits for the PubAck of one message
 	// after sending it; a message not confirmed by then gets a retryable
 	// error. It also bounds Publish when ctx has no deadline: every call

@@ -90,9 +90,21 @@
 // connection, the server queues a connection's messages to the stream in
 // order, and the Publisher turns off the client's automatic re-send on
 // "no responders" (jetstream.WithRetryAttempts(0)), which could store a
-// message after later ones. A message that fails is retried by the
-// dispatcher in a later batch, after the ones that succeeded; order across
-// attempts is not kept.
+// message after later ones. But the stream stores a message even when an
+// earlier one of the call failed (too large for the stream, no stream for
+// its subject, a limit reached): the failed one is retried by the
+// dispatcher in a later batch, after the ones that succeeded, so order
+// across attempts is not kept.
+//
+// Config.KeyOrder keeps it per outbox.OrderKey (PartitionKey, else
+// AggregateID), for a dispatcher whose Ordering is PerKey: a key's next
+// message is sent only once the stream acknowledged the previous one, and
+// after a key's first failure the rest of the key in the call is reported
+// with outbox.ErrNotAttempted without being sent, so the dispatcher
+// returns those events to PENDING without spending an attempt
+// ([Publisher.PublishesKeysInOrder], outbox.KeyOrderedPublisher). Keys, and
+// messages without a key, still share the pipeline; a call holding many
+// messages of one key pays a round trip for each.
 //
 // # Errors
 //

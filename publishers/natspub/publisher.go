@@ -57,8 +57,14 @@ func (p *Publisher) Subject(dest string) string { return p.cfg.SubjectPrefix + d
 // with outbox.Unavailable, as are no responders and a closed or
 // disconnected connection (see the package documentation). Within one call, the messages the stream stores are
 // stored in the order of msgs.
+//
+// With Config.KeyOrder, the messages of one outbox.OrderKey are sent one
+// at a time, each after the PubAck of the one before; after a key's first
+// failure (ctx ending included) the rest of the key reports an error
+// wrapping outbox.ErrNotAttempted and is not sent.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	b := &batch{p: p, ctx: ctx, msgs: msgs, errs: make([]error, len(msgs)), maxPayload: maxPayload(p.js)}
+	b.next, b.ready = runs(msgs, p.cfg.KeyOrder)
 	b.run()
 	return b.errs
 }
@@ -78,6 +84,8 @@ type batch struct {
 	msgs    []outbox.Message
 	errs    []error
 	pending []inflight // in send order
+	ready   []int      // messages to send once there is room, in order
+	next    []int      // next[i] is the next message of i's key, or -1
 	timer   *time.Timer
 	// maxPayload is the server's limit on headers plus data, read once
 	// per call; 0 when unknown.
@@ -93,33 +101,25 @@ func maxPayload(js jetstream.JetStream) int64 {
 	return 0
 }
 
-// run sends every message through the window, then collects the
-// remaining acks; when ctx ends it marks everything unconfirmed.
+// run sends the ready messages through the window, collecting acks as it
+// goes, which make the next message of each key ready, until nothing is
+// ready or in flight; when ctx ends it marks everything unconfirmed.
 func (b *batch) run() {
-	next := 0
-	for ; next < len(b.msgs) && b.ctx.Err() == nil; next++ {
-		if !b.makeRoom() {
-			break
+	for b.ctx.Err() == nil && (len(b.ready) > 0 || len(b.pending) > 0) {
+		if len(b.ready) == 0 || len(b.pending) >= b.p.cfg.MaxPending {
+			if !b.awaitOldest() {
+				break
+			}
+			continue
 		}
-		b.send(next)
-	}
-	for len(b.pending) > 0 && b.awaitOldest() {
+		i := b.ready[0]
+		b.ready = b.ready[1:]
+		b.send(i)
 	}
 	if b.timer != nil {
 		b.timer.Stop()
 	}
-	b.abandon(next)
-}
-
-// makeRoom waits until fewer than MaxPending messages are in flight. It
-// returns false when ctx ended first.
-func (b *batch) makeRoom() bool {
-	for len(b.pending) >= b.p.cfg.MaxPending {
-		if !b.awaitOldest() {
-			return false
-		}
-	}
-	return true
+	b.abandon()
 }
 
 // send publishes message i, recording it in flight or its error.
@@ -129,12 +129,12 @@ func (b *batch) send(i int) {
 	id := m.Event.ID.String()
 	msg, err := buildMsg(i, subject, id, b.p.cfg.Source, m.Event, b.maxPayload)
 	if err != nil {
-		b.errs[i] = outbox.Permanent(err)
+		b.settle(i, outbox.Permanent(err))
 		return
 	}
 	paf, err := b.publishAsync(msg)
 	if err != nil {
-		b.errs[i] = publishError(subject, err)
+		b.settle(i, publishError(subject, err))
 		return
 	}
 	b.pending = append(b.pending, inflight{idx: i, subject: subject, paf: paf, deadline: time.Now().Add(b.p.cfg.AckTimeout)})
@@ -199,17 +199,19 @@ func buildMsg(i int, subject, id, source string, e outbox.Event, maxPayload int6
 func (b *batch) awaitOldest() bool {
 	f := b.pending[0]
 	b.resetTimer(time.Until(f.deadline))
+	var err error
 	select {
 	case <-f.paf.Ok():
 		// A PubAck, Duplicate or not: the stream holds the event.
-	case err := <-f.paf.Err():
-		b.errs[f.idx] = publishError(f.subject, err)
+	case cause := <-f.paf.Err():
+		err = publishError(f.subject, cause)
 	case <-b.timer.C:
-		b.errs[f.idx] = publishError(f.subject, b.timeoutCause(f.subject))
+		err = publishError(f.subject, b.timeoutCause(f.subject))
 	case <-b.ctx.Done():
 		return false
 	}
 	b.pending = b.pending[1:]
+	b.settle(f.idx, err)
 	return true
 }
 
@@ -230,11 +232,11 @@ func (b *batch) resetTimer(d time.Duration) {
 	b.timer.Reset(d)
 }
 
-// abandon records the end of ctx for every message from next on that was
-// never sent, and for every message still in flight whose ack has not
-// already arrived.
-func (b *batch) abandon(next int) {
-	if len(b.pending) == 0 && next == len(b.msgs) {
+// abandon records the end of ctx for every ready message, never sent, and
+// for every message still in flight whose ack has not already arrived;
+// the later messages of their keys are not attempted.
+func (b *batch) abandon() {
+	if len(b.pending) == 0 && len(b.ready) == 0 {
 		return
 	}
 	cause := fmt.Errorf("natspub: not confirmed before the context ended: %w", cmpErr(b.ctx.Err(), context.Canceled))
@@ -247,8 +249,10 @@ func (b *batch) abandon(next int) {
 		default:
 			b.errs[f.idx] = cause
 		}
+		b.stop(f.idx)
 	}
-	for i := next; i < len(b.msgs); i++ {
+	for _, i := range b.ready {
 		b.errs[i] = cause
+		b.stop(i)
 	}
 }

@@ -1,0 +1,52 @@
+package dispatcher
+
+import "sync"
+
+// Claim order with Concurrency 1. A dispatcher without per-key ordering
+// and with one handler slot hands out its events in claim order, across
+// batches too: its claims run one at a time (whatever Claimers says), so
+// that each returns the events after those of the one before, and each
+// batch waits for the batch claimed before it to hand out all its events
+// (its handlers taken, its publishes sent) before it starts. Claims still
+// run ahead of the handlers: a batch is claimed while the one before runs.
+
+// inClaimOrder reports whether the dispatcher hands out its events in
+// claim order across batches (see above).
+func (d *Dispatcher) inClaimOrder() bool {
+	return d.cfg.Concurrency == 1 && d.cfg.Ordering == Unordered
+}
+
+// claimers is how many claims may be in flight at once.
+func (d *Dispatcher) claimers() int {
+	if d.inClaimOrder() {
+		return 1
+	}
+	return d.cfg.Claimers
+}
+
+// turns lines the batches of a dispatcher up in claim order.
+type turns struct {
+	mu   sync.Mutex
+	last chan struct{} // closed when the latest batch has handed out its events; nil before the first
+}
+
+// take returns the turn of the next batch: prev is closed when the batch
+// before it is done (nil for none), and the batch closes done when it is.
+func (t *turns) take() (prev <-chan struct{}, done chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev, done = t.last, make(chan struct{})
+	t.last = done
+	return prev, done
+}
+
+// runInTurn runs a batch once the batch claimed before it has handed out
+// its events. The batch holds no handler slot while it waits: no claim
+// takes one in this mode (see startsFor).
+func (d *Dispatcher) runInTurn(items []*item, prev <-chan struct{}, done chan struct{}) {
+	defer close(done)
+	if prev != nil {
+		<-prev
+	}
+	d.runBatch(items)
+}

@@ -1,0 +1,210 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Per-key ordering. Under Ordering PerKey the claim (internal/lease) takes,
+// for each order key, a run of the key's events from its head: the
+// earliest event of the key that is not SENT (or FAILED and skipped, or
+// FAILED at all under SkipFailed), all of them due and PENDING, so that
+// no other dispatcher holds an earlier event of the key meanwhile. The
+// dispatcher then delivers each run in order:
+//
+//   - The batch's events are grouped into chains, one per key in seq
+//     order; an event without a key is a chain of its own.
+//   - The batch runs in waves: wave j is the j-th step of every chain
+//     still going. A step is one event, or, when the Publisher is an
+//     outbox.KeyOrderedPublisher that keeps each key's order, the run of
+//     consecutive publish-only events of the chain. A wave is marked
+//     started in one statement, its handlers run at once (up to
+//     Concurrency), and then its publishable events go to the publisher
+//     in one call.
+//   - A chain whose step did not succeed (a retry, a snooze, a lost
+//     lease, a release, or a FAILED event under BlockKey) stops: its
+//     remaining events are released to PENDING unstarted and uncharged,
+//     and the key's head, the event that did not succeed, holds them
+//     back until it succeeds. Under SkipFailed a FAILED event does not
+//     stop its chain.
+//
+// No claim marks an event started under PerKey (see startsFor): each wave
+// is marked right before it runs, so that a crash charges a recovery only
+// to the events whose attempt began.
+
+// runOrdered runs a batch under Ordering PerKey, wave by wave.
+func (d *Dispatcher) runOrdered(items []*item) {
+	runs := d.publishesKeysInOrder()
+	chains := d.chains(items)
+	for len(chains) > 0 {
+		steps := make([][]handledItem, len(chains))
+		for i, c := range chains {
+			steps[i] = nextStep(c, runs)
+		}
+		d.runWave(steps)
+		going := chains[:0]
+		for i, c := range chains {
+			if stop := d.stopsAt(steps[i]); stop >= 0 {
+				d.releaseRest(c[stop+1:])
+			} else if len(c) > len(steps[i]) {
+				going = append(going, c[len(steps[i]):])
+			}
+		}
+		chains = going
+	}
+}
+
+// publishesKeysInOrder reports whether the publisher keeps the order of
+// each key within a call (outbox.KeyOrderedPublisher).
+func (d *Dispatcher) publishesKeysInOrder() bool {
+	p, ok := d.cfg.Publisher.(outbox.KeyOrderedPublisher)
+	return ok && p.PublishesKeysInOrder()
+}
+
+// chains groups a batch's items by the order key the claim read, each
+// chain in seq order (the ordered claim returns each key's events in seq
+// order), with the handler and destination of each item. A
+// chain of a key comes where the key's first item is in the batch; an
+// item without a key is a chain of its own.
+func (d *Dispatcher) chains(items []*item) [][]handledItem {
+	lookup := d.handlerLookup()
+	var chains [][]handledItem
+	byKey := make(map[string]int)
+	for _, it := range items {
+		if it.hasSlot { // no claim gives one under PerKey (see startsFor); never kept
+			d.releaseSlots(1)
+			it.hasSlot = false
+		}
+		it.dest = d.destination(it.event)
+		hi := handledItem{it, lookup(it.event.Type)}
+		if it.key != "" {
+			if i, ok := byKey[it.key]; ok {
+				chains[i] = append(chains[i], hi)
+				continue
+			}
+			byKey[it.key] = len(chains)
+		}
+		chains = append(chains, []handledItem{hi})
+	}
+	return chains
+}
+
+// nextStep is the first step of a chain: its first item, or with runs the
+// chain's leading publish-only items.
+func nextStep(chain []handledItem, runs bool) []handledItem {
+	n := 1
+	for runs && publishOnly(chain[n-1]) && n < len(chain) && publishOnly(chain[n]) {
+		n++
+	}
+	return chain[:n]
+}
+
+// publishOnly reports whether an item has a destination and no handler.
+func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.dest != "" }
+
+// runWave runs one step of each chain: the wave is marked started, its
+// handlers run up to Concurrency at once, suspects take their turn, and
+// then every event of the wave whose handler succeeded, or that has no
+// handler, is published in one call. runWave returns once each event's
+// result is known.
+func (d *Dispatcher) runWave(steps [][]handledItem) {
+	var wg sync.WaitGroup
+	q := &batchQueue{allTaken: make(chan struct{})}
+	var toMark []*item
+	var publishRuns [][]handledItem
+	for _, st := range steps {
+		hi := st[0]
+		switch {
+		case hi.h == nil && hi.item.dest == "":
+			if d.await(hi.item) && d.held.begin(hi.item, 0) {
+				d.finish(hi.item, result{err: errNoHandler, code: outbox.CodeNoHandler})
+			}
+		case hi.h == nil:
+			publishRuns = append(publishRuns, st)
+			for _, p := range st {
+				toMark = append(toMark, p.item)
+			}
+		case hi.item.suspect:
+			wg.Go(func() { d.runSuspect(hi) }) // marks itself, alone among suspects
+		default:
+			q.items = append(q.items, hi)
+			toMark = append(toMark, hi.item)
+		}
+	}
+	if len(toMark) > 0 {
+		d.markStarted(toMark) // one statement for the wave; what may not start fails begin
+	}
+	d.work(q, &wg)
+	wg.Wait()
+	var toPublish []*item
+	for _, st := range publishRuns {
+		toPublish = append(toPublish, d.beginRun(st)...)
+	}
+	d.publish(append(toPublish, d.dropLost(q.toPublish)...))
+}
+
+// beginRun begins a run of publish-only items of one key in order, up to
+// the first that may not begin (the others stay unstarted, and are
+// released with the rest of the chain).
+func (d *Dispatcher) beginRun(run []handledItem) []*item {
+	var begun []*item
+	for _, hi := range run {
+		if !d.await(hi.item) || !d.held.begin(hi.item, 0) {
+			break
+		}
+		d.metrics.started(hi.item)
+		begun = append(begun, hi.item)
+	}
+	return begun
+}
+
+// stopsAt returns the index of the first event of a chain's step that
+// stops the chain (see passes), or -1 when the chain goes on.
+func (d *Dispatcher) stopsAt(step []handledItem) int {
+	for i, hi := range step {
+		res, ok := d.held.outcome(hi.item)
+		if !ok || !d.passes(hi.item, res) {
+			return i
+		}
+	}
+	return -1
+}
+
+// passes reports whether an event whose attempt ended with res lets the
+// later events of its key go on.
+func (d *Dispatcher) passes(it *item, res result) bool {
+	switch {
+	case res.release || res.snooze:
+		return false
+	case res.err == nil:
+		return true
+	}
+	return d.cfg.HeadPolicy == SkipFailed && d.completer.failure(it).Final
+}
+
+// releaseRest releases the rest of a chain that stopped, those of its
+// events that never began, through the completer (no attempt spent), and
+// counts them. (A run's events that a KeyOrderedPublisher did not attempt
+// were released by publish.)
+func (d *Dispatcher) releaseRest(rest []handledItem) {
+	items := make([]*item, len(rest))
+	for i, hi := range rest {
+		items[i] = hi.item
+	}
+	d.stats.orderReleased.Add(uint64(d.held.releaseQueued(items)))
+}
+
+// publishResult is the result of a message the publisher did not
+// deliver: a release, uncharged, when the error wraps
+// outbox.ErrNotAttempted (a KeyOrderedPublisher did not try it, since an
+// earlier message of its key failed), else a failed attempt.
+func (d *Dispatcher) publishResult(it *item, ctx context.Context, err error) result {
+	if errors.Is(err, outbox.ErrNotAttempted) {
+		d.stats.orderReleased.Add(1)
+		return result{err: err, release: true}
+	}
+	return d.classify(it, ctx, err, publishCode(err))
+}

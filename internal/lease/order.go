@@ -1,0 +1,229 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// This file holds the ordered claim (ClaimParams.Ordered): the claim that
+// takes, per order key, only a run of the key's blockers starting at its
+// head. See the package doc, "Ordered claim", for why each part is there.
+
+// keyOf is the order key of the row named alias: PartitionKey, else
+// AggregateID (Emit stores ” as NULL), as the order index has it.
+func keyOf(alias string) string {
+	return `coalesce(` + alias + `.partition_key, ` + alias + `.aggregate_id)`
+}
+
+// keyIs is true for the rows of alias whose order key is key, written as
+// a range of one value rather than an equality so that the planner cannot
+// treat the key as a constant, drop it from "ORDER BY key, seq" and
+// answer the probe from the seq index with a filter instead of the order
+// index: it did, on a table whose statistics said most rows had that key,
+// reading 30,000 rows of other states per probe (45,000 buffers). For
+// text with the database's collation (deterministic), key <= x AND key >=
+// x holds exactly when key = x.
+func keyIs(alias, key string) string {
+	return keyOf(alias) + ` >= ` + key + ` AND ` + keyOf(alias) + ` <= ` + key
+}
+
+// blocker is true for a row of alias that blocks its key: not SENT (the
+// order index's predicate, written as the index has it so that the index
+// serves the probe), and not FAILED unless blockFailed and the row was
+// not skipped by an operator.
+func blocker(alias string, blockFailed bool) string {
+	failed := alias + `.status <> 'FAILED'`
+	if blockFailed {
+		failed = `(` + alias + `.status <> 'FAILED' OR ` + alias + `.skipped_at IS NULL)`
+	}
+	return alias + `.status <> 'SENT' AND ` + failed
+}
+
+// headOK is true when the head of key (an SQL expression), its blocker
+// with the lowest seq found by one probe of the order index, is a due
+// PENDING row.
+func headOK(t, key string, blockFailed bool) string {
+	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now() FROM %[1]s AS h
+		WHERE %[5]s AND %[4]s
+		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), keyIs("h", key))
+}
+
+// heads probes, once per key, the heads of the keys of the rows of window
+// (columns k, next_attempt_at, seq), the first $1 due PENDING rows in due
+// order: the CTE "heads" (k, ok) that headDue reads.
+func heads(t, window string, blockFailed bool) string {
+	return fmt.Sprintf(`heads AS MATERIALIZED (
+	SELECT w.k, %[2]s AS ok FROM (
+		SELECT DISTINCT w.k FROM (%[1]s) AS w WHERE w.k IS NOT NULL
+	) AS w
+)`, window, headOK(t, "w.k", blockFailed))
+}
+
+// headDue is the candidate filter of the ordered claim on the row named
+// alias: the row has no key, or the head of its key is a due PENDING row.
+// It keeps the rows of blocked keys from taking the claim's LIMIT. The
+// heads of the keys of the first rows in due order are probed once each
+// (see heads) and looked up in a hashed set; only a row of another key
+// probes its own, so that the rows of one key do not each walk the
+// key's entries from its start.
+func headDue(t, alias string, blockFailed bool) string {
+	return fmt.Sprintf(`(%[1]s IS NULL OR %[1]s IN (SELECT k FROM heads WHERE ok)
+		OR (NOT %[1]s IN (SELECT k FROM heads) AND %[2]s))`, keyOf(alias), headOK(t, keyOf(alias), blockFailed))
+}
+
+// orderedDue locks, like allDue, up to $1 due PENDING rows of every type
+// in due order, skipping rows locked elsewhere, but only candidates
+// (headDue), and returns what the runs need of each.
+func orderedDue(t string, blockFailed bool) string {
+	window := fmt.Sprintf(`SELECT %[2]s AS k FROM %[1]s AS w
+		WHERE w.status = 'PENDING' AND w.next_attempt_at <= now()
+		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, keyOf("w"))
+	return heads(t, window, blockFailed) + fmt.Sprintf(`, due AS MATERIALIZED (
+	SELECT c.id, %[2]s AS k, c.seq, c.next_attempt_at FROM %[1]s AS c
+	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
+	ORDER BY c.next_attempt_at, c.seq
+	LIMIT $1
+	FOR UPDATE OF c SKIP LOCKED
+)`, t, keyOf("c"), headDue(t, "c", blockFailed))
+}
+
+// orderedTypedDue is typedDue with the candidate filter in each leg, so
+// that the rows of a blocked key are not offered and cannot use up a
+// leg's slack. Its window is the first $1 rows of the legs.
+func orderedTypedDue(t string, n, param int, blockFailed bool) string {
+	window := fmt.Sprintf(`SELECT c.k FROM (
+		%[1]s
+	) AS c ORDER BY c.next_attempt_at, c.seq LIMIT $1`,
+		typeLegs(t, n, param, keyOf(t)+` AS k, next_attempt_at, seq`, ` AND next_attempt_at <= now()`, `$1::int`))
+	return heads(t, window, blockFailed) + fmt.Sprintf(`, due AS MATERIALIZED (
+	SELECT o.id, %[3]s AS k, o.seq, o.next_attempt_at FROM (
+		%[2]s
+	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
+	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+	ORDER BY c.next_attempt_at, c.seq
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+)`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`,
+		` AND next_attempt_at <= now() AND `+headDue(t, t, blockFailed),
+		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), keyOf("o"))
+}
+
+// orderedClaimSQL is the ordered claim statement with the given started_at
+// expression, taking its candidates from the CTE due (orderedDue or
+// orderedTypedDue, which define "due" and what it reads; typesParam is the position of the types array in the
+// typed form, else 0). For each key among the locked candidates, it walks
+// the key's blockers in seq order (the order index) for one more than it
+// locked of that key, locks the walked rows that are due PENDING (of the
+// claimed types) and were not locked yet, skipping rows locked elsewhere,
+// and takes the walked rows before the first one it does not hold: a
+// prefix of the key's blockers, from its head. Rows of the key beyond
+// the walk are not taken. Keys come in the due order of their first
+// candidate, keyless rows in their own, each key's rows in seq order,
+// up to $1 rows: a run cut by the limit keeps its prefix. It returns the
+// order key of each row after claimedColumns.
+func orderedClaimSQL(t, startedAt, due string, blockFailed bool, typesParam int) string {
+	ofTypes := ``
+	if typesParam > 0 {
+		ofTypes = fmt.Sprintf(` AND x.event_type = ANY ($%d::text[])`, typesParam)
+	}
+	return fmt.Sprintf(`WITH %[4]s, runs AS MATERIALIZED (
+	SELECT d.k, count(*) AS n, min(d.next_attempt_at) AS first_due FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
+), walk AS MATERIALIZED (
+	SELECT r.k, r.first_due, w.id, w.seq, w.ready, EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id) AS held
+	FROM runs AS r CROSS JOIN LATERAL (
+		SELECT x.id, x.seq, x.status = 'PENDING' AND x.next_attempt_at <= now()%[8]s AS ready FROM %[1]s AS x
+		WHERE %[9]s AND %[6]s
+		ORDER BY %[5]s, x.seq LIMIT r.n + 1
+	) AS w
+), extra AS MATERIALIZED (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(SELECT id FROM walk WHERE ready AND NOT held))
+		AND o.status = 'PENDING' AND o.next_attempt_at <= now()
+	FOR UPDATE OF o SKIP LOCKED
+), mine AS MATERIALIZED (
+	SELECT w.k, w.first_due, w.id, w.seq, w.held OR EXISTS (SELECT 1 FROM extra AS e WHERE e.id = w.id) AS mine
+	FROM walk AS w
+), barriers AS MATERIALIZED (
+	SELECT m.k, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY m.k
+), ids AS MATERIALIZED (
+	SELECT ARRAY(SELECT id FROM (
+		SELECT d.id, d.next_attempt_at AS first_due, '' AS k, d.seq FROM due AS d WHERE d.k IS NULL
+		UNION ALL
+		SELECT m.id, m.first_due, m.k, m.seq FROM mine AS m LEFT JOIN barriers AS b ON b.k = m.k
+		WHERE m.mine AND (b.seq IS NULL OR m.seq < b.seq)
+	) AS r ORDER BY r.first_due, r.k, r.seq LIMIT $1) AS a
+)
+UPDATE %[1]s AS o
+SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
+	lease_until = now() + $4::bigint * interval '1 microsecond',
+	started_at = %[3]s
+WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
+RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes,
+		keyIs("x", "r.k"))
+}
+
+// orderedForms are the three forms of the ordered claim from one source
+// of due rows, one set per head policy (index: BlockFailed).
+type orderedForms [2]claimForms
+
+// typed says whether due reads the types array parameter.
+func buildOrdered(t string, typed bool, due func(param int, blockFailed bool) string) orderedForms {
+	var f orderedForms
+	types := func(param int) int {
+		if typed {
+			return param
+		}
+		return 0
+	}
+	for i, bf := range []bool{false, true} {
+		f[i] = claimForms{
+			none: orderedClaimSQL(t, startNone, due(5, bf), bf, types(5)),
+			all:  orderedClaimSQL(t, startAll, due(5, bf), bf, types(5)),
+			some: orderedClaimSQL(t, startSome, due(6, bf), bf, types(6)),
+		}
+	}
+	return f
+}
+
+// forms returns the forms of the head policy.
+func (f *orderedForms) forms(blockFailed bool) claimForms {
+	if blockFailed {
+		return f[1]
+	}
+	return f[0]
+}
+
+// orderedTyped returns the ordered claims restricted to n types, built on
+// first use and kept like typedStatements.
+func (s *Store) orderedTyped(n int) *orderedForms {
+	if f, ok := s.orderedByTypes.Load(n); ok {
+		return f.(*orderedForms)
+	}
+	built := buildOrdered(s.qualified, true, func(param int, bf bool) string { return orderedTypedDue(s.qualified, n, param, bf) })
+	f, _ := s.orderedByTypes.LoadOrStore(n, &built)
+	return f.(*orderedForms)
+}
+
+// inKeyOrder reorders rows, already in claim order, so that the rows of
+// each key are in seq order: each key keeps the positions its rows took,
+// and fills them in seq order. Due order and seq order differ within a
+// key when an earlier event was retried and became due after a later one.
+func inKeyOrder(rows []claimedRow) {
+	byKey := make(map[string][]int)
+	for i, r := range rows {
+		if r.key != "" {
+			byKey[r.key] = append(byKey[r.key], i)
+		}
+	}
+	for _, at := range byKey {
+		run := make([]claimedRow, len(at))
+		for j, i := range at {
+			run[j] = rows[i]
+		}
+		slices.SortFunc(run, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
+		for j, i := range at {
+			rows[i] = run[j]
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package lease_test
+
+import (
+	"fmt"
+	"github.com/jackc/pgx/v5"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/lease"
+)
+
+// claimForms are the two sources of an ordered claim: every type, and
+// the typed form (the rows of these tests all have the default type).
+var claimForms = []struct {
+	name  string
+	types []string
+}{{"all types", nil}, {"typed", []string{"test.event", "other"}}}
+
+// forEachForm runs f as a parallel subtest for each claim form.
+func forEachForm(t *testing.T, f func(t *testing.T, e env, types []string)) {
+	t.Helper()
+	for _, form := range claimForms {
+		t.Run(form.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, newEnv(t), form.types)
+		})
+	}
+}
+
+// claimOrdered claims up to limit rows in ordered mode on db.
+func claimOrdered(t *testing.T, e env, db lease.DB, types []string, limit int, blockFailed bool) lease.Batch {
+	t.Helper()
+	b, err := e.store.Claim(t.Context(), db, lease.ClaimParams{Owner: "w", Limit: limit, Lease: time.Minute,
+		Types: types, Ordered: true, BlockFailed: blockFailed})
+	require.NoError(t, err)
+	require.Len(t, b.Keys, len(b.Events))
+	return b
+}
+
+// keyed is a due PENDING row of key k (as its partition key).
+func keyed(k string) spec { return spec{PartitionKey: k} }
+
+// keyedBy returns n due PENDING rows of key k, the first as s.
+func keyedBy(k string, n int, first spec) []spec {
+	specs := []spec{first}
+	for range n - 1 {
+		specs = append(specs, keyed(k))
+	}
+	specs[0].PartitionKey = k
+	return specs
+}
+
+func TestOrderedClaimBlockedHeads(t *testing.T) {
+	t.Parallel()
+	heads := []struct {
+		name        string
+		head        spec
+		blockFailed bool
+		skipped     bool
+		blocks      bool
+	}{
+		{name: "processing", head: spec{Status: "PROCESSING"}, blocks: true},
+		{name: "pending not due (a retry)", head: spec{DueIn: time.Hour}, blocks: true},
+		{name: "failed under BlockFailed", head: spec{Status: "FAILED"}, blockFailed: true, blocks: true},
+		{name: "failed without BlockFailed", head: spec{Status: "FAILED"}},
+		{name: "failed and skipped under BlockFailed", head: spec{Status: "FAILED"}, blockFailed: true, skipped: true},
+		{name: "sent", head: spec{Status: "SENT"}, blockFailed: true},
+	}
+	for _, h := range heads {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			forEachForm(t, func(t *testing.T, e env, types []string) {
+				ids := insert(t, e.db.Pool, append(keyedBy("k", 3, h.head), keyed("other"), spec{}, spec{AggregateID: "agg"})...)
+				if h.skipped {
+					_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET skipped_at = now() WHERE id = $1`, ids[0])
+					require.NoError(t, err)
+				}
+				b := claimOrdered(t, e, e.db.Pool, types, 10, h.blockFailed)
+				if h.blocks {
+					require.Equal(t, []uuid.UUID{ids[3], ids[4], ids[5]}, batchIDs(b), "key k is blocked by its head")
+					require.Equal(t, []string{"other", "", "agg"}, b.Keys)
+					require.Equal(t, 2, countStatus(t, e.db.Pool, "PENDING")-boolInt(h.head.DueIn > 0))
+					return
+				}
+				require.Equal(t, []uuid.UUID{ids[1], ids[2], ids[3], ids[4], ids[5]}, batchIDs(b), "key k moves on")
+				require.Equal(t, []string{"k", "k", "other", "", "agg"}, b.Keys)
+			})
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A row locked by another transaction's open statement or transaction is
+// skipped by the claim's locking read; if it is the head of its key, the
+// claim takes no later row of that key either (the barrier), but other
+// keys' rows and keyless rows.
+func TestOrderedClaimHeadLockedElsewhere(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		ids := insert(t, e.db.Pool, append(keyedBy("k", 3, spec{}), keyed("other"), spec{})...)
+		holder, err := e.db.Conn(t).Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = holder.Rollback(t.Context()) }()
+		_, err = holder.Exec(t.Context(), `SELECT 1 FROM outbox_events WHERE id = $1 FOR UPDATE`, ids[0])
+		require.NoError(t, err)
+
+		b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+		require.Equal(t, []uuid.UUID{ids[3], ids[4]}, batchIDs(b))
+		for _, id := range ids[:3] {
+			require.Equal(t, "PENDING", get(t, e.db.Pool, id).Status)
+		}
+
+		require.NoError(t, holder.Rollback(t.Context()))
+		b = claimOrdered(t, e, e.db.Pool, types, 10, true)
+		require.Equal(t, ids[:3], batchIDs(b), "the whole run once the head is free")
+	})
+}
+
+func TestOrderedClaimRuns(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a run of five due events comes in one claim in seq order", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			ids := insert(t, e.db.Pool, keyedBy("k", 5, spec{})...)
+			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			require.Equal(t, ids, batchIDs(b))
+			require.Equal(t, []string{"k", "k", "k", "k", "k"}, b.Keys)
+		})
+	})
+
+	t.Run("a run stops before an event that is not due", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			specs := keyedBy("k", 5, spec{})
+			specs[2].DueIn = time.Hour
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			require.Equal(t, ids[:2], batchIDs(b))
+			require.Equal(t, 3, countStatus(t, e.db.Pool, "PENDING"))
+		})
+	})
+
+	t.Run("a limit cuts a run to its prefix", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			ids := insert(t, e.db.Pool, keyedBy("k", 5, spec{})...)
+			b := claimOrdered(t, e, e.db.Pool, types, 3, true)
+			require.Equal(t, ids[:3], batchIDs(b))
+			b = claimOrdered(t, e, e.db.Pool, types, 3, true)
+			require.Empty(t, b.Events, "the rest waits behind the claimed head")
+		})
+	})
+
+	t.Run("a run follows seq order from its head, whatever the due order of its rows", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			// Row 1 (a retry) became due after rows 2 and 3: due order is
+			// 0, 2, 3, 1, seq order 0, 1, 2, 3; a limit of 3 takes 0, 1, 2.
+			specs := keyedBy("k", 4, spec{DueIn: -time.Hour})
+			specs[1].DueIn = -time.Second
+			specs[2].DueIn, specs[3].DueIn = -time.Minute, -time.Minute
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 3, true)
+			require.Equal(t, ids[:3], batchIDs(b))
+			b = claimOrdered(t, e, e.db.Pool, types, 3, true)
+			require.Empty(t, b.Events, "the rest waits behind the claimed run")
+		})
+	})
+
+	t.Run("a head retried after more successors than a claim takes is still claimed", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			// The head became due after its successors (released when
+			// it failed, keeping their emit time): in due order the
+			// successors fill any limit before the head.
+			specs := keyedBy("k", 6, spec{DueIn: -time.Second})
+			for i := 1; i < len(specs); i++ {
+				specs[i].DueIn = -time.Hour
+			}
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 2, true)
+			require.Equal(t, ids[:2], batchIDs(b))
+		})
+	})
+
+	t.Run("a run stops before a successor of a type the claim does not take", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		specs := keyedBy("k", 4, spec{})
+		specs[2].Type = "foreign"
+		ids := insert(t, e.db.Pool, specs...)
+		b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 10, true)
+		require.Equal(t, ids[:2], batchIDs(b))
+	})
+
+	t.Run("the rows of a key come in seq order when their due order differs", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			specs := append(keyedBy("k", 2, spec{DueIn: -time.Second}), spec{DueIn: -time.Minute})
+			specs[1].DueIn = -time.Hour
+			ids := insert(t, e.db.Pool, specs...)
+			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			// Due order is 1, 2, 0; key k keeps positions 0 and 2.
+			require.Equal(t, []uuid.UUID{ids[0], ids[2], ids[1]}, batchIDs(b))
+			require.Equal(t, []string{"k", "", "k"}, b.Keys)
+		})
+	})
+
+	t.Run("an aggregate id is the key without a partition key", func(t *testing.T) {
+		t.Parallel()
+		forEachForm(t, func(t *testing.T, e env, types []string) {
+			ids := insert(t, e.db.Pool, spec{AggregateID: "a", Status: "PROCESSING"}, spec{AggregateID: "a"},
+				spec{AggregateID: "a", PartitionKey: "p"}, spec{PartitionKey: "a"})
+			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			require.Equal(t, []uuid.UUID{ids[2]}, batchIDs(b), "key a is blocked, key p is not")
+		})
+	})
+}
+
+// A blocked key's backlog of due rows does not take the claim's limit.
+func TestOrderedClaimBlockedBacklogDoesNotStarve(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		specs := keyedBy("hot", 1001, spec{Status: "PROCESSING", DueIn: -2 * time.Hour})
+		for i := 1; i < len(specs); i++ {
+			specs[i].DueIn = -time.Hour // due before every other key's rows
+		}
+		for range 20 {
+			specs = append(specs, keyed(uuid.NewString()))
+		}
+		ids := insert(t, e.db.Pool, specs...)
+		b := claimOrdered(t, e, e.db.Pool, types, 10, true)
+		require.Equal(t, ids[1001:1011], batchIDs(b))
+	})
+}
+
+// pauseClaimsAt makes every statement of role that reads row id wait,
+// while the test holds the advisory lock key, before it goes past that
+// row: a row-level-security policy whose function takes the lock shared.
+// The table's owner (the test's other connections) bypasses the policy.
+func pauseClaimsAt(t *testing.T, e env, role string, id uuid.UUID, key int64) {
+	t.Helper()
+	_, err := e.db.Pool.Exec(t.Context(), fmt.Sprintf(`
+GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+GRANT SELECT, UPDATE ON outbox_events TO %[2]s;
+CREATE FUNCTION pause_at(row_id uuid) RETURNS bool LANGUAGE plpgsql VOLATILE AS $f$
+BEGIN
+	IF row_id = '%[3]s' THEN
+		PERFORM pg_advisory_xact_lock_shared(%[4]d);
+	END IF;
+	RETURN true;
+END $f$;
+ALTER TABLE outbox_events ENABLE ROW LEVEL SECURITY;
+CREATE POLICY pause ON outbox_events USING (pause_at(id))`,
+		pgx.Identifier{e.db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), id, key))
+	require.NoError(t, err)
+}
+
+// waitForLockWaiter returns once a session waits for advisory lock key.
+func waitForLockWaiter(t *testing.T, e env, key int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, queryRow(e.db.Pool, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND objid = $1`, key).Scan(&n))
+		return n > 0
+	}, time.Minute, 5*time.Millisecond)
+}
+
+// A claim whose snapshot is older than another claimer's claim of a key's
+// head must not take the key's next event: its locking read does not
+// return the head (taken since), so the head is the barrier. Claimer A
+// takes its snapshot and is paused on the head; B claims the head and
+// commits; then A goes on.
+func TestOrderedClaimStaleSnapshot(t *testing.T) {
+	t.Parallel()
+	for i, form := range claimForms {
+		t.Run(form.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), keyed("other"))
+			key := int64(7_000 + i)
+			role := e.db.NewRole(t, "claimer")
+			pauseClaimsAt(t, e, role, ids[0], key)
+			gate := e.db.Conn(t)
+			_, err := gate.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, key)
+			require.NoError(t, err)
+			a := e.db.RoleConn(t, role)
+
+			done := make(chan lease.Batch, 1)
+			go func() {
+				b, err := e.store.Claim(t.Context(), a, lease.ClaimParams{Owner: "a", Limit: 10, Lease: time.Minute,
+					Types: form.types, Ordered: true, BlockFailed: true})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- b
+			}()
+			waitForLockWaiter(t, e, key)
+			b := claimOrdered(t, e, e.db.Pool, form.types, 1, true)
+			require.Equal(t, ids[:1], batchIDs(b), "B takes the head")
+			_, err = gate.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, key)
+			require.NoError(t, err)
+
+			got := <-done
+			require.Equal(t, ids[2:], batchIDs(got), "A takes the other key only")
+			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[1]).Status)
+		})
+	}
+}
