@@ -21,11 +21,15 @@ import (
 // otherwise it fails the messages fail says how, once each, and
 // acknowledges the rest.
 type outagePublisher struct {
-	down  atomic.Bool
-	calls atomic.Int64
-	mu    sync.Mutex
-	fail  map[uuid.UUID]error // failed once, then forgotten
-	sent  map[uuid.UUID]int   // acknowledged messages per event
+	down atomic.Bool
+	// keyOrdered: while down, only the first message of each key is
+	// tried (unavailable), the rest reported outbox.ErrNotAttempted, as
+	// a key-ordered publisher does.
+	keyOrdered bool
+	calls      atomic.Int64
+	mu         sync.Mutex
+	fail       map[uuid.UUID]error // failed once, then forgotten
+	sent       map[uuid.UUID]int   // acknowledged messages per event
 }
 
 func newOutagePublisher() *outagePublisher {
@@ -35,11 +39,15 @@ func newOutagePublisher() *outagePublisher {
 func (p *outagePublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
 	p.calls.Add(1)
 	errs := make([]error, len(msgs))
+	tried := map[string]bool{}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, m := range msgs {
 		switch err, ok := p.fail[m.Event.ID]; {
+		case p.down.Load() && p.keyOrdered && tried[m.Event.PartitionKey]:
+			errs[i] = outbox.ErrNotAttempted
 		case p.down.Load():
+			tried[m.Event.PartitionKey] = true
 			errs[i] = outbox.Unavailable(errors.New("dial tcp 127.0.0.1:9092: connect: connection refused"))
 		case ok:
 			errs[i] = err
@@ -50,6 +58,13 @@ func (p *outagePublisher) Publish(_ context.Context, msgs []outbox.Message) []er
 	}
 	return errs
 }
+
+// keyOrderedPublisher is an outagePublisher that promises per-key order
+// (outbox.KeyOrderedPublisher), so that an ordered dispatcher sends a
+// key's run in one call.
+type keyOrderedPublisher struct{ *outagePublisher }
+
+func (keyOrderedPublisher) PublishesKeysInOrder() bool { return true }
 
 // circuitLog records the circuit's states, in order.
 type circuitLog struct {
@@ -347,4 +362,31 @@ func TestCircuitEmptyProbeWaitsForPoll(t *testing.T) {
 	end := d.Stats()
 	polls, claims := end.PollCycles-start.PollCycles, end.ClaimCycles-start.ClaimCycles
 	require.LessOrEqual(t, claims, 2*polls+2, "%d claims in %d polls", claims, polls)
+}
+
+// TestCircuitOrderedOutage: under per-key ordering, with a publisher that
+// tries only the first message of each key and reports the rest not
+// attempted, an outage still opens the circuit and spends no attempt;
+// once the publisher is back every event is SENT at its first attempt.
+func TestCircuitOrderedOutage(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "t", []string{"a", "a", "a", "b", "b", "b"})
+	pub, log, cfg := downConfig(db)
+	pub.keyOrdered = true
+	cfg.Publisher = keyOrderedPublisher{pub}
+	cfg.Ordering = dispatcher.PerKey
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+
+	waitFor(t, 30*time.Second, "two failed probes", func() bool { return log.count(dispatcher.CircuitProbing) >= 2 })
+	require.Equal(t, 0, attemptsSpent(t, db), "no attempt spent during the outage")
+	require.NotZero(t, d.Stats().OrderReleased, "the publisher reported later messages of a key not attempted")
+	pub.down.Store(false)
+	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	for _, id := range ids {
+		require.Equal(t, 1, readRow(t, db, id).Attempts)
+	}
+	require.Zero(t, d.Stats().Retried)
 }
