@@ -71,10 +71,14 @@ func (c *claims) fill() {
 		if limit == 0 {
 			return
 		}
+		plan, ok := c.d.circuit.plan(&c.d.kinds, limit)
+		if !ok {
+			return // the circuit is open: its timer wakes the coordinator
+		}
 		c.inflight++
-		c.reserved += limit
+		c.reserved += plan.limit
 		c.wanted = false
-		go func() { c.results <- c.d.claim(limit) }()
+		go func() { c.results <- c.d.claim(plan) }()
 	}
 }
 
@@ -166,16 +170,17 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 	return min(d.cfg.BatchSize, free)
 }
 
-// claim takes up to limit events of the types it claims (see types.go)
-// and starts them.
-func (d *Dispatcher) claim(limit int) claimResult {
+// claim takes up to p.limit events of p's types (see types.go and
+// circuit.go) and starts them.
+func (d *Dispatcher) claim(p claimPlan) claimResult {
+	limit := p.limit
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.now()
 	d.stats.claimCycles.Add(1)
 	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
-		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: d.kinds.claimTypes(),
+		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey,
 	})
 	d.health.claimed(err)
@@ -184,28 +189,33 @@ func (d *Dispatcher) claim(limit int) claimResult {
 		d.reportError("claim failed", err)
 		return claimResult{limit: limit, err: err}
 	}
+	var batch context.Context
 	if len(b.Events) > 0 {
 		if d.cfg.onClaimed != nil {
 			d.cfg.onClaimed(b.Events)
 		}
 		d.stats.claimed.Add(uint64(len(b.Events)))
-		d.dispatch(b, sentAt, slots)
+		batch = d.dispatch(b, sentAt, slots)
 	} else {
 		d.releaseSlots(slots)
 	}
+	d.probeClaimed(p, batch)
 	return claimResult{limit: limit, got: len(b.Events)}
 }
 
 // dispatch holds a claimed batch sent at sentAt and runs it. slots is
 // the number of handler slots startsFor took for the claim: the marked
 // events among the first slots start in them, and the rest are given back.
-func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) {
+// It returns the batch's context, which ends when every event of the batch
+// has been let go.
+func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) context.Context {
 	items, given := d.held.add(d.workCtx, b, sentAt, slots)
 	d.releaseSlots(slots - given)
 	if d.inClaimOrder() {
 		prev, done := d.turns.take()
 		go d.runInTurn(items, prev, done)
-		return
+		return items[0].batch.ctx
 	}
 	go d.runBatch(items)
+	return items[0].batch.ctx
 }

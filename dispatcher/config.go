@@ -261,6 +261,21 @@ type Config struct {
 	// Needs a Publisher; each type non-empty, at most 255 bytes of UTF-8
 	// without NUL.
 	PublishTypes []string
+	// CircuitMinBackoff is how long the publisher's circuit stays open
+	// after a publish found the destination unavailable (every message
+	// of a call failed with outbox.ErrUnavailable) before a probe may go
+	// through; each failed probe doubles it, up to CircuitMaxBackoff.
+	// While it is open, nothing that needs the publisher is claimed and
+	// no attempt is spent (see docs/dispatcher.md, "Outages"). Defaults
+	// to PollInterval; 10ms to 1h.
+	CircuitMinBackoff time.Duration
+	// CircuitMaxBackoff bounds the time between probes of an open
+	// circuit. Defaults to 1m, or CircuitMinBackoff when longer;
+	// CircuitMinBackoff to 24h.
+	CircuitMaxBackoff time.Duration
+	// CircuitProbeSize is the most events a probe claims. Defaults to 1;
+	// 1 to BatchSize.
+	CircuitProbeSize int
 	// RouteFunc picks an event's destination (topic, subject). An empty
 	// result means "do not publish this event"; such an event with no
 	// handler is FAILED with no_handler, since this dispatcher claimed it
@@ -344,6 +359,10 @@ type Config struct {
 	// only this package's tests set it (export_test.go). The database
 	// clock still decides every due and expiry time.
 	now func() time.Time
+	// onCircuit, when set, is called with each new state of the circuit,
+	// under the circuit's lock; only this package's tests set it
+	// (export_test.go).
+	onCircuit func(CircuitState)
 	// onRetentionBatch, when set, is called after each retention batch
 	// with its status, its limit and what it did; only this package's
 	// tests set it (export_test.go).
@@ -385,6 +404,9 @@ func (c Config) withDefaults() Config {
 	}
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Minute)
 	c.RetentionBatchSize = cmp.Or(c.RetentionBatchSize, 5000)
+	c.CircuitMinBackoff = cmp.Or(c.CircuitMinBackoff, c.PollInterval)
+	c.CircuitMaxBackoff = cmp.Or(c.CircuitMaxBackoff, max(time.Minute, c.CircuitMinBackoff))
+	c.CircuitProbeSize = cmp.Or(c.CircuitProbeSize, 1)
 	if c.RouteFunc == nil {
 		c.RouteFunc = func(e outbox.Event) string { return e.Type }
 	}
@@ -437,6 +459,9 @@ func (c Config) validate() error {
 		{between(c.RetentionInterval, 10*time.Millisecond, 24*time.Hour), "RetentionInterval", "must be between 10ms and 24h"},
 		{between(c.RetentionBatchSize, 1, 100_000), "RetentionBatchSize", "must be between 1 and 100000"},
 		{between(c.BacklogSampleInterval, time.Second, time.Hour), "BacklogSampleInterval", "must be between 1s and 1h"},
+		{between(c.CircuitMinBackoff, 10*time.Millisecond, time.Hour), "CircuitMinBackoff", "must be between 10ms and 1h"},
+		{between(c.CircuitMaxBackoff, c.CircuitMinBackoff, 24*time.Hour), "CircuitMaxBackoff", "must be between CircuitMinBackoff and 24h"},
+		{between(c.CircuitProbeSize, 1, c.BatchSize), "CircuitProbeSize", "must be between 1 and BatchSize"},
 		{len(c.PublishTypes) == 0 || c.Publisher != nil, "PublishTypes", "needs a Publisher"},
 		{!slices.ContainsFunc(c.PublishTypes, badType), "PublishTypes",
 			"must hold types that are not blank, at most 255 bytes of UTF-8 without NUL"},

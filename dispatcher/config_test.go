@@ -49,6 +49,12 @@ func TestNewSpecialSettings(t *testing.T) {
 		}},
 		{"RetentionInterval", "must be between 10ms and 24h", func(c *dispatcher.Config) { c.RetentionInterval = time.Millisecond }},
 		{"RetentionBatchSize", "must be between 1 and 100000", func(c *dispatcher.Config) { c.RetentionBatchSize = 100_001 }},
+		{"CircuitMinBackoff", "must be between 10ms and 1h", func(c *dispatcher.Config) { c.CircuitMinBackoff = time.Millisecond }},
+		{"CircuitMaxBackoff", "must be between CircuitMinBackoff and 24h", func(c *dispatcher.Config) {
+			c.CircuitMinBackoff, c.CircuitMaxBackoff = time.Minute, time.Second
+		}},
+		{"CircuitProbeSize", "must be between 1 and BatchSize", func(c *dispatcher.Config) { c.BatchSize, c.CircuitProbeSize = 10, 11 }},
+		{"CircuitProbeSize", "must be between 1 and BatchSize", func(c *dispatcher.Config) { c.CircuitProbeSize = -1 }},
 	} {
 		cfg := baseConfig(db)
 		tc.mutate(&cfg)

@@ -195,9 +195,13 @@ func (d *Dispatcher) armDue(p *poller) {
 	if !d.wakeupsActive.Load() {
 		return
 	}
+	types, ok := d.circuit.dueTypes(&d.kinds)
+	if !ok {
+		return // the circuit allows no claim: its own timer wakes the coordinator
+	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	wait, ok, err := d.store.NextDue(ctx, d.pool, d.kinds.claimTypes())
+	wait, ok, err := d.store.NextDue(ctx, d.pool, types)
 	if err != nil {
 		d.reportError("next due time", err)
 		return

@@ -48,6 +48,9 @@ type Dispatcher struct {
 	*reporter
 	held  *heldSet // the events held, and every change of their state
 	kinds kinds    // what it claims and publishes (see types.go)
+	// circuit pauses publishing while the destination is unavailable (see
+	// circuit.go).
+	circuit *circuit
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -161,7 +164,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			return nil, &outbox.ConfigError{Field: "Middleware", Reason: "returned a nil handler"}
 		}
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		reporter:       newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
@@ -173,7 +176,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		stopCh:         make(chan struct{}),
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),
-	}, nil
+	}
+	d.circuit = newCircuit(cfg, d.Trigger)
+	return d, nil
 }
 
 // Handle registers h as the local handler of events of eventType, wrapped
@@ -229,6 +234,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 func (d *Dispatcher) Stats() Stats {
 	s := d.stats.snapshot(d.held.len())
 	s.WakeupsActive = d.wakeupsActive.Load()
+	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
 	return s
 }

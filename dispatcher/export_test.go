@@ -29,6 +29,11 @@ func SetRetentionHook(c *Config, f func(status outbox.Status, limit int, deleted
 	}
 }
 
+// SetCircuitHook makes the dispatcher built from c call f with each new
+// state of its publisher's circuit, in order (f must not call the
+// dispatcher).
+func SetCircuitHook(c *Config, f func(CircuitState)) { c.onCircuit = f }
+
 // SetClaimHook makes the dispatcher built from c call f after each claim
 // that took events, before it dispatches them, with the claimed events.
 func SetClaimHook(c *Config, f func(events []outbox.Event)) { c.onClaimed = f }

@@ -91,6 +91,13 @@ type Health struct {
 	// Err is the result of dispatching once State is StateStopped (nil, or
 	// ErrDrainTimeout).
 	Err error
+	// Circuit is the state of the publisher's circuit: open or probing
+	// while the publisher reports its destination unavailable. It does
+	// not make Healthy fail (see Healthy).
+	Circuit CircuitState
+	// CircuitOpenSince is when the circuit last left CircuitClosed; zero
+	// while it is closed.
+	CircuitOpenSince time.Time
 }
 
 // ErrUnhealthy is matched by the errors Health.Healthy returns.
@@ -112,6 +119,13 @@ var ErrUnhealthy = errors.New("pgoutbox: dispatcher unhealthy")
 // that. Slow handlers, an idle table, a dispatcher saturated with busy
 // handlers and a missing listener (polling delivers) are healthy. Choose
 // maxAge above that statement timeout.
+//
+// An open circuit (a broker outage: see Circuit) is healthy too: the
+// dispatcher is doing what it should, spending no attempts and probing,
+// and restarting it, or taking it out of a load balancer, cannot bring
+// the broker back; it still delivers to its handlers. Alert on Circuit
+// and CircuitOpenSince (or the pgoutbox.circuit.state gauge) instead, or
+// judge them in the probe.
 func (h Health) Healthy(maxAge time.Duration) error {
 	switch {
 	case h.State != StateRunning:
@@ -148,6 +162,7 @@ func (d *Dispatcher) Health() Health {
 	d.mu.Unlock()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
+	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
 	if ns := d.stats.lastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}

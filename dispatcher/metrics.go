@@ -97,6 +97,7 @@ func newMetrics(cfg Config, c *counters) (*metrics, error) {
 		mc.m, mc.attrs = deleted, []metric.AddOption{metric.WithAttributes(
 			telemetry.KeyTable.String(cfg.Table.String()), attribute.String("pgoutbox.status", string(status)))}
 	}
+	errs = append(errs, circuitCounters(meter, c, m.table))
 	m.sent = counter("pgoutbox.events.sent", "Events that became SENT (or were deleted on success)")
 	m.retried = counter("pgoutbox.events.retried", "Failed attempts scheduled for a retry, by error.type")
 	m.snoozed = counter("pgoutbox.events.snoozed", "Attempts a handler gave back with outbox.Snooze")

@@ -36,8 +36,20 @@ type Stats struct {
 	RecoveredFailed uint64
 	// Released counts claimed events returned unstarted to PENDING: at
 	// stop, and suspects that waited LeaseDuration for their turn (see
-	// docs/guarantees.md).
+	// docs/guarantees.md); and the events of OutageReturned once their
+	// return is written.
 	Released uint64
+	// OutageReturned counts events returned to PENDING without spending
+	// an attempt because the publisher reported its destination
+	// unavailable (see Circuit).
+	OutageReturned uint64
+	// CircuitOpens counts the times the publisher's circuit opened from
+	// closed (a failed probe that opens it again is not counted).
+	CircuitOpens uint64
+	// Circuit is the state of the publisher's circuit now: CircuitOpen
+	// or CircuitProbing while the publisher's destination is unavailable
+	// (see docs/dispatcher.md, "Outages").
+	Circuit CircuitState
 	// OrderReleased counts events that an ordered dispatcher (Ordering
 	// PerKey) returned unstarted to PENDING, uncharged, because an earlier
 	// event of their key in the same claim did not succeed (a retry, a
@@ -108,6 +120,7 @@ type counters struct {
 	wakeups, listenerConnects, dueWakeups atomic.Uint64
 	lastPoll, pollInterval                atomic.Int64
 	retentionSent, retentionFailed        metered
+	circuitOpens, outageReturned          metered
 	retentionPasses, retentionSkipped     atomic.Uint64
 }
 
@@ -123,6 +136,7 @@ func (c *counters) snapshot(inFlight int) Stats {
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
 		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
 		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
+		CircuitOpens: c.circuitOpens.Load(), OutageReturned: c.outageReturned.Load(),
 		InFlight: inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}
 	if ns := c.lastPoll.Load(); ns != 0 {

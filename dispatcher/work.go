@@ -344,9 +344,10 @@ func (d *Dispatcher) dropLost(items []*item) []*item {
 }
 
 // publish sends the started items to the publisher in one call and finishes
-// each with its own outcome.
+// each with its own outcome; a call that found the destination unavailable
+// returns them to PENDING and opens the circuit (see circuit.go).
 func (d *Dispatcher) publish(items []*item) {
-	if len(items) == 0 {
+	if len(items) == 0 || d.heldBack(items) {
 		return
 	}
 	msgs := make([]outbox.Message, len(items))
@@ -360,12 +361,13 @@ func (d *Dispatcher) publish(items []*item) {
 	errs := d.callPublisher(spanCtx, msgs)
 	d.metrics.published(time.Since(start))
 	endSpans(errs)
+	outage := d.judgePublish(ctx, errs)
 	for i, it := range items {
 		if errs[i] == nil {
 			d.finish(it, result{})
 			continue
 		}
-		d.finish(it, d.publishResult(it, ctx, errs[i]))
+		d.finish(it, d.publishFailure(it, ctx, errs[i], outage))
 	}
 }
 

@@ -123,7 +123,7 @@ func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 
 // runDispatcher runs a dispatcher of cfg on db's table, logging nowhere,
 // until the test ends, then stops it and checks that it stopped cleanly.
-func runDispatcher(t *testing.T, ctx context.Context, db *pgtest.DB, cfg dispatcher.Config) {
+func runDispatcher(t *testing.T, ctx context.Context, db *pgtest.DB, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
 	cfg.Table, cfg.Logger = db.Table(), quietLogger()
 	d, err := dispatcher.New(db.Pool, cfg)
@@ -136,6 +136,7 @@ func runDispatcher(t *testing.T, ctx context.Context, db *pgtest.DB, cfg dispatc
 		require.NoError(t, d.Stop(stopCtx))
 		require.NoError(t, <-done)
 	})
+	return d
 }
 
 // received collects the events a consumer decoded, by ID.

@@ -139,15 +139,10 @@ func natsServer(t *testing.T) string {
 // its URL.
 func embeddedNATS(t *testing.T) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{
+	return startNATS(t, &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	require.True(t, srv.ReadyForConnections(10*time.Second), "in-process nats-server did not start")
-	return srv.ClientURL()
+	}).ClientURL()
 }
 
 // probeNATS checks that url answers and has JetStream.

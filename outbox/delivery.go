@@ -34,8 +34,15 @@ type Message struct {
 // where it did not. Wrap a cause with [Permanent] when retrying cannot help
 // (message too large, not authorised). An outage is never permanent: a
 // destination that does not exist yet (no such topic or stream), an
-// unreachable broker, a lost connection, a timeout; each such failure
-// costs the event one attempt, like any retryable error. When ctx ends,
+// unreachable broker, a lost connection, a timeout. Wrap a cause with
+// [Unavailable] when the destination as a whole could not be reached
+// (connection refused, no broker or server answering, no responders, the
+// connection closed, a timeout that took the whole call): when every
+// message of a call reports it, the dispatcher returns the events to
+// PENDING without spending an attempt and stops publishing for a while
+// (a circuit; see the dispatcher's documentation). Any other failure,
+// and an unavailable one beside messages that succeeded or failed
+// otherwise, costs the event one attempt. When ctx ends,
 // Publish returns promptly and reports every message it could not confirm
 // with a retryable error (for example ctx.Err()). Errors must not contain
 // payload bytes.
@@ -66,4 +73,34 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
+}
+
+// ErrUnavailable is matched (errors.Is) by the errors [Unavailable] wraps:
+// the destination as a whole could not be reached, through no fault of the
+// event.
+var ErrUnavailable = errors.New("pgoutbox: destination unavailable")
+
+// unavailableError marks an error of a destination that could not be
+// reached.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return "unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// Unavailable wraps err to say that the destination could not be reached
+// (see [Publisher]): errors.Is(result, ErrUnavailable) holds, and err
+// stays reachable through errors.Is and errors.As. Unavailable(nil)
+// returns nil. An error that is both [Permanent] and unavailable counts
+// as permanent.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err reports an unreachable destination:
+// it matches ErrUnavailable and was not marked [Permanent].
+func IsUnavailable(err error) bool {
+	return errors.Is(err, ErrUnavailable) && !IsPermanent(err)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,22 @@ func TestPermanent(t *testing.T) {
 	require.ErrorIs(t, p, base)
 	require.False(t, outbox.IsPermanent(base))
 	require.NoError(t, outbox.Permanent(nil))
+}
+
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	base := &net.OpError{Op: "dial", Err: errors.New("connection refused")}
+	u := outbox.Unavailable(fmt.Errorf("publish: %w", base))
+	require.ErrorIs(t, u, outbox.ErrUnavailable)
+	require.True(t, outbox.IsUnavailable(u))
+	require.True(t, outbox.IsUnavailable(errors.Join(errors.New("x"), u)))
+	var op *net.OpError
+	require.ErrorAs(t, u, &op, "the cause stays visible")
+	require.Contains(t, u.Error(), "connection refused")
+	require.False(t, outbox.IsUnavailable(base))
+	require.False(t, outbox.IsUnavailable(outbox.Permanent(u)), "permanent wins")
+	require.False(t, outbox.IsUnavailable(outbox.Unavailable(outbox.Permanent(base))), "permanent wins")
+	require.NoError(t, outbox.Unavailable(nil))
 }
 
 func TestNewJSON(t *testing.T) {

@@ -106,14 +106,25 @@
 // is not created yet, for example events emitted before the deploy that
 // creates it), brokers that cannot be reached, request and record
 // timeouts. Such events are retried and delivered once the topic exists
-// or the cluster answers. An outage costs what any retryable failure
-// costs: one attempt of the event per Publish call, recorded as
-// publish_error (timeout when the dispatcher's PublishTimeout passed),
-// and the dispatcher's backoff before the next. With the dispatcher's
-// defaults (MaxAttempts 10, 1s doubling, ±10%), the last attempt comes
-// about 8.5 minutes after the first, so a longer outage makes the event
-// FAILED; raise MaxAttempts or Backoff.Max to ride out longer ones, or
-// replay after (docs/brokers.md has a table).
+// or the cluster answers.
+//
+// A cluster that cannot be reached is reported with outbox.Unavailable:
+// records the client gave up on (kgo.ErrRecordTimeout after
+// kgo.RecordDeliveryTimeout, kgo.ErrRecordRetries), a closed client
+// (kgo.ErrClientClosed), dial and network errors, no leader or broker
+// available, request timeouts, and a Publish whose context's deadline
+// passed before the acknowledgements came (with every broker down
+// franz-go retries until then and reports nothing else). When every
+// message of a call reports unavailable, the dispatcher returns the
+// events to PENDING without spending an attempt and opens its circuit
+// (docs/dispatcher.md, "Outages"), so such an outage never makes an
+// event FAILED. A missing topic is not "unavailable": it costs what any
+// retryable failure costs, one attempt of the event per Publish call,
+// recorded as publish_error, and the dispatcher's backoff before the
+// next. With the dispatcher's defaults (MaxAttempts 10, 1s doubling,
+// ±10%), the last attempt comes about 8.5 minutes after the first;
+// raise MaxAttempts or Backoff.Max, or replay after (docs/brokers.md has
+// a table).
 //
 // franz-go fails the records of a topic the cluster keeps calling unknown
 // after kgo.UnknownTopicRetries further metadata lookups (4 by default),

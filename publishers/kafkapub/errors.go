@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -54,10 +56,55 @@ var batchCauses = []error{
 	kerr.InvalidRecord,
 }
 
+// unavailableCauses are the errors that say the cluster could not be
+// reached or did not answer, rather than anything about the record: the
+// client gave up on records no broker acknowledged within
+// kgo.RecordDeliveryTimeout or kgo.RecordRetries (checked with the cluster
+// stopped: "records have timed out before they were able to be produced,
+// last err: unable to dial: ... connection refused"), the client is closed,
+// or a broker reported that it, or the partition's leader, is not
+// available. A dial or network error (*net.OpError) counts too, and so
+// does context.DeadlineExceeded: franz-go fails a record with its
+// context's error, and the only context it sees is the Publish call's, so
+// the whole call ran out of time with the record unacknowledged (with
+// every broker down it retries until then; checked on a stopped kfake
+// cluster, where either this or unconfirmed reports it, whichever comes
+// first).
+var unavailableCauses = []error{
+	context.DeadlineExceeded,
+	kgo.ErrRecordTimeout,
+	kgo.ErrRecordRetries,
+	kgo.ErrClientClosed,
+	kerr.BrokerNotAvailable,
+	kerr.LeaderNotAvailable,
+	kerr.NotLeaderForPartition,
+	kerr.NetworkException,
+	kerr.RequestTimedOut,
+	kerr.NotEnoughReplicas,
+	kerr.NotEnoughReplicasAfterAppend,
+}
+
+// unavailable reports whether err is one of unavailableCauses or a network
+// error.
+func unavailable(err error) bool {
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
+		return true
+	}
+	for _, cause := range unavailableCauses {
+		if errors.Is(err, cause) {
+			return true
+		}
+	}
+	return false
+}
+
 // classify wraps a produce error for topic: with outbox.Permanent when it
-// is one of permanentCauses, as a plain retryable error otherwise. The text
-// names the topic and the Kafka error, never record bytes. Publish
-// classifies an error of batchCauses only for a record produced alone.
+// is one of permanentCauses, with outbox.Unavailable when the cluster could
+// not be reached (see unavailableCauses), as a plain retryable error
+// otherwise. The text names the topic and the Kafka error, never record
+// bytes. Publish classifies an error of batchCauses only for a record
+// produced alone.
 func classify(topic string, err error) error {
 	if err == nil {
 		return nil
@@ -67,6 +114,9 @@ func classify(topic string, err error) error {
 		if errors.Is(err, cause) {
 			return outbox.Permanent(wrapped)
 		}
+	}
+	if unavailable(err) {
+		return outbox.Unavailable(wrapped)
 	}
 	return wrapped
 }
@@ -90,10 +140,17 @@ func notAlone(ctx context.Context, topic string, err error) error {
 }
 
 // unconfirmed is the retryable error for a record whose acknowledgement did
-// not arrive before ctx ended.
+// not arrive before ctx ended. When ctx's deadline passed it is
+// unavailable too: with every broker down franz-go keeps retrying the
+// record until then, and reports nothing else (checked on a stopped kfake
+// cluster); a caller's cancellation says nothing of the cluster.
 func unconfirmed(ctx context.Context, topic string) error {
-	return fmt.Errorf("kafkapub: produce to topic %q: not acknowledged before the context ended: %w",
+	err := fmt.Errorf("kafkapub: produce to topic %q: not acknowledged before the context ended: %w",
 		topic, context.Cause(ctx))
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return outbox.Unavailable(err)
+	}
+	return err
 }
 
 // checkTopic rejects, before anything is sent, a topic name that Kafka would

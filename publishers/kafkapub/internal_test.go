@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,6 +185,27 @@ func TestClassify(t *testing.T) {
 		require.ErrorIs(t, err, cause)
 	}
 	require.NoError(t, classify("orders", nil))
+
+	// What franz-go reports with every broker down (checked on a stopped
+	// kfake cluster), a closed client and a broker without a leader say
+	// the cluster is unavailable; the record's own problems, a missing
+	// topic and a cancellation do not.
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	unavailable := []error{
+		fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, fmt.Errorf("unable to dial: %w", dial)),
+		kgo.ErrRecordTimeout, kgo.ErrRecordRetries, kgo.ErrClientClosed, dial,
+		kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.BrokerNotAvailable, kerr.NotEnoughReplicas,
+		kerr.RequestTimedOut, kerr.NetworkException, context.DeadlineExceeded,
+	}
+	for _, cause := range unavailable {
+		err := classify("orders", cause)
+		require.True(t, outbox.IsUnavailable(err), "%v", cause)
+		require.ErrorIs(t, err, cause)
+	}
+	for _, cause := range append(permanent, kerr.UnknownTopicOrPartition, kerr.UnknownTopicID,
+		kerr.UnknownServerError, context.Canceled) {
+		require.False(t, outbox.IsUnavailable(classify("orders", cause)), "%v", cause)
+	}
 
 	for _, cause := range permanent {
 		batchLevel := errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) ||

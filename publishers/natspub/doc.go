@@ -150,20 +150,22 @@
 //     it after Publish gave up on it; deduplication absorbs the
 //     re-publish within the stream's duplicate window.
 //
-// What an outage costs is what any retryable failure costs, no more: the
-// dispatcher records one failed attempt (code publish_error, or timeout
-// when its PublishTimeout passed) for each event of each Publish call,
-// and retries the event after the backoff of that attempt
-// (dispatcher.Config.Backoff). The Publisher itself does not retry, so
-// one call never spends more than one attempt of an event. With the
-// dispatcher's defaults (MaxAttempts 10, backoff 1s doubling, ±10%
-// jitter), an event's tenth and last attempt comes about 8.5 minutes
-// (511s ± 10%) after its first: an outage longer than that makes the
-// event FAILED with publish_error once its budget is spent. Raise
-// MaxAttempts or Backoff.Max to ride out longer outages, and replay the
-// events after one (outboxctl replay -code publish_error). An attempt
-// against a dead connection takes up to Config.AckTimeout; one for a
-// subject no stream captures returns at once.
+// These errors, and a Publish whose context's deadline passed before
+// its PubAcks came, are wrapped with outbox.Unavailable (so is a full
+// in-flight table: jetstream.ErrTooManyStalledMsgs, acks that do not
+// come). When every message of a call reports unavailable, the
+// dispatcher returns the events to PENDING without spending an attempt
+// and opens its circuit: it stops publishing and probes with one small
+// claim after a backoff, until a probe is stored (see the dispatcher's
+// documentation and docs/dispatcher.md, "Outages"). An outage therefore
+// never makes an event FAILED, however long it lasts. A subject that no
+// stream captures looks to the client exactly like JetStream being down
+// ("no responders"), so it too holds its events PENDING, logged at WARN
+// with the cause, until the stream is created. A call in which some
+// messages were stored, or failed for another reason, is no outage: its
+// failures spend an attempt each, as any retryable failure does. An
+// attempt against a dead connection takes up to Config.AckTimeout; one
+// for a subject no stream captures returns at once.
 //
 // # Message size
 //

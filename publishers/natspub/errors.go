@@ -52,17 +52,59 @@ func permanentCause(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
+// unavailableCauses are the causes that say the server, or JetStream, did
+// not answer, rather than anything about the message: no responders (no
+// stream captures the subject, JetStream is off or not ready, or the
+// stream has no leader: the server cannot tell these apart), a connection
+// closed, draining, reconnecting or disconnected (with the server stopped,
+// a publish is buffered for the reconnect and its PubAck times out), no
+// server to connect to, JetStream not enabled, and PubAcks that do not
+// come: one not within AckTimeout, or so many missing that the client
+// refuses to send more.
+var unavailableCauses = []error{
+	jetstream.ErrNoStreamResponse,
+	nats.ErrNoResponders,
+	nats.ErrConnectionClosed,
+	nats.ErrConnectionDraining,
+	nats.ErrConnectionReconnecting,
+	nats.ErrDisconnected,
+	nats.ErrNoServers,
+	nats.ErrTimeout,
+	jetstream.ErrJetStreamNotEnabled,
+	jetstream.ErrJetStreamNotEnabledForAccount,
+	jetstream.ErrAsyncPublishTimeout,
+	jetstream.ErrTooManyStalledMsgs,
+	ErrAckTimeout,
+}
+
+// unavailableCause reports whether err is one of unavailableCauses. The
+// jetstream client reports a publish on a closed connection as "nats: error
+// creating async reply handler: nats: connection closed", formatted with
+// %s rather than wrapped, so that text is matched too.
+func unavailableCause(err error) bool {
+	for _, cause := range unavailableCauses {
+		if errors.Is(err, cause) {
+			return true
+		}
+	}
+	return strings.Contains(err.Error(), nats.ErrConnectionClosed.Error())
+}
+
 // publishError wraps the cause of one message's failure, marked permanent
-// when permanentCause says so. Its text holds the subject and the cause,
-// never payload bytes or header values.
+// when permanentCause says so, unavailable when unavailableCause does. Its
+// text holds the subject and the cause, never payload bytes or header
+// values.
 func publishError(subject string, cause error) error {
-	if errors.Is(cause, jetstream.ErrNoStreamResponse) || errors.Is(cause, nats.ErrNoResponders) {
-		return fmt.Errorf("natspub: publish to %q: %w (no stream captures the subject yet, or its stream has no leader; retryable)",
-			subject, cause)
+	if permanentCause(cause) {
+		return outbox.Permanent(fmt.Errorf("natspub: publish to %q: %w", subject, cause))
 	}
 	err := fmt.Errorf("natspub: publish to %q: %w", subject, cause)
-	if permanentCause(cause) {
-		return outbox.Permanent(err)
+	if errors.Is(cause, jetstream.ErrNoStreamResponse) || errors.Is(cause, nats.ErrNoResponders) {
+		err = fmt.Errorf("natspub: publish to %q: %w (no stream captures the subject yet, JetStream is not ready, "+
+			"or the stream has no leader; retryable)", subject, cause)
+	}
+	if unavailableCause(cause) {
+		return outbox.Unavailable(err)
 	}
 	return err
 }

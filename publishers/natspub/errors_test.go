@@ -124,6 +124,7 @@ func TestClassification(t *testing.T) {
 		for _, err := range p.Publish(context.Background(), msgs) {
 			require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 			require.False(t, outbox.IsPermanent(err), "%v", err)
+			require.True(t, outbox.IsUnavailable(err), "no responders: %v", err)
 			require.ErrorContains(t, err, "no stream captures the subject yet")
 			requireClean(t, err)
 		}
@@ -154,6 +155,7 @@ func TestClassification(t *testing.T) {
 		require.ErrorIs(t, errs[3], jetstream.ErrTooManyStalledMsgs)
 		for _, err := range errs {
 			require.False(t, outbox.IsPermanent(err), "%v", err)
+			require.True(t, outbox.IsUnavailable(err), "no acks: %v", err)
 		}
 	})
 	t.Run("StreamMaxMsgSizeIsPermanent", func(t *testing.T) {
@@ -253,6 +255,7 @@ func TestPublishDeadlineWithoutAcks(t *testing.T) {
 	for _, err := range errs {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.False(t, outbox.IsPermanent(err))
+		require.True(t, outbox.IsUnavailable(err), "the whole call timed out: %v", err)
 	}
 }
 

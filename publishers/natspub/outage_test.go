@@ -37,14 +37,18 @@ func TestServerOutage(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	require.False(t, allStored(t, p.Publish(ctx, msgs)), "the server is down")
+	errs := p.Publish(ctx, msgs)
+	require.False(t, allStored(t, errs), "the server is down")
+	for _, err := range errs {
+		require.True(t, outbox.IsUnavailable(err), "server down: %v", err)
+	}
 
 	// Back without JetStream: the server answers "no responders", as it
 	// does while JetStream is not ready.
 	s, err = startServer(&server.Options{Port: port})
 	require.NoError(t, err)
 	require.True(t, awaitConnected(ctx, nc), "no reconnection")
-	errs := p.Publish(ctx, msgs)
+	errs = p.Publish(ctx, msgs)
 	require.False(t, allStored(t, errs), "JetStream is off")
 	require.ErrorIs(t, errs[0], jetstream.ErrNoStreamResponse)
 	s.Shutdown()
@@ -89,4 +93,19 @@ func allStored(t *testing.T, errs []error) bool {
 		}
 	}
 	return ok
+}
+
+// TestClosedConnectionUnavailable: a publisher whose connection was closed
+// reports every message unavailable.
+func TestClosedConnectionUnavailable(t *testing.T) {
+	t.Parallel()
+	js := connect(t, natsURL)
+	p, err := natspub.New(js, natspub.Config{})
+	require.NoError(t, err)
+	js.Conn().Close()
+	for _, err := range p.Publish(context.Background(), messages("closed.x", 2)) {
+		require.ErrorContains(t, err, nats.ErrConnectionClosed.Error()) // formatted, not wrapped, by the client
+		require.True(t, outbox.IsUnavailable(err), "%v", err)
+		require.False(t, outbox.IsPermanent(err), "%v", err)
+	}
 }

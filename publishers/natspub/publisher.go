@@ -51,9 +51,11 @@ func (p *Publisher) Subject(dest string) string { return p.cfg.SubjectPrefix + d
 // classification.
 //
 // When ctx ends, Publish stops sending and returns at once; every message
-// not yet confirmed reports ctx.Err(), wrapped, which is retryable. A
-// message whose PubAck does not come within Config.AckTimeout reports
-// [ErrAckTimeout]. Within one call, the messages the stream stores are
+// not yet confirmed reports ctx.Err(), wrapped, which is retryable (and
+// outbox.Unavailable when ctx's deadline passed). A message whose PubAck
+// does not come within Config.AckTimeout reports [ErrAckTimeout], wrapped
+// with outbox.Unavailable, as are no responders and a closed or
+// disconnected connection (see the package documentation). Within one call, the messages the stream stores are
 // stored in the order of msgs.
 //
 // With Config.KeyOrder, the messages of one outbox.OrderKey are sent one
@@ -238,6 +240,9 @@ func (b *batch) abandon() {
 		return
 	}
 	cause := fmt.Errorf("natspub: not confirmed before the context ended: %w", cmpErr(b.ctx.Err(), context.Canceled))
+	if errors.Is(b.ctx.Err(), context.DeadlineExceeded) {
+		cause = outbox.Unavailable(cause) // the whole call ran out of time; a cancellation says nothing of the server
+	}
 	for _, f := range b.pending {
 		select {
 		case <-f.paf.Ok():
