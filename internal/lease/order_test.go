@@ -318,3 +318,22 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// In the typed claim a key whose head is a due row of a type the claim
+// does not take is blocked for it like any other key (its run would end
+// before it starts): the key's rows of the claimed types must not take
+// the claim's limit, or a dispatcher of some types starves behind the
+// keys whose heads wait for another dispatcher (one that is down, or
+// busy).
+func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var specs []spec
+	for i := range 10 {
+		k := fmt.Sprintf("y%d", i)
+		specs = append(specs, spec{Type: "other.event", PartitionKey: k}, keyed(k))
+	}
+	ids := insert(t, e.db.Pool, append(specs, keyed("m"))...)
+	b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 5, true)
+	require.Equal(t, ids[len(ids)-1:], batchIDs(b), "key m's row, not the rows held back by other types' heads")
+}
