@@ -197,7 +197,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	wait, ok, err := d.store.NextDue(ctx, d.pool, d.kinds.claimTypes())
+	wait, ok, err := d.nextDue(ctx)
 	if err != nil {
 		d.reportError("next due time", err)
 		return
@@ -210,6 +210,18 @@ func (d *Dispatcher) armDue(p *poller) {
 	case wait < p.interval:
 		p.due.Reset(wait)
 	}
+}
+
+// nextDue is how long until the next event this dispatcher's claim can
+// take is due (see lease.Store.NextDue). Under Ordering PerKey only the
+// head of each key counts: the due events behind a blocked head are not
+// work, and counting them woke a claim at every cooldown for as long as
+// the key stayed blocked.
+func (d *Dispatcher) nextDue(ctx context.Context) (time.Duration, bool, error) {
+	if d.cfg.Ordering == PerKey {
+		return d.store.NextHeadDue(ctx, d.pool, d.kinds.claimTypes(), d.cfg.HeadPolicy == BlockKey)
+	}
+	return d.store.NextDue(ctx, d.pool, d.kinds.claimTypes())
 }
 
 // errWorkerLost is the error of the outcomes of events that recovery made

@@ -235,3 +235,29 @@ func inKeyOrder(rows []claimedRow) {
 		}
 	}
 }
+
+// isHead is true for a row named alias that is the head of its key (no
+// blocker of its key has a lower seq), or has no key: a row an ordered
+// claim can take first. Like headOK, one probe of the order index.
+func isHead(t, alias string, blockFailed bool) string {
+	return fmt.Sprintf(`(%[2]s IS NULL OR (SELECT h.id FROM %[1]s AS h
+		WHERE %[5]s AND %[4]s
+		ORDER BY %[3]s, h.seq LIMIT 1) = %[6]s.id)`, t, keyOf(alias), keyOf("h"), blocker("h", blockFailed), keyIs("h", keyOf(alias)), alias)
+}
+
+// orderedNextDueSQL is NextDue for ordered claims: the wait until the
+// earliest PENDING row that is the head of its key (or has no key), of
+// every type or of n types ($1). A due row behind a blocked head is not
+// work an ordered claim can take: counted, it woke a claim at every
+// cooldown for as long as the key was blocked. It walks the due index
+// (or each type's range of the type due index) and probes the head of
+// each row's key until it finds one, so a blocked key's due backlog costs
+// a probe per row.
+func orderedNextDueSQL(t string, n int, blockFailed bool) string {
+	if n == 0 {
+		return nextDueSQL(fmt.Sprintf(`SELECT c.next_attempt_at FROM %[1]s AS c WHERE c.status = 'PENDING' AND %[2]s
+			ORDER BY c.next_attempt_at, c.seq LIMIT 1`, t, isHead(t, "c", blockFailed)))
+	}
+	return nextDueSQL(`SELECT min(next_attempt_at) FROM (` +
+		typeLegs(t, n, 1, `next_attempt_at, seq`, ` AND `+isHead(t, t, blockFailed), `1`) + `) AS c`)
+}

@@ -337,3 +337,28 @@ func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
 	b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 5, true)
 	require.Equal(t, ids[len(ids)-1:], batchIDs(b), "key m's row, not the rows held back by other types' heads")
 }
+
+// NextHeadDue counts only rows an ordered claim can take: a due row behind
+// a blocked head is not due work, a head waiting for its retry is.
+func TestOrderedNextHeadDue(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k"}, keyed("k"),
+			spec{DueIn: time.Hour, PartitionKey: "j"}, keyed("j"), spec{Status: "PROCESSING", PartitionKey: "p"}, keyed("p"))
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, wait, 30*time.Minute, "j's head, in its backoff; not k's or p's due rows")
+
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "without BlockFailed k's second row is its head")
+
+		insert(t, e.db.Pool, spec{})
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "a keyless row is due")
+	})
+}
