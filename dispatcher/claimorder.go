@@ -7,8 +7,10 @@ import "sync"
 // batches too: its claims run one at a time (whatever Claimers says), so
 // that each returns the events after those of the one before, and each
 // batch waits for the batch claimed before it to hand out all its events
-// (its handlers taken, its publishes sent) before it starts. Claims still
-// run ahead of the handlers: a batch is claimed while the one before runs.
+// (its handlers taken, its publishes sent) before it starts; within a
+// batch, publish-only events wait for the handlers of the events claimed
+// before them (see runInSegments). Claims still run ahead of the
+// handlers: a batch is claimed while the one before runs.
 
 // inClaimOrder reports whether the dispatcher hands out its events in
 // claim order across batches (see above).
@@ -48,5 +50,23 @@ func (d *Dispatcher) runInTurn(items []*item, prev <-chan struct{}, done chan st
 	if prev != nil {
 		<-prev
 	}
-	d.runBatch(items)
+	d.runInSegments(items)
+}
+
+// runInSegments runs a batch in claim order as runBatch would, a segment
+// at a time: each segment is a run of consecutive publish-only events
+// (one publish call) or of other events. runBatch alone publishes a
+// batch's publish-only events at once, ahead of the handlers of the
+// events claimed before them.
+func (d *Dispatcher) runInSegments(items []*item) {
+	lookup := d.handlerLookup()
+	publishOnly := func(it *item) bool { return lookup(it.event.Type) == nil && d.destination(it.event) != "" }
+	for len(items) > 0 {
+		n, first := 1, publishOnly(items[0])
+		for n < len(items) && publishOnly(items[n]) == first {
+			n++
+		}
+		d.runBatch(items[:n])
+		items = items[n:]
+	}
 }

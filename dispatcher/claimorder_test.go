@@ -100,3 +100,32 @@ func positions(ids, got []uuid.UUID) []int {
 	}
 	return pos
 }
+
+// Within a batch too, with Concurrency 1: a publish-only event waits for
+// the handlers of the events claimed before it. The first handler waits
+// until the publish-only event was handed out (or a bound passes: then
+// it was not handed out meanwhile); before, it was published at once,
+// ahead of the second handler.
+func TestConcurrencyOneMixedBatchInClaimOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := append(insertEvents(t, db, "h", 2), insertEvents(t, db, "p", 1)...)
+	pub := &idPublisher{}
+	out := &pub.idRecorder
+	cfg := baseConfig(db)
+	cfg.Concurrency, cfg.BatchSize = 1, 10
+	cfg.Publisher, cfg.PublishTypes = pub, []string{"p"}
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("h", func(_ context.Context, e outbox.Event) error {
+		out.add(e.ID)
+		deadline := time.Now().Add(3 * time.Second)
+		for e.ID == ids[0] && !out.has(ids[2]) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	waitFor(t, 30*time.Second, "every event handed out", func() bool { return len(out.all()) == len(ids) })
+	require.Equal(t, []int{0, 1, 2}, positions(ids, out.all()), "positions in claim order")
+}

@@ -38,8 +38,10 @@ type completer struct {
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
 	report      *reporter
 	health      *healthState
-	// retryScheduled is signalled when a write scheduled a retry: the
-	// next due time may have moved (see the coordinator).
+	// retryScheduled is signalled when a write scheduled a retry, or
+	// under Ordering PerKey wrote any outcome or release (a key's next
+	// event may be its head now): the next due time may have moved (see
+	// the coordinator).
 	retryScheduled chan struct{}
 	// writeLimit bounds the outcomes of one write after writes ran out of
 	// time (0: no bound).
@@ -236,6 +238,9 @@ func (c *completer) release(ctx context.Context, items []*item) error {
 			return err
 		}
 		c.report.stats.released.Add(uint64(len(res.Done)))
+		if c.cfg.Ordering == PerKey && len(res.Done) > 0 {
+			signal(c.retryScheduled) // a released head is due again
+		}
 		if refs = res.Busy; try == busyTries || len(refs) == 0 || !sleep(ctx.Done(), busyRetry) {
 			break
 		}
@@ -309,8 +314,8 @@ func (c *completer) mayDelete(it *item) bool {
 func (c *completer) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
 	byID := itemsByID(items)
 	c.held.remove(items)
-	if len(res.Retried) > 0 {
-		signal(c.retryScheduled)
+	if len(res.Retried) > 0 || c.cfg.Ordering == PerKey && len(res.Sent)+len(res.Failed) > 0 {
+		signal(c.retryScheduled) // under PerKey a sent or failed head may let its key's next event go
 	}
 	c.report.reportOutcomes(c.ctx, byID, res)
 	for _, id := range res.Lost {

@@ -201,7 +201,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	wait, ok, err := d.store.NextDue(ctx, d.pool, types)
+	wait, ok, err := d.nextDue(ctx, types)
 	if err != nil {
 		d.reportError("next due time", err)
 		return
@@ -214,6 +214,18 @@ func (d *Dispatcher) armDue(p *poller) {
 	case wait < p.interval:
 		p.due.Reset(wait)
 	}
+}
+
+// nextDue is how long until the next event of types (nil: every type)
+// that this dispatcher can claim is due (see lease.Store.NextDue). Under
+// Ordering PerKey only the head of each key counts: the due events behind a blocked head are not
+// work, and counting them woke a claim at every cooldown for as long as
+// the key stayed blocked.
+func (d *Dispatcher) nextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	if d.cfg.Ordering == PerKey {
+		return d.store.NextHeadDue(ctx, d.pool, types, d.cfg.HeadPolicy == BlockKey)
+	}
+	return d.store.NextDue(ctx, d.pool, types)
 }
 
 // errWorkerLost is the error of the outcomes of events that recovery made

@@ -56,7 +56,11 @@
 //     keys would starve (TestOrderedClaimBlockedBacklogDoesNotStarve).
 //     With it, such a backlog costs a pass over its index entries, not a
 //     place in the batch. In the typed form the filter sits in each type's
-//     leg, so that the rows of a blocked key cannot use up a leg's slack.
+//     leg, so that the rows of a blocked key cannot use up a leg's slack,
+//     and a head of a type the claim does not take blocks its key too:
+//     the run would end before it, and a key waiting for another
+//     dispatcher's type (one that is down, or behind) took the limit
+//     (TestOrderedClaimTypedHeadOfAnotherType).
 //     The probes compare the key as a range of one value, not with "=",
 //     and the ordered claims run under typedPlans: on a table whose
 //     statistics said one key held most rows, the planner had answered the

@@ -582,6 +582,26 @@ func (s *Store) NextDue(ctx context.Context, db DB, types []string) (time.Durati
 		}
 		sql, args = s.typedStatements(len(types)).nextDue, []any{types}
 	}
+	return s.nextDue(ctx, db, sql, args...)
+}
+
+// NextHeadDue is NextDue for ordered claims (ClaimParams.Ordered, with
+// blockFailed as BlockFailed): it counts only the PENDING rows that are
+// the head of their key, or have no key, since an ordered claim takes no
+// other. A blocked key's due rows do not make it report zero.
+func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFailed bool) (time.Duration, bool, error) {
+	if types != nil && len(types) == 0 {
+		return 0, false, nil
+	}
+	var args []any
+	if types != nil {
+		args = []any{types}
+	}
+	return s.nextDue(ctx, db, orderedNextDueSQL(s.qualified, len(types), blockFailed), args...)
+}
+
+// nextDue runs a next-due statement and reads its wait.
+func (s *Store) nextDue(ctx context.Context, db DB, sql string, args ...any) (time.Duration, bool, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("pgoutbox: next due: %w", err)

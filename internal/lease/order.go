@@ -42,22 +42,34 @@ func blocker(alias string, blockFailed bool) string {
 
 // headOK is true when the head of key (an SQL expression), its blocker
 // with the lowest seq found by one probe of the order index, is a due
-// PENDING row.
-func headOK(t, key string, blockFailed bool) string {
-	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now() FROM %[1]s AS h
+// PENDING row, and in the typed form (typesParam > 0, the position of the
+// types array) of a claimed type: a head that only another dispatcher
+// takes ends the run before it starts, so its key is blocked for this
+// claim and its rows must not take the claim's limit.
+func headOK(t, key string, blockFailed bool, typesParam int) string {
+	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now()%[6]s FROM %[1]s AS h
 		WHERE %[5]s AND %[4]s
-		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), keyIs("h", key))
+		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), keyIs("h", key), ofTypes("h", typesParam))
+}
+
+// ofTypes is, in the typed form (typesParam > 0), the condition that the
+// row named alias is of a claimed type, after an AND; else empty.
+func ofTypes(alias string, typesParam int) string {
+	if typesParam == 0 {
+		return ``
+	}
+	return fmt.Sprintf(` AND %s.event_type = ANY ($%d::text[])`, alias, typesParam)
 }
 
 // heads probes, once per key, the heads of the keys of the rows of window
 // (columns k, next_attempt_at, seq), the first $1 due PENDING rows in due
 // order: the CTE "heads" (k, ok) that headDue reads.
-func heads(t, window string, blockFailed bool) string {
+func heads(t, window string, blockFailed bool, typesParam int) string {
 	return fmt.Sprintf(`heads AS MATERIALIZED (
 	SELECT w.k, %[2]s AS ok FROM (
 		SELECT DISTINCT w.k FROM (%[1]s) AS w WHERE w.k IS NOT NULL
 	) AS w
-)`, window, headOK(t, "w.k", blockFailed))
+)`, window, headOK(t, "w.k", blockFailed, typesParam))
 }
 
 // headDue is the candidate filter of the ordered claim on the row named
@@ -67,9 +79,9 @@ func heads(t, window string, blockFailed bool) string {
 // (see heads) and looked up in a hashed set; only a row of another key
 // probes its own, so that the rows of one key do not each walk the
 // key's entries from its start.
-func headDue(t, alias string, blockFailed bool) string {
+func headDue(t, alias string, blockFailed bool, typesParam int) string {
 	return fmt.Sprintf(`(%[1]s IS NULL OR %[1]s IN (SELECT k FROM heads WHERE ok)
-		OR (NOT %[1]s IN (SELECT k FROM heads) AND %[2]s))`, keyOf(alias), headOK(t, keyOf(alias), blockFailed))
+		OR (NOT %[1]s IN (SELECT k FROM heads) AND %[2]s))`, keyOf(alias), headOK(t, keyOf(alias), blockFailed, typesParam))
 }
 
 // orderedDue locks, like allDue, up to $1 due PENDING rows of every type
@@ -79,13 +91,13 @@ func orderedDue(t string, blockFailed bool) string {
 	window := fmt.Sprintf(`SELECT %[2]s AS k FROM %[1]s AS w
 		WHERE w.status = 'PENDING' AND w.next_attempt_at <= now()
 		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, keyOf("w"))
-	return heads(t, window, blockFailed) + fmt.Sprintf(`, due AS MATERIALIZED (
+	return heads(t, window, blockFailed, 0) + fmt.Sprintf(`, due AS MATERIALIZED (
 	SELECT c.id, %[2]s AS k, c.seq, c.next_attempt_at FROM %[1]s AS c
 	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
 	ORDER BY c.next_attempt_at, c.seq
 	LIMIT $1
 	FOR UPDATE OF c SKIP LOCKED
-)`, t, keyOf("c"), headDue(t, "c", blockFailed))
+)`, t, keyOf("c"), headDue(t, "c", blockFailed, 0))
 }
 
 // orderedTypedDue is typedDue with the candidate filter in each leg, so
@@ -96,7 +108,7 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 		%[1]s
 	) AS c ORDER BY c.next_attempt_at, c.seq LIMIT $1`,
 		typeLegs(t, n, param, keyOf(t)+` AS k, next_attempt_at, seq`, ` AND next_attempt_at <= now()`, `$1::int`))
-	return heads(t, window, blockFailed) + fmt.Sprintf(`, due AS MATERIALIZED (
+	return heads(t, window, blockFailed, param) + fmt.Sprintf(`, due AS MATERIALIZED (
 	SELECT o.id, %[3]s AS k, o.seq, o.next_attempt_at FROM (
 		%[2]s
 	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
@@ -105,7 +117,7 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
 )`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`,
-		` AND next_attempt_at <= now() AND `+headDue(t, t, blockFailed),
+		` AND next_attempt_at <= now() AND `+headDue(t, t, blockFailed, param),
 		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), keyOf("o"))
 }
 
@@ -123,10 +135,6 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 // up to $1 rows: a run cut by the limit keeps its prefix. It returns the
 // order key of each row after claimedColumns.
 func orderedClaimSQL(t, startedAt, due string, blockFailed bool, typesParam int) string {
-	ofTypes := ``
-	if typesParam > 0 {
-		ofTypes = fmt.Sprintf(` AND x.event_type = ANY ($%d::text[])`, typesParam)
-	}
 	return fmt.Sprintf(`WITH %[4]s, runs AS MATERIALIZED (
 	SELECT d.k, count(*) AS n, min(d.next_attempt_at) AS first_due FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
 ), walk AS MATERIALIZED (
@@ -159,7 +167,7 @@ SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), 
 	lease_until = now() + $4::bigint * interval '1 microsecond',
 	started_at = %[3]s
 WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
-RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes,
+RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes("x", typesParam),
 		keyIs("x", "r.k"))
 }
 
@@ -226,4 +234,30 @@ func inKeyOrder(rows []claimedRow) {
 			rows[i] = run[j]
 		}
 	}
+}
+
+// isHead is true for a row named alias that is the head of its key (no
+// blocker of its key has a lower seq), or has no key: a row an ordered
+// claim can take first. Like headOK, one probe of the order index.
+func isHead(t, alias string, blockFailed bool) string {
+	return fmt.Sprintf(`(%[2]s IS NULL OR (SELECT h.id FROM %[1]s AS h
+		WHERE %[5]s AND %[4]s
+		ORDER BY %[3]s, h.seq LIMIT 1) = %[6]s.id)`, t, keyOf(alias), keyOf("h"), blocker("h", blockFailed), keyIs("h", keyOf(alias)), alias)
+}
+
+// orderedNextDueSQL is NextDue for ordered claims: the wait until the
+// earliest PENDING row that is the head of its key (or has no key), of
+// every type or of n types ($1). A due row behind a blocked head is not
+// work an ordered claim can take: counted, it woke a claim at every
+// cooldown for as long as the key was blocked. It walks the due index
+// (or each type's range of the type due index) and probes the head of
+// each row's key until it finds one, so a blocked key's due backlog costs
+// a probe per row.
+func orderedNextDueSQL(t string, n int, blockFailed bool) string {
+	if n == 0 {
+		return nextDueSQL(fmt.Sprintf(`SELECT c.next_attempt_at FROM %[1]s AS c WHERE c.status = 'PENDING' AND %[2]s
+			ORDER BY c.next_attempt_at, c.seq LIMIT 1`, t, isHead(t, "c", blockFailed)))
+	}
+	return nextDueSQL(`SELECT min(next_attempt_at) FROM (` +
+		typeLegs(t, n, 1, `next_attempt_at, seq`, ` AND `+isHead(t, t, blockFailed), `1`) + `) AS c`)
 }

@@ -427,3 +427,47 @@ func settleRuns(t *testing.T, e env, db lease.DB, b lease.Batch, rng *rand.Rand,
 	_, err := e.store.Complete(t.Context(), db, p)
 	require.NoError(t, err)
 }
+
+// In the typed claim a key whose head is a due row of a type the claim
+// does not take is blocked for it like any other key (its run would end
+// before it starts): the key's rows of the claimed types must not take
+// the claim's limit, or a dispatcher of some types starves behind the
+// keys whose heads wait for another dispatcher (one that is down, or
+// busy).
+func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var specs []spec
+	for i := range 10 {
+		k := fmt.Sprintf("y%d", i)
+		specs = append(specs, spec{Type: "other.event", PartitionKey: k}, keyed(k))
+	}
+	ids := insert(t, e.db.Pool, append(specs, keyed("m"))...)
+	b := claimOrdered(t, e, e.db.Pool, []string{"test.event"}, 5, true)
+	require.Equal(t, ids[len(ids)-1:], batchIDs(b), "key m's row, not the rows held back by other types' heads")
+}
+
+// NextHeadDue counts only rows an ordered claim can take: a due row behind
+// a blocked head is not due work, a head waiting for its retry is.
+func TestOrderedNextHeadDue(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k"}, keyed("k"),
+			spec{DueIn: time.Hour, PartitionKey: "j"}, keyed("j"), spec{Status: "PROCESSING", PartitionKey: "p"}, keyed("p"))
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, wait, 30*time.Minute, "j's head, in its backoff; not k's or p's due rows")
+
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "without BlockFailed k's second row is its head")
+
+		insert(t, e.db.Pool, spec{})
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "a keyless row is due")
+	})
+}

@@ -1,0 +1,73 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// A key held by its FAILED head (BlockKey), with a due event behind it,
+// gives an ordered dispatcher nothing to claim: it must not claim again
+// and again. The due event behind the head is not due work; before, the
+// next-due probe found it due and woke a claim at every cooldown, forever.
+// Polls are an hour apart, so any claim after the first is a wake-up.
+func TestOrderedBlockedKeyDoesNotWakeClaims(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "ev", []string{"k", "k"})
+	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET status = 'FAILED', failed_at = now() WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("ev", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "the first claim and the listener", func() bool {
+		s := d.Stats()
+		return s.ClaimCycles >= 1 && s.ListenerConnects >= 1
+	})
+	first := d.Stats().ClaimCycles
+	require.Never(t, func() bool { return d.Stats().ClaimCycles > first+5 }, 2*time.Second, 20*time.Millisecond,
+		"claims woken for a key that cannot move")
+	require.Equal(t, outbox.StatusPending, readRow(t, db, ids[1]).Status)
+}
+
+// An event emitted for a key while the key's head runs is claimed once
+// the head is sent, without waiting for a poll (an hour here): the
+// claim woken by the emit found the key blocked, and the head's outcome
+// wakes the next one.
+func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	first := insertKeyed(t, db, "ev", []string{"k"})
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
+	cfg.NoWakeupCooldown = true // one claim per wake-up, none at the end of a cooldown
+	started, finish := make(chan struct{}), make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
+		if e.ID == first[0] {
+			close(started)
+			<-finish
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	<-started
+	second := insertKeyed(t, db, "ev", []string{"k"})
+	before := d.Health().LastClaim
+	d.Trigger() // as the emit's notification would
+	waitFor(t, 20*time.Second, "a claim that finds k blocked", func() bool { return d.Health().LastClaim.After(before) })
+	close(finish)
+	waitFor(t, 20*time.Second, "k's second event SENT", func() bool {
+		return readRow(t, db, second[0]).Status == outbox.StatusSent
+	})
+}
