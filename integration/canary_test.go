@@ -535,16 +535,29 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	close(release)
 	canaryAwaitDone(t, ctx, db)
 	nc.Close()
+	// A closed connection is an outage: the event goes back to PENDING,
+	// no attempt spent, and the circuit opens with a WARN that names
+	// the cause.
 	canaryEmitAll(t, ctx, c, db.app, "canary.publish")
-	canaryAwaitDone(t, ctx, db)
+	require.Eventually(t, func() bool { return d.Stats().OutageReturned > 0 }, time.Minute, 10*time.Millisecond,
+		"the closed connection did not open the circuit")
 
 	st := d.Stats()
+	h := d.Health()
 	require.NoError(t, d.Stop(ctx))
 	require.NoError(t, <-done)
 	require.GreaterOrEqual(t, st.ListenerConnects, uint64(2), "the listener was not reconnected after its backend was killed")
 	require.Positive(t, st.Failed)
+	require.Positive(t, st.CircuitOpens)
+	// The event the outage returned spent no attempt; it goes, so that
+	// the next paths start from a drained table.
+	var spent int
+	require.NoError(t, db.super.QueryRow(ctx, `WITH gone AS (DELETE FROM public.outbox_events
+		WHERE status = 'PENDING' AND event_type = 'canary.publish' RETURNING attempts) SELECT coalesce(sum(attempts), -1) FROM gone`).Scan(&spent))
+	require.Zero(t, spent, "the event held back by the outage spent an attempt")
 	c.value("dispatcher.Stats", st)
-	c.logs("dispatch", "event failed")
+	c.value("dispatcher.Health", h)
+	c.logs("dispatch", "circuit open")
 }
 
 // canaryAwaitDone waits until no event is PENDING or PROCESSING.
