@@ -541,6 +541,8 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	canaryEmitAll(t, ctx, c, db.app, "canary.publish")
 	require.Eventually(t, func() bool { return d.Stats().OutageReturned > 0 }, time.Minute, 10*time.Millisecond,
 		"the closed connection did not open the circuit")
+	require.Eventually(t, func() bool { return d.Stats().ListenerConnects >= 2 }, time.Minute, 10*time.Millisecond,
+		"the listener was not reconnected after its backend was killed")
 
 	st := d.Stats()
 	h := d.Health()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
@@ -247,39 +246,6 @@ func TestOrderedClaimBlockedBacklogDoesNotStarve(t *testing.T) {
 	})
 }
 
-// pauseClaimsAt makes every statement of role that reads row id wait,
-// while the test holds the advisory lock key, before it goes past that
-// row: a row-level-security policy whose function takes the lock shared.
-// The table's owner (the test's other connections) bypasses the policy.
-func pauseClaimsAt(t *testing.T, e env, role string, id uuid.UUID, key int64) {
-	t.Helper()
-	_, err := e.db.Pool.Exec(t.Context(), fmt.Sprintf(`
-GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
-GRANT SELECT, UPDATE ON outbox_events TO %[2]s;
-CREATE FUNCTION pause_at(row_id uuid) RETURNS bool LANGUAGE plpgsql VOLATILE AS $f$
-BEGIN
-	IF row_id = '%[3]s' THEN
-		PERFORM pg_advisory_xact_lock_shared(%[4]d);
-	END IF;
-	RETURN true;
-END $f$;
-ALTER TABLE outbox_events ENABLE ROW LEVEL SECURITY;
-CREATE POLICY pause ON outbox_events USING (pause_at(id))`,
-		pgx.Identifier{e.db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), id, key))
-	require.NoError(t, err)
-}
-
-// waitForLockWaiter returns once a session waits for advisory lock key.
-func waitForLockWaiter(t *testing.T, e env, key int64) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, queryRow(e.db.Pool, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND NOT granted AND objid = $1`, key).Scan(&n))
-		return n > 0
-	}, time.Minute, 5*time.Millisecond)
-}
-
 // A claim whose snapshot is older than another claimer's claim of a key's
 // head must not take the key's next event: its locking read does not
 // return the head (taken since), so the head is the barrier. Claimer A
@@ -294,10 +260,7 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 			ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), keyed("other"))
 			key := int64(7_000 + i)
 			role := e.db.NewRole(t, "claimer")
-			pauseClaimsAt(t, e, role, ids[0], key)
-			gate := e.db.Conn(t)
-			_, err := gate.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, key)
-			require.NoError(t, err)
+			pause := e.db.PauseRowReads(t, role, ids[0].String(), key)
 			a := e.db.RoleConn(t, role)
 
 			done := make(chan lease.Batch, 1)
@@ -309,11 +272,10 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 				}
 				done <- b
 			}()
-			waitForLockWaiter(t, e, key)
+			pause.AwaitPaused(t)
 			b := claimOrdered(t, e, e.db.Pool, form.types, 1, true)
 			require.Equal(t, ids[:1], batchIDs(b), "B takes the head")
-			_, err = gate.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, key)
-			require.NoError(t, err)
+			pause.Release(t)
 
 			got := <-done
 			require.Equal(t, ids[2:], batchIDs(got), "A takes the other key only")
