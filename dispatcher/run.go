@@ -3,6 +3,9 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,7 +72,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := d.untilStop(ctx)
 	defer cancel()
-	err := d.checkTable(ctx)
+	err := d.checkTableRetrying(ctx)
 	var listener *pgx.Conn
 	if err == nil {
 		listener, err = d.requireWakeups(ctx)
@@ -101,6 +104,48 @@ func (d *Dispatcher) untilStop(ctx context.Context) (context.Context, context.Ca
 // was called) before it started dispatching.
 func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
 	return ctx.Err() != nil || d.stopRequested()
+}
+
+// startRetryFor bounds how long the start-up checks try again after the
+// connection was lost (a server restarting, a backend terminated); other
+// errors are not tried again.
+const startRetryFor = 10 * time.Second
+
+// checkTableRetrying runs checkTable, and again after a connection lost
+// under it, waiting 50ms doubling up to PollInterval between tries, for at
+// most startRetryFor: a database that restarts, or a pooler that drops a
+// server connection, as the dispatcher starts must not fail the start
+// (a replica restarted during an outage would otherwise exit again).
+func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
+	deadline := time.Now().Add(startRetryFor)
+	wait := 50 * time.Millisecond
+	for {
+		err := d.checkTable(ctx)
+		if err == nil || !connectionLost(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		d.cfg.Logger.Warn("pgoutbox: start-up check lost its connection; trying again",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, max(d.cfg.PollInterval, 50*time.Millisecond))
+	}
+}
+
+// connectionLost reports whether err says the connection to the server
+// was lost or could not be made: a connection exception (class 08), the
+// server shutting down or terminating the backend (57P01, 57P02, 57P03),
+// nothing sent or no connection made (see unsent), or the connection
+// breaking under a statement. The checks only read, so trying them again
+// is always safe.
+func connectionLost(err error) bool {
+	code := pgerr.Code(err)
+	var netErr net.Error
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || unsent(err) ||
+		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // checkTable fails fast when the outbox table or its schema is missing,

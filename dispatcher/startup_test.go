@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,4 +388,38 @@ func TestStartGoesOnWhenVerifyRunsOutOfTime(t *testing.T) {
 		return strings.Contains(fix, "statement_timeout") && strings.Contains(fix, "SkipVerify")
 	})
 	require.True(t, hinted, "the warning says how to fix it")
+}
+
+// A start-up check whose connection is terminated under it (a server
+// restarting, an operator's pg_terminate_backend) is tried again: Start
+// succeeds and the dispatcher dispatches. The pool's first connection is
+// terminated by another backend before its first query.
+func TestStartTriesAgainAfterALostConnection(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = db.Schema
+	var terminated atomic.Bool
+	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
+		if terminated.CompareAndSwap(false, true) {
+			_, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, c.PgConn().PID())
+			require.NoError(t, err)
+		}
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	d, err := dispatcher.New(pool, baseConfig(db))
+	require.NoError(t, err)
+	sent := make(chan uuid.UUID, 1)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		sent <- e.ID
+		return nil
+	}))
+	runDispatcher(t, d)
+	require.True(t, terminated.Load(), "the first connection was terminated")
+	id := insertEvents(t, db, "x", 1)[0]
+	require.Equal(t, id, <-sent)
 }
