@@ -52,7 +52,14 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 		case <-d.held.freed:
 			c.roomFreed()
 		case <-d.retryScheduled:
-			if c.settled() {
+			switch {
+			case d.cfg.Ordering == PerKey:
+				// An outcome or release of a key's event was written: the
+				// key's next event may be its head now. Claim at once,
+				// wake-ups or not; a claim that finds nothing settles and
+				// arms the due timer as any other.
+				c.wake()
+			case c.settled():
 				d.armDue(p)
 			}
 		case <-p.due.C:

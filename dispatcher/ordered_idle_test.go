@@ -71,3 +71,32 @@ func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 		return readRow(t, db, second[0]).Status == outbox.StatusSent
 	})
 }
+
+// Without wake-ups (WakeupDisabled, as behind a pooler) a key's next
+// event is still claimed as soon as its head's outcome is written, not at
+// the next poll: a hot key moves one run per completion, not one per
+// PollInterval.
+func TestOrderedNextRunWithoutWakeups(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "ev", []string{"k"})
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupDisabled
+	started, finish := make(chan struct{}), make(chan struct{})
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
+		if e.ID == ids[0] {
+			close(started)
+			<-finish
+		}
+		return nil
+	}))
+	runDispatcher(t, d)
+	<-started
+	second := insertKeyed(t, db, "ev", []string{"k"}) // no poll for an hour, no wake-up
+	close(finish)
+	waitFor(t, 20*time.Second, "k's second event SENT", func() bool {
+		return readRow(t, db, second[0]).Status == outbox.StatusSent
+	})
+}
