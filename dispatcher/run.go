@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
@@ -135,17 +136,23 @@ func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
 	}
 }
 
-// connectionLost reports whether err says the connection to the server
-// was lost or could not be made: a connection exception (class 08), the
-// server shutting down or terminating the backend (57P01, 57P02, 57P03),
-// nothing sent or no connection made (see unsent), or the connection
-// breaking under a statement. The checks only read, so trying them again
-// is always safe.
+// connectionLost reports whether err says that an established connection
+// to the server was lost: a connection exception (class 08), the server
+// shutting down or terminating the backend (57P01, 57P02), the
+// connection breaking under a statement, or nothing sent on it. A
+// connection that could not be made (a wrong password, a refused port)
+// is not tried again, unless the server said it is starting up (57P03):
+// a start must report a bad configuration at once. The checks only read,
+// so trying them again is always safe.
 func connectionLost(err error) bool {
 	code := pgerr.Code(err)
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return code == "57P03"
+	}
 	var netErr net.Error
-	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || unsent(err) ||
-		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" ||
+		pgconn.SafeToRetry(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // checkTable fails fast when the outbox table or its schema is missing,
