@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,14 +142,15 @@ func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
 // shutting down or terminating the backend (57P01, 57P02), the
 // connection breaking under a statement, or nothing sent on it. A
 // connection that could not be made (a wrong password, a refused port)
-// is not tried again, unless the server said it is starting up (57P03):
-// a start must report a bad configuration at once. The checks only read,
+// is not tried again, unless the server said it is starting up (57P03)
+// or reset the connection while it was being made (a server shutting
+// down): a start must report a bad configuration at once. The checks only read,
 // so trying them again is always safe.
 func connectionLost(err error) bool {
 	code := pgerr.Code(err)
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
-		return code == "57P03"
+		return code == "57P03" || code == "" && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF))
 	}
 	var netErr net.Error
 	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" ||
@@ -179,7 +181,11 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	if err != nil && !timedOut {
 		return err
 	}
-	if err := d.store.CheckColumns(ctx, d.pool); err != nil {
+	// The column check ran out of time only under a statement_timeout
+	// shorter than a catalog read: it is skipped then (statement timeouts
+	// must never stop progress), and a missing column shows in the
+	// claims' errors instead.
+	if err := d.store.CheckColumns(ctx, d.pool); err != nil && !(ranOutOfTime(err) && ctx.Err() == nil) {
 		return err
 	}
 	if timedOut { // once more, with a fresh timeout
