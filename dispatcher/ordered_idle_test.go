@@ -39,17 +39,12 @@ func TestOrderedBlockedKeyDoesNotWakeClaims(t *testing.T) {
 	require.Equal(t, outbox.StatusPending, readRow(t, db, ids[1]).Status)
 }
 
-// An event emitted for a key while the key's head runs is claimed once
-// the head is sent, without waiting for a poll (an hour here): the
-// claim woken by the emit found the key blocked, and the head's outcome
-// wakes the next one.
-func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
+// heldHead runs an ordered dispatcher with cfg whose handler holds key
+// k's first event (emitted here) until finish is closed; it returns once
+// that handler has started.
+func heldHead(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (d *dispatcher.Dispatcher, finish chan struct{}) {
+	t.Helper()
 	first := insertKeyed(t, db, "ev", []string{"k"})
-	cfg := orderedConfig(db, dispatcher.BlockKey)
-	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
-	cfg.NoWakeupCooldown = true // one claim per wake-up, none at the end of a cooldown
 	started, finish := make(chan struct{}), make(chan struct{})
 	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
 	require.NoError(t, err)
@@ -62,6 +57,20 @@ func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 	<-started
+	return d, finish
+}
+
+// An event emitted for a key while the key's head runs is claimed once
+// the head is sent, without waiting for a poll (an hour here): the
+// claim woken by the emit found the key blocked, and the head's outcome
+// wakes the next one.
+func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
+	cfg.NoWakeupCooldown = true // one claim per wake-up, none at the end of a cooldown
+	d, finish := heldHead(t, db, cfg)
 	second := insertKeyed(t, db, "ev", []string{"k"})
 	before := d.Health().LastClaim
 	d.Trigger() // as the emit's notification would
@@ -79,21 +88,9 @@ func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 func TestOrderedNextRunWithoutWakeups(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	ids := insertKeyed(t, db, "ev", []string{"k"})
 	cfg := orderedConfig(db, dispatcher.BlockKey)
 	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupDisabled
-	started, finish := make(chan struct{}), make(chan struct{})
-	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
-		if e.ID == ids[0] {
-			close(started)
-			<-finish
-		}
-		return nil
-	}))
-	runDispatcher(t, d)
-	<-started
+	_, finish := heldHead(t, db, cfg)
 	second := insertKeyed(t, db, "ev", []string{"k"}) // no poll for an hour, no wake-up
 	close(finish)
 	waitFor(t, 20*time.Second, "k's second event SENT", func() bool {
