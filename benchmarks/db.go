@@ -57,7 +57,8 @@ func (db *benchDB) connConfig() *pgx.ConnConfig {
 	return cfg
 }
 
-// migrate creates the pgoutbox outbox table and a business table "orders".
+// migrate creates the pgoutbox outbox table, the minimal outbox
+// (minimalDDL) and a business table "orders".
 func (db *benchDB) migrate(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, db.connConfig())
 	if err != nil {
@@ -67,7 +68,7 @@ func (db *benchDB) migrate(ctx context.Context) error {
 	if err := migrations.Migrate(ctx, conn, migrations.Config{}); err != nil {
 		return err
 	}
-	_, err = conn.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL, note text)`)
+	_, err = conn.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL, note text);`+minimalDDL)
 	return err
 }
 
@@ -89,14 +90,22 @@ func (r Result) verify(ctx context.Context, db *benchDB, want int, sql string) (
 	return r, err
 }
 
-// backlogDB opens a migrated database holding o.N due PENDING events.
+// backlogDB opens a migrated database holding o.N due PENDING events in
+// outbox_events.
 func backlogDB(ctx context.Context, o Options, conns int) (*benchDB, error) {
+	return backlogDBWith(ctx, o, conns, func(ctx context.Context, db *benchDB) error {
+		return preload(ctx, db, o.N, o.Payload, o.Keys)
+	})
+}
+
+// backlogDBWith opens a migrated database and fills its backlog with fill.
+func backlogDBWith(ctx context.Context, o Options, conns int, fill func(context.Context, *benchDB) error) (*benchDB, error) {
 	db, err := openDB(ctx, o.URL, conns)
 	if err != nil {
 		return nil, err
 	}
 	if err = db.migrate(ctx); err == nil {
-		err = preload(ctx, db, o.N, o.Payload, o.Keys)
+		err = fill(ctx, db)
 	}
 	if err != nil {
 		db.Close()

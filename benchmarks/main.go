@@ -72,6 +72,7 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"watermill": runWatermill,
 	"latency":   runLatency,
 	"claim":     runClaim,
+	"minimal":   runMinimal,
 }
 
 func caseNames() []string {
@@ -96,7 +97,7 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, river, watermill, latency, claim or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")

@@ -60,8 +60,15 @@ func pgoutboxEmitBatch(ctx context.Context, o Options) (Result, error) {
 }
 
 // emitRun runs N events through W writers, per events per transaction, on a
-// fresh migrated database, then verifies that all N rows are PENDING.
+// fresh migrated database, then verifies that all N rows of outbox_events
+// are PENDING.
 func emitRun(ctx context.Context, o Options, mode string, write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
+	return emitRunIn(ctx, o, "outbox_events", mode, write, per)
+}
+
+// emitRunIn is emitRun for the events table table (which has a status
+// column set to PENDING on insert).
+func emitRunIn(ctx context.Context, o Options, table, mode string, write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
 	writers := o.Writers
 	if per > 1 {
 		writers = max(1, min(o.Writers, o.N/per))
@@ -82,7 +89,7 @@ func emitRun(ctx context.Context, o Options, mode string, write func(context.Con
 	res := throughput(mode, o.N, time.Since(start))
 	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify, "notify_every": o.NotifyEvery,
 		"round_trips": db.trips.total() - trips0}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'PENDING'`)
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM `+table+` WHERE status = 'PENDING'`)
 }
 
 // inTxs commits transactions from writers goroutines until n events are

@@ -82,33 +82,41 @@ func rawDispatch(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer db.Close()
+	return loopDispatch[uuid.UUID](ctx, o, db, "outbox_events", rawClaimSQL, rawCompleteSQL)
+}
+
+// loopDispatch drains db's backlog in table with W workers of claimLoop
+// (claimSQL, completeSQL; ID is the table's id type) and verifies that N
+// rows ended SENT.
+func loopDispatch[ID any](ctx context.Context, o Options, db *benchDB, table, claimSQL, completeSQL string) (Result, error) {
 	var sent atomic.Int64
 	trips0 := db.trips.total()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for range o.Writers {
-		g.Go(func() error { return rawWorker(gctx, db, o.Batch, &sent) })
+		g.Go(func() error { return claimLoop[ID](gctx, db, o.Batch, claimSQL, completeSQL, &sent) })
 	}
 	if err := g.Wait(); err != nil {
 		return Result{}, err
 	}
 	res := throughput("dispatch", int(sent.Load()), time.Since(start))
 	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers, "round_trips": db.trips.total() - trips0}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM `+table+` WHERE status = 'SENT'`)
 }
 
-// rawWorker claims, "publishes" (no-op) and completes batches until a claim
-// comes back empty.
-func rawWorker(ctx context.Context, db *benchDB, batch int, sent *atomic.Int64) error {
-	ids := make([]uuid.UUID, 0, batch)
+// claimLoop claims (claimSQL: batch size, token; returns id, type,
+// payload), "publishes" (no-op) and completes (completeSQL: ids, token)
+// batches until a claim comes back empty.
+func claimLoop[ID any](ctx context.Context, db *benchDB, batch int, claimSQL, completeSQL string, sent *atomic.Int64) error {
+	ids := make([]ID, 0, batch)
 	for {
 		token := uuid.New()
-		rows, err := db.pool.Query(ctx, rawClaimSQL, batch, token)
+		rows, err := db.pool.Query(ctx, claimSQL, batch, token)
 		if err != nil {
 			return err
 		}
 		ids = ids[:0]
-		var id uuid.UUID
+		var id ID
 		var typ string
 		var body []byte
 		_, err = pgx.ForEachRow(rows, []any{&id, &typ, &body}, func() error {
@@ -121,7 +129,7 @@ func rawWorker(ctx context.Context, db *benchDB, batch int, sent *atomic.Int64) 
 		if len(ids) == 0 {
 			return nil
 		}
-		tag, err := db.pool.Exec(ctx, rawCompleteSQL, ids, token)
+		tag, err := db.pool.Exec(ctx, completeSQL, ids, token)
 		if err != nil {
 			return err
 		}
