@@ -11,19 +11,19 @@ func writeLatency(b *strings.Builder, runs []run) {
 		"from 32 goroutines for 10 s (open loop: when every writer is busy the generator falls behind, and the rate held says so). " +
 		"The handler stamps its start; the writer stamps the return of Commit (same process, same clock). " +
 		"Wake-ups on: `WakeupRequired`; off: `WakeupDisabled` and the emitter's notify off.\n\n" +
-		"| configuration | flags | target/s | held/s | p50 ms | p95 ms | p99 ms | claim cycles | load | verified |\n" +
-		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		"| configuration | flags | round | target/s | held/s | p50 ms | p95 ms | p99 ms | claim cycles | claims/event | load | verified |\n" +
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range runs {
 		if r.spec.group != groupLatency {
 			continue
 		}
 		if r.err != nil || !r.res.Verified {
-			fmt.Fprintf(b, "| %s | `%s` | failed: %v |||||||| no |\n", r.spec.label, flagsOf(r.spec), r.err)
+			fmt.Fprintf(b, "| %s | `%s` | %d | failed: %v |||||||| no |\n", r.spec.label, flagsOf(r.spec), r.round, r.err)
 			continue
 		}
 		p := r.res.Params
-		fmt.Fprintf(b, "| %s | `%s` | %v | %s | %s | %s | %s | %v | %.1f | yes |\n", r.spec.label, flagsOf(r.spec), p["rate"],
-			num(r.res.EventsPerSec), ms(r.res.P50MS), ms(r.res.P95MS), ms(r.res.P99MS), p["claim_cycles"], r.res.Load1)
+		fmt.Fprintf(b, "| %s | `%s` | %d | %v | %s | %s | %s | %s | %v | %v | %.1f | yes |\n", r.spec.label, flagsOf(r.spec), r.round, p["rate"],
+			num(r.res.EventsPerSec), ms(r.res.P50MS), ms(r.res.P95MS), ms(r.res.P99MS), p["claim_cycles"], p["claims_per_event"], r.res.Load1)
 	}
 	b.WriteString("\n")
 }

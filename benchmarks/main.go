@@ -117,6 +117,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "suite: rounds")
 	fs.BoolVar(&o.Short, "short", o.Short, "suite: every case tiny (a smoke run)")
 	fs.StringVar(&o.Out, "out", o.Out, "suite: markdown report to write")
+	fs.StringVar(&o.Only, "only", "", "suite: \"targets\" runs only what the issue-16 targets need (every spec in every round) and writes their report to -out")
 	fs.IntVar(&o.Keys, "keys", 0, "dispatch: partition keys of the preloaded events, round robin (0: none)")
 	fs.BoolVar(&o.Ordered, "ordered", false, "dispatch: Ordering PerKey")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file")

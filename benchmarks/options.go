@@ -49,6 +49,9 @@ type Options struct {
 	Short bool
 	// Out is the suite's markdown report ("" for none).
 	Out string
+	// Only, when "targets", makes the suite run only the specs the
+	// targets use, every one in every round, and write only their report.
+	Only string
 	// CPUProfile, when set, is where the run's CPU profile goes.
 	CPUProfile string
 	// Keys, when not 0, gives the preloaded events of the dispatch modes

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +31,7 @@ type run struct {
 // Groups of the report.
 const (
 	groupEmit     = "emit: one event + one business row per transaction, 4 writers"
+	groupEmit1    = "emit: one event + one business row per transaction, 1 writer"
 	groupBatch    = "batch emit: 1,000 events per transaction, 2 writers"
 	groupDispatch = "dispatch: drain pre-inserted events, no-op handler"
 	groupLatency  = "latency"
@@ -45,15 +48,22 @@ func roundSpecs(short bool) []spec {
 	return []spec{
 		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
 		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
+		{"minimal INSERT", groupEmit, args("minimal", "insert", "-n", e, "-writers", "4")},
 		{"river InsertTx", groupEmit, args("river", "insert", "-n", e, "-writers", "4")},
 		{"notify in every Emit (NotifyEveryEmit)", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4", "-notify-every")},
+		{"pgoutbox Emit, 1 writer", groupEmit1, args("pgoutbox", "emit", "-n", e, "-writers", "1")},
+		{"raw INSERT, 1 writer", groupEmit1, args("raw-sql", "insert", "-n", e, "-writers", "1")},
+		{"minimal INSERT, 1 writer", groupEmit1, args("minimal", "insert", "-n", e, "-writers", "1")},
 		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"minimal COPY ×1000", groupBatch, args("minimal", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"pgoutbox B=100 C=100 (defaults)", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"pgoutbox B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "1000", "-concurrency", "1000")},
 		{"raw-sql B=100 W=4", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "100", "-writers", "4")},
 		{"raw-sql B=1000 W=2", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"minimal B=100 W=4", groupDispatch, args("minimal", "dispatch", "-n", n, "-batch", "100", "-writers", "4")},
+		{"minimal B=1000 W=2", groupDispatch, args("minimal", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river default, 100 workers", groupDispatch, args("river", "work", "-n", slow, "-concurrency", "100")},
 		{"river tuned, 2000 workers", groupDispatch, args("river", "work", "-n", n, "-concurrency", "2000", "-tuned")},
 		{"natspub → local NATS JetStream, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "100", "-concurrency", "100")},
@@ -111,24 +121,40 @@ func sizes(short bool, n int) string {
 	return strconv.Itoa(n)
 }
 
+// targetSpecs are the specs the targets use, round and curve specs alike:
+// `-only targets` runs them all in every round.
+func targetSpecs(short bool) []spec {
+	var out []spec
+	for _, s := range append(roundSpecs(short), curveSpecs(short)...) {
+		if slices.ContainsFunc(targets, func(t target) bool { return t.uses(s) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // runSuite runs the round specs o.Rounds times (each round in a rotated
 // order, so no configuration always runs first), then the curves once; it
-// prints every JSON line and writes the report.
+// prints every JSON line and writes the report. With -only targets it
+// runs targetSpecs in every round and no curves.
 func runSuite(ctx context.Context, o Options) error {
 	if o.Short {
 		o.Rounds = 1
 	}
+	specs, curves, err := suiteSpecs(o)
+	if err != nil {
+		return err
+	}
 	started := time.Now()
 	env := describeEnv(ctx, o.URL)
 	var runs []run
-	specs := roundSpecs(o.Short)
 	for r := range o.Rounds {
 		for i := range specs {
 			s := specs[(i+r*len(specs)/max(o.Rounds, 1))%len(specs)]
 			runs = append(runs, runOne(ctx, o, s, r+1))
 		}
 	}
-	for _, s := range curveSpecs(o.Short) {
+	for _, s := range curves {
 		runs = append(runs, runOne(ctx, o, s, 1))
 	}
 	if err := ctx.Err(); err != nil {
@@ -136,6 +162,20 @@ func runSuite(ctx context.Context, o Options) error {
 	}
 	env.elapsed = time.Since(started)
 	return writeOutputs(o, env, runs)
+}
+
+// suiteSpecs are the round and the curve specs of o.Only.
+func suiteSpecs(o Options) (rounds, curves []spec, err error) {
+	switch o.Only {
+	case "":
+		return roundSpecs(o.Short), curveSpecs(o.Short), nil
+	case "targets":
+		if o.Out == defaultOptions().Out {
+			return nil, nil, fmt.Errorf("-only targets writes a partial report: give -out another path than %s", o.Out)
+		}
+		return targetSpecs(o.Short), nil, nil
+	}
+	return nil, nil, fmt.Errorf("unknown -only %q (targets)", o.Only)
 }
 
 // runOne runs one spec with the suite's URL and prints its JSON line.
@@ -154,10 +194,14 @@ func runOne(ctx context.Context, o Options, s spec, round int) run {
 }
 
 // writeOutputs writes the JSON lines, the plot and the markdown report
-// next to o.Out (nothing when o.Out is empty).
+// next to o.Out (nothing when o.Out is empty); with -only targets, the
+// targets report to o.Out and its JSON lines beside it (.jsonl).
 func writeOutputs(o Options, env machine, runs []run) error {
 	if o.Out == "" {
 		return failures(runs)
+	}
+	if o.Only == "targets" {
+		return writeTargets(o, env, runs)
 	}
 	root := filepath.Join(filepath.Dir(o.Out), "..")
 	dir := filepath.Join(root, "benchmarks", "results")
@@ -174,6 +218,21 @@ func writeOutputs(o Options, env machine, runs []run) error {
 		return err
 	}
 	if err := os.WriteFile(o.Out, []byte(report(env, runs, o.Rounds, filepath.Join(root, analysisFile))), 0o644); err != nil {
+		return err
+	}
+	return failures(runs)
+}
+
+// writeTargets writes the -only targets report to o.Out and its JSON lines
+// to o.Out with the extension .jsonl.
+func writeTargets(o Options, env machine, runs []run) error {
+	if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
+		return err
+	}
+	if err := writeJSONL(strings.TrimSuffix(o.Out, filepath.Ext(o.Out))+".jsonl", runs); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Out, []byte(targetsReport(env, runs, o.Rounds)), 0o644); err != nil {
 		return err
 	}
 	return failures(runs)
