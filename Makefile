@@ -85,13 +85,20 @@ chaos: ## Run the fault-injection scenarios (replica kills and pauses, PostgreSQ
 
 # Extra flags of the benchmark suite, e.g. BENCHFLAGS=-rounds=1. The suite's
 # database is DATABASE_URL from the environment when set, else the one withpg
-# provides (the local 127.0.0.1:5432, or a container).
+# provides (the local 127.0.0.1:5432, or a container). `-only targets` runs
+# just the configurations issue 16's targets use (see bench/targets).
 BENCHFLAGS ?=
+# Where `make bench/targets` writes its report (and, beside it, the .jsonl).
+TARGETS_OUT ?= benchmarks/results/targets.md
 
 .PHONY: bench
 bench: ## Run the benchmark suite (3 interleaved rounds; writes docs/benchmarks.md and benchmarks/results/), then every module's Go benchmarks
 	@$(WITHPG) go run ./benchmarks -case suite -rounds 3 -out docs/benchmarks.md $(BENCHFLAGS)
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
+
+.PHONY: bench/targets
+bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved rounds (about 6 min at full N on an idle 2-core machine); writes TARGETS_OUT
+	@$(WITHPG) go run ./benchmarks -case suite -only targets -rounds 3 -out $(TARGETS_OUT) $(BENCHFLAGS)
 
 .PHONY: bench/short
 bench/short: ## Run every case of the benchmark suite tiny (N=200), writing nothing: a smoke run
