@@ -97,7 +97,7 @@ bench: ## Run the benchmark suite (3 interleaved rounds; writes docs/benchmarks.
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
 
 .PHONY: bench/targets
-bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved rounds (about 6 min at full N on an idle 2-core machine); writes TARGETS_OUT
+bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved rounds (about 7 min at full N on an idle 2-core machine); writes TARGETS_OUT
 	@$(WITHPG) go run ./benchmarks -case suite -only targets -rounds 3 -out $(TARGETS_OUT) $(BENCHFLAGS)
 
 .PHONY: bench/short
