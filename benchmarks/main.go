@@ -1,4 +1,5 @@
-// Command benchmarks measures pgoutbox side by side with the raw-SQL limit,
+// Command benchmarks measures pgoutbox side by side with the raw-SQL limit
+// (raw SQL on pgoutbox's table, and the minimal hand-written outbox),
 // River and Watermill on the local PostgreSQL. Each run creates and drops
 // its own database and prints one JSON line. See docs/benchmarks.md.
 //
@@ -101,7 +102,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")
-	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers (emit) or workers (raw-sql dispatch)")
+	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers (emit) or workers (raw-sql and minimal dispatch)")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "events per transaction (batch emit) or per claim/fetch (dispatch)")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "dispatcher Concurrency, River MaxWorkers")
 	fs.IntVar(&o.Claimers, "claimers", 0, "dispatcher Claimers (0: the default)")

@@ -16,7 +16,7 @@ type Options struct {
 	// N is the number of events of a run.
 	N int
 	// Writers is the number of concurrent writers (emit) or workers
-	// (raw-sql dispatch).
+	// (raw-sql and minimal dispatch).
 	Writers int
 	// Batch is events per transaction (batch emit) or per claim/fetch.
 	Batch int
