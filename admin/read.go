@@ -193,8 +193,10 @@ type Page struct {
 // is not shown to that walk; start again to see it.
 //
 // Every page, the first or the millionth, is read from an index (schema
-// version 5): without a filter, or with Status SENT, the seq index from
-// the cursor on; with Type, AggregateID or Code, that column's index;
+// version 5, and 8): without a filter, or with Status SENT, the seq index
+// from the cursor on; with Type, AggregateID or Code, that column's index;
+// without a Status, the PROCESSING rows (which those indexes leave out)
+// from the lease index besides;
 // with Status FAILED and Code, the failed index from the cursor on; with
 // Status PENDING, PROCESSING or FAILED otherwise, that status's partial
 // index, whose rows after the cursor are all read and sorted: such a page
@@ -242,6 +244,13 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 // rows of one code are ordered by plain seq: the failed index
 // (last_error_code, seq) holds them in that order, so a page reads its
 // rows only instead of sorting every FAILED row with the code.
+//
+// The list indexes (seq, type, aggregate, code; schema version 8) leave
+// out PROCESSING rows, so that a claim does not write them. A status
+// filter other than PROCESSING implies their predicate; without a status
+// filter the page is read in two parts, the rows that are not PROCESSING
+// from those indexes and the PROCESSING ones from the lease index, and
+// merged in seq order.
 func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
@@ -255,7 +264,15 @@ func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
 	w.eq("last_error_code", string(p.Code))
-	return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s", recordColumns, a.qualified, &w, order, w.arg(limit)), w.args
+	lim := w.arg(limit)
+	if p.Status != "" {
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s", recordColumns, a.qualified, &w, order, lim), w.args
+	}
+	return fmt.Sprintf(`SELECT * FROM (
+	(SELECT %[1]s FROM %[2]s WHERE status <> 'PROCESSING' AND %[3]s ORDER BY seq LIMIT %[4]s)
+	UNION ALL
+	(SELECT %[1]s FROM %[2]s WHERE status = 'PROCESSING' AND %[3]s ORDER BY seq + 0 LIMIT %[4]s)
+) AS r ORDER BY seq LIMIT %[4]s`, recordColumns, a.qualified, &w, lim), w.args
 }
 
 // AttemptLogEntry is one failed, retried or recovered attempt from a row's

@@ -146,5 +146,9 @@ func templateData(n sqlname.Names) map[string]any {
 		"failed_idx":     n.Quoted(sqlname.SuffixFailedIndex),
 		"type_due_idx":   n.Quoted(sqlname.SuffixTypeDueIndex),
 		"order_idx":      n.Quoted(sqlname.SuffixOrderIndex),
+		"seq_list_idx":   n.Quoted(sqlname.SuffixSeqListIndex),
+		"type_list_idx":  n.Quoted(sqlname.SuffixTypeListIndex),
+		"agg_list_idx":   n.Quoted(sqlname.SuffixAggListIndex),
+		"code_list_idx":  n.Quoted(sqlname.SuffixCodeListIndex),
 	}
 }

@@ -320,11 +320,7 @@ func waitForLockWaiter(ctx context.Context, t *testing.T, db *testdb.DB, table o
 func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	conn := db.Conn(t)
-	cfg := migrations.Config{Table: db.Table()}
-	applyRendered(t, conn, cfg, "001_create_outbox.up.sql")
-	table := quoted(db.Table())
+	db, conn, cfg, table := version1(t)
 	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, partition_key, aggregate_id, lock_token, lease_until)
 		SELECT gen_random_uuid(), 'x', s.status, k.pk, k.agg,
 			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
@@ -341,17 +337,8 @@ func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
 	require.Equal(t, map[string]int{"PENDING": 4, "PROCESSING": 4, "SENT": 4, "FAILED": 4}, perStatus)
 
 	// Read the keyed rows through the order index only.
-	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	mustExecTx(t, tx, `SET LOCAL enable_seqscan = off`)
-	mustExecTx(t, tx, `SET LOCAL enable_bitmapscan = off`)
-	indexed := `SELECT count(*) FROM ` + table + ` WHERE status <> 'SENT' AND coalesce(partition_key, aggregate_id) IS NOT NULL`
-	var plan string
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+indexed).Scan(&plan))
-	require.Contains(t, plan, db.Table().Name+`_order_idx`)
-	var n int
-	require.NoError(t, tx.QueryRow(ctx, indexed).Scan(&n))
+	n := countThrough(t, conn, table, db.Table().Name+"_order_idx",
+		"status <> 'SENT' AND coalesce(partition_key, aggregate_id) IS NOT NULL")
 	require.Equal(t, 9, n, "3 keyed rows in each of PENDING, PROCESSING and FAILED")
 }
 
@@ -359,4 +346,110 @@ func mustExecTx(t *testing.T, tx pgx.Tx, sql string) {
 	t.Helper()
 	_, err := tx.Exec(context.Background(), sql)
 	require.NoError(t, err)
+}
+
+// An outbox at version 1 with rows in every status, keyed and not, with
+// and without an error code, upgrades to version 8 in place: the rows
+// keep their state, the list indexes hold every row but the PROCESSING
+// ones, and the full indexes of version 5 are gone. Down to version 7
+// brings those back, and Migrate then upgrades again.
+func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn, cfg, table := version1(t)
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, aggregate_id, last_error_code, lock_token, lease_until)
+		SELECT gen_random_uuid(), 'x', s.status, a.agg, c.code,
+			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
+			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
+		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
+		CROSS JOIN (VALUES ('a'), (NULL)) AS a(agg) CROSS JOIN (VALUES ('handler_error'), (NULL)) AS c(code)`)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	name := db.Table().Name
+	requireRowsPerStatus(t, conn, table)
+	for _, c := range []struct{ index, where string }{
+		{"_seq_list_idx", "status <> 'PROCESSING' AND seq > 0"},
+		{"_type_list_idx", "status <> 'PROCESSING' AND event_type = 'x'"},
+		{"_agg_list_idx", "status <> 'PROCESSING' AND aggregate_id = 'a'"},
+		{"_code_list_idx", "status <> 'PROCESSING' AND last_error_code = 'handler_error'"},
+	} {
+		want := map[string]int{"_seq_list_idx": 12, "_type_list_idx": 12, "_agg_list_idx": 6, "_code_list_idx": 6}[c.index]
+		require.Equal(t, want, countThrough(t, conn, table, name+c.index, c.where), c.index)
+	}
+	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_idx", "_type_idx", "_aggregate_idx", "_code_idx"))
+
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	down, err := fs.ReadFile(files, "008_list_indexes.down.sql")
+	require.NoError(t, err)
+	mustExec(t, conn, string(down))
+	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, v)
+	require.Len(t, indexesOf(t, conn, db.Table(), "_seq_idx", "_type_idx", "_aggregate_idx", "_code_idx"), 4)
+	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
+	requireRowsPerStatus(t, conn, table)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	requireRowsPerStatus(t, conn, table)
+	require.Equal(t, 12, countThrough(t, conn, table, name+"_seq_list_idx", "status <> 'PROCESSING' AND seq > 0"))
+}
+
+// requireRowsPerStatus checks that table holds the 4 rows of each status
+// TestMigrateFromVersion1ToListIndexes inserted.
+func requireRowsPerStatus(t *testing.T, conn *pgx.Conn, table string) {
+	t.Helper()
+	var perStatus map[string]int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT jsonb_object_agg(status, n) FROM (
+		SELECT status, count(*) AS n FROM `+table+` GROUP BY status) AS c`).Scan(&perStatus))
+	require.Equal(t, map[string]int{"PENDING": 4, "PROCESSING": 4, "SENT": 4, "FAILED": 4}, perStatus)
+}
+
+// countThrough counts the rows of table matching where, read through
+// index only (the test fails if the plan takes another path).
+func countThrough(t *testing.T, conn *pgx.Conn, table, index, where string) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	mustExecTx(t, tx, `SET LOCAL enable_seqscan = off`)
+	mustExecTx(t, tx, `SET LOCAL enable_bitmapscan = off`)
+	query := `SELECT count(*) FROM ` + table + ` WHERE ` + where
+	var plan string
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+query).Scan(&plan))
+	require.Contains(t, plan, `"`+index+`"`, query)
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, query).Scan(&n))
+	return n
+}
+
+// indexesOf returns those of the indexes named table name + suffix that
+// exist.
+func indexesOf(t *testing.T, conn *pgx.Conn, table outbox.Table, suffixes ...string) []string {
+	t.Helper()
+	names := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		names[i] = table.Name + s
+	}
+	rows, err := conn.Query(context.Background(), `SELECT c.relname::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind = 'i' AND c.relname = ANY ($2::text[]) ORDER BY 1`, table.Schema, names)
+	require.NoError(t, err)
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return found
+}
+
+// version1 creates an outbox at schema version 1 in a database of its
+// own, and returns its connection, config and quoted table name.
+func version1(t *testing.T) (*testdb.DB, *pgx.Conn, migrations.Config, string) {
+	t.Helper()
+	db := testdb.New(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	applyRendered(t, conn, cfg, "001_create_outbox.up.sql")
+	return db, conn, cfg, quoted(db.Table())
 }

@@ -32,6 +32,7 @@ func TestRender(t *testing.T) {
 		"005_operator_indexes.down.sql", "005_operator_indexes.up.sql",
 		"006_type_due_index.down.sql", "006_type_due_index.up.sql",
 		"007_key_order.down.sql", "007_key_order.up.sql",
+		"008_list_indexes.down.sql", "008_list_indexes.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -50,11 +51,13 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("005_operator_indexes.up.sql"))
 	mustExec(t, conn, read("006_type_due_index.up.sql"))
 	mustExec(t, conn, read("007_key_order.up.sql"))
+	mustExec(t, conn, read("008_list_indexes.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("008_list_indexes.down.sql"))
 	mustExec(t, conn, read("007_key_order.down.sql"))
 	mustExec(t, conn, read("006_type_due_index.down.sql"))
 	mustExec(t, conn, read("005_operator_indexes.down.sql"))

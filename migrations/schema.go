@@ -83,16 +83,16 @@ var expectedConstraints = []constraintSpec{
 // expectedIndexes lists every index the claim, recovery, retention
 // (purge) and operator queries rely on (a dispatcher's typed claim on the
 // type due index, version 6; the ordered claim on the order index,
-// version 7). The primary key's index is covered by its
-// constraint.
+// version 7; the operator list indexes without PROCESSING rows, version
+// 8). The primary key's index is covered by its constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
 	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
-	{sqlname.SuffixSeqIndex, "btree (seq)"},
-	{sqlname.SuffixTypeIndex, "btree (event_type, seq)"},
-	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
-	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE (last_error_code IS NOT NULL)"},
+	{sqlname.SuffixSeqListIndex, "btree (seq) WHERE (status <> 'PROCESSING'::text)"},
+	{sqlname.SuffixTypeListIndex, "btree (event_type, seq) WHERE (status <> 'PROCESSING'::text)"},
+	{sqlname.SuffixAggListIndex, "btree (aggregate_id, seq) WHERE ((aggregate_id IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
+	{sqlname.SuffixCodeListIndex, "btree (last_error_code, seq) WHERE ((last_error_code IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
 	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
 	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
 	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},

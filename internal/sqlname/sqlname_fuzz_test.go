@@ -28,6 +28,7 @@ var plain = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 var suffixes = []string{
 	sqlname.SuffixPkey, sqlname.SuffixDueIndex, sqlname.SuffixLeaseIndex, sqlname.SuffixTypeDueIndex, sqlname.SuffixOrderIndex, sqlname.SuffixStatusCheck,
 	sqlname.SuffixLeaseCheck, sqlname.SuffixAttemptsCheck, sqlname.SuffixLogCheck, sqlname.SuffixErrorCheck,
+	sqlname.SuffixSeqListIndex, sqlname.SuffixTypeListIndex, sqlname.SuffixAggListIndex, sqlname.SuffixCodeListIndex,
 	sqlname.SuffixVersion,
 }
 
