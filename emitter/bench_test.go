@@ -88,7 +88,12 @@ func BenchmarkInsertVsCopy(b *testing.B) {
 		run  func(context.Context, pgx.Tx, *columns, bool) error
 	}{
 		{"copy", e.sendCopy},
-		{"insert", e.send},
+		{"insert", func(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
+			if c.idArgs == nil { // prepare fills the arrays only below the COPY threshold
+				c.fill()
+			}
+			return e.send(ctx, tx, c, notify)
+		}},
 	}
 	for _, n := range []int{10, 100, 1000, 10000} {
 		events := benchEvents(n)

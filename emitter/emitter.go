@@ -133,7 +133,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, events []outbox.Event, cols *columns) error {
 	if !e.cfg.DisableTracePropagation {
 		if th := traceHeaders(ctx); th != nil {
-			cols.addHeaders(withTrace(events, th))
+			cols.addTrace(th)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -134,12 +134,11 @@ func TestEmitRoundTrips(t *testing.T) {
 		require.Equal(t, 1, copies)
 	})
 
-	t.Run("LargeDelayedBatchGoesByInsert", func(t *testing.T) {
+	t.Run("LargeDelayedBatchGoesByCopy", func(t *testing.T) {
 		t.Parallel()
 		conn, counter := b.countingConnect(t)
-		emitCounting(t, b.emitter, conn, counter, events) // warm the cache
-		trips, copies := emitCounting(t, b.emitter, conn, counter, manyEvents(5000, time.Second))
-		require.Equal(t, []int{1, 0}, []int{trips, copies})
+		_, copies := emitCounting(t, b.emitter, conn, counter, manyEvents(5000, time.Second))
+		require.Equal(t, 1, copies)
 	})
 
 	t.Run("WarmStatementCache", func(t *testing.T) {
