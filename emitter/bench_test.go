@@ -114,6 +114,51 @@ func BenchmarkInsertVsCopy(b *testing.B) {
 	}
 }
 
+// BenchmarkInsertVsCopyPayload compares the INSERT and COPY for batches of
+// few events with large payloads (1 MiB to 48 MiB in all, the events
+// delayed), prepare included, each call in a transaction that is rolled
+// back.
+//
+//	go test -run '^$' -bench InsertVsCopyPayload -benchtime=10x -benchmem ./emitter/
+func BenchmarkInsertVsCopyPayload(b *testing.B) {
+	db := testdb.NewMigrated(b)
+	e, err := New(Config{Table: db.Table()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []struct{ n, bytes int }{{10, 100 << 10}, {100, 10 << 10}, {500, 100 << 10}} {
+		events := largeEvents(size.n, true)
+		for i := range events {
+			events[i].Payload = []byte(`{"p":"` + strings.Repeat("y", size.bytes) + `"}`)
+		}
+		for _, byCopy := range []bool{false, true} {
+			b.Run(fmt.Sprintf("copy=%t/%dx%dKiB", byCopy, size.n, size.bytes>>10), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					benchTx(b, db, false, func(tx pgx.Tx) error {
+						return sendBy(e, tx, events, byCopy)
+					})
+				}
+			})
+		}
+	}
+}
+
+// sendBy prepares events and sends them by COPY or by the INSERT.
+func sendBy(e *Emitter, tx pgx.Tx, events []outbox.Event, byCopy bool) error {
+	c, err := e.prepare(events)
+	if err != nil {
+		return err
+	}
+	if byCopy {
+		return e.sendCopy(context.Background(), tx, c, true)
+	}
+	if c.idArgs == nil {
+		c.fill()
+	}
+	return e.send(context.Background(), tx, c, true)
+}
+
 // benchTx runs f in a transaction on db's pool, then commits or rolls back.
 func benchTx(b *testing.B, db *testdb.DB, commit bool, f func(pgx.Tx) error) {
 	ctx := context.Background()

@@ -14,13 +14,14 @@ import (
 // BenchmarkInsertVsCopy measured COPY about 2x faster at 10,000 events, and
 // no clear winner at 1,000, where COPY would cost a third round trip on a
 // cold statement cache (pgx describes the table first); the INSERT is as
-// fast or faster below that. See docs/emitting.md. COPY also streams, so it
-// is not bound by PostgreSQL's 1 GiB limit on one message, which the
-// INSERT's payload array is, and its memory does not grow with the batch
-// beyond the IDs (BenchmarkEmitLarge).
+// fast or faster below that. By bytes, BenchmarkInsertVsCopyPayload
+// measured the INSERT allocating 5 to 8 times the payload (it encodes
+// every payload into one message) and no faster than COPY from 1 MiB of
+// payload on, while COPY streams in 64 KiB messages and allocates a few
+// hundred bytes per event whatever the payload. See docs/emitting.md.
 const (
 	copyMinEvents       = 5000
-	copyMinPayloadBytes = 64 << 20
+	copyMinPayloadBytes = 1 << 20
 )
 
 // copyColumns are the columns COPY fills when every event is due at once:

@@ -97,8 +97,9 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 //
 // The insert and the notify travel in one round trip (two the first time a
 // connection runs them, to prepare the statements). Batches of 5,000 events
-// or more (or 64 MiB of payload) in which no event has a Delay go by COPY
-// instead, which is faster there and takes two or three round trips. A
+// or more (or 1 MiB of payload) go by COPY instead, which is faster there,
+// streams and takes two or three round trips (one more when an event has a
+// Delay: COPY reads the transaction's now() first). A
 // caller-set ID already in the table gives an error matching
 // [outbox.ErrDuplicateID] that names the ID; a missing table one matching
 // [outbox.ErrMissingTable] that says how to create it. Any

@@ -3,6 +3,7 @@ package emitter_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,17 @@ func TestEmitRoundTrips(t *testing.T) {
 		t.Parallel()
 		conn, counter := b.countingConnect(t)
 		_, copies := emitCounting(t, b.emitter, conn, counter, manyEvents(5000, time.Second))
+		require.Equal(t, 1, copies)
+	})
+
+	t.Run("MiBOfPayloadGoesByCopy", func(t *testing.T) {
+		t.Parallel()
+		conn, counter := b.countingConnect(t)
+		big := manyEvents(2, time.Second)
+		for i := range big {
+			big[i].Payload = []byte(`"` + strings.Repeat("x", 512<<10) + `"`)
+		}
+		_, copies := emitCounting(t, b.emitter, conn, counter, big)
 		require.Equal(t, 1, copies)
 	})
 
