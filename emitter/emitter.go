@@ -120,7 +120,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 		return nil, err
 	}
 	ctx, span := e.startSpan(ctx, events, cols.ids)
-	err = e.traceAndWrite(ctx, tx, events, cols)
+	err = e.traceAndWrite(ctx, tx, cols)
 	endSpan(span, err)
 	if err != nil {
 		return nil, err
@@ -131,7 +131,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 
 // traceAndWrite adds the trace headers to the prepared columns and
 // writes them.
-func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, events []outbox.Event, cols *columns) error {
+func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, cols *columns) error {
 	if !e.cfg.DisableTracePropagation {
 		if th := traceHeaders(ctx); th != nil {
 			cols.addTrace(th)
