@@ -97,8 +97,9 @@ func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, 
 //
 // The insert and the notify travel in one round trip (two the first time a
 // connection runs them, to prepare the statements). Batches of 5,000 events
-// or more (or 64 MiB of payload) in which no event has a Delay go by COPY
-// instead, which is faster there and takes two or three round trips. A
+// or more (or 1 MiB of payload) go by COPY instead, which is faster there,
+// streams and takes two or three round trips (one more when an event has a
+// Delay: COPY reads the transaction's now() first). A
 // caller-set ID already in the table gives an error matching
 // [outbox.ErrDuplicateID] that names the ID; a missing table one matching
 // [outbox.ErrMissingTable] that says how to create it. Any
@@ -119,7 +120,7 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 		return nil, err
 	}
 	ctx, span := e.startSpan(ctx, events, cols.ids)
-	err = e.traceAndWrite(ctx, tx, events, cols)
+	err = e.traceAndWrite(ctx, tx, cols)
 	endSpan(span, err)
 	if err != nil {
 		return nil, err
@@ -130,10 +131,10 @@ func (e *Emitter) Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) (
 
 // traceAndWrite adds the trace headers to the prepared columns and
 // writes them.
-func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, events []outbox.Event, cols *columns) error {
+func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, cols *columns) error {
 	if !e.cfg.DisableTracePropagation {
 		if th := traceHeaders(ctx); th != nil {
-			cols.addHeaders(withTrace(events, th))
+			cols.addTrace(th)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -1,7 +1,6 @@
 package emitter
 
 import (
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,11 +10,19 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// columns holds a call's events column by column: the arrays the INSERT
-// unnests. Empty optional strings stay empty here; the SQL turns them into
-// NULL.
+// columns holds a call's validated events, their IDs and what decides the
+// way they travel. For the INSERT it also holds them column by column, the
+// arrays the INSERT unnests (filled by fill); COPY streams the events
+// themselves and needs no arrays. Empty optional strings stay empty here;
+// the SQL or the COPY source turns them into NULL.
 type columns struct {
-	ids           []uuid.UUID
+	events       []outbox.Event    // the caller's, never modified
+	ids          []uuid.UUID       // the caller's ID where set, else a fresh UUIDv7
+	trace        map[string]string // trace headers added to the events without a traceparent
+	hasDelay     bool              // some delay is not zero
+	payloadBytes int               // total size of the payloads
+
+	// The INSERT's arrays, nil until fill.
 	callerIDs     []uuid.UUID  // the ids the caller set (not generated)
 	idArgs        pguuid.Array // the ids as parameters (see pguuid)
 	types         []string
@@ -27,12 +34,11 @@ type columns struct {
 	payloads      [][]byte
 	headers       []string // JSON objects
 	delays        []int64  // microseconds
-	hasDelay      bool     // some delay is not zero
-	payloadBytes  int      // total size of the payloads
 }
 
 // prepare validates every event and returns them as columns, with a UUIDv7
-// in place of each zero ID. It writes nothing and does not modify events.
+// in place of each zero ID; the INSERT's arrays are filled when the batch
+// goes by INSERT. It writes nothing and does not modify events.
 func (e *Emitter) prepare(events []outbox.Event) (*columns, error) {
 	for i := range events {
 		if err := e.validateEvent(i, &events[i]); err != nil {
@@ -42,35 +48,47 @@ func (e *Emitter) prepare(events []outbox.Event) (*columns, error) {
 	if err := checkDuplicateIDs(events); err != nil {
 		return nil, err
 	}
-	return encode(events)
+	c, err := encode(events)
+	if err == nil && !c.useCopy() {
+		c.fill()
+	}
+	return c, err
 }
 
-// encode lays validated events out as columns.
+// encode gives validated events their IDs and sums what decides the way
+// they travel.
 func encode(events []outbox.Event) (*columns, error) {
-	n := len(events)
-	c := &columns{
-		ids:           make([]uuid.UUID, n),
-		idArgs:        make(pguuid.Array, n),
-		types:         make([]string, n),
-		aggTypes:      make([]string, n),
-		aggIDs:        make([]string, n),
-		partitionKeys: make([]string, n),
-		idemKeys:      make([]string, n),
-		contentTypes:  make([]string, n),
-		payloads:      make([][]byte, n),
-		headers:       make([]string, n),
-		delays:        make([]int64, n),
-	}
+	c := &columns{events: events, ids: make([]uuid.UUID, len(events))}
 	for i := range events {
-		ev := &events[i]
-		id, err := eventID(ev.ID)
+		id, err := eventID(events[i].ID)
 		if err != nil {
 			return nil, err
 		}
-		if ev.ID != uuid.Nil {
-			c.callerIDs = append(c.callerIDs, id)
-		}
-		c.ids[i], c.idArgs[i] = id, pguuid.Of(id)
+		c.ids[i] = id
+		c.hasDelay = c.hasDelay || delayMicros(events[i].Delay) != 0
+		c.payloadBytes += len(events[i].Payload)
+	}
+	return c, nil
+}
+
+// delayMicros returns a delay in whole microseconds, the precision of a
+// PostgreSQL timestamp.
+func delayMicros(d time.Duration) int64 {
+	return int64(d / time.Microsecond)
+}
+
+// fill lays the events out as the INSERT's arrays, headers with the trace
+// headers (as set so far).
+func (c *columns) fill() {
+	n := len(c.events)
+	c.callerIDs = callerIDs(c.events, c.ids)
+	c.idArgs = make(pguuid.Array, n)
+	c.types, c.aggTypes, c.aggIDs = make([]string, n), make([]string, n), make([]string, n)
+	c.partitionKeys, c.idemKeys, c.contentTypes = make([]string, n), make([]string, n), make([]string, n)
+	c.payloads, c.headers, c.delays = make([][]byte, n), make([]string, n), make([]int64, n)
+	for i := range c.events {
+		ev := &c.events[i]
+		c.idArgs[i] = pguuid.Of(c.ids[i])
 		c.types[i] = ev.Type
 		c.aggTypes[i] = ev.AggregateType
 		c.aggIDs[i] = ev.AggregateID
@@ -78,19 +96,34 @@ func encode(events []outbox.Event) (*columns, error) {
 		c.idemKeys[i] = ev.IdempotencyKey
 		c.contentTypes[i] = ev.ContentType
 		c.payloads[i] = ev.Payload
-		c.headers[i] = headersJSON(ev.Headers)
-		c.delays[i] = int64(ev.Delay / time.Microsecond)
-		c.hasDelay = c.hasDelay || c.delays[i] != 0
-		c.payloadBytes += len(ev.Payload)
+		c.headers[i] = headersJSON(ev.Headers, c.trace)
+		c.delays[i] = delayMicros(ev.Delay)
 	}
-	return c, nil
 }
 
-// addHeaders re-encodes the headers column from events (same order).
-func (c *columns) addHeaders(events []outbox.Event) {
-	for i := range events {
-		c.headers[i] = headersJSON(events[i].Headers)
+// addTrace adds the trace headers th (nil: none) to every event without a
+// traceparent of its own; the caller's maps are not modified. Arrays
+// already filled are encoded again.
+func (c *columns) addTrace(th map[string]string) {
+	c.trace = th
+	if c.headers == nil {
+		return
 	}
+	for i := range c.events {
+		c.headers[i] = headersJSON(c.events[i].Headers, th)
+	}
+}
+
+// callerIDs returns the IDs among ids that the caller set in events (not
+// generated), for naming a duplicate.
+func callerIDs(events []outbox.Event, ids []uuid.UUID) []uuid.UUID {
+	var out []uuid.UUID
+	for i := range events {
+		if events[i].ID != uuid.Nil {
+			out = append(out, ids[i])
+		}
+	}
+	return out
 }
 
 // eventID returns id, or a fresh UUIDv7 when id is zero.
@@ -105,49 +138,73 @@ func eventID(id uuid.UUID) (uuid.UUID, error) {
 	return id, nil
 }
 
-// headersJSON returns the headers as a JSON object of strings. The names and
-// values are valid UTF-8 without NUL (validated before).
-func headersJSON(h map[string]string) string {
-	if len(h) == 0 {
+// headersJSON returns the headers as a JSON object of strings, with the
+// trace headers th added unless h carries a traceparent of its own. The
+// names and values are valid UTF-8 without NUL (validated before).
+func headersJSON(h, th map[string]string) string {
+	th = traceFor(h, th)
+	if len(h) == 0 && len(th) == 0 {
 		return "{}"
 	}
-	size := 2
-	for name, value := range h {
-		size += len(name) + len(value) + 6 // quotes, colon, comma
-	}
-	var b strings.Builder
-	b.Grow(size)
-	b.WriteByte('{')
-	for name, value := range h {
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		writeJSONString(&b, name)
-		b.WriteByte(':')
-		writeJSONString(&b, value)
-	}
-	b.WriteByte('}')
-	return b.String()
+	var stack [512]byte // enough for most; the string is the one allocation
+	return string(appendHeaders(stack[:0], h, th))
 }
 
-// writeJSONString writes s as a JSON string: quote, backslash and control
-// characters escaped, everything else (valid UTF-8) as is.
-func writeJSONString(b *strings.Builder, s string) {
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xf])
-		default:
-			b.WriteByte(c)
+// traceFor returns the trace headers th that headers h get: none when h
+// carries a traceparent of its own.
+func traceFor(h, th map[string]string) map[string]string {
+	if _, own := h[HeaderTraceparent]; own {
+		return nil
+	}
+	return th
+}
+
+// appendHeaders appends h as a JSON object of strings to b, with th's
+// headers added over it (th from traceFor).
+func appendHeaders(b []byte, h, th map[string]string) []byte {
+	b = append(b, '{')
+	start := len(b)
+	for name, value := range h {
+		if _, traced := th[name]; !traced {
+			b = appendHeader(b, name, value, len(b) == start)
 		}
 	}
-	b.WriteByte('"')
+	for name, value := range th {
+		b = appendHeader(b, name, value, len(b) == start)
+	}
+	return append(b, '}')
+}
+
+// appendHeader appends one "name":"value" member, after a comma unless it
+// is the first.
+func appendHeader(b []byte, name, value string, first bool) []byte {
+	if !first {
+		b = append(b, ',')
+	}
+	b = appendJSONString(b, name)
+	b = append(b, ':')
+	return appendJSONString(b, value)
+}
+
+// appendJSONString appends s as a JSON string: quote, backslash and
+// control characters escaped, everything else (valid UTF-8) as is.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '"' && c != '\\' && c >= 0x20 {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		if c < 0x20 {
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, '\\', c)
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// TestExecModes emits by INSERT and by COPY in each pgx query exec mode,
+// TestExecModes emits by INSERT and by COPY (with and without delays) in each pgx query exec mode,
 // directly and through PgBouncer in transaction mode, and reads the rows
 // back.
 func TestExecModes(t *testing.T) {
@@ -26,8 +26,10 @@ func TestExecModes(t *testing.T) {
 		delayed.Delay = time.Hour
 		copied := manyEvents(5000, 0) // COPY takes batches this large
 		copied[1] = fullEvent()
-		// fullEvent is second in both batches.
-		for _, events := range [][]outbox.Event{{delayed, fullEvent()}, copied} {
+		copiedDelayed := manyEvents(5000, time.Hour) // COPY reads now() first
+		copiedDelayed[1] = fullEvent()
+		// fullEvent is second in every batch.
+		for _, events := range [][]outbox.Event{{delayed, fullEvent()}, copied, copiedDelayed} {
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(ctx) }) // before the pool closes
@@ -36,6 +38,14 @@ func TestExecModes(t *testing.T) {
 			require.NoError(t, tx.Commit(ctx))
 			require.Equal(t, len(events), b.outboxCount(t, "id = ANY($1)", ids))
 			require.Equal(t, fullEvent(), b.readEvent(t, ids[1]))
+			delayedCount := 0
+			for _, ev := range events {
+				if ev.Delay > 0 {
+					delayedCount++
+				}
+			}
+			require.Equal(t, delayedCount, b.outboxCount(t,
+				"id = ANY($1) AND next_attempt_at > now() + interval '59 minutes'", ids))
 		}
 	})
 }

@@ -3,7 +3,6 @@ package emitter
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
@@ -37,26 +36,6 @@ func traceHeaders(ctx context.Context) map[string]string {
 		h[HeaderTracestate] = ts
 	}
 	return h
-}
-
-// withTrace returns the events with the trace headers added to each that
-// does not carry a traceparent of its own. The caller's events and header
-// maps are not modified.
-func withTrace(events []outbox.Event, th map[string]string) []outbox.Event {
-	if th == nil {
-		return events
-	}
-	out := make([]outbox.Event, len(events))
-	for i, e := range events {
-		if _, own := e.Headers[HeaderTraceparent]; !own {
-			h := make(map[string]string, len(e.Headers)+len(th))
-			maps.Copy(h, e.Headers)
-			maps.Copy(h, th)
-			e.Headers = h
-		}
-		out[i] = e
-	}
-	return out
 }
 
 // startSpan starts the producer span of an Emit call, the child of the

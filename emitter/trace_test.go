@@ -69,22 +69,28 @@ func TestEmitTraceContext(t *testing.T) {
 		require.NoError(t, tx.Commit(context.Background()))
 		require.Equal(t, validEvent().Headers, b.storedHeaders(t, ids[0]))
 	})
-	t.Run("SpanInContextIsStored", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, emitter.Config{})
-		ctx, _ := spanContext(t)
-		events := []outbox.Event{validEvent(), {Type: "no.headers", Payload: []byte("x")}}
-		tx := b.begin(t)
-		ids, err := b.emitter.Emit(ctx, tx, events...)
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit(ctx))
-		for _, id := range ids {
-			h := b.storedHeaders(t, id)
-			require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", h["traceparent"])
-			require.Equal(t, "vendor=abc", h["tracestate"])
-		}
-		require.Equal(t, headerMarker, b.storedHeaders(t, ids[0])["trace"], "the caller's headers are kept")
-		require.Len(t, events[0].Headers, 1, "the caller's map is not modified")
-		require.Nil(t, events[1].Headers)
-	})
+	for name, n := range map[string]int{"Insert": 3, "Copy": 5000} {
+		t.Run("SpanInContextIsStored"+name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, emitter.Config{})
+			ctx, _ := spanContext(t)
+			own := map[string]string{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
+			events := manyEvents(n, 0)
+			events[1] = outbox.Event{Type: "no.headers", Payload: []byte("x")}
+			events[2].Headers = own
+			tx := b.begin(t)
+			ids, err := b.emitter.Emit(ctx, tx, events...)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(ctx))
+			for _, id := range ids[:2] {
+				h := b.storedHeaders(t, id)
+				require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", h["traceparent"])
+				require.Equal(t, "vendor=abc", h["tracestate"])
+			}
+			require.Equal(t, headerMarker, b.storedHeaders(t, ids[0])["trace"], "the caller's headers are kept")
+			require.Equal(t, own, b.storedHeaders(t, ids[2]), "an event's own traceparent wins")
+			require.Len(t, events[0].Headers, 1, "the caller's map is not modified")
+			require.Nil(t, events[1].Headers)
+		})
+	}
 }

@@ -25,8 +25,15 @@ func TestHasNULEscape(t *testing.T) {
 
 func TestHeadersJSON(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "{}", headersJSON(nil))
-	require.JSONEq(t, `{"a\"b":"c\\d\t\u001f<ü>"}`, headersJSON(map[string]string{"a\"b": "c\\d\t\x1f<ü>"}))
+	require.Equal(t, "{}", headersJSON(nil, nil))
+	require.JSONEq(t, `{"a\"b":"c\\d\t\u001f<ü>"}`, headersJSON(map[string]string{"a\"b": "c\\d\t\x1f<ü>"}, nil))
+
+	th := map[string]string{HeaderTraceparent: "00-t", HeaderTracestate: "s=1"}
+	require.JSONEq(t, `{"traceparent":"00-t","tracestate":"s=1"}`, headersJSON(nil, th))
+	require.JSONEq(t, `{"a":"1","traceparent":"00-t","tracestate":"s=1"}`,
+		headersJSON(map[string]string{"a": "1", HeaderTracestate: "own"}, th), "the span's tracestate wins")
+	require.JSONEq(t, `{"traceparent":"own"}`, headersJSON(map[string]string{HeaderTraceparent: "own"}, th),
+		"an event's own traceparent keeps the span's headers out")
 }
 
 func TestIsJSON(t *testing.T) {
