@@ -188,6 +188,7 @@ func (c *completer) opContext() (context.Context, context.CancelFunc) {
 func (c *completer) params(items []*item) (releases []*item, params lease.CompleteParams) {
 	params.DeleteSent = c.cfg.DeleteSent
 	params.StatementTimeout = opTimeout(c.cfg.LeaseDuration)
+	params.Sent = make([]lease.Ref, 0, len(items)) // most outcomes are successes: one allocation, not one per doubling
 	for _, it := range items {
 		switch {
 		case it.result.release:

@@ -36,7 +36,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 	var wg sync.WaitGroup
 	var publishOnly []*item
 	var suspects []handledItem
-	q := &batchQueue{allTaken: make(chan struct{})}
+	q := &batchQueue{allTaken: make(chan struct{}), items: make([]handledItem, 0, len(items))}
 	lookup := d.handlerLookup()
 	for _, it := range items {
 		h := lookup(it.event.Type)

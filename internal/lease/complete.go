@@ -131,12 +131,14 @@ func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentSt
 			rows.Close()
 			return rows.Err()
 		case i < sentStatements:
-			ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
-				var id [16]byte // directly, where uuid.UUID would go through text
-				err := row.Scan(&id)
-				return id, err
+			// One target for every row: a CollectRows function scanning
+			// into its own variable allocated it, and its argument slice,
+			// for every row written.
+			var id [16]byte // directly, where uuid.UUID would go through text
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+				res.Sent = append(res.Sent, id)
+				return nil
 			})
-			res.Sent = append(res.Sent, ids...)
 			return err
 		default:
 			_, err := collectOutcomes(rows, &res, nil)
