@@ -88,7 +88,7 @@ func dispatchTo(ctx context.Context, o Options, mode string, pub outbox.Publishe
 	if err != nil {
 		return Result{}, err
 	}
-	elapsed, err := runUntil(ctx, d, func(s dispatcher.Stats) bool { return s.Sent+s.Failed >= uint64(o.N) })
+	elapsed, err := runUntil(ctx, d, uint64(o.N), func(s dispatcher.Stats) uint64 { return s.Sent + s.Failed })
 	if err != nil {
 		return Result{}, err
 	}

@@ -174,7 +174,7 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	trips0 := db.trips.total()
-	elapsed, err := runUntil(ctx, d, func(s dispatcher.Stats) bool { return s.Sent >= uint64(o.N) })
+	elapsed, err := runUntil(ctx, d, uint64(o.N), func(s dispatcher.Stats) uint64 { return s.Sent })
 	if err != nil {
 		return Result{}, err
 	}
@@ -185,21 +185,27 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
 }
 
-// runUntil runs d until done(stats) holds, stops it and returns the time
-// from Run to done.
-func runUntil(ctx context.Context, d *dispatcher.Dispatcher, done func(dispatcher.Stats) bool) (time.Duration, error) {
+// runUntil runs d until count(stats) reaches n, stops it and returns the
+// time from Run to then. It reads Stats every 20ms until 98% of n is
+// counted, then every millisecond: reading them every 2ms throughout cost
+// the dispatcher about 7% of its throughput on 2 cores (issue 16), which
+// the raw loops it is compared with do not pay.
+func runUntil(ctx context.Context, d *dispatcher.Dispatcher, n uint64, count func(dispatcher.Stats) uint64) (time.Duration, error) {
 	runErr := make(chan error, 1)
 	start := time.Now()
 	go func() { runErr <- d.Run(ctx) }()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !done(d.Stats()) {
+	near := n - n/50
+	for got := uint64(0); got < n; got = count(d.Stats()) {
+		wait := 20 * time.Millisecond
+		if got >= near {
+			wait = time.Millisecond
+		}
 		select {
 		case err := <-runErr:
 			return 0, fmt.Errorf("dispatcher stopped early: %w", err)
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 	}
 	elapsed := time.Since(start)
