@@ -199,7 +199,8 @@ func (lr *latencyRun) result(ctx context.Context, db *benchDB, o Options, total 
 	res := throughput("commit-to-handler", total, held)
 	res.setLatency(samples)
 	res.Params = map[string]any{"rate": o.Rate, "duration_s": o.Duration.Seconds(), "wakeup": o.Wakeup, "notify_every": o.NotifyEvery,
-		"poll_ms": o.Poll.Milliseconds(), "writers": latencyWriters, "claim_cycles": s.ClaimCycles, "wakeups": s.Wakeups}
+		"poll_ms": o.Poll.Milliseconds(), "writers": latencyWriters, "claim_cycles": s.ClaimCycles, "wakeups": s.Wakeups,
+		"claims_per_event": float64(s.ClaimCycles) / float64(total)}
 	res.Note = fmt.Sprintf("events_per_s is the commit rate held (target %d/s); %d handlers started before their writer saw Commit return (counted as 0)", o.Rate, early)
 	return res.verify(ctx, db, total, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
 }

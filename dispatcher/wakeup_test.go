@@ -269,11 +269,15 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	took := time.Since(began)
 	st := d.Stats()
 	t.Logf("10,000 transactions in %v: %d notifications, %d claim cycles, %d polls", took, st.Wakeups, st.ClaimCycles, st.PollCycles)
-	// Wake-ups start at most one cycle per cooldown (20ms by default),
-	// however many notifications arrive: on a loaded machine the burst
-	// stretches and the bound with it, but never to a cycle per event.
-	cycleBound := uint64(took/(20*time.Millisecond)) + 50
-	require.LessOrEqual(t, st.ClaimCycles, cycleBound, "claim cycles beyond one per cooldown")
+	// While busy (half a batch or more per cooldown: 2,500 events/s at
+	// the defaults), wake-ups start at most one cycle per cooldown (20ms),
+	// however many notifications arrive. A machine too loaded to commit
+	// that fast keeps the dispatcher quiet, where each wake-up may claim;
+	// even then never a cycle per event.
+	if took < 4*time.Second {
+		cycleBound := uint64(took/(20*time.Millisecond)) + 50
+		require.LessOrEqual(t, st.ClaimCycles, cycleBound, "claim cycles beyond one per cooldown")
+	}
 	require.Less(t, st.ClaimCycles, uint64(writers*perWriter/2), "claim cycles must be far fewer than events")
 	require.LessOrEqual(t, st.PollCycles, uint64(took/cfg.PollInterval)+1, "polls beyond one per PollInterval")
 }
