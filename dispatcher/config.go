@@ -208,15 +208,25 @@ type Config struct {
 	// WakeupProbeTimeout bounds the self-probe, which sends a notification
 	// on a private channel and waits for it. Defaults to 5s; 100ms to 1m.
 	WakeupProbeTimeout time.Duration
-	// WakeupCooldown is the shortest time between two claim cycles started
-	// by wake-ups (notifications and Trigger): those arriving within it
-	// coalesce into one cycle at its end, so a burst of commits costs a
-	// few claims, not one each. It adds at most this much latency during
-	// bursts and none to the first wake-up after a quiet spell. Defaults
-	// to 20ms; at most 10s. Set NoWakeupCooldown instead for none.
+	// WakeupCooldown paces the claim cycles started by wake-ups
+	// (notifications and Trigger). While the dispatcher is busy (the
+	// claims that ended within the last WakeupCooldown found at least half
+	// a BatchSize of events: 2,500 events/s at the defaults) it is the
+	// shortest time between two such cycles: wake-ups within it coalesce
+	// into one cycle at its end, so that each claim takes many events.
+	// Otherwise a wake-up claims at once, and wake-ups that arrive while a
+	// claim is in flight cause one more claim when it ends. After a
+	// wake-up, follow-up claims run every fifth of WakeupCooldown (4ms at
+	// the default) until one has started WakeupCooldown after the last
+	// wake-up: they find events whose Emit sent no notify (see the
+	// emitter's NotifyInterval, whose default is the same 20ms). It adds
+	// at most this much latency while busy, and none to a wake-up while
+	// quiet. Defaults to 20ms; at most 10s. Set NoWakeupCooldown instead
+	// for none.
 	WakeupCooldown time.Duration
 	// NoWakeupCooldown starts a claim cycle for every wake-up, with no
-	// coalescing (WakeupCooldown must then be zero). Defaults to false.
+	// coalescing and no follow-up claims (WakeupCooldown must then be
+	// zero). Defaults to false.
 	NoWakeupCooldown bool
 	// IdlePollInterval is the longest the poll interval stretches to while
 	// wake-ups work and the table is idle: each empty poll doubles the

@@ -10,9 +10,10 @@ import (
 )
 
 // coordinate is the one loop that decides when to claim: at start, on every
-// poll, on a trigger (manual or a notification), when slots free up while a
-// backlog remains, when a claim comes back full, and (while wake-ups work)
-// when the next retry becomes due. Up to Claimers claims run at once.
+// poll, on a trigger (manual or a notification) and its follow-ups (see
+// waker), when slots free up while a backlog remains, when a claim comes
+// back full, and (while wake-ups work) when the next retry becomes due. Up
+// to Claimers claims run at once.
 // Polls recover expired leases every RecoverEvery-th time. It returns when
 // ctx ends or Stop is called, once no claim is in flight.
 func (d *Dispatcher) coordinate(ctx context.Context) {
@@ -25,6 +26,9 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	d.fixClaimedTypes()
 	c := newClaims(d)
 	defer c.wait()
+	wakeTimer := stoppedTimer()
+	defer wakeTimer.Stop()
+	w := newWaker(d.cfg, func(wait time.Duration) { wakeTimer.Reset(wait) })
 	if ctx.Err() != nil || d.stopRequested() {
 		return
 	}
@@ -43,12 +47,13 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			c.wake()
 			p.next(d.wakeupsActive.Load(), d.stats.claimed.Load())
 		case <-d.trigger:
-			if p.coolDown() {
+			if w.wakeup(time.Now(), c.inflight > 0) {
 				c.wake()
 			}
-		case <-p.cooled.C:
-			p.cooling, p.lastWake = false, time.Now()
-			c.wake()
+		case <-wakeTimer.C:
+			if w.fired(time.Now(), c.inflight > 0) {
+				c.wake()
+			}
 		case <-d.held.freed:
 			c.roomFreed()
 		case <-d.retryScheduled:
@@ -71,7 +76,12 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			if r.got > 0 {
 				p.unstretch()
 			}
-			if c.finished(r) {
+			settled := c.finished(r)
+			if w.finished(time.Now(), r.got, c.inflight > 0) {
+				c.wake()
+				settled = false
+			}
+			if settled {
 				d.armDue(p)
 			}
 		}
@@ -86,11 +96,8 @@ type poller struct {
 	cfg           Config
 	interval      time.Duration
 	poll, due     *time.Timer
-	cooled        *time.Timer // the wake-up cooldown ended with a trigger pending
-	cooling       bool        // cooled is armed
 	lastClaimed   uint64
 	lastRecovered time.Time
-	lastWake      time.Time
 	// recoverLimit bounds one recovery: halved by each that runs out of
 	// time, doubled back by each full one, up to RecoverBatchSize.
 	recoverLimit int
@@ -99,7 +106,7 @@ type poller struct {
 func newPoller(cfg Config) *poller {
 	return &poller{
 		cfg: cfg, interval: cfg.PollInterval, poll: time.NewTimer(cfg.PollInterval),
-		due: stoppedTimer(), cooled: stoppedTimer(), lastRecovered: time.Now(),
+		due: stoppedTimer(), lastRecovered: time.Now(),
 		recoverLimit: cfg.RecoverBatchSize,
 	}
 }
@@ -107,32 +114,6 @@ func newPoller(cfg Config) *poller {
 func (p *poller) stop() {
 	p.poll.Stop()
 	p.due.Stop()
-	p.cooled.Stop()
-}
-
-// coolDown decides what a trigger does. When the last wake-up claim was at
-// least WakeupCooldown ago it claims now (true) and arms the cooldown timer
-// for one trailing claim at its end: an emitter sends no notify for events
-// emitted within its NotifyInterval of one that did, and the trailing claim
-// finds those whose transactions have committed by then. Otherwise it arms
-// the timer (once), so that every trigger until then coalesces into the
-// claim at its end.
-func (p *poller) coolDown() bool {
-	if p.cooling {
-		return false
-	}
-	wait := p.cfg.WakeupCooldown - time.Since(p.lastWake)
-	if wait > 0 {
-		p.cooling = true
-		p.cooled.Reset(wait)
-		return false
-	}
-	p.lastWake = time.Now()
-	if p.cfg.WakeupCooldown > 0 {
-		p.cooling = true
-		p.cooled.Reset(p.cfg.WakeupCooldown)
-	}
-	return true
 }
 
 // next sets the interval of the next poll: doubled (up to IdlePollInterval)

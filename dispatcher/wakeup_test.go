@@ -146,8 +146,9 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
 	require.Equal(t, 1, killed)
 	waitFor(t, 10*time.Second, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
-	// Let the trailing claim of the last wake-up (one WakeupCooldown, 20ms,
-	// after it) pass, so that only the reconnect can find the next event.
+	// Let the follow-up claims of the last wake-up (for one WakeupCooldown,
+	// 20ms, after it) pass, so that only the reconnect can find the next
+	// event.
 	time.Sleep(100 * time.Millisecond)
 	whileDown := emitOne(t, db, "x")
 	waitFor(t, 10*time.Second, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
@@ -269,11 +270,15 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	took := time.Since(began)
 	st := d.Stats()
 	t.Logf("10,000 transactions in %v: %d notifications, %d claim cycles, %d polls", took, st.Wakeups, st.ClaimCycles, st.PollCycles)
-	// Wake-ups start at most one cycle per cooldown (20ms by default),
-	// however many notifications arrive: on a loaded machine the burst
-	// stretches and the bound with it, but never to a cycle per event.
-	cycleBound := uint64(took/(20*time.Millisecond)) + 50
-	require.LessOrEqual(t, st.ClaimCycles, cycleBound, "claim cycles beyond one per cooldown")
+	// While busy (half a batch or more per cooldown: 2,500 events/s at
+	// the defaults), wake-ups start at most one cycle per cooldown (20ms),
+	// however many notifications arrive. A machine too loaded to commit
+	// that fast keeps the dispatcher quiet, where each wake-up may claim;
+	// even then never a cycle per event.
+	if took < 4*time.Second {
+		cycleBound := uint64(took/(20*time.Millisecond)) + 50
+		require.LessOrEqual(t, st.ClaimCycles, cycleBound, "claim cycles beyond one per cooldown")
+	}
 	require.Less(t, st.ClaimCycles, uint64(writers*perWriter/2), "claim cycles must be far fewer than events")
 	require.LessOrEqual(t, st.PollCycles, uint64(took/cfg.PollInterval)+1, "polls beyond one per PollInterval")
 }
@@ -317,16 +322,17 @@ func TestRetryRunsOnTimeWhilePollStretched(t *testing.T) {
 }
 
 // An emitter sends no notify for an event emitted within its
-// NotifyInterval of one that did; the dispatcher's trailing claim, one
-// WakeupCooldown after the wake-up, still delivers it without a poll.
-func TestTrailingClaimFindsEventsWithoutNotify(t *testing.T) {
+// NotifyInterval of one that did; the dispatcher's follow-up claims, every
+// fifth of WakeupCooldown for one WakeupCooldown after the wake-up, still
+// deliver it without a poll.
+func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	const window = 500 * time.Millisecond // wide, so that a loaded machine commits within it
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.WakeupCooldown = window
 	d, h := startListening(t, db, cfg)
-	time.Sleep(2 * window) // the start-up wake-up and its trailing claim are over
+	time.Sleep(2 * window) // the start-up wake-up and its follow-up claims are over
 	wakeups, claims := d.Stats().Wakeups, d.Stats().ClaimCycles
 
 	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
@@ -345,9 +351,16 @@ func TestTrailingClaimFindsEventsWithoutNotify(t *testing.T) {
 	if time.Since(start) > window/2 {
 		t.Skip("the machine was too slow to commit the second event within the cooldown")
 	}
-	require.Zero(t, h.wait(t, second), "the second, found by the trailing claim, before any poll")
+	require.Zero(t, h.wait(t, second), "the second, found by a follow-up claim, before any poll")
 	require.Equal(t, wakeups+1, d.Stats().Wakeups, "one notification for both")
-	require.Equal(t, claims+2, d.Stats().ClaimCycles, "the wake-up's claim and its trailing claim")
+	time.Sleep(2 * window)
+	after := d.Stats().ClaimCycles
+	// The wake-up's claim and its follow-ups, a fifth of the cooldown
+	// apart, until one began a cooldown after it: five, or fewer when
+	// a loaded machine runs them late.
+	require.LessOrEqual(t, after, claims+6, "at most five follow-ups")
+	time.Sleep(window)
+	require.Equal(t, after, d.Stats().ClaimCycles, "no claim a cooldown after the last follow-up")
 }
 
 // With polls stretched, an event emitted with a delay runs when the delay

@@ -63,17 +63,18 @@ type Config struct {
 	// Emitter that notify into one database (host, port and database of
 	// the transaction's connection; measured on the monotonic clock). An
 	// Emit sooner than that after the last one that notified sends no
-	// pg_notify: its event is claimed by the dispatcher's trailing claim,
-	// one WakeupCooldown after the wake-up (when that is above 0), when
-	// its transaction has committed by then, and otherwise by a later
-	// wake-up or poll: with the dispatcher's defaults within its
-	// PollInterval of the commit, even when the transaction that notified
-	// rolls back. An Emit that took the notify and failed gives it
+	// pg_notify: its event is claimed by one of the dispatcher's
+	// follow-up claims, which run every fifth of its WakeupCooldown until
+	// one WakeupCooldown after the wake-up (every 4ms for 20ms at the
+	// defaults; none with NoWakeupCooldown), when its transaction has
+	// committed by then, and otherwise by a later wake-up or poll: with
+	// the dispatcher's defaults within its PollInterval of the commit,
+	// even when the transaction that notified rolls back. An Emit that took the notify and failed gives it
 	// back; a transaction that rolls back after it does not. Each
 	// committing transaction that notified holds a database-wide lock
 	// through its WAL flush, so notifying every Emit serialises the commits
 	// of a write-heavy service (see docs/emitting.md). Defaults to 20ms, the dispatcher's default
-	// WakeupCooldown (which coalesces closer wake-ups anyway); at most 10s.
+	// WakeupCooldown (the span its follow-up claims cover); at most 10s.
 	// Set NotifyEveryEmit instead for a notify in every Emit call.
 	NotifyInterval time.Duration
 	// NotifyEveryEmit sends a pg_notify in every Emit call, with no
