@@ -42,6 +42,27 @@ func openDB(ctx context.Context, adminURL string, maxConns int) (*benchDB, error
 	return &benchDB{admin: adminURL, name: name, pool: pool, trips: trips}, nil
 }
 
+// warm opens n of the pool's connections at once, so that a run does not
+// measure connections being made (a TLS handshake each, by default on
+// loopback too): at the start of a latency run, 32 writers and the
+// dispatcher opening theirs held every claim up for about a second.
+func (db *benchDB) warm(ctx context.Context, n int) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := db.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
 // Close closes the pool and drops the database, whatever ctx says.
 func (db *benchDB) Close() {
 	db.pool.Close()
