@@ -198,7 +198,10 @@ func (d *Dispatcher) armDue(p *poller) {
 	switch {
 	case !ok:
 	case wait <= 0:
-		d.Trigger()
+		// Due already, yet the claim that just settled did not take it
+		// (locked by another transaction, or became due since): claim
+		// again after a cooldown, not at once, or this loop spins.
+		p.due.Reset(max(d.cfg.WakeupCooldown, time.Millisecond))
 	case wait < p.interval:
 		p.due.Reset(wait)
 	}

@@ -71,6 +71,7 @@ func (w *waker) finished(now time.Time, got int, inflight bool) bool {
 	if got > 0 && w.cooldown > 0 {
 		w.found = append(w.found, foundAt{at: now, n: got})
 		w.sum += got
+		w.busy(now) // prune: without wake-ups nothing else would
 	}
 	if !w.pending || inflight {
 		return false

@@ -141,3 +141,16 @@ func TestWaker(t *testing.T) {
 		require.False(t, b.w.finished(b.at(2), 1, false), "and only one")
 	})
 }
+
+// Without wake-ups (WakeupDisabled, or WakeupAuto whose listener never
+// comes up, e.g. behind a transaction-mode pooler) no wake-up asks
+// whether the dispatcher is busy, so the claims' counts must be pruned as
+// they are added, or they grow for the life of the dispatcher.
+func TestWakerFoundIsBoundedWithoutWakeups(t *testing.T) {
+	t.Parallel()
+	b := newWakerBundle(t)
+	for i := range 100_000 {
+		require.False(t, b.w.finished(b.at(float64(i)), 1, false)) // a claim a millisecond, each finding one event
+	}
+	require.LessOrEqual(t, len(b.w.found), 21, "found holds the claims of the last cooldown only")
+}
