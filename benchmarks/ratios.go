@@ -107,6 +107,15 @@ func best(runs []run, s side, round int) float64 {
 	return v
 }
 
+// failed reports whether a run of the side failed or did not verify in the
+// round: its best is then unknown, and a ratio against the rest would
+// flatter whichever side lost its fastest run.
+func failed(runs []run, s side, round int) bool {
+	return slices.ContainsFunc(runs, func(r run) bool {
+		return r.round == round && s.has(r.spec) && (r.err != nil || !r.res.Verified)
+	})
+}
+
 // sample is a target's figure in one round: ran when the round ran any of
 // its specs, ok when every side it needs has a verified run.
 type sample struct {
@@ -114,13 +123,13 @@ type sample struct {
 	ran, ok bool
 }
 
-// sample computes the target in one round; a missing side is not ok,
-// never a division by zero.
+// sample computes the target in one round; a missing side, or a side
+// with a failed run, is not ok, never a division by zero.
 func (t target) sample(runs []run, round int) sample {
 	s := sample{ran: slices.ContainsFunc(runs, func(r run) bool { return r.round == round && t.uses(r.spec) })}
 	if t.figure == nil {
 		ours, ref := best(runs, t.ours, round), best(runs, t.ref, round)
-		if ours > 0 && ref > 0 {
+		if ours > 0 && ref > 0 && !failed(runs, t.ours, round) && !failed(runs, t.ref, round) {
 			s.v, s.ok = ours/ref, true
 		}
 		return s

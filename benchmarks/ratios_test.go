@@ -123,3 +123,20 @@ func TestWriteRatios(t *testing.T) {
 	require.Contains(t, out, "| single-event emit, 1 writer | raw INSERT | reported | failed | – | **–** | – |")
 	require.Contains(t, out, "| claims per event, 5,000/s, wake-ups on | – | ≤ 0.044 |")
 }
+
+// A reference side of several runs whose best run failed in a round must
+// not be scored against its slower runs only: that ratio is inflated, and
+// the round is incomplete.
+func TestTargetFailedBestReferenceIsNotMet(t *testing.T) {
+	tg := targetNamed(t, "dispatch, best pgoutbox", "best of River/Watermill")
+	tuned := fakeRun(groupDispatch, "river tuned, 2000 workers", 1, 0)
+	tuned.err = errors.New("river tuned crashed")
+	tuned.res.Verified = false
+	runs := []run{
+		fakeRun(groupDispatch, "pgoutbox B=100 C=100 (defaults)", 1, 100),
+		fakeRun(groupDispatch, "river default, 100 workers", 1, 20),
+		tuned,
+	}
+	_, _, met := tg.verdict(tg.samples(runs, 1))
+	require.False(t, met, "the best River run failed: 100/20 = 5x against the slow default only")
+}
