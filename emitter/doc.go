@@ -24,8 +24,11 @@
 //     pg_notify in the same round trip. With a warm statement cache a call
 //     is one round trip whatever the number of events; the first call on a
 //     connection takes one more, to prepare the statements. Batches of
-//     5,000 events or more without delays go by COPY, two or three round
-//     trips, since COPY is faster there.
+//     5,000 events or more, or of 1 MiB of payload or more, go by COPY,
+//     two or three round trips, since COPY is faster there and its memory
+//     is bounded by the events; a batch with a delay first reads the
+//     transaction's now() (one more round trip) and sends each row's due
+//     time as that plus its delay, what the INSERT computes.
 //   - IDs are the caller's where set, else fresh UUIDv7s, returned in order.
 //     next_attempt_at is the database's now() plus Event.Delay: the
 //     application's clock is never used.
