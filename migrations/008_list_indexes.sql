@@ -17,15 +17,24 @@
 -- Every operator query stays on an index: a list with a status filter
 -- other than PROCESSING implies the new predicate; a list of PROCESSING
 -- rows reads the lease index; a list without a status filter reads both
--- (admin.List, from this version on). The new indexes get new names so
--- that they can be built beforehand without blocking writes; the old
--- ones are then dropped.
+-- (admin.List, from this version on).
 --
--- CREATE INDEX blocks writes to the table (Emit, claims, completions)
--- while it reads the table, once per index, seconds per million rows; it
--- runs in the migration's transaction, so it cannot be CONCURRENTLY. On a
--- large table, build them first without blocking writes (one statement
--- at a time, outside a transaction; check indisvalid afterwards):
+-- The indexes keep their version 5 names, with the new definitions: a
+-- dispatcher or Verify of an earlier release (down to version 5) accepts
+-- a newer schema whose index definitions changed, but refuses one that
+-- lacks an index it knows by name, so renaming them would stop old
+-- replicas from restarting during a rolling upgrade.
+--
+-- The migration first takes the table's ACCESS EXCLUSIVE lock (queueing
+-- at most lock_timeout for it, with writers queued behind it, see
+-- 003_snoozes.sql), builds the new indexes under temporary names, drops
+-- the old ones and renames the new ones. Taking the strongest lock first
+-- means it never upgrades a lock it holds: a transaction that read the
+-- table makes it fail at once and cheaply, instead of after the builds,
+-- and cannot deadlock with it. While it holds the lock, nothing reads or
+-- writes the table: seconds per million rows, once per index. On a large
+-- table, build the new indexes first without blocking anything (one
+-- statement at a time, outside a transaction):
 --
 --   CREATE INDEX CONCURRENTLY <table>_seq_list_idx ON <schema>.<table> (seq)
 --       WHERE status <> 'PROCESSING';
@@ -36,12 +45,22 @@
 --   CREATE INDEX CONCURRENTLY <table>_code_list_idx ON <schema>.<table> (last_error_code, seq)
 --       WHERE last_error_code IS NOT NULL AND status <> 'PROCESSING';
 --
--- and this migration then finds them (IF NOT EXISTS) and only drops the
--- old ones (a DROP INDEX takes an ACCESS EXCLUSIVE lock for a moment).
--- The lock_timeout bounds how long it queues for its locks, with writers
--- queued behind it (see 003_snoozes.sql).
-
+-- and this migration then finds them (IF NOT EXISTS), so that it holds
+-- the lock only to drop and rename. One that a failed CONCURRENTLY build
+-- left INVALID is dropped and built again here.
 SET LOCAL lock_timeout = '2s';
+LOCK TABLE {{.table}} IN ACCESS EXCLUSIVE MODE;
+DO $$
+DECLARE
+    i regclass;
+BEGIN
+    FOREACH i IN ARRAY ARRAY[to_regclass('{{.schema}}.{{.seq_list_idx}}'), to_regclass('{{.schema}}.{{.type_list_idx}}'),
+        to_regclass('{{.schema}}.{{.agg_list_idx}}'), to_regclass('{{.schema}}.{{.code_list_idx}}')] LOOP
+        IF i IS NOT NULL AND NOT (SELECT indisvalid FROM pg_index WHERE indexrelid = i) THEN
+            EXECUTE format('DROP INDEX %s', i);
+        END IF;
+    END LOOP;
+END $$;
 CREATE INDEX IF NOT EXISTS {{.seq_list_idx}} ON {{.table}} (seq)
     WHERE status <> 'PROCESSING';
 CREATE INDEX IF NOT EXISTS {{.type_list_idx}} ON {{.table}} (event_type, seq)
@@ -54,19 +73,27 @@ DROP INDEX IF EXISTS {{.schema}}.{{.seq_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.type_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.aggregate_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.code_idx}};
+ALTER INDEX {{.schema}}.{{.seq_list_idx}} RENAME TO {{.seq_idx}};
+ALTER INDEX {{.schema}}.{{.type_list_idx}} RENAME TO {{.type_idx}};
+ALTER INDEX {{.schema}}.{{.agg_list_idx}} RENAME TO {{.aggregate_idx}};
+ALTER INDEX {{.schema}}.{{.code_list_idx}} RENAME TO {{.code_idx}};
 
 ---- create above / drop below ----
-
--- Back to the full operator indexes of version 5 on {{.table}}: every
--- claim writes them again. Builds them (blocking writes while it reads
--- the table; build them CONCURRENTLY first on a large table, see
--- 005_operator_indexes.sql) and drops the version 8 ones.
+-- Back to the full operator indexes of version 5 on {{.table}}, under
+-- the same names: every claim writes them again. Takes the ACCESS
+-- EXCLUSIVE lock first (see above), drops the version 8 indexes and
+-- builds the full ones while it holds it.
 SET LOCAL lock_timeout = '2s';
-CREATE INDEX IF NOT EXISTS {{.seq_idx}} ON {{.table}} (seq);
-CREATE INDEX IF NOT EXISTS {{.type_idx}} ON {{.table}} (event_type, seq);
-CREATE INDEX IF NOT EXISTS {{.aggregate_idx}} ON {{.table}} (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {{.code_idx}} ON {{.table}} (last_error_code, seq) WHERE last_error_code IS NOT NULL;
+LOCK TABLE {{.table}} IN ACCESS EXCLUSIVE MODE;
+DROP INDEX IF EXISTS {{.schema}}.{{.seq_idx}};
+DROP INDEX IF EXISTS {{.schema}}.{{.type_idx}};
+DROP INDEX IF EXISTS {{.schema}}.{{.aggregate_idx}};
+DROP INDEX IF EXISTS {{.schema}}.{{.code_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.seq_list_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.type_list_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.agg_list_idx}};
 DROP INDEX IF EXISTS {{.schema}}.{{.code_list_idx}};
+CREATE INDEX {{.seq_idx}} ON {{.table}} (seq);
+CREATE INDEX {{.type_idx}} ON {{.table}} (event_type, seq);
+CREATE INDEX {{.aggregate_idx}} ON {{.table}} (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
+CREATE INDEX {{.code_idx}} ON {{.table}} (last_error_code, seq) WHERE last_error_code IS NOT NULL;

@@ -350,9 +350,9 @@ func mustExecTx(t *testing.T, tx pgx.Tx, sql string) {
 
 // An outbox at version 1 with rows in every status, keyed and not, with
 // and without an error code, upgrades to version 8 in place: the rows
-// keep their state, the list indexes hold every row but the PROCESSING
-// ones, and the full indexes of version 5 are gone. Down to version 7
-// brings those back, and Migrate then upgrades again.
+// keep their state, and the operator indexes, under their version 5
+// names, hold every row but the PROCESSING ones. Down to version 7 makes
+// them full again, and Migrate then upgrades again.
 func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -366,18 +366,9 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
-	name := db.Table().Name
 	requireRowsPerStatus(t, conn, table)
-	for _, c := range []struct{ index, where string }{
-		{"_seq_list_idx", "status <> 'PROCESSING' AND seq > 0"},
-		{"_type_list_idx", "status <> 'PROCESSING' AND event_type = 'x'"},
-		{"_agg_list_idx", "status <> 'PROCESSING' AND aggregate_id = 'a'"},
-		{"_code_list_idx", "status <> 'PROCESSING' AND last_error_code = 'handler_error'"},
-	} {
-		want := map[string]int{"_seq_list_idx": 12, "_type_list_idx": 12, "_agg_list_idx": 6, "_code_list_idx": 6}[c.index]
-		require.Equal(t, want, countThrough(t, conn, table, name+c.index, c.where), c.index)
-	}
-	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_idx", "_type_idx", "_aggregate_idx", "_code_idx"))
+	requireListIndexes(t, conn, db.Table(), table)
+	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
@@ -387,14 +378,63 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	v, err := migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.EqualValues(t, 7, v)
-	require.Len(t, indexesOf(t, conn, db.Table(), "_seq_idx", "_type_idx", "_aggregate_idx", "_code_idx"), 4)
+	name := db.Table().Name
+	require.Equal(t, 16, countThrough(t, conn, table, name+"_seq_idx", "seq > 0"), "the full index of version 5 is back")
 	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 	requireRowsPerStatus(t, conn, table)
 
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	requireRowsPerStatus(t, conn, table)
-	require.Equal(t, 12, countThrough(t, conn, table, name+"_seq_list_idx", "status <> 'PROCESSING' AND seq > 0"))
+	requireListIndexes(t, conn, db.Table(), table)
+}
+
+// requireListIndexes checks that the four operator indexes of version 8
+// hold the rows of TestMigrateFromVersion1ToListIndexes that are not
+// PROCESSING.
+func requireListIndexes(t *testing.T, conn *pgx.Conn, tb outbox.Table, table string) {
+	t.Helper()
+	for _, c := range []struct {
+		index, where string
+		want         int
+	}{
+		{"_seq_idx", "status <> 'PROCESSING' AND seq > 0", 12},
+		{"_type_idx", "status <> 'PROCESSING' AND event_type = 'x'", 12},
+		{"_aggregate_idx", "status <> 'PROCESSING' AND aggregate_id = 'a'", 6},
+		{"_code_idx", "status <> 'PROCESSING' AND last_error_code = 'handler_error'", 6},
+	} {
+		require.Equal(t, c.want, countThrough(t, conn, table, tb.Name+c.index, c.where), c.index)
+	}
+}
+
+// Migration 008 finds the new indexes an operator built CONCURRENTLY
+// beforehand, and rebuilds one that a failed CONCURRENTLY build left
+// INVALID (simulated by marking it so) instead of renaming it into place:
+// Verify then passes and every list index is valid.
+func TestMigrate008UsesPrebuiltIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn, cfg, table := version1(t)
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, aggregate_id, last_error_code, lock_token, lease_until)
+		SELECT gen_random_uuid(), 'x', s.status, a.agg, c.code,
+			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
+			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
+		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
+		CROSS JOIN (VALUES ('a'), (NULL)) AS a(agg) CROSS JOIN (VALUES ('handler_error'), (NULL)) AS c(code)`)
+	name := db.Table().Name
+	mustExec(t, conn, `CREATE INDEX CONCURRENTLY `+name+`_seq_list_idx ON `+table+` (seq) WHERE status <> 'PROCESSING'`)
+	mustExec(t, conn, `CREATE INDEX CONCURRENTLY `+name+`_type_list_idx ON `+table+` (event_type, seq) WHERE status <> 'PROCESSING'`)
+	mustExec(t, conn, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('`+db.Table().Schema+`.`+name+`_type_list_idx')`)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	requireListIndexes(t, conn, db.Table(), table)
+	var invalid int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid`,
+		db.Table().Schema, name).Scan(&invalid))
+	require.Zero(t, invalid)
+	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 }
 
 // requireRowsPerStatus checks that table holds the 4 rows of each status

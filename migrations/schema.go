@@ -84,15 +84,15 @@ var expectedConstraints = []constraintSpec{
 // (purge) and operator queries rely on (a dispatcher's typed claim on the
 // type due index, version 6; the ordered claim on the order index,
 // version 7; the operator list indexes without PROCESSING rows, version
-// 8). The primary key's index is covered by its constraint.
+// 8, under their version 5 names). The primary key's index is covered by its constraint.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
 	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
 	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
-	{sqlname.SuffixSeqListIndex, "btree (seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixTypeListIndex, "btree (event_type, seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixAggListIndex, "btree (aggregate_id, seq) WHERE ((aggregate_id IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
-	{sqlname.SuffixCodeListIndex, "btree (last_error_code, seq) WHERE ((last_error_code IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
+	{sqlname.SuffixSeqIndex, "btree (seq) WHERE (status <> 'PROCESSING'::text)"},
+	{sqlname.SuffixTypeIndex, "btree (event_type, seq) WHERE (status <> 'PROCESSING'::text)"},
+	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE ((aggregate_id IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
+	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE ((last_error_code IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
 	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
 	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
 	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},

@@ -119,7 +119,7 @@ func TestTypedClaimPlanIgnoresForeignBacklog(t *testing.T) {
 				require.Less(t, total, 3000.0, "%s: %s", mode, text)
 				require.Less(t, removed, 100.0, "%s: %s", mode, text)
 				require.True(t, indexes["outbox_events_type_due_idx"], "%s: %s", mode, text)
-				require.False(t, indexes["outbox_events_type_list_idx"], "%s: the operator type index, over every row that is not PROCESSING: %s", mode, text)
+				require.False(t, indexes["outbox_events_type_idx"], "%s: the operator type index, over every row that is not PROCESSING: %s", mode, text)
 				for _, n := range []string{"Seq Scan", "Sort", "Bitmap Heap Scan"} {
 					require.False(t, nodes[n], "%s: %s in %s", mode, n, text)
 				}

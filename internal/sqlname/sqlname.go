@@ -33,6 +33,9 @@ const (
 	SuffixFailedIndex   = "_failed_idx"
 	SuffixTypeDueIndex  = "_type_due_idx"
 	SuffixOrderIndex    = "_order_idx"
+	// The list suffixes name migration 008's new operator indexes while it
+	// builds them (or an operator builds them CONCURRENTLY beforehand);
+	// it then renames them to the seq, type, aggregate and code names.
 	SuffixSeqListIndex  = "_seq_list_idx"
 	SuffixTypeListIndex = "_type_list_idx"
 	SuffixAggListIndex  = "_agg_list_idx"
