@@ -262,6 +262,13 @@ func TestCircuitKeepsHandlerOnlyTypes(t *testing.T) {
 	require.Equal(t, int64(len(localIDs)), handled.Load())
 	require.Equal(t, []dispatcher.CircuitState{dispatcher.CircuitOpen}, log.all(), "still open, never probed")
 	require.Equal(t, int64(1), pub.calls.Load(), "nothing published since the circuit opened")
+	// A claim planned before the circuit opened may still land after it
+	// and take published events; they are held back and returned, so
+	// wait for that rather than read a moment in between.
+	waitFor(t, 30*time.Second, "the published events PENDING again", func() bool {
+		return statusCounts(t, db)[outbox.StatusPending] == len(pubIDs) && d.Stats().InFlight == 0
+	})
+	require.Equal(t, int64(1), pub.calls.Load(), "nothing published since the circuit opened")
 	for _, id := range pubIDs {
 		r := readRow(t, db, id)
 		require.Equal(t, outbox.StatusPending, r.Status)
