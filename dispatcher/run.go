@@ -121,9 +121,14 @@ const startRetryFor = 10 * time.Second
 func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
 	deadline := time.Now().Add(startRetryFor)
 	wait := 50 * time.Millisecond
+	lost := false // a connection was lost: the server may be restarting
 	for {
 		err := d.checkTable(ctx)
-		if err == nil || !connectionLost(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+		lost = lost || err != nil && connectionLost(err)
+		if err == nil || !connectionLost(err) && !(lost && notMade(err)) {
+			return err
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			return err
 		}
 		d.cfg.Logger.Warn("pgoutbox: start-up check lost its connection; trying again",
@@ -155,6 +160,15 @@ func connectionLost(err error) bool {
 	var netErr net.Error
 	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" ||
 		pgconn.SafeToRetry(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// notMade reports whether err is a connection that could not be made with
+// no word from the server (refused, unreachable): after a lost connection
+// that is a server restarting, and the start tries again; a wrong
+// password or a missing database has a code and is never tried again.
+func notMade(err error) bool {
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) && pgerr.Code(err) == ""
 }
 
 // checkTable fails fast when the outbox table or its schema is missing,
