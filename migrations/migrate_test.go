@@ -357,12 +357,7 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, conn, cfg, table := version1(t)
-	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, aggregate_id, last_error_code, lock_token, lease_until)
-		SELECT gen_random_uuid(), 'x', s.status, a.agg, c.code,
-			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
-			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
-		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
-		CROSS JOIN (VALUES ('a'), (NULL)) AS a(agg) CROSS JOIN (VALUES ('handler_error'), (NULL)) AS c(code)`)
+	insertEveryStatus(t, conn, table)
 
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
@@ -389,8 +384,20 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	requireListIndexes(t, conn, db.Table(), table)
 }
 
+// insertEveryStatus inserts 16 rows of type x into table: 4 of each
+// status, keyed by aggregate or not, with an error code or not.
+func insertEveryStatus(t *testing.T, conn *pgx.Conn, table string) {
+	t.Helper()
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, aggregate_id, last_error_code, lock_token, lease_until)
+		SELECT gen_random_uuid(), 'x', s.status, a.agg, c.code,
+			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
+			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
+		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
+		CROSS JOIN (VALUES ('a'), (NULL)) AS a(agg) CROSS JOIN (VALUES ('handler_error'), (NULL)) AS c(code)`)
+}
+
 // requireListIndexes checks that the four operator indexes of version 8
-// hold the rows of TestMigrateFromVersion1ToListIndexes that are not
+// hold the rows of insertEveryStatus that are not
 // PROCESSING.
 func requireListIndexes(t *testing.T, conn *pgx.Conn, tb outbox.Table, table string) {
 	t.Helper()
@@ -415,12 +422,7 @@ func TestMigrate008UsesPrebuiltIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, conn, cfg, table := version1(t)
-	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, aggregate_id, last_error_code, lock_token, lease_until)
-		SELECT gen_random_uuid(), 'x', s.status, a.agg, c.code,
-			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
-			CASE WHEN s.status = 'PROCESSING' THEN now() + interval '1 minute' END
-		FROM (VALUES ('PENDING'), ('PROCESSING'), ('SENT'), ('FAILED')) AS s(status)
-		CROSS JOIN (VALUES ('a'), (NULL)) AS a(agg) CROSS JOIN (VALUES ('handler_error'), (NULL)) AS c(code)`)
+	insertEveryStatus(t, conn, table)
 	name := db.Table().Name
 	mustExec(t, conn, `CREATE INDEX CONCURRENTLY `+name+`_seq_list_idx ON `+table+` (seq) WHERE status <> 'PROCESSING'`)
 	mustExec(t, conn, `CREATE INDEX CONCURRENTLY `+name+`_type_list_idx ON `+table+` (event_type, seq) WHERE status <> 'PROCESSING'`)
@@ -438,7 +440,7 @@ func TestMigrate008UsesPrebuiltIndexes(t *testing.T) {
 }
 
 // requireRowsPerStatus checks that table holds the 4 rows of each status
-// TestMigrateFromVersion1ToListIndexes inserted.
+// insertEveryStatus inserted.
 func requireRowsPerStatus(t *testing.T, conn *pgx.Conn, table string) {
 	t.Helper()
 	var perStatus map[string]int
