@@ -196,27 +196,28 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 		case it.result.err == nil:
 			params.Sent = append(params.Sent, it.ref())
 		default:
-			params.Failed = append(params.Failed, c.failure(it))
+			params.Failed = append(params.Failed, c.failureToWrite(it))
 		}
 	}
 	return releases, params
 }
 
-// failure is the failure to record for it, decided at its first write
-// and kept: every write of an outcome is the same write (a jittered
-// backoff is drawn once), so that a write retried after its reply was
-// lost can tell the time the earlier one set (see lease.Store.Outcomes).
-func (c *completer) failure(it *item) lease.Failure {
+// failureToWrite is the failure the completer writes for it, decided
+// (see failure) at its first write and kept: every write of an outcome is
+// the same write (a jittered backoff is drawn once), so that a write
+// retried after its reply was lost can tell the time the earlier one set
+// (see lease.Store.Outcomes). The completer's goroutine only.
+func (c *completer) failureToWrite(it *item) lease.Failure {
 	if it.failure == nil {
-		f := c.decideFailure(it)
+		f := c.failure(it)
 		it.failure = &f
 	}
 	return *it.failure
 }
 
-// decideFailure decides whether a failed attempt is final and when to
-// retry, or records the snooze a handler asked for.
-func (c *completer) decideFailure(it *item) lease.Failure {
+// failure decides whether a failed attempt is final and when to retry,
+// or records the snooze a handler asked for.
+func (c *completer) failure(it *item) lease.Failure {
 	r := it.result
 	if r.snooze {
 		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
@@ -290,7 +291,7 @@ func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.Co
 		case it.result.err == nil:
 			again.Sent = append(again.Sent, it.ref())
 		default:
-			again.Failed = append(again.Failed, c.failure(it))
+			again.Failed = append(again.Failed, c.failureToWrite(it))
 		}
 	}
 	if len(again.Sent)+len(again.Failed) == 0 {

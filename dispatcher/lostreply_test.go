@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -354,4 +355,67 @@ func startOtherReplica(t *testing.T, db *testdb.DB, completes bool) *otherReplic
 	runDispatcher(t, d)
 	t.Cleanup(func() { close(unblock) }) // before the Stop that runDispatcher registered
 	return o
+}
+
+// A completion whose first write may have taken effect (it timed out) but
+// did not, because the row was locked until the lease had expired and
+// recovery had taken the row back: the retried write changes nothing, and
+// the row read back proves that the lease was lost first (the recovery's
+// attempt-log entry names the claim: the attempt had started). That stays
+// a lock loss, not an unknown outcome.
+//
+// The test locks the row while the handler runs, so that the completion
+// waits for it and times out (500ms); then, in the same transaction,
+// expires the lease and recovers the row, and commits. The local clock is
+// frozen, so that the dispatcher's local deadline does not end the
+// outcome first.
+func TestLostCompletionAfterRecoveryIsLockLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	errs := &errorLog{}
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = time.Second
+	cfg.Wakeup = dispatcher.WakeupDisabled
+	cfg.OnError = errs.add
+	dispatcher.SetClock(&cfg, frozenClock())
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	running, locked := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error {
+		once.Do(func() {
+			close(running)
+			<-locked
+		})
+		return errors.New("try again") // a retry: only the recovery's log entry tells it from one replaced since
+	}))
+	runDispatcher(t, d)
+
+	<-running
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM outbox_events WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+	close(locked)
+	waitFor(t, 20*time.Second, "the first write to time out", func() bool {
+		return len(errs.filter(func(err error) bool { return strings.HasPrefix(err.Error(), "pgoutbox: complete:") })) > 0
+	})
+	_, err = tx.Exec(ctx, `UPDATE outbox_events SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+	store, err := lease.New(db.Table())
+	require.NoError(t, err)
+	rec, err := store.Recover(ctx, tx, lease.RecoverParams{Limit: 1, MaxRecoveries: 5})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{id}, rec.Pending)
+	require.NoError(t, tx.Commit(ctx))
+
+	waitFor(t, 20*time.Second, "the outcome reported", func() bool {
+		return len(errs.matching(outbox.ErrLockLost))+len(errs.matching(outbox.ErrOutcomeUnknown)) > 0
+	})
+	require.Len(t, errs.matching(outbox.ErrLockLost), 1)
+	require.Empty(t, errs.matching(outbox.ErrOutcomeUnknown))
+	require.Equal(t, uint64(1), d.Stats().LockLost)
 }

@@ -165,6 +165,10 @@
 // outcome T wrote; "unknown" says only that the row can no longer tell.
 // The caller keeps the first write's delays (a jittered backoff) for its
 // retries, so that the entry's end plus the delay is the time it wrote.
+// The verdicts read committed rows: they hold once the earlier write has
+// ended on the server, which CompleteParams.StatementTimeout bounds (each
+// statement of its batch; see "Locks and deadlocks"). A write still
+// running then, past its lease, could commit after a "lost" verdict.
 //
 // During a rolling upgrade a dispatcher of version 8 records outcomes
 // without touching outcome_token: a row it completes after claim T's
