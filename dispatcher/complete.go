@@ -196,10 +196,23 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 		case it.result.err == nil:
 			params.Sent = append(params.Sent, it.ref())
 		default:
-			params.Failed = append(params.Failed, c.failure(it))
+			params.Failed = append(params.Failed, c.failureToWrite(it))
 		}
 	}
 	return releases, params
+}
+
+// failureToWrite is the failure the completer writes for it, decided
+// (see failure) at its first write and kept: every write of an outcome is
+// the same write (a jittered backoff is drawn once), so that a write
+// retried after its reply was lost can tell the time the earlier one set
+// (see lease.Store.Outcomes). The completer's goroutine only.
+func (c *completer) failureToWrite(it *item) lease.Failure {
+	if it.failure == nil {
+		f := c.failure(it)
+		it.failure = &f
+	}
+	return *it.failure
 }
 
 // failure decides whether a failed attempt is final and when to retry,
@@ -256,28 +269,35 @@ const busyTries = 5
 
 // settleLost looks again at the rows a completion found no longer held
 // whose earlier write may have taken effect although its reply was lost:
-// an outcome this very claim wrote is its own, not a lost lease. It moves
-// those from res.Lost to the lists they belong in, and returns the ids
-// whose outcome cannot be known (a success under DeleteSent whose row is
-// gone, or one the retention job may have deleted since).
-func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]uuid.UUID, error) {
+// an outcome this very claim wrote is its own, not a lost lease, even when
+// another replica claimed, or completed, the event since. It reads them
+// back in one round trip and sorts them by the decision table of
+// internal/lease ("Lost replies"): those it recorded move from res.Lost to
+// the lists they belong in, those whose rows prove they were not recorded
+// (the lease was lost first) stay lost, and it returns those the rows can
+// no longer tell about (reported as outbox.ErrOutcomeUnknown, never as a
+// lost lease).
+func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]lease.Unknown, error) {
 	if len(res.Lost) == 0 {
 		return nil, nil
 	}
 	byID := itemsByID(items)
-	var again []lease.Ref
+	again := lease.CompleteParams{DeleteSent: c.cfg.DeleteSent}
 	var lost []uuid.UUID
 	for _, id := range res.Lost {
-		if it := byID[id]; it.maybeWritten {
-			again = append(again, it.ref())
-		} else {
+		switch it := byID[id]; {
+		case !it.maybeWritten:
 			lost = append(lost, id)
+		case it.result.err == nil:
+			again.Sent = append(again.Sent, it.ref())
+		default:
+			again.Failed = append(again.Failed, c.failureToWrite(it))
 		}
 	}
-	if len(again) == 0 {
+	if len(again.Sent)+len(again.Failed) == 0 {
 		return nil, nil
 	}
-	own, gone, err := c.store.Outcomes(ctx, c.pool, again)
+	own, unknown, err := c.store.Outcomes(ctx, c.pool, again)
 	if err != nil {
 		return nil, err
 	}
@@ -285,34 +305,12 @@ func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.Co
 	res.Retried = append(res.Retried, own.Retried...)
 	res.Failed = append(res.Failed, own.Failed...)
 	res.Lost = append(lost, own.Lost...)
-	var unknown []uuid.UUID
-	for _, id := range gone {
-		if c.mayDelete(byID[id]) {
-			unknown = append(unknown, id)
-		} else {
-			res.Lost = append(res.Lost, id)
-		}
-	}
 	return unknown, nil
-}
-
-// mayDelete reports whether the row of it may be gone because its outcome
-// was written: a success under DeleteSent, or an outcome the retention job
-// deletes (SENT unless KeepSent, a final failure with RetainFailed set).
-func (c *completer) mayDelete(it *item) bool {
-	switch r := it.result; {
-	case r.release:
-		return false
-	case r.err == nil:
-		return c.cfg.DeleteSent || !c.cfg.KeepSent
-	default:
-		return c.cfg.RetainFailed > 0 && !r.snooze && c.failure(it).Final
-	}
 }
 
 // written lets go of the items whose outcomes a write recorded (or found
 // lost), then reports them: counts, OnOutcome, OnError.
-func (c *completer) written(items []*item, res lease.CompleteResult, unknown []uuid.UUID) {
+func (c *completer) written(items []*item, res lease.CompleteResult, unknown []lease.Unknown) {
 	byID := itemsByID(items)
 	c.held.remove(items)
 	if len(res.Retried) > 0 || c.cfg.Ordering == PerKey && len(res.Sent)+len(res.Failed) > 0 {
@@ -322,8 +320,8 @@ func (c *completer) written(items []*item, res lease.CompleteResult, unknown []u
 	for _, id := range res.Lost {
 		c.report.reportLost(id)
 	}
-	for _, id := range unknown {
-		c.report.reportUnknown(id, "the write's reply was lost and the row is gone")
+	for _, u := range unknown {
+		c.report.reportUnknown(u.ID, "the write's reply was lost and "+u.Why)
 	}
 }
 

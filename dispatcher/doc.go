@@ -124,8 +124,14 @@
 // The completer splits a write the database refuses to record the other
 // outcomes, retries each refused outcome on its own backoff and lets it go
 // after a bounded number of refusals (ERROR log, outbox.ErrOutcomeRefused).
-// A write whose reply was lost is retried; the outcome it finds already
-// written under its own token is its own.
+// A write whose reply was lost is retried, and when it finds its rows no
+// longer held it reads them back: an outcome the row shows was recorded
+// under its claim's token (the row's outcome_token, which later claims do
+// not overwrite, or its attempt-log entry) is reported as its own, even
+// after another replica claimed or completed the event since; one the row
+// can no longer tell about as outbox.ErrOutcomeUnknown; outbox.ErrLockLost
+// only when the row proves the lease was lost before the write (see
+// complete.go and internal/lease, "Lost replies").
 //
 // # Starting
 //

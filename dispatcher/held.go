@@ -110,6 +110,9 @@ type item struct {
 	// and when to try again. The completer's alone.
 	tries, refusals, late int
 	retryAt               time.Time
+	// failure is the failed outcome as the completer first wrote it
+	// (nil until then); the completer's alone.
+	failure *lease.Failure
 	// marked: the row shows that this attempt started (see start.go);
 	// marking is closed by the marker once it is. Guarded.
 	marked  bool

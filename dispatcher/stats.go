@@ -26,7 +26,8 @@ type Stats struct {
 	LockLost uint64
 	// OutcomeUnknown counts outcomes whose write may have taken effect
 	// although its reply was lost, and whose row no longer shows whether
-	// it did (deleted), or could not be read again before the lease's
+	// it did (deleted, or a later outcome of another replica replaced a
+	// snooze's trace), or could not be read again before the lease's
 	// local deadline (errors.Is(err, outbox.ErrOutcomeUnknown)).
 	OutcomeUnknown uint64
 	// Recovered counts expired leases this dispatcher returned to PENDING.

@@ -255,7 +255,7 @@ func TestGrantsDispatcherWithColumnUpdate(t *testing.T) {
 var dispatcherColumns = []string{
 	"status", "attempts", "recoveries", "snoozes", "next_attempt_at", "lock_token", "lock_owner",
 	"locked_at", "lease_until", "heartbeat_at", "started_at", "sent_at", "failed_at",
-	"last_error_code", "last_error", "attempt_log",
+	"last_error_code", "last_error", "attempt_log", "outcome_token",
 }
 
 // Every privilege RenderGrants gives (DispatcherDeletes on) is needed:

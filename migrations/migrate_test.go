@@ -367,9 +367,11 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	down, err := fs.ReadFile(files, "008_list_indexes.down.sql")
-	require.NoError(t, err)
-	mustExec(t, conn, string(down))
+	for _, name := range []string{"009_outcome_token.down.sql", "008_list_indexes.down.sql"} {
+		down, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		mustExec(t, conn, string(down))
+	}
 	v, err := migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.EqualValues(t, 7, v)
@@ -494,4 +496,49 @@ func version1(t *testing.T) (*testdb.DB, *pgx.Conn, migrations.Config, string) {
 	cfg := migrations.Config{Table: db.Table()}
 	applyRendered(t, conn, cfg, "001_create_outbox.up.sql")
 	return db, conn, cfg, quoted(db.Table())
+}
+
+// An outbox at version 8 with rows in every status upgrades to version 9
+// in place: the rows keep their state and have no outcome token (no
+// completion of version 9 recorded them), and the column holds no index.
+// Down to version 8 drops the column, and Migrate then upgrades again.
+func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn, cfg, table := version1(t)
+	applyRendered(t, conn, cfg, "002_started_at.up.sql", "003_snoozes.up.sql", "004_finished_idx.up.sql",
+		"005_operator_indexes.up.sql", "006_type_due_index.up.sql", "007_key_order.up.sql", "008_list_indexes.up.sql")
+	insertEveryStatus(t, conn, table)
+	v, err := migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, v)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	requireRowsPerStatus(t, conn, table)
+	var tokens, indexed int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(outcome_token) FROM `+table).Scan(&tokens))
+	require.Zero(t, tokens)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_index x JOIN pg_attribute a
+		ON a.attrelid = x.indrelid AND a.attnum = ANY (x.indkey)
+		WHERE x.indrelid = $1::regclass AND a.attname = 'outcome_token'`, table).Scan(&indexed))
+	require.Zero(t, indexed, "no index holds outcome_token")
+
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	down, err := fs.ReadFile(files, "009_outcome_token.down.sql")
+	require.NoError(t, err)
+	mustExec(t, conn, string(down))
+	v, err = migrations.Version(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, v)
+	var columns int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = 'outcome_token' AND NOT attisdropped`, table).Scan(&columns))
+	require.Zero(t, columns)
+	requireRowsPerStatus(t, conn, table)
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	requireRowsPerStatus(t, conn, table)
 }

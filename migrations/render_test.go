@@ -33,6 +33,7 @@ func TestRender(t *testing.T) {
 		"006_type_due_index.down.sql", "006_type_due_index.up.sql",
 		"007_key_order.down.sql", "007_key_order.up.sql",
 		"008_list_indexes.down.sql", "008_list_indexes.up.sql",
+		"009_outcome_token.down.sql", "009_outcome_token.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -52,11 +53,13 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("006_type_due_index.up.sql"))
 	mustExec(t, conn, read("007_key_order.up.sql"))
 	mustExec(t, conn, read("008_list_indexes.up.sql"))
+	mustExec(t, conn, read("009_outcome_token.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("009_outcome_token.down.sql"))
 	mustExec(t, conn, read("008_list_indexes.down.sql"))
 	mustExec(t, conn, read("007_key_order.down.sql"))
 	mustExec(t, conn, read("006_type_due_index.down.sql"))

@@ -68,6 +68,7 @@ var expectedColumns = []columnSpec{
 	{name: "started_at", typ: "timestamp with time zone"},
 	{name: "snoozes", typ: "integer", notNull: true, def: "0"},
 	{name: "skipped_at", typ: "timestamp with time zone"},
+	{name: "outcome_token", typ: "uuid"},
 }
 
 // expectedConstraints lists every named constraint of the outbox table.

@@ -247,6 +247,10 @@ func TestVerifyNewerCompatible(t *testing.T) {
 	}{
 		{"ChangedDefault", `UPDATE %[1]s.outbox_events_schema_version SET version = version + 1;
 			ALTER TABLE %[2]s ALTER COLUMN headers SET DEFAULT '{"v": 1}'`, true},
+		// What a dispatcher of version 8 finds on a table of version 9:
+		// a column it does not know (outcome_token) and a newer version.
+		{"AddedColumn", `UPDATE %[1]s.outbox_events_schema_version SET version = version + 1;
+			ALTER TABLE %[2]s ADD COLUMN later_token uuid`, true},
 		{"DroppedColumn", `UPDATE %[1]s.outbox_events_schema_version SET version = version + 1;
 			ALTER TABLE %[2]s DROP COLUMN started_at`, false},
 		{"ChangedDefaultSameVersion", `ALTER TABLE %[2]s ALTER COLUMN headers SET DEFAULT '{"v": 1}'`, false},

@@ -55,9 +55,11 @@ var (
 	ErrLockLost = errors.New("pgoutbox: lease lost")
 	// ErrOutcomeUnknown is reported when a completion whose reply was lost
 	// (a timeout, a broken connection) is retried and the row no longer
-	// shows whether the first write took effect: with DeleteSent, a row
-	// that is gone was most likely deleted by that write, but nothing
-	// proves it. No outcome hook fires for it.
+	// shows whether the first write took effect: a row that is gone (with
+	// DeleteSent most likely deleted by that write, but nothing proves
+	// it), or a snooze whose trace another replica's later outcome
+	// replaced. No outcome hook fires for it. An outcome the dispatcher
+	// wrote is never reported as ErrLockLost.
 	ErrOutcomeUnknown = errors.New("pgoutbox: outcome unknown")
 	// ErrOutcomeRefused is reported when the database kept refusing the
 	// write of one event's outcome (a user trigger or constraint, a

@@ -141,8 +141,7 @@ func (s *Store) runComplete(ctx context.Context, db DB, batch *pgx.Batch, sentSt
 			})
 			return err
 		default:
-			_, err := collectOutcomes(rows, &res, nil)
-			return err
+			return collectOutcomes(rows, &res)
 		}
 	})
 	return res, err
@@ -220,36 +219,137 @@ func lost(p CompleteParams, res CompleteResult) []uuid.UUID {
 	return out
 }
 
-// Outcomes reads what the rows of refs show of an outcome written under
-// their token: a row that left PROCESSING with a completion of that claim
-// keeps the token, so a completion retried after its reply was lost (a
-// timeout, a broken connection) can tell its own earlier success from a
-// lost lease. Rows that are SENT are listed in Sent, PENDING in Retried and
-// FAILED in Failed; rows that show no outcome of that claim (re-claimed,
-// recovered, released, still PROCESSING) in Lost; and ids with no row at
-// all (deleted, as DeleteSent does) in gone. One statement per token, in
-// one round trip.
-func (s *Store) Outcomes(ctx context.Context, db DB, refs []Ref) (res CompleteResult, gone []uuid.UUID, err error) {
-	if len(refs) == 0 {
+// Unknown is an outcome whose write may or may not have been recorded
+// (see Outcomes).
+type Unknown struct {
+	ID uuid.UUID
+	// Why says what the row showed, for the caller's report: it starts in
+	// lower case and names no payload.
+	Why string
+}
+
+// Outcomes reads back, after a completion whose reply was lost (a timeout,
+// a broken connection) and whose retry found its rows no longer held,
+// what each row of p shows of the outcome p asks for, and sorts them as
+// the decision table of the package doc says ("Lost replies"): an outcome
+// that this claim recorded goes to Sent, Retried or Failed as if the
+// reply had arrived; one that the row proves was never recorded (the
+// lease was lost first) to Lost; one the row can no longer tell about to
+// unknown. p must ask for the same outcomes as the write that may have
+// taken effect, with the same delays. One statement per claim token and
+// per MaxRefsPerStatement rows, in one round trip.
+func (s *Store) Outcomes(ctx context.Context, db DB, p CompleteParams) (res CompleteResult, unknown []Unknown, err error) {
+	asked := askedOutcomes(p)
+	if len(asked) == 0 {
 		return CompleteResult{}, nil, nil
+	}
+	refs := make([]Ref, 0, len(asked))
+	for _, a := range asked {
+		refs = append(refs, a.ref)
 	}
 	batch := &pgx.Batch{}
 	for _, g := range groupByToken(refs) {
 		batch.Queue(s.sql.outcomes, g.ids, g.token)
 	}
-	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) (err error) {
-		gone, err = collectOutcomes(rows, &res, gone)
+	err = queryBatch(ctx, db, batch, func(_ int, rows pgx.Rows) error {
+		var t trace
+		var id [16]byte
+		_, err := pgx.ForEachRow(rows, []any{&id, &t.state, &t.attempts, &t.next, &t.loggedAttempt, &t.loggedAt}, func() error {
+			t.id = id
+			unknown = settle(&res, unknown, asked[t.id], t)
+			return nil
+		})
 		return err
 	})
 	if err != nil {
 		return CompleteResult{}, nil, fmt.Errorf("pgoutbox: read outcomes: %w", err)
 	}
-	return res, gone, nil
+	return res, unknown, nil
+}
+
+// asked is one outcome a completion asked for: a success, or a failure.
+type asked struct {
+	ref     Ref
+	failure *Failure // nil for a success
+}
+
+func askedOutcomes(p CompleteParams) map[uuid.UUID]asked {
+	out := make(map[uuid.UUID]asked, len(p.Sent)+len(p.Failed))
+	for _, r := range p.Sent {
+		out[r.ID] = asked{ref: r}
+	}
+	for i := range p.Failed {
+		out[p.Failed[i].ID] = asked{ref: p.Failed[i].Ref, failure: &p.Failed[i]}
+	}
+	return out
+}
+
+// trace is what the outcomes statement read of one row: its state under
+// the token (see the statement), its attempts and due time, and the
+// attempt number and end of the latest attempt-log entry written under
+// the token, if any.
+type trace struct {
+	id            uuid.UUID
+	state         string
+	attempts      int
+	next          time.Time
+	loggedAttempt *int
+	loggedAt      *time.Time
+}
+
+// settle sorts one row's trace into res or unknown, by the decision table
+// of the package doc ("Lost replies").
+func settle(res *CompleteResult, unknown []Unknown, a asked, t trace) []Unknown {
+	f := a.failure
+	switch t.state {
+	case "HELD", "RECOVERED":
+		res.Lost = append(res.Lost, t.id)
+	case "RECORDED":
+		addRecorded(res, f, t)
+	case "LOGGED":
+		if f == nil || f.Snooze {
+			return append(unknown, Unknown{ID: t.id, Why: "the row shows an attempt-log entry of this claim that this outcome does not write"})
+		}
+		addRecorded(res, f, t)
+	case "GONE":
+		return append(unknown, Unknown{ID: t.id, Why: "the row is gone"})
+	default: // NO_TRACE
+		if f == nil {
+			// A SENT row keeps its outcome token for good (or the
+			// row is gone): this success was not recorded.
+			res.Lost = append(res.Lost, t.id)
+			return unknown
+		}
+		return append(unknown, Unknown{ID: t.id, Why: "a later outcome of the event left no trace of this one"})
+	}
+	return unknown
+}
+
+// addRecorded adds the outcome f (a success when nil) that this claim
+// recorded to res, with the attempts and due time it wrote: those of its
+// attempt-log entry when the row has one (a retry's time is the entry's
+// end plus the delay), else the row's.
+func addRecorded(res *CompleteResult, f *Failure, t trace) {
+	attempts, next := t.attempts, t.next
+	if f != nil && !f.Snooze && t.loggedAttempt != nil && t.loggedAt != nil {
+		attempts = *t.loggedAttempt
+		if f != nil && !f.Final {
+			next = t.loggedAt.Add(time.Duration(micros(f.Delay)) * time.Microsecond)
+		}
+	}
+	switch {
+	case f == nil:
+		res.Sent = append(res.Sent, t.id)
+	case f.Final:
+		res.Failed = append(res.Failed, Dead{ID: t.id, Attempts: attempts})
+	default:
+		res.Retried = append(res.Retried, Retried{ID: t.id, Attempts: attempts, NextAttemptAt: next})
+	}
 }
 
 // collectOutcomes sorts rows of (id, status, attempts, next_attempt_at)
-// into res by status, and the ids of status GONE into gone.
-func collectOutcomes(rows pgx.Rows, res *CompleteResult, gone []uuid.UUID) ([]uuid.UUID, error) {
+// into res by status.
+func collectOutcomes(rows pgx.Rows, res *CompleteResult) error {
 	var r Retried
 	var id [16]byte
 	var status outbox.Status
@@ -262,12 +362,10 @@ func collectOutcomes(rows pgx.Rows, res *CompleteResult, gone []uuid.UUID) ([]uu
 			res.Failed = append(res.Failed, Dead{ID: r.ID, Attempts: r.Attempts})
 		case outbox.StatusPending:
 			res.Retried = append(res.Retried, r)
-		case "GONE":
-			gone = append(gone, r.ID)
 		default:
 			res.Lost = append(res.Lost, r.ID)
 		}
 		return nil
 	})
-	return gone, err
+	return err
 }

@@ -122,6 +122,59 @@
 // statements report the rows they could not touch as lost, and the caller
 // reports them as outbox.ErrLockLost.
 //
+// # Lost replies
+//
+// A completion can commit while its reply never arrives (a timeout, a
+// broken connection). Its caller retries the same write (the same
+// outcomes, the same delays), which finds the rows no longer held, and
+// then reads them back with Outcomes, one statement per token in one
+// round trip, to tell its own recorded outcome from a lease lost before
+// the write. The lock token alone cannot: once a retry or a snooze is due,
+// another claim overwrites it, possibly before the caller's next try. So
+// every completion (SENT, a retry, a snooze, FAILED) also stores its
+// claim's token in outcome_token (schema version 9), in the same UPDATE,
+// and nothing else writes that column: claims, renewals, recovery and
+// releases leave it alone (a release records no outcome, and a recovery's
+// expiry is told apart below). So outcome_token = T proves that claim T
+// recorded an outcome, and that no outcome was recorded after it. A
+// later completion by another claim overwrites it; the attempt-log entry
+// of a retry or FAILED outcome, and of a recovery of a started attempt,
+// carries the claim's token too, and stays (in the window of ten). A
+// success and a snooze write no entry.
+//
+// Outcomes sorts each outcome the caller asked for by what its row shows
+// now, first match wins:
+//
+//	row                                           asked for           verdict
+//	no row                                        anything            unknown: a SENT row deleted by DeleteSent (ours or
+//	                                                                  another claim's), retention or a purge; nothing tells whose
+//	outcome_token = T                             anything            recorded: the outcome asked for (claimed since or not)
+//	PROCESSING under lock_token T (lease passed)  anything            lost: nothing was recorded, and now nothing can be
+//	log entry of T: recovered, or worker_lost     anything            lost: recovery took the lease before any write of T
+//	log entry of T: retry or failed               a retry, FAILED     recorded (a later claim's outcome replaced the token)
+//	log entry of T: retry or failed               a success, snooze   unknown (no write of T adds such an entry: defensive)
+//	no trace of T                                 a success           lost: a SENT row keeps its outcome_token for good
+//	no trace of T                                 a retry, snooze,    unknown: a later claim's outcome may have replaced the
+//	                                              FAILED              token of a snooze, or pushed the entry out of the window
+//
+// A recorded outcome comes back as if the reply had arrived: a retry with
+// the attempt number of its log entry and its due time (the entry's end,
+// the write's now(), plus the delay), a snooze with the row's attempts and
+// next_attempt_at (a later recovery of another claim may have moved it),
+// FAILED with the entry's attempt. A verdict "lost" is never given for an
+// outcome T wrote; "unknown" says only that the row can no longer tell.
+// The caller keeps the first write's delays (a jittered backoff) for its
+// retries, so that the entry's end plus the delay is the time it wrote.
+// The verdicts read committed rows: they hold once the earlier write has
+// ended on the server, which CompleteParams.StatementTimeout bounds (each
+// statement of its batch; see "Locks and deadlocks"). A write still
+// running then, past its lease, could commit after a "lost" verdict.
+//
+// During a rolling upgrade a dispatcher of version 8 records outcomes
+// without touching outcome_token: a row it completes after claim T's
+// outcome still shows T, which is still true of T (it recorded an
+// outcome), and T's verdict stays "recorded".
+//
 // # Recovery
 //
 // Recover returns a bounded batch of PROCESSING rows whose lease has expired

@@ -118,50 +118,127 @@ func TestReleaseSkipsBusyRows(t *testing.T) {
 	require.Equal(t, "PENDING", get(t, e.db.Pool, b.Events[1].ID).Status)
 }
 
-// Outcomes recognises the outcomes a claim wrote, and nothing else.
+// Outcomes, read back after a completion whose reply was lost, sorts each
+// outcome asked for by the decision table of the package doc ("Lost
+// replies"): recorded by this claim whatever claimed or completed the row
+// since, as far as the row can tell (its outcome token, or the token in
+// its attempt-log entry); lost when the row proves the lease was lost
+// first (still held under the token past its lease, recovered, or a
+// success that the row does not show); unknown otherwise.
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	insertDue(t, e.db.Pool, 5)
-	b := claimN(t, e, 5)
-	refs := b.Refs()
-	sent, retried, dead, released, held := refs[0], refs[1], refs[2], refs[3], refs[4]
-	_, err := e.store.Complete(t.Context(), e.db.Pool, lease.CompleteParams{
-		Sent: []lease.Ref{sent},
-		Failed: []lease.Failure{
-			{Ref: retried, Code: outbox.CodeHandlerError, Message: "x", Delay: time.Hour},
-			{Ref: dead, Code: outbox.CodeHandlerError, Message: "x", Final: true},
-		},
-	})
-	require.NoError(t, err)
-	_, err = e.store.Release(t.Context(), e.db.Pool, []lease.Ref{released})
-	require.NoError(t, err)
-
-	_, err = e.db.Pool.Exec(t.Context(), `INSERT INTO outbox_events (id, event_type) VALUES (gen_random_uuid(), 'x')`)
-	require.NoError(t, err)
-	missing := lease.Ref{ID: uuid.New(), Token: b.Token}
-	res, gone, err := e.store.Outcomes(t.Context(), e.db.Pool, append(refs, missing))
-	require.NoError(t, err)
-	require.Equal(t, []uuid.UUID{missing.ID}, gone)
-	require.ElementsMatch(t, []uuid.UUID{released.ID, held.ID}, res.Lost, "released and still held rows show no outcome")
-	require.Equal(t, []uuid.UUID{sent.ID}, res.Sent)
-	require.Len(t, res.Retried, 1)
-	require.Equal(t, retried.ID, res.Retried[0].ID)
-	require.Equal(t, 1, res.Retried[0].Attempts)
-	require.Equal(t, []lease.Dead{{ID: dead.ID, Attempts: 1}}, res.Failed)
-
-	// Another token sees none of them.
-	other := refs
-	for i := range other {
-		other[i].Token = uuid.New()
+	ctx := t.Context()
+	var p lease.CompleteParams
+	want := lease.CompleteResult{}
+	var wantUnknown []uuid.UUID
+	// claim claims a fresh row under a token of its own.
+	claim := func() lease.Ref {
+		insertDue(t, e.db.Pool, 1)
+		return claimOne(t, e, "worker-a").Refs()[0]
 	}
-	res, gone, err = e.store.Outcomes(t.Context(), e.db.Pool, other)
+	complete := func(p lease.CompleteParams) lease.CompleteResult {
+		res, err := e.store.Complete(ctx, e.db.Pool, p)
+		require.NoError(t, err)
+		require.Empty(t, res.Lost)
+		return res
+	}
+	// another claims the one due row and, when send, sends it.
+	another := func(send bool) {
+		b := claimOne(t, e, "worker-b")
+		if send {
+			complete(lease.CompleteParams{Sent: b.Refs()})
+		}
+	}
+	retry := func(r lease.Ref) lease.Failure {
+		return lease.Failure{Ref: r, Code: outbox.CodeHandlerError, Message: "x"}
+	}
+	snooze := func(r lease.Ref) lease.Failure { return lease.Failure{Ref: r, Snooze: true} }
+
+	// Recorded: SENT.
+	r := claim()
+	complete(lease.CompleteParams{Sent: []lease.Ref{r}})
+	p.Sent, want.Sent = append(p.Sent, r), append(want.Sent, r.ID)
+
+	// A retry and a snooze, claimed since by another: the outcome token.
+	for _, f := range []lease.Failure{retry(claim()), snooze(claim())} {
+		res := complete(lease.CompleteParams{Failed: []lease.Failure{f}})
+		another(false)
+		p.Failed, want.Retried = append(p.Failed, f), append(want.Retried, res.Retried...)
+	}
+
+	// A retry, claimed and sent since by another: the attempt-log entry.
+	f := retry(claim())
+	res := complete(lease.CompleteParams{Failed: []lease.Failure{f}})
+	another(true)
+	p.Failed, want.Retried = append(p.Failed, f), append(want.Retried, res.Retried...)
+
+	// FAILED, replayed by an operator, then claimed and sent by another.
+	f = retry(claim())
+	f.Final = true
+	res = complete(lease.CompleteParams{Failed: []lease.Failure{f}})
+	_, err := e.db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'PENDING', next_attempt_at = now(),
+		attempts = 0, failed_at = NULL, lock_token = NULL, started_at = NULL WHERE id = $1`, f.ID)
 	require.NoError(t, err)
-	require.Empty(t, gone)
-	require.ElementsMatch(t, batchIDs(b), res.Lost)
-	require.Empty(t, res.Sent)
-	require.Empty(t, res.Retried)
-	require.Empty(t, res.Failed)
+	another(true)
+	p.Failed, want.Failed = append(p.Failed, f), append(want.Failed, res.Failed...)
+
+	// A snooze, claimed and sent since by another: nothing left to tell.
+	f = snooze(claim())
+	complete(lease.CompleteParams{Failed: []lease.Failure{f}})
+	another(true)
+	p.Failed, wantUnknown = append(p.Failed, f), append(wantUnknown, f.ID)
+
+	// Recovered (its lease expired), then claimed and sent by another:
+	// the recovery's attempt-log entry names the token.
+	r = claim()
+	expireLease(t, e, r.ID)
+	_, err = e.store.Recover(ctx, e.db.Pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 3})
+	require.NoError(t, err)
+	another(true)
+	p.Failed, want.Lost = append(p.Failed, retry(r)), append(want.Lost, r.ID)
+
+	// Released, then claimed and sent by another: a success would show
+	// its own outcome token for good, a failure could have been replaced.
+	for _, success := range []bool{true, false} {
+		r = claim()
+		_, err = e.store.Release(ctx, e.db.Pool, []lease.Ref{r})
+		require.NoError(t, err)
+		another(true)
+		if success {
+			p.Sent, want.Lost = append(p.Sent, r), append(want.Lost, r.ID)
+		} else {
+			p.Failed, wantUnknown = append(p.Failed, retry(r)), append(wantUnknown, r.ID)
+		}
+	}
+
+	// Still held under the token, its lease passed.
+	r = claim()
+	expireLease(t, e, r.ID)
+	p.Failed, want.Lost = append(p.Failed, snooze(r)), append(want.Lost, r.ID)
+
+	// No row.
+	r = lease.Ref{ID: uuid.New(), Token: r.Token}
+	p.Sent, wantUnknown = append(p.Sent, r), append(wantUnknown, r.ID)
+
+	got, unknown, err := e.store.Outcomes(ctx, e.db.Pool, p)
+	require.NoError(t, err)
+	require.ElementsMatch(t, want.Sent, got.Sent)
+	require.ElementsMatch(t, want.Retried, got.Retried, "the attempts and due times the writes returned")
+	require.ElementsMatch(t, want.Failed, got.Failed)
+	require.ElementsMatch(t, want.Lost, got.Lost)
+	ids := make([]uuid.UUID, len(unknown))
+	for i, u := range unknown {
+		ids[i] = u.ID
+	}
+	require.ElementsMatch(t, wantUnknown, ids)
+}
+
+// expireLease moves the lease of row id into the past.
+func expireLease(t *testing.T, e env, id uuid.UUID) {
+	t.Helper()
+	_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
 }
 
 // A completion statement that reaches a row after its lease passed does

@@ -84,10 +84,14 @@ func TestExecModes(t *testing.T) {
 		require.Equal(t, []lease.Dead{{ID: ids[2], Attempts: 1}}, done.Failed)
 		require.Empty(t, done.Lost)
 
-		out, gone, err := e.store.Outcomes(ctx, pool, refs[:3])
+		out, unknown, err := e.store.Outcomes(ctx, pool, lease.CompleteParams{
+			Sent:   refs[:1],
+			Failed: []lease.Failure{{Ref: refs[1], Code: outbox.CodeHandlerError, Message: "try again", Delay: time.Hour}},
+		})
 		require.NoError(t, err)
-		require.Empty(t, gone)
+		require.Empty(t, unknown)
 		require.Equal(t, []uuid.UUID{ids[0]}, out.Sent)
+		require.Equal(t, done.Retried, out.Retried)
 
 		rec, err := e.store.Recover(ctx, pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 3})
 		require.NoError(t, err)

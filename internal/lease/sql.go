@@ -17,10 +17,14 @@ func appendLog(entry string) string {
 	return `CASE WHEN jsonb_array_length(o.attempt_log) >= 10 THEN o.attempt_log - 0 ELSE o.attempt_log END || jsonb_build_array(` + entry + `)`
 }
 
-// logEntry builds the attempt-log object of the current attempt.
+// logEntry builds the attempt-log object of the current attempt. Its
+// token is the claim's lock token: the evidence a completion retried after
+// its reply was lost finds of its own retry or FAILED outcome once another
+// claim's outcome replaced the row's outcome_token, and of a recovery
+// that took its lease first (see Outcomes).
 func logEntry(outcome, code, message string) string {
 	return fmt.Sprintf(`jsonb_build_object('attempt', o.attempts + 1, 'outcome', %s, 'code', %s, 'message', %s, `+
-		`'owner', o.lock_owner, 'started', o.locked_at, 'ended', now())`, outcome, code, message)
+		`'owner', o.lock_owner, 'started', o.locked_at, 'ended', now(), 'token', o.lock_token)`, outcome, code, message)
 }
 
 // fenced is the condition every transition of a held row must meet: $1
@@ -58,11 +62,18 @@ const fenced = `o.id = ANY (ARRAY(SELECT unnest($1::uuid[]))) AND o.lock_token =
 // fenced).
 const stillProcessing = `(o.status || '') = 'PROCESSING'`
 
-// settled ends a row's lease when it leaves PROCESSING with an outcome.
-// lock_token stays: it names the claim that wrote the outcome, so that a
-// completion retried after its reply was lost can recognise its own
-// earlier success (see Outcomes).
+// settled ends a row's lease when it leaves PROCESSING.
 const settled = `lease_until = NULL, heartbeat_at = NULL`
+
+// recorded ends a row's lease when it leaves PROCESSING with an outcome
+// (SENT, a retry, a snooze, FAILED), and stores the claim's token in
+// outcome_token (schema version 9), which no claim, renewal, recovery or
+// release overwrites: a completion retried after its reply was lost
+// recognises its own outcome by it even after another claim took the row
+// (see Outcomes). lock_token stays too, for operators and for dispatchers
+// of version 8 during a rolling upgrade. No index holds outcome_token, so
+// writing it adds no index entry.
+const recorded = settled + `, outcome_token = o.lock_token`
 
 // cleared ends a row's lease without an outcome (recovery, release): the
 // token and the start mark go too, so the row no longer names any claim.
@@ -279,7 +290,7 @@ func buildStatements(t string) statements {
 		sent: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'SENT', sent_at = now(), attempts = o.attempts + 1, %[2]s
 WHERE %[3]s
-RETURNING o.id`, t, settled, fenced),
+RETURNING o.id`, t, recorded, fenced),
 
 		deleteSent: fmt.Sprintf(`DELETE FROM %[1]s AS o
 WHERE %[2]s
@@ -305,7 +316,7 @@ SET status = CASE WHEN x.final THEN 'FAILED' ELSE 'PENDING' END,
 FROM unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[], $7::bool[])
 	AS x(id, code, message, final, delay, snooze)
 WHERE %[4]s AND o.id = x.id
-RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, settled,
+RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, recorded,
 			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
 
 		// The UPDATE does not repeat expired's conditions: the CTE
@@ -350,14 +361,29 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 `+refResults, t, cleared),
 
 		// outcomes reads what each row of $1 shows of an outcome written
-		// under token $2: its status if it carries the token and left
-		// PROCESSING, OTHER if it does not, GONE if there is no row.
+		// under token $2 (see Outcomes and the package doc, "Lost
+		// replies"): GONE, no row; RECORDED, its outcome_token is $2;
+		// HELD, still PROCESSING under $2 (its lease passed); else what
+		// the latest attempt-log entry under $2 says: RECOVERED (a
+		// recovery took the lease), LOGGED (a retry or FAILED outcome of
+		// $2), or NO_TRACE when there is none. Then the row's attempts
+		// and due time, and the entry's attempt and end.
 		outcomes: fmt.Sprintf(`SELECT x.id,
 	CASE WHEN o.id IS NULL THEN 'GONE'
-		WHEN o.lock_token = $2::uuid AND o.status <> 'PROCESSING' THEN o.status
-		ELSE 'OTHER' END,
-	coalesce(o.attempts, 0), coalesce(o.next_attempt_at, now())
-FROM unnest($1::uuid[]) AS x(id) LEFT JOIN %[1]s AS o ON o.id = x.id`, t),
+		WHEN o.outcome_token = $2::uuid THEN 'RECORDED'
+		WHEN o.lock_token = $2::uuid AND `+stillProcessing+` THEN 'HELD'
+		WHEN l.entry IS NULL THEN 'NO_TRACE'
+		WHEN l.entry->>'outcome' = 'recovered' OR l.entry->>'code' = 'worker_lost' THEN 'RECOVERED'
+		ELSE 'LOGGED' END,
+	coalesce(o.attempts, 0), coalesce(o.next_attempt_at, now()),
+	(l.entry->>'attempt')::int, (l.entry->>'ended')::timestamptz
+FROM unnest($1::uuid[]) AS x(id)
+LEFT JOIN %[1]s AS o ON o.id = x.id
+LEFT JOIN LATERAL (
+	SELECT e.entry FROM jsonb_array_elements(o.attempt_log) WITH ORDINALITY AS e(entry, n)
+	WHERE e.entry->>'token' = $2::uuid::text
+	ORDER BY e.n DESC LIMIT 1
+) AS l ON true`, t),
 
 		releaseToken: fmt.Sprintf(`UPDATE %[1]s AS o
 SET status = 'PENDING', %[2]s

@@ -50,7 +50,7 @@ func New(table outbox.Table) (*Store, error) {
 const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
 	content_type, payload, headers, status, attempts, recoveries, next_attempt_at, lock_token, lock_owner,
 	locked_at, lease_until, heartbeat_at, last_error_code, last_error, attempt_log, created_at, sent_at,
-	failed_at, started_at, snoozes, skipped_at`
+	failed_at, started_at, snoozes, skipped_at, outcome_token`
 
 // CheckColumns reports, as an error matching outbox.ErrSchemaMismatch,
 // a table that lacks a column the statements use (one migrated by an
