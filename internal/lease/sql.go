@@ -7,7 +7,7 @@ import (
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claims                                                                                             claimForms
+	claims                                                                                                           claimForms
 	renew, start, sent, deleteSent, failed, recover, release, releaseLater, releaseToken, nextDue, outcomes, waiting string
 }
 
