@@ -36,8 +36,8 @@ type Stats struct {
 	RecoveredFailed uint64
 	// Released counts claimed events returned unstarted to PENDING: at
 	// stop, and suspects that waited LeaseDuration for their turn (see
-	// docs/guarantees.md); and the events of OutageReturned once their
-	// return is written.
+	// docs/guarantees.md), and events it could not route (Unroutable);
+	// and the events of OutageReturned once their return is written.
 	Released uint64
 	// OutageReturned counts events returned to PENDING without spending
 	// an attempt because the publisher reported its destination
