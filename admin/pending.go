@@ -23,13 +23,23 @@ type TypePending struct {
 	// claims (a type without a handler anywhere, or whose replicas are
 	// not deployed yet).
 	OldestDueAge time.Duration `json:"oldest_due_age_ns"`
+	// OldestAge is how long ago the oldest PENDING row of the type (the
+	// lowest seq) was emitted (its created_at), by the database clock. It
+	// keeps growing for a type that no running dispatcher delivers,
+	// whether none claims it (its due age grows too) or those that claim
+	// it cannot route it: they release its events with a back-off, so
+	// few are due and its due age stays small (see docs/dispatcher.md,
+	// "Which events a dispatcher claims"). A delivery delay (Emit's
+	// Delay) counts in it too.
+	OldestAge time.Duration `json:"oldest_age_ns"`
 }
 
 // PendingByType counts the PENDING rows per event type, in type order,
-// with how many are due and the age of the oldest due one, in one
-// statement. It reads the type due index (schema version 6), which holds
-// PENDING rows only: its cost follows the backlog, however many SENT and
-// FAILED rows the table keeps.
+// with how many are due, the age of the oldest due one and the age of the
+// oldest one, in one statement. It reads the type due index (schema
+// version 6), which holds PENDING rows only, and one row per type: its
+// cost follows the backlog, however many SENT and FAILED rows the table
+// keeps.
 func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {
 	rows, err := a.db.Query(ctx, a.sql.pendingByType)
 	if err != nil {
@@ -37,9 +47,10 @@ func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {
 	}
 	var out []TypePending
 	var tp TypePending
-	var ageMicros int64
-	_, err = pgx.ForEachRow(rows, []any{&tp.Type, &tp.Pending, &tp.Due, &ageMicros}, func() error {
+	var ageMicros, oldestMicros int64
+	_, err = pgx.ForEachRow(rows, []any{&tp.Type, &tp.Pending, &tp.Due, &ageMicros, &oldestMicros}, func() error {
 		tp.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+		tp.OldestAge = time.Duration(oldestMicros) * time.Microsecond
 		out = append(out, tp)
 		return nil
 	})

@@ -81,6 +81,38 @@ func TestCounts(t *testing.T) {
 	})
 }
 
+// PendingByType shows, per type, the age of its oldest PENDING event
+// too: a type whose events a dispatcher claimed and released with a
+// back-off (it could not route them) has few due, a small due age, and
+// an oldest age that keeps growing.
+func TestPendingByType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t,
+		row{Type: "released", CreatedAgo: 10 * time.Minute, DueIn: time.Second},
+		row{Type: "released", CreatedAgo: time.Minute, DueIn: 2 * time.Second},
+		row{Type: "unclaimed", CreatedAgo: time.Hour, DueIn: -time.Hour},
+		row{Type: "fresh"},
+		row{Type: "released", Status: "SENT", CreatedAgo: 2 * time.Hour})
+	byType, err := b.admin.PendingByType(context.Background())
+	require.NoError(t, err)
+	require.Len(t, byType, 3)
+	within := func(d, at time.Duration) {
+		t.Helper()
+		require.GreaterOrEqual(t, d, at)
+		require.Less(t, d, at+time.Minute)
+	}
+	fresh, released, unclaimed := byType[0], byType[1], byType[2]
+	require.Equal(t, []any{"fresh", int64(1), int64(1)}, []any{fresh.Type, fresh.Pending, fresh.Due})
+	require.Less(t, fresh.OldestAge, time.Minute)
+	require.Equal(t, []any{"released", int64(2), int64(0), time.Duration(0)},
+		[]any{released.Type, released.Pending, released.Due, released.OldestDueAge}, "not due during the back-off")
+	within(released.OldestAge, 10*time.Minute) // the SENT row does not count
+	require.Equal(t, []any{"unclaimed", int64(1), int64(1)}, []any{unclaimed.Type, unclaimed.Pending, unclaimed.Due})
+	within(unclaimed.OldestDueAge, time.Hour)
+	within(unclaimed.OldestAge, time.Hour)
+}
+
 // listAll walks every page of p and returns the rows in order.
 func listAll(t *testing.T, a *admin.Admin, p admin.ListParams, between func()) []admin.Record {
 	t.Helper()

@@ -129,9 +129,19 @@ ORDER BY g.event_type, g.status, g.code`, t, sentRows, estimate),
 		// pendingByType reads the type due index only (its predicate,
 		// written as the index has it: see migrations/006), in type
 		// order, so its cost follows the PENDING rows, not the SENT ones.
-		pendingByType: fmt.Sprintf(`SELECT event_type, count(*), count(*) FILTER (WHERE next_attempt_at <= now()),
-	coalesce((extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())) * 1000000)::bigint, 0)
-FROM %s WHERE (status || '') = 'PENDING' GROUP BY event_type ORDER BY event_type`, t),
+		// pendingByType reads the type due index for the counts, and one
+		// row per type (its lowest seq, through the seq list index, whose
+		// predicate the status test repeats) for the
+		// age of the type's oldest PENDING event.
+		pendingByType: fmt.Sprintf(`SELECT p.event_type, p.n, p.due, p.due_age,
+	coalesce((extract(epoch FROM now() - (SELECT o.created_at FROM %[1]s AS o WHERE o.seq = p.first AND o.status <> 'PROCESSING')) * 1000000)::bigint, 0)
+FROM (
+	SELECT event_type, count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= now()) AS due,
+		coalesce((extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())) * 1000000)::bigint, 0) AS due_age,
+		min(seq) AS first
+	FROM %[1]s WHERE (status || '') = 'PENDING' GROUP BY event_type
+) AS p
+ORDER BY p.event_type`, t),
 
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
 

@@ -58,8 +58,8 @@ func TestSummary(t *testing.T) {
 		got, err := b.admin.PendingByType(ctx)
 		require.NoError(t, err)
 		require.Len(t, got, 2, "PENDING rows only")
-		require.Equal(t, admin.TypePending{Type: "a", Pending: 2, Due: 1, OldestDueAge: got[0].OldestDueAge}, got[0])
-		require.Equal(t, admin.TypePending{Type: "b", Pending: 2, Due: 2, OldestDueAge: got[1].OldestDueAge}, got[1])
+		require.Equal(t, admin.TypePending{Type: "a", Pending: 2, Due: 1, OldestDueAge: got[0].OldestDueAge, OldestAge: got[0].OldestAge}, got[0])
+		require.Equal(t, admin.TypePending{Type: "b", Pending: 2, Due: 2, OldestDueAge: got[1].OldestDueAge, OldestAge: got[1].OldestAge}, got[1])
 		require.InDelta(t, time.Hour.Seconds(), got[0].OldestDueAge.Seconds(), 60)
 		require.InDelta(t, time.Minute.Seconds(), got[1].OldestDueAge.Seconds(), 30)
 

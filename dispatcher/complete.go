@@ -223,7 +223,7 @@ func (c *completer) failure(it *item) lease.Failure {
 		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
 	}
 	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
-		r.code == outbox.CodeNoHandler || r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
+		r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
 	return lease.Failure{
 		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
 		Delay: c.cfg.Backoff.Delay(it.event.Attempt),
@@ -236,7 +236,29 @@ func (c *completer) failure(it *item) lease.Failure {
 // again up to busyTries times, then let go all the same: its lease
 // expires and recovery returns it (counting a recovery if the claim had
 // marked it started).
+//
+// Items the dispatcher could not route are released with a back-off
+// (see unroutable.go), the others due as they were.
 func (c *completer) release(ctx context.Context, items []*item) error {
+	var now, later []*item
+	for _, it := range items {
+		if it.result.unroutable {
+			later = append(later, it)
+		} else {
+			now = append(now, it)
+		}
+	}
+	if err := c.releaseWith(ctx, now, c.store.Release); err != nil {
+		return err
+	}
+	return c.releaseWith(ctx, later, func(ctx context.Context, db lease.DB, refs []lease.Ref) (lease.RefResult, error) {
+		return c.store.ReleaseLater(ctx, db, refs, unroutableMinDelay, unroutableMaxDelay)
+	})
+}
+
+// releaseWith is release with the statement send.
+func (c *completer) releaseWith(ctx context.Context, items []*item,
+	send func(ctx context.Context, db lease.DB, refs []lease.Ref) (lease.RefResult, error)) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -246,7 +268,7 @@ func (c *completer) release(ctx context.Context, items []*item) error {
 	}
 	for try := 1; len(refs) > 0; try++ {
 		c.leaseWrites.Lock()
-		res, err := c.store.Release(ctx, c.pool, refs)
+		res, err := send(ctx, c.pool, refs)
 		c.leaseWrites.Unlock()
 		if err != nil {
 			return err

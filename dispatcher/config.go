@@ -288,10 +288,12 @@ type Config struct {
 	CircuitProbeSize int
 	// RouteFunc picks an event's destination (topic, subject). An empty
 	// result means "do not publish this event"; such an event with no
-	// handler is FAILED with no_handler, since this dispatcher claimed it
-	// as one it publishes (set PublishTypes to leave the types it does
-	// not route to other dispatchers). Defaults to the event type. Used
-	// only with a Publisher.
+	// handler is released unstarted and uncharged, PENDING again after a
+	// short back-off, for a replica that routes it (a rolling deploy), and
+	// counted in Stats.Unroutable and logged at WARN; never FAILED. Set
+	// PublishTypes to leave the types it does not route to other
+	// dispatchers without claiming them at all. Defaults to the event
+	// type. Used only with a Publisher.
 	RouteFunc func(e outbox.Event) string
 
 	// Middleware wraps every handler: those registered with Handle and

@@ -48,6 +48,9 @@ type Dispatcher struct {
 	*reporter
 	held  *heldSet // the events held, and every change of their state
 	kinds kinds    // what it claims and publishes (see types.go)
+	// unroutable counts the events it claimed and could not route (see
+	// unroutable.go).
+	unroutable unroutableTypes
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
 	circuit *circuit
@@ -236,6 +239,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
+	d.unroutable.fill(&s)
 	return s
 }
 

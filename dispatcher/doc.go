@@ -39,9 +39,6 @@
 //	                              context.DeadlineExceeded (a timeout of its own,
 //	                              or a middleware's)
 //	panic                         the handler or publisher panicked (recovered)
-//	no_handler                    claimed as one it publishes (a Publisher without
-//	                              PublishTypes), its route is empty and no handler
-//	                              takes it (FAILED at once)
 //	invalid_event                 the publisher cannot carry the event as it is
 //	                              (its error matches outbox.ErrInvalidEvent)
 //	snooze_limit                  the handler snoozed once more than MaxSnoozes
@@ -49,8 +46,16 @@
 //
 // A failure is retried at the database's now() + Backoff.Delay(attempt)
 // until MaxAttempts, unless it is wrapped by outbox.Permanent, is
-// no_handler or snooze_limit, or Delivery is AtMostOnce: those become
-// FAILED (the dead letter). Outcomes are written by one completer
+// snooze_limit, or Delivery is AtMostOnce: those become FAILED (the dead
+// letter).
+//
+// An event it claimed and cannot deliver, whose route is empty (or that
+// it does not publish) and whose type has no handler, is not attempted
+// and never FAILED: it is released unstarted and uncharged, due again
+// after a short back-off, for a replica that routes it (a rolling deploy
+// that adds a route; see unroutable.go). It is counted
+// (Stats.Unroutable) and its type logged at WARN. no_handler is no
+// longer written; rows FAILED with it by earlier versions keep it. Outcomes are written by one completer
 // goroutine that batches whatever has finished since its last write.
 //
 // A handler that returns outbox.Snooze(d) gives its event back: PENDING
@@ -64,8 +69,10 @@
 // with a Publisher, PublishTypes; a DefaultHandler, or a Publisher
 // without PublishTypes, makes it claim every type (ClaimedTypes). Events
 // of other types stay PENDING for the dispatchers that handle them; those
-// no running dispatcher claims are counted (Stats.WaitingUnhandled) and
-// logged, never dead-lettered. See types.go.
+// no running dispatcher claims are counted (Stats.WaitingUnhandled, once
+// due for over a minute) and logged, never dead-lettered. See types.go.
+// A catch-all publisher that claims an event its RouteFunc does not route
+// releases it the same way (Stats.Unroutable; see unroutable.go).
 //
 // # Hooks and middleware
 //
@@ -185,6 +192,7 @@
 //
 //	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
 //	types.go       which event types it claims; the count of those left waiting
+//	unroutable.go  claimed events it cannot route: released uncharged, counted
 //	claim.go       the claim statement; its events join the held set and runBatch starts
 //	start.go       before a handler starts: its handler slot and its start mark
 //	suspect.go     an event recovered before: the suspect turn, one at a time

@@ -269,10 +269,17 @@ func (s *heldSet) finish(it *item, res result) (lost bool) {
 // and whose lease is not lost: the rest of a key's run that stopped (see
 // ordered.go). It returns how many it handed over.
 func (s *heldSet) releaseQueued(items []*item) (n int) {
+	return s.giveBack(items, result{release: true})
+}
+
+// giveBack hands the completer res (a release) for those of items still
+// held whose handler never began and whose lease is not lost, and returns
+// how many it handed over.
+func (s *heldSet) giveBack(items []*item, res result) (n int) {
 	s.mu.Lock()
 	for _, it := range items {
 		if s.byRef[it.ref()] == it && !it.lost && it.state == itemQueued {
-			it.state, it.result = itemFinished, result{release: true}
+			it.state, it.result = itemFinished, res
 			s.outcomes = append(s.outcomes, it)
 			n++
 		}

@@ -25,7 +25,8 @@ import (
 //     Concurrency), and then its publishable events go to the publisher
 //     in one call.
 //   - A chain whose step did not succeed (a retry, a snooze, a lost
-//     lease, a release, or a FAILED event under BlockKey) stops: its
+//     lease, a release, an event it cannot route (see unroutable.go), or
+//     a FAILED event under BlockKey) stops: its
 //     remaining events are released to PENDING unstarted and uncharged,
 //     and the key's head, the event that did not succeed, holds them
 //     back until it succeeds. Under SkipFailed a FAILED event does not
@@ -118,15 +119,13 @@ func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.dest != ""
 func (d *Dispatcher) runWave(steps [][]handledItem) {
 	var wg sync.WaitGroup
 	q := &batchQueue{allTaken: make(chan struct{})}
-	var toMark []*item
+	var toMark, unroutable []*item
 	var publishRuns [][]handledItem
 	for _, st := range steps {
 		hi := st[0]
 		switch {
 		case hi.h == nil && hi.item.dest == "":
-			if d.await(hi.item) && d.held.begin(hi.item, 0) {
-				d.finish(hi.item, result{err: errNoHandler, code: outbox.CodeNoHandler})
-			}
+			unroutable = append(unroutable, hi.item) // released: its key stops here (see stopsAt)
 		case hi.h == nil:
 			publishRuns = append(publishRuns, st)
 			for _, p := range st {
@@ -139,6 +138,7 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 			toMark = append(toMark, hi.item)
 		}
 	}
+	d.releaseUnroutable(unroutable)
 	if len(toMark) > 0 {
 		d.markStarted(toMark) // one statement for the wave; what may not start fails begin
 	}

@@ -51,18 +51,6 @@ func TestOutcomes(t *testing.T) {
 			wantCalls: 3,
 		},
 		{
-			// Claimed as one it publishes (a Publisher without
-			// PublishTypes claims every type), its route is empty and
-			// no handler takes it: the dispatcher's own configuration
-			// says nothing delivers it.
-			name: "empty route and no handler",
-			configure: func(c *dispatcher.Config) {
-				c.Publisher = &recordingPublisher{}
-				c.RouteFunc = func(outbox.Event) string { return "" }
-			},
-			want: row{Status: outbox.StatusFailed, Attempts: 1, Code: "no_handler"},
-		},
-		{
 			name:      "panic is recovered and retried",
 			configure: func(c *dispatcher.Config) { c.MaxAttempts = 2 },
 			handler:   func(context.Context, outbox.Event) error { panic("kaboom") },

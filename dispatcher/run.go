@@ -56,14 +56,31 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
 		"wakeups", d.cfg.Wakeup.String())
+	started := time.Now()
 	d.coordinate(ctx)
+	cause := d.stopCause(ctx)
+	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
+		"cause", cause, "ran_for", time.Since(started).Round(time.Millisecond).String())
 	d.setState(StateStopping)
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
 	d.flushAllRepeats()
-	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner)
+	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "cause", cause)
 	return err
+}
+
+// stopCause says why dispatching ended, for the stop logs: Stop was
+// called, or the context given to Start or Run ended (with its cause, so
+// that a short-lived context passed by mistake shows in the log).
+func (d *Dispatcher) stopCause(ctx context.Context) string {
+	if d.stopRequested() {
+		return "Stop was called"
+	}
+	if err := context.Cause(ctx); err != nil {
+		return "the context given to Start or Run ended: " + err.Error()
+	}
+	return "unknown"
 }
 
 // startUp runs the start-up checks (the table, its schema, and in

@@ -52,7 +52,7 @@ func TestSlotsAreGivenBack(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for d.Stats().Sent+d.Stats().Retried+d.Stats().Failed < 900 {
+	for s := d.Stats(); s.Sent+s.Retried+s.Failed < 600 || s.Unroutable < 300; s = d.Stats() { // "neither" is released, not FAILED
 		require.True(t, time.Now().Before(deadline), "timed out: %+v", d.Stats())
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -6,8 +6,8 @@ import (
 )
 
 // Stats is a point-in-time snapshot of a dispatcher's counters and gauges.
-// It holds numbers only, and event types in WaitingUnhandledByType: no
-// payloads or IDs.
+// It holds numbers only, and event types in WaitingUnhandledByType and
+// UnroutableByType: no payloads or IDs.
 type Stats struct {
 	// Claimed counts events claimed since New.
 	Claimed uint64
@@ -37,8 +37,8 @@ type Stats struct {
 	RecoveredFailed uint64
 	// Released counts claimed events returned unstarted to PENDING: at
 	// stop, and suspects that waited LeaseDuration for their turn (see
-	// docs/guarantees.md); and the events of OutageReturned once their
-	// return is written.
+	// docs/guarantees.md), and events it could not route (Unroutable);
+	// and the events of OutageReturned once their return is written.
 	Released uint64
 	// OutageReturned counts events returned to PENDING without spending
 	// an attempt because the publisher reported its destination
@@ -106,6 +106,19 @@ type Stats struct {
 	// (up to 1,000 each); nil when nothing waits. A copy: the caller may
 	// keep it.
 	WaitingUnhandledByType map[string]int64
+	// Unroutable counts events this dispatcher claimed and could not
+	// deliver: RouteFunc gave them no destination and no handler is
+	// registered for their type (a Publisher without PublishTypes claims
+	// every type). Each was released unstarted and uncharged, PENDING
+	// again after a short back-off, for a replica that routes it (see
+	// docs/dispatcher.md, "Which events it claims"); never dead-lettered.
+	// An event released again after its back-off is counted again. They
+	// are counted in Released too once their release is written. The
+	// sibling of WaitingUnhandled for a dispatcher that claims every type.
+	Unroutable uint64
+	// UnroutableByType breaks Unroutable down by event type (up to 1,000
+	// types); nil when there was none. A copy: the caller may keep it.
+	UnroutableByType map[string]uint64
 }
 
 // counters are the live values behind Stats.
@@ -123,6 +136,7 @@ type counters struct {
 	retentionSent, retentionFailed        metered
 	circuitOpens, outageReturned          metered
 	retentionPasses, retentionSkipped     atomic.Uint64
+	unroutable                            atomic.Uint64
 }
 
 // atomicCounter is the Stats counter inside a metered one.
@@ -138,7 +152,8 @@ func (c *counters) snapshot(inFlight int) Stats {
 		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
 		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
 		CircuitOpens: c.circuitOpens.Load(), OutageReturned: c.outageReturned.Load(),
-		InFlight: inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
+		Unroutable: c.unroutable.Load(),
+		InFlight:   inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}
 	if ns := c.lastPoll.Load(); ns != 0 {
 		s.LastPoll = time.Unix(0, ns)

@@ -13,16 +13,18 @@ import (
 
 // result is the outcome of one attempt.
 type result struct {
-	err     error         // nil on success
-	code    outbox.Code   // reason of a failure; empty for a snooze
-	release bool          // return unstarted-equivalent work to PENDING
-	snooze  bool          // the handler gave the event back (outbox.Snooze)
-	delay   time.Duration // the snooze's delay
+	err        error         // nil on success
+	code       outbox.Code   // reason of a failure; empty for a snooze
+	release    bool          // return unstarted-equivalent work to PENDING
+	unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see unroutable.go)
+	snooze     bool          // the handler gave the event back (outbox.Snooze)
+	delay      time.Duration // the snooze's delay
 }
 
 // runBatch runs the local handlers of a batch concurrently, publishes at
 // once the events that have a destination and no handler, and then, in
 // one call, those whose handler succeeded and that have a destination.
+// The events that have neither are released (see unroutable.go).
 // Handlers run on workers that take the batch's events in claim order,
 // each worker holding one handler slot, so with Concurrency 1 the handlers
 // of one batch run in claim order.
@@ -34,7 +36,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		return
 	}
 	var wg sync.WaitGroup
-	var publishOnly []*item
+	var publishOnly, unroutable []*item
 	var suspects []handledItem
 	q := &batchQueue{allTaken: make(chan struct{}), items: make([]handledItem, 0, len(items))}
 	lookup := d.handlerLookup()
@@ -47,9 +49,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 		}
 		switch {
 		case h == nil && it.dest == "":
-			if d.await(it) && d.held.begin(it, 0) {
-				d.finish(it, result{err: errNoHandler, code: outbox.CodeNoHandler})
-			}
+			unroutable = append(unroutable, it)
 		case h == nil:
 			publishOnly = append(publishOnly, it)
 		case it.suspect:
@@ -58,6 +58,7 @@ func (d *Dispatcher) runBatch(items []*item) {
 			q.items = append(q.items, handledItem{it, h})
 		}
 	}
+	d.releaseUnroutable(unroutable)
 	if len(publishOnly) > 0 {
 		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
 	}
@@ -197,13 +198,6 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 	}
 	return d.cfg.RouteFunc(e)
 }
-
-// errNoHandler is the error of an event claimed to be published (a
-// Publisher without PublishTypes claims every type) whose route is empty
-// and whose type has no handler: the dispatcher's own configuration says
-// nothing delivers it. An event of a type the dispatcher does not claim
-// is never claimed, so it never ends here.
-var errNoHandler = errors.New("the route of the event is empty and no handler is registered for its type")
 
 // await waits until an older item of the same event, whose lease was lost
 // while its handler kept running, has ended, so that one process never runs

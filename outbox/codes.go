@@ -17,12 +17,11 @@ const (
 	// context.DeadlineExceeded: a deadline of its own, of a middleware's or
 	// of a client it called ran out.
 	CodeTimeout Code = "timeout"
-	// CodeNoHandler: a dispatcher that claims every type because it
-	// publishes (a Publisher without PublishTypes) got an empty route for
-	// the event, and no local handler is registered for its type. The
-	// event goes straight to FAILED. A dispatcher never claims an event of
-	// a type it has no handler or publisher route for: such an event waits
-	// PENDING for a dispatcher that does.
+	// CodeNoHandler was written by earlier versions when a dispatcher that
+	// publishes got an empty route for an event with no local handler: the
+	// event went straight to FAILED. No dispatcher writes it any more:
+	// such an event is released, PENDING and uncharged, for a dispatcher
+	// that routes it. Rows FAILED with it before keep it (replay them).
 	CodeNoHandler Code = "no_handler"
 	// CodeWorkerLost: the worker holding the event stopped renewing its
 	// lease (crash, kill, partition) more often than the recovery cap

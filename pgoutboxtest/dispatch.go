@@ -74,10 +74,11 @@ type DispatchResult struct {
 //
 // The test also fails when due events of a type the dispatcher does not
 // claim are left PENDING (a typo in a handlers key, or a handler left
-// out: the dispatcher leaves such events for another one), or when this
-// run made an event FAILED with outbox.CodeNoHandler (a Publisher whose
-// RouteFunc gave it no destination, and no handler); the message names
-// the types. Other events
+// out: the dispatcher leaves such events for another one), or when the
+// dispatcher claimed events it could not route (a Publisher whose
+// RouteFunc gave them no destination, and no handler: it leaves them
+// PENDING for another replica, see dispatcher.Stats.Unroutable); the
+// message names the types. Other events
 // that end FAILED (a handler's permanent error, the retry budget spent) do
 // not fail the test: they are the caller's to check, in Counts or with
 // [RequireEmitted].
@@ -88,7 +89,6 @@ func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispa
 		cfg.DrainTimeout = defaultDrain
 	}
 	w := newWatch()
-	cfg.OnOutcome = w.onOutcome(cfg.OnOutcome)
 	d, r, err := newDispatcher(pool, cfg, w.wrap(handlers))
 	if err != nil {
 		fail(tb, name, "%v", err)
@@ -122,7 +122,7 @@ func DispatchUntilIdle(ctx context.Context, tb TB, pool *pgxpool.Pool, cfg dispa
 		fail(tb, name, "%s", b.String())
 		return DispatchResult{}
 	}
-	if msg := w.noHandlerFailures(handlers); msg != "" {
+	if msg := unroutable(d.Stats(), handlers); msg != "" {
 		fail(tb, name, "%s", msg)
 		return DispatchResult{}
 	}

@@ -181,6 +181,28 @@ func TestDispatchUntilIdle(t *testing.T) {
 		require.Contains(t, msg, `handlers are registered for "order.paid", "order.placd"`)
 	})
 
+	t.Run("FailsWhenAnEventCannotBeRouted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.emit(t, jsonEvent("order.placed", "1", `{}`), jsonEvent("order.paid", "2", `{}`))
+		cfg := b.config()
+		cfg.Publisher = okPublisher{}
+		cfg.RouteFunc = func(e outbox.Event) string {
+			if e.Type == "order.paid" {
+				return "payments"
+			}
+			return ""
+		}
+		msg := requireFails(t, func(tb pgoutboxtest.TB) {
+			pgoutboxtest.DispatchUntilIdle(ctx, tb, b.db.Pool, cfg, nil)
+		})
+		require.Contains(t, msg, `left PENDING, not routed: RouteFunc gave them no destination and no handler matched their types ("order.placed")`)
+		var status string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{b.table.Schema, b.table.Name}.Sanitize()+
+			" WHERE event_type = 'order.placed'").Scan(&status))
+		require.Equal(t, string(outbox.StatusPending), status, "never dead-lettered")
+	})
+
 	t.Run("LeavesFailuresToTheCaller", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -204,4 +226,11 @@ func TestDispatchUntilIdle(t *testing.T) {
 		require.Equal(t, int64(0), res.Counts.Total())
 		require.Positive(t, res.Stats.ClaimCycles)
 	})
+}
+
+// okPublisher publishes every message successfully.
+type okPublisher struct{}
+
+func (okPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	return make([]error, len(msgs))
 }

@@ -31,8 +31,8 @@
 // due later (a Delay, a retry's backoff) stay PENDING and count as idle.
 // A due event that no handler matched (the dispatcher leaves it PENDING
 // for another dispatcher) fails the test, naming its type, and so does
-// one the run made FAILED with no_handler; other FAILED events are the
-// caller's to check.
+// one the dispatcher could not route (no destination from RouteFunc, no
+// handler: left PENDING too); FAILED events are the caller's to check.
 //
 // # Failing a test
 //

@@ -13,12 +13,11 @@ import (
 )
 
 // watch follows one DispatchUntilIdle run: the handler calls running
-// right now, and the event types this run made FAILED with no_handler.
+// right now.
 type watch struct {
-	mu        sync.Mutex
-	next      int
-	running   map[int]call
-	noHandler map[string]int // event type → events made FAILED
+	mu      sync.Mutex
+	next    int
+	running map[int]call
 }
 
 // call is one handler call in progress.
@@ -28,7 +27,7 @@ type call struct {
 }
 
 func newWatch() *watch {
-	return &watch{running: map[int]call{}, noHandler: map[string]int{}}
+	return &watch{running: map[int]call{}}
 }
 
 // wrap returns handlers with each call tracked while it runs.
@@ -75,36 +74,16 @@ func (w *watch) ignoringContext() []string {
 	return slices.Sorted(maps.Keys(types))
 }
 
-// onOutcome returns an OnOutcome hook that notes no_handler failures and
-// then calls next, the caller's own hook, when there is one.
-func (w *watch) onOutcome(next func(context.Context, dispatcher.Outcome)) func(context.Context, dispatcher.Outcome) {
-	return func(ctx context.Context, o dispatcher.Outcome) {
-		if o.Status == outbox.StatusFailed && o.Code == outbox.CodeNoHandler {
-			w.mu.Lock()
-			w.noHandler[o.Event.Type]++
-			w.mu.Unlock()
-		}
-		if next != nil {
-			next(ctx, o)
-		}
-	}
-}
-
-// noHandlerFailures describes the events this run made FAILED with
-// no_handler and the handlers that were registered, or returns "" when
-// there were none.
-func (w *watch) noHandlerFailures(handlers map[string]outbox.Handler) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.noHandler) == 0 {
+// unroutable describes the events the run's dispatcher claimed and could
+// not route (RouteFunc gave them no destination and no handler matched
+// their types: it left them PENDING), or returns "" when there were none.
+func unroutable(s dispatcher.Stats, handlers map[string]outbox.Handler) string {
+	if s.Unroutable == 0 {
 		return ""
 	}
-	n := 0
-	for _, c := range w.noHandler {
-		n += c
-	}
-	return fmt.Sprintf("%s FAILED with no_handler (types: %s): %s; check the handlers map for a typo or a missing type",
-		events(n), quotedList(slices.Sorted(maps.Keys(w.noHandler))), registeredHandlers(handlers))
+	return fmt.Sprintf("%s left PENDING, not routed: RouteFunc gave them no destination and no handler matched their types (%s): %s; "+
+		"route them (and list them in PublishTypes, when set), or check the handlers map for a typo or a missing type",
+		events(int(s.Unroutable)), quotedList(slices.Sorted(maps.Keys(s.UnroutableByType))), registeredHandlers(handlers))
 }
 
 // registeredHandlers names the types of handlers, for a failure message.

@@ -50,9 +50,10 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 			return err
 		}
 		e.printf("\n")
-		return printList(e, byType, "no PENDING events", []string{"PENDING BY TYPE", "PENDING", "DUE", "OLDEST DUE WAITING"},
+		return printList(e, byType, "no PENDING events", []string{"PENDING BY TYPE", "PENDING", "DUE", "OLDEST DUE WAITING", "OLDEST PENDING AGE"},
 			func(p admin.TypePending) []string {
-				return []string{p.Type, fmt.Sprint(p.Pending), fmt.Sprint(p.Due), p.OldestDueAge.Round(time.Millisecond).String()}
+				return []string{p.Type, fmt.Sprint(p.Pending), fmt.Sprint(p.Due), p.OldestDueAge.Round(time.Millisecond).String(),
+					p.OldestAge.Round(time.Millisecond).String()}
 			})
 	}
 }

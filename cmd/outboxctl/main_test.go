@@ -77,9 +77,9 @@ func TestCounts(t *testing.T) {
 	require.Regexp(t, `(?m)^FAILED\s+3$`, r.stdout)
 	require.Regexp(t, `(?m)^total\s+6$`, r.stdout)
 	require.Contains(t, r.stdout, "oldest due event waiting:")
-	require.Regexp(t, `(?m)^PENDING BY TYPE\s+PENDING\s+DUE\s+OLDEST DUE WAITING$`, r.stdout)
-	require.Regexp(t, `(?m)^a\s+2\s+2\s+\S+$`, r.stdout)
-	require.Regexp(t, `(?m)^order\.cancelled\s+1\s+1\s+\S+$`, r.stdout)
+	require.Regexp(t, `(?m)^PENDING BY TYPE\s+PENDING\s+DUE\s+OLDEST DUE WAITING\s+OLDEST PENDING AGE$`, r.stdout)
+	require.Regexp(t, `(?m)^a\s+2\s+2\s+\S+\s+\S+$`, r.stdout)
+	require.Regexp(t, `(?m)^order\.cancelled\s+1\s+1\s+\S+\s+\S+$`, r.stdout)
 
 	r = onDB(t, db, "counts", "-json")
 	require.Equal(t, 0, r.code, r.stderr)

@@ -105,6 +105,10 @@ func run(ctx context.Context, dbURL, brokers string, orders int, out io.Writer) 
 	}
 	fmt.Fprintf(out, "committed %d orders, each with its order.created event\n", len(ids))
 
+	// Without PublishTypes it claims every type; RouteFunc defaults to
+	// the event type, so every event has a destination. A RouteFunc that
+	// returns "" for a type leaves its events PENDING (uncharged) for a
+	// replica that routes them: safe during a rolling deploy.
 	d, err := dispatcher.New(pool, dispatcher.Config{
 		Table:        table,
 		Publisher:    pub,

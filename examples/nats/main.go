@@ -111,6 +111,10 @@ func run(ctx context.Context, dbURL, natsURL string, orders int, out io.Writer) 
 
 	// The dispatcher publishes what was committed: the subject is the
 	// prefix and the router's destination, here the event type.
+	// Without PublishTypes it claims every type; RouteFunc defaults to
+	// the event type, so every event has a destination. A RouteFunc that
+	// returns "" for a type leaves its events PENDING (uncharged) for a
+	// replica that routes them: safe during a rolling deploy.
 	d, err := dispatcher.New(pool, dispatcher.Config{
 		Table:        table,
 		Publisher:    pub,

@@ -516,6 +516,27 @@ func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, erro
 	return res, nil
 }
 
+// ReleaseLater is Release with a back-off, for rows the caller claimed
+// but cannot deliver (no handler, no route): each row returns to PENDING
+// unstarted and uncharged (attempts, recoveries and snoozes unchanged, no
+// start mark, no token), due again at the database's now() plus a tenth
+// of its age (now() - created_at), at least min and at most max. The
+// back-off keeps the caller from claiming the same rows again at once,
+// while another dispatcher that can deliver them claims them within min
+// for a new event; it grows with the age of an event that nothing
+// delivers, so that such events cost each claimer a bounded share of its
+// claims. Busy rows are reported as by Release.
+func (s *Store) ReleaseLater(ctx context.Context, db DB, refs []Ref, minDelay, maxDelay time.Duration) (RefResult, error) {
+	if minDelay < 0 || maxDelay < minDelay {
+		return RefResult{}, fmt.Errorf("%w: release later needs 0 <= min <= max", outbox.ErrInvalidConfig)
+	}
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.releaseLater, refs, micros(minDelay), micros(maxDelay))
+	if err != nil {
+		return RefResult{}, fmt.Errorf("pgoutbox: release later: %w", err)
+	}
+	return res, nil
+}
+
 // RecoverParams are the inputs of Recover.
 type RecoverParams struct {
 	// Limit bounds the rows one call recovers; at least 1.

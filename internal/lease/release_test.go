@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 func TestRelease(t *testing.T) {
@@ -89,4 +90,41 @@ func TestRelease(t *testing.T) {
 		require.Empty(t, released.Done)
 		require.Equal(t, before, get(t, e.db.Pool, id))
 	})
+}
+
+// ReleaseLater returns claimed rows unstarted and uncharged, due again
+// after a tenth of their age, within [min, max].
+func TestReleaseLater(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := insert(t, e.db.Pool, spec{}, spec{}, spec{})
+	// ages: new (min applies), 20 minutes (a tenth: 2 minutes), 2 hours (max applies)
+	_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET attempts = 2, recoveries = 1, snoozes = 3,
+		created_at = now() - CASE id WHEN $2 THEN interval '20 minutes' WHEN $3 THEN interval '2 hours' ELSE interval '0' END
+		WHERE id = ANY($1)`, ids, ids[1], ids[2])
+	require.NoError(t, err)
+	b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 3, Start: 3, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, b.Events, 3)
+
+	released, err := e.store.ReleaseLater(t.Context(), e.db.Pool, b.Refs(), time.Second, 5*time.Minute)
+	require.NoError(t, err)
+	require.ElementsMatch(t, b.Refs(), released.Done)
+	var now time.Time
+	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT now()`).Scan(&now))
+	for i, want := range []time.Duration{time.Second, 2 * time.Minute, 5 * time.Minute} {
+		r := get(t, e.db.Pool, ids[i])
+		require.Equal(t, "PENDING", r.Status, "row %d", i)
+		require.Equal(t, []int{2, 1, 3}, []int{r.Attempts, r.Recoveries, r.Snoozes}, "row %d: attempts, recoveries, snoozes", i)
+		require.Empty(t, r.AttemptLog, "row %d: a release is no attempt", i)
+		requireLeaseCleared(t, r)
+		var started *time.Time
+		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT started_at FROM outbox_events WHERE id = $1`, ids[i]).Scan(&started))
+		require.Nil(t, started, "row %d: no start mark left", i)
+		delay := r.NextAttemptAt.Sub(now)
+		require.InDelta(t, want.Seconds(), delay.Seconds(), 5, "row %d: due again after %s", i, delay)
+	}
+
+	_, err = e.store.ReleaseLater(t.Context(), e.db.Pool, b.Refs(), time.Minute, time.Second)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }

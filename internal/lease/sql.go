@@ -7,8 +7,8 @@ import (
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claims                                                                                             claimForms
-	renew, start, sent, deleteSent, failed, recover, release, releaseToken, nextDue, outcomes, waiting string
+	claims                                                                                                           claimForms
+	renew, start, sent, deleteSent, failed, recover, release, releaseLater, releaseToken, nextDue, outcomes, waiting string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -353,6 +353,21 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 		release: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
 	UPDATE %[1]s AS o
 	SET status = 'PENDING', %[2]s
+	FROM req AS x
+	WHERE o.id = ANY (ARRAY(SELECT id FROM locked)) AND o.id = x.id AND o.lock_token = x.token
+		AND `+stillProcessing+`
+	RETURNING o.id, x.token AS lock_token
+)
+`+refResults, t, cleared),
+
+		// releaseLater is release with a back-off: the row is due again
+		// at now() + a tenth of its age, at least $3 and at most $4
+		// microseconds (see ReleaseLater).
+		releaseLater: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
+	UPDATE %[1]s AS o
+	SET status = 'PENDING', %[2]s,
+		next_attempt_at = now() + least($4::bigint * interval '1 microsecond',
+			greatest($3::bigint * interval '1 microsecond', (now() - o.created_at) / 10))
 	FROM req AS x
 	WHERE o.id = ANY (ARRAY(SELECT id FROM locked)) AND o.id = x.id AND o.lock_token = x.token
 		AND `+stillProcessing+`

@@ -1,0 +1,105 @@
+package dispatcher
+
+import (
+	"maps"
+	"sync"
+	"time"
+)
+
+// Events a dispatcher claimed and cannot deliver. A dispatcher that
+// publishes claims events it may not be able to route: a Publisher
+// without PublishTypes claims every type, and RouteFunc decides per
+// event. An event whose route is empty and whose type has no handler
+// (an unroutable event: during a rolling deploy, a type only the new
+// replicas route) is never attempted and never dead-lettered: it is
+// released, unstarted and uncharged (no attempt, no recovery, no start
+// mark), PENDING again, due after a back-off (lease.ReleaseLater): a
+// tenth of its age, at least unroutableMinDelay and at most
+// unroutableMaxDelay.
+//
+// Why a back-off and not a claim that leaves the type out: the route is
+// decided per event, not per type, so a type cannot be left out without
+// delaying its routable events; and a claim that skipped such events
+// would scan past every one of them that is due, a cost that grows with
+// a backlog nobody delivers. With the back-off, a new event that this
+// replica happens to claim first reaches a replica that routes it within
+// about unroutableMinDelay; an event no replica routes is claimed again
+// less and less often (a tenth of its age), so that it costs each
+// replica at most a tenth of such events' number per unit of their age.
+//
+// Under Ordering PerKey an unroutable head holds its key like any head
+// that did not succeed: the rest of the key's run is released uncharged
+// (see ordered.go) and waits for the head.
+//
+// Each such event is counted (Stats.Unroutable, by type in
+// UnroutableByType) and each type logged at WARN at most every
+// waitingWarnEvery, as events of types no running dispatcher claims are.
+const (
+	unroutableMinDelay = time.Second
+	unroutableMaxDelay = 5 * time.Minute
+)
+
+// releaseUnroutable releases items this dispatcher claimed and cannot
+// deliver (see above), counts them and logs their types.
+func (d *Dispatcher) releaseUnroutable(items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	d.held.giveBack(items, result{release: true, unroutable: true})
+	byType := make(map[string]int64)
+	for _, it := range items {
+		byType[it.event.Type]++
+	}
+	d.stats.unroutable.Add(uint64(len(items)))
+	for _, typ := range d.unroutable.add(byType, time.Now()) {
+		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
+			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+
+			"(and list it in PublishTypes, when set) or register a handler, or run a replica that does",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", typ, "released", byType[typ],
+			"publish_types", d.cfg.PublishTypes, "due_again_in", "a tenth of the event's age, "+
+				unroutableMinDelay.String()+" to "+unroutableMaxDelay.String())
+	}
+}
+
+// unroutableTypes counts, per type, the events released as unroutable
+// and when each type was last logged.
+type unroutableTypes struct {
+	mu     sync.Mutex
+	counts map[string]uint64
+	warned map[string]time.Time
+}
+
+// add counts events by type and returns the types to log now: those not
+// logged in the last waitingWarnEvery. At most waitingMaxTypes types are
+// kept; events of further types are counted in Stats.Unroutable only.
+func (u *unroutableTypes) add(byType map[string]int64, now time.Time) (warn []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.counts == nil {
+		u.counts, u.warned = map[string]uint64{}, map[string]time.Time{}
+	}
+	for typ, n := range byType {
+		if _, ok := u.counts[typ]; ok || len(u.counts) < waitingMaxTypes {
+			u.counts[typ] += uint64(n)
+		}
+		if last, ok := u.warned[typ]; !ok || now.Sub(last) >= waitingWarnEvery {
+			u.warned[typ] = now
+			warn = append(warn, typ)
+		}
+	}
+	for typ, at := range u.warned {
+		if now.Sub(at) >= 2*waitingWarnEvery {
+			delete(u.warned, typ) // bounded by the types of the last ten minutes
+		}
+	}
+	return warn
+}
+
+// fill sets the unroutable counts of s.
+func (u *unroutableTypes) fill(s *Stats) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.counts) > 0 {
+		s.UnroutableByType = maps.Clone(u.counts)
+	}
+}
