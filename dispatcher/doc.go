@@ -108,9 +108,13 @@
 //
 // # Recovery
 //
-// Every RecoverEvery-th poll cycle one bounded statement returns expired
-// leases (a crashed or partitioned worker) to PENDING without spending
-// retry budget. Only an event whose attempt had started counts a recovery,
+// Every RecoverEvery-th poll cycle a recovery pass returns expired leases
+// (a crashed or partitioned worker) to PENDING without spending retry
+// budget, RecoverBatchSize rows per statement. A pass keeps going while
+// its statements come back full, for up to half a PollInterval (the
+// dispatcher's clock); while expired leases remain, the next poll runs
+// another pass, so claims run in between and a mass crash's leases come
+// back at the statement's speed. Only an event whose attempt had started counts a recovery,
 // and one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
 // handler or publish starts (see start.go), so the events a dying worker
