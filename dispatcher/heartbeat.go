@@ -86,7 +86,9 @@ func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	res, err := writeRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
 		sentAt = h.now()
 		return h.store.RenewIn(ctx, h.pool, refs, h.lease, per)
-	}, func(err error) { h.report.reportError("lease renewal ran out of time; renewing in smaller statements", err) })
+	}, func(err error) {
+		h.report.reportError("lease renewal ran out of time; renewing in smaller statements", err)
+	})
 	if err != nil {
 		return nil, err
 	}

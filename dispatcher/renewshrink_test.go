@@ -92,7 +92,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 		var short int
 		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events
 			WHERE status <> 'PROCESSING' OR lease_until - locked_at < $1::bigint * interval '1 millisecond'`,
-			(2 * cfg.LeaseDuration).Milliseconds()).Scan(&short))
+			(2*cfg.LeaseDuration).Milliseconds()).Scan(&short))
 		return short == 0
 	}
 	waitFor(t, 2*time.Minute, "every lease renewed past its first expiry, or one lost", func() bool {
@@ -109,5 +109,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 	}
 	timedOut := errs.filter(func(err error) bool { return pgerr.Code(err) == pgerr.QueryCanceled })
 	require.NotEmpty(t, timedOut, "full renewals ran out of time")
-	require.Empty(t, errs.filter(func(err error) bool { return !errors.Is(err, context.Canceled) && pgerr.Code(err) != pgerr.QueryCanceled }))
+	require.Empty(t, errs.filter(func(err error) bool {
+		return !errors.Is(err, context.Canceled) && pgerr.Code(err) != pgerr.QueryCanceled
+	}))
 }
