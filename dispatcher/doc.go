@@ -135,8 +135,13 @@
 //
 // Start runs the start-up checks and returns their error, if any, before
 // anything is dispatched: the table exists, its schema matches what this
-// version needs (migrations.Verify, unless Config.SkipVerify), and in
-// WakeupRequired mode notifications arrive. It then dispatches in the
+// version needs (migrations.Verify, unless Config.SkipVerify), the role
+// holds the privileges the configuration needs (SELECT, UPDATE, and
+// DELETE for DeleteSent and retention: ErrMissingPrivilege), its
+// transactions start at READ COMMITTED, the isolation every statement is
+// designed for (ErrIsolation: a SERIALIZABLE default made claims and
+// completions fail with serialization errors), and in WakeupRequired mode
+// notifications arrive. It then dispatches in the
 // background until its context ends or Stop is called. Run does the same
 // and blocks until the end. A dispatcher runs once: Start or Run on one
 // that is starting or running returns ErrRunning, on one that is stopping

@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -147,37 +145,43 @@ GRANT SELECT ON %[1]s.outbox_events_schema_version TO %[2]s`, pgx.Identifier{db.
 	return openPool(t, cfg)
 }
 
-// With DeleteSent and a role that may not DELETE, the database refuses
-// every success. The dispatcher lets go of the events after a bounded
-// number of tries, each reported as outbox.ErrOutcomeRefused with an
-// ERROR log, and Stop returns.
-func TestStopEndsWhenDeleteIsRefused(t *testing.T) {
+// With DeleteSent and a role that may not DELETE, Start refuses, naming
+// the privilege, the table and what needs it: the database would refuse
+// every success, and each event would run again once its lease expired
+// (up to three times in 12s before this check), ending FAILED with a
+// misleading worker_lost. Retention needs DELETE too; a dispatcher that
+// deletes nothing (KeepSent, no RetainFailed) starts without it.
+func TestStartRefusesWithoutDelete(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	ids := insertEvents(t, db, "x", 2)
-	errs, logs := &errorLog{}, &logRecorder{}
+	pool := poolWithoutDelete(t, db)
+	for _, tc := range []struct {
+		name      string
+		configure func(*dispatcher.Config)
+		needs     string
+	}{
+		{"DeleteSent", func(c *dispatcher.Config) { c.DeleteSent = true }, "DeleteSent"},
+		{"RetainSent", func(*dispatcher.Config) {}, "RetainSent"},
+		{"RetainFailed", func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, "RetainFailed"},
+	} {
+		cfg := baseConfig(db)
+		tc.configure(&cfg)
+		d, err := dispatcher.New(pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+		err = d.Start(context.Background())
+		require.ErrorIs(t, err, dispatcher.ErrMissingPrivilege, tc.name)
+		var pe *dispatcher.PrivilegeError
+		require.ErrorAs(t, err, &pe, tc.name)
+		require.Equal(t, "DELETE", pe.Privilege, tc.name)
+		require.Contains(t, pe.Table, "outbox_events", tc.name)
+		require.Contains(t, err.Error(), tc.needs, tc.name)
+	}
+
 	cfg := baseConfig(db)
-	cfg.DeleteSent = true
-	cfg.OnError = errs.add
-	cfg.Logger = slog.New(logs)
-	d, err := dispatcher.New(poolWithoutDelete(t, db), cfg)
+	cfg.KeepSent = true
+	d, err := dispatcher.New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "a refused delete", func() bool {
-		return len(errs.filter(func(err error) bool {
-			var pgErr *pgconn.PgError
-			return errors.As(err, &pgErr) && pgErr.Code == "42501" // insufficient_privilege
-		})) > 0
-	})
-
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx), "Stop returns once the refused outcomes are let go")
-	require.Len(t, errs.matching(outbox.ErrOutcomeRefused), len(ids))
-	for _, id := range ids {
-		require.Equal(t, 1, logs.count(slog.LevelError, "event_id", id.String()), "an ERROR log names the event")
-		require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, id), "left for its lease to expire")
-	}
-	require.Zero(t, d.Stats().Sent)
+	runDispatcher(t, d) // deletes nothing: needs no DELETE
 }
