@@ -18,12 +18,19 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// slowRenewalsPool returns a pool acting as a role whose statements end
-// after timeout (statement_timeout), on a table whose lease renewals cost
-// perRow for every row they renew (a trigger that sleeps): a renewal of
-// many rows always runs out of time, one of few rows fits. Other
-// statements pay nothing.
-func slowRenewalsPool(t *testing.T, db *testdb.DB, timeout, perRow time.Duration) *pgxpool.Pool {
+// renewals and startMarks are the row changes that slowPool makes slow:
+// a renewal moves a held row's lease, a start mark sets its started_at.
+const (
+	renewals   = `NEW.lease_until IS DISTINCT FROM OLD.lease_until`
+	startMarks = `OLD.started_at IS NULL AND NEW.started_at IS NOT NULL`
+)
+
+// slowPool returns a pool acting as a role whose statements end after
+// timeout (statement_timeout), on a table where every held row that a
+// statement changes as slow says (renewals or startMarks) costs perRow (a
+// trigger that sleeps): such a statement of many rows always runs out of
+// time, one of few rows fits. Other statements pay nothing.
+func slowPool(t *testing.T, db *testdb.DB, slow string, timeout, perRow time.Duration) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	role := db.NewRole(t, "pgotest_slowrenew")
@@ -34,13 +41,13 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 CREATE FUNCTION renewal_cost() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF OLD.status = 'PROCESSING' AND NEW.status = 'PROCESSING' AND NEW.lock_token = OLD.lock_token
-		AND NEW.lease_until IS DISTINCT FROM OLD.lease_until THEN
+		AND %[4]s THEN
 		PERFORM pg_sleep(%[3]f);
 	END IF;
 	RETURN NEW;
 END $f$;
 CREATE TRIGGER renewal_cost BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION renewal_cost()`,
-		pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), perRow.Seconds()))
+		pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), perRow.Seconds(), slow))
 	require.NoError(t, err)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
@@ -61,7 +68,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	const n = 300
 	ids := insertEvents(t, db, "x", n)
-	pool := slowRenewalsPool(t, db, 200*time.Millisecond, 2*time.Millisecond)
+	pool := slowPool(t, db, renewals, 200*time.Millisecond, 2*time.Millisecond)
 
 	errs, calls := &errorLog{}, newCallLog()
 	cfg := baseConfig(db)
@@ -113,3 +120,4 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 		return !errors.Is(err, context.Canceled) && pgerr.Code(err) != pgerr.QueryCanceled
 	}))
 }
+
