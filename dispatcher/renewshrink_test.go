@@ -18,19 +18,16 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// renewals and startMarks are the row changes that slowPool makes slow:
-// a renewal moves a held row's lease, a start mark sets its started_at.
-const (
-	renewals   = `NEW.lease_until IS DISTINCT FROM OLD.lease_until`
-	startMarks = `OLD.started_at IS NULL AND NEW.started_at IS NOT NULL`
-)
+// renewals is the row change that slowPool makes slow: a renewal moves a
+// held row's lease.
+const renewals = `NEW.lease_until IS DISTINCT FROM OLD.lease_until`
 
 // slowPool returns a pool acting as a role whose statements end after
 // timeout (statement_timeout), on a table where every held row that a
-// statement changes as slow says (renewals or startMarks) costs perRow (a
-// trigger that sleeps): such a statement of many rows always runs out of
-// time, one of few rows fits. Other statements pay nothing.
-func slowPool(t *testing.T, db *testdb.DB, slow string, timeout, perRow time.Duration) *pgxpool.Pool {
+// renewal changes costs perRow (a trigger that sleeps): a renewal of many
+// rows always runs out of time, one of few rows fits. Other statements pay
+// nothing.
+func slowPool(t *testing.T, db *testdb.DB, timeout, perRow time.Duration) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	role := db.NewRole(t, "pgotest_slowrenew")
@@ -47,7 +44,7 @@ BEGIN
 	RETURN NEW;
 END $f$;
 CREATE TRIGGER renewal_cost BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION renewal_cost()`,
-		pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), perRow.Seconds(), slow))
+		pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), perRow.Seconds(), renewals))
 	require.NoError(t, err)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
@@ -68,7 +65,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	const n = 300
 	ids := insertEvents(t, db, "x", n)
-	pool := slowPool(t, db, renewals, 200*time.Millisecond, 2*time.Millisecond)
+	pool := slowPool(t, db, 200*time.Millisecond, 2*time.Millisecond)
 
 	errs, calls := &errorLog{}, newCallLog()
 	cfg := baseConfig(db)
@@ -120,4 +117,3 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 		return !errors.Is(err, context.Canceled) && pgerr.Code(err) != pgerr.QueryCanceled
 	}))
 }
-
