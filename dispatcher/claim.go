@@ -27,9 +27,9 @@ type claims struct {
 	retry    *time.Timer
 	waiting  bool // retry is armed
 	// size bounds the claims: halved by each claim that runs out of time
-	// (a statement_timeout, or the operation timeout), doubled back by
-	// each full one, up to BatchSize.
-	size int
+	// (a statement_timeout, or the operation timeout), grown back by full
+	// ones (see claimSize), up to BatchSize.
+	size claimSize
 }
 
 // firstClaimRetry is the wait after the first failed claim in a row.
@@ -44,7 +44,7 @@ type claimResult struct {
 func newClaims(d *Dispatcher) *claims {
 	return &claims{
 		d: d, results: make(chan claimResult, d.cfg.Claimers),
-		retry: stoppedTimer(), size: d.cfg.BatchSize,
+		retry: stoppedTimer(), size: newClaimSize(d.cfg.BatchSize),
 	}
 }
 
@@ -67,7 +67,7 @@ func (c *claims) roomFreed() {
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
 	for !c.waiting && c.inflight < c.d.claimers() && (c.wanted || c.backlog) {
-		limit := min(c.d.claimLimit(c.reserved), c.size)
+		limit := min(c.d.claimLimit(c.reserved), c.size.size)
 		if limit == 0 {
 			return
 		}
@@ -93,8 +93,8 @@ func (c *claims) finished(r claimResult) bool {
 		c.failed(r)
 	} else {
 		c.failures = 0
-		if c.backlog { // a full claim of r.limit: twice that may fit
-			c.size = max(c.size, min(2*r.limit, c.d.cfg.BatchSize))
+		if c.backlog {
+			c.size.full(r.limit)
 		}
 	}
 	if c.backlog || c.wanted {
@@ -107,7 +107,7 @@ func (c *claims) finished(r claimResult) bool {
 // below the one that ran out of time.
 func (c *claims) failed(r claimResult) {
 	if ranOutOfTime(r.err) {
-		c.size = min(c.size, max(1, r.limit/2))
+		c.size.ranOutOfTime(r.limit)
 	}
 	c.failures++
 	wait := min(firstClaimRetry<<min(c.failures-1, 20), c.d.cfg.PollInterval)

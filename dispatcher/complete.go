@@ -382,7 +382,9 @@ func (c *completer) retryLater(items []*item, err error) {
 	})
 	c.report.reportError("completion failed, will retry", err)
 	for _, it := range givenUp {
-		c.report.reportGivenUp(it, err)
+		if !c.recordRefused(it, err) {
+			c.report.reportGivenUp(it, err)
+		}
 	}
 }
 

@@ -154,7 +154,8 @@ func TestCompleter(t *testing.T) {
 // TestCompleterManyRefusalsCostTheOthersNothing refuses the outcome of
 // every 8th of 512 events written in one go: more refusals than one
 // round's budget of statements can narrow down. Only the refused events
-// may be given up; every other outcome is recorded.
+// may be given up (recorded FAILED with outcome_refused); every other
+// outcome is recorded.
 func TestCompleterManyRefusalsCostTheOthersNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -196,9 +197,14 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUT
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	require.Equal(t, n-len(bad), len(b.outcomes), "every outcome not refused is recorded")
+	require.Len(t, b.outcomes, n, "every outcome is recorded")
 	for _, o := range b.outcomes {
-		require.False(t, bad[o.Event.ID])
+		if bad[o.Event.ID] {
+			require.Equal(t, outbox.CodeOutcomeRefused, o.Code, "a refused outcome is recorded FAILED outcome_refused")
+			require.Equal(t, outbox.StatusFailed, o.Status)
+		} else {
+			require.Equal(t, outbox.StatusSent, o.Status)
+		}
 	}
 	refusedIDs := 0
 	var others []string
@@ -220,6 +226,10 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUT
 	var sent int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`).Scan(&sent))
 	require.Equal(t, n-len(bad), sent)
+	var refusedRows int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'FAILED'
+		AND last_error_code = 'outcome_refused' AND attempts = 0`).Scan(&refusedRows))
+	require.Equal(t, len(bad), refusedRows)
 }
 
 // pgxRows reads the statuses of the batch's rows, in claim order.

@@ -244,10 +244,14 @@ type Config struct {
 	IdlePollInterval time.Duration
 
 	// RecoverEvery runs recovery of expired leases every Nth poll cycle.
-	// Defaults to 10; 1 to 1,000.
+	// A pass keeps recovering while its statements come back full, for
+	// up to half a PollInterval (the dispatcher's clock), and while
+	// expired leases remain it continues at the next poll: a mass crash's
+	// leases come back at the speed of the statement, not one batch per
+	// RecoverEvery polls. Defaults to 10; 1 to 1,000.
 	RecoverEvery int
-	// RecoverBatchSize bounds the rows one recovery changes. Defaults to
-	// 1,000; 1 to 100,000.
+	// RecoverBatchSize bounds the rows one recovery statement changes.
+	// Defaults to 1,000; 1 to 100,000.
 	RecoverBatchSize int
 	// MaxRecoveries is how often one event may be recovered from a lost
 	// worker before it is FAILED with worker_lost (a poison event that
@@ -383,6 +387,10 @@ type Config struct {
 	// before they are dispatched, with the claimed events; only this
 	// package's tests set it (export_test.go).
 	onClaimed func(events []outbox.Event)
+	// onRecoverPass, when set, is called after each recovery pass with
+	// the poll cycle's number, the statements it ran and the rows they
+	// returned; only this package's tests set it (export_test.go).
+	onRecoverPass func(poll uint64, statements, rows int)
 }
 
 func (c Config) withDefaults() Config {

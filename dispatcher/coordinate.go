@@ -98,9 +98,13 @@ type poller struct {
 	poll, due     *time.Timer
 	lastClaimed   uint64
 	lastRecovered time.Time
-	// recoverLimit bounds one recovery: halved by each that runs out of
-	// time, doubled back by each full one, up to RecoverBatchSize.
+	// recoverLimit bounds one recovery statement: halved by each that
+	// runs out of time, doubled back by each full one, up to
+	// RecoverBatchSize.
 	recoverLimit int
+	// recoverBacklog is set when the last recovery pass ended with a full
+	// statement: expired leases remain, and the next poll recovers again.
+	recoverBacklog bool
 }
 
 func newPoller(cfg Config) *poller {
@@ -146,10 +150,11 @@ func (p *poller) unstretch() {
 }
 
 // recoverDue reports whether this poll should recover expired leases: every
-// RecoverEvery-th poll, or when RecoverEvery plain poll intervals have
-// passed (so that stretched polls do not delay recovery).
+// RecoverEvery-th poll, when RecoverEvery plain poll intervals have
+// passed (so that stretched polls do not delay recovery), or when the
+// last pass left expired leases behind.
 func (p *poller) recoverDue(n uint64) bool {
-	if n%uint64(p.cfg.RecoverEvery) == 0 || time.Since(p.lastRecovered) >= time.Duration(p.cfg.RecoverEvery)*p.cfg.PollInterval {
+	if p.recoverBacklog || n%uint64(p.cfg.RecoverEvery) == 0 || time.Since(p.lastRecovered) >= time.Duration(p.cfg.RecoverEvery)*p.cfg.PollInterval {
 		p.lastRecovered = time.Now()
 		return true
 	}
@@ -165,7 +170,7 @@ func (d *Dispatcher) pollCycle(ctx context.Context, p *poller) {
 	n := d.stats.pollCycles.Add(1)
 	d.stats.lastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
-		p.recoverLimit = d.recoverLeases(ctx, p.recoverLimit)
+		d.recoverLeases(ctx, p, n)
 		d.checkWaiting(ctx)
 	}
 	d.flushRepeats()
@@ -223,28 +228,50 @@ func (d *Dispatcher) nextDue(ctx context.Context, types []string) (time.Duration
 // FAILED.
 var errWorkerLost = errors.New("lease expired: the worker holding the event stopped renewing it")
 
-// maxRecoverTries bounds the recoveries one poll cycle runs, each with half
-// the limit of the one before that ran out of time.
+// maxRecoverTries bounds the statements in a row that one recovery pass
+// lets run out of time, each with half the limit of the one before.
 const maxRecoverTries = 4
 
-// recoverLeases recovers expired leases, halving the limit and trying again at
-// once when a recovery runs out of time (a statement_timeout shorter than
-// a recovery of limit rows takes), and returns the limit for the next
-// cycle.
-func (d *Dispatcher) recoverLeases(ctx context.Context, limit int) int {
-	for try := 1; ; try++ {
-		next, timedOut := d.recoverExpired(ctx, limit)
-		if !timedOut || try == maxRecoverTries || next == limit || ctx.Err() != nil {
-			return next
+// recoverBudget is how long one recovery pass may keep going while its
+// statements come back full: half a poll interval, so that the
+// coordinator claims between passes. Measured with the dispatcher's clock.
+func (c Config) recoverBudget() time.Duration { return c.PollInterval / 2 }
+
+// recoverLeases runs one recovery pass. It keeps recovering while
+// statements come back full (a mass crash leaves many expired leases),
+// until the pass has run recoverBudget, and tries again at once with half
+// the limit when a statement runs out of time (a statement_timeout
+// shorter than a recovery of limit rows takes). When the pass ends with a
+// full statement, expired leases remain: p.recoverBacklog makes the next
+// poll recover again.
+func (d *Dispatcher) recoverLeases(ctx context.Context, p *poller, poll uint64) {
+	start := d.cfg.now()
+	statements, rows, timeouts := 0, 0, 0
+	for {
+		limit := p.recoverLimit
+		got, next, timedOut := d.recoverExpired(ctx, limit)
+		statements++
+		rows += got
+		p.recoverLimit = next
+		p.recoverBacklog = got == limit
+		if timedOut {
+			timeouts++
 		}
-		limit = next
+		more := p.recoverBacklog || timedOut && timeouts < maxRecoverTries && next < limit
+		if !more || ctx.Err() != nil || d.stopRequested() || d.cfg.now().Sub(start) >= d.cfg.recoverBudget() {
+			break
+		}
+	}
+	if d.cfg.onRecoverPass != nil {
+		d.cfg.onRecoverPass(poll, statements, rows)
 	}
 }
 
 // recoverExpired returns up to limit expired leases to PENDING (or
-// FAILED), in one statement, and returns the limit for the next recovery:
-// halved when this one ran out of time, doubled back after a full one.
-func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, timedOut bool) {
+// FAILED), in one statement, and returns how many it returned and the
+// limit for the next recovery: halved when this one ran out of time,
+// doubled back after a full one.
+func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next int, timedOut bool) {
 	ctx, cancel := d.opContextFrom(stop)
 	defer cancel()
 	res, err := d.store.Recover(ctx, d.pool, lease.RecoverParams{
@@ -253,19 +280,21 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 	})
 	if err != nil {
 		if stop.Err() != nil {
-			return limit, false // cut short by the stop
+			return 0, limit, false // cut short by the stop
 		}
 		d.reportError("recovery failed", err)
 		switch {
 		case statementTimedOut(err): // the server ended it: a smaller batch fits
-			return max(1, limit/2), true
+			return 0, max(1, limit/2), true
 		case ranOutOfTime(err): // no answer in time: smaller next time, no retry now
-			return max(1, limit/2), false
+			return 0, max(1, limit/2), false
 		}
-		return limit, false
+		return 0, limit, false
 	}
-	if len(res.Pending)+len(res.Failed) == limit {
-		limit = min(2*limit, d.cfg.RecoverBatchSize)
+	got = len(res.Pending) + len(res.Failed)
+	next = limit
+	if got == limit {
+		next = min(2*limit, d.cfg.RecoverBatchSize)
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
@@ -273,5 +302,5 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (next int, 
 		d.reportFailed(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 	}
 	d.reportRecovered(res)
-	return limit, false
+	return got, next, false
 }

@@ -92,6 +92,10 @@ type Dispatcher struct {
 	// must not find each other's. It is never held while heldSet.mu or
 	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
+	// refSize bounds the statements of renewals and start marks (refs
+	// per statement), shrunk by statement timeouts (see writeRefs).
+	// Guarded by leaseWrites.
+	refSize claimSize
 
 	// mu guards the fields below. It is never held while heldSet.mu or
 	// leaseWrites is taken, nor taken while they are held.
@@ -172,6 +176,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		reporter:       newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           newHeldSet(cfg.now, cfg.LeaseDuration),
+		refSize:        newClaimSize(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),

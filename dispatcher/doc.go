@@ -43,6 +43,9 @@
 //	                              (its error matches outbox.ErrInvalidEvent)
 //	snooze_limit                  the handler snoozed once more than MaxSnoozes
 //	                              allows (FAILED at once)
+//	outcome_refused               the database refused to record the outcome
+//	                              five times (FAILED, no attempt spent; see
+//	                              Writes that fail)
 //
 // A failure is retried at the database's now() + Backoff.Delay(attempt)
 // until MaxAttempts, unless it is wrapped by outbox.Permanent, is
@@ -115,9 +118,13 @@
 //
 // # Recovery
 //
-// Every RecoverEvery-th poll cycle one bounded statement returns expired
-// leases (a crashed or partitioned worker) to PENDING without spending
-// retry budget. Only an event whose attempt had started counts a recovery,
+// Every RecoverEvery-th poll cycle a recovery pass returns expired leases
+// (a crashed or partitioned worker) to PENDING without spending retry
+// budget, RecoverBatchSize rows per statement. A pass keeps going while
+// its statements come back full, for up to half a PollInterval (the
+// dispatcher's clock); while expired leases remain, the next poll runs
+// another pass, so claims run in between and a mass crash's leases come
+// back at the statement's speed. Only an event whose attempt had started counts a recovery,
 // and one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
 // handler or publish starts (see start.go), so the events a dying worker
@@ -129,8 +136,23 @@
 // # Writes that fail
 //
 // The completer splits a write the database refuses to record the other
-// outcomes, retries each refused outcome on its own backoff and lets it go
-// after a bounded number of refusals (ERROR log, outbox.ErrOutcomeRefused).
+// outcomes, retries each refused outcome on its own backoff, and after a
+// bounded number of refusals records the event FAILED with code
+// outcome_refused (ERROR log, OnError matching outbox.ErrOutcomeRefused,
+// OnOutcome FAILED), in a fenced UPDATE of the status, error and lease
+// alone that spends no attempt: a write that succeeds where the refused
+// one did not (a DELETE without the privilege, a trigger refusing an
+// attempt's outcome, a constraint on a column the outcome sets). Why
+// FAILED rather than keep the lease until a later release: the database
+// gave no sign that it would ever take the outcome, the handler may have
+// succeeded (a re-run would deliver it twice) or failed (a re-run would
+// meet the same refusal), and letting the lease expire ran the event
+// again until recovery made it FAILED with worker_lost, a code that
+// blamed a worker that never died. FAILED stops every re-run, names the
+// refused outcome and the database's reason in last_error, and waits for
+// an operator: fix the cause, then replay (the handler may run again) or
+// skip. Only a refused release (of an event that never ran) and a
+// fallback write that fails too leave the lease to expire as before.
 // A write whose reply was lost is retried, and when it finds its rows no
 // longer held it reads them back: an outcome the row shows was recorded
 // under its claim's token (the row's outcome_token, which later claims do
@@ -144,8 +166,13 @@
 //
 // Start runs the start-up checks and returns their error, if any, before
 // anything is dispatched: the table exists, its schema matches what this
-// version needs (migrations.Verify, unless Config.SkipVerify), and in
-// WakeupRequired mode notifications arrive. It then dispatches in the
+// version needs (migrations.Verify, unless Config.SkipVerify), the role
+// holds the privileges the configuration needs (SELECT, UPDATE, and
+// DELETE for DeleteSent and retention: ErrMissingPrivilege), its
+// transactions start at READ COMMITTED, the isolation every statement is
+// designed for (ErrIsolation: a SERIALIZABLE default made claims and
+// completions fail with serialization errors), and in WakeupRequired mode
+// notifications arrive. It then dispatches in the
 // background until its context ends or Stop is called. Run does the same
 // and blocks until the end. A dispatcher runs once: Start or Run on one
 // that is starting or running returns ErrRunning, on one that is stopping
@@ -174,10 +201,10 @@
 // Writing the outcomes may take a bounded while past DrainTimeout. A write
 // that fails is retried after 100ms, then after waits doubling up to 2s.
 // An outcome the database refuses five times (an SQL error such as a
-// trigger's exception, a constraint or a missing privilege) is let go with
-// an ERROR log and an OnError error matching outbox.ErrOutcomeRefused: the
-// other outcomes of the same write are recorded, and the event's lease
-// expires for recovery. Any other outcome is let go after 20 failed
+// trigger's exception, a constraint or a missing privilege) is recorded
+// FAILED with code outcome_refused (see Writes that fail), with an ERROR
+// log and an OnError error matching outbox.ErrOutcomeRefused: the other
+// outcomes of the same write are recorded. Any other outcome is let go after 20 failed
 // writes, or at the first failure past its local deadline (the third, when
 // an earlier write of it may have taken effect: only reading the row back
 // can tell, and the retry does). Each write is

@@ -37,3 +37,8 @@ func SetCircuitHook(c *Config, f func(CircuitState)) { c.onCircuit = f }
 // SetClaimHook makes the dispatcher built from c call f after each claim
 // that took events, before it dispatches them, with the claimed events.
 func SetClaimHook(c *Config, f func(events []outbox.Event)) { c.onClaimed = f }
+
+// SetRecoverHook makes the dispatcher built from c call f after each
+// recovery pass with the poll cycle's number, the recovery statements it
+// ran and the rows they returned (PENDING or FAILED).
+func SetRecoverHook(c *Config, f func(poll uint64, statements, rows int)) { c.onRecoverPass = f }

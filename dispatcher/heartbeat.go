@@ -20,6 +20,7 @@ type heartbeat struct {
 	store       *lease.Store
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
+	refSize     *claimSize  // see Dispatcher.refSize
 	report      *reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
@@ -28,7 +29,7 @@ type heartbeat struct {
 
 func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
 	return &heartbeat{
-		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites,
+		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites, refSize: &d.refSize,
 		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration, busyRetry: busyRetry,
 	}
 }
@@ -71,8 +72,9 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 	}
 }
 
-// renew renews items in one round trip and returns those whose rows were
-// busy.
+// renew renews items in one round trip (more when a statement timeout
+// makes it shrink its statements, see writeRefs) and returns those whose
+// rows were busy.
 func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	refs := make([]lease.Ref, len(items))
 	for i, it := range items {
@@ -80,10 +82,13 @@ func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, opTimeout(h.lease))
 	defer cancel()
-	sentAt := h.now()
-	h.leaseWrites.Lock()
-	res, err := h.store.Renew(ctx, h.pool, refs, h.lease)
-	h.leaseWrites.Unlock()
+	var sentAt time.Time
+	res, err := writeRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
+		sentAt = h.now()
+		return h.store.RenewIn(ctx, h.pool, refs, h.lease, per)
+	}, func(err error) {
+		h.report.reportError("lease renewal ran out of time; renewing in smaller statements", err)
+	})
 	if err != nil {
 		return nil, err
 	}

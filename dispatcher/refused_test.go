@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -41,8 +39,8 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events
 // One outcome the database refuses (a trigger raises for one event) does
 // not hold up the others written in the same statement: the write is split
 // until the refusal is narrowed down to that event, the others end SENT,
-// and the refused one is retried with backoff, then let go with an ERROR
-// log and outbox.ErrOutcomeRefused, its lease left to expire for recovery.
+// and the refused one is retried with backoff, then recorded FAILED with
+// code outcome_refused (an ERROR log and outbox.ErrOutcomeRefused).
 // Stop, called while it is still retried, returns once it is let go.
 func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	t.Parallel()
@@ -106,14 +104,15 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	})
 	stopCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	require.NoError(t, d.Stop(stopCtx), "Stop returns once the refused outcome is let go")
+	require.NoError(t, d.Stop(stopCtx), "Stop returns once the refused outcome is recorded")
 
 	for _, id := range append([]uuid.UUID{gate}, ids...) {
 		if id != poison {
 			require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, id))
 		}
 	}
-	require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, poison), "left for its lease to expire")
+	require.Equal(t, row{Status: outbox.StatusFailed, Code: string(outbox.CodeOutcomeRefused)}, readRow(t, db, poison),
+		"recorded FAILED outcome_refused, spending no attempt, rather than left for its lease to expire")
 	refused := errs.matching(outbox.ErrOutcomeRefused)
 	require.Len(t, refused, 1)
 	require.ErrorContains(t, refused[0], poison.String())
@@ -147,37 +146,106 @@ GRANT SELECT ON %[1]s.outbox_events_schema_version TO %[2]s`, pgx.Identifier{db.
 	return openPool(t, cfg)
 }
 
-// With DeleteSent and a role that may not DELETE, the database refuses
-// every success. The dispatcher lets go of the events after a bounded
-// number of tries, each reported as outbox.ErrOutcomeRefused with an
-// ERROR log, and Stop returns.
-func TestStopEndsWhenDeleteIsRefused(t *testing.T) {
+// With DeleteSent and a role that may not DELETE, Start refuses, naming
+// the privilege, the table and what needs it: the database would refuse
+// every success, and each event would run again once its lease expired
+// (up to three times in 12s before this check), ending FAILED with a
+// misleading worker_lost. Retention needs DELETE too; a dispatcher that
+// deletes nothing (KeepSent, no RetainFailed) starts without it.
+func TestStartRefusesWithoutDelete(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	ids := insertEvents(t, db, "x", 2)
-	errs, logs := &errorLog{}, &logRecorder{}
+	pool := poolWithoutDelete(t, db)
+	for _, tc := range []struct {
+		name      string
+		configure func(*dispatcher.Config)
+		needs     string
+	}{
+		{"DeleteSent", func(c *dispatcher.Config) { c.DeleteSent = true }, "DeleteSent"},
+		{"RetainSent", func(*dispatcher.Config) {}, "RetainSent"},
+		{"RetainFailed", func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, "RetainFailed"},
+	} {
+		cfg := baseConfig(db)
+		tc.configure(&cfg)
+		d, err := dispatcher.New(pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+		err = d.Start(context.Background())
+		require.ErrorIs(t, err, dispatcher.ErrMissingPrivilege, tc.name)
+		var pe *dispatcher.PrivilegeError
+		require.ErrorAs(t, err, &pe, tc.name)
+		require.Equal(t, "DELETE", pe.Privilege, tc.name)
+		require.Contains(t, pe.Table, "outbox_events", tc.name)
+		require.Contains(t, err.Error(), tc.needs, tc.name)
+	}
+
 	cfg := baseConfig(db)
-	cfg.DeleteSent = true
-	cfg.OnError = errs.add
-	cfg.Logger = slog.New(logs)
-	d, err := dispatcher.New(poolWithoutDelete(t, db), cfg)
+	cfg.KeepSent = true
+	d, err := dispatcher.New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "a refused delete", func() bool {
-		return len(errs.filter(func(err error) bool {
-			var pgErr *pgconn.PgError
-			return errors.As(err, &pgErr) && pgErr.Code == "42501" // insufficient_privilege
-		})) > 0
-	})
+	runDispatcher(t, d) // deletes nothing: needs no DELETE
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx), "Stop returns once the refused outcomes are let go")
-	require.Len(t, errs.matching(outbox.ErrOutcomeRefused), len(ids))
-	for _, id := range ids {
-		require.Equal(t, 1, logs.count(slog.LevelError, "event_id", id.String()), "an ERROR log names the event")
-		require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, id), "left for its lease to expire")
-	}
-	require.Zero(t, d.Stats().Sent)
+// An outcome the database keeps refusing (a trigger refuses the success
+// of one event) never turns into a re-run: the event is recorded FAILED
+// with code outcome_refused, and recovery passes well after its lease
+// would have expired find nothing to take back. Before, the refused
+// outcome was let go, the lease expired, and the event ran again (up to
+// three times in 12s), ending FAILED with a misleading worker_lost.
+func TestRefusedOutcomeIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	refuseOutcomeOf(t, db, id)
+
+	var mu sync.Mutex
+	var passesAfter []time.Time // when recovery passes ran
+	outcomes, calls := &outcomeLog{}, newCallLog()
+	cfg := baseConfig(db)
+	cfg.LeaseDuration = time.Second
+	cfg.RecoverEvery = 1
+	cfg.OnOutcome = outcomes.add
+	dispatcher.SetRecoverHook(&cfg, func(uint64, int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		passesAfter = append(passesAfter, time.Now())
+	})
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+		calls.enter(e.ID)
+		calls.exit(e.ID)
+		return nil
+	}))
+	runDispatcher(t, d)
+
+	waitFor(t, time.Minute, "the refused outcome given up", func() bool {
+		return len(outcomes.of(id)) > 0 || calls.count(id) > 1
+	})
+	givenUp := time.Now()
+	// A re-run needs the lease to expire and a recovery pass after that:
+	// wait for two passes that began a lease duration and more later.
+	waitFor(t, time.Minute, "two recovery passes after the lease would have expired", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, at := range passesAfter {
+			if at.After(givenUp.Add(2 * cfg.LeaseDuration)) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	require.Equal(t, 1, calls.count(id), "the handler ran once")
+	got := outcomes.of(id)
+	require.Len(t, got, 1)
+	require.Equal(t, outbox.StatusFailed, got[0].Status)
+	require.Equal(t, outbox.CodeOutcomeRefused, got[0].Code)
+	require.ErrorIs(t, got[0].Err, outbox.ErrOutcomeRefused)
+	require.Equal(t, row{Status: outbox.StatusFailed, Code: string(outbox.CodeOutcomeRefused)}, readRow(t, db, id))
+	var lastError string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_events WHERE id = $1`, id).Scan(&lastError))
+	require.Contains(t, lastError, "refused to record SENT")
+	require.Contains(t, lastError, "the test trigger refuses")
 }

@@ -190,9 +190,10 @@ func notMade(err error) bool {
 
 // checkTable fails fast when the outbox table or its schema is missing,
 // when the schema does not match what this version needs (Verify, unless
-// SkipVerify), or when the table lacks a column this version uses (a
-// migration not yet run), rather than logging the same claim error every
-// poll.
+// SkipVerify), when the table lacks a column this version uses (a
+// migration not yet run), or when the role lacks a privilege the
+// configuration needs or its transactions do not start at READ COMMITTED
+// (checkAccess), rather than logging the same claim error every poll.
 func (d *Dispatcher) checkTable(ctx context.Context) error {
 	names, err := sqlname.For(d.cfg.Table)
 	if err != nil {
@@ -217,6 +218,9 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	// must never stop progress), and a missing column shows in the
 	// claims' errors instead.
 	if err := d.store.CheckColumns(ctx, d.pool); err != nil && !(ranOutOfTime(err) && ctx.Err() == nil) {
+		return err
+	}
+	if err := d.checkAccess(ctx); err != nil {
 		return err
 	}
 	if timedOut { // once more, with a fresh timeout

@@ -219,9 +219,9 @@ func (d *Dispatcher) markOnce() (again bool) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	d.leaseWrites.Lock()
-	res, err := d.store.Start(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce)
-	d.leaseWrites.Unlock()
+	res, err := writeRefs(&d.leaseWrites, &d.refSize, len(refs), func(per int) (lease.RefResult, error) {
+		return d.store.StartIn(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce, per)
+	}, func(err error) { d.reportError("start marks ran out of time; marking in smaller statements", err) })
 	if err != nil {
 		d.reportError("start marks failed, will retry", err)
 		res = lease.RefResult{Busy: refs}

@@ -34,7 +34,9 @@ type Roles struct {
 	// its retention job (on by default: dispatcher.Config.RetainSent and
 	// RetainFailed) and to delete the events it sent
 	// (dispatcher.Config.DeleteSent). Leave it false only for dispatchers
-	// run with KeepSent, no RetainFailed and no DeleteSent.
+	// run with KeepSent, no RetainFailed and no DeleteSent: dispatcher.Start
+	// refuses a configuration that needs DELETE without it
+	// (dispatcher.ErrMissingPrivilege).
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
 	// inspect, replay, purge, version, verify): USAGE on the schema,

@@ -43,4 +43,12 @@ const (
 	// (dispatcher.Config.MaxSnoozes). The event goes to FAILED; a replay
 	// resets its snoozes.
 	CodeSnoozeLimit Code = "snooze_limit"
+	// CodeOutcomeRefused: the database kept refusing to record the
+	// event's outcome (a trigger's exception, a constraint, a missing
+	// privilege), so the dispatcher recorded it FAILED instead, without
+	// spending an attempt, rather than let its lease expire and run it
+	// again. last_error names the outcome that was refused and why; the
+	// handler or publish may have succeeded. Fix the cause before a
+	// replay.
+	CodeOutcomeRefused Code = "outcome_refused"
 )

@@ -15,7 +15,7 @@ import (
 var knownCodes = []outbox.Code{
 	outbox.CodeHandlerError, outbox.CodePublishError, outbox.CodeTimeout, outbox.CodeNoHandler,
 	outbox.CodeWorkerLost, outbox.CodeLockLost, outbox.CodePanic, outbox.CodeInvalidEvent,
-	outbox.CodeSnoozeLimit,
+	outbox.CodeSnoozeLimit, outbox.CodeOutcomeRefused,
 }
 
 // parseCode reads a -code flag in any case: "" (no filter) or one of

@@ -318,10 +318,18 @@ type RefResult struct {
 // that moment are reported Busy. A row is renewed only while its lease has
 // not passed (database clock).
 func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duration) (RefResult, error) {
+	return s.RenewIn(ctx, db, refs, lease, MaxRefsPerStatement)
+}
+
+// RenewIn is Renew in statements of at most per refs (1 to
+// MaxRefsPerStatement), still in one round trip and one transaction: a
+// statement the server ends (statement_timeout) rolls back the others, and
+// smaller statements may fit where the full ones did not.
+func (s *Store) RenewIn(ctx context.Context, db DB, refs []Ref, lease time.Duration, per int) (RefResult, error) {
 	if lease < time.Millisecond {
 		return RefResult{}, fmt.Errorf("%w: renew needs a lease >= 1ms", outbox.ErrInvalidConfig)
 	}
-	res, err := s.changeRefs(ctx, db, customPlans, s.sql.renew, refs, micros(lease))
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.renew, refs, per, micros(lease))
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: renew: %w", err)
 	}
@@ -337,11 +345,16 @@ func (s *Store) Renew(ctx context.Context, db DB, refs []Ref, lease time.Duratio
 // a server crash costs a recovery charge, never a second delivery that
 // at-most-once forbids.
 func (s *Store) Start(ctx context.Context, db DB, refs []Ref, lazy bool) (RefResult, error) {
+	return s.StartIn(ctx, db, refs, lazy, MaxRefsPerStatement)
+}
+
+// StartIn is Start in statements of at most per refs (see RenewIn).
+func (s *Store) StartIn(ctx context.Context, db DB, refs []Ref, lazy bool, per int) (RefResult, error) {
 	settings := customPlans
 	if lazy {
 		settings = lazyStart
 	}
-	res, err := s.changeRefs(ctx, db, settings, s.sql.start, refs)
+	res, err := s.changeRefs(ctx, db, settings, s.sql.start, refs, per)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: start: %w", err)
 	}
@@ -361,15 +374,18 @@ func (s *Store) Start(ctx context.Context, db DB, refs []Ref, lazy bool) (RefRes
 // to the batch's transaction.
 const lazyStart = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('synchronous_commit', 'off', true)`
 
-// changeRefs runs one lockedRefs statement per MaxRefsPerStatement refs,
-// all in one round trip under settings (see queryBatchUnder), and gathers
-// their results.
-func (s *Store) changeRefs(ctx context.Context, db DB, settings, sql string, refs []Ref, args ...any) (res RefResult, err error) {
+// changeRefs runs one lockedRefs statement per per refs (at most
+// MaxRefsPerStatement), all in one round trip under settings (see
+// queryBatchUnder), and gathers their results.
+func (s *Store) changeRefs(ctx context.Context, db DB, settings, sql string, refs []Ref, per int, args ...any) (res RefResult, err error) {
+	if per < 1 || per > MaxRefsPerStatement {
+		return RefResult{}, fmt.Errorf("%w: refs per statement must be between 1 and %d", outbox.ErrInvalidConfig, MaxRefsPerStatement)
+	}
 	if len(refs) == 0 {
 		return RefResult{}, nil
 	}
 	batch := &pgx.Batch{}
-	for chunk := range slices.Chunk(refs, MaxRefsPerStatement) {
+	for chunk := range slices.Chunk(refs, per) {
 		ids, tokens := make(pguuid.Array, len(chunk)), make(pguuid.Array, len(chunk))
 		for i, r := range chunk {
 			ids[i], tokens[i] = pguuid.Of(r.ID), pguuid.Of(r.Token)
@@ -509,7 +525,7 @@ func queryTyped(ctx context.Context, db DB, each func(rows pgx.Rows) error, sql 
 // for a row lock; rows locked elsewhere are reported Busy and left to
 // expire and be recovered.
 func (s *Store) Release(ctx context.Context, db DB, refs []Ref) (RefResult, error) {
-	res, err := s.changeRefs(ctx, db, customPlans, s.sql.release, refs)
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.release, refs, MaxRefsPerStatement)
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: release: %w", err)
 	}
@@ -530,7 +546,7 @@ func (s *Store) ReleaseLater(ctx context.Context, db DB, refs []Ref, minDelay, m
 	if minDelay < 0 || maxDelay < minDelay {
 		return RefResult{}, fmt.Errorf("%w: release later needs 0 <= min <= max", outbox.ErrInvalidConfig)
 	}
-	res, err := s.changeRefs(ctx, db, customPlans, s.sql.releaseLater, refs, micros(minDelay), micros(maxDelay))
+	res, err := s.changeRefs(ctx, db, customPlans, s.sql.releaseLater, refs, MaxRefsPerStatement, micros(minDelay), micros(maxDelay))
 	if err != nil {
 		return RefResult{}, fmt.Errorf("pgoutbox: release later: %w", err)
 	}

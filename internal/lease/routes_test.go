@@ -65,6 +65,9 @@ func TestExecModes(t *testing.T) {
 		res, err = e.store.Renew(ctx, pool, refs, time.Hour)
 		require.NoError(t, err)
 		require.ElementsMatch(t, refs, res.Done)
+		res, err = e.store.RenewIn(ctx, pool, refs, time.Hour, 1) // a statement per row, in one round trip
+		require.NoError(t, err)
+		require.ElementsMatch(t, refs, res.Done)
 
 		res, err = e.store.Release(ctx, pool, refs[3:])
 		require.NoError(t, err)
@@ -93,12 +96,23 @@ func TestExecModes(t *testing.T) {
 		require.Equal(t, []uuid.UUID{ids[0]}, out.Sent)
 		require.Equal(t, done.Retried, out.Retried)
 
+		again, err := e.store.Claim(ctx, pool, lease.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, ids[3:4], batchIDs(again))
+		recorded, err := e.store.Refused(ctx, pool, again.Refs()[0], "refused")
+		require.NoError(t, err)
+		require.True(t, recorded)
+
+		access, err := e.store.Access(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, lease.Access{Select: true, Update: true, Delete: true, Isolation: "read committed"}, access)
+
 		rec, err := e.store.Recover(ctx, pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 3})
 		require.NoError(t, err)
 		require.Equal(t, expired, rec.Pending)
 
 		require.Equal(t, "PENDING", get(t, e.db.Pool, late[0]).Status)
-		for status, n := range map[string]int{"PENDING": 4, "PROCESSING": 0, "SENT": 1, "FAILED": 1} {
+		for status, n := range map[string]int{"PENDING": 3, "PROCESSING": 0, "SENT": 1, "FAILED": 2} {
 			require.Equal(t, n, countStatus(t, e.db.Pool, status), status)
 		}
 	})

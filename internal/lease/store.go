@@ -74,3 +74,39 @@ func (s *Store) Table() outbox.Table { return s.table }
 
 // micros converts a duration to whole microseconds for the database.
 func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// Access is what the connected role may do on the table, and the
+// isolation level its transactions start at.
+type Access struct {
+	// Select and Update are true when the role holds the privilege on
+	// the table or on at least one of its columns; Delete when it holds
+	// DELETE on the table.
+	Select, Update, Delete bool
+	// Isolation is the level a transaction of this connection starts at
+	// (default_transaction_isolation, as the server, database, role or
+	// connection set it): "read committed", "repeatable read",
+	// "serializable" or "read uncommitted".
+	Isolation string
+}
+
+// Access reads the connected role's privileges on the table and the
+// isolation its transactions start at. It reads no row. SELECT and UPDATE
+// count when granted on the table or on some of its columns (a grant of
+// UPDATE on the columns the dispatcher writes is enough; a missing column
+// shows in the statements' errors).
+func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
+	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'SELECT'), has_any_column_privilege($1::text, 'UPDATE'),
+		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`, s.qualified)
+	if err != nil {
+		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
+	}
+	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Access, error) {
+		var a Access
+		err := row.Scan(&a.Select, &a.Update, &a.Delete, &a.Isolation)
+		return a, err
+	})
+	if err != nil {
+		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
+	}
+	return a, nil
+}

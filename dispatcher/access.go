@@ -1,0 +1,79 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+)
+
+// ErrMissingPrivilege is matched by the error Start returns when the
+// dispatcher's role lacks a privilege on the outbox table that its
+// configuration needs (the error is a *PrivilegeError).
+var ErrMissingPrivilege = errors.New("pgoutbox: missing privilege")
+
+// ErrIsolation is matched by the error Start returns when the
+// dispatcher's connections start their transactions at an isolation
+// level other than READ COMMITTED (default_transaction_isolation set on
+// the server, database, role or connection). The dispatcher's statements
+// are designed for READ COMMITTED: under SERIALIZABLE a share of its
+// claims and completions fail with serialization errors (40001), and
+// under REPEATABLE READ a claim can miss rows committed while it runs.
+var ErrIsolation = errors.New("pgoutbox: transactions do not start at read committed")
+
+// PrivilegeError names a privilege on the outbox table that the
+// dispatcher's role lacks and what in its configuration needs it. It
+// matches ErrMissingPrivilege.
+type PrivilegeError struct {
+	// Privilege is SELECT, UPDATE or DELETE.
+	Privilege string
+	// Table is the outbox table, schema-qualified.
+	Table string
+	// NeededFor says what needs it ("claiming and recording outcomes",
+	// "DeleteSent", "retention").
+	NeededFor string
+}
+
+func (e *PrivilegeError) Error() string {
+	return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on table %s, needed for %s (GRANT %s ON %s TO the role; see migrations.RenderGrants)",
+		e.Privilege, e.Table, e.NeededFor, e.Privilege, e.Table)
+}
+
+// Is makes a *PrivilegeError match ErrMissingPrivilege.
+func (e *PrivilegeError) Is(target error) bool { return target == ErrMissingPrivilege }
+
+// checkAccess refuses a start whose role lacks a privilege the
+// configuration needs, or whose transactions do not start at READ
+// COMMITTED. A check that runs out of time is skipped: statement timeouts
+// must never stop progress, and the claims' errors then say the same.
+func (d *Dispatcher) checkAccess(ctx context.Context) error {
+	a, err := d.store.Access(ctx, d.pool)
+	if err != nil {
+		if ranOutOfTime(err) && ctx.Err() == nil {
+			return nil
+		}
+		return errtext.Wrap(err, "dispatcher: check access")
+	}
+	table := d.cfg.Table.String()
+	for _, p := range []struct {
+		have            bool
+		privilege, need string
+	}{
+		{a.Select, "SELECT", "claiming and recording outcomes"},
+		{a.Update, "UPDATE", "claiming and recording outcomes"},
+		{a.Delete || !d.cfg.DeleteSent, "DELETE", "DeleteSent (deleting each event once sent)"},
+		{a.Delete || d.cfg.KeepSent, "DELETE", "retention of SENT rows (RetainSent; set KeepSent to keep them)"},
+		{a.Delete || d.cfg.RetainFailed == 0, "DELETE", "retention of FAILED rows (RetainFailed)"},
+	} {
+		if !p.have {
+			return &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
+		}
+	}
+	if a.Isolation != "read committed" {
+		return errtext.WrapHint(ErrIsolation,
+			"set default_transaction_isolation = 'read committed' for the dispatcher's role (ALTER ROLE … SET) or connection",
+			"dispatcher: its connections start transactions at %s", a.Isolation)
+	}
+	return nil
+}

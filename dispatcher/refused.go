@@ -1,0 +1,60 @@
+package dispatcher
+
+import (
+	"fmt"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// recordRefused records an event whose outcome the database refused
+// maxRefusals times as FAILED with code outcome_refused, in a write that
+// can succeed where the outcome's did not (see lease.Store.Refused), and
+// reports it. It reports whether it did; when it did not (a release, which
+// ran nothing; or this write failed too, or the lease is gone), the event
+// is let go as before and its lease expires for recovery. Letting a
+// refused outcome expire ran the event again (DeleteSent without the
+// DELETE privilege: up to three times in 12s), ending FAILED with a
+// misleading worker_lost.
+func (c *completer) recordRefused(it *item, err error) bool {
+	if it.result.release || it.refusals < maxRefusals {
+		return false
+	}
+	ctx, cancel := c.opContext()
+	defer cancel()
+	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals, errorText(err))
+	ok, werr := c.store.Refused(ctx, c.pool, it.ref(), msg)
+	if werr != nil || !ok {
+		return false
+	}
+	o := outcomeOf(it, outbox.StatusFailed)
+	o.Code, o.Err = outbox.CodeOutcomeRefused, errtext.WrapAs(outbox.ErrOutcomeRefused, err, "event %s", it.event.ID)
+	r := c.report
+	r.stats.failed.Add(1)
+	r.stats.errors.Add(1)
+	r.metrics.failedOne(o)
+	r.logger.Error("pgoutbox: the database kept refusing an outcome; recorded FAILED with code outcome_refused instead",
+		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(), "event_type", it.event.Type,
+		"refused", c.outcomeName(it), "refusals", it.refusals, "error", err)
+	if r.onError != nil {
+		r.onError(o.Err)
+	}
+	if r.onOutcome != nil {
+		r.onOutcome(c.ctx, o)
+	}
+	return true
+}
+
+// outcomeName says which outcome of it was refused, for the row's
+// last_error and the log.
+func (c *completer) outcomeName(it *item) string {
+	switch {
+	case it.result.err == nil && c.cfg.DeleteSent:
+		return "SENT (a DELETE, DeleteSent)"
+	case it.result.err == nil:
+		return "SENT"
+	case it.result.snooze:
+		return "a snooze"
+	}
+	return "a failure (" + string(it.result.code) + ")"
+}
