@@ -103,7 +103,8 @@ type poller struct {
 	// RecoverBatchSize.
 	recoverLimit int
 	// recoverBacklog is set when the last recovery pass ended with a full
-	// statement: expired leases remain, and the next poll recovers again.
+	// statement: expired leases remain, and the next poll, recoverGap
+	// later, recovers again.
 	recoverBacklog bool
 }
 
@@ -135,7 +136,13 @@ func (p *poller) next(wakeups bool, claimed uint64) {
 		p.interval = p.cfg.PollInterval
 	}
 	p.lastClaimed = claimed
-	p.poll.Reset(p.interval)
+	wait := p.interval
+	if p.recoverBacklog {
+		// Expired leases remain: recover again soon, leaving the
+		// coordinator free for claims and wake-ups in between.
+		wait = min(wait, p.cfg.recoverGap())
+	}
+	p.poll.Reset(wait)
 }
 
 // unstretch brings a stretched poll back to PollInterval once claims find
@@ -237,13 +244,19 @@ const maxRecoverTries = 4
 // coordinator claims between passes. Measured with the dispatcher's clock.
 func (c Config) recoverBudget() time.Duration { return c.PollInterval / 2 }
 
+// recoverGap is how soon the next poll comes after a recovery pass that
+// left expired leases behind: a fifth of a pass's budget, so that a mass
+// crash's leases come back in about recoverBudget/(recoverBudget+gap) of
+// the time, while claims and wake-ups still run between passes.
+func (c Config) recoverGap() time.Duration { return c.recoverBudget() / 5 }
+
 // recoverLeases runs one recovery pass. It keeps recovering while
 // statements come back full (a mass crash leaves many expired leases),
 // until the pass has run recoverBudget, and tries again at once with half
 // the limit when a statement runs out of time (a statement_timeout
 // shorter than a recovery of limit rows takes). When the pass ends with a
 // full statement, expired leases remain: p.recoverBacklog makes the next
-// poll recover again.
+// poll come after recoverGap, not a whole interval, and recover again.
 func (d *Dispatcher) recoverLeases(ctx context.Context, p *poller, poll uint64) {
 	start := d.cfg.now()
 	statements, rows, timeouts := 0, 0, 0

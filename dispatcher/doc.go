@@ -122,10 +122,11 @@
 // (a crashed or partitioned worker) to PENDING without spending retry
 // budget, RecoverBatchSize rows per statement. A pass keeps going while
 // its statements come back full, for up to half a PollInterval (the
-// dispatcher's clock); while expired leases remain, the next poll runs
-// another pass, so claims run in between and a mass crash's leases come
-// back at the statement's speed. Only an event whose attempt had started counts a recovery,
-// and one recovered more than MaxRecoveries times becomes FAILED with
+// dispatcher's clock); while expired leases remain, the next poll comes a
+// tenth of a PollInterval later and runs another pass, so claims run in
+// between and a mass crash's leases come back at nearly the statement's
+// speed. Only an event whose attempt had started counts a recovery, and
+// one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
 // handler or publish starts (see start.go), so the events a dying worker
 // had claimed ahead come back as they were. An event recovered before (a
