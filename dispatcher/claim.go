@@ -181,7 +181,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	starts, slots := d.startsFor(limit)
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
-		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey,
+		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
 	})
 	d.health.claimed(err)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,6 +62,7 @@ type Dispatcher struct {
 	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
 	turns          turns         // batches in claim order, with Concurrency 1 (see claimorder.go)
 	stopCh         chan struct{} // Stop was called
+	hardStopped    atomic.Bool   // the drain timed out and cancelled the calls still running
 	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
 	stopOnce       sync.Once
 
@@ -233,6 +235,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
 	s := d.stats.snapshot(d.held.len())
+	s.Overrunning, _ = d.held.overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
@@ -390,7 +393,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	case <-d.done:
 		return d.Err()
 	case <-ctx.Done():
-		return ctx.Err()
+		return d.stopCutShort(ctx)
 	}
 }
 

@@ -280,9 +280,11 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 		return nil
 	case <-timer.C:
 	}
+	err := d.drainTimedOut()
+	d.hardStopped.Store(true)
 	hardStop(errHardStop)
 	<-idle
-	return ErrDrainTimeout
+	return err
 }
 
 // releaseUnstarted returns the held events whose handler never started to
