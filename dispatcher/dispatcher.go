@@ -19,7 +19,9 @@ import (
 
 // ErrDrainTimeout is returned by Run and Stop (and Err) when in-flight handlers did
 // not finish within Config.DrainTimeout and had their contexts cancelled.
-// Their events were released or recorded as usual; nothing is lost.
+// Their events were released or recorded as usual; nothing is lost. The
+// error returned is a *DrainTimeoutError naming the events still running
+// then; match it with errors.Is.
 var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight handlers were cancelled")
 
 // errHardStop is the cancel cause of handler contexts after the drain
@@ -378,7 +380,9 @@ func (d *Dispatcher) setState(s State) {
 
 // Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
 // for it to end; it then returns the result of dispatching (nil, or
-// ErrDrainTimeout), or ctx's error if ctx ended first. It may be called
+// ErrDrainTimeout), or ctx's error if ctx ended first, naming the handler
+// and publish calls still running (wrapping a *DrainTimeoutError once the
+// drain timed out). It may be called
 // any number of times, from any goroutine, before or after Start or Run:
 // before, it stops the dispatcher (Start then returns ErrStopped, and Run
 // nil: a clean stop).

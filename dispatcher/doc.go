@@ -103,8 +103,12 @@
 // Either way OnError receives an error matching outbox.ErrLockLost and
 // OnOutcome is not called.
 //
-// A handler that ignores its context keeps running; the dispatcher waits for
-// it (renewing its lease) rather than start the event again beside it.
+// A handler (or publish) that ignores its cancelled context keeps running:
+// past its timeout it is logged at WARN, counted (Stats.Overruns,
+// Health.Overrunning) and no longer renewed, and while it runs this
+// dispatcher's claims leave its event out, so that another replica
+// delivers it within about HandlerTimeout + LeaseDuration + a recovery
+// cycle; its late outcome is fenced off (see overrun.go).
 //
 // # Recovery
 //
@@ -191,6 +195,7 @@
 //	held.go        the held set: every event held and every change of its state,
 //	               under its own lock (the lock order is documented there)
 //	heartbeat.go   the heartbeat: renews every held lease
+//	overrun.go     calls running past their timeout: WARN, counts, no renewal
 //	run.go         dispatching: the start-up checks, start the services, coordinate, drain
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      counters, logs, OnError and OnOutcome calls
