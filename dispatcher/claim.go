@@ -156,11 +156,15 @@ func (c *claims) wait() {
 // dispatcher claims in batches rather than one row at a time). The
 // dispatcher holds at most Concurrency + Claimers × BatchSize events:
 // batches are claimed ahead while Concurrency handlers run, so that
-// claiming and dispatching overlap.
+// claiming and dispatching overlap. Suspects waiting for their turn, up to
+// suspectsAhead of them, take no room (see suspect.go).
 func (d *Dispatcher) claimLimit(reserved int) int {
-	held, stopping := d.held.room()
+	held, suspects, stopping := d.held.room()
 	if stopping {
 		return 0
+	}
+	if d.cfg.Ordering != PerKey {
+		held -= min(suspects, d.suspectsAhead()) // they wait for the suspect turn without a slot (see suspect.go)
 	}
 	used := held + reserved
 	free := d.cfg.Concurrency + d.cfg.Claimers*d.cfg.BatchSize - used
@@ -182,6 +186,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
+		SkipSuspects: d.suspectsHeldEnough(),
 	})
 	d.health.claimed(err)
 	if err != nil {

@@ -92,7 +92,8 @@ type Config struct {
 	BatchSize int
 	// Concurrency is the most handler calls at once. The dispatcher holds
 	// at most Concurrency + Claimers × BatchSize events (claimed and not
-	// yet completed): batches are claimed ahead while handlers run, so
+	// yet completed; a BatchSize more while suspects wait for their turn,
+	// see docs/dispatcher.md): batches are claimed ahead while handlers run, so
 	// that claiming and dispatching overlap; events waiting for a handler
 	// slot keep their lease, and are released unstarted at stop. Defaults
 	// to 100; 1 to 100,000.

@@ -14,7 +14,9 @@
 //	                                             completer (one round trip per write)
 //	heartbeat (every LeaseDuration/3): renew every held lease in one round trip
 //
-// The dispatcher holds at most Concurrency + Claimers × BatchSize events:
+// The dispatcher holds at most Concurrency + Claimers × BatchSize events
+// (and, after a crash, up to a batch more suspects waiting for their turn,
+// see suspect.go):
 // while Concurrency handlers run, up to Claimers claims (two by default) run
 // at once on their own connections, and their batches wait for handler
 // slots, keeping their leases, so that claiming, dispatching and recording
@@ -121,7 +123,8 @@
 // had claimed ahead come back as they were. An event recovered before (a
 // suspect) is marked right before its handler, never by a claim, and runs
 // alone among suspects (see suspect.go), so that a poison event does not
-// take the events claimed with it down with it.
+// take the events claimed with it down with it; suspects waiting for
+// their turn do not hold up the events due behind them.
 //
 // # Writes that fail
 //

@@ -47,6 +47,10 @@ type heldSet struct {
 	toMark   []*item             // items waiting for the marker (see start.go)
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
+
+	// suspectsWaiting counts the held suspects that have not taken the
+	// suspect turn (see suspect.go).
+	suspectsWaiting int
 }
 
 func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
@@ -152,6 +156,9 @@ type item struct {
 	// behindCall: olderDone is the end of a call that was still running
 	// when this item was claimed. Set by add, read only after.
 	behindCall bool
+	// awaitsTurn: a suspect that has not taken the suspect turn yet.
+	// Guarded.
+	awaitsTurn bool
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -177,6 +184,10 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	for i, e := range b.Events {
 		it := &store[i]
 		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: i < len(b.Suspect) && b.Suspect[i]}
+		if it.suspect {
+			it.awaitsTurn = true
+			s.suspectsWaiting++
+		}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}
@@ -656,6 +667,7 @@ func (s *heldSet) removeLocked(it *item) {
 		return
 	}
 	delete(s.byRef, it.ref())
+	s.tookTurnLocked(it)
 	if s.latest[it.event.ID] == it {
 		delete(s.latest, it.event.ID)
 	}
@@ -704,12 +716,29 @@ func (s *heldSet) unstarted() []*item {
 	return items
 }
 
-// room is how many items are held, and whether the set is stopping (then
+// room is how many items are held, how many of them are suspects that
+// have not taken the suspect turn, and whether the set is stopping (then
 // nothing may be claimed).
-func (s *heldSet) room() (held int, stopping bool) {
+func (s *heldSet) room() (held, suspectsWaiting int, stopping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.byRef), s.stopping
+	return len(s.byRef), s.suspectsWaiting, s.stopping
+}
+
+// tookTurn notes that a suspect took the suspect turn.
+func (s *heldSet) tookTurn(it *item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tookTurnLocked(it)
+}
+
+// tookTurnLocked is tookTurn (or the suspect's removal) for a caller that
+// holds s.mu.
+func (s *heldSet) tookTurnLocked(it *item) {
+	if it.awaitsTurn {
+		it.awaitsTurn = false
+		s.suspectsWaiting--
+	}
 }
 
 // len is how many items are held.

@@ -236,7 +236,7 @@ func TestHeldSet(t *testing.T) {
 		idle := b.set.stop()
 		require.False(t, b.set.begin(items[1], 0))
 		require.Equal(t, []*item{items[1]}, b.set.unstarted())
-		_, stopping := b.set.room()
+		_, _, stopping := b.set.room()
 		require.True(t, stopping)
 		b.set.remove(items[1:])
 		require.False(t, received(idle))

@@ -171,6 +171,24 @@ func TestClaim(t *testing.T) {
 		}
 	})
 
+	t.Run("suspects are left for later claims", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		ids := insertDue(t, e.db.Pool, 3)
+		_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET recoveries = 1 WHERE id = $1`, ids[0])
+		require.NoError(t, err)
+		for _, types := range [][]string{nil, {"test.event"}} {
+			b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 2, Lease: time.Minute, Types: types, SkipSuspects: true})
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{ids[1], ids[2]}, batchIDs(b))
+			_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET status = 'PENDING', lock_token = NULL, started_at = NULL`)
+			require.NoError(t, err)
+		}
+		b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 2, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{ids[0], ids[1]}, batchIDs(b), "without SkipSuspects")
+	})
+
 	t.Run("limit bounds the batch", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)

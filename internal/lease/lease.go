@@ -64,6 +64,11 @@ type ClaimParams struct {
 	// claim cannot take one row of a key's run out of it: the caller
 	// releases such an event at once). A few ids; nil for none.
 	Skip []uuid.UUID
+	// SkipSuspects leaves suspects (rows recovered before, see
+	// Batch.Suspect) for later claims: the caller holds as many as it can
+	// run for now (they run one at a time), and other events must not wait
+	// behind them. Ignored with Ordered.
+	SkipSuspects bool
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
@@ -133,7 +138,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		args = append(args, p.Types)
 	}
 	if !p.Ordered {
-		args = append(args, pguuid.ArrayOf(p.Skip)) // never NULL: "id <> ALL (NULL)" is never true
+		args = append(args, pguuid.ArrayOf(p.Skip), p.SkipSuspects) // never NULL: "id <> ALL (NULL)" is never true
 	}
 	b := Batch{Token: token}
 	claimed := make([]claimedRow, 0, min(p.Limit, 1024)) // not BatchSize rows for every empty poll

@@ -147,13 +147,24 @@ const (
 )
 
 // allDue locks the due rows of every type, walking the due index from its
-// head, but for the ids of the uuid[] $skip (see ClaimParams.Skip).
+// head, but for those skip leaves out (see skipped).
 func allDue(t string, skip int) string {
 	return fmt.Sprintf(`SELECT id FROM %[1]s
-	WHERE status = 'PENDING' AND next_attempt_at <= now() AND id <> ALL ($%[2]d::uuid[])
+	WHERE status = 'PENDING' AND next_attempt_at <= now() AND %[2]s
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
-	FOR UPDATE SKIP LOCKED`, t, skip)
+	FOR UPDATE SKIP LOCKED`, t, skipped("", skip))
+}
+
+// skipped is the condition on the row named alias ("" for none) that
+// leaves out the ids of the uuid[] parameter $skip (ClaimParams.Skip) and,
+// when the bool parameter after it is true, suspects
+// (ClaimParams.SkipSuspects).
+func skipped(alias string, skip int) string {
+	if alias != "" {
+		alias += "."
+	}
+	return fmt.Sprintf(`%[1]sid <> ALL ($%[2]d::uuid[]) AND (%[1]srecoveries = 0 OR NOT $%[3]d::bool)`, alias, skip, skip+1)
 }
 
 // typeLegSlack is how many rows locked by other claimers one type's leg
@@ -201,23 +212,23 @@ func typeLegs(t string, n, param int, columns, due, limit string) string {
 // PENDING row, and a skipped row is taken by the next claim. A join on id instead read
 // the primary key for each row: 510 buffers for a claim of 100, against
 // 210. A backlog of other types is never read: each leg starts at its own
-// type in the type due index. The ids of the uuid[] $skip are left out
-// (see ClaimParams.Skip).
+// type in the type due index. What skip leaves out is not locked (see
+// skipped).
 func typedDue(t string, n, param, skip int) string {
 	return fmt.Sprintf(`SELECT o.id FROM (
 		%[2]s
 	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
-	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now() AND o.id <> ALL ($%[3]d::uuid[])
+	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now() AND %[3]s
 	ORDER BY c.next_attempt_at, c.seq
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`, ` AND next_attempt_at <= now()`,
-		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), skip)
+		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), skipped("o", skip))
 }
 
 // claimForms are the three forms of a claim from one source of due rows;
 // due gets the position of its type array parameter, for typedDue (the
 // claimSome form has one parameter more), and of the ids to skip, the
-// last parameter (after the types when typed).
+// last but one parameter (after the types when typed; see skipped).
 type claimForms struct{ none, all, some string }
 
 func buildClaims(t string, typed bool, due func(param, skip int) string) claimForms {
