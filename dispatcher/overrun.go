@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Overruns. A handler (or a publish) that runs past its timeout has had
@@ -54,9 +55,32 @@ func (d *Dispatcher) watchOverruns() {
 		}
 		d.cfg.Logger.Warn("pgoutbox: a "+c.phase+" is running past its timeout and ignores its cancelled context; "+
 			"its lease is no longer renewed, so that another replica delivers the event",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", c.id, "event_type", c.eventType,
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", c.id, "event_type", c.eventType, "call", c.phase,
 			"running", c.running.Round(time.Millisecond), "past_timeout", c.over.Round(time.Millisecond))
 	}
+}
+
+// observeOverruns registers the gauge of the calls running past their
+// timeout now (pgoutbox.handlers.overrunning), and returns its
+// unregistration.
+func (d *Dispatcher) observeOverruns() (unregister func()) {
+	meter := d.metrics.meter
+	gauge, err := meter.Int64ObservableGauge("pgoutbox.handlers.overrunning", metric.WithUnit("{call}"),
+		metric.WithDescription("Handler and publish calls running past their timeout now, ignoring their cancelled context"))
+	if err != nil {
+		d.reportError("overrun gauge not registered", fmt.Errorf("metrics: %w", err))
+		return func() {}
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		n, _ := d.held.overrunning(time.Now())
+		o.ObserveInt64(gauge, int64(n), d.metrics.table)
+		return nil
+	}, gauge)
+	if err != nil {
+		d.reportError("overrun gauge not registered", fmt.Errorf("metrics: %w", err))
+		return func() {}
+	}
+	return func() { _ = reg.Unregister() }
 }
 
 // overrunLimit is how many calls running past their timeout make Health

@@ -109,6 +109,8 @@ func TestOverrunIsLoggedCountedAndUnhealthy(t *testing.T) {
 	require.Equal(t, uint64(1), s.Overruns)
 	require.Equal(t, 1, s.Overrunning)
 	require.InDelta(t, 1, mp.Sum("pgoutbox.events.overrun"), 0)
+	require.NoError(t, mp.Collect(context.Background()))
+	require.InDelta(t, 1, mp.Sum("pgoutbox.handlers.overrunning"), 0)
 	h := d.Health()
 	require.Equal(t, 1, h.Overrunning)
 	require.Equal(t, 1, h.OverrunLimit)
@@ -121,8 +123,52 @@ func TestOverrunIsLoggedCountedAndUnhealthy(t *testing.T) {
 
 	release()
 	waitFor(t, 10*time.Second, "the call's end", func() bool { return d.Stats().Overrunning == 0 })
+	require.NoError(t, mp.Collect(context.Background()))
+	points := mp.Points("pgoutbox.handlers.overrunning")
+	require.Zero(t, points[len(points)-1].Value)
 	require.NoError(t, d.Health().Healthy(time.Hour))
 	require.Equal(t, uint64(1), d.Stats().Overruns)
+}
+
+// deafPublisher blocks in Publish, ignoring its context, until unblock
+// closes.
+type deafPublisher struct{ unblock chan struct{} }
+
+func (p deafPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	<-p.unblock
+	return make([]error, len(msgs))
+}
+
+// A publish that runs past PublishTimeout, ignoring its context, is an
+// overrun like a handler's: logged at WARN naming the call, counted, and
+// its event delivered by another replica (here after the publisher
+// returns: the stuck call's lease is no longer renewed, so the late
+// outcome is fenced out and the event runs again).
+func TestPublishOverrunIsLoggedAndNotRenewed(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertEvents(t, db, "x", 1)[0]
+	logs := &logRecorder{}
+	pub := deafPublisher{unblock: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(pub.unblock) })
+	cfg := baseConfig(db)
+	cfg.Logger, cfg.Publisher = slog.New(logs), pub
+	cfg.LeaseDuration, cfg.PublishTimeout, cfg.RecoverEvery = 1500*time.Millisecond, 50*time.Millisecond, 1
+	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	t.Cleanup(release)
+
+	waitFor(t, 30*time.Second, "the publish overrun's WARN", func() bool { return logs.count(slog.LevelWarn, "call", "publish") == 1 })
+	require.Equal(t, 1, logs.count(slog.LevelWarn, "event_id", id.String()))
+	require.Equal(t, uint64(1), d.Stats().Overruns)
+	require.Equal(t, 1, d.Stats().Overrunning)
+	waitFor(t, 30*time.Second, "the stuck publish's lease expired and recovered", func() bool { return d.Stats().Recovered == 1 })
+	require.Equal(t, uint64(1), d.Stats().Claimed, "its claims leave the event out while the publish runs")
+
+	release()
+	waitFor(t, 30*time.Second, "SENT by a later attempt", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	require.Equal(t, uint64(1), d.Stats().LockLost, "the late outcome was fenced out")
 }
 
 // When the drain times out, Run returns a DrainTimeoutError (matching

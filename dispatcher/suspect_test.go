@@ -174,6 +174,31 @@ func insertSuspects(tb testing.TB, db *testdb.DB, eventType string, n int) []uui
 	return ids
 }
 
+// TestInsertSuspectsCommitsSuspectsOnly: the helper's rows are suspects
+// from the moment they are visible, so that a dispatcher polling beside
+// it never claims one as an ordinary event. A trigger records what each
+// inserted row was when it was inserted. (Inserted first and marked
+// recovered by a second statement, the rows could be claimed in between:
+// TestStuckSuspectHoldsUpNoOtherEvent's waiting suspects then ran as
+// ordinary events and ended SENT instead of released, a flake under load.)
+func TestInsertSuspectsCommitsSuspectsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `
+CREATE TABLE inserted (recoveries int);
+CREATE FUNCTION note_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO inserted VALUES (NEW.recoveries); RETURN NEW; END $$;
+CREATE TRIGGER note_inserted AFTER INSERT ON outbox_events FOR EACH ROW EXECUTE FUNCTION note_inserted();`)
+	require.NoError(t, err)
+	insertSuspects(t, db, "t", 3)
+	rows, err := db.Pool.Query(ctx, `SELECT recoveries FROM inserted`)
+	require.NoError(t, err)
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1, 1}, inserted, "a row was visible as an ordinary event")
+}
+
 // TestSuspectsHoldUpNoOtherEvent: suspects run one at a time, but the
 // events due behind them do not wait for their drain: a dispatcher holds
 // a batch of suspects waiting for the turn beside its room for other
