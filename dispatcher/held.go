@@ -49,8 +49,9 @@ type heldSet struct {
 	idle     chan struct{}       // closed when the set empties while stopping
 
 	// suspectsWaiting counts the held suspects that have not taken the
-	// suspect turn (see suspect.go).
-	suspectsWaiting int
+	// suspect turn (see suspect.go), lostHeld the held items whose lease
+	// was lost (see stuck).
+	suspectsWaiting, lostHeld int
 }
 
 func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
@@ -530,6 +531,9 @@ func (s *heldSet) running(limit int) (calls []RunningEvent, n int) {
 func (s *heldSet) stuck() []uuid.UUID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.lostHeld == 0 {
+		return nil // the common case: no walk of the held set per claim
+	}
 	var ids []uuid.UUID
 	for ref, it := range s.byRef {
 		if it.lost {
@@ -622,6 +626,9 @@ func completerHolds(it *item) bool { return it.state == itemCompleting || it.may
 // is let go when its handler returns; a waiting outcome when the completer
 // picks it up. The caller holds s.mu.
 func (s *heldSet) loseLocked(it *item) {
+	if !it.lost && s.byRef[it.ref()] == it {
+		s.lostHeld++
+	}
 	it.lost = true
 	if it.cancel != nil {
 		it.cancel(outbox.ErrLockLost)
@@ -668,6 +675,9 @@ func (s *heldSet) removeLocked(it *item) {
 	}
 	delete(s.byRef, it.ref())
 	s.tookTurnLocked(it)
+	if it.lost {
+		s.lostHeld--
+	}
 	if s.latest[it.event.ID] == it {
 		delete(s.latest, it.event.ID)
 	}

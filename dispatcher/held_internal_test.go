@@ -189,6 +189,7 @@ func TestHeldSet(t *testing.T) {
 		require.True(t, b.set.finish(older, result{}), "its outcome is let go as lost")
 		require.True(t, received(newer.olderDone))
 		require.Empty(t, b.set.stuck())
+		require.Zero(t, b.set.lostHeld)
 	})
 
 	// takeOutcomes leaves an outcome whose retry time has not come, says
