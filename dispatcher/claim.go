@@ -20,6 +20,9 @@ type claims struct {
 	reserved int  // room promised to claims in flight
 	backlog  bool // the last claim came back full
 	wanted   bool // a wake-up asked for a claim that has not started yet
+	// suspectsLeft: a claim left suspects for later (see suspectsAhead);
+	// one is claimed again as soon as fewer wait for the suspect turn.
+	suspectsLeft bool
 
 	// After a failed claim no claim starts until retry fires: failures
 	// back off exponentially, up to PollInterval.
@@ -37,8 +40,9 @@ const firstClaimRetry = 10 * time.Millisecond
 
 // claimResult is what one claim reports back to the coordinator.
 type claimResult struct {
-	limit, got int
-	err        error
+	limit, got      int
+	err             error
+	skippedSuspects bool // the claim left suspects for later
 }
 
 func newClaims(d *Dispatcher) *claims {
@@ -56,8 +60,12 @@ func (c *claims) wake() {
 }
 
 // roomFreed starts claims after events were let go, when a backlog or a
-// wake-up is waiting for room.
+// wake-up is waiting for room, or when suspects were left for later and
+// fewer wait for the suspect turn now.
 func (c *claims) roomFreed() {
+	if c.suspectsLeft && !c.d.suspectsHeldEnough() {
+		c.suspectsLeft, c.wanted = false, true
+	}
 	if c.backlog || c.wanted {
 		c.fill()
 	}
@@ -89,6 +97,7 @@ func (c *claims) finished(r claimResult) bool {
 	c.inflight--
 	c.reserved -= r.limit
 	c.backlog = r.err == nil && r.got == r.limit
+	c.suspectsLeft = c.suspectsLeft || r.skippedSuspects
 	if r.err != nil {
 		c.failed(r)
 	} else {
@@ -156,11 +165,15 @@ func (c *claims) wait() {
 // dispatcher claims in batches rather than one row at a time). The
 // dispatcher holds at most Concurrency + Claimers × BatchSize events:
 // batches are claimed ahead while Concurrency handlers run, so that
-// claiming and dispatching overlap.
+// claiming and dispatching overlap. Suspects waiting for their turn, up to
+// suspectsAhead of them, take no room (see suspect.go).
 func (d *Dispatcher) claimLimit(reserved int) int {
-	held, stopping := d.held.room()
+	held, suspects, stopping := d.held.room()
 	if stopping {
 		return 0
+	}
+	if d.cfg.Ordering != PerKey {
+		held -= min(suspects, d.suspectsAhead()) // they wait for the suspect turn without a slot (see suspect.go)
 	}
 	used := held + reserved
 	free := d.cfg.Concurrency + d.cfg.Claimers*d.cfg.BatchSize - used
@@ -179,9 +192,11 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	sentAt := d.cfg.now()
 	d.stats.claimCycles.Add(1)
 	starts, slots := d.startsFor(limit)
+	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
-		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey,
+		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
+		SkipSuspects: skipSuspects,
 	})
 	d.health.claimed(err)
 	if err != nil {
@@ -200,7 +215,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 		d.releaseSlots(slots)
 	}
 	d.probeClaimed(p, batch)
-	return claimResult{limit: limit, got: len(b.Events)}
+	return claimResult{limit: limit, got: len(b.Events), skippedSuspects: skipSuspects}
 }
 
 // dispatch holds a claimed batch sent at sentAt and runs it. slots is

@@ -92,7 +92,8 @@ type Config struct {
 	BatchSize int
 	// Concurrency is the most handler calls at once. The dispatcher holds
 	// at most Concurrency + Claimers × BatchSize events (claimed and not
-	// yet completed): batches are claimed ahead while handlers run, so
+	// yet completed; a BatchSize more while suspects wait for their turn,
+	// see docs/dispatcher.md): batches are claimed ahead while handlers run, so
 	// that claiming and dispatching overlap; events waiting for a handler
 	// slot keep their lease, and are released unstarted at stop. Defaults
 	// to 100; 1 to 100,000.
@@ -116,9 +117,11 @@ type Config struct {
 	// The deadline is at least HandlerTimeout after the call starts and at
 	// most a 64th of it (10ms at most) later, so that handlers of one batch
 	// starting together share one timer. Defaults to 1m; 1ms to 24h. Set
-	// NoHandlerTimeout instead for none. The dispatcher waits for a handler
-	// to return even after its context ends, renewing the lease meanwhile,
-	// so that one event never runs twice at once.
+	// NoHandlerTimeout instead for none. A handler that ignores its
+	// cancelled context and runs past it is logged at WARN and counted,
+	// and its lease is no longer renewed, so that another replica delivers
+	// the event (see docs/dispatcher.md, "Handlers that ignore their
+	// context").
 	HandlerTimeout time.Duration
 	// NoHandlerTimeout gives handler calls no deadline of their own
 	// (HandlerTimeout must then be zero): a handler runs until it returns,

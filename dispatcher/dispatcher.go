@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,7 +19,9 @@ import (
 
 // ErrDrainTimeout is returned by Run and Stop (and Err) when in-flight handlers did
 // not finish within Config.DrainTimeout and had their contexts cancelled.
-// Their events were released or recorded as usual; nothing is lost.
+// Their events were released or recorded as usual; nothing is lost. The
+// error returned is a *DrainTimeoutError naming the events still running
+// then; match it with errors.Is.
 var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight handlers were cancelled")
 
 // errHardStop is the cancel cause of handler contexts after the drain
@@ -64,6 +67,7 @@ type Dispatcher struct {
 	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
 	turns          turns         // batches in claim order, with Concurrency 1 (see claimorder.go)
 	stopCh         chan struct{} // Stop was called
+	hardStopped    atomic.Bool   // the drain timed out and cancelled the calls still running
 	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
 	stopOnce       sync.Once
 
@@ -241,6 +245,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
 	s := d.stats.snapshot(d.held.len())
+	s.Overrunning, _ = d.held.overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
@@ -384,7 +389,9 @@ func (d *Dispatcher) setState(s State) {
 
 // Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
 // for it to end; it then returns the result of dispatching (nil, or
-// ErrDrainTimeout), or ctx's error if ctx ended first. It may be called
+// ErrDrainTimeout), or ctx's error if ctx ended first, naming the handler
+// and publish calls still running (wrapping a *DrainTimeoutError once the
+// drain timed out). It may be called
 // any number of times, from any goroutine, before or after Start or Run:
 // before, it stops the dispatcher (Start then returns ErrStopped, and Run
 // nil: a clean stop).
@@ -399,7 +406,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	case <-d.done:
 		return d.Err()
 	case <-ctx.Done():
-		return ctx.Err()
+		return d.stopCutShort(ctx)
 	}
 }
 

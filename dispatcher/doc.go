@@ -14,7 +14,9 @@
 //	                                             completer (one round trip per write)
 //	heartbeat (every LeaseDuration/3): renew every held lease in one round trip
 //
-// The dispatcher holds at most Concurrency + Claimers × BatchSize events:
+// The dispatcher holds at most Concurrency + Claimers × BatchSize events
+// (and, after a crash, up to a batch more suspects waiting for their turn,
+// see suspect.go):
 // while Concurrency handlers run, up to Claimers claims (two by default) run
 // at once on their own connections, and their batches wait for handler
 // slots, keeping their leases, so that claiming, dispatching and recording
@@ -113,8 +115,12 @@
 // Either way OnError receives an error matching outbox.ErrLockLost and
 // OnOutcome is not called.
 //
-// A handler that ignores its context keeps running; the dispatcher waits for
-// it (renewing its lease) rather than start the event again beside it.
+// A handler (or publish) that ignores its cancelled context keeps running:
+// past its timeout it is logged at WARN, counted (Stats.Overruns,
+// Health.Overrunning) and no longer renewed, and while it runs this
+// dispatcher's claims leave its event out, so that another replica
+// delivers it within about HandlerTimeout + LeaseDuration + a recovery
+// cycle; its late outcome is fenced off (see overrun.go).
 //
 // # Recovery
 //
@@ -132,7 +138,8 @@
 // had claimed ahead come back as they were. An event recovered before (a
 // suspect) is marked right before its handler, never by a claim, and runs
 // alone among suspects (see suspect.go), so that a poison event does not
-// take the events claimed with it down with it.
+// take the events claimed with it down with it; suspects waiting for
+// their turn do not hold up the events due behind them.
 //
 // # Writes that fail
 //
@@ -233,6 +240,7 @@
 //	held.go        the held set: every event held and every change of its state,
 //	               under its own lock (the lock order is documented there)
 //	heartbeat.go   the heartbeat: renews every held lease
+//	overrun.go     calls running past their timeout: WARN, counts, no renewal
 //	run.go         dispatching: the start-up checks, start the services, coordinate, drain
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      counters, logs, OnError and OnOutcome calls

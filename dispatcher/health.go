@@ -98,6 +98,16 @@ type Health struct {
 	// CircuitOpenSince is when the circuit last left CircuitClosed; zero
 	// while it is closed.
 	CircuitOpenSince time.Time
+	// Overrunning is how many handler or publish calls are running past
+	// their timeout now: calls that ignore their cancelled context, each
+	// logged at WARN (see Stats.Overruns). OverrunningSince is the
+	// earliest of their timeouts; zero when none runs.
+	Overrunning      int
+	OverrunningSince time.Time
+	// OverrunLimit is the number of such calls at which Healthy fails:
+	// half of Config.Concurrency, at least 1. Each holds a handler slot
+	// that nothing but a restart gives back.
+	OverrunLimit int
 }
 
 // ErrUnhealthy is matched by the errors Health.Healthy returns.
@@ -109,6 +119,10 @@ var ErrUnhealthy = errors.New("pgoutbox: dispatcher unhealthy")
 // ago), and its coordinator is not stalled (it began a poll cycle within
 // maxAge plus PollInterval; Started stands for the first). Otherwise it
 // returns an error matching ErrUnhealthy that says why.
+//
+// It fails too while OverrunLimit or more handler or publish calls run past
+// their timeout (calls that ignore their cancelled context hold handler
+// slots until the process ends: a restart gives them back).
 //
 // It detects: a database that refuses or fails the dispatcher's claims or
 // outcome writes, or does not answer them (they fail when the dispatcher's
@@ -136,6 +150,10 @@ func (h Health) Healthy(maxAge time.Duration) error {
 	case h.stalled(maxAge):
 		return fmt.Errorf("%w: no poll cycle since %s: the coordinator is stalled",
 			ErrUnhealthy, h.lastPollOrStart().Format(time.RFC3339))
+	case h.OverrunLimit > 0 && h.Overrunning >= h.OverrunLimit:
+		return fmt.Errorf("%w: %d handler or publish calls are running past their timeout (since %s), "+
+			"ignoring their cancelled context; %d make it unhealthy", ErrUnhealthy, h.Overrunning,
+			h.OverrunningSince.Format(time.RFC3339), h.OverrunLimit)
 	}
 	return nil
 }
@@ -167,6 +185,8 @@ func (d *Dispatcher) Health() Health {
 		h.LastPoll = time.Unix(0, ns)
 	}
 	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
+	h.Overrunning, h.OverrunningSince = d.held.overrunning(time.Now())
+	h.OverrunLimit = d.overrunLimit()
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff
 	}

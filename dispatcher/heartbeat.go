@@ -25,12 +25,14 @@ type heartbeat struct {
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
 	busyRetry   time.Duration    // how soon busy rows are tried again (busyRetry; tests wait longer)
+	watch       func()           // reports the calls running past their timeout (see overrun.go)
 }
 
 func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
 	return &heartbeat{
 		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites, refSize: &d.refSize,
 		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration, busyRetry: busyRetry,
+		watch: d.watchOverruns,
 	}
 }
 
@@ -43,6 +45,9 @@ func (h *heartbeat) run(quit <-chan struct{}) {
 		case <-quit:
 			return
 		case <-ticker.C:
+			if h.watch != nil {
+				h.watch()
+			}
 			h.beat(quit)
 		}
 	}

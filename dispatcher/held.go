@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +47,11 @@ type heldSet struct {
 	toMark   []*item             // items waiting for the marker (see start.go)
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
+
+	// suspectsWaiting counts the held suspects that have not taken the
+	// suspect turn (see suspect.go), lostHeld the held items whose lease
+	// was lost (see stuck).
+	suspectsWaiting, lostHeld int
 }
 
 func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
@@ -139,6 +146,23 @@ type item struct {
 	letGo     chan struct{}   // closed when the item is let go; made on first need (letGoLocked); guarded
 	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
 	result    result          // set when state becomes itemFinished
+
+	// callDeadline is when the running call (phase: its handler, or its
+	// publish) passes its timeout; zero for none (NoHandlerTimeout, or
+	// waiting for its batch's publish). Past it the heartbeat no longer
+	// renews the lease, and the call is an overrun (see overrun.go).
+	// nextWarn is when the overrun is logged next, warnEvery the wait
+	// after that. Guarded.
+	callDeadline time.Time
+	phase        string
+	nextWarn     time.Time
+	warnEvery    time.Duration
+	// behindCall: olderDone is the end of a call that was still running
+	// when this item was claimed. Set by add, read only after.
+	behindCall bool
+	// awaitsTurn: a suspect that has not taken the suspect turn yet.
+	// Guarded.
+	awaitsTurn bool
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -164,6 +188,10 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	for i, e := range b.Events {
 		it := &store[i]
 		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: i < len(b.Suspect) && b.Suspect[i]}
+		if it.suspect {
+			it.awaitsTurn = true
+			s.suspectsWaiting++
+		}
 		if i < len(b.Waited) {
 			it.waited = b.Waited[i]
 		}
@@ -175,6 +203,13 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
+			if prev.state == itemRunning {
+				// This claim took the row: the older lease is gone,
+				// whatever the heartbeat or the local deadline have seen
+				// yet, and its call may never return (see await).
+				s.loseLocked(prev)
+				it.behindCall = true
+			}
 			it.olderDone = s.letGoLocked(prev)
 		}
 		items[i] = it
@@ -208,6 +243,7 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 	parent := it.batch.ctx
 	if timeout > 0 {
 		parent = it.batch.timeoutContext(it.startedAt.Add(timeout), timeout)
+		it.callDeadline, it.phase = it.startedAt.Add(timeout+timeoutGrain(timeout)), phaseHandler
 	}
 	it.ctx, it.cancel = context.WithCancelCause(parent)
 	return true
@@ -402,17 +438,119 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 	return kept
 }
 
-// live lists the held items whose lease is still worth renewing.
+// live lists the held items whose lease is still worth renewing: not
+// lost, and not a call running past its timeout (see overrun.go), whose
+// lease is left to expire so that another replica delivers the event.
 func (s *heldSet) live() []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	items := make([]*item, 0, len(s.byRef))
 	for _, it := range s.byRef {
-		if !it.lost {
+		if !it.lost && !overran(it, now) {
 			items = append(items, it)
 		}
 	}
 	return items
+}
+
+// overran reports whether the item's call is running past its timeout at
+// now. The caller holds heldSet.mu.
+func overran(it *item, now time.Time) bool {
+	return it.state == itemRunning && !it.callDeadline.IsZero() && now.After(it.callDeadline)
+}
+
+// callStarts sets the call deadline of started items whose next call (a
+// publish, or none: zero) starts now.
+func (s *heldSet) callStarts(items []*item, deadline time.Time, phase string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		it.callDeadline, it.phase = deadline, phase
+	}
+}
+
+// overrunCall is a call running past its timeout: what its WARN says.
+type overrunCall struct {
+	id            uuid.UUID
+	eventType     string
+	phase         string
+	running, over time.Duration
+	first         bool // the first time it is reported
+}
+
+// overrunning counts the calls running past their timeout at now, and
+// returns the earliest of their timeouts.
+func (s *heldSet) overrunning(now time.Time) (n int, oldest time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.byRef {
+		if overran(it, now) {
+			n++
+			if oldest.IsZero() || it.callDeadline.Before(oldest) {
+				oldest = it.callDeadline
+			}
+		}
+	}
+	return n, oldest
+}
+
+// overruns lists the calls running past their timeout at now whose WARN
+// is due (the first at once, then after warnFirst, doubling, up to
+// warnMax apart), moving their next WARN on.
+func (s *heldSet) overruns(now time.Time, warnFirst, warnMax time.Duration) (due []overrunCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.byRef {
+		if !overran(it, now) || now.Before(it.nextWarn) {
+			continue
+		}
+		first := it.warnEvery == 0
+		if first {
+			it.warnEvery = warnFirst
+		} else {
+			it.warnEvery = min(2*it.warnEvery, warnMax)
+		}
+		it.nextWarn = now.Add(it.warnEvery)
+		due = append(due, overrunCall{id: it.event.ID, eventType: it.event.Type, phase: it.phase,
+			running: now.Sub(it.startedAt), over: now.Sub(it.callDeadline), first: first})
+	}
+	return due
+}
+
+// running lists up to limit of the calls running now, oldest first, and
+// how many run in all.
+func (s *heldSet) running(limit int) (calls []RunningEvent, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, it := range s.byRef {
+		if it.state == itemRunning {
+			n++
+			calls = append(calls, RunningEvent{ID: it.event.ID, Type: it.event.Type, Running: now.Sub(it.startedAt)})
+		}
+	}
+	slices.SortFunc(calls, func(a, b RunningEvent) int { return cmp.Compare(b.Running, a.Running) })
+	return calls[:min(len(calls), limit)], n
+}
+
+// stuck lists the events of held items whose lease was lost while their
+// call still runs (or its outcome waits to be dropped): a claim leaves
+// them out (lease.ClaimParams.Skip), so that another replica takes them
+// rather than this one hold them behind that call.
+func (s *heldSet) stuck() []uuid.UUID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lostHeld == 0 {
+		return nil // the common case: no walk of the held set per claim
+	}
+	var ids []uuid.UUID
+	for ref, it := range s.byRef {
+		if it.lost {
+			ids = append(ids, ref.ID)
+		}
+	}
+	return ids
 }
 
 // stillLive returns the items still held and not lost (in a new slice).
@@ -498,6 +636,9 @@ func completerHolds(it *item) bool { return it.state == itemCompleting || it.may
 // is let go when its handler returns; a waiting outcome when the completer
 // picks it up. The caller holds s.mu.
 func (s *heldSet) loseLocked(it *item) {
+	if !it.lost && s.byRef[it.ref()] == it {
+		s.lostHeld++
+	}
 	it.lost = true
 	if it.cancel != nil {
 		it.cancel(outbox.ErrLockLost)
@@ -543,6 +684,10 @@ func (s *heldSet) removeLocked(it *item) {
 		return
 	}
 	delete(s.byRef, it.ref())
+	s.tookTurnLocked(it)
+	if it.lost {
+		s.lostHeld--
+	}
 	if s.latest[it.event.ID] == it {
 		delete(s.latest, it.event.ID)
 	}
@@ -591,12 +736,29 @@ func (s *heldSet) unstarted() []*item {
 	return items
 }
 
-// room is how many items are held, and whether the set is stopping (then
+// room is how many items are held, how many of them are suspects that
+// have not taken the suspect turn, and whether the set is stopping (then
 // nothing may be claimed).
-func (s *heldSet) room() (held int, stopping bool) {
+func (s *heldSet) room() (held, suspectsWaiting int, stopping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.byRef), s.stopping
+	return len(s.byRef), s.suspectsWaiting, s.stopping
+}
+
+// tookTurn notes that a suspect took the suspect turn.
+func (s *heldSet) tookTurn(it *item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tookTurnLocked(it)
+}
+
+// tookTurnLocked is tookTurn (or the suspect's removal) for a caller that
+// holds s.mu.
+func (s *heldSet) tookTurnLocked(it *item) {
+	if it.awaitsTurn {
+		it.awaitsTurn = false
+		s.suspectsWaiting--
+	}
 }
 
 // len is how many items are held.

@@ -170,18 +170,26 @@ func TestHeldSet(t *testing.T) {
 		require.False(t, held.lost, "the completer decides an outcome that may be written")
 	})
 
-	// A newer claim of an event still held (lost, its handler running)
-	// waits for the older item to end.
-	t.Run("NewerClaimWaitsForOlder", func(t *testing.T) {
+	// A newer claim of an event still held (its handler running) loses
+	// the older item's lease (the claim took the row), lists the event as
+	// stuck until the older call ends, and tells the newer item when it
+	// ended.
+	t.Run("NewerClaimLosesOlder", func(t *testing.T) {
 		t.Parallel()
 		b := setupHeld(t)
 		id := uuid.New()
 		older := b.claim(t, id)[0]
+		require.True(t, b.set.begin(older, 0))
+		require.Empty(t, b.set.stuck())
 		newer := b.claim(t, id)[0]
+		require.True(t, older.lost, "the newer claim took the row")
+		require.Equal(t, []uuid.UUID{id}, b.set.stuck(), "claims leave it out while the older call runs")
 		require.NotNil(t, newer.olderDone)
 		require.False(t, received(newer.olderDone))
-		b.set.remove([]*item{older})
+		require.True(t, b.set.finish(older, result{}), "its outcome is let go as lost")
 		require.True(t, received(newer.olderDone))
+		require.Empty(t, b.set.stuck())
+		require.Zero(t, b.set.lostHeld)
 	})
 
 	// takeOutcomes leaves an outcome whose retry time has not come, says
@@ -229,7 +237,7 @@ func TestHeldSet(t *testing.T) {
 		idle := b.set.stop()
 		require.False(t, b.set.begin(items[1], 0))
 		require.Equal(t, []*item{items[1]}, b.set.unstarted())
-		_, stopping := b.set.room()
+		_, _, stopping := b.set.room()
 		require.True(t, stopping)
 		b.set.remove(items[1:])
 		require.False(t, received(idle))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,9 +216,11 @@ func TestPoisonEventFailsWithWorkerLost(t *testing.T) {
 
 // When this dispatcher re-claims an event whose earlier attempt, in this
 // same process, lost its lease but is still running (a handler that ignores
-// its context), the new attempt waits for the old one to end: one process
-// never runs one event twice at once.
-func TestReclaimWaitsForLostAttemptInSameProcess(t *testing.T) {
+// its context), it does not hold the new claim behind that call: it
+// releases it at once, uncharged, and its claims leave the event out (for
+// another replica) until the call returned. One process never runs one
+// event twice at once.
+func TestReclaimBehindLostAttemptIsReleased(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	id := insertEvents(t, db, "x", 1)[0]
@@ -244,14 +247,21 @@ func TestReclaimWaitsForLostAttemptInSameProcess(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
+	release := sync.OnceFunc(func() { close(unblock) })
+	t.Cleanup(release) // before the stop, should the test fail
 	<-started
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "recovery and a second claim", func() bool { return d.Stats().Claimed == 2 })
-	time.Sleep(200 * time.Millisecond) // a wrong second call would start now
-	require.Equal(t, 1, log.count(id), "the second attempt waits for the first")
+	waitFor(t, 10*time.Second, "recovery, a second claim and its release", func() bool {
+		return d.Stats().Claimed == 2 && d.Stats().Released == 1
+	})
+	cycles := d.Stats().ClaimCycles
+	waitFor(t, 10*time.Second, "five more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
+	require.Equal(t, uint64(2), d.Stats().Claimed, "the claims leave it out while the first call runs")
+	require.Equal(t, outbox.StatusPending, readRow(t, db, id).Status)
+	require.Equal(t, 1, log.count(id), "no second call beside the first")
 
-	close(unblock)
+	release() // the first call returns
 	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost, "the first attempt's outcome is fenced off")
 	waitFor(t, 10*time.Second, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
 	require.Equal(t, 2, log.count(id))

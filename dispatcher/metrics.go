@@ -60,6 +60,7 @@ func counterNames(c *counters) map[string]*metered {
 		"pgoutbox.events.recovered":       &c.recovered,
 		"pgoutbox.events.released":        &c.released,
 		"pgoutbox.events.order_released":  &c.orderReleased,
+		"pgoutbox.events.overrun":         &c.overruns,
 	}
 }
 

@@ -33,7 +33,8 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer hardStop(nil)
 	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
 	defer unregister()
-	defer d.observeCircuit()() // the circuit gauge, while Run runs
+	defer d.observeCircuit()()  // the circuit gauge, while Run runs
+	defer d.observeOverruns()() // the overrun gauge, while Run runs
 	defer d.circuit.stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
@@ -301,9 +302,11 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 		return nil
 	case <-timer.C:
 	}
+	err := d.drainTimedOut()
+	d.hardStopped.Store(true)
 	hardStop(errHardStop)
 	<-idle
-	return ErrDrainTimeout
+	return err
 }
 
 // releaseUnstarted returns the held events whose handler never started to

@@ -58,6 +58,16 @@ type Stats struct {
 	// a KeyOrderedPublisher did not attempt them (outbox.ErrNotAttempted).
 	// They are counted in Released too once their release is written.
 	OrderReleased uint64
+	// Overruns counts handler and publish calls found running past their
+	// timeout (HandlerTimeout, PublishTimeout): calls that ignore their
+	// cancelled context. Each is logged at WARN, and its lease is no
+	// longer renewed, so that another replica delivers its event (see
+	// docs/dispatcher.md, "Handlers that ignore their context"). Metered
+	// as pgoutbox.events.overrun.
+	Overruns uint64
+	// Overrunning is how many of those calls are running now, each past
+	// its timeout (see Health.Overrunning).
+	Overrunning int
 	// RetentionSent counts SENT rows this dispatcher's retention job
 	// deleted (older than RetainSent).
 	RetentionSent uint64
@@ -129,6 +139,7 @@ type counters struct {
 	sent, retried, snoozed, failed        atomic.Uint64
 	claimed, lockLost, outcomeUnknown     metered
 	recovered, released, orderReleased    metered
+	overruns                              metered
 	recoveredFailed, errors               atomic.Uint64
 	pollCycles, claimCycles               atomic.Uint64
 	wakeups, listenerConnects, dueWakeups atomic.Uint64
@@ -151,7 +162,7 @@ func (c *counters) snapshot(inFlight int) Stats {
 		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
 		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
 		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
-		CircuitOpens: c.circuitOpens.Load(), OutageReturned: c.outageReturned.Load(),
+		CircuitOpens: c.circuitOpens.Load(), OutageReturned: c.outageReturned.Load(), Overruns: c.overruns.Load(),
 		Unroutable: c.unroutable.Load(),
 		InFlight:   inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
 	}

@@ -14,11 +14,49 @@ import "time"
 // each: they come back as suspects, and no suspect runs beside another,
 // so they are not dead-lettered with it after MaxRecoveries deaths.
 //
-// A suspect waits for the turn without a handler slot, so the other
-// events of the dispatcher run meanwhile; one that waits longer than
-// LeaseDuration (another suspect's handler does not return) is released
-// unstarted, uncharged, for any replica to claim, rather than held under
-// a renewed lease.
+// What the rule needs, and no more. A death charges every event whose row
+// shows a started attempt, and cannot tell which one killed the process.
+// An innocent is charged at most once by a poison event only if no two
+// suspects ever show a started attempt at once: suspects are serialised
+// among themselves, from before the mark until the outcome is written.
+// Ordinary events (never recovered) need no such rule: one that runs
+// beside a poison suspect is charged once, then is a suspect itself. So
+// suspects must not hold up ordinary events:
+//
+//   - a suspect waits for the turn without a handler slot, so the other
+//     events of the dispatcher run meanwhile;
+//   - nor do waiting suspects take the room of other events: a dispatcher
+//     holds up to a batch of them (suspectsAhead) beside its room, and
+//     once it holds that many its claims leave suspects for later
+//     (lease.ClaimParams.SkipSuspects), so that the events due behind them
+//     are claimed and run beside the suspects' drain instead of after it
+//     (under Ordering PerKey claims cannot leave them out: waiting suspects
+//     count against the room there);
+//   - one that waits longer than LeaseDuration (another suspect's handler
+//     does not return) is released unstarted, uncharged, for any replica
+//     to claim, rather than held under a renewed lease.
+//
+// Suspects still drain one at a time, two round trips each (the mark, then
+// the outcome, written before the next suspect's mark): running them
+// concurrently would let one death charge several of them, and a poison
+// event could then take the suspects that run with it down with it.
+
+// suspectsAhead is how many suspects waiting for the turn a dispatcher
+// holds beside its room for other events (Concurrency + Claimers ×
+// BatchSize, see claimLimit): a batch's worth. Once it holds that many,
+// its claims leave suspects for later (lease.ClaimParams.SkipSuspects), so
+// that the events behind them in due order are claimed and run beside the
+// suspects' one-at-a-time drain instead of waiting for it. Ordered claims
+// cannot leave them out: under Ordering PerKey waiting suspects count
+// against the room like any event.
+func (d *Dispatcher) suspectsAhead() int { return d.cfg.BatchSize }
+
+// suspectsHeldEnough reports whether the next claim leaves suspects out
+// (see suspectsAhead).
+func (d *Dispatcher) suspectsHeldEnough() bool {
+	_, suspects, _ := d.held.room()
+	return suspects >= d.suspectsAhead()
+}
 
 // takeSuspectTurn waits for the suspect turn. It returns false without it
 // when the item is let go first, or when LeaseDuration passes first: then
@@ -50,6 +88,7 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 	if !d.await(it) || !d.takeSuspectTurn(it) {
 		return
 	}
+	d.held.tookTurn(it)
 	defer func() { <-d.suspects }()
 	if !d.acquireSlot(it.batch, d.held.letGo(it)) {
 		return

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -156,13 +157,118 @@ func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
 }
 
 // insertSuspects commits n events of the given type that were recovered
-// before (suspects) and returns their IDs.
-func insertSuspects(t *testing.T, db *testdb.DB, eventType string, n int) []uuid.UUID {
-	t.Helper()
-	ids := insertEvents(t, db, eventType, n)
-	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET recoveries = 1 WHERE id = ANY($1)`, ids)
-	require.NoError(t, err)
+// before (suspects) and returns their IDs. One statement: inserted first
+// and marked recovered by a second one, they could be claimed in between
+// as ordinary events by a dispatcher already polling (as in
+// TestStuckSuspectHoldsUpNoOtherEvent, whose waiting suspects then ended
+// SENT instead of released).
+func insertSuspects(tb testing.TB, db *testdb.DB, eventType string, n int) []uuid.UUID {
+	tb.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, payload, recoveries)
+		SELECT id, $2, '\x7b7d', 1 FROM unnest($1::uuid[]) AS id`, ids, eventType)
+	require.NoError(tb, err)
 	return ids
+}
+
+// TestInsertSuspectsCommitsSuspectsOnly: the helper's rows are suspects
+// from the moment they are visible, so that a dispatcher polling beside
+// it never claims one as an ordinary event. A trigger records what each
+// inserted row was when it was inserted. (Inserted first and marked
+// recovered by a second statement, the rows could be claimed in between:
+// TestStuckSuspectHoldsUpNoOtherEvent's waiting suspects then ran as
+// ordinary events and ended SENT instead of released, a flake under load.)
+func TestInsertSuspectsCommitsSuspectsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `
+CREATE TABLE inserted (recoveries int);
+CREATE FUNCTION note_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO inserted VALUES (NEW.recoveries); RETURN NEW; END $$;
+CREATE TRIGGER note_inserted AFTER INSERT ON outbox_events FOR EACH ROW EXECUTE FUNCTION note_inserted();`)
+	require.NoError(t, err)
+	insertSuspects(t, db, "t", 3)
+	rows, err := db.Pool.Query(ctx, `SELECT recoveries FROM inserted`)
+	require.NoError(t, err)
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1, 1}, inserted, "a row was visible as an ordinary event")
+}
+
+// TestSuspectsHoldUpNoOtherEvent: suspects run one at a time, but the
+// events due behind them do not wait for their drain: a dispatcher holds
+// a batch of suspects waiting for the turn beside its room for other
+// events, and its claims then leave suspects for later. Here a stuck
+// suspect holds the turn and 200 suspects are due before 20 other events:
+// the other events are SENT within 200 poll cycles, while every suspect
+// still waits (before, the waiting suspects filled the room and the other
+// events waited for the suspects' drain, here for ever).
+func TestSuspectsHoldUpNoOtherEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	cfg := baseConfig(db)
+	cfg.Concurrency, cfg.BatchSize = 4, 10
+	cfg.LeaseDuration = time.Minute
+	d := runStuckSuspect(t, db, cfg, "t", "other")
+	waiting := insertSuspects(t, db, "t", 200)
+	others := insertEvents(t, db, "other", 20)
+
+	polls := d.Stats().PollCycles
+	waitFor(t, time.Minute, "the other events SENT", func() bool {
+		require.Less(t, d.Stats().PollCycles, polls+200, "the other events were not SENT within 200 poll cycles")
+		var sent int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
+		return sent == len(others)
+	})
+	var started int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND (status <> 'PENDING' AND status <> 'PROCESSING' OR started_at IS NOT NULL)`, waiting).Scan(&started))
+	require.Zero(t, started, "a suspect started beside the stuck one")
+	require.LessOrEqual(t, d.Stats().InFlight, 1+cfg.BatchSize+cfg.Concurrency+2*cfg.BatchSize, "held: the stuck suspect, a batch of waiting suspects, the room")
+}
+
+// TestMeasureSuspectDrain measures how fast a dispatcher drains suspects
+// (one at a time, see suspect.go) beside ordinary events: 2,000 suspects
+// and 2,000 other events, no-op handlers. It runs only when
+// PGOUTBOX_MEASURE is set:
+//
+//	PGOUTBOX_MEASURE=1 go test -count=1 -run TestMeasureSuspectDrain -v ./dispatcher/
+func TestMeasureSuspectDrain(t *testing.T) {
+	if os.Getenv("PGOUTBOX_MEASURE") == "" {
+		t.Skip("a measurement: set PGOUTBOX_MEASURE=1")
+	}
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	suspects := insertSuspects(t, db, "t", 2000)
+	others := insertEvents(t, db, "t", 2000)
+	cfg := baseConfig(db)
+	d, err := dispatcher.New(db.NewPool(t, 8), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
+	sentOf := func(ids []uuid.UUID) int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, ids).Scan(&n))
+		return n
+	}
+	start := time.Now()
+	runDispatcher(t, d)
+	var othersDone time.Duration
+	waitFor(t, 10*time.Minute, "every event SENT", func() bool {
+		if othersDone == 0 && sentOf(others) == len(others) {
+			othersDone = time.Since(start)
+		}
+		return sentOf(suspects) == len(suspects)
+	})
+	all := time.Since(start)
+	if othersDone == 0 {
+		othersDone = all
+	}
+	t.Logf("2,000 suspects drained in %s (%.0f/s); the 2,000 other events were SENT after %s",
+		all.Round(time.Millisecond), 2000/all.Seconds(), othersDone.Round(time.Millisecond))
 }
 
 // runStuckSuspect runs a dispatcher of cfg with no-op handlers for

@@ -199,22 +199,46 @@ func (d *Dispatcher) destination(e outbox.Event) string {
 	return d.cfg.RouteFunc(e)
 }
 
-// await waits until an older item of the same event, whose lease was lost
-// while its handler kept running, has ended, so that one process never runs
-// two attempts of one event at once. It returns false if the item's own
-// context ended first.
+// await reports whether an item may start once no older item of the same
+// event is held, so that one process never runs two attempts of one event
+// at once. An older outcome waiting for the completer is waited for (the
+// completer lets it go within a bounded time); it returns false if the
+// item's own context ends first.
+//
+// An older call still running (its lease lost, it ignores its context,
+// see overrun.go) may never return. Claims leave such events out
+// (lease.ClaimParams.Skip), but one may come back to this process still:
+// an ordered claim takes it, or the claim was sent before the older lease
+// was found lost. It is then given up at once, unstarted, rather than
+// held behind that call: released to PENDING (uncharged; the claims of
+// this process now leave it out, so another replica takes it), or under
+// Ordering PerKey, whose claims cannot leave it out and whose releases
+// wake a claim at once, let go with its lease left to expire.
 func (d *Dispatcher) await(it *item) bool {
 	if it.olderDone == nil {
 		return true
 	}
+	if !it.behindCall {
+		select {
+		case <-it.olderDone:
+			return true
+		case <-d.held.letGo(it):
+			return false
+		case <-it.batch.ctx.Done():
+			return false
+		}
+	}
 	select {
 	case <-it.olderDone:
 		return true
-	case <-d.held.letGo(it):
-		return false
-	case <-it.batch.ctx.Done():
-		return false
+	default:
 	}
+	if d.cfg.Ordering == PerKey {
+		d.held.remove([]*item{it})
+	} else {
+		d.releaseItems([]*item{it}, "release of an event whose earlier call still runs failed; its lease will expire")
+	}
+	return false
 }
 
 // runHandler starts the handler of an item that holds a slot, once its
@@ -234,6 +258,7 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 	if res.err != nil || it.dest == "" {
 		return res, false, true
 	}
+	d.held.callStarts([]*item{it}, time.Time{}, "") // waits for its batch's publish, with no timeout of its own
 	return result{}, true, false
 }
 
@@ -350,6 +375,7 @@ func (d *Dispatcher) publish(items []*item) {
 	}
 	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()
+	d.held.callStarts(items, time.Now().Add(d.cfg.PublishTimeout), phasePublish)
 	spanCtx, endSpans := d.spans.publishSpan(ctx, msgs)
 	start := time.Now()
 	errs := d.callPublisher(spanCtx, msgs)

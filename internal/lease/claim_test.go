@@ -149,6 +149,46 @@ func TestClaim(t *testing.T) {
 		between(t, b.LeaseUntil, before.Add(leaseFor), after.Add(leaseFor), "LeaseUntil")
 	})
 
+	t.Run("skipped ids are left for other claimers", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		ids := insertDue(t, e.db.Pool, 4)
+		for name, p := range map[string]lease.ClaimParams{
+			"every type, none started": {Start: 0},
+			"every type, all started":  {Start: 2},
+			"every type, some started": {Start: 1},
+			"typed, none started":      {Start: 0, Types: []string{"test.event"}},
+			"typed, all started":       {Start: 2, Types: []string{"test.event"}},
+			"typed, some started":      {Start: 1, Types: []string{"test.event"}},
+		} {
+			p.Owner, p.Limit, p.Lease, p.Skip = "w", 2, time.Minute, []uuid.UUID{ids[0], ids[2]}
+			b, err := e.store.Claim(t.Context(), e.db.Pool, p)
+			require.NoError(t, err, name)
+			require.Equal(t, []uuid.UUID{ids[1], ids[3]}, batchIDs(b), name)
+			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[0]).Status, name)
+			_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET status = 'PENDING', lock_token = NULL, started_at = NULL`)
+			require.NoError(t, err, name)
+		}
+	})
+
+	t.Run("suspects are left for later claims", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		ids := insertDue(t, e.db.Pool, 3)
+		_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET recoveries = 1 WHERE id = $1`, ids[0])
+		require.NoError(t, err)
+		for _, types := range [][]string{nil, {"test.event"}} {
+			b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 2, Lease: time.Minute, Types: types, SkipSuspects: true})
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{ids[1], ids[2]}, batchIDs(b))
+			_, err = e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET status = 'PENDING', lock_token = NULL, started_at = NULL`)
+			require.NoError(t, err)
+		}
+		b, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 2, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{ids[0], ids[1]}, batchIDs(b), "without SkipSuspects")
+	})
+
 	t.Run("limit bounds the batch", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)

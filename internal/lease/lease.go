@@ -56,6 +56,19 @@ type ClaimParams struct {
 	// skipped (skipped_at) block its key like a PENDING one (head policy
 	// BlockKey). Without it FAILED rows never block.
 	BlockFailed bool
+	// Skip lists events the claim must leave for other claimers, even
+	// when due: those whose earlier attempt in the caller's process is
+	// still running after its lease was lost (a handler that ignores its
+	// context), so that another replica takes them instead of the caller
+	// holding them behind that call. Ignored with Ordered (the ordered
+	// claim cannot take one row of a key's run out of it: the caller
+	// releases such an event at once). A few ids; nil for none.
+	Skip []uuid.UUID
+	// SkipSuspects leaves suspects (rows recovered before, see
+	// Batch.Suspect) for later claims: the caller holds as many as it can
+	// run for now (they run one at a time), and other events must not wait
+	// behind them. Ignored with Ordered.
+	SkipSuspects bool
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
@@ -123,6 +136,9 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	}
 	if p.Types != nil {
 		args = append(args, p.Types)
+	}
+	if !p.Ordered {
+		args = append(args, pguuid.ArrayOf(p.Skip), p.SkipSuspects) // never NULL: "id <> ALL (NULL)" is never true
 	}
 	b := Batch{Token: token}
 	claimed := make([]claimedRow, 0, min(p.Limit, 1024)) // not BatchSize rows for every empty poll

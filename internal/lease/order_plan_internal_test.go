@@ -104,8 +104,8 @@ func TestOrderedClaimPlan(t *testing.T) {
 			}
 			explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 0, true), "int", "0", nextDue("every type"))
 			explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 2, true), "text[]", "'{a,b}'", nextDue("typed"))
-			explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint",
-				"100, gen_random_uuid(), 'w', 60000000", func(mode string, top map[string]any) {
+			explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint, uuid[], bool",
+				"100, gen_random_uuid(), 'w', 60000000, '{}', false", func(mode string, top map[string]any) {
 					total, _, _, _ := planBuffers(top)
 					t.Logf("%s; %s: the unordered claim of 100, for comparison: %v buffers", c.name, mode, total)
 				})

@@ -158,13 +158,24 @@ const (
 )
 
 // allDue locks the due rows of every type, walking the due index from its
-// head.
-func allDue(t string) string {
+// head, but for those skip leaves out (see skipped).
+func allDue(t string, skip int) string {
 	return fmt.Sprintf(`SELECT id FROM %[1]s
-	WHERE status = 'PENDING' AND next_attempt_at <= now()
+	WHERE status = 'PENDING' AND next_attempt_at <= now() AND %[2]s
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
-	FOR UPDATE SKIP LOCKED`, t)
+	FOR UPDATE SKIP LOCKED`, t, skipped("", skip))
+}
+
+// skipped is the condition on the row named alias ("" for none) that
+// leaves out the ids of the uuid[] parameter $skip (ClaimParams.Skip) and,
+// when the bool parameter after it is true, suspects
+// (ClaimParams.SkipSuspects).
+func skipped(alias string, skip int) string {
+	if alias != "" {
+		alias += "."
+	}
+	return fmt.Sprintf(`%[1]sid <> ALL ($%[2]d::uuid[]) AND (%[1]srecoveries = 0 OR NOT $%[3]d::bool)`, alias, skip, skip+1)
 }
 
 // typeLegSlack is how many rows locked by other claimers one type's leg
@@ -212,28 +223,36 @@ func typeLegs(t string, n, param int, columns, due, limit string) string {
 // PENDING row, and a skipped row is taken by the next claim. A join on id instead read
 // the primary key for each row: 510 buffers for a claim of 100, against
 // 210. A backlog of other types is never read: each leg starts at its own
-// type in the type due index.
-func typedDue(t string, n, param int) string {
+// type in the type due index. What skip leaves out is not locked (see
+// skipped).
+func typedDue(t string, n, param, skip int) string {
 	return fmt.Sprintf(`SELECT o.id FROM (
 		%[2]s
 	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
-	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now() AND %[3]s
 	ORDER BY c.next_attempt_at, c.seq
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`, ` AND next_attempt_at <= now()`,
-		fmt.Sprintf(`$1::int + %d`, typeLegSlack)))
+		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), skipped("o", skip))
 }
 
 // claimForms are the three forms of a claim from one source of due rows;
 // due gets the position of its type array parameter, for typedDue (the
-// claimSome form has one parameter more).
+// claimSome form has one parameter more), and of the ids to skip, the
+// last but one parameter (after the types when typed; see skipped).
 type claimForms struct{ none, all, some string }
 
-func buildClaims(t string, due func(param int) string) claimForms {
+func buildClaims(t string, typed bool, due func(param, skip int) string) claimForms {
+	skip := func(param int) int {
+		if typed {
+			return param + 1
+		}
+		return param
+	}
 	return claimForms{
-		none: claimSQL(t, startNone, due(5)),
-		all:  claimSQL(t, startAll, due(5)),
-		some: claimSQL(t, startSome, due(6)),
+		none: claimSQL(t, startNone, due(5, skip(5))),
+		all:  claimSQL(t, startAll, due(5, skip(5))),
+		some: claimSQL(t, startSome, due(6, skip(6))),
 	}
 }
 
@@ -246,7 +265,7 @@ type typedStatements struct {
 
 func buildTyped(t string, n int) typedStatements {
 	return typedStatements{
-		claims:  buildClaims(t, func(param int) string { return typedDue(t, n, param) }),
+		claims:  buildClaims(t, true, func(param, skip int) string { return typedDue(t, n, param, skip) }),
 		nextDue: nextDueSQL(`SELECT min(next_attempt_at) FROM (` + typeLegs(t, n, 1, `next_attempt_at, seq`, ``, `1`) + `) AS c`),
 	}
 }
@@ -259,7 +278,7 @@ func nextDueSQL(query string) string {
 
 func buildStatements(t string) statements {
 	return statements{
-		claims: buildClaims(t, func(int) string { return allDue(t) }),
+		claims: buildClaims(t, false, func(_, skip int) string { return allDue(t, skip) }),
 
 		// start marks held rows started, fenced like a completion but
 		// without waiting for a row lock (see lockedRefs).

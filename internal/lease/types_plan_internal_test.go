@@ -108,8 +108,8 @@ func TestTypedClaimPlanIgnoresForeignBacklog(t *testing.T) {
 	typed := s.typedStatements(2)
 
 	t.Run("claim", func(t *testing.T) {
-		explainPrepared(t, db, true, typed.claims.none, "int, uuid, text, bigint, text[]",
-			"100, gen_random_uuid(), 'w', 60000000, '{a,b}'", func(mode string, top map[string]any) {
+		explainPrepared(t, db, true, typed.claims.none, "int, uuid, text, bigint, text[], uuid[], bool",
+			"100, gen_random_uuid(), 'w', 60000000, '{a,b}', '{}', false", func(mode string, top map[string]any) {
 				total, removed, nodes, indexes := planBuffers(top)
 				due, _, _, _ := planBuffers(subPlan(top, "CTE due"))
 				text, _ := json.Marshal(top)
@@ -146,8 +146,8 @@ func TestTypedClaimPlanIgnoresForeignBacklog(t *testing.T) {
 		})
 	})
 	t.Run("the claim of every type still walks the due index", func(t *testing.T) {
-		explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint",
-			"100, gen_random_uuid(), 'w', 60000000", func(mode string, top map[string]any) {
+		explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint, uuid[], bool",
+			"100, gen_random_uuid(), 'w', 60000000, '{}', false", func(mode string, top map[string]any) {
 				_, _, nodes, indexes := planBuffers(top)
 				text, _ := json.Marshal(top)
 				require.True(t, indexes["outbox_events_due_idx"], "%s: %s", mode, text)
