@@ -463,3 +463,55 @@ func TestBinaryBlockedAndSkip(t *testing.T) {
 	require.Contains(t, binOK(t, db, "skip", next, "-yes", "-json").stdout, `"skipped": [`)
 	require.Contains(t, binOK(t, db, "blocked").stdout, "0 blocked keys; no more pages")
 }
+
+// snapshot is every row's id, status and write counters: what a command
+// that writes nothing must leave as it was.
+func snapshot(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(
+		id::text || ' ' || status || ' ' || attempts || ' ' || next_attempt_at::text || ' ' || coalesce(skipped_at::text, '-'),
+		E'\n' ORDER BY seq), '') FROM outbox_events`).Scan(&s))
+	return s
+}
+
+// Every numeric flag of every command is checked against its documented
+// range before any statement runs: each bad value (0 included where 0 is
+// out of range) exits 2 with a message that names the flag and its range,
+// and leaves every row as it was (issue 24: "-limit 0" deleted 10,000
+// rows, read as admin's default).
+func TestBinaryNumericFlagRanges(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "FAILED", "a", 3)
+	insert(t, db, "SENT", "a", 3)
+	insert(t, db, "PENDING", "a", 1)
+	before := snapshot(t, db)
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "-limit", "0"}, "-limit must be 1–1000, got 0"},
+		{[]string{"list", "-limit", "-5"}, "-limit must be 1–1000, got -5"},
+		{[]string{"list", "-limit", "1001"}, "-limit must be 1–1000, got 1001"},
+		{[]string{"blocked", "-limit", "0"}, "-limit must be 1–1000, got 0"},
+		{[]string{"blocked", "-limit", "1001"}, "-limit must be 1–1000, got 1001"},
+		{[]string{"replay", "-yes", "-code", "handler_error", "-limit", "0"}, "-limit must be 1–10000, got 0"},
+		{[]string{"replay", "-yes", "-limit", "-5"}, "-limit must be 1–10000, got -5"},
+		{[]string{"replay", "-yes", "-limit", "10001"}, "-limit must be 1–10000, got 10001"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "0"}, "-limit must be 1–100000, got 0"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "-5"}, "-limit must be 1–100000, got -5"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "100001"}, "-limit must be 1–100000, got 100001"},
+		{[]string{"purge", "-yes", "-status", "failed", "-older-than", "-5h"}, "-older-than must be at least 0s, got -5h0m0s"},
+		{[]string{"status", "-watch", "-interval", "500ms"}, "-interval must be at least 1s, got 500ms"},
+		{[]string{"status", "-watch", "-interval", "0s"}, "-interval must be at least 1s, got 0s"},
+	}
+	for _, c := range cases {
+		r := binOn(t, db, c.args[0], c.args[1:]...)
+		require.Equal(t, 2, r.code, "%v: stdout %q stderr %q", c.args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, "outboxctl "+c.args[0]+": "+c.want+"\n", "%v", c.args)
+		require.Empty(t, r.stdout, "%v", c.args)
+		require.Equal(t, before, snapshot(t, db), "%v wrote", c.args)
+	}
+}

@@ -96,7 +96,7 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 	aggregate := fs.String("aggregate-id", "", "only events about this aggregate `id` (of any aggregate type)")
 	code := fs.String("code", "", "only events whose last error `code` is this (FAILED, or retried after it)")
 	after := fs.String("after", "", "continue after this `cursor` (printed at the end of the previous page)")
-	limit := fs.Int("limit", admin.DefaultListLimit, fmt.Sprintf("page `size`, 1 to %d", admin.MaxListLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultListLimit, 1, admin.MaxListLimit, "page `size`")
 	return func(e *env) error {
 		cursor, err := admin.ParseCursor(*after)
 		if err != nil {
@@ -109,9 +109,6 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		c, err := parseCode(*code)
 		if err != nil {
 			return err
-		}
-		if *limit < 1 || *limit > admin.MaxListLimit {
-			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxListLimit)
 		}
 		a, err := e.newAdmin()
 		if err != nil {
@@ -198,7 +195,7 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 	typ := fs.String("type", "", "filter: only events of this event `type`")
 	code := fs.String("code", "", "filter: only events whose last error `code` is this (e.g. handler_error)")
 	before := fs.String("failed-before", "", "filter: only events that failed before this `time` (RFC 3339)")
-	limit := fs.Int("limit", admin.DefaultReplayLimit, fmt.Sprintf("filter: at most this many `events`, 1 to %d", admin.MaxReplayLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultReplayLimit, 1, admin.MaxReplayLimit, "filter: at most this many `events`")
 	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
 	return func(e *env) error {
 		c, err := parseCode(*code)
@@ -257,9 +254,9 @@ func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 
 func purgeFlags(fs *flag.FlagSet) func(*env) error {
 	status := fs.String("status", "", "purge events in this `status`: sent or failed (required)")
-	var olderThan durationFlag
+	olderThan := durationFlag{min: 0}
 	fs.Var(&olderThan, "older-than", "purge events that reached the status more than this `duration` ago, e.g. 720h; 0s for all (required)")
-	limit := fs.Int("limit", admin.DefaultPurgeLimit, fmt.Sprintf("delete at most this many `events`, 1 to %d", admin.MaxPurgeLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultPurgeLimit, 1, admin.MaxPurgeLimit, "delete at most this many `events`")
 	yes := fs.Bool("yes", false, "really delete; without it, print how many would be deleted")
 	return func(e *env) error {
 		st, err := parseStatus("-status", *status, false)

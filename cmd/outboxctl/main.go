@@ -153,6 +153,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		args: positional, out: stdout, tty: tty}
 	defer e.close()
 	err = e.check()
+	if err == nil {
+		err = checkRanges(fs)
+	}
 	if err == nil && cmd.args == "" && len(positional) > 0 {
 		err = usagef("unexpected argument %q", positional[0])
 	}

@@ -23,13 +23,10 @@ const clearScreen = "\x1b[H\x1b[2J"
 
 func statusFlags(fs *flag.FlagSet) func(*env) error {
 	watch := fs.Bool("watch", false, "redraw every -interval until interrupted (Ctrl-C)")
-	interval := fs.Duration("interval", defaultWatchInterval,
+	interval := minDurationFlag(fs, "interval", defaultWatchInterval, minWatchInterval,
 		fmt.Sprintf("with -watch, the `time` between redraws, at least %s", minWatchInterval))
 	return func(e *env) error {
-		switch {
-		case *interval < minWatchInterval:
-			return usagef("-interval is %s, must be at least %s", *interval, minWatchInterval)
-		case flagSet(fs, "interval") && !*watch:
+		if flagSet(fs, "interval") && !*watch {
 			return usagef("-interval needs -watch")
 		}
 		a, err := e.newAdmin()
