@@ -56,24 +56,38 @@ func TestMain(m *testing.M) {
 }
 
 // binCmd returns a command that runs the built outboxctl with args, in an
-// environment without DATABASE_URL.
+// environment without DATABASE_URL, PGOUTBOX_SCHEMA and PGOUTBOX_TABLE
+// (but with the variables of env, "NAME=value").
 func binCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	return binCmdEnv(t, nil, args...)
+}
+
+// binCmdEnv is binCmd with the further variables env.
+func binCmdEnv(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	bin, err := built()
 	require.NoError(t, err)
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, schemaEnv+"=") && !strings.HasPrefix(kv, tableEnv+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
 // bin runs the built outboxctl with args to its end.
 func bin(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := binCmd(t, args...)
+	return binEnv(t, nil, args...)
+}
+
+// binEnv is bin with the further environment variables env.
+func binEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := binCmdEnv(t, env, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -514,4 +528,61 @@ func TestBinaryNumericFlagRanges(t *testing.T) {
 		require.Empty(t, r.stdout, "%v", c.args)
 		require.Equal(t, before, snapshot(t, db), "%v wrote", c.args)
 	}
+}
+
+// Without -schema and -table the table comes from PGOUTBOX_SCHEMA and
+// PGOUTBOX_TABLE, which -h names without showing their values; a flag
+// wins over its variable.
+func TestBinaryTableFromEnv(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "FAILED", "a", 2)
+
+	env := []string{schemaEnv + "=" + db.Schema, tableEnv + "=outbox_events"}
+	r := binEnv(t, env, "counts", "-url", db.URL)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^FAILED\s+2$`, r.stdout)
+	require.Contains(t, r.stdout, db.Schema+".outbox_events")
+
+	r = binEnv(t, []string{schemaEnv + "=nope_missing"}, "counts", "-url", db.URL, "-schema", db.Schema)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = binEnv(t, env, "counts", "-h")
+	require.Contains(t, r.stderr, "(default $"+schemaEnv+", else public)")
+	require.Contains(t, r.stderr, "(default $"+tableEnv+", else outbox_events)")
+	require.NotContains(t, r.stderr, db.Schema)
+}
+
+// A command run on a table that does not exist says which table it
+// looked for and what to set, instead of a bare SQLSTATE 42P01.
+func TestBinaryMissingTableSaysWhatToSet(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, cmd := range []string{"counts", "status", "list", "blocked", "purge -status sent -older-than 1h"} {
+		args := strings.Fields(cmd)
+		r := bin(t, append(args, "-url", db.URL, "-schema", "nope_missing")...)
+		require.Equal(t, 1, r.code, "%s: %s", cmd, r.stderr)
+		require.Contains(t, r.stderr, "nope_missing.outbox_events does not exist", cmd)
+		require.Contains(t, r.stderr, "set -schema and -table (or "+schemaEnv+" and "+tableEnv+") to the outbox table, or create it with outboxctl migrate", cmd)
+	}
+}
+
+// replay takes event ids as arguments, as inspect and skip do.
+func TestBinaryReplayIDArguments(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insert(t, db, "FAILED", "a", 3)
+
+	require.Contains(t, binOK(t, db, "replay", ids[0].String(), ids[1].String()).stdout, "dry run: would replay 2 FAILED events")
+	require.Equal(t, 3, count(t, db, "FAILED"))
+	r := binOK(t, db, "replay", ids[0].String(), "-yes", "-id", ids[1].String())
+	require.Contains(t, r.stdout, "2 events replayed, 0 skipped")
+	require.Equal(t, 1, count(t, db, "FAILED"))
+
+	for _, args := range [][]string{{"replay", "nope"}, {"replay", ids[2].String(), "-code", "timeout"}, {"replay", ids[2].String(), "-limit", "5"}} {
+		r := binOn(t, db, args[0], args[1:]...)
+		require.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, "usage: outboxctl replay [<id>...] [flags]", "%v", args)
+	}
+	require.Equal(t, 1, count(t, db, "FAILED"))
 }

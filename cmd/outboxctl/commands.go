@@ -191,13 +191,18 @@ func (f *idsFlag) Set(v string) error {
 
 func replayFlags(fs *flag.FlagSet) func(*env) error {
 	var ids idsFlag
-	fs.Var(&ids, "id", "replay this event `id` (repeat the flag or separate ids with commas); not with the filters")
+	fs.Var(&ids, "id", "replay this event `id` (repeat the flag or separate ids with commas; or give ids as arguments); not with the filters")
 	typ := fs.String("type", "", "filter: only events of this event `type`")
 	code := fs.String("code", "", "filter: only events whose last error `code` is this (e.g. handler_error)")
 	before := fs.String("failed-before", "", "filter: only events that failed before this `time` (RFC 3339)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultReplayLimit, 1, admin.MaxReplayLimit, "filter: at most this many `events`")
 	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
 	return func(e *env) error {
+		for _, arg := range e.args {
+			if err := ids.Set(arg); err != nil {
+				return usagef("%v", err)
+			}
+		}
 		c, err := parseCode(*code)
 		if err != nil {
 			return err
@@ -213,7 +218,7 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 		if len(ids) == 0 {
 			p.Limit = *limit
 		} else if flagSet(fs, "limit") || p.Type != "" || p.Code != "" || *before != "" {
-			return usagef("-id cannot be combined with -type, -code, -failed-before or -limit")
+			return usagef("event ids (-id or arguments) cannot be combined with -type, -code, -failed-before or -limit")
 		}
 		a, err := e.newAdmin()
 		if err != nil {
