@@ -196,7 +196,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-
 // synopsis is the command's usage line, without "usage: ".
 func (c command) synopsis() string {
 	return strings.Join(strings.Fields("outboxctl "+c.name+" "+c.args+" [flags]"), " ")
