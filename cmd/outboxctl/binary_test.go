@@ -586,3 +586,36 @@ func TestBinaryReplayIDArguments(t *testing.T) {
 	}
 	require.Equal(t, 1, count(t, db, "FAILED"))
 }
+
+// Due events behind a FAILED head of their order key are not shown as
+// "due now" by status and counts: they are counted apart, as blocked,
+// until the head is replayed or skipped.
+func TestBinaryStatusBlockedNotDue(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	head := insertKeyed(t, db, "FAILED", "order-7")
+	insertKeyed(t, db, "PENDING", "order-7")
+	insertKeyed(t, db, "PENDING", "order-7")
+	insertKeyed(t, db, "PENDING", "order-8")
+	insert(t, db, "PENDING", "a", 1)
+
+	for _, cmd := range []string{"status", "counts"} {
+		r := binOK(t, db, cmd)
+		require.Regexp(t, `(?m)^PENDING\s+4$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^  due now\s+2$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^  blocked\s+2$`, r.stdout, cmd)
+		require.Contains(t, r.stdout, "blocked: due, behind a FAILED event of their order key (outboxctl blocked)", cmd)
+	}
+	var c struct {
+		Due        int64
+		DueBlocked int64 `json:"due_blocked"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(binOK(t, db, "counts", "-json").stdout), &c))
+	require.Equal(t, int64(4), c.Due)
+	require.Equal(t, int64(2), c.DueBlocked)
+
+	binOK(t, db, "skip", head.String(), "-yes")
+	r := binOK(t, db, "status")
+	require.Regexp(t, `(?m)^  due now\s+4$`, r.stdout)
+	require.NotContains(t, r.stdout, "blocked")
+}

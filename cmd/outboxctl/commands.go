@@ -45,7 +45,7 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 		}
 		t := e.table.WithDefaults()
 		err = e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
-			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)))
+			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)+blockedNote(c)))
 		if err != nil {
 			return err
 		}
@@ -71,14 +71,29 @@ func countRows(c admin.Counts) [][]string {
 	if c.SentEstimated {
 		approx = "~"
 	}
-	return [][]string{
+	rows := [][]string{
 		{"PENDING", fmt.Sprint(c.Pending)},
-		{"  due now", fmt.Sprint(c.Due)},
+		{"  due now", fmt.Sprint(c.Due - c.DueBlocked)},
+	}
+	if c.DueBlocked > 0 {
+		rows = append(rows, []string{"  blocked", fmt.Sprint(c.DueBlocked)})
+	}
+	return append(rows, [][]string{
 		{"PROCESSING", fmt.Sprint(c.Processing)},
 		{"SENT", approx + fmt.Sprint(c.Sent)},
 		{"FAILED", fmt.Sprint(c.Failed)},
 		{"total", approx + fmt.Sprint(c.Total())},
+	}...)
+}
+
+// blockedNote is the footer line that explains the "blocked" row of
+// countRows, or "" when there is none.
+func blockedNote(c admin.Counts) string {
+	if c.DueBlocked == 0 {
+		return ""
 	}
+	return "\nblocked: due, behind a FAILED event of their order key (outboxctl blocked); " +
+		"dispatchers with per-key ordering (BlockKey) hold them until it is replayed or skipped"
 }
 
 // sentNote is the footer line that says the SENT count is an estimate,
