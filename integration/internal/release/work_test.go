@@ -41,7 +41,7 @@ func TestWorkReplacesRecipe(t *testing.T) {
 	app := filepath.Join(dir, "app")
 	require.NoError(t, os.Mkdir(app, 0o755))
 	files := map[string]string{
-		"go.mod": "module example.com/app\n\ngo " + repo.Work.Go.Version + "\n\nrequire github.com/pgoutbox/pgoutbox " + repo.Version + "\n",
+		"go.mod":  "module example.com/app\n\ngo " + repo.Work.Go.Version + "\n\nrequire github.com/pgoutbox/pgoutbox " + repo.Version + "\n",
 		"main.go": "package main\n\nimport \"github.com/pgoutbox/pgoutbox/outbox\"\n\nfunc main() { println(outbox.DefaultTable) }\n",
 	}
 	for name, data := range files {
