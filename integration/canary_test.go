@@ -410,16 +410,16 @@ func canaryEmit(t *testing.T, ctx context.Context, c *canary, db *canaryDB) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	for name, mutate := range bad {
-		_, err := emitter.Emit(ctx, tx, c.event("canary.ok"), mutate(c.event("canary.ok")))
+		_, err := canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"), mutate(c.event("canary.ok")))
 		c.err("emitter.Emit, "+name, err)
 	}
 	var pid int
 	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	_, err = db.super.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
-	_, err = emitter.Emit(ctx, tx, c.event("canary.ok"))
+	_, err = canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"))
 	c.err("emitter.Emit, its connection killed", err)
-	_, err = emitter.Emit(ctx, tx, c.event("canary.ok"))
+	_, err = canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"))
 	c.err("emitter.Emit, a dead transaction", err)
 }
 
@@ -483,6 +483,15 @@ func canaryHandlers(started chan<- struct{}, release <-chan struct{}) map[string
 	}
 }
 
+// canaryEmitter writes to public.outbox_events, the canary's table, named
+// as every application names its own.
+func canaryEmitter(t *testing.T) *emitter.Emitter {
+	t.Helper()
+	em, err := emitter.New(emitter.Config{Table: outbox.Table{Schema: outbox.DefaultSchema, Name: outbox.DefaultTable}})
+	require.NoError(t, err)
+	return em
+}
+
 // canaryEmitAll emits one event of each type in one transaction.
 func canaryEmitAll(t *testing.T, ctx context.Context, c *canary, pool *pgxpool.Pool, types ...string) {
 	tx, err := pool.Begin(ctx)
@@ -491,7 +500,7 @@ func canaryEmitAll(t *testing.T, ctx context.Context, c *canary, pool *pgxpool.P
 	for _, typ := range types {
 		events = append(events, c.event(typ))
 	}
-	_, err = emitter.Emit(ctx, tx, events...)
+	_, err = canaryEmitter(t).Emit(ctx, tx, events...)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 }
