@@ -36,6 +36,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/inbox"
 	"github.com/pgoutbox/pgoutbox/integration/internal/pgcluster"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -296,8 +297,7 @@ func (db *canaryDB) terminate(t *testing.T, ctx context.Context) int {
 // TestSecretsCanary plants the secrets and drives every error path it
 // can reach; see docs/reliability.md, "Secrets canary".
 func TestSecretsCanary(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	c := newCanary(t)
 	db := startCanaryDB(t, ctx, c)
 	t.Run("connect", func(t *testing.T) { c.t = t; canaryConnect(t, ctx, c, db) })
