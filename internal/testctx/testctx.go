@@ -50,3 +50,23 @@ func New(t testing.TB) context.Context {
 // ErrRunOutOfTime is the cause (context.Cause) of a context from New that
 // ended because the run's -timeout was near.
 var ErrRunOutOfTime = errors.New("testctx: the test run is out of time")
+
+// pollEvery is how often Await checks its condition.
+const pollEvery = 5 * time.Millisecond
+
+// Await checks cond every few milliseconds until it holds, and fails t,
+// naming what it waited for and why it stopped, if the run's budget (New)
+// ends first. It replaces require.Eventually with a fixed bound, which a
+// loaded machine can pass before the condition could hold.
+func Await(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	ctx := New(t)
+	start := time.Now()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("still waiting for %s after %s: %v", what, time.Since(start).Round(time.Millisecond), context.Cause(ctx))
+		case <-time.After(pollEvery):
+		}
+	}
+}

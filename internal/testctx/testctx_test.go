@@ -45,3 +45,11 @@ type shortTB struct {
 }
 
 func (s shortTB) Deadline() (time.Time, bool) { return s.deadline, true }
+
+// Await returns once its condition holds, however long that takes.
+func TestAwaitReturnsWhenTheConditionHolds(t *testing.T) {
+	t.Parallel()
+	n := 0
+	testctx.Await(t, "the third check", func() bool { n++; return n == 3 })
+	require.Equal(t, 3, n)
+}
