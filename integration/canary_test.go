@@ -538,8 +538,7 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	<-started
 	// The wake-up probe runs beside dispatching: the listener must be up
 	// before the kill, for its reconnect to be seen.
-	require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerActive },
-		30*time.Second, 10*time.Millisecond, "the listener never came up")
+	testctx.Await(t, "the listener to come up", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
 	require.Positive(t, db.terminate(t, ctx), "no app_canary backend to terminate")
 	close(release)
 	canaryAwaitDone(t, ctx, db)
@@ -548,10 +547,8 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	// no attempt spent, and the circuit opens with a WARN that names
 	// the cause.
 	canaryEmitAll(t, ctx, c, db.app, "canary.publish")
-	require.Eventually(t, func() bool { return d.Stats().OutageReturned > 0 }, time.Minute, 10*time.Millisecond,
-		"the closed connection did not open the circuit")
-	require.Eventually(t, func() bool { return d.Stats().ListenerConnects >= 2 }, time.Minute, 10*time.Millisecond,
-		"the listener was not reconnected after its backend was killed")
+	testctx.Await(t, "the closed connection to open the circuit", func() bool { return d.Stats().OutageReturned > 0 })
+	testctx.Await(t, "the listener to reconnect after its backend was killed", func() bool { return d.Stats().ListenerConnects >= 2 })
 
 	st := d.Stats()
 	h := d.Health()
@@ -573,11 +570,11 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 
 // canaryAwaitDone waits until no event is PENDING or PROCESSING.
 func canaryAwaitDone(t *testing.T, ctx context.Context, db *canaryDB) {
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "every event to leave PENDING and PROCESSING", func() bool {
 		var n int
 		err := db.super.QueryRow(ctx, "SELECT count(*) FROM public.outbox_events WHERE status IN ('PENDING', 'PROCESSING')").Scan(&n)
 		return err == nil && n == 0
-	}, time.Minute, 50*time.Millisecond, "events still PENDING or PROCESSING")
+	})
 }
 
 // canaryListener runs dispatchers whose listener connection cannot
@@ -600,8 +597,7 @@ func canaryListener(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 		canaryEmitAll(t, ctx, c, db.app, "canary.ok")
 		canaryAwaitDone(t, ctx, db)
 		// The probe runs beside dispatching: wait for its verdict.
-		require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable },
-			30*time.Second, 10*time.Millisecond, "the listener's failure was not noticed")
+		testctx.Await(t, "the listener's failure to be noticed", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 		st := d.Stats()
 		require.NoError(t, d.Stop(ctx))
 		require.NoError(t, <-done)
