@@ -619,3 +619,23 @@ func TestBinaryStatusBlockedNotDue(t *testing.T) {
 	require.Regexp(t, `(?m)^  due now\s+4$`, r.stdout)
 	require.NotContains(t, r.stdout, "blocked")
 }
+
+// An input the admin package refuses is reported under the flag that
+// carried it, not under the Go field (issue 24: "OlderThan is -5h0m0s").
+func TestBinaryAdminInputErrorsNameFlags(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"blocked", "-after", "a\xff"}, "outboxctl blocked: -after is not valid UTF-8\n"},
+		{[]string{"list", "-type", "a\xff"}, "outboxctl list: -type is not valid UTF-8\n"},
+		{[]string{"list", "-aggregate-id", "a\xff"}, "outboxctl list: -aggregate-id is not valid UTF-8\n"},
+		{[]string{"replay", "-type", "a\xff"}, "outboxctl replay: -type is not valid UTF-8\n"},
+	} {
+		r := binOn(t, db, c.args[0], c.args[1:]...)
+		require.Equal(t, 2, r.code, "%v: %s", c.args, r.stderr)
+		require.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
+}

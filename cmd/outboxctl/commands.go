@@ -421,8 +421,27 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return found
 }
 
-// asUsage turns the admin package's input errors into usage errors.
+// fieldFlags names the flag that carries each admin parameter field.
+var fieldFlags = map[string]string{
+	"Status": "-status", "Type": "-type", "AggregateID": "-aggregate-id", "Code": "-code",
+	"After": "-after", "Limit": "-limit", "IDs": "-id", "FailedBefore": "-failed-before",
+	"OlderThan": "-older-than",
+}
+
+// asUsage turns the admin package's input errors into usage errors, named
+// by the flag that carried the field ("-after is not valid UTF-8", not
+// "After is not valid UTF-8").
 func asUsage(err error) error {
+	var in *outbox.InputError
+	if errors.As(err, &in) {
+		if flag, ok := fieldFlags[in.Field]; ok {
+			msg := flag + " " + in.Reason
+			if in.Err != nil {
+				msg += ": " + in.Err.Error()
+			}
+			return usagef("%s", msg)
+		}
+	}
 	if errors.Is(err, outbox.ErrInvalidInput) {
 		return usagef("%v", err)
 	}
