@@ -97,7 +97,9 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun outboxctl <command> -h for the command's flags.")
+	fmt.Fprintln(w, "\nEvery command takes -url (default $DATABASE_URL), -schema (default $"+schemaEnv+", else "+outbox.DefaultSchema+"),")
+	fmt.Fprintln(w, "-table (default $"+tableEnv+", else "+outbox.DefaultTable+") and -json.")
+	fmt.Fprintln(w, "Run outboxctl <command> -h for the command's flags.")
 }
 
 // usageError is a bad flag or argument: exit status 2.
