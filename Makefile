@@ -27,7 +27,7 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test of every module with -race against a real PostgreSQL (see docs/testing.md)
+test: ## Run every test of every module with -race against a real PostgreSQL, printing each module's progress (about 13 min; see docs/testing.md)
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-race $(TESTFLAGS)'
 
 .PHONY: test/short
