@@ -67,7 +67,7 @@ func (s *Sandbox) Go(ctx context.Context, dir string, args ...string) ([]byte, e
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return out, fmt.Errorf("go %s in %s: stopped: %w (after %s; %v)\n%s", strings.Join(args, " "), dir,
+		return out, fmt.Errorf("go %s in %s: stopped: %w (after %s; %w)\n%s", strings.Join(args, " "), dir,
 			context.Cause(ctx), time.Since(start).Round(time.Millisecond), err, out)
 	case err != nil:
 		return out, fmt.Errorf("go %s in %s: %w\n%s", strings.Join(args, " "), dir, err, out)
