@@ -27,7 +27,7 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test of every module with -race against a real PostgreSQL (see docs/testing.md)
+test: ## Run every test of every module with -race against a real PostgreSQL, printing each module's progress (about 13 min; see docs/testing.md)
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-race $(TESTFLAGS)'
 
 .PHONY: test/short
@@ -39,7 +39,7 @@ SOAK_DURATION ?= 60s
 
 .PHONY: soak
 soak: ## Run the dispatcher soak tests (heartbeat/completer deadlocks, lost leases) for SOAK_DURATION (60s) per scenario, one at a time, with -race
-	@$(WITHPG) env PGOUTBOX_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -parallel 1 -timeout 30m -run '^TestSoak$$' -v ./dispatcher/ $(TESTFLAGS)
+	@$(WITHPG) env PGOUTBOX_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -parallel 1 -timeout $(GOTESTTIMEOUT) -run '^TestSoak$$' -v ./dispatcher/ $(TESTFLAGS)
 
 # How long `make fuzz` runs each fuzz target (a go test -fuzztime value:
 # a duration, or a count of executions such as 1000x).
@@ -104,15 +104,32 @@ bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved 
 bench/short: ## Run every case of the benchmark suite tiny (N=200), writing nothing: a smoke run
 	@$(WITHPG) go run ./benchmarks -case suite -short -out '' $(BENCHFLAGS)
 
+# The go test -timeout of every target that runs tests: the whole run's
+# budget, not a per-test cap. Tests bound their own waits by progress or by
+# this budget (internal/testctx), so a slow machine makes a run longer, not
+# failed; CI itself allows 90 minutes.
+GOTESTTIMEOUT ?= 60m
+
 # go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
 # failing module, and fails at the end if any failed. Called by the targets
-# above once the database is known.
+# above once the database is known. It prints each module's start (n/N),
+# then its duration and result, and at the end a summary per module
+# followed by go test's own ok/FAIL lines again, so that those stay the
+# last lines (.ci/run and CI read them).
 .PHONY: go-test
 go-test:
-	@status=0; for dir in $(MODULES); do \
-		echo "==> go test $(GOTESTARGS) ./... in $$dir"; \
-		(cd "$$dir" && go test $(GOTESTARGS) ./...) || status=1; \
-	done; exit $$status
+	@status=0; n=0; total=$(words $(MODULES)); log=$$(mktemp); summary=$$(mktemp); start=$$SECONDS; \
+	for dir in $(MODULES); do \
+		n=$$((n + 1)); t0=$$SECONDS; \
+		echo "==> [$$n/$$total] $$dir: go test -timeout $(GOTESTTIMEOUT) $(GOTESTARGS) ./... (started $$(date +%H:%M:%S))"; \
+		(cd "$$dir" && go test -timeout $(GOTESTTIMEOUT) $(GOTESTARGS) ./... 2>&1) | tee -a "$$log"; \
+		if [ "$${PIPESTATUS[0]}" -eq 0 ]; then result=ok; else result=FAIL; status=1; fi; \
+		line=$$(printf '%-4s %-28s %5ds' "$$result" "$$dir" $$((SECONDS - t0))); \
+		echo "==> [$$n/$$total] $$line"; echo "$$line" >> "$$summary"; \
+	done; \
+	echo "==> summary: $$total modules in $$((SECONDS - start))s"; cat "$$summary"; \
+	echo "==> go test results"; grep -E '^(ok|FAIL|---|panic:)' "$$log" | grep -vE '^--- (PASS|SKIP)' || true; \
+	rm -f "$$log" "$$summary"; exit $$status
 
 .PHONY: demo
 demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
@@ -146,6 +163,10 @@ build: ## Build every module; build and vet each published module alone (GOWORK=
 .PHONY: tidy
 tidy: ## Run go mod tidy in every module (GOWORK=off, our modules at VERSION from the local proxy)
 	@$(RELEASE) tidy -w
+
+.PHONY: work/replace
+work/replace: ## Print the replace block a go.work outside this checkout needs to use it before VERSION is published (docs/testing.md)
+	@$(RELEASE) work
 
 .PHONY: release-check
 release-check: ## Check the versions before a release: VERSION, requirements, no replace in published modules, CHANGELOG, go.work, go lines

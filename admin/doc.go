@@ -51,9 +51,26 @@
 //
 // # Cost
 //
-// Counts and Summary are exact and read the whole table. List pages by seq, which has
-// no index of its own, so each page scans the rows that match its filter;
-// pages are cheap in memory (a top-N sort) but not free on a table that
-// keeps millions of SENT rows. Purge that table in bounded calls to keep
-// it small; see docs/admin.md for a retention loop.
+// No read costs in proportion to the SENT rows a table keeps, and
+// TestOperatorPlansOnAMillionRows checks each plan (no sequential scan, a
+// bounded number of buffers on a million rows, 99% SENT):
+//
+//   - Counts and Summary count PENDING, PROCESSING and FAILED rows
+//     exactly, each through its status's partial index, so their cost
+//     follows the rows in those statuses; SENT rows are counted up to
+//     [SentCountLimit] and estimated past it. Counts.DueBlocked reads the
+//     FAILED rows and the unsent rows of their order keys.
+//   - PendingByType reads the type due index, PENDING rows only.
+//   - List reads every page, the first or the millionth, from an index
+//     chosen by its filter (seq, type, aggregate id, error code, or the
+//     status's partial index): a page costs its rows, except a page
+//     filtered on a status, which reads and sorts that status's rows
+//     after the cursor (a PENDING backlog: page it by type instead).
+//   - BlockedKeys walks the order index, at most [BlockedScanLimit] keys
+//     per call.
+//   - Replay, SkipHeads and Purge take at most their limit of rows, in
+//     the order of the index they read.
+//
+// docs/admin.md gives each statement's index and measured cost, and a
+// retention loop for Purge.
 package admin

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
@@ -148,15 +149,30 @@ func (b *testBundle) listen(t *testing.T) *pgx.Conn {
 	return conn
 }
 
-// notified waits (5 seconds at most) for a notification on listener and
-// checks that it came on the table's wake-up channel.
+// notNotified checks that no notification came on listener before now:
+// it sends a marker on the table's channel and requires the marker to be
+// the first notification read. PostgreSQL delivers notifications in
+// commit order, so one sent by a statement committed earlier would come
+// first; no fixed wait is involved.
+func (b *testBundle) notNotified(t *testing.T, listener *pgx.Conn) {
+	t.Helper()
+	names, err := sqlname.For(b.db.Table())
+	require.NoError(t, err)
+	const marker = "end-marker"
+	_, err = b.db.Pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", names.Channel(), marker)
+	require.NoError(t, err)
+	n, err := listener.WaitForNotification(testctx.New(t))
+	require.NoError(t, err)
+	require.Equal(t, marker, n.Payload, "a notification came before the marker")
+}
+
+// notified waits (within the run's budget: testctx) for a notification
+// on listener and checks that it came on the table's wake-up channel.
 func (b *testBundle) notified(t *testing.T, listener *pgx.Conn) {
 	t.Helper()
 	names, err := sqlname.For(b.db.Table())
 	require.NoError(t, err)
-	wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := listener.WaitForNotification(wait)
+	n, err := listener.WaitForNotification(testctx.New(t))
 	require.NoError(t, err)
 	require.Equal(t, names.Channel(), n.Channel)
 }

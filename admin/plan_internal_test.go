@@ -71,15 +71,27 @@ FROM generate_series(1, 1000000) AS i`)
 	t.Run("Counts", func(t *testing.T) {
 		c, err := a.Counts(ctx)
 		require.NoError(t, err)
-		require.Equal(t, Counts{Pending: 5000, Failed: 995, Due: 5000, Sent: c.Sent, SentEstimated: true,
+		// DueBlocked: the PENDING rows of agg-95007 ... agg-99007, behind
+		// a FAILED row of their key.
+		require.Equal(t, Counts{Pending: 5000, Failed: 995, Due: 5000, DueBlocked: 5, Sent: c.Sent, SentEstimated: true,
 			OldestDueAge: c.OldestDueAge, At: c.At}, c)
 		require.InEpsilon(t, 994005, c.Sent, 0.05, "the estimate of SENT rows")
 		conn := db.Conn(t)
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)
 			require.NoError(t, err)
-			check(t, conn, "counts "+mode, a.sql.counts)
-			check(t, conn, "summary "+mode, a.sql.summary)
+			// Counts.DueBlocked reads each FAILED row (its key and seq)
+			// and probes the order index once per key of a FAILED row: up
+			// to two buffers more per FAILED row.
+			checkFailed := func(name, stmt string) {
+				t.Helper()
+				p := testdb.Explain(t, conn, stmt)
+				require.Empty(t, p.SeqScans, "%s: a sequential scan\n%s", name, p.Text)
+				require.Less(t, p.Buffers, maxPlanBuffers+2*float64(c.Failed), "%s: %v buffers\n%s", name, p.Buffers, p.Text)
+				t.Logf("%s: %v buffers, indexes %v", name, p.Buffers, p.Indexes)
+			}
+			checkFailed("counts "+mode, a.sql.counts)
+			checkFailed("summary "+mode, a.sql.summary)
 			check(t, conn, "pending by type "+mode, a.sql.pendingByType)
 		}
 		byType, err := a.PendingByType(ctx)

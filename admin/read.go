@@ -38,6 +38,12 @@ type Counts struct {
 	Failed int64 `json:"failed"`
 	// Due is how many PENDING rows are due now (next_attempt_at <= now()).
 	Due int64 `json:"due"`
+	// DueBlocked is how many of Due wait behind a FAILED, unskipped event
+	// of their order key (coalesce(partition_key, aggregate_id)) with a
+	// lower seq: under per-key ordering with head policy BlockKey they
+	// are not delivered until that event is replayed or skipped (see
+	// [Admin.BlockedKeys]); dispatchers without ordering deliver them.
+	DueBlocked int64 `json:"due_blocked"`
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the
 	// dispatchers are not keeping up (or not running).
@@ -60,7 +66,7 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	var ageMicros, estimate int64
 	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
-		&c.At, &estimate)
+		&c.At, &estimate, &c.DueBlocked)
 	if err != nil {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}

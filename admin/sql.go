@@ -96,6 +96,7 @@ func buildStatements(t string) statements {
 	// the order is the index's, which only makes the planner walk it. The
 	// total is estimated from pg_class.
 	estimate := fmt.Sprintf(sentEstimate, quoteLiteral(t))
+	dueBlocked := fmt.Sprintf(dueBlockedSQL, t, orderKey, orderIndexed)
 	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s
 		WHERE status = 'SENT' ORDER BY status, coalesce(sent_at, failed_at) LIMIT %d`, t, SentCountLimit+1)
 	return statements{
@@ -108,12 +109,12 @@ func buildStatements(t string) statements {
 	coalesce((extract(epoch FROM now() - (
 		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
 		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
-	now(), %[3]s`, t, sentRows, estimate),
+	now(), %[3]s, %[4]s`, t, sentRows, estimate, dueBlocked),
 
 		// One row per (type, status, code): code only for FAILED rows,
 		// each status read through its own index, SENT rows up to the
 		// limit. The outer join gives the empty table one row, for now().
-		summary: fmt.Sprintf(`SELECT now(), %[3]s, g.* FROM (SELECT 1) AS one LEFT JOIN (
+		summary: fmt.Sprintf(`SELECT now(), %[3]s, %[4]s, g.* FROM (SELECT 1) AS one LEFT JOIN (
 	SELECT event_type, status, code, count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
 		min(created_at) FILTER (WHERE status = 'PENDING'),
 		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
@@ -124,7 +125,7 @@ func buildStatements(t string) statements {
 			FROM %[1]s WHERE status = 'FAILED'
 		UNION ALL (%[2]s)
 	) AS r GROUP BY 1, 2, 3) AS g ON true
-ORDER BY g.event_type, g.status, g.code`, t, sentRows, estimate),
+ORDER BY g.event_type, g.status, g.code`, t, sentRows, estimate, dueBlocked),
 
 		// pendingByType reads the type due index only (its predicate,
 		// written as the index has it: see migrations/006), in type
@@ -187,6 +188,22 @@ func (w *where) String() string {
 // orderKey is the order key of a row, written as the order index
 // (migration 007) has it.
 const orderKey = "coalesce(partition_key, aggregate_id)"
+
+// dueBlockedSQL counts the due PENDING rows of table %[1]s behind a
+// FAILED, unskipped row of their order key (%[2]s) with a lower seq
+// (Counts.DueBlocked). It starts from the FAILED rows (the failed index),
+// taking each key's lowest such seq, and probes the order index once per
+// such key for the rows after it (%[3]s is the index's predicate): its
+// cost follows the FAILED rows and the unsent rows of their keys, not the
+// due backlog.
+const dueBlockedSQL = `(SELECT coalesce(sum(b.n), 0)::bigint FROM (
+		SELECT %[2]s AS k, min(seq) AS s FROM %[1]s
+		WHERE status = 'FAILED' AND skipped_at IS NULL AND %[2]s IS NOT NULL GROUP BY 1) AS h
+	CROSS JOIN LATERAL (SELECT count(*) AS n FROM %[1]s
+		WHERE %[2]s = h.k AND seq > h.s AND %[3]s AND status = 'PENDING' AND next_attempt_at <= now()) AS b)`
+
+// orderIndexed is the order index's predicate (migration 007).
+const orderIndexed = `status <> 'SENT' AND ` + orderKey + ` IS NOT NULL`
 
 // blocker is the condition of a row that holds its key under head policy
 // BlockKey (PENDING, PROCESSING, FAILED and not skipped), starting with

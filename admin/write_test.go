@@ -147,10 +147,7 @@ func TestReplay(t *testing.T) {
 		// Nothing replayed: no notification.
 		_, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{uuid.New()}})
 		require.NoError(t, err)
-		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		_, err = listener.WaitForNotification(short)
-		cancel()
-		require.Error(t, err, "a replay that changed nothing must not notify")
+		b.notNotified(t, listener) // a replay that changed nothing must not notify
 
 		_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: []uuid.UUID{id}})
 		require.NoError(t, err)

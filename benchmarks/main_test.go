@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestCases runs every case tiny (N=200) so the harness cannot rot: each
@@ -25,8 +27,7 @@ func TestCases(t *testing.T) {
 			}
 			o, err := parseFlags(args)
 			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
+			ctx := testctx.New(t)
 			res, err := runCase(ctx, o)
 			require.NoError(t, err)
 			require.True(t, res.Verified, "%+v", res)

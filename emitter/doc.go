@@ -4,11 +4,14 @@
 // persists both and rollback neither. The dispatcher package, in any
 // process, later claims the committed rows and delivers them.
 //
+//	// Once, at start-up: the table is named, never implied.
+//	em, err := emitter.New(emitter.Config{Table: outbox.Table{Schema: "public", Name: "outbox_events"}})
+//
 //	tx, _ := pool.Begin(ctx)
 //	defer tx.Rollback(ctx)
 //	// ... business writes in tx ...
 //	ev, err := outbox.NewJSON("order.created", order)
-//	ids, err := emitter.Emit(ctx, tx, ev)
+//	ids, err := em.Emit(ctx, tx, ev)
 //	err = tx.Commit(ctx)
 //
 // # Guarantees

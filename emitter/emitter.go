@@ -56,21 +56,6 @@ func New(cfg Config) (*Emitter, error) {
 	return e, nil
 }
 
-// defaultEmitter serves the package-level Emit.
-var defaultEmitter = func() *Emitter {
-	e, err := New(Config{})
-	if err != nil {
-		panic(err) // the defaults are valid; a failure is a bug here
-	}
-	return e
-}()
-
-// Emit writes events into public.outbox_events inside tx, with the default
-// Config (limits at their defaults, notify on). See [Emitter.Emit].
-func Emit(ctx context.Context, tx pgx.Tx, events ...outbox.Event) ([]uuid.UUID, error) {
-	return defaultEmitter.Emit(ctx, tx, events...)
-}
-
 // Emit writes events into the outbox table inside tx and returns their IDs,
 // in the order of events: the caller's ID where set, else a fresh UUIDv7.
 // The rows become visible to dispatchers when tx commits, and vanish if it
@@ -143,8 +128,9 @@ func (e *Emitter) traceAndWrite(ctx context.Context, tx pgx.Tx, cols *columns) e
 	return e.write(ctx, tx, cols)
 }
 
-// write sends the columns with COPY when the batch is large and every
-// event is due at once, else with the INSERT; then it notifies, when notify
+// write sends the columns with COPY when the batch is large (delayed
+// events included: sendCopy computes their due times as the INSERT does),
+// else with the INSERT; then it notifies, when notify
 // is on and NotifyInterval has passed for tx's database. A call that took
 // the interval's notify and failed gives it back.
 func (e *Emitter) write(ctx context.Context, tx pgx.Tx, c *columns) error {

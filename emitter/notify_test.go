@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -187,8 +188,7 @@ func (b *testBundle) notifyEnd(t *testing.T) {
 // order, so the marker comes after every earlier commit's notification.
 func (b *testBundle) countNotifications(t *testing.T, conn *pgx.Conn) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	n := 0
 	for {
 		msg, err := conn.WaitForNotification(ctx)

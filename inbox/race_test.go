@@ -3,14 +3,15 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -153,10 +154,10 @@ func TestProcessWaitsForCompetitor(t *testing.T) {
 // waitForLock waits until the backend pid is blocked on a lock.
 func waitForLock(t *testing.T, b *testBundle, pid uint32) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testctx.Await(t, fmt.Sprintf("backend %d to wait on a lock", pid), func() bool {
 		var waiting bool
 		err := b.db.Pool.QueryRow(context.Background(),
 			"SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
 		return err == nil && waiting
-	}, 10*time.Second, 5*time.Millisecond)
+	})
 }

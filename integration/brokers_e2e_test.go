@@ -17,6 +17,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -47,7 +48,8 @@ func TestLateDestinationEndToEnd(t *testing.T) {
 // event is SENT and received.
 func runLateDestination(t *testing.T, b testBroker) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Ends at return, as the dispatchers this starts must.
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	db := pgtest.NewMigrated(t)
 	ids := emitEvents(t, ctx, db, 3, nil)
@@ -108,7 +110,8 @@ func TestDefaultLimitsFitBrokers(t *testing.T) {
 // attempt.
 func dispatchLargest(t *testing.T, pub outbox.Publisher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Ends at return, as the dispatchers this starts must.
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	db := pgtest.NewMigrated(t)
 	ids := emitEvents(t, ctx, db, 1, largestEvent)

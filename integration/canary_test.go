@@ -36,6 +36,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/inbox"
 	"github.com/pgoutbox/pgoutbox/integration/internal/pgcluster"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -296,8 +297,7 @@ func (db *canaryDB) terminate(t *testing.T, ctx context.Context) int {
 // TestSecretsCanary plants the secrets and drives every error path it
 // can reach; see docs/reliability.md, "Secrets canary".
 func TestSecretsCanary(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	c := newCanary(t)
 	db := startCanaryDB(t, ctx, c)
 	t.Run("connect", func(t *testing.T) { c.t = t; canaryConnect(t, ctx, c, db) })
@@ -410,16 +410,16 @@ func canaryEmit(t *testing.T, ctx context.Context, c *canary, db *canaryDB) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	for name, mutate := range bad {
-		_, err := emitter.Emit(ctx, tx, c.event("canary.ok"), mutate(c.event("canary.ok")))
+		_, err := canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"), mutate(c.event("canary.ok")))
 		c.err("emitter.Emit, "+name, err)
 	}
 	var pid int
 	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	_, err = db.super.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
-	_, err = emitter.Emit(ctx, tx, c.event("canary.ok"))
+	_, err = canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"))
 	c.err("emitter.Emit, its connection killed", err)
-	_, err = emitter.Emit(ctx, tx, c.event("canary.ok"))
+	_, err = canaryEmitter(t).Emit(ctx, tx, c.event("canary.ok"))
 	c.err("emitter.Emit, a dead transaction", err)
 }
 
@@ -483,6 +483,15 @@ func canaryHandlers(started chan<- struct{}, release <-chan struct{}) map[string
 	}
 }
 
+// canaryEmitter writes to public.outbox_events, the canary's table, named
+// as every application names its own.
+func canaryEmitter(t *testing.T) *emitter.Emitter {
+	t.Helper()
+	em, err := emitter.New(emitter.Config{Table: outbox.Table{Schema: outbox.DefaultSchema, Name: outbox.DefaultTable}})
+	require.NoError(t, err)
+	return em
+}
+
 // canaryEmitAll emits one event of each type in one transaction.
 func canaryEmitAll(t *testing.T, ctx context.Context, c *canary, pool *pgxpool.Pool, types ...string) {
 	tx, err := pool.Begin(ctx)
@@ -491,7 +500,7 @@ func canaryEmitAll(t *testing.T, ctx context.Context, c *canary, pool *pgxpool.P
 	for _, typ := range types {
 		events = append(events, c.event(typ))
 	}
-	_, err = emitter.Emit(ctx, tx, events...)
+	_, err = canaryEmitter(t).Emit(ctx, tx, events...)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 }
@@ -529,8 +538,7 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	<-started
 	// The wake-up probe runs beside dispatching: the listener must be up
 	// before the kill, for its reconnect to be seen.
-	require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerActive },
-		30*time.Second, 10*time.Millisecond, "the listener never came up")
+	testctx.Await(t, "the listener to come up", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
 	require.Positive(t, db.terminate(t, ctx), "no app_canary backend to terminate")
 	close(release)
 	canaryAwaitDone(t, ctx, db)
@@ -539,10 +547,8 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 	// no attempt spent, and the circuit opens with a WARN that names
 	// the cause.
 	canaryEmitAll(t, ctx, c, db.app, "canary.publish")
-	require.Eventually(t, func() bool { return d.Stats().OutageReturned > 0 }, time.Minute, 10*time.Millisecond,
-		"the closed connection did not open the circuit")
-	require.Eventually(t, func() bool { return d.Stats().ListenerConnects >= 2 }, time.Minute, 10*time.Millisecond,
-		"the listener was not reconnected after its backend was killed")
+	testctx.Await(t, "the closed connection to open the circuit", func() bool { return d.Stats().OutageReturned > 0 })
+	testctx.Await(t, "the listener to reconnect after its backend was killed", func() bool { return d.Stats().ListenerConnects >= 2 })
 
 	st := d.Stats()
 	h := d.Health()
@@ -564,11 +570,11 @@ func canaryDispatch(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 
 // canaryAwaitDone waits until no event is PENDING or PROCESSING.
 func canaryAwaitDone(t *testing.T, ctx context.Context, db *canaryDB) {
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "every event to leave PENDING and PROCESSING", func() bool {
 		var n int
 		err := db.super.QueryRow(ctx, "SELECT count(*) FROM public.outbox_events WHERE status IN ('PENDING', 'PROCESSING')").Scan(&n)
 		return err == nil && n == 0
-	}, time.Minute, 50*time.Millisecond, "events still PENDING or PROCESSING")
+	})
 }
 
 // canaryListener runs dispatchers whose listener connection cannot
@@ -591,8 +597,7 @@ func canaryListener(t *testing.T, ctx context.Context, c *canary, db *canaryDB) 
 		canaryEmitAll(t, ctx, c, db.app, "canary.ok")
 		canaryAwaitDone(t, ctx, db)
 		// The probe runs beside dispatching: wait for its verdict.
-		require.Eventually(t, func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable },
-			30*time.Second, 10*time.Millisecond, "the listener's failure was not noticed")
+		testctx.Await(t, "the listener's failure to be noticed", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 		st := d.Stats()
 		require.NoError(t, d.Stop(ctx))
 		require.NoError(t, <-done)

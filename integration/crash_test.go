@@ -23,6 +23,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -82,8 +83,7 @@ type crashPayload struct {
 func TestCrashLoopSpendsNoBudgetOnUnstartedEvents(t *testing.T) {
 	t.Parallel()
 	const events, kills = 10, crashMaxRecoveries + 1
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := pgtest.NewMigrated(t)
 	ids := emitCrashEvents(t, ctx, db, events, -1)
 
@@ -138,8 +138,7 @@ func TestCrashLoopSpendsNoBudgetOnUnstartedEvents(t *testing.T) {
 func TestPoisonEventKillsWorkerOthersDelivered(t *testing.T) {
 	t.Parallel()
 	const events, poisonAt, maxChildren = 21, 5, 10
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := pgtest.NewMigrated(t)
 	ids := emitCrashEvents(t, ctx, db, events, poisonAt)
 	poison := ids[poisonAt]

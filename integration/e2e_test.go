@@ -25,6 +25,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -138,7 +139,8 @@ type e2eResult struct {
 // caller's.
 func runKillScenario(t *testing.T, db *pgtest.DB, b e2eBroker, got *tally, n int) e2eResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Ends at return, as the dispatchers this starts must.
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	start := time.Now()
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE orders (id uuid PRIMARY KEY, writer int NOT NULL)`)

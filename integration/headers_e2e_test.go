@@ -13,6 +13,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
 )
@@ -68,7 +69,8 @@ type rawRow struct {
 // final.
 func runHeaderRule(t *testing.T, pub outbox.Publisher, got *received) rawRow {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Ends at return, as the dispatchers this starts must.
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	db := pgtest.NewMigrated(t)
 	em, err := emitter.New(emitter.Config{Table: db.Table()})

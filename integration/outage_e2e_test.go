@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/publishers/kafkapub"
 	"github.com/pgoutbox/pgoutbox/publishers/natspub"
@@ -36,8 +37,7 @@ const outageEvents = 20
 // attempt.
 func TestKafkaOutageSpendsNoAttempts(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	dir := t.TempDir()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(dir))
 	require.NoError(t, err)
@@ -70,8 +70,7 @@ func TestKafkaOutageSpendsNoAttempts(t *testing.T) {
 // SENT at its first attempt and stored once.
 func TestNATSOutageSpendsNoAttempts(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,

@@ -86,8 +86,12 @@ func (e *VerifyError) Error() string {
 	for i, p := range e.Problems {
 		parts[i] = p.String()
 	}
-	return fmt.Sprintf("pgoutbox: schema of %s does not match (%d problems): %s",
-		e.Table, len(e.Problems), strings.Join(parts, "; "))
+	noun := "problems"
+	if len(e.Problems) == 1 {
+		noun = "problem"
+	}
+	return fmt.Sprintf("pgoutbox: schema of %s does not match (%d %s): %s",
+		e.Table, len(e.Problems), noun, strings.Join(parts, "; "))
 }
 
 // Unwrap returns [outbox.ErrSchemaMismatch], and [outbox.ErrMissingTable]

@@ -9,7 +9,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// An event with a JSON payload, ready for emitter.Emit. Only Type is
+// An event with a JSON payload, ready for Emitter.Emit. Only Type is
 // required; the aggregate names what the event is about, and the partition
 // key (the aggregate ID when empty) keeps one order's events in order on the
 // broker.

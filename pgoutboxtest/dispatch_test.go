@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/pgoutboxtest"
 )
@@ -160,12 +161,12 @@ func TestDispatchUntilIdle(t *testing.T) {
 		close(release)
 		require.Contains(t, msg, `a handler ignores its context: the handler for "stubborn" was still running`)
 		// Let the dispatcher left behind record the outcome and return.
-		require.Eventually(t, func() bool {
+		testctx.Await(t, "the stubborn event to be SENT", func() bool {
 			var status string
 			err := b.db.Pool.QueryRow(context.Background(),
 				"SELECT status FROM "+pgx.Identifier{b.table.Schema, b.table.Name}.Sanitize()).Scan(&status)
 			return err == nil && status == string(outbox.StatusSent)
-		}, 10*time.Second, 20*time.Millisecond)
+		})
 	})
 
 	t.Run("FailsWhenAnEventHasNoHandler", func(t *testing.T) {

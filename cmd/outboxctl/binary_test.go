@@ -56,24 +56,38 @@ func TestMain(m *testing.M) {
 }
 
 // binCmd returns a command that runs the built outboxctl with args, in an
-// environment without DATABASE_URL.
+// environment without DATABASE_URL, PGOUTBOX_SCHEMA and PGOUTBOX_TABLE
+// (but with the variables of env, "NAME=value").
 func binCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	return binCmdEnv(t, nil, args...)
+}
+
+// binCmdEnv is binCmd with the further variables env.
+func binCmdEnv(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	bin, err := built()
 	require.NoError(t, err)
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, schemaEnv+"=") && !strings.HasPrefix(kv, tableEnv+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
 // bin runs the built outboxctl with args to its end.
 func bin(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := binCmd(t, args...)
+	return binEnv(t, nil, args...)
+}
+
+// binEnv is bin with the further environment variables env.
+func binEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := binCmdEnv(t, env, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -462,4 +476,166 @@ func TestBinaryBlockedAndSkip(t *testing.T) {
 	require.Regexp(t, `(?m)^order-7\s+`+next+`\s+`, binOK(t, db, "blocked").stdout, "the next FAILED event heads the key")
 	require.Contains(t, binOK(t, db, "skip", next, "-yes", "-json").stdout, `"skipped": [`)
 	require.Contains(t, binOK(t, db, "blocked").stdout, "0 blocked keys; no more pages")
+}
+
+// snapshot is every row's id, status and write counters: what a command
+// that writes nothing must leave as it was.
+func snapshot(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(
+		id::text || ' ' || status || ' ' || attempts || ' ' || next_attempt_at::text || ' ' || coalesce(skipped_at::text, '-'),
+		E'\n' ORDER BY seq), '') FROM outbox_events`).Scan(&s))
+	return s
+}
+
+// Every numeric flag of every command is checked against its documented
+// range before any statement runs: each bad value (0 included where 0 is
+// out of range) exits 2 with a message that names the flag and its range,
+// and leaves every row as it was (issue 24: "-limit 0" deleted 10,000
+// rows, read as admin's default).
+func TestBinaryNumericFlagRanges(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "FAILED", "a", 3)
+	insert(t, db, "SENT", "a", 3)
+	insert(t, db, "PENDING", "a", 1)
+	before := snapshot(t, db)
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "-limit", "0"}, "-limit must be 1–1000, got 0"},
+		{[]string{"list", "-limit", "-5"}, "-limit must be 1–1000, got -5"},
+		{[]string{"list", "-limit", "1001"}, "-limit must be 1–1000, got 1001"},
+		{[]string{"blocked", "-limit", "0"}, "-limit must be 1–1000, got 0"},
+		{[]string{"blocked", "-limit", "1001"}, "-limit must be 1–1000, got 1001"},
+		{[]string{"replay", "-yes", "-code", "handler_error", "-limit", "0"}, "-limit must be 1–10000, got 0"},
+		{[]string{"replay", "-yes", "-limit", "-5"}, "-limit must be 1–10000, got -5"},
+		{[]string{"replay", "-yes", "-limit", "10001"}, "-limit must be 1–10000, got 10001"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "0"}, "-limit must be 1–100000, got 0"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "-5"}, "-limit must be 1–100000, got -5"},
+		{[]string{"purge", "-yes", "-status", "sent", "-older-than", "0s", "-limit", "100001"}, "-limit must be 1–100000, got 100001"},
+		{[]string{"purge", "-yes", "-status", "failed", "-older-than", "-5h"}, "-older-than must be at least 0s, got -5h0m0s"},
+		{[]string{"status", "-watch", "-interval", "500ms"}, "-interval must be at least 1s, got 500ms"},
+		{[]string{"status", "-watch", "-interval", "0s"}, "-interval must be at least 1s, got 0s"},
+	}
+	for _, c := range cases {
+		r := binOn(t, db, c.args[0], c.args[1:]...)
+		require.Equal(t, 2, r.code, "%v: stdout %q stderr %q", c.args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, "outboxctl "+c.args[0]+": "+c.want+"\n", "%v", c.args)
+		require.Empty(t, r.stdout, "%v", c.args)
+		require.Equal(t, before, snapshot(t, db), "%v wrote", c.args)
+	}
+}
+
+// Without -schema and -table the table comes from PGOUTBOX_SCHEMA and
+// PGOUTBOX_TABLE, which -h names without showing their values; a flag
+// wins over its variable.
+func TestBinaryTableFromEnv(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "FAILED", "a", 2)
+
+	env := []string{schemaEnv + "=" + db.Schema, tableEnv + "=outbox_events"}
+	r := binEnv(t, env, "counts", "-url", db.URL)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^FAILED\s+2$`, r.stdout)
+	require.Contains(t, r.stdout, db.Schema+".outbox_events")
+
+	r = binEnv(t, []string{schemaEnv + "=nope_missing"}, "counts", "-url", db.URL, "-schema", db.Schema)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = binEnv(t, env, "counts", "-h")
+	require.Contains(t, r.stderr, "(default $"+schemaEnv+", else public)")
+	require.Contains(t, r.stderr, "(default $"+tableEnv+", else outbox_events)")
+	require.NotContains(t, r.stderr, db.Schema)
+}
+
+// A command run on a table that does not exist says which table it
+// looked for and what to set, instead of a bare SQLSTATE 42P01.
+func TestBinaryMissingTableSaysWhatToSet(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, cmd := range []string{"counts", "status", "list", "blocked", "purge -status sent -older-than 1h"} {
+		args := strings.Fields(cmd)
+		r := bin(t, append(args, "-url", db.URL, "-schema", "nope_missing")...)
+		require.Equal(t, 1, r.code, "%s: %s", cmd, r.stderr)
+		require.Contains(t, r.stderr, "nope_missing.outbox_events does not exist", cmd)
+		require.Contains(t, r.stderr, "set -schema and -table (or "+schemaEnv+" and "+tableEnv+") to the outbox table, or create it with outboxctl migrate", cmd)
+	}
+}
+
+// replay takes event ids as arguments, as inspect and skip do.
+func TestBinaryReplayIDArguments(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insert(t, db, "FAILED", "a", 3)
+
+	require.Contains(t, binOK(t, db, "replay", ids[0].String(), ids[1].String()).stdout, "dry run: would replay 2 FAILED events")
+	require.Equal(t, 3, count(t, db, "FAILED"))
+	r := binOK(t, db, "replay", ids[0].String(), "-yes", "-id", ids[1].String())
+	require.Contains(t, r.stdout, "2 events replayed, 0 skipped")
+	require.Equal(t, 1, count(t, db, "FAILED"))
+
+	for _, args := range [][]string{{"replay", "nope"}, {"replay", ids[2].String(), "-code", "timeout"}, {"replay", ids[2].String(), "-limit", "5"}} {
+		r := binOn(t, db, args[0], args[1:]...)
+		require.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, "usage: outboxctl replay [<id>...] [flags]", "%v", args)
+	}
+	require.Equal(t, 1, count(t, db, "FAILED"))
+}
+
+// Due events behind a FAILED head of their order key are not shown as
+// "due now" by status and counts: they are counted apart, as blocked,
+// until the head is replayed or skipped.
+func TestBinaryStatusBlockedNotDue(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	head := insertKeyed(t, db, "FAILED", "order-7")
+	insertKeyed(t, db, "PENDING", "order-7")
+	insertKeyed(t, db, "PENDING", "order-7")
+	insertKeyed(t, db, "PENDING", "order-8")
+	insert(t, db, "PENDING", "a", 1)
+
+	for _, cmd := range []string{"status", "counts"} {
+		r := binOK(t, db, cmd)
+		require.Regexp(t, `(?m)^PENDING\s+4$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^  due now\s+2$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^  blocked\s+2$`, r.stdout, cmd)
+		require.Contains(t, r.stdout, "blocked: due, behind a FAILED event of their order key (outboxctl blocked)", cmd)
+	}
+	var c struct {
+		Due        int64
+		DueBlocked int64 `json:"due_blocked"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(binOK(t, db, "counts", "-json").stdout), &c))
+	require.Equal(t, int64(4), c.Due)
+	require.Equal(t, int64(2), c.DueBlocked)
+
+	binOK(t, db, "skip", head.String(), "-yes")
+	r := binOK(t, db, "status")
+	require.Regexp(t, `(?m)^  due now\s+4$`, r.stdout)
+	require.NotContains(t, r.stdout, "blocked")
+}
+
+// An input the admin package refuses is reported under the flag that
+// carried it, not under the Go field (issue 24: "OlderThan is -5h0m0s").
+func TestBinaryAdminInputErrorsNameFlags(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"blocked", "-after", "a\xff"}, "outboxctl blocked: -after is not valid UTF-8\n"},
+		{[]string{"list", "-type", "a\xff"}, "outboxctl list: -type is not valid UTF-8\n"},
+		{[]string{"list", "-aggregate-id", "a\xff"}, "outboxctl list: -aggregate-id is not valid UTF-8\n"},
+		{[]string{"replay", "-type", "a\xff"}, "outboxctl replay: -type is not valid UTF-8\n"},
+	} {
+		r := binOn(t, db, c.args[0], c.args[1:]...)
+		require.Equal(t, 2, r.code, "%v: %s", c.args, r.stderr)
+		require.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
 }

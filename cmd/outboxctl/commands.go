@@ -45,7 +45,7 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 		}
 		t := e.table.WithDefaults()
 		err = e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
-			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)))
+			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)+blockedNote(c)))
 		if err != nil {
 			return err
 		}
@@ -72,14 +72,29 @@ func countRows(c admin.Counts) [][]string {
 	if c.SentEstimated {
 		approx = "~"
 	}
-	return [][]string{
+	rows := [][]string{
 		{"PENDING", fmt.Sprint(c.Pending)},
-		{"  due now", fmt.Sprint(c.Due)},
+		{"  due now", fmt.Sprint(c.Due - c.DueBlocked)},
+	}
+	if c.DueBlocked > 0 {
+		rows = append(rows, []string{"  blocked", fmt.Sprint(c.DueBlocked)})
+	}
+	return append(rows, [][]string{
 		{"PROCESSING", fmt.Sprint(c.Processing)},
 		{"SENT", approx + fmt.Sprint(c.Sent)},
 		{"FAILED", fmt.Sprint(c.Failed)},
 		{"total", approx + fmt.Sprint(c.Total())},
+	}...)
+}
+
+// blockedNote is the footer line that explains the "blocked" row of
+// countRows, or "" when there is none.
+func blockedNote(c admin.Counts) string {
+	if c.DueBlocked == 0 {
+		return ""
 	}
+	return "\nblocked: due, behind a FAILED event of their order key (outboxctl blocked); " +
+		"dispatchers with per-key ordering (BlockKey) hold them until it is replayed or skipped"
 }
 
 // sentNote is the footer line that says the SENT count is an estimate,
@@ -97,7 +112,7 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 	aggregate := fs.String("aggregate-id", "", "only events about this aggregate `id` (of any aggregate type)")
 	code := fs.String("code", "", "only events whose last error `code` is this (FAILED, or retried after it)")
 	after := fs.String("after", "", "continue after this `cursor` (printed at the end of the previous page)")
-	limit := fs.Int("limit", admin.DefaultListLimit, fmt.Sprintf("page `size`, 1 to %d", admin.MaxListLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultListLimit, 1, admin.MaxListLimit, "page `size`")
 	return func(e *env) error {
 		cursor, err := admin.ParseCursor(*after)
 		if err != nil {
@@ -110,9 +125,6 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		c, err := parseCode(*code)
 		if err != nil {
 			return err
-		}
-		if *limit < 1 || *limit > admin.MaxListLimit {
-			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxListLimit)
 		}
 		a, err := e.newAdmin()
 		if err != nil {
@@ -195,13 +207,18 @@ func (f *idsFlag) Set(v string) error {
 
 func replayFlags(fs *flag.FlagSet) func(*env) error {
 	var ids idsFlag
-	fs.Var(&ids, "id", "replay this event `id` (repeat the flag or separate ids with commas); not with the filters")
+	fs.Var(&ids, "id", "replay this event `id` (repeat the flag or separate ids with commas; or give ids as arguments); not with the filters")
 	typ := fs.String("type", "", "filter: only events of this event `type`")
 	code := fs.String("code", "", "filter: only events whose last error `code` is this (e.g. handler_error)")
 	before := fs.String("failed-before", "", "filter: only events that failed before this `time` (RFC 3339)")
-	limit := fs.Int("limit", admin.DefaultReplayLimit, fmt.Sprintf("filter: at most this many `events`, 1 to %d", admin.MaxReplayLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultReplayLimit, 1, admin.MaxReplayLimit, "filter: at most this many `events`")
 	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
 	return func(e *env) error {
+		for _, arg := range e.args {
+			if err := ids.Set(arg); err != nil {
+				return usagef("%v", err)
+			}
+		}
 		c, err := parseCode(*code)
 		if err != nil {
 			return err
@@ -217,7 +234,7 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 		if len(ids) == 0 {
 			p.Limit = *limit
 		} else if flagSet(fs, "limit") || p.Type != "" || p.Code != "" || *before != "" {
-			return usagef("-id cannot be combined with -type, -code, -failed-before or -limit")
+			return usagef("event ids (-id or arguments) cannot be combined with -type, -code, -failed-before or -limit")
 		}
 		a, err := e.newAdmin()
 		if err != nil {
@@ -258,9 +275,9 @@ func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 
 func purgeFlags(fs *flag.FlagSet) func(*env) error {
 	status := fs.String("status", "", "purge events in this `status`: sent or failed (required)")
-	var olderThan durationFlag
+	olderThan := durationFlag{min: 0}
 	fs.Var(&olderThan, "older-than", "purge events that reached the status more than this `duration` ago, e.g. 720h; 0s for all (required)")
-	limit := fs.Int("limit", admin.DefaultPurgeLimit, fmt.Sprintf("delete at most this many `events`, 1 to %d", admin.MaxPurgeLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultPurgeLimit, 1, admin.MaxPurgeLimit, "delete at most this many `events`")
 	yes := fs.Bool("yes", false, "really delete; without it, print how many would be deleted")
 	return func(e *env) error {
 		st, err := parseStatus("-status", *status, false)
@@ -405,8 +422,27 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return found
 }
 
-// asUsage turns the admin package's input errors into usage errors.
+// fieldFlags names the flag that carries each admin parameter field.
+var fieldFlags = map[string]string{
+	"Status": "-status", "Type": "-type", "AggregateID": "-aggregate-id", "Code": "-code",
+	"After": "-after", "Limit": "-limit", "IDs": "-id", "FailedBefore": "-failed-before",
+	"OlderThan": "-older-than",
+}
+
+// asUsage turns the admin package's input errors into usage errors, named
+// by the flag that carried the field ("-after is not valid UTF-8", not
+// "After is not valid UTF-8").
 func asUsage(err error) error {
+	var in *outbox.InputError
+	if errors.As(err, &in) {
+		if flag, ok := fieldFlags[in.Field]; ok {
+			msg := flag + " " + in.Reason
+			if in.Err != nil {
+				msg += ": " + in.Err.Error()
+			}
+			return usagef("%s", msg)
+		}
+	}
 	if errors.Is(err, outbox.ErrInvalidInput) {
 		return usagef("%v", err)
 	}

@@ -5,8 +5,10 @@
 //
 //	outboxctl <command> [arguments and flags, in any order]
 //
-// Every command takes -url (default $DATABASE_URL), -schema, -table and
-// -json. replay, skip and purge change nothing without -yes: they print
+// Every command takes -url (default $DATABASE_URL), -schema (default
+// $PGOUTBOX_SCHEMA, else public), -table (default $PGOUTBOX_TABLE, else
+// outbox_events) and -json. Numeric flags are checked against their
+// ranges before anything connects. replay, skip and purge change nothing without -yes: they print
 // what they would do. Exit status: 0 success (also for status -watch ended by
 // an interrupt), 1 failure (including a schema that does not verify), 2
 // bad usage.
@@ -27,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -35,6 +38,13 @@ const (
 	exitOK    = 0
 	exitFail  = 1
 	exitUsage = 2
+)
+
+// The environment variables that name the outbox table when -schema or
+// -table is not given.
+const (
+	schemaEnv = "PGOUTBOX_SCHEMA"
+	tableEnv  = "PGOUTBOX_TABLE"
 )
 
 // connectTimeout bounds the connection attempt when the URL sets none.
@@ -71,7 +81,7 @@ var commands = []command{
 	{"counts", "", "rows per status, the age of the oldest due event, and PENDING rows by type", countsFlags},
 	{"list", "", "list events, a page at a time (keyset by seq)", listFlags},
 	{"inspect", "<id>", "show one event in full: payload, headers, attempt log", inspectFlags},
-	{"replay", "", "return FAILED events to PENDING (dry run without -yes)", replayFlags},
+	{"replay", "[<id>...]", "return FAILED events to PENDING, by id or by filter (dry run without -yes)", replayFlags},
 	{"blocked", "", "keys held by a FAILED head event (per-key ordering, head policy BlockKey)", blockedFlags},
 	{"skip", "<id>...", "mark FAILED head events skipped so their keys go on (dry run without -yes)", skipFlags},
 	{"purge", "", "delete old SENT or FAILED events (dry run without -yes)", purgeFlags},
@@ -87,7 +97,9 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun outboxctl <command> -h for the command's flags.")
+	fmt.Fprintln(w, "\nEvery command takes -url (default $DATABASE_URL), -schema (default $"+schemaEnv+", else "+outbox.DefaultSchema+"),")
+	fmt.Fprintln(w, "-table (default $"+tableEnv+", else "+outbox.DefaultTable+") and -json.")
+	fmt.Fprintln(w, "Run outboxctl <command> -h for the command's flags.")
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -123,8 +135,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The default is read after parsing, so that usage text never shows
 	// the environment's URL.
 	url := fs.String("url", "", "PostgreSQL `URL` or keyword/value DSN (default $DATABASE_URL)")
-	schema := fs.String("schema", outbox.DefaultSchema, "`schema` of the outbox table")
-	table := fs.String("table", outbox.DefaultTable, "`name` of the outbox table")
+	schema := fs.String("schema", "", "`schema` of the outbox table (default $"+schemaEnv+", else "+outbox.DefaultSchema+")")
+	table := fs.String("table", "", "`name` of the outbox table (default $"+tableEnv+", else "+outbox.DefaultTable+")")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	exec := cmd.flags(fs)
 	fs.Usage = func() {
@@ -148,11 +160,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *url == "" {
 		*url = os.Getenv("DATABASE_URL")
 	}
+	if !flagSet(fs, "schema") {
+		*schema = os.Getenv(schemaEnv)
+	}
+	if !flagSet(fs, "table") {
+		*table = os.Getenv(tableEnv)
+	}
 
 	e := &env{ctx: ctx, url: *url, table: outbox.Table{Schema: *schema, Name: *table}, json: *asJSON,
 		args: positional, out: stdout, tty: tty}
 	defer e.close()
 	err = e.check()
+	if err == nil {
+		err = checkRanges(fs)
+	}
 	if err == nil && cmd.args == "" && len(positional) > 0 {
 		err = usagef("unexpected argument %q", positional[0])
 	}
@@ -167,6 +188,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
 		fmt.Fprintf(stderr, "usage: %s (outboxctl %s -h for help)\n", cmd.synopsis(), cmd.name)
 		return exitUsage
+	case pgerr.OwnMissingTable(err):
+		fmt.Fprintf(stderr, "outboxctl %s: %s does not exist: set -schema and -table (or %s and %s) to the outbox table, "+
+			"or create it with outboxctl migrate (%v)\n", cmd.name, e.table.WithDefaults(), schemaEnv, tableEnv, err)
+		return exitFail
 	default:
 		fmt.Fprintf(stderr, "outboxctl %s: %v\n", cmd.name, err)
 		return exitFail

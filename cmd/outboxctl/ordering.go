@@ -13,11 +13,8 @@ import (
 
 func blockedFlags(fs *flag.FlagSet) func(*env) error {
 	after := fs.String("after", "", "continue after this `key` (printed at the end of the previous page)")
-	limit := fs.Int("limit", admin.DefaultBlockedLimit, fmt.Sprintf("page `size` in blocked keys, 1 to %d", admin.MaxBlockedLimit))
+	limit := intRangeFlag(fs, "limit", admin.DefaultBlockedLimit, 1, admin.MaxBlockedLimit, "page `size` in blocked keys")
 	return func(e *env) error {
-		if *limit < 1 || *limit > admin.MaxBlockedLimit {
-			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxBlockedLimit)
-		}
 		a, err := e.newAdmin()
 		if err != nil {
 			return err

@@ -23,13 +23,10 @@ const clearScreen = "\x1b[H\x1b[2J"
 
 func statusFlags(fs *flag.FlagSet) func(*env) error {
 	watch := fs.Bool("watch", false, "redraw every -interval until interrupted (Ctrl-C)")
-	interval := fs.Duration("interval", defaultWatchInterval,
+	interval := minDurationFlag(fs, "interval", defaultWatchInterval, minWatchInterval,
 		fmt.Sprintf("with -watch, the `time` between redraws, at least %s", minWatchInterval))
 	return func(e *env) error {
-		switch {
-		case *interval < minWatchInterval:
-			return usagef("-interval is %s, must be at least %s", *interval, minWatchInterval)
-		case flagSet(fs, "interval") && !*watch:
+		if flagSet(fs, "interval") && !*watch {
 			return usagef("-interval needs -watch")
 		}
 		a, err := e.newAdmin()
@@ -88,7 +85,7 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 	if s.Counts.Due > 0 {
 		footer += fmt.Sprintf("\noldest due event: waiting for %s", s.Counts.OldestDueAge.Round(time.Millisecond))
 	}
-	footer += sentNote(s.Counts)
+	footer += sentNote(s.Counts) + blockedNote(s.Counts)
 	if err := f.printTable([]string{"STATUS", "COUNT"}, countRows(s.Counts), footer); err != nil {
 		return err
 	}

@@ -2,14 +2,14 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestRun keeps the example working: it runs it against the test database
@@ -18,8 +18,7 @@ import (
 // as the one duplicate, of the order that crashed, and shipped nothing.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	url := cmp.Or(os.Getenv("PGOUTBOX_TEST_DATABASE_URL"), defaultURL)
 
 	var out strings.Builder

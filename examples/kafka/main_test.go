@@ -2,13 +2,13 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestRun keeps the example working: it runs it twice against the test
@@ -16,8 +16,7 @@ import (
 // KAFKA_BROKERS or an in-process kfake cluster, and checks what it prints.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	url := cmp.Or(os.Getenv("PGOUTBOX_TEST_DATABASE_URL"), defaultURL)
 
 	for range 2 { // re-runnable

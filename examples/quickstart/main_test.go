@@ -2,21 +2,20 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestRun keeps the quickstart working: it runs it twice against the test
 // database (PGOUTBOX_TEST_DATABASE_URL, set by `make test`) and checks the
 // journeys it prints.
 func TestRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	url := cmp.Or(os.Getenv("PGOUTBOX_TEST_DATABASE_URL"), defaultURL)
 
 	for range 2 { // re-runnable

@@ -3,6 +3,7 @@ package kafkapub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -353,9 +354,19 @@ func TestKeyFuncs(t *testing.T) {
 	})
 }
 
-// timeout returns a context that ends with the test or after 30s.
+// timeout returns a context that ends with the test, or a little before
+// the run's go test -timeout, with a cause that says so: no fixed cap,
+// which a loaded machine could reach (issue 24). The root module's
+// internal/testctx does the same; a publisher imports no internal package
+// of the core.
 func timeout(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	deadline, ok := t.Deadline()
+	if !ok {
+		return t.Context()
+	}
+	grace := min(time.Minute, time.Until(deadline)/10)
+	ctx, cancel := context.WithDeadlineCause(t.Context(), deadline.Add(-grace),
+		fmt.Errorf("the go test -timeout of this run ends at %s", deadline.Format(time.TimeOnly)))
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -168,9 +168,7 @@ func TestHeadersRoundTrip(t *testing.T) {
 			requireSameEvent(t, e, fromCore)
 			require.Equal(t, e.ID.String(), core.Header.Get(jetstream.MsgIDHeader))
 
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			stored := fetchAll(ctx, t, js, ts, ts.Prefix+"ok.rt", 1, quiet)
+			stored := fetchAll(runContext(t), t, js, ts, ts.Prefix+"ok.rt", 1, quiet)
 			require.Len(t, stored, 1)
 			fromStream, err := natspub.DecodeJetStream(stored[0])
 			require.NoError(t, err)

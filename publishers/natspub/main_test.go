@@ -77,6 +77,29 @@ func anchor(url string) error {
 	})
 }
 
+// runContext returns a context that ends with the test, or a little
+// before the run's go test -timeout, with a cause that says so: no fixed
+// cap, which a loaded machine could reach (issue 24). The root module's
+// internal/testctx does the same; a publisher imports no internal package
+// of the core.
+func runContext(tb testing.TB) context.Context {
+	tb.Helper()
+	ctx := tb.Context()
+	t, ok := tb.(interface{ Deadline() (time.Time, bool) })
+	if !ok {
+		return ctx
+	}
+	deadline, ok := t.Deadline()
+	if !ok {
+		return ctx
+	}
+	grace := min(time.Minute, time.Until(deadline)/10)
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline.Add(-grace),
+		fmt.Errorf("the go test -timeout of this run ends at %s", deadline.Format(time.TimeOnly)))
+	tb.Cleanup(cancel)
+	return ctx
+}
+
 // withJetStream connects to url (without reconnecting) and runs f with a
 // JetStream context, bounded by timeout.
 func withJetStream(url string, timeout time.Duration, f func(context.Context, jetstream.JetStream) error) error {
@@ -165,9 +188,7 @@ func newStream(tb testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig
 	tag := fmt.Sprintf("%s_%d_%s", sanitize(tb.Name()), streamSeq.Add(1), strings.ReplaceAll(uuid.NewString()[:8], "-", ""))
 	ts := testStream{Name: "natspub_" + tag, Prefix: "natspubtest." + tag + "."}
 	cfg.Name, cfg.Subjects = ts.Name, []string{ts.Prefix + "ok.>"}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := js.CreateStream(ctx, cfg)
+	s, err := js.CreateStream(runContext(tb), cfg)
 	require.NoError(tb, err)
 	ts.stream = s
 	tb.Cleanup(func() {

@@ -29,8 +29,7 @@ func keyMessages(dest, key string, n int) []outbox.Message {
 // checking from the stream's state that it holds exactly n messages.
 func storedIDs(t *testing.T, js jetstream.JetStream, ts testStream, n int) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	ctx := runContext(t)
 	info, err := ts.stream.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, n, info.State.Msgs)

@@ -21,8 +21,7 @@ import (
 // retryable; once JetStream is back, the events are stored, once each.
 func TestServerOutage(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := runContext(t)
 	dir := t.TempDir()
 	s, err := startServer(&server.Options{StoreDir: dir})
 	require.NoError(t, err)

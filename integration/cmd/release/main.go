@@ -7,6 +7,7 @@
 //	go run ./integration/cmd/release tidy -w # make tidy: writes the tidied files
 //	go run ./integration/cmd/release pack DIR
 //	go run ./integration/cmd/release bump vX.Y.Z
+//	go run ./integration/cmd/release work    # make work/replace
 //
 // check enforces the version rules: VERSION is a semantic version, every
 // publisher requires the core at it, no published go.mod has a replace
@@ -16,7 +17,9 @@
 // module proxy and builds and vets each alone against it (GOWORK=off).
 // tidy runs go mod tidy on every module against the same proxy. pack
 // writes that proxy into DIR, for trying an install by hand. bump writes a
-// new version to VERSION and to every requirement of our modules. The exit
+// new version to VERSION and to every requirement of our modules. work
+// prints the replace block a go.work outside the repository needs to use
+// this checkout before VERSION is published (docs/testing.md). The exit
 // status is 1 when a check fails, 2 on bad usage.
 package main
 
@@ -31,7 +34,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/integration/internal/release"
 )
 
-const usage = `usage: release check | build | tidy [-w] | pack DIR | bump vX.Y.Z
+const usage = `usage: release check | build | tidy [-w] | pack DIR | bump vX.Y.Z | work
 run inside the repository (see docs/releasing.md)`
 
 var errUsage = errors.New(usage)
@@ -79,6 +82,12 @@ func run(ctx context.Context, args []string) error {
 			return errUsage
 		}
 		return repo.Bump(args[1])
+	case "work":
+		if len(args) != 1 {
+			return errUsage
+		}
+		_, err := fmt.Print(repo.WorkReplaces())
+		return err
 	}
 	return errUsage
 }

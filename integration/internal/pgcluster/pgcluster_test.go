@@ -1,14 +1,13 @@
 package pgcluster_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/integration/internal/pgcluster"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestClusterSurvivesImmediateRestartAndStop: the cluster answers, keeps a
@@ -17,8 +16,7 @@ import (
 func TestClusterSurvivesImmediateRestartAndStop(t *testing.T) {
 	t.Parallel()
 	c := pgcluster.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	exec := func(sql string) error {
 		conn, err := pgx.Connect(ctx, c.URL)
 		if err != nil {

@@ -1,19 +1,18 @@
 package release_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 
 	"github.com/pgoutbox/pgoutbox/integration/internal/release"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 )
 
 // TestInstall installs pgoutbox as a user does, outside the repository
@@ -23,10 +22,11 @@ import (
 // the core at VERSION: a publisher reaching the core through a replace
 // directive, or requiring a version the proxy does not serve, fails here.
 // Then a module getting all three, as the README says, is built and vetted.
+// It takes about 80 s alone and far longer on a loaded machine, so it has
+// no cap of its own: the run's -timeout bounds it (testctx).
 func TestInstall(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	repo := loadRepo(t)
 	sandbox, err := repo.NewSandbox(ctx, t.TempDir())
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Sandbox runs the go command as a user outside the repository does: no
@@ -55,13 +56,20 @@ func (r *Repo) NewSandbox(ctx context.Context, dir string) (*Sandbox, error) {
 }
 
 // Go runs the go command with args in dir inside the sandbox and returns
-// its combined output; the error carries the output too.
+// its combined output; the error carries the output too. When ctx ends
+// first, the command is killed and the error says so, with ctx's cause
+// and how long the command ran, rather than a bare "signal: killed".
 func (s *Sandbox) Go(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = s.env
+	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return out, fmt.Errorf("go %s in %s: stopped: %w (after %s; %w)\n%s", strings.Join(args, " "), dir,
+			context.Cause(ctx), time.Since(start).Round(time.Millisecond), err, out)
+	case err != nil:
 		return out, fmt.Errorf("go %s in %s: %w\n%s", strings.Join(args, " "), dir, err, out)
 	}
 	return out, nil
