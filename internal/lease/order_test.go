@@ -416,20 +416,65 @@ func TestOrderedNextHeadDue(t *testing.T) {
 	forEachForm(t, func(t *testing.T, e env, types []string) {
 		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k"}, keyed("k"),
 			spec{DueIn: time.Hour, PartitionKey: "j"}, keyed("j"), spec{Status: "PROCESSING", PartitionKey: "p"}, keyed("p"))
-		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, wait, 30*time.Minute, "j's head, in its backoff; not k's or p's due rows")
 
-		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false)
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.LessOrEqual(t, wait, time.Duration(0), "without BlockFailed k's second row is its head")
 
 		insert(t, e.db.Pool, spec{})
-		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.LessOrEqual(t, wait, time.Duration(0), "a keyless row is due")
+	})
+}
+
+// Under ByType the head of (key, type) holds only that pair: a key's
+// events of another type go on past it, as a run of their own in seq
+// order, while without ByType the head holds every type of its key.
+func TestOrderedClaimByType(t *testing.T) {
+	t.Parallel()
+	for _, types := range [][]string{nil, {"a", "b"}} {
+		t.Run(fmt.Sprint("types ", types), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			a, b := spec{Type: "a", PartitionKey: "k"}, spec{Type: "b", PartitionKey: "k"}
+			failedA, notDueB := a, b
+			failedA.Status, notDueB.DueIn = "FAILED", time.Hour
+			ids := insert(t, e.db.Pool, failedA, b, a, b, b, notDueB, b,
+				spec{Type: "a", AggregateID: "j", Status: "PROCESSING"}, spec{Type: "b", AggregateID: "j"})
+
+			byKey := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			require.Empty(t, byKey.Events, "by key, k's FAILED head and j's PROCESSING one hold every type")
+
+			got, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute,
+				Types: types, Ordered: true, BlockFailed: true, ByType: true})
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{ids[1], ids[3], ids[4], ids[8]}, batchIDs(got),
+				"k's b run up to its row not due, and j's b; no a")
+			require.Equal(t, []string{"k", "k", "k", "j"}, got.Keys)
+			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[2]).Status, "k's a waits behind its FAILED head")
+		})
+	}
+}
+
+// NextHeadDue by type counts a row behind a head of another type of its
+// key as due.
+func TestOrderedNextHeadDueByType(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e env, types []string) {
+		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k", Type: "other"}, keyed("k"))
+		_, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, false)
+		require.NoError(t, err)
+		require.False(t, ok, "by key, k's due row waits behind its FAILED head")
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "by type, k's test.event row is its pair's head")
 	})
 }
