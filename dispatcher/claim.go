@@ -182,6 +182,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey,
+		ByType: d.cfg.OrderScope == ScopeKeyAndType,
 	})
 	d.health.claimed(err)
 	if err != nil {
