@@ -66,6 +66,8 @@ type Dispatcher struct {
 
 	// health is what Health reports (see health.go).
 	health healthState
+	// peers are the other dispatchers of the table heard (see peers.go).
+	peers peerSet
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
@@ -236,6 +238,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
+	d.peers.fill(&s)
 	return s
 }
 

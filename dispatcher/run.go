@@ -45,6 +45,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.run(quit) })
+	helpers.Go(func() { d.helloLoop(quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.listenLoop(quit, listener) })
@@ -55,7 +56,8 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
-		"wakeups", d.cfg.Wakeup.String())
+		"wakeups", d.cfg.Wakeup.String(), "ordering", d.cfg.Ordering.String(), "head_policy", d.cfg.HeadPolicy.String(),
+		"order_scope", d.cfg.OrderScope.String())
 	d.coordinate(ctx)
 	d.setState(StateStopping)
 	err := d.drain(hardStop)
