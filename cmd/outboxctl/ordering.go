@@ -14,6 +14,7 @@ import (
 func blockedFlags(fs *flag.FlagSet) func(*env) error {
 	after := fs.String("after", "", "continue after this `key` (printed at the end of the previous page)")
 	limit := fs.Int("limit", admin.DefaultBlockedLimit, fmt.Sprintf("page `size` in blocked keys, 1 to %d", admin.MaxBlockedLimit))
+	byType := fs.Bool("by-type", false, "list blocked (key, type) pairs: for dispatchers with OrderScope ScopeKeyAndType")
 	return func(e *env) error {
 		if *limit < 1 || *limit > admin.MaxBlockedLimit {
 			return usagef("-limit is %d, must be 1 to %d", *limit, admin.MaxBlockedLimit)
@@ -22,7 +23,7 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		page, err := blockedPage(e.ctx, a, *after, *limit)
+		page, err := blockedPage(e.ctx, a, admin.BlockedParams{After: *after, Limit: *limit, ByType: *byType})
 		if err != nil {
 			return asUsage(err)
 		}
@@ -42,6 +43,9 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 			rows[i] = []string{k.Key, k.HeadID.String(), k.Type, string(k.Code), failed, waiting}
 		}
 		keys := plural(len(rows), "blocked key", "blocked keys")
+		if *byType {
+			keys = plural(len(rows), "blocked key and type", "blocked keys and types")
+		}
 		footer := keys + "; no more pages"
 		if page.Next != "" {
 			footer = keys + "; next page: -after " + shellWord(page.Next)
@@ -53,20 +57,23 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 	}
 }
 
-// blockedPage reads pages of admin.BlockedKeys from after until it holds
-// limit keys or the walk ends: each call examines a bounded number of
-// keys and may return fewer blocked keys than asked, even none.
-func blockedPage(ctx context.Context, a *admin.Admin, after string, limit int) (admin.BlockedPage, error) {
-	out := admin.BlockedPage{Keys: []admin.BlockedKey{}, Next: after}
+// blockedPage reads pages of admin.BlockedKeys from p.After until it
+// holds p.Limit keys (or pairs, by type: perhaps a few more) or the walk
+// ends: each call examines a bounded number of keys and may return fewer
+// blocked keys than asked, even none.
+func blockedPage(ctx context.Context, a *admin.Admin, p admin.BlockedParams) (admin.BlockedPage, error) {
+	out := admin.BlockedPage{Keys: []admin.BlockedKey{}, Next: p.After}
+	limit := p.Limit
 	for {
-		page, err := a.BlockedKeys(ctx, admin.BlockedParams{After: out.Next, Limit: limit - len(out.Keys)})
+		p.After, p.Limit = out.Next, limit-len(out.Keys)
+		page, err := a.BlockedKeys(ctx, p)
 		if err != nil {
 			return admin.BlockedPage{}, err
 		}
 		out.Keys = append(out.Keys, page.Keys...)
 		out.Next = page.Next
 		out.Scanned += page.Scanned
-		if out.Next == "" || len(out.Keys) == limit {
+		if out.Next == "" || len(out.Keys) >= limit {
 			return out, nil
 		}
 	}
