@@ -147,8 +147,10 @@ type Config struct {
 	// Ordering chooses whether the events of one order key (see
 	// outbox.OrderKey) are delivered in order. Defaults to Unordered.
 	// Every dispatcher of one table must use the same Ordering: an
-	// unordered one takes a key's events regardless of order. See
-	// docs/ordering.md.
+	// unordered one takes a key's events regardless of order. A
+	// dispatcher that hears another of its table with another Ordering,
+	// HeadPolicy or OrderScope logs a WARN and reports it in
+	// Health.ModeConflicts. See docs/ordering.md.
 	Ordering Ordering
 	// HeadPolicy chooses what a FAILED event does to the later events of
 	// its key under Ordering PerKey: BlockKey (the default) holds them

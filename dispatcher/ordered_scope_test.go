@@ -3,6 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -106,4 +108,51 @@ func TestOrderScopeConfig(t *testing.T) {
 	_, err = dispatcher.New(db.Pool, cfg)
 	require.ErrorAs(t, err, &cerr)
 	require.Equal(t, "OrderScope", cerr.Field)
+}
+
+// Four replicas with ScopeKeyAndType on one table, 100 keys × 2 types ×
+// 10 events, emitted interleaved, handlers with a random latency and a 10%
+// transient failure rate: each (key, type) pair's events are handed out
+// in emit order, and all end SENT.
+func TestOrderedReplicasKeepEachPairsOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	var keys, types []string
+	var nums []int
+	for i := range 10 * 100 * 2 {
+		k, ty := (i/2)%100, i%2
+		keys, types = append(keys, fmt.Sprintf("key-%d", k)), append(types, []string{"a", "b"}[ty])
+		nums = append(nums, 2*k+ty)
+	}
+	ids := make([]uuid.UUID, len(keys))
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, partition_key, payload)
+		SELECT id, ty, key, '\x7b7d' FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS x(id, key, ty, n) ORDER BY n`,
+		ids, keys, types)
+	require.NoError(t, err)
+	kc := newKeyCalls(ids, nums)
+	handler := func(_ context.Context, e outbox.Event) error {
+		kc.add(e.ID)
+		time.Sleep(time.Duration(rand.IntN(2001)) * time.Microsecond)
+		if rand.IntN(10) == 0 {
+			return errors.New("transient")
+		}
+		return nil
+	}
+	for r := range 4 {
+		cfg := orderedConfig(db, dispatcher.BlockKey)
+		cfg.Owner, cfg.OrderScope = fmt.Sprintf("replica-%d", r), dispatcher.ScopeKeyAndType
+		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("a", handler))
+		require.NoError(t, d.Handle("b", handler))
+		runDispatcher(t, d)
+	}
+	waitFor(t, 5*time.Minute, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	kc.requireInOrder(t)
+	for p := range 200 {
+		require.GreaterOrEqual(t, len(kc.of(p)), 10, "pair %d", p)
+	}
 }
