@@ -6,10 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -241,4 +244,26 @@ func (p *peerSet) conflicts(now time.Time) ([]ModeConflict, uint64) {
 func (p *peerSet) fill(s *Stats) {
 	conflicts, hellos := p.conflicts(time.Now())
 	s.ModeConflicts, s.Hellos = len(conflicts), hellos
+}
+
+// observeModeConflicts registers the gauge pgoutbox.mode_conflicts (the
+// replicas of the table heard with another ordering mode: see
+// Stats.ModeConflicts) while Run runs; call the result to unregister it.
+func (d *Dispatcher) observeModeConflicts() (unregister func()) {
+	meter := d.metrics.meter
+	gauge, err := meter.Int64ObservableGauge("pgoutbox.mode_conflicts", metric.WithUnit("{dispatcher}"),
+		metric.WithDescription("Other dispatchers of the table heard with another ordering mode"))
+	if err == nil {
+		var reg metric.Registration
+		reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			conflicts, _ := d.peers.conflicts(time.Now())
+			o.ObserveInt64(gauge, int64(len(conflicts)), d.metrics.table)
+			return nil
+		}, gauge)
+		if err == nil {
+			return func() { _ = reg.Unregister() }
+		}
+	}
+	d.reportError("mode conflicts gauge not registered", fmt.Errorf("metrics: %w", err))
+	return func() {}
 }

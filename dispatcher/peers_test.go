@@ -1,6 +1,7 @@
 package dispatcher_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -8,16 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
 // replica is a dispatcher of db with its own owner, mode and logs.
 func replica(t *testing.T, db *testdb.DB, owner string, ordering dispatcher.Ordering, wakeup dispatcher.Wakeup,
-	lease time.Duration) (*dispatcher.Dispatcher, *logRecorder) {
+	lease time.Duration, mp *telemetrytest.MeterProvider) (*dispatcher.Dispatcher, *logRecorder) {
 	t.Helper()
 	logs := &logRecorder{}
 	cfg := baseConfig(db)
 	cfg.Owner, cfg.Ordering, cfg.Wakeup, cfg.LeaseDuration, cfg.Logger = owner, ordering, wakeup, lease, slog.New(logs)
+	if mp != nil {
+		cfg.MeterProvider = mp
+	}
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
@@ -42,8 +47,9 @@ func conflictWith(d *dispatcher.Dispatcher, owner string) (dispatcher.ModeConfli
 func TestModeConflictReportedByBoth(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, time.Hour)
-	b, logsB := replica(t, db, "replica-b", dispatcher.Unordered, dispatcher.WakeupRequired, time.Hour)
+	mp := &telemetrytest.MeterProvider{}
+	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, time.Hour, mp)
+	b, logsB := replica(t, db, "replica-b", dispatcher.Unordered, dispatcher.WakeupRequired, time.Hour, nil)
 	waitFor(t, 20*time.Second, "both report the conflict", func() bool {
 		_, okA := conflictWith(a, "replica-b")
 		_, okB := conflictWith(b, "replica-a")
@@ -61,6 +67,8 @@ func TestModeConflictReportedByBoth(t *testing.T) {
 	require.NoError(t, a.Health().Healthy(time.Minute), "a conflict does not make a replica unhealthy")
 	require.Equal(t, 1, logsA.count(slog.LevelInfo, "ordering", "per-key"), "the start log shows the mode")
 	require.Equal(t, 1, logsA.count(slog.LevelInfo, "order_scope", "key"))
+	require.NoError(t, mp.Collect(context.Background()))
+	require.Equal(t, []float64{1}, values(mp.Points("pgoutbox.mode_conflicts")), "the gauge")
 }
 
 // A replica without a listener (WakeupDisabled) still says hello every
@@ -69,7 +77,7 @@ func TestModeConflictReportedByBoth(t *testing.T) {
 func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	a, _ := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond)
+	a, _ := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	cfg := baseConfig(db)
 	cfg.Owner, cfg.Wakeup, cfg.LeaseDuration = "replica-b", dispatcher.WakeupDisabled, 1500*time.Millisecond
 	b, err := dispatcher.New(db.NewPool(t, 4), cfg)
@@ -85,8 +93,8 @@ func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 func TestModeSameNoConflict(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond)
-	b, logsB := replica(t, db, "replica-b", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond)
+	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
+	b, logsB := replica(t, db, "replica-b", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	waitFor(t, 20*time.Second, "each heard the other twice", func() bool { return a.Stats().Hellos >= 2 && b.Stats().Hellos >= 2 })
 	require.Empty(t, a.Health().ModeConflicts)
 	require.Empty(t, b.Health().ModeConflicts)

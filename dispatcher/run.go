@@ -34,6 +34,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
 	defer unregister()
 	defer d.observeCircuit()() // the circuit gauge, while Run runs
+	defer d.observeModeConflicts()()
 	defer d.circuit.stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
