@@ -72,19 +72,22 @@ func TestModeConflictReportedByBoth(t *testing.T) {
 }
 
 // A replica without a listener (WakeupDisabled) still says hello every
-// third of its LeaseDuration: one that listens reports it within that
-// interval, and forgets it within three once it stopped.
+// third of its LeaseDuration: one that listens, started after it (so
+// that it missed its first hello), reports it from those hellos, and
+// forgets it within three intervals once it stopped. The replica without
+// a listener hears nothing and reports nothing.
 func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	a, _ := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	cfg := baseConfig(db)
 	cfg.Owner, cfg.Wakeup, cfg.LeaseDuration = "replica-b", dispatcher.WakeupDisabled, 1500*time.Millisecond
 	b, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	require.NoError(t, b.Start(t.Context()))
+	a, _ := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	waitFor(t, 20*time.Second, "a reports b", func() bool { _, ok := conflictWith(a, "replica-b"); return ok })
 	require.Empty(t, b.Health().ModeConflicts, "b hears nothing without a listener")
+	require.Zero(t, b.Stats().Hellos)
 	require.NoError(t, b.Stop(t.Context()))
 	waitFor(t, 20*time.Second, "a forgets b", func() bool { return len(a.Health().ModeConflicts) == 0 })
 }
