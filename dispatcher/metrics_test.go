@@ -105,7 +105,7 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	require.Zero(t, mp.Callbacks(), "nothing registered before Run")
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, "the backlog callback", func() bool { return mp.Callbacks() == 1 })
+	waitFor(t, 10*time.Second, "the backlog and mode-conflict callbacks", func() bool { return mp.Callbacks() == 2 })
 	table := attribute.String("pgoutbox.table", db.Table().String())
 	waitFor(t, 30*time.Second, "a backlog sample", func() bool {
 		require.NoError(t, mp.Collect(context.Background()))
