@@ -35,14 +35,29 @@ type BlockedParams struct {
 	// starts at the first key.
 	After string
 	// Limit is the most blocked keys in the page, 1 to [MaxBlockedLimit].
-	// Defaults to [DefaultBlockedLimit].
+	// Defaults to [DefaultBlockedLimit]. With ByType it counts blocked
+	// pairs, and a page holds every blocked pair of its last key, so it
+	// may hold a few more.
 	Limit int
+	// ByType lists what blocks dispatchers with OrderScope
+	// ScopeKeyAndType: each (key, event type) pair whose head, the unsent
+	// event of the pair with the lowest seq that is not a skipped FAILED
+	// one, is FAILED, one BlockedKey per pair, in key and then type
+	// order. It reads each key's first WaitingCountLimit + 1 blockers
+	// (any type): a pair whose head lies behind more than that many events
+	// of its key is not seen, and a pair's Waiting counts the events
+	// behind its head among those read (WaitingCapped then reports that
+	// the key has more). Defaults to false: one head per key, across
+	// every type (OrderScope ScopeKey).
+	ByType bool
 }
 
 // BlockedKey is an order key whose head, the unsent event of the key with
 // the lowest seq that is not a skipped FAILED one, is FAILED: under
 // dispatcher head policy BlockKey no later event of the key is handed
-// out until an operator replays or skips that head.
+// out until an operator replays or skips that head. With
+// BlockedParams.ByType it is a pair of a key and an event type (Type),
+// whose head is the pair's such event.
 type BlockedKey struct {
 	// Key is the order key: the events' partition key, else their
 	// aggregate id.
@@ -82,7 +97,9 @@ type BlockedPage struct {
 
 // BlockedKeys returns a page of the keys whose head is FAILED and not
 // skipped: the keys that a dispatcher with Ordering PerKey and head
-// policy BlockKey does not move (see docs/ordering.md). Under head policy
+// policy BlockKey does not move (see docs/ordering.md); with p.ByType,
+// the (key, event type) pairs that such dispatchers with OrderScope
+// ScopeKeyAndType do not move. Under head policy
 // SkipFailed, or without PerKey, the same FAILED rows block nothing; the
 // page lists them all the same, since the table does not know the
 // dispatchers' policy.
@@ -102,18 +119,25 @@ func (a *Admin) BlockedKeys(ctx context.Context, p BlockedParams) (BlockedPage, 
 	if err != nil {
 		return BlockedPage{}, err
 	}
-	rows, err := a.db.Query(ctx, a.sql.blocked, p.After, BlockedScanLimit, limit, WaitingCountLimit)
+	sql := a.sql.blocked
+	if p.ByType {
+		sql = a.sql.blockedByType
+	}
+	rows, err := a.db.Query(ctx, sql, p.After, BlockedScanLimit, limit, WaitingCountLimit)
 	if err != nil {
 		return BlockedPage{}, errtext.Wrap(err, "admin: blocked keys %s", a.table)
 	}
 	page := BlockedPage{Keys: []BlockedKey{}}
 	var k BlockedKey
-	var blocked bool
+	var blocked, more bool
 	var found int
-	_, err = pgx.ForEachRow(rows, []any{&page.Scanned, &found, &blocked, &k.Key, &k.HeadID, &k.HeadSeq, &k.Type,
-		&k.Code, &k.FailedAt, &k.Waiting}, func() error {
+	targets := []any{&page.Scanned, &found, &blocked, &k.Key, &k.HeadID, &k.HeadSeq, &k.Type, &k.Code, &k.FailedAt, &k.Waiting}
+	if p.ByType {
+		targets = append(targets, &more)
+	}
+	_, err = pgx.ForEachRow(rows, targets, func() error {
 		if blocked {
-			k.WaitingCapped = k.Waiting > WaitingCountLimit
+			k.WaitingCapped = k.Waiting > WaitingCountLimit || more
 			k.Waiting = min(k.Waiting, WaitingCountLimit)
 			page.Keys = append(page.Keys, k)
 		}

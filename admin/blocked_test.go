@@ -225,3 +225,60 @@ func TestOperatorActionsUnblockTheOrderedClaim(t *testing.T) {
 	keys, _ = b.blockedHeads(t, 10)
 	require.Empty(t, keys)
 }
+
+// By type, the head of each (key, type) pair blocks only its pair: a
+// FAILED event behind a PENDING event of another type of its key is a
+// blocked pair's head, and a FAILED key head blocks only its own type.
+func TestBlockedKeysByType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t,
+		row{Aggregate: "a", Type: "t1", Status: "FAILED", Code: "handler_error"}, // 0: head of a, and of (a, t1)
+		row{Aggregate: "a", Type: "t2", Status: "PENDING"},                       // head of (a, t2)
+		row{Aggregate: "a", Type: "t1", Status: "PENDING"},
+		row{Aggregate: "a", Type: "t2", Status: "FAILED"},
+		row{Aggregate: "b", Type: "t1", Status: "PENDING"}, // head of b
+		row{Aggregate: "b", Type: "t2", Status: "FAILED"},  // 5: head of (b, t2)
+		row{Aggregate: "b", Type: "t2", Status: "PENDING"},
+		row{Aggregate: "c", Type: "t1", Status: "FAILED", Skipped: true},
+		row{Aggregate: "c", Type: "t1", Status: "FAILED"}, // 8: head of c and (c, t1)
+	)
+	keys, _ := b.blockedHeads(t, 10)
+	require.Equal(t, []string{"a", "c"}, keys, "by key")
+
+	page, err := b.admin.BlockedKeys(context.Background(), admin.BlockedParams{ByType: true})
+	require.NoError(t, err)
+	require.Empty(t, page.Next)
+	require.Equal(t, 3, page.Scanned)
+	var got [][3]string
+	for _, k := range page.Keys {
+		got = append(got, [3]string{k.Key, k.Type, k.HeadID.String()})
+		require.False(t, k.WaitingCapped)
+	}
+	require.Equal(t, [][3]string{{"a", "t1", ids[0].String()}, {"b", "t2", ids[5].String()}, {"c", "t1", ids[8].String()}}, got)
+	require.Equal(t, []int{1, 1, 0}, []int{page.Keys[0].Waiting, page.Keys[1].Waiting, page.Keys[2].Waiting})
+	require.Equal(t, outbox.CodeHandlerError, page.Keys[0].Code)
+
+	page, err = b.admin.BlockedKeys(context.Background(), admin.BlockedParams{ByType: true, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page.Keys, 1)
+	require.Equal(t, "a", page.Next)
+	page, err = b.admin.BlockedKeys(context.Background(), admin.BlockedParams{ByType: true, Limit: 1, After: "a"})
+	require.NoError(t, err)
+	require.Equal(t, "b", page.Keys[0].Key)
+}
+
+// By type, a key with more blockers than are read marks its pairs'
+// counts as capped.
+func TestBlockedKeysByTypeBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, row{Aggregate: "hot", Type: "t1", Status: "FAILED"})
+	b.insert(t, many(admin.WaitingCountLimit+5, row{Aggregate: "hot", Type: "t2"})...)
+	page, err := b.admin.BlockedKeys(context.Background(), admin.BlockedParams{ByType: true})
+	require.NoError(t, err)
+	require.Len(t, page.Keys, 1)
+	require.Equal(t, "t1", page.Keys[0].Type)
+	require.Zero(t, page.Keys[0].Waiting)
+	require.True(t, page.Keys[0].WaitingCapped, "the key has more blockers than were read")
+}

@@ -156,8 +156,17 @@ FROM generate_series(1, 1000000) AS i`)
 				limit := maxPlanBuffers + 5*float64(pg.scanned)
 				require.Less(t, p.Buffers, limit, "%v buffers for %d keys\n%s", p.Buffers, pg.scanned, p.Text)
 				t.Logf("blocked keys %s after %q: %v buffers for %d keys", mode, pg.after, p.Buffers, pg.scanned)
+				p = testdb.Explain(t, conn, a.sql.blockedByType, pg.after, BlockedScanLimit, DefaultBlockedLimit, WaitingCountLimit)
+				require.Empty(t, p.SeqScans, "a sequential scan\n%s", p.Text)
+				require.Contains(t, p.Indexes, db.Table().Name+"_order_idx")
+				require.Less(t, p.Buffers, 4*limit, "%v buffers for %d keys\n%s", p.Buffers, pg.scanned, p.Text)
+				t.Logf("blocked keys by type %s after %q: %v buffers", mode, pg.after, p.Buffers)
 			}
 		}
+		byType, err := a.BlockedKeys(ctx, BlockedParams{ByType: true})
+		require.NoError(t, err)
+		require.Len(t, byType.Keys, DefaultBlockedLimit)
+		require.Equal(t, page.Keys[0].HeadID, byType.Keys[0].HeadID, "the first blocked key's head blocks its type")
 	})
 
 	t.Run("SkipHeads", func(t *testing.T) {

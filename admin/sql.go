@@ -9,6 +9,7 @@ import (
 type statements struct {
 	counts, summary, inspect, notify string
 	pendingByType, blocked           string
+	blockedByType                    string
 	replayIDs, skip                  write
 }
 
@@ -146,10 +147,11 @@ ORDER BY p.event_type`, t),
 
 		inspect: fmt.Sprintf(`SELECT %[2]s, payload, headers, attempt_log FROM %[1]s WHERE id = $1`, t, recordColumns),
 
-		replayIDs: replayWrite(t, `id = ANY($1::uuid[])`, replayIDsOrder, "$2"),
-		blocked:   blockedSQL(t),
-		skip:      skipWrite(t),
-		notify:    `SELECT pg_notify($1, '')`,
+		replayIDs:     replayWrite(t, `id = ANY($1::uuid[])`, replayIDsOrder, "$2"),
+		blocked:       blockedSQL(t),
+		blockedByType: blockedByTypeSQL(t),
+		skip:          skipWrite(t),
+		notify:        `SELECT pg_notify($1, '')`,
 	}
 }
 
@@ -233,6 +235,46 @@ SELECT w.n, w.found, w.status = 'FAILED', w.k, w.id, w.seq, w.event_type, coales
 		WHERE %[2]s = w.k AND seq > w.seq AND %[3]s ORDER BY %[2]s, seq LIMIT $4::int + 1) AS c) ELSE 0 END
 FROM walk AS w WHERE w.status = 'FAILED' OR w.n = (SELECT max(n) FROM walk)
 ORDER BY w.n`, t, orderKey, blocker)
+}
+
+// blockedByTypeSQL is blockedSQL for order scope key and type: it walks
+// the order index one key at a time from the key after $1, and for each
+// key reads its first $4+1 blockers in seq order (one probe of the
+// index), takes the first of each type among them (the head of the
+// pair), and counts as blocked the pairs whose head is FAILED. The walk
+// stops after $2 keys or once $3 blocked pairs were found. It returns
+// one row per blocked pair, with the pair's blockers behind its head
+// among those read and whether the key had more blockers than were read,
+// and the last key examined (blocked false), each with the count of keys
+// examined and of blocked pairs found.
+func blockedByTypeSQL(t string) string {
+	window := func(k string) string {
+		return fmt.Sprintf(`SELECT id, seq, status, event_type, last_error_code, failed_at FROM %[1]s
+			WHERE %[2]s = %[4]s AND %[3]s ORDER BY %[2]s, seq LIMIT $4::int + 1`, t, orderKey, blocker, k)
+	}
+	pairs := func(k string) string {
+		return fmt.Sprintf(`SELECT DISTINCT ON (b.event_type) b.* FROM (%s) AS b ORDER BY b.event_type, b.seq`, window(k))
+	}
+	blockedIn := func(k string) string {
+		return fmt.Sprintf(`(SELECT count(*) FROM (%s) AS p WHERE p.status = 'FAILED')::int`, pairs(k))
+	}
+	return fmt.Sprintf(`WITH RECURSIVE walk (n, found, k) AS (
+	(SELECT 1, %[4]s, f.k FROM (SELECT %[2]s AS k FROM %[1]s WHERE %[2]s > $1::text AND %[3]s ORDER BY %[2]s, seq LIMIT 1) AS f)
+	UNION ALL
+	SELECT w.n + 1, w.found + %[5]s, h.k
+	FROM walk AS w CROSS JOIN LATERAL (
+		SELECT %[2]s AS k FROM %[1]s WHERE %[2]s > w.k AND %[3]s ORDER BY %[2]s, seq LIMIT 1) AS h
+	WHERE w.n < $2::int AND w.found < $3::int
+)
+SELECT w.n, w.found, p.id IS NOT NULL, w.k, coalesce(p.id, '00000000-0000-0000-0000-000000000000'::uuid), coalesce(p.seq, 0),
+	coalesce(p.event_type, ''), coalesce(p.last_error_code, ''), p.failed_at, coalesce(p.waiting, 0), coalesce(p.more, false)
+FROM walk AS w LEFT JOIN LATERAL (
+	SELECT p.*, (SELECT count(*) FROM (%[6]s) AS b WHERE b.event_type = p.event_type AND b.seq > p.seq)::int AS waiting,
+		(SELECT count(*) FROM (%[6]s) AS b) > $4::int AS more
+	FROM (%[7]s) AS p WHERE p.status = 'FAILED'
+) AS p ON true
+WHERE p.id IS NOT NULL OR w.n = (SELECT max(n) FROM walk)
+ORDER BY w.n, p.event_type`, t, orderKey, blocker, blockedIn("f.k"), blockedIn("h.k"), window("w.k"), pairs("w.k"))
 }
 
 // skipWrite sets skipped_at on the rows named by $1 (distinct ids, $2 of

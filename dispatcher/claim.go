@@ -197,6 +197,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
 		SkipSuspects: skipSuspects,
+		ByType:       d.cfg.OrderScope == ScopeKeyAndType,
 	})
 	d.health.claimed(err)
 	if err != nil {

@@ -150,14 +150,23 @@ type Config struct {
 	// Ordering chooses whether the events of one order key (see
 	// outbox.OrderKey) are delivered in order. Defaults to Unordered.
 	// Every dispatcher of one table must use the same Ordering: an
-	// unordered one takes a key's events regardless of order. See
-	// docs/ordering.md.
+	// unordered one takes a key's events regardless of order. A
+	// dispatcher that hears another of its table with another Ordering,
+	// HeadPolicy or OrderScope logs a WARN and reports it in
+	// Health.ModeConflicts. See docs/ordering.md.
 	Ordering Ordering
 	// HeadPolicy chooses what a FAILED event does to the later events of
 	// its key under Ordering PerKey: BlockKey (the default) holds them
 	// until an operator replays or skips it; SkipFailed lets them go on.
 	// SkipFailed needs Ordering PerKey.
 	HeadPolicy HeadPolicy
+	// OrderScope chooses what the order of Ordering PerKey spans:
+	// ScopeKey (the default) one order per order key across every event
+	// type, ScopeKeyAndType one order per key and event type, so that a
+	// failing or slow type holds only its own events of the key. Every
+	// dispatcher of one table must use the same scope. ScopeKeyAndType
+	// needs Ordering PerKey. See docs/ordering.md, "Order scope".
+	OrderScope OrderScope
 	// DeleteSent deletes events on success instead of keeping them SENT.
 	// Defaults to false.
 	DeleteSent bool
@@ -468,6 +477,8 @@ func (c Config) validate() error {
 		{c.Ordering == Unordered || c.Ordering == PerKey, "Ordering", "must be Unordered or PerKey"},
 		{c.HeadPolicy == BlockKey || c.HeadPolicy == SkipFailed && c.Ordering == PerKey, "HeadPolicy",
 			"must be BlockKey, or SkipFailed with Ordering PerKey"},
+		{c.OrderScope == ScopeKey || c.OrderScope == ScopeKeyAndType && c.Ordering == PerKey, "OrderScope",
+			"must be ScopeKey, or ScopeKeyAndType with Ordering PerKey"},
 		{c.Wakeup >= WakeupAuto && c.Wakeup <= WakeupDisabled, "Wakeup", "must be WakeupAuto, WakeupRequired or WakeupDisabled"},
 		{between(c.WakeupProbeTimeout, 100*time.Millisecond, time.Minute), "WakeupProbeTimeout", "must be between 100ms and 1m"},
 		{c.NoWakeupCooldown && c.WakeupCooldown == 0 || !c.NoWakeupCooldown && between(c.WakeupCooldown, 1, 10*time.Second), "WakeupCooldown", onlyWithout("at most 10s", "NoWakeupCooldown", "none", c.NoWakeupCooldown)},

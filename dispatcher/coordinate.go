@@ -226,7 +226,7 @@ func (d *Dispatcher) armDue(p *poller) {
 // the key stayed blocked.
 func (d *Dispatcher) nextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
 	if d.cfg.Ordering == PerKey {
-		return d.store.NextHeadDue(ctx, d.pool, types, d.cfg.HeadPolicy == BlockKey)
+		return d.store.NextHeadDue(ctx, d.pool, types, d.cfg.HeadPolicy == BlockKey, d.cfg.OrderScope == ScopeKeyAndType)
 	}
 	return d.store.NextDue(ctx, d.pool, types)
 }

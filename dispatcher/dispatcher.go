@@ -73,6 +73,8 @@ type Dispatcher struct {
 
 	// health is what Health reports (see health.go).
 	health healthState
+	// peers are the other dispatchers of the table heard (see peers.go).
+	peers peerSet
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
@@ -250,6 +252,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)
 	d.unroutable.fill(&s)
+	d.peers.fill(&s)
 	return s
 }
 

@@ -194,8 +194,9 @@
 //	 └──checks fail───────┘                                   Stop before a start ─────────────┘
 //
 // Health reports the state, the last successful claim and outcome write,
-// the failures in a row since, and the listener's state; Health.Healthy
-// judges it for readiness and liveness probes.
+// the failures in a row since, the listener's state, and the replicas of
+// the table heard with another ordering mode (see peers.go);
+// Health.Healthy judges it for readiness and liveness probes.
 //
 // # Stopping
 //
@@ -246,4 +247,5 @@
 //	report.go      counters, logs, OnError and OnOutcome calls
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection that turns notifications into triggers
+//	peers.go       hellos on the wake-up channel: replicas of another ordering mode
 package dispatcher

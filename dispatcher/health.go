@@ -108,6 +108,13 @@ type Health struct {
 	// half of Config.Concurrency, at least 1. Each holds a handler slot
 	// that nothing but a restart gives back.
 	OverrunLimit int
+	// ModeConflicts are the other dispatchers of this table heard with
+	// another ordering mode (Ordering, or under PerKey HeadPolicy or
+	// OrderScope), oldest first; nil when none (see docs/ordering.md,
+	// "Mixed modes"). They do not make Healthy fail: a rolling deploy that
+	// changes the mode runs both for a while, and restarting a replica
+	// cannot settle it. Alert on Stats.ModeConflicts, or judge it here.
+	ModeConflicts []ModeConflict
 }
 
 // ErrUnhealthy is matched by the errors Health.Healthy returns.
@@ -181,6 +188,7 @@ func (d *Dispatcher) Health() Health {
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
 	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
+	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
 	if ns := d.stats.lastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}

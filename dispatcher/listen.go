@@ -153,8 +153,7 @@ func (d *Dispatcher) probe(parent context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, "UNLISTEN "+quoted)
 			return err
 		}
-		d.stats.wakeups.Add(1)
-		d.Trigger()
+		d.notified(parent, n.Payload)
 	}
 }
 
@@ -168,6 +167,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 		d.health.setListener(ListenerActive)
 		d.stats.listenerConnects.Add(1)
 		d.Trigger()
+		d.sayHello(quit, false) // see peers.go
 		err := d.waitNotifications(quit, conn)
 		d.wakeupsActive.Store(false)
 		_ = conn.Close(context.WithoutCancel(quit))
@@ -175,7 +175,8 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 	}
 }
 
-// waitNotifications triggers a claim cycle per notification; many that
+// waitNotifications triggers a claim cycle per notification (a hello of
+// another dispatcher goes to heard instead: see peers.go); many that
 // arrive during one cycle coalesce into one more. When nothing arrives for
 // listenerPing it pings the connection, so that a half-open connection
 // (a NAT timeout, a failover without a reset) is noticed within seconds
@@ -183,12 +184,11 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 func (d *Dispatcher) waitNotifications(quit context.Context, conn *pgx.Conn) error {
 	for {
 		ctx, cancel := context.WithTimeout(quit, listenerPing)
-		_, err := conn.WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		cancel()
 		switch {
 		case err == nil:
-			d.stats.wakeups.Add(1)
-			d.Trigger()
+			d.notified(quit, n.Payload)
 		case quit.Err() != nil:
 			return err
 		case errors.Is(err, context.DeadlineExceeded):

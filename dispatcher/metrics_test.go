@@ -105,7 +105,7 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	require.Zero(t, mp.Callbacks(), "nothing registered before Run")
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, "the backlog and overrun callbacks", func() bool { return mp.Callbacks() == 2 })
+	waitFor(t, 10*time.Second, "the backlog, overrun and mode-conflict callbacks", func() bool { return mp.Callbacks() == 3 })
 	table := attribute.String("pgoutbox.table", db.Table().String())
 	waitFor(t, 30*time.Second, "a backlog sample", func() bool {
 		require.NoError(t, mp.Collect(context.Background()))

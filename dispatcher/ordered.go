@@ -15,7 +15,8 @@ import (
 // no other dispatcher holds an earlier event of the key meanwhile. The
 // dispatcher then delivers each run in order:
 //
-//   - The batch's events are grouped into chains, one per key in seq
+//   - The batch's events are grouped into chains, one per key (per key
+//     and type under ScopeKeyAndType) in seq
 //     order; an event without a key is a chain of its own.
 //   - The batch runs in waves: wave j is the j-th step of every chain
 //     still going. A step is one event, or, when the Publisher is an
@@ -70,7 +71,8 @@ func (d *Dispatcher) publishesKeysInOrder() bool {
 	return ok && p.PublishesKeysInOrder()
 }
 
-// chains groups a batch's items by the order key the claim read, each
+// chains groups a batch's items by the order key the claim read (under
+// ScopeKeyAndType, by key and event type), each
 // chain in seq order (the ordered claim returns each key's events in seq
 // order), with the handler and destination of each item. A
 // chain of a key comes where the key's first item is in the batch; an
@@ -86,16 +88,25 @@ func (d *Dispatcher) chains(items []*item) [][]handledItem {
 		}
 		it.dest = d.destination(it.event)
 		hi := handledItem{it, lookup(it.event.Type)}
-		if it.key != "" {
-			if i, ok := byKey[it.key]; ok {
+		if k := d.chainKey(it); k != "" {
+			if i, ok := byKey[k]; ok {
 				chains[i] = append(chains[i], hi)
 				continue
 			}
-			byKey[it.key] = len(chains)
+			byKey[k] = len(chains)
 		}
 		chains = append(chains, []handledItem{hi})
 	}
 	return chains
+}
+
+// chainKey is what orders it among the batch's items: its order key, and
+// under ScopeKeyAndType its type too; "" for none.
+func (d *Dispatcher) chainKey(it *item) string {
+	if it.key == "" || d.cfg.OrderScope != ScopeKeyAndType {
+		return it.key
+	}
+	return it.key + "\x00" + it.event.Type
 }
 
 // nextStep is the first step of a chain: its first item, or with runs the

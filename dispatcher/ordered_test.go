@@ -89,11 +89,28 @@ func (kc *keyCalls) requireInOrder(t *testing.T) {
 // order; another key in the same batch goes on.
 func TestOrderedRunStopsOnRetry(t *testing.T) {
 	t.Parallel()
+	forEachScope(t, func(t *testing.T, scope dispatcher.OrderScope) { orderedRunStopsOnRetry(t, scope) })
+}
+
+// forEachScope runs f as a parallel subtest for each order scope: with
+// events of one type, both keep the same order.
+func forEachScope(t *testing.T, f func(t *testing.T, scope dispatcher.OrderScope)) {
+	for _, scope := range []dispatcher.OrderScope{dispatcher.ScopeKey, dispatcher.ScopeKeyAndType} {
+		t.Run(scope.String(), func(t *testing.T) {
+			t.Parallel()
+			f(t, scope)
+		})
+	}
+}
+
+func orderedRunStopsOnRetry(t *testing.T, scope dispatcher.OrderScope) {
 	db := testdb.NewMigrated(t)
 	ids := insertKeyed(t, db, "ev", []string{"k", "j", "k", "k", "j", "k", "k", "j"})
 	kc := newKeyCalls(ids, []int{0, 1, 0, 0, 1, 0, 0, 1})
 	var failed sync.Once
-	d, err := dispatcher.New(db.NewPool(t, 6), orderedConfig(db, dispatcher.BlockKey))
+	cfg := orderedConfig(db, dispatcher.BlockKey)
+	cfg.OrderScope = scope
+	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
 		kc.add(e.ID)
@@ -118,13 +135,19 @@ func TestOrderedRunStopsOnRetry(t *testing.T) {
 // (other keys go on) until it is replayed; under SkipFailed they go on.
 func TestOrderedFailedHead(t *testing.T) {
 	t.Parallel()
+	forEachScope(t, orderedFailedHead)
+}
+
+func orderedFailedHead(t *testing.T, scope dispatcher.OrderScope) {
 	setup := func(t *testing.T, policy dispatcher.HeadPolicy) (*testdb.DB, []uuid.UUID, *keyCalls, *dispatcher.Dispatcher, *sync.Map) {
 		db := testdb.NewMigrated(t)
 		ids := insertKeyed(t, db, "ev", []string{"k", "j", "k", "k", "j"})
 		kc := newKeyCalls(ids, []int{0, 1, 0, 0, 1})
 		poison := &sync.Map{}
 		poison.Store(ids[0], true)
-		d, err := dispatcher.New(db.NewPool(t, 6), orderedConfig(db, policy))
+		cfg := orderedConfig(db, policy)
+		cfg.OrderScope = scope
+		d, err := dispatcher.New(db.NewPool(t, 6), cfg)
 		require.NoError(t, err)
 		require.NoError(t, d.Handle("ev", func(_ context.Context, e outbox.Event) error {
 			kc.add(e.ID)

@@ -50,3 +50,28 @@ func (p HeadPolicy) String() string {
 	}
 	return "block-key"
 }
+
+// OrderScope chooses what the order of Ordering PerKey spans (see
+// Config.OrderScope).
+type OrderScope int
+
+const (
+	// ScopeKey (the default) keeps one order per order key across every
+	// event type: the head of a key, whatever its type, holds the key's
+	// later events of every type.
+	ScopeKey OrderScope = iota
+	// ScopeKeyAndType keeps one order per order key and event type: the
+	// head of (key, type) holds only that pair's later events, and the
+	// key's events of other types go on past it (in their own order).
+	// Events of one key and different types may then be delivered in any
+	// order relative to each other, and at once.
+	ScopeKeyAndType
+)
+
+// String names the scope.
+func (s OrderScope) String() string {
+	if s == ScopeKeyAndType {
+		return "key-and-type"
+	}
+	return "key"
+}

@@ -33,8 +33,9 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer hardStop(nil)
 	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
 	defer unregister()
-	defer d.observeCircuit()()  // the circuit gauge, while Run runs
-	defer d.observeOverruns()() // the overrun gauge, while Run runs
+	defer d.observeCircuit()()       // the circuit gauge, while Run runs
+	defer d.observeOverruns()()      // the overrun gauge, while Run runs
+	defer d.observeModeConflicts()() // the mode-conflict gauge, while Run runs
 	defer d.circuit.stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
@@ -46,6 +47,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.run(quit) })
+	helpers.Go(func() { d.helloLoop(quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.listenLoop(quit, listener) })
@@ -56,7 +58,8 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
-		"wakeups", d.cfg.Wakeup.String())
+		"wakeups", d.cfg.Wakeup.String(), "ordering", d.cfg.Ordering.String(), "head_policy", d.cfg.HeadPolicy.String(),
+		"order_scope", d.cfg.OrderScope.String())
 	started := time.Now()
 	d.coordinate(ctx)
 	cause := d.stopCause(ctx)

@@ -112,6 +112,14 @@ type Stats struct {
 	// RecoverEvery-th poll, up to 1,000 per type; always 0 for a
 	// dispatcher that claims every type.
 	WaitingUnhandled int64
+	// ModeConflicts is how many other dispatchers of this table are heard
+	// with another ordering mode right now (see Health.ModeConflicts).
+	ModeConflicts int
+	// Hellos counts the hellos heard from other dispatchers of this
+	// table: each says hello on the wake-up channel every third of its
+	// LeaseDuration (see docs/ordering.md, "Mixed modes"); 0 without a
+	// working listener.
+	Hellos uint64
 	// WaitingUnhandledByType breaks WaitingUnhandled down by event type
 	// (up to 1,000 each); nil when nothing waits. A copy: the caller may
 	// keep it.

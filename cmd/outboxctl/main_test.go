@@ -499,6 +499,11 @@ func TestBlockedAndSkip(t *testing.T) {
 	require.Regexp(t, `(?m)^aa 2\s+`+headB.String()+`\s+a\s+handler_error\s+\S+\s+0$`, r.stdout)
 	require.Contains(t, r.stdout, "2 blocked keys; no more pages")
 
+	r = onDB(t, db, "blocked", "-by-type")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^order-1\s+`+headA.String()+`\s+a\s+handler_error\s+\S+\s+2$`, r.stdout)
+	require.Contains(t, r.stdout, "2 blocked keys and types; no more pages")
+
 	r = onDB(t, db, "blocked", "-limit", "1")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "1 blocked key; next page: -after 'aa 2'\n")

@@ -14,12 +14,13 @@ import (
 func blockedFlags(fs *flag.FlagSet) func(*env) error {
 	after := fs.String("after", "", "continue after this `key` (printed at the end of the previous page)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultBlockedLimit, 1, admin.MaxBlockedLimit, "page `size` in blocked keys")
+	byType := fs.Bool("by-type", false, "list blocked (key, type) pairs: for dispatchers with OrderScope ScopeKeyAndType")
 	return func(e *env) error {
 		a, err := e.newAdmin()
 		if err != nil {
 			return err
 		}
-		page, err := blockedPage(e.ctx, a, *after, *limit)
+		page, err := blockedPage(e.ctx, a, admin.BlockedParams{After: *after, Limit: *limit, ByType: *byType})
 		if err != nil {
 			return asUsage(err)
 		}
@@ -39,6 +40,9 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 			rows[i] = []string{k.Key, k.HeadID.String(), k.Type, string(k.Code), failed, waiting}
 		}
 		keys := plural(len(rows), "blocked key", "blocked keys")
+		if *byType {
+			keys = plural(len(rows), "blocked key and type", "blocked keys and types")
+		}
 		footer := keys + "; no more pages"
 		if page.Next != "" {
 			footer = keys + "; next page: -after " + shellWord(page.Next)
@@ -50,20 +54,23 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 	}
 }
 
-// blockedPage reads pages of admin.BlockedKeys from after until it holds
-// limit keys or the walk ends: each call examines a bounded number of
-// keys and may return fewer blocked keys than asked, even none.
-func blockedPage(ctx context.Context, a *admin.Admin, after string, limit int) (admin.BlockedPage, error) {
-	out := admin.BlockedPage{Keys: []admin.BlockedKey{}, Next: after}
+// blockedPage reads pages of admin.BlockedKeys from p.After until it
+// holds p.Limit keys (or pairs, by type: perhaps a few more) or the walk
+// ends: each call examines a bounded number of keys and may return fewer
+// blocked keys than asked, even none.
+func blockedPage(ctx context.Context, a *admin.Admin, p admin.BlockedParams) (admin.BlockedPage, error) {
+	out := admin.BlockedPage{Keys: []admin.BlockedKey{}, Next: p.After}
+	limit := p.Limit
 	for {
-		page, err := a.BlockedKeys(ctx, admin.BlockedParams{After: out.Next, Limit: limit - len(out.Keys)})
+		p.After, p.Limit = out.Next, limit-len(out.Keys)
+		page, err := a.BlockedKeys(ctx, p)
 		if err != nil {
 			return admin.BlockedPage{}, err
 		}
 		out.Keys = append(out.Keys, page.Keys...)
 		out.Next = page.Next
 		out.Scanned += page.Scanned
-		if out.Next == "" || len(out.Keys) == limit {
+		if out.Next == "" || len(out.Keys) >= limit {
 			return out, nil
 		}
 	}

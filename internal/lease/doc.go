@@ -96,6 +96,19 @@
 //     due order of their first candidate and each key's rows in seq order,
 //     so the LIMIT, applied last, also keeps prefixes.
 //
+// With ClaimParams.ByType the unit of order is the pair (order key, event
+// type) instead of the key: the head of a pair is its blocker with the
+// lowest seq, it holds only the pair's later rows, and a run is a prefix
+// of the pair's blockers. The statement is the same with the type carried
+// beside the key (column t in each CTE) and an event_type filter on each
+// probe of the order index, so no index is added: the order index has no
+// type, and a probe for a pair reads the key's entries of other types
+// before the pair's head. A claim of 100 rows of type b behind 10,000
+// rows of type a of the same key, held by a PROCESSING head, touched
+// about 25,000 buffers where the claims of TestOrderedClaimPlan touch 2,000
+// to 4,000 (TestOrderedClaimByTypePlan); an emitter that puts the type
+// into PartitionKey gets the same scope for nothing.
+//
 // The head is defined over the rows the statement sees: an event whose
 // transaction has not committed yet is not a blocker, even with a lower
 // seq than a committed one. Two transactions that emit for the same key

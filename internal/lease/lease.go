@@ -69,6 +69,12 @@ type ClaimParams struct {
 	// run for now (they run one at a time), and other events must not wait
 	// behind them. Ignored with Ordered.
 	SkipSuspects bool
+	// ByType, with Ordered, orders each order key's events per event
+	// type (dispatcher scope ScopeKeyAndType): the head of (key, type)
+	// holds that pair's later rows only, and a run is a prefix of the
+	// pair's blockers. The same order index serves it; each probe also
+	// filters on the type.
+	ByType bool
 }
 
 // Batch is the result of one Claim: rows now PROCESSING under Token.
@@ -165,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if err := s.runClaim(ctx, db, p.Types != nil || p.Ordered, token, read, sql, args...); err != nil {
 		return Batch{}, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond), p.Ordered)
+	inClaimOrder(&b, claimed, b.LeaseUntil.Add(-time.Duration(micros(p.Lease))*time.Microsecond), p.Ordered, p.ByType)
 	return b, nil
 }
 
@@ -174,9 +180,9 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 func (s *Store) claimForms(p ClaimParams) claimForms {
 	switch {
 	case p.Ordered && p.Types != nil:
-		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed)
+		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed, p.ByType)
 	case p.Ordered:
-		return s.ordered.forms(p.BlockFailed)
+		return s.ordered.forms(p.BlockFailed, p.ByType)
 	case p.Types != nil:
 		return s.typedStatements(len(p.Types)).claims
 	}
@@ -223,8 +229,9 @@ type claimedRow struct {
 // (the order of the due index the claim locked them in), with whether
 // each was marked started and is a suspect, and how long each had been
 // due at now, the claim's database time. With ordered, the rows of each
-// key are then put in seq order (see inKeyOrder) and b.Keys is set.
-func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered bool) {
+// key (byType: key and type) are then put in seq order (see inKeyOrder)
+// and b.Keys is set.
+func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered, byType bool) {
 	slices.SortFunc(rows, func(a, b claimedRow) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -235,7 +242,7 @@ func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered bool) {
 		return
 	}
 	if ordered {
-		inKeyOrder(rows)
+		inKeyOrder(rows, byType)
 		b.Keys = make([]string, len(rows))
 		for i, r := range rows {
 			b.Keys[i] = r.key
@@ -639,10 +646,11 @@ func (s *Store) NextDue(ctx context.Context, db DB, types []string) (time.Durati
 }
 
 // NextHeadDue is NextDue for ordered claims (ClaimParams.Ordered, with
-// blockFailed as BlockFailed): it counts only the PENDING rows that are
-// the head of their key, or have no key, since an ordered claim takes no
-// other. A blocked key's due rows do not make it report zero.
-func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFailed bool) (time.Duration, bool, error) {
+// blockFailed as BlockFailed and byType as ByType): it counts only the
+// PENDING rows that are the head of their key (byType: of their key and
+// type), or have no key, since an ordered claim takes no other. A blocked
+// key's due rows do not make it report zero.
+func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFailed, byType bool) (time.Duration, bool, error) {
 	if types != nil && len(types) == 0 {
 		return 0, false, nil
 	}
@@ -650,7 +658,7 @@ func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFai
 	if types != nil {
 		args = []any{types}
 	}
-	return s.nextDue(ctx, db, orderedNextDueSQL(s.qualified, len(types), blockFailed), args...)
+	return s.nextDue(ctx, db, orderedNextDueSQL(s.qualified, len(types), scope{byType: byType}, blockFailed), args...)
 }
 
 // nextDue runs a next-due statement and reads its wait.

@@ -41,16 +41,60 @@ func blocker(alias string, blockFailed bool) string {
 	return alias + `.status <> 'SENT' AND ` + failed
 }
 
-// headOK is true when the head of key (an SQL expression), its blocker
-// with the lowest seq found by one probe of the order index, is a due
-// PENDING row, and in the typed form (typesParam > 0, the position of the
-// types array) of a claimed type: a head that only another dispatcher
-// takes ends the run before it starts, so its key is blocked for this
-// claim and its rows must not take the claim's limit.
-func headOK(t, key string, blockFailed bool, typesParam int) string {
+// scope is what a run is ordered within: the order key alone, or with
+// byType the order key and the event type (ClaimParams.ByType). Under
+// byType every "key" of the statements below is the pair: the CTEs carry
+// the type as column t beside the key k, and each probe of the order
+// index for a key's rows also filters on the type (the index has no type:
+// the probe reads the key's entries of other types on its way, see the
+// package doc).
+type scope struct{ byType bool }
+
+// cols is the key column list of the CTE named alias: "alias.k", or
+// "alias.k, alias.t".
+func (s scope) cols(alias string) string {
+	if s.byType {
+		return alias + `.k, ` + alias + `.t`
+	}
+	return alias + `.k`
+}
+
+// sel selects the key of the table row named alias as k (and its type as
+// t).
+func (s scope) sel(alias string) string {
+	if s.byType {
+		return keyOf(alias) + ` AS k, ` + alias + `.event_type AS t`
+	}
+	return keyOf(alias) + ` AS k`
+}
+
+// same is true when the CTE rows a and b have the same key (and type).
+func (s scope) same(a, b string) string {
+	if s.byType {
+		return a + `.k = ` + b + `.k AND ` + a + `.t = ` + b + `.t`
+	}
+	return a + `.k = ` + b + `.k`
+}
+
+// is is true for the table rows named alias whose key is key (and, by
+// type, whose type is typ): SQL expressions.
+func (s scope) is(alias, key, typ string) string {
+	if s.byType {
+		return keyIs(alias, key) + ` AND ` + alias + `.event_type = ` + typ
+	}
+	return keyIs(alias, key)
+}
+
+// headOK is true when the head of key (an SQL expression; by type, of
+// key and typ), its blocker with the lowest seq found by one probe of the
+// order index, is a due PENDING row, and in the typed form (typesParam >
+// 0, the position of the types array) of a claimed type: a head that only
+// another dispatcher takes ends the run before it starts, so its key is
+// blocked for this claim and its rows must not take the claim's limit.
+func headOK(t, key, typ string, sc scope, blockFailed bool, typesParam int) string {
 	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now()%[6]s FROM %[1]s AS h
 		WHERE %[5]s AND %[4]s
-		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), keyIs("h", key), ofTypes("h", typesParam))
+		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), sc.is("h", key, typ), ofTypes("h", typesParam))
 }
 
 // ofTypes is, in the typed form (typesParam > 0), the condition that the
@@ -63,14 +107,14 @@ func ofTypes(alias string, typesParam int) string {
 }
 
 // heads probes, once per key, the heads of the keys of the rows of window
-// (columns k, next_attempt_at, seq), the first $1 due PENDING rows in due
-// order: the CTE "heads" (k, ok) that headDue reads.
-func heads(t, window string, blockFailed bool, typesParam int) string {
+// (columns k and, by type, t), the first $1 due PENDING rows in due
+// order: the CTE "heads" (k, t, ok) that headDue reads.
+func heads(t, window string, sc scope, blockFailed bool, typesParam int) string {
 	return fmt.Sprintf(`heads AS MATERIALIZED (
-	SELECT w.k, %[2]s AS ok FROM (
-		SELECT DISTINCT w.k FROM (%[1]s) AS w WHERE w.k IS NOT NULL
+	SELECT %[3]s, %[2]s AS ok FROM (
+		SELECT DISTINCT %[3]s FROM (%[1]s) AS w WHERE w.k IS NOT NULL
 	) AS w
-)`, window, headOK(t, "w.k", blockFailed, typesParam))
+)`, window, headOK(t, "w.k", "w.t", sc, blockFailed, typesParam), sc.cols("w"))
 }
 
 // headDue is the candidate filter of the ordered claim on the row named
@@ -80,37 +124,42 @@ func heads(t, window string, blockFailed bool, typesParam int) string {
 // (see heads) and looked up in a hashed set; only a row of another key
 // probes its own, so that the rows of one key do not each walk the
 // key's entries from its start.
-func headDue(t, alias string, blockFailed bool, typesParam int) string {
-	return fmt.Sprintf(`(%[1]s IS NULL OR %[1]s IN (SELECT k FROM heads WHERE ok)
-		OR (NOT %[1]s IN (SELECT k FROM heads) AND %[2]s))`, keyOf(alias), headOK(t, keyOf(alias), blockFailed, typesParam))
+func headDue(t, alias string, sc scope, blockFailed bool, typesParam int) string {
+	row, cols := keyOf(alias), `k`
+	if sc.byType {
+		row, cols = `(`+keyOf(alias)+`, `+alias+`.event_type)`, `k, t`
+	}
+	return fmt.Sprintf(`(%[1]s IS NULL OR %[3]s IN (SELECT %[4]s FROM heads WHERE ok)
+		OR (NOT %[3]s IN (SELECT %[4]s FROM heads) AND %[2]s))`, keyOf(alias),
+		headOK(t, keyOf(alias), alias+`.event_type`, sc, blockFailed, typesParam), row, cols)
 }
 
 // orderedDue locks, like allDue, up to $1 due PENDING rows of every type
 // in due order, skipping rows locked elsewhere, but only candidates
 // (headDue), and returns what the runs need of each.
-func orderedDue(t string, blockFailed bool) string {
-	window := fmt.Sprintf(`SELECT %[2]s AS k FROM %[1]s AS w
+func orderedDue(t string, sc scope, blockFailed bool) string {
+	window := fmt.Sprintf(`SELECT %[2]s FROM %[1]s AS w
 		WHERE w.status = 'PENDING' AND w.next_attempt_at <= now()
-		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, keyOf("w"))
-	return heads(t, window, blockFailed, 0) + fmt.Sprintf(`, due AS MATERIALIZED (
-	SELECT c.id, %[2]s AS k, c.seq, c.next_attempt_at FROM %[1]s AS c
+		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, sc.sel("w"))
+	return heads(t, window, sc, blockFailed, 0) + fmt.Sprintf(`, due AS MATERIALIZED (
+	SELECT c.id, %[2]s, c.seq, c.next_attempt_at FROM %[1]s AS c
 	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
 	ORDER BY c.next_attempt_at, c.seq
 	LIMIT $1
 	FOR UPDATE OF c SKIP LOCKED
-)`, t, keyOf("c"), headDue(t, "c", blockFailed, 0))
+)`, t, sc.sel("c"), headDue(t, "c", sc, blockFailed, 0))
 }
 
 // orderedTypedDue is typedDue with the candidate filter in each leg, so
 // that the rows of a blocked key are not offered and cannot use up a
 // leg's slack. Its window is the first $1 rows of the legs.
-func orderedTypedDue(t string, n, param int, blockFailed bool) string {
-	window := fmt.Sprintf(`SELECT c.k FROM (
+func orderedTypedDue(t string, n, param int, sc scope, blockFailed bool) string {
+	window := fmt.Sprintf(`SELECT %[2]s FROM (
 		%[1]s
 	) AS c ORDER BY c.next_attempt_at, c.seq LIMIT $1`,
-		typeLegs(t, n, param, keyOf(t)+` AS k, next_attempt_at, seq`, ` AND next_attempt_at <= now()`, `$1::int`))
-	return heads(t, window, blockFailed, param) + fmt.Sprintf(`, due AS MATERIALIZED (
-	SELECT o.id, %[3]s AS k, o.seq, o.next_attempt_at FROM (
+		typeLegs(t, n, param, keyOf(t)+` AS k, event_type AS t, next_attempt_at, seq`, ` AND next_attempt_at <= now()`, `$1::int`), sc.cols("c"))
+	return heads(t, window, sc, blockFailed, param) + fmt.Sprintf(`, due AS MATERIALIZED (
+	SELECT o.id, %[3]s, o.seq, o.next_attempt_at FROM (
 		%[2]s
 	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
 	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
@@ -118,14 +167,15 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
 )`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`,
-		` AND next_attempt_at <= now() AND `+headDue(t, t, blockFailed, param),
-		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), keyOf("o"))
+		` AND next_attempt_at <= now() AND `+headDue(t, t, sc, blockFailed, param),
+		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), sc.sel("o"))
 }
 
 // orderedClaimSQL is the ordered claim statement with the given started_at
 // expression, taking its candidates from the CTE due (orderedDue or
 // orderedTypedDue, which define "due" and what it reads; typesParam is the position of the types array in the
-// typed form, else 0). For each key among the locked candidates, it walks
+// typed form, else 0). For each key (by type: key and type) among the
+// locked candidates, it walks
 // the key's blockers in seq order (the order index) for one more than it
 // locked of that key, locks the walked rows that are due PENDING (of the
 // claimed types) and were not locked yet, skipping rows locked elsewhere,
@@ -135,11 +185,15 @@ func orderedTypedDue(t string, n, param int, blockFailed bool) string {
 // candidate, keyless rows in their own, each key's rows in seq order,
 // up to $1 rows: a run cut by the limit keeps its prefix. It returns the
 // order key of each row after claimedColumns.
-func orderedClaimSQL(t, startedAt, due string, blockFailed bool, typesParam int) string {
+func orderedClaimSQL(t, startedAt, due string, sc scope, blockFailed bool, typesParam int) string {
+	keyless := `'' AS k`
+	if sc.byType {
+		keyless = `'' AS k, '' AS t`
+	}
 	return fmt.Sprintf(`WITH %[4]s, runs AS MATERIALIZED (
-	SELECT d.k, count(*) AS n, min(d.next_attempt_at) AS first_due FROM due AS d WHERE d.k IS NOT NULL GROUP BY d.k
+	SELECT %[10]s, count(*) AS n, min(d.next_attempt_at) AS first_due FROM due AS d WHERE d.k IS NOT NULL GROUP BY %[10]s
 ), walk AS MATERIALIZED (
-	SELECT r.k, r.first_due, w.id, w.seq, w.ready, EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id) AS held
+	SELECT %[11]s, r.first_due, w.id, w.seq, w.ready, EXISTS (SELECT 1 FROM due AS d WHERE d.id = w.id) AS held
 	FROM runs AS r CROSS JOIN LATERAL (
 		SELECT x.id, x.seq, x.status = 'PENDING' AND x.next_attempt_at <= now()%[8]s AS ready FROM %[1]s AS x
 		WHERE %[9]s AND %[6]s
@@ -151,17 +205,17 @@ func orderedClaimSQL(t, startedAt, due string, blockFailed bool, typesParam int)
 		AND o.status = 'PENDING' AND o.next_attempt_at <= now()
 	FOR UPDATE OF o SKIP LOCKED
 ), mine AS MATERIALIZED (
-	SELECT w.k, w.first_due, w.id, w.seq, w.held OR EXISTS (SELECT 1 FROM extra AS e WHERE e.id = w.id) AS mine
+	SELECT %[12]s, w.first_due, w.id, w.seq, w.held OR EXISTS (SELECT 1 FROM extra AS e WHERE e.id = w.id) AS mine
 	FROM walk AS w
 ), barriers AS MATERIALIZED (
-	SELECT m.k, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY m.k
+	SELECT %[13]s, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY %[13]s
 ), ids AS MATERIALIZED (
 	SELECT ARRAY(SELECT id FROM (
-		SELECT d.id, d.next_attempt_at AS first_due, '' AS k, d.seq FROM due AS d WHERE d.k IS NULL
+		SELECT d.id, d.next_attempt_at AS first_due, %[14]s, d.seq FROM due AS d WHERE d.k IS NULL
 		UNION ALL
-		SELECT m.id, m.first_due, m.k, m.seq FROM mine AS m LEFT JOIN barriers AS b ON b.k = m.k
+		SELECT m.id, m.first_due, %[13]s, m.seq FROM mine AS m LEFT JOIN barriers AS b ON %[15]s
 		WHERE m.mine AND (b.seq IS NULL OR m.seq < b.seq)
-	) AS r ORDER BY r.first_due, r.k, r.seq LIMIT $1) AS a
+	) AS r ORDER BY r.first_due, %[16]s, r.seq LIMIT $1) AS a
 )
 UPDATE %[1]s AS o
 SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), heartbeat_at = now(),
@@ -169,15 +223,16 @@ SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), 
 	started_at = %[3]s
 WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
 RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes("x", typesParam),
-		keyIs("x", "r.k"))
+		sc.is("x", "r.k", "r.t"), sc.cols("d"), sc.cols("r"), sc.cols("w"), sc.cols("m"), keyless, sc.same("b", "m"), sc.cols("r"))
 }
 
 // orderedForms are the three forms of the ordered claim from one source
-// of due rows, one set per head policy (index: BlockFailed).
-type orderedForms [2]claimForms
+// of due rows, one set per head policy and scope (index: BlockFailed,
+// then ByType).
+type orderedForms [2][2]claimForms
 
 // typed says whether due reads the types array parameter.
-func buildOrdered(t string, typed bool, due func(param int, blockFailed bool) string) orderedForms {
+func buildOrdered(t string, typed bool, due func(param int, sc scope, blockFailed bool) string) orderedForms {
 	var f orderedForms
 	types := func(param int) int {
 		if typed {
@@ -186,21 +241,28 @@ func buildOrdered(t string, typed bool, due func(param int, blockFailed bool) st
 		return 0
 	}
 	for i, bf := range []bool{false, true} {
-		f[i] = claimForms{
-			none: orderedClaimSQL(t, startNone, due(5, bf), bf, types(5)),
-			all:  orderedClaimSQL(t, startAll, due(5, bf), bf, types(5)),
-			some: orderedClaimSQL(t, startSome, due(6, bf), bf, types(6)),
+		for j, sc := range []scope{{}, {byType: true}} {
+			f[i][j] = claimForms{
+				none: orderedClaimSQL(t, startNone, due(5, sc, bf), sc, bf, types(5)),
+				all:  orderedClaimSQL(t, startAll, due(5, sc, bf), sc, bf, types(5)),
+				some: orderedClaimSQL(t, startSome, due(6, sc, bf), sc, bf, types(6)),
+			}
 		}
 	}
 	return f
 }
 
-// forms returns the forms of the head policy.
-func (f *orderedForms) forms(blockFailed bool) claimForms {
-	if blockFailed {
-		return f[1]
+// forms returns the forms of the head policy and scope.
+func (f *orderedForms) forms(blockFailed, byType bool) claimForms {
+	return f[boolIndex(blockFailed)][boolIndex(byType)]
+}
+
+// boolIndex is 1 for true, 0 for false.
+func boolIndex(b bool) int {
+	if b {
+		return 1
 	}
-	return f[0]
+	return 0
 }
 
 // orderedTyped returns the ordered claims restricted to n types, built on
@@ -209,20 +271,27 @@ func (s *Store) orderedTyped(n int) *orderedForms {
 	if f, ok := s.orderedByTypes.Load(n); ok {
 		return f.(*orderedForms)
 	}
-	built := buildOrdered(s.qualified, true, func(param int, bf bool) string { return orderedTypedDue(s.qualified, n, param, bf) })
+	built := buildOrdered(s.qualified, true, func(param int, sc scope, bf bool) string {
+		return orderedTypedDue(s.qualified, n, param, sc, bf)
+	})
 	f, _ := s.orderedByTypes.LoadOrStore(n, &built)
 	return f.(*orderedForms)
 }
 
 // inKeyOrder reorders rows, already in claim order, so that the rows of
-// each key are in seq order: each key keeps the positions its rows took,
-// and fills them in seq order. Due order and seq order differ within a
-// key when an earlier event was retried and became due after a later one.
-func inKeyOrder(rows []claimedRow) {
+// each key (with byType, of each key and type) are in seq order: each key
+// keeps the positions its rows took, and fills them in seq order. Due
+// order and seq order differ within a key when an earlier event was
+// retried and became due after a later one.
+func inKeyOrder(rows []claimedRow, byType bool) {
 	byKey := make(map[string][]int)
 	for i, r := range rows {
 		if r.key != "" {
-			byKey[r.key] = append(byKey[r.key], i)
+			k := r.key
+			if byType {
+				k += "\x00" + r.event.Type
+			}
+			byKey[k] = append(byKey[k], i)
 		}
 	}
 	for _, at := range byKey {
@@ -242,7 +311,8 @@ func inKeyOrder(rows []claimedRow) {
 const nextHeadWindow = 1000
 
 // orderedNextDueSQL is NextDue for ordered claims: the wait until the
-// earliest PENDING row that is the head of its key (or has no key), of
+// earliest PENDING row that is the head of its key (by type: of its key
+// and type) or has no key, of
 // every type or of n types ($1), among the first nextHeadWindow PENDING
 // rows in due order (NULL when none of them is). A due row behind a
 // blocked head is not work an ordered claim can take: counted, it woke a
@@ -254,19 +324,20 @@ const nextHeadWindow = 1000
 // every completion of an ordered dispatcher). A head beyond the window is
 // found by the next poll, or by the next wake-up once the rows before it
 // are claimed.
-func orderedNextDueSQL(t string, n int, blockFailed bool) string {
-	window := fmt.Sprintf(`SELECT c.id, %[2]s AS k, c.next_attempt_at FROM %[1]s AS c WHERE c.status = 'PENDING'
-		ORDER BY c.next_attempt_at, c.seq LIMIT %[3]d`, t, keyOf("c"), nextHeadWindow)
+func orderedNextDueSQL(t string, n int, sc scope, blockFailed bool) string {
+	window := fmt.Sprintf(`SELECT c.id, %[2]s, c.next_attempt_at FROM %[1]s AS c WHERE c.status = 'PENDING'
+		ORDER BY c.next_attempt_at, c.seq LIMIT %[3]d`, t, sc.sel("c"), nextHeadWindow)
 	if n > 0 {
-		window = fmt.Sprintf(`SELECT c.id, c.k, c.next_attempt_at FROM (%[1]s) AS c ORDER BY c.next_attempt_at, c.seq LIMIT %[2]d`,
-			typeLegs(t, n, 1, `id, `+keyOf(t)+` AS k, next_attempt_at, seq`, ``, strconv.Itoa(nextHeadWindow)), nextHeadWindow)
+		window = fmt.Sprintf(`SELECT c.id, %[3]s, c.next_attempt_at FROM (%[1]s) AS c ORDER BY c.next_attempt_at, c.seq LIMIT %[2]d`,
+			typeLegs(t, n, 1, `id, `+keyOf(t)+` AS k, event_type AS t, next_attempt_at, seq`, ``, strconv.Itoa(nextHeadWindow)),
+			nextHeadWindow, sc.cols("c"))
 	}
 	return nextDueSQL(fmt.Sprintf(`WITH w AS MATERIALIZED (
 	%[2]s
 ), heads AS MATERIALIZED (
-	SELECT d.k, (SELECT h.id FROM %[1]s AS h WHERE %[3]s AND %[4]s ORDER BY %[5]s, h.seq LIMIT 1) AS id
-	FROM (SELECT DISTINCT w.k FROM w WHERE w.k IS NOT NULL) AS d
+	SELECT %[6]s, (SELECT h.id FROM %[1]s AS h WHERE %[3]s AND %[4]s ORDER BY %[5]s, h.seq LIMIT 1) AS id
+	FROM (SELECT DISTINCT %[7]s FROM w WHERE w.k IS NOT NULL) AS d
 )
-SELECT min(w.next_attempt_at) FROM w LEFT JOIN heads ON heads.k = w.k WHERE w.k IS NULL OR heads.id = w.id`,
-		t, window, keyIs("h", "d.k"), blocker("h", blockFailed), keyOf("h")))
+SELECT min(w.next_attempt_at) FROM w LEFT JOIN heads ON %[8]s WHERE w.k IS NULL OR heads.id = w.id`,
+		t, window, sc.is("h", "d.k", "d.t"), blocker("h", blockFailed), keyOf("h"), sc.cols("d"), sc.cols("w"), sc.same("heads", "w")))
 }

@@ -14,29 +14,39 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
-// claimForms are the two sources of an ordered claim: every type, and
-// the typed form (the rows of these tests all have the default type).
+// claimForms are the sources of an ordered claim: every type, and the
+// typed form (the rows of these tests all have the default type unless
+// they say otherwise), each by key and by key and type (ByType: with one
+// type, the same results).
 var claimForms = []struct {
-	name  string
-	types []string
-}{{"all types", nil}, {"typed", []string{"test.event", "other"}}}
+	name   string
+	types  []string
+	byType bool
+}{{"all types", nil, false}, {"typed", []string{"test.event", "other"}, false},
+	{"all types by type", nil, true}, {"typed by type", []string{"test.event", "other"}, true}}
+
+// oenv is an env whose ordered claims are by type or not.
+type oenv struct {
+	env
+	byType bool
+}
 
 // forEachForm runs f as a parallel subtest for each claim form.
-func forEachForm(t *testing.T, f func(t *testing.T, e env, types []string)) {
+func forEachForm(t *testing.T, f func(t *testing.T, e oenv, types []string)) {
 	t.Helper()
 	for _, form := range claimForms {
 		t.Run(form.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, newEnv(t), form.types)
+			f(t, oenv{newEnv(t), form.byType}, form.types)
 		})
 	}
 }
 
 // claimOrdered claims up to limit rows in ordered mode on db.
-func claimOrdered(t *testing.T, e env, db lease.DB, types []string, limit int, blockFailed bool) lease.Batch {
+func claimOrdered(t *testing.T, e oenv, db lease.DB, types []string, limit int, blockFailed bool) lease.Batch {
 	t.Helper()
 	b, err := e.store.Claim(t.Context(), db, lease.ClaimParams{Owner: "w", Limit: limit, Lease: time.Minute,
-		Types: types, Ordered: true, BlockFailed: blockFailed})
+		Types: types, Ordered: true, BlockFailed: blockFailed, ByType: e.byType})
 	require.NoError(t, err)
 	require.Len(t, b.Keys, len(b.Events))
 	return b
@@ -74,7 +84,7 @@ func TestOrderedClaimBlockedHeads(t *testing.T) {
 	for _, h := range heads {
 		t.Run(h.name, func(t *testing.T) {
 			t.Parallel()
-			forEachForm(t, func(t *testing.T, e env, types []string) {
+			forEachForm(t, func(t *testing.T, e oenv, types []string) {
 				ids := insert(t, e.db.Pool, append(keyedBy("k", 3, h.head), keyed("other"), spec{}, spec{AggregateID: "agg"})...)
 				if h.skipped {
 					_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET skipped_at = now() WHERE id = $1`, ids[0])
@@ -107,7 +117,7 @@ func boolInt(b bool) int {
 // keys' rows and keyless rows.
 func TestOrderedClaimHeadLockedElsewhere(t *testing.T) {
 	t.Parallel()
-	forEachForm(t, func(t *testing.T, e env, types []string) {
+	forEachForm(t, func(t *testing.T, e oenv, types []string) {
 		ids := insert(t, e.db.Pool, append(keyedBy("k", 3, spec{}), keyed("other"), spec{})...)
 		holder, err := e.db.Conn(t).Begin(t.Context())
 		require.NoError(t, err)
@@ -132,7 +142,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a run of five due events comes in one claim in seq order", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			ids := insert(t, e.db.Pool, keyedBy("k", 5, spec{})...)
 			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
 			require.Equal(t, ids, batchIDs(b))
@@ -142,7 +152,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a run stops before an event that is not due", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			specs := keyedBy("k", 5, spec{})
 			specs[2].DueIn = time.Hour
 			ids := insert(t, e.db.Pool, specs...)
@@ -154,7 +164,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a limit cuts a run to its prefix", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			ids := insert(t, e.db.Pool, keyedBy("k", 5, spec{})...)
 			b := claimOrdered(t, e, e.db.Pool, types, 3, true)
 			require.Equal(t, ids[:3], batchIDs(b))
@@ -165,7 +175,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a run follows seq order from its head, whatever the due order of its rows", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			// Row 1 (a retry) became due after rows 2 and 3: due order is
 			// 0, 2, 3, 1, seq order 0, 1, 2, 3; a limit of 3 takes 0, 1, 2.
 			specs := keyedBy("k", 4, spec{DueIn: -time.Hour})
@@ -181,7 +191,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a head retried after more successors than a claim takes is still claimed", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			// The head became due after its successors (released when
 			// it failed, keeping their emit time): in due order the
 			// successors fill any limit before the head.
@@ -197,7 +207,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a run stops before a successor of a type the claim does not take", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := oenv{env: newEnv(t)}
 		specs := keyedBy("k", 4, spec{})
 		specs[2].Type = "foreign"
 		ids := insert(t, e.db.Pool, specs...)
@@ -207,7 +217,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("the rows of a key come in seq order when their due order differs", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			specs := append(keyedBy("k", 2, spec{DueIn: -time.Second}), spec{DueIn: -time.Minute})
 			specs[1].DueIn = -time.Hour
 			ids := insert(t, e.db.Pool, specs...)
@@ -220,7 +230,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("an aggregate id is the key without a partition key", func(t *testing.T) {
 		t.Parallel()
-		forEachForm(t, func(t *testing.T, e env, types []string) {
+		forEachForm(t, func(t *testing.T, e oenv, types []string) {
 			ids := insert(t, e.db.Pool, spec{AggregateID: "a", Status: "PROCESSING"}, spec{AggregateID: "a"},
 				spec{AggregateID: "a", PartitionKey: "p"}, spec{PartitionKey: "a"})
 			b := claimOrdered(t, e, e.db.Pool, types, 10, true)
@@ -232,7 +242,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 // A blocked key's backlog of due rows does not take the claim's limit.
 func TestOrderedClaimBlockedBacklogDoesNotStarve(t *testing.T) {
 	t.Parallel()
-	forEachForm(t, func(t *testing.T, e env, types []string) {
+	forEachForm(t, func(t *testing.T, e oenv, types []string) {
 		specs := keyedBy("hot", 1001, spec{Status: "PROCESSING", DueIn: -2 * time.Hour})
 		for i := 1; i < len(specs); i++ {
 			specs[i].DueIn = -time.Hour // due before every other key's rows
@@ -256,7 +266,7 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 	for i, form := range claimForms {
 		t.Run(form.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			e := oenv{env: newEnv(t)}
 			ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), keyed("other"))
 			key := int64(7_000 + i)
 			role := e.db.NewRole(t, "claimer")
@@ -291,7 +301,7 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 func TestOrderedClaimConcurrentClaimersKeepKeyOrder(t *testing.T) {
 	t.Parallel()
 	const claimers, keys, perKey = 6, 40, 15
-	forEachForm(t, func(t *testing.T, e env, types []string) {
+	forEachForm(t, func(t *testing.T, e oenv, types []string) {
 		var specs []spec
 		for i := range perKey {
 			for k := range keys {
@@ -327,7 +337,7 @@ func TestOrderedClaimConcurrentClaimersKeepKeyOrder(t *testing.T) {
 					if done {
 						return
 					}
-					settleRuns(t, e, pool, b, rng, &mu, held, sent)
+					settleRuns(t, e.env, pool, b, rng, &mu, held, sent)
 				}
 			})
 		}
@@ -398,7 +408,7 @@ func settleRuns(t *testing.T, e env, db lease.DB, b lease.Batch, rng *rand.Rand,
 // busy).
 func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := oenv{env: newEnv(t)}
 	var specs []spec
 	for i := range 10 {
 		k := fmt.Sprintf("y%d", i)
@@ -413,23 +423,68 @@ func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
 // a blocked head is not due work, a head waiting for its retry is.
 func TestOrderedNextHeadDue(t *testing.T) {
 	t.Parallel()
-	forEachForm(t, func(t *testing.T, e env, types []string) {
+	forEachForm(t, func(t *testing.T, e oenv, types []string) {
 		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k"}, keyed("k"),
 			spec{DueIn: time.Hour, PartitionKey: "j"}, keyed("j"), spec{Status: "PROCESSING", PartitionKey: "p"}, keyed("p"))
-		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, e.byType)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, wait, 30*time.Minute, "j's head, in its backoff; not k's or p's due rows")
 
-		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false)
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, false, e.byType)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.LessOrEqual(t, wait, time.Duration(0), "without BlockFailed k's second row is its head")
 
 		insert(t, e.db.Pool, spec{})
-		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true)
+		wait, ok, err = e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, e.byType)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.LessOrEqual(t, wait, time.Duration(0), "a keyless row is due")
+	})
+}
+
+// Under ByType the head of (key, type) holds only that pair: a key's
+// events of another type go on past it, as a run of their own in seq
+// order, while without ByType the head holds every type of its key.
+func TestOrderedClaimByType(t *testing.T) {
+	t.Parallel()
+	for _, types := range [][]string{nil, {"a", "b"}} {
+		t.Run(fmt.Sprint("types ", types), func(t *testing.T) {
+			t.Parallel()
+			e := oenv{env: newEnv(t)}
+			a, b := spec{Type: "a", PartitionKey: "k"}, spec{Type: "b", PartitionKey: "k"}
+			failedA, notDueB := a, b
+			failedA.Status, notDueB.DueIn = "FAILED", time.Hour
+			ids := insert(t, e.db.Pool, failedA, b, a, b, b, notDueB, b,
+				spec{Type: "a", AggregateID: "j", Status: "PROCESSING"}, spec{Type: "b", AggregateID: "j"})
+
+			byKey := claimOrdered(t, e, e.db.Pool, types, 10, true)
+			require.Empty(t, byKey.Events, "by key, k's FAILED head and j's PROCESSING one hold every type")
+
+			got, err := e.store.Claim(t.Context(), e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute,
+				Types: types, Ordered: true, BlockFailed: true, ByType: true})
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{ids[1], ids[3], ids[4], ids[8]}, batchIDs(got),
+				"k's b run up to its row not due, and j's b; no a")
+			require.Equal(t, []string{"k", "k", "k", "j"}, got.Keys)
+			require.Equal(t, "PENDING", get(t, e.db.Pool, ids[2]).Status, "k's a waits behind its FAILED head")
+		})
+	}
+}
+
+// NextHeadDue by type counts a row behind a head of another type of its
+// key as due.
+func TestOrderedNextHeadDueByType(t *testing.T) {
+	t.Parallel()
+	forEachForm(t, func(t *testing.T, e oenv, types []string) {
+		insert(t, e.db.Pool, spec{Status: "FAILED", PartitionKey: "k", Type: "other"}, keyed("k"))
+		_, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, false)
+		require.NoError(t, err)
+		require.False(t, ok, "by key, k's due row waits behind its FAILED head")
+		wait, ok, err := e.store.NextHeadDue(t.Context(), e.db.Pool, types, true, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, wait, time.Duration(0), "by type, k's test.event row is its pair's head")
 	})
 }

@@ -42,7 +42,9 @@ func New(table outbox.Table) (*Store, error) {
 		return nil, err
 	}
 	return &Store{table: names.Table, sql: buildStatements(names.Qualified), qualified: names.Qualified,
-		ordered: buildOrdered(names.Qualified, false, func(_ int, bf bool) string { return orderedDue(names.Qualified, bf) })}, nil
+		ordered: buildOrdered(names.Qualified, false, func(_ int, sc scope, bf bool) string {
+			return orderedDue(names.Qualified, sc, bf)
+		})}, nil
 }
 
 // usedColumns are the columns the statements read or write. A table
