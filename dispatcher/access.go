@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
 // ErrMissingPrivilege is matched by the error Start returns when the
@@ -33,9 +35,19 @@ type PrivilegeError struct {
 	// NeededFor says what needs it ("claiming and recording outcomes",
 	// "DeleteSent", "retention").
 	NeededFor string
+	// Columns, when not empty, are the columns of the table the role
+	// lacks the privilege on: it holds the privilege on some columns only
+	// (a column grant made for an earlier schema version lacks the
+	// columns added since).
+	Columns []string
 }
 
 func (e *PrivilegeError) Error() string {
+	if len(e.Columns) > 0 {
+		cols := strings.Join(e.Columns, ", ")
+		return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on column(s) %s of table %s, needed for %s (GRANT %s (%s) ON %s TO the role; see docs/operations.md)",
+			e.Privilege, cols, e.Table, e.NeededFor, e.Privilege, cols, e.Table)
+	}
 	return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on table %s, needed for %s (GRANT %s ON %s TO the role; see migrations.RenderGrants)",
 		e.Privilege, e.Table, e.NeededFor, e.Privilege, e.Table)
 }
@@ -67,7 +79,11 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 		{a.Delete || d.cfg.RetainFailed == 0, "DELETE", "retention of FAILED rows (RetainFailed)"},
 	} {
 		if !p.have {
-			return &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
+			e := &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
+			if p.privilege == "UPDATE" && len(a.UpdateMissing) < len(lease.WrittenColumns) {
+				e.Columns = a.UpdateMissing
+			}
+			return e
 		}
 	}
 	if a.Isolation != "read committed" {
