@@ -16,9 +16,10 @@ import (
 var ErrMissingPrivilege = errors.New("pgoutbox: missing privilege")
 
 // ErrIsolation is matched by the error Start returns when the
-// dispatcher's connections start their transactions at an isolation
-// level other than READ COMMITTED (default_transaction_isolation set on
-// the server, database, role or connection). The dispatcher's statements
+// dispatcher's connections start their transactions at REPEATABLE READ or
+// SERIALIZABLE (default_transaction_isolation set on the server,
+// database, role or connection); READ UNCOMMITTED, which PostgreSQL runs
+// as READ COMMITTED, is accepted. The dispatcher's statements
 // are designed for READ COMMITTED: under SERIALIZABLE a share of its
 // claims and completions fail with serialization errors (40001), and
 // under REPEATABLE READ a claim can miss rows committed while it runs.
@@ -86,7 +87,8 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 			return e
 		}
 	}
-	if a.Isolation != "read committed" {
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+	if a.Isolation != "read committed" && a.Isolation != "read uncommitted" {
 		return errtext.WrapHint(ErrIsolation,
 			"set default_transaction_isolation = 'read committed' for the dispatcher's role (ALTER ROLE … SET) or connection",
 			"dispatcher: its connections start transactions at %s", a.Isolation)

@@ -57,3 +57,25 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s`,
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
 }
+
+// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED (its documentation,
+// "Transaction Isolation"): a role whose transactions default to it gets
+// the isolation the dispatcher's statements are designed for, so Start
+// lets it start instead of refusing it with ErrIsolation.
+func TestStartAcceptsReadUncommittedDefault(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	role := db.NewRole(t, "pgotest_uncommitted")
+	quoted := pgx.Identifier{role}.Sanitize()
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+GRANT SELECT, UPDATE, DELETE ON outbox_events TO %[2]s;
+GRANT SELECT ON outbox_events_schema_version TO %[2]s;
+ALTER ROLE %[2]s SET default_transaction_isolation = 'read uncommitted'`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
+	require.NoError(t, err)
+	d, err := dispatcher.New(db.RolePool(t, role, 4), baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+}
