@@ -42,7 +42,10 @@ type Counts struct {
 	// of their order key (coalesce(partition_key, aggregate_id)) with a
 	// lower seq: under per-key ordering with head policy BlockKey they
 	// are not delivered until that event is replayed or skipped (see
-	// [Admin.BlockedKeys]); dispatchers without ordering deliver them.
+	// [Admin.BlockedKeys]); dispatchers without ordering deliver them,
+	// and dispatchers with OrderScope ScopeKeyAndType hold only those of
+	// the FAILED event's type (DueBlocked counts the key's rows of every
+	// type: an upper bound for them).
 	DueBlocked int64 `json:"due_blocked"`
 	// DueBlockedLimited reports that DueBlocked is a lower bound: more
 	// than [BlockedCountLimit] FAILED, unskipped events have an order
