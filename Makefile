@@ -104,10 +104,13 @@ bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved 
 bench/short: ## Run every case of the benchmark suite tiny (N=200), writing nothing: a smoke run
 	@$(WITHPG) go run ./benchmarks -case suite -short -out '' $(BENCHFLAGS)
 
-# The go test -timeout of every target that runs tests: the whole run's
-# budget, not a per-test cap. Tests bound their own waits by progress or by
-# this budget (internal/testctx), so a slow machine makes a run longer, not
-# failed; CI itself allows 90 minutes.
+# The time budget of a run of tests (a number with s, m or h): not a
+# per-test cap. go-test gives each module's go test what is left of it as
+# -timeout, so the whole of make test ends within it (a hung test in each
+# of several modules cannot add up past CI's 90 minutes); the other
+# targets give it to their one go test. Tests bound their own waits by
+# progress or by this budget (internal/testctx), so a slow machine makes a
+# run longer, not failed.
 GOTESTTIMEOUT ?= 60m
 
 # go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
@@ -115,15 +118,25 @@ GOTESTTIMEOUT ?= 60m
 # above once the database is known. It prints each module's start (n/N),
 # then its duration and result, and at the end a summary per module
 # followed by go test's own ok/FAIL lines again, so that those stay the
-# last lines (.ci/run and CI read them).
+# last lines (.ci/run and CI read them). Each module's -timeout is what is
+# left of GOTESTTIMEOUT; a module reached with less than a minute left is
+# not run and counts as failed.
 .PHONY: go-test
 go-test:
 	@status=0; n=0; total=$(words $(MODULES)); log=$$(mktemp); summary=$$(mktemp); start=$$SECONDS; \
+	if [[ '$(GOTESTTIMEOUT)' =~ ^([0-9]+)([smh])$$ ]]; then \
+		unit=1; [ "$${BASH_REMATCH[2]}" = m ] && unit=60; [ "$${BASH_REMATCH[2]}" = h ] && unit=3600; \
+		budget=$$(( 10#$${BASH_REMATCH[1]} * unit )); \
+	else echo "GOTESTTIMEOUT must be a whole number of s, m or h (60m), got '$(GOTESTTIMEOUT)'" >&2; exit 2; fi; \
 	for dir in $(MODULES); do \
-		n=$$((n + 1)); t0=$$SECONDS; \
-		echo "==> [$$n/$$total] $$dir: go test -timeout $(GOTESTTIMEOUT) $(GOTESTARGS) ./... (started $$(date +%H:%M:%S))"; \
-		(cd "$$dir" && go test -timeout $(GOTESTTIMEOUT) $(GOTESTARGS) ./... 2>&1) | tee -a "$$log"; \
+		n=$$((n + 1)); t0=$$SECONDS; left=$$(( budget - (SECONDS - start) )); \
+		if [ "$$left" -lt 60 ]; then \
+			echo "FAIL	$$dir [not run: $${left}s left of GOTESTTIMEOUT=$(GOTESTTIMEOUT)]" | tee -a "$$log"; result=FAIL; status=1; \
+		else \
+		echo "==> [$$n/$$total] $$dir: go test -timeout $${left}s $(GOTESTARGS) ./... (started $$(date +%H:%M:%S))"; \
+		(cd "$$dir" && go test -timeout $${left}s $(GOTESTARGS) ./... 2>&1) | tee -a "$$log"; \
 		if [ "$${PIPESTATUS[0]}" -eq 0 ]; then result=ok; else result=FAIL; status=1; fi; \
+		fi; \
 		line=$$(printf '%-4s %-28s %5ds' "$$result" "$$dir" $$((SECONDS - t0))); \
 		echo "==> [$$n/$$total] $$line"; echo "$$line" >> "$$summary"; \
 	done; \

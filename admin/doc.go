@@ -58,8 +58,10 @@
 //   - Counts and Summary count PENDING, PROCESSING and FAILED rows
 //     exactly, each through its status's partial index, so their cost
 //     follows the rows in those statuses; SENT rows are counted up to
-//     [SentCountLimit] and estimated past it. Counts.DueBlocked reads the
-//     FAILED rows and the unsent rows of their order keys.
+//     [SentCountLimit] and estimated past it. Counts.DueBlocked reads at
+//     most [BlockedCountLimit] FAILED rows, probes the order index once
+//     per key of one and counts at most SentCountLimit rows behind them
+//     (TestDueBlockedIsBoundedOnManyFailedKeys: 100,000 FAILED keys).
 //   - PendingByType reads the type due index, PENDING rows only.
 //   - List reads every page, the first or the millionth, from an index
 //     chosen by its filter (seq, type, aggregate id, error code, or the

@@ -42,8 +42,18 @@ type Counts struct {
 	// of their order key (coalesce(partition_key, aggregate_id)) with a
 	// lower seq: under per-key ordering with head policy BlockKey they
 	// are not delivered until that event is replayed or skipped (see
-	// [Admin.BlockedKeys]); dispatchers without ordering deliver them.
+	// [Admin.BlockedKeys]); dispatchers without ordering deliver them,
+	// and dispatchers with OrderScope ScopeKeyAndType hold only those of
+	// the FAILED event's type (DueBlocked counts the key's rows of every
+	// type: an upper bound for them).
 	DueBlocked int64 `json:"due_blocked"`
+	// DueBlockedLimited reports that DueBlocked is a lower bound: more
+	// than [BlockedCountLimit] FAILED, unskipped events have an order
+	// key, or more than [SentCountLimit] due rows wait behind them, and
+	// only the rows behind BlockedCountLimit of those events, up to
+	// SentCountLimit, were counted, so that Counts stays cheap on a table
+	// that keeps many FAILED rows ([Admin.BlockedKeys] walks them all).
+	DueBlockedLimited bool `json:"due_blocked_limited,omitempty"`
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the
 	// dispatchers are not keeping up (or not running).
@@ -66,7 +76,7 @@ func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	var ageMicros, estimate int64
 	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
-		&c.At, &estimate, &c.DueBlocked)
+		&c.At, &estimate, &c.DueBlocked, &c.DueBlockedLimited)
 	if err != nil {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}

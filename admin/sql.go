@@ -10,7 +10,10 @@ type statements struct {
 	counts, summary, inspect, notify string
 	pendingByType, blocked           string
 	blockedByType                    string
-	replayIDs, skip                  write
+	// dueBlocked is Counts.DueBlocked's part of counts and summary on its
+	// own (for the plan tests).
+	dueBlocked      string
+	replayIDs, skip write
 }
 
 // write is a bulk write and its dry run: the same selection, read without
@@ -78,6 +81,17 @@ const (
 // them, seconds at ten million.
 const SentCountLimit = 10_000
 
+// BlockedCountLimit is the most FAILED, unskipped events with an order
+// key that [Admin.Counts] and [Admin.Summary] read to count the due rows
+// behind them (Counts.DueBlocked): each costs a heap read and a probe of
+// the order index. Past it, or past [SentCountLimit] rows behind them,
+// DueBlocked is a lower bound (Counts.DueBlockedLimited).
+const BlockedCountLimit = 1_000
+
+// blockedRowsLimit is the most due rows behind FAILED events that
+// Counts.DueBlocked counts one by one (each a heap read).
+const blockedRowsLimit = SentCountLimit
+
 // sentEstimate is the planner's estimate of the rows in the table (%s, a
 // string literal of its quoted name) now
 // (its statistics scaled to its current size, as the planner scales them),
@@ -97,10 +111,11 @@ func buildStatements(t string) statements {
 	// the order is the index's, which only makes the planner walk it. The
 	// total is estimated from pg_class.
 	estimate := fmt.Sprintf(sentEstimate, quoteLiteral(t))
-	dueBlocked := fmt.Sprintf(dueBlockedSQL, t, orderKey, orderIndexed)
+	dueBlocked := fmt.Sprintf(dueBlockedSQL, t, orderKey, orderIndexed, BlockedCountLimit, blockedRowsLimit)
 	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s
 		WHERE status = 'SENT' ORDER BY status, coalesce(sent_at, failed_at) LIMIT %d`, t, SentCountLimit+1)
 	return statements{
+		dueBlocked: "SELECT blk.n, blk.limited FROM " + dueBlocked + " AS blk",
 		counts: fmt.Sprintf(`SELECT
 	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING'),
 	(SELECT count(*) FROM %[1]s WHERE status = 'PROCESSING'),
@@ -110,12 +125,12 @@ func buildStatements(t string) statements {
 	coalesce((extract(epoch FROM now() - (
 		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
 		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
-	now(), %[3]s, %[4]s`, t, sentRows, estimate, dueBlocked),
+	now(), %[3]s, blk.n, blk.limited FROM %[4]s AS blk`, t, sentRows, estimate, dueBlocked),
 
 		// One row per (type, status, code): code only for FAILED rows,
 		// each status read through its own index, SENT rows up to the
 		// limit. The outer join gives the empty table one row, for now().
-		summary: fmt.Sprintf(`SELECT now(), %[3]s, %[4]s, g.* FROM (SELECT 1) AS one LEFT JOIN (
+		summary: fmt.Sprintf(`SELECT now(), %[3]s, blk.n, blk.limited, g.* FROM %[4]s AS blk LEFT JOIN (
 	SELECT event_type, status, code, count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
 		min(created_at) FILTER (WHERE status = 'PENDING'),
 		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
@@ -191,18 +206,30 @@ func (w *where) String() string {
 // (migration 007) has it.
 const orderKey = "coalesce(partition_key, aggregate_id)"
 
-// dueBlockedSQL counts the due PENDING rows of table %[1]s behind a
-// FAILED, unskipped row of their order key (%[2]s) with a lower seq
-// (Counts.DueBlocked). It starts from the FAILED rows (the failed index),
-// taking each key's lowest such seq, and probes the order index once per
-// such key for the rows after it (%[3]s is the index's predicate): its
-// cost follows the FAILED rows and the unsent rows of their keys, not the
-// due backlog.
-const dueBlockedSQL = `(SELECT coalesce(sum(b.n), 0)::bigint FROM (
-		SELECT %[2]s AS k, min(seq) AS s FROM %[1]s
-		WHERE status = 'FAILED' AND skipped_at IS NULL AND %[2]s IS NOT NULL GROUP BY 1) AS h
-	CROSS JOIN LATERAL (SELECT count(*) AS n FROM %[1]s
-		WHERE %[2]s = h.k AND seq > h.s AND %[3]s AND status = 'PENDING' AND next_attempt_at <= now()) AS b)`
+// dueBlockedSQL is a subquery (for a FROM list) of one row, (n,
+// limited): n counts the due PENDING rows of table %[1]s behind a FAILED,
+// unskipped row of their order key (%[2]s) with a lower seq
+// (Counts.DueBlocked). It reads at most %[4]d+1 such FAILED rows (f,
+// in the failed index's order, which makes the planner walk that index
+// rather than scan the table until it finds them), takes each key's lowest seq
+// among those it read, and probes the order index (%[3]s is its
+// predicate) once per key for the due rows after it, counting at most
+// %[5]d+1 of them (OFFSET 0 keeps the probe a subquery run per key:
+// flattened, the planner may hash the keys and read the whole due
+// backlog instead). limited says that either limit was passed: n is then
+// a lower bound. Its cost is bounded by the limits, whatever the FAILED
+// rows and the unsent rows of their keys.
+const dueBlockedSQL = `(WITH f AS MATERIALIZED (
+		SELECT %[2]s AS k, seq AS s FROM %[1]s
+		WHERE status = 'FAILED' AND skipped_at IS NULL AND %[2]s IS NOT NULL
+		ORDER BY last_error_code, seq LIMIT %[4]d + 1),
+	h AS (SELECT k, min(s) AS s FROM (SELECT k, s FROM f LIMIT %[4]d) AS l GROUP BY k),
+	r AS MATERIALIZED (SELECT 1 FROM h CROSS JOIN LATERAL (SELECT 1 FROM %[1]s
+		WHERE %[2]s = h.k AND seq > h.s AND %[3]s AND status = 'PENDING' AND next_attempt_at <= now()
+		OFFSET 0) AS b
+		LIMIT %[5]d + 1)
+	SELECT least((SELECT count(*) FROM r), %[5]d)::bigint AS n,
+		(SELECT count(*) FROM f) > %[4]d OR (SELECT count(*) FROM r) > %[5]d AS limited)`
 
 // orderIndexed is the order index's predicate (migration 007).
 const orderIndexed = `status <> 'SENT' AND ` + orderKey + ` IS NOT NULL`

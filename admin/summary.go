@@ -95,7 +95,7 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	var typ, status, code *string
 	var count, due *int64
 	var estimate int64
-	targets := []any{&s.Counts.At, &estimate, &s.Counts.DueBlocked, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}
+	targets := []any{&s.Counts.At, &estimate, &s.Counts.DueBlocked, &s.Counts.DueBlockedLimited, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}
 	_, err = pgx.ForEachRow(rows, targets, func() error {
 		if typ != nil { // nil: the empty table's one row
 			g.typ, g.status, g.code, g.count, g.due = *typ, *status, *code, *count, *due

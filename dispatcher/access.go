@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
 // ErrMissingPrivilege is matched by the error Start returns when the
@@ -14,9 +16,10 @@ import (
 var ErrMissingPrivilege = errors.New("pgoutbox: missing privilege")
 
 // ErrIsolation is matched by the error Start returns when the
-// dispatcher's connections start their transactions at an isolation
-// level other than READ COMMITTED (default_transaction_isolation set on
-// the server, database, role or connection). The dispatcher's statements
+// dispatcher's connections start their transactions at REPEATABLE READ or
+// SERIALIZABLE (default_transaction_isolation set on the server,
+// database, role or connection); READ UNCOMMITTED, which PostgreSQL runs
+// as READ COMMITTED, is accepted. The dispatcher's statements
 // are designed for READ COMMITTED: under SERIALIZABLE a share of its
 // claims and completions fail with serialization errors (40001), and
 // under REPEATABLE READ a claim can miss rows committed while it runs.
@@ -33,9 +36,19 @@ type PrivilegeError struct {
 	// NeededFor says what needs it ("claiming and recording outcomes",
 	// "DeleteSent", "retention").
 	NeededFor string
+	// Columns, when not empty, are the columns of the table the role
+	// lacks the privilege on: it holds the privilege on some columns only
+	// (a column grant made for an earlier schema version lacks the
+	// columns added since).
+	Columns []string
 }
 
 func (e *PrivilegeError) Error() string {
+	if len(e.Columns) > 0 {
+		cols := strings.Join(e.Columns, ", ")
+		return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on column(s) %s of table %s, needed for %s (GRANT %s (%s) ON %s TO the role; see docs/operations.md)",
+			e.Privilege, cols, e.Table, e.NeededFor, e.Privilege, cols, e.Table)
+	}
 	return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on table %s, needed for %s (GRANT %s ON %s TO the role; see migrations.RenderGrants)",
 		e.Privilege, e.Table, e.NeededFor, e.Privilege, e.Table)
 }
@@ -67,10 +80,15 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 		{a.Delete || d.cfg.RetainFailed == 0, "DELETE", "retention of FAILED rows (RetainFailed)"},
 	} {
 		if !p.have {
-			return &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
+			e := &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
+			if p.privilege == "UPDATE" && len(a.UpdateMissing) < len(lease.WrittenColumns) {
+				e.Columns = a.UpdateMissing
+			}
+			return e
 		}
 	}
-	if a.Isolation != "read committed" {
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+	if a.Isolation != "read committed" && a.Isolation != "read uncommitted" {
 		return errtext.WrapHint(ErrIsolation,
 			"set default_transaction_isolation = 'read committed' for the dispatcher's role (ALTER ROLE … SET) or connection",
 			"dispatcher: its connections start transactions at %s", a.Isolation)

@@ -72,12 +72,17 @@ func countRows(c admin.Counts) [][]string {
 	if c.SentEstimated {
 		approx = "~"
 	}
+	// A limited DueBlocked is a lower bound: due now is then at most.
+	atMost, atLeast := "", ""
+	if c.DueBlockedLimited {
+		atMost, atLeast = "≤", "≥"
+	}
 	rows := [][]string{
 		{"PENDING", fmt.Sprint(c.Pending)},
-		{"  due now", fmt.Sprint(c.Due - c.DueBlocked)},
+		{"  due now", atMost + fmt.Sprint(c.Due-c.DueBlocked)},
 	}
 	if c.DueBlocked > 0 {
-		rows = append(rows, []string{"  blocked", fmt.Sprint(c.DueBlocked)})
+		rows = append(rows, []string{"  blocked", atLeast + fmt.Sprint(c.DueBlocked)})
 	}
 	return append(rows, [][]string{
 		{"PROCESSING", fmt.Sprint(c.Processing)},
@@ -93,8 +98,12 @@ func blockedNote(c admin.Counts) string {
 	if c.DueBlocked == 0 {
 		return ""
 	}
-	return "\nblocked: due, behind a FAILED event of their order key (outboxctl blocked); " +
+	note := "\nblocked: due, behind a FAILED event of their order key (outboxctl blocked); " +
 		"dispatchers with per-key ordering (BlockKey) hold them until it is replayed or skipped"
+	if c.DueBlockedLimited {
+		note += fmt.Sprintf("; counted behind %d FAILED events only (≥: at least)", admin.BlockedCountLimit)
+	}
+	return note
 }
 
 // sentNote is the footer line that says the SENT count is an estimate,

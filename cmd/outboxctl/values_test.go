@@ -123,3 +123,14 @@ func TestStatusFrames(t *testing.T) {
 		}
 	}
 }
+
+// A DueBlocked counted up to its limit is a lower bound: status and counts
+// show blocked as at least, due now as at most, and say why.
+func TestCountRowsShowALimitedBlockedCount(t *testing.T) {
+	c := admin.Counts{Pending: 10, Due: 8, DueBlocked: 3, DueBlockedLimited: true}
+	require.Equal(t, [][]string{{"PENDING", "10"}, {"  due now", "≤5"}, {"  blocked", "≥3"}}, countRows(c)[:3])
+	require.Contains(t, blockedNote(c), "at least")
+	c.DueBlockedLimited = false
+	require.Equal(t, [][]string{{"PENDING", "10"}, {"  due now", "5"}, {"  blocked", "3"}}, countRows(c)[:3])
+	require.NotContains(t, blockedNote(c), "at least")
+}

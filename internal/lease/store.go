@@ -77,13 +77,28 @@ func (s *Store) Table() outbox.Table { return s.table }
 // micros converts a duration to whole microseconds for the database.
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
+// WrittenColumns are the columns of the outbox table that the
+// dispatcher's statements write (claims, renewals, releases, outcomes,
+// recovery). A role granted UPDATE on some columns only needs UPDATE on
+// each of these; docs/operations.md gives the grant.
+var WrittenColumns = []string{
+	"status", "attempts", "recoveries", "snoozes", "next_attempt_at", "lock_token", "lock_owner",
+	"locked_at", "lease_until", "heartbeat_at", "started_at", "sent_at", "failed_at",
+	"last_error_code", "last_error", "attempt_log", "outcome_token",
+}
+
 // Access is what the connected role may do on the table, and the
 // isolation level its transactions start at.
 type Access struct {
-	// Select and Update are true when the role holds the privilege on
-	// the table or on at least one of its columns; Delete when it holds
-	// DELETE on the table.
-	Select, Update, Delete bool
+	// Select is true when the role holds SELECT on the table or on at
+	// least one of its columns; Delete when it holds DELETE on the table.
+	Select, Delete bool
+	// Update is true when the role may update every column in
+	// WrittenColumns (granted on the table or column by column).
+	Update bool
+	// UpdateMissing lists, in WrittenColumns' order, the written columns
+	// the role may not update (none when Update is true).
+	UpdateMissing []string
 	// Isolation is the level a transaction of this connection starts at
 	// (default_transaction_isolation, as the server, database, role or
 	// connection set it): "read committed", "repeatable read",
@@ -92,23 +107,30 @@ type Access struct {
 }
 
 // Access reads the connected role's privileges on the table and the
-// isolation its transactions start at. It reads no row. SELECT and UPDATE
-// count when granted on the table or on some of its columns (a grant of
-// UPDATE on the columns the dispatcher writes is enough; a missing column
-// shows in the statements' errors).
+// isolation its transactions start at. It reads no row. UPDATE counts
+// when granted on the table or on each column the dispatcher writes (a
+// column grant made for an earlier schema version lacks the columns added
+// since: version 9's outcome_token); SELECT when granted on the table or
+// on some of its columns.
 func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
-	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'SELECT'), has_any_column_privilege($1::text, 'UPDATE'),
-		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`, s.qualified)
+	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'SELECT'),
+		array(SELECT c FROM unnest($2::text[]) WITH ORDINALITY AS w (c, i)
+			WHERE NOT has_column_privilege($1::text, c, 'UPDATE') ORDER BY i),
+		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`, s.qualified, WrittenColumns)
 	if err != nil {
 		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Access, error) {
 		var a Access
-		err := row.Scan(&a.Select, &a.Update, &a.Delete, &a.Isolation)
+		err := row.Scan(&a.Select, &a.UpdateMissing, &a.Delete, &a.Isolation)
 		return a, err
 	})
 	if err != nil {
 		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
+	}
+	a.Update = len(a.UpdateMissing) == 0
+	if a.Update {
+		a.UpdateMissing = nil
 	}
 	return a, nil
 }
