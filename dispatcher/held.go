@@ -145,6 +145,11 @@ type item struct {
 	ran       time.Duration
 	letGo     chan struct{}   // closed when the item is let go; made on first need (letGoLocked); guarded
 	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
+	// older is the item of the same event that was the newest held when
+	// this one was added (nil for none); guarded. When this one is let go
+	// first, older becomes the event's newest held item again (see
+	// removeLocked), so that a later claim still sees a call that runs.
+	older *item
 	result    result          // set when state becomes itemFinished
 
 	// callDeadline is when the running call (phase: its handler, or its
@@ -203,14 +208,16 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
-			if prev.state == itemRunning {
-				// This claim took the row: the older lease is gone,
-				// whatever the heartbeat or the local deadline have seen
-				// yet, and its call may never return (see await).
-				s.loseLocked(prev)
-				it.behindCall = true
+			for o := prev; o != nil && s.byRef[o.ref()] == o; o = o.older {
+				if o.state == itemRunning {
+					// This claim took the row: the older lease is gone,
+					// whatever the heartbeat or the local deadline have
+					// seen yet, and its call may never return (see await).
+					s.loseLocked(o)
+					it.behindCall = true
+				}
 			}
-			it.olderDone = s.letGoLocked(prev)
+			it.older, it.olderDone = prev, s.letGoLocked(prev)
 		}
 		items[i] = it
 		s.byRef[it.ref()] = it
@@ -689,8 +696,16 @@ func (s *heldSet) removeLocked(it *item) {
 		s.lostHeld--
 	}
 	if s.latest[it.event.ID] == it {
-		delete(s.latest, it.event.ID)
+		// An older item still held (a call still running after its lease
+		// was lost) is the newest again: a later claim must wait behind it
+		// or be let go, never run beside it.
+		if o := it.older; o != nil && s.byRef[o.ref()] == o {
+			s.latest[it.event.ID] = o
+		} else {
+			delete(s.latest, it.event.ID)
+		}
 	}
+	it.older = nil
 	if it.letGo != nil {
 		close(it.letGo)
 	}

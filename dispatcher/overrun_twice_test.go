@@ -1,0 +1,49 @@
+package dispatcher_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// One process never runs two calls of one event at once, even after a
+// re-claim behind a stuck call was let go. Under Ordering PerKey claims
+// cannot leave the stuck event out: replica A re-claims it behind its stuck
+// call (claim 2) and lets that claim go; its lease expires and A claims the
+// event again (claim 3). Claim 3 must see that the first call still runs.
+// (Before: letting claim 2 go forgot the event's running call, so claim 3
+// ran the handler beside it.) Claim 4 can only come once claim 3 is let go
+// too, after its own call started in the broken case, so waiting for it
+// bounds the test by progress.
+func TestReclaimAfterLetGoNeverRunsBesideStuckCall(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertKeyed(t, db, "x", []string{"k"})
+	cfg := baseConfig(db)
+	cfg.Owner, cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = "a", time.Second, 100*time.Millisecond, 1
+	cfg.Ordering = dispatcher.PerKey
+	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	var calls atomic.Int32
+	unblock := make(chan struct{})
+	require.NoError(t, a.Handle("x", func(context.Context, outbox.Event) error {
+		calls.Add(1)
+		<-unblock // ignores its context
+		return nil
+	}))
+	runDispatcher(t, a)
+	t.Cleanup(func() { close(unblock) })
+
+	testctx.Await(t, "A claims the event a fourth time", func() bool {
+		return a.Stats().Claimed >= 4 || calls.Load() > 1
+	})
+	require.Equal(t, int32(1), calls.Load(), "the handler ran beside its own stuck call in one process")
+}
