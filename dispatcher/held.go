@@ -149,8 +149,8 @@ type item struct {
 	// this one was added (nil for none); guarded. When this one is let go
 	// first, older becomes the event's newest held item again (see
 	// removeLocked), so that a later claim still sees a call that runs.
-	older *item
-	result    result          // set when state becomes itemFinished
+	older  *item
+	result result // set when state becomes itemFinished
 
 	// callDeadline is when the running call (phase: its handler, or its
 	// publish) passes its timeout; zero for none (NoHandlerTimeout, or
