@@ -47,3 +47,27 @@ func TestReclaimAfterLetGoNeverRunsBesideStuckCall(t *testing.T) {
 	})
 	require.Equal(t, int32(1), calls.Load(), "the handler ran beside its own stuck call in one process")
 }
+
+// Under Ordering PerKey a re-claim behind a stuck publish is let go with
+// its lease left to expire; it must not carry a start mark, or each such
+// re-claim costs the event a recovery (and past MaxRecoveries a FAILED
+// worker_lost) although nothing ran. (Before: the wave marked the re-claim
+// started before it was let go, so recoveries grew by one per re-claim.)
+// Claim 3 comes only after claim 2's lease was recovered, so the count is
+// read once it has.
+func TestReclaimBehindStuckPublishIsNotCharged(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	id := insertKeyed(t, db, "x", []string{"k"})[0]
+	pub := deafPublisher{unblock: make(chan struct{})}
+	cfg := baseConfig(db)
+	cfg.Publisher, cfg.Ordering, cfg.MaxRecoveries = pub, dispatcher.PerKey, 10
+	cfg.LeaseDuration, cfg.PublishTimeout, cfg.RecoverEvery = time.Second, 50*time.Millisecond, 1
+	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	runDispatcher(t, a)
+	t.Cleanup(func() { close(pub.unblock) })
+
+	testctx.Await(t, "A claims the event a third time", func() bool { return a.Stats().Claimed >= 3 })
+	require.Equal(t, 1, readRow(t, db, id).Recoveries, "only the stuck publish's lease cost a recovery")
+}
