@@ -48,6 +48,11 @@ type heldSet struct {
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
 
+	// suspectsInWaves: suspects run within their batch's waves, which
+	// wait for them (Ordering PerKey); otherwise a batch does not wait for
+	// its suspects. Set before the set is used.
+	suspectsInWaves bool
+
 	// suspectsWaiting counts the held suspects that have not taken the
 	// suspect turn (see suspect.go), lostHeld the held items whose lease
 	// was lost (see stuck).
@@ -446,15 +451,28 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 }
 
 // live lists the held items whose lease is still worth renewing: not
-// lost, and not a call running past its timeout (see overrun.go), whose
-// lease is left to expire so that another replica delivers the event.
+// lost, not a call running past its timeout (see overrun.go), whose
+// lease is left to expire so that another replica delivers the event,
+// and not an event waiting for its batch's publish behind such a call
+// (phaseAwaitPublish): that publish waits for the stuck call, so it may
+// never come, and renewing the event would hold it for ever.
 func (s *heldSet) live() []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	var stalled map[*heldBatch]bool // batches whose publish waits for a call past its timeout
+	for _, it := range s.byRef {
+		if overran(it, now) && (!it.suspect || s.suspectsInWaves) {
+			if stalled == nil {
+				stalled = make(map[*heldBatch]bool)
+			}
+			stalled[it.batch] = true
+		}
+	}
 	items := make([]*item, 0, len(s.byRef))
 	for _, it := range s.byRef {
-		if !it.lost && !overran(it, now) {
+		behindStuck := it.phase == phaseAwaitPublish && stalled[it.batch] && (!it.suspect || s.suspectsInWaves)
+		if !it.lost && !overran(it, now) && !behindStuck {
 			items = append(items, it)
 		}
 	}

@@ -71,3 +71,47 @@ func TestReclaimBehindStuckPublishIsNotCharged(t *testing.T) {
 	testctx.Await(t, "A claims the event a third time", func() bool { return a.Stats().Claimed >= 3 })
 	require.Equal(t, 1, readRow(t, db, id).Recoveries, "only the stuck publish's lease cost a recovery")
 }
+
+// An event whose handler succeeded and that waits for its batch's publish
+// is not held for ever behind a batch-mate's handler that ignores its
+// context: the batch's publish waits for every handler of the batch, so
+// once a batch-mate's call overruns, the waiting event's lease is no
+// longer renewed either, and it goes back for another replica. (Before:
+// its lease was renewed for as long as the stuck call ran, so the event
+// stayed PROCESSING under this dispatcher for ever.) Any renewal after
+// the overrun was seen shows as a lease_until past that time plus the
+// lease, so the test waits for that or for the row to leave PROCESSING.
+func TestBatchMateOfStuckHandlerIsNotHeldForEver(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertEvents(t, db, "x", 2)
+	stuck, waiting := ids[0], ids[1]
+	cfg := baseConfig(db)
+	cfg.Publisher, cfg.RouteFunc = &recordingPublisher{}, func(outbox.Event) string { return "dest" }
+	cfg.Concurrency, cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = 2, time.Second, 100*time.Millisecond, 1
+	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	unblock := make(chan struct{})
+	require.NoError(t, a.Handle("x", func(_ context.Context, e outbox.Event) error {
+		if e.ID == stuck {
+			<-unblock // ignores its context
+		}
+		return nil
+	}))
+	runDispatcher(t, a)
+	t.Cleanup(func() { close(unblock) })
+
+	testctx.Await(t, "the stuck call overrunning", func() bool { return a.Stats().Overrunning == 1 })
+	t0 := dbNow(t, db)
+	var status string
+	var leaseUntil *time.Time
+	read := func() {
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT status, lease_until FROM outbox_events WHERE id = $1`, waiting).Scan(&status, &leaseUntil))
+	}
+	testctx.Await(t, "the waiting event renewed after the overrun, or given back", func() bool {
+		read()
+		return status != string(outbox.StatusProcessing) || leaseUntil != nil && leaseUntil.After(t0.Add(cfg.LeaseDuration))
+	})
+	require.NotEqual(t, string(outbox.StatusProcessing), status, "the waiting event's lease was renewed behind its batch-mate's stuck call")
+}
