@@ -48,10 +48,12 @@ type heldSet struct {
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
 
-	// suspectsInWaves: suspects run within their batch's waves, which
-	// wait for them (Ordering PerKey); otherwise a batch does not wait for
-	// its suspects. Set before the set is used.
-	suspectsInWaves bool
+	// inWaves: batches run in waves (Ordering PerKey, see ordered.go),
+	// each waiting for every call of the one before, suspects included;
+	// otherwise a batch's publish waits for its handlers and publishes
+	// but not its suspects, and its queued events wait for a slot only.
+	// Set before the set is used.
+	inWaves bool
 
 	// suspectsWaiting counts the held suspects that have not taken the
 	// suspect turn (see suspect.go), lostHeld the held items whose lease
@@ -454,15 +456,17 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 // lost, not a call running past its timeout (see overrun.go), whose
 // lease is left to expire so that another replica delivers the event,
 // and not an event waiting for its batch's publish behind such a call
-// (phaseAwaitPublish): that publish waits for the stuck call, so it may
-// never come, and renewing the event would hold it for ever.
+// (phaseAwaitPublish), nor under PerKey a queued event of its batch (a
+// later wave): they wait for the stuck call, so their turn may never
+// come, and renewing them would hold them for ever. Queued ones are let
+// go unstarted at their local deadline, uncharged, for any claim.
 func (s *heldSet) live() []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	var stalled map[*heldBatch]bool // batches whose publish waits for a call past its timeout
 	for _, it := range s.byRef {
-		if overran(it, now) && (!it.suspect || s.suspectsInWaves) {
+		if overran(it, now) && (!it.suspect || s.inWaves) {
 			if stalled == nil {
 				stalled = make(map[*heldBatch]bool)
 			}
@@ -471,7 +475,8 @@ func (s *heldSet) live() []*item {
 	}
 	items := make([]*item, 0, len(s.byRef))
 	for _, it := range s.byRef {
-		behindStuck := it.phase == phaseAwaitPublish && stalled[it.batch] && (!it.suspect || s.suspectsInWaves)
+		behindStuck := stalled[it.batch] && (it.phase == phaseAwaitPublish && (!it.suspect || s.inWaves) ||
+			s.inWaves && it.state == itemQueued) // a later wave waits for the stuck one
 		if !it.lost && !overran(it, now) && !behindStuck {
 			items = append(items, it)
 		}

@@ -36,7 +36,9 @@ import (
 //     succeeded and that wait for the batch's publish, which waits for
 //     the stuck call, are no longer renewed either (phaseAwaitPublish):
 //     they go to another replica the same way, their handlers run again
-//     there, rather than being held for as long as the call runs.
+//     there, rather than being held for as long as the call runs; and
+//     under PerKey the batch's later waves, which wait for the stuck
+//     one, are let go unstarted and uncharged at their local deadline.
 //
 // A call with no timeout (NoHandlerTimeout) is never an overrun, and is
 // renewed for as long as it runs.

@@ -115,3 +115,42 @@ func TestBatchMateOfStuckHandlerIsNotHeldForEver(t *testing.T) {
 	})
 	require.NotEqual(t, string(outbox.StatusProcessing), status, "the waiting event's lease was renewed behind its batch-mate's stuck call")
 }
+
+// Under Ordering PerKey a batch runs in waves, each waiting for the one
+// before: the later events of the other keys of a batch whose wave holds
+// a handler that ignores its context are not held for ever behind it. Once
+// the call overruns, they are no longer renewed, so they go back to
+// PENDING unstarted and run in another claim. (Before: k2's second event
+// waited for the stuck wave under a lease renewed for ever.)
+func TestLaterWavesOfStuckBatchAreNotHeldForEver(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	ids := insertKeyed(t, db, "x", []string{"k1", "k2", "k2"})
+	stuck, later := ids[0], ids[2]
+	cfg := baseConfig(db)
+	cfg.Ordering, cfg.Concurrency = dispatcher.PerKey, 2
+	cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = time.Second, 100*time.Millisecond, 1
+	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	unblock := make(chan struct{})
+	require.NoError(t, a.Handle("x", func(_ context.Context, e outbox.Event) error {
+		if e.ID == stuck {
+			<-unblock // ignores its context
+		}
+		return nil
+	}))
+	runDispatcher(t, a)
+	t.Cleanup(func() { close(unblock) })
+
+	testctx.Await(t, "the stuck call overrunning", func() bool { return a.Stats().Overrunning == 1 })
+	t0 := dbNow(t, db)
+	var status string
+	var leaseUntil *time.Time
+	testctx.Await(t, "k2's later event renewed after the overrun, or given back", func() bool {
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT status, lease_until FROM outbox_events WHERE id = $1`, later).Scan(&status, &leaseUntil))
+		return status != string(outbox.StatusProcessing) || leaseUntil != nil && leaseUntil.After(t0.Add(cfg.LeaseDuration))
+	})
+	require.NotEqual(t, string(outbox.StatusProcessing), status, "a later wave's event was renewed behind the stuck wave")
+	testctx.Await(t, "k2's later event SENT", func() bool { return readRow(t, db, later).Status == outbox.StatusSent })
+}
