@@ -216,17 +216,23 @@ func (p *peerSet) note(h hello, conflict bool, now time.Time) (peer, bool) {
 
 // forgetSilent forgets the replicas not heard for three of their hello
 // intervals (at least one second): stopped, or cut off from this one.
+// The lines are logged after the peer set's lock is let go: a log handler
+// may call Stats or Health, which take it.
 func (d *Dispatcher) forgetSilent(now time.Time) {
+	var gone []*peer
 	d.peers.mu.Lock()
-	defer d.peers.mu.Unlock()
 	for id, p := range d.peers.peers {
 		if now.Sub(p.last) > silentAfter(p.hello) {
 			delete(d.peers.peers, id)
 			if p.conflict {
-				d.cfg.Logger.Info("pgoutbox: the dispatcher of another ordering mode is no longer heard",
-					"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "other_owner", p.Owner, "other_ordering", p.Ordering)
+				gone = append(gone, p)
 			}
 		}
+	}
+	d.peers.mu.Unlock()
+	for _, p := range gone {
+		d.cfg.Logger.Info("pgoutbox: the dispatcher of another ordering mode is no longer heard",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "other_owner", p.Owner, "other_ordering", p.Ordering)
 	}
 }
 

@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -24,4 +26,38 @@ func TestPeersAreBoundedAgainstForgedHellos(t *testing.T) {
 
 	forged := hello{ID: "x", EveryMS: 1 << 60}
 	require.LessOrEqual(t, silentAfter(forged), 3*helloEveryMax, "how long a forged hello is remembered")
+}
+
+// lockProbe is a log handler that records whether the peer set's lock was
+// held when a line was logged.
+type lockProbe struct {
+	p      *peerSet
+	locked bool
+}
+
+func (h *lockProbe) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lockProbe) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *lockProbe) WithGroup(string) slog.Handler            { return h }
+func (h *lockProbe) Handle(context.Context, slog.Record) error {
+	if !h.p.mu.TryLock() {
+		h.locked = true
+		return nil
+	}
+	h.p.mu.Unlock()
+	return nil
+}
+
+// The log line of a forgotten replica of another mode is written after the
+// peer set's lock is let go: a log handler may call Stats or Health, which
+// take it. (Before: forgetSilent logged under the lock, so such a handler
+// deadlocked the hello loop.)
+func TestForgetSilentLogsWithoutThePeerLock(t *testing.T) {
+	d := &Dispatcher{}
+	probe := &lockProbe{p: &d.peers}
+	d.cfg.Logger = slog.New(probe)
+	now := time.Now()
+	d.peers.note(hello{ID: "other", Owner: "b", Ordering: "unordered", EveryMS: 1000}, true, now)
+	d.forgetSilent(now.Add(time.Hour))
+	require.Empty(t, d.peers.peers, "the silent replica is forgotten")
+	require.False(t, probe.locked, "logged while holding the peer set's lock")
 }
