@@ -175,6 +175,12 @@ type item struct {
 	// awaitsTurn: a suspect that has not taken the suspect turn yet.
 	// Guarded.
 	awaitsTurn bool
+	// rowGone: the lease was lost and the row no longer shows this
+	// attempt (recovery returned it, or a later claim took it), so a
+	// suspect's call that still runs no longer needs the suspect turn
+	// (see runSuspect); gone is closed then, made on first need. Guarded.
+	rowGone bool
+	gone    chan struct{}
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -221,6 +227,7 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 					// whatever the heartbeat or the local deadline have
 					// seen yet, and its call may never return (see await).
 					s.loseLocked(o)
+					s.rowGoneLocked(o)
 					it.behindCall = true
 				}
 			}
@@ -675,6 +682,45 @@ func (s *heldSet) loseLocked(it *item) {
 	}
 	if it.state == itemQueued {
 		s.removeLocked(it)
+	}
+}
+
+// rowGoneLocked notes that the row of a lost item no longer shows its
+// attempt. The caller holds s.mu.
+func (s *heldSet) rowGoneLocked(it *item) {
+	if !it.rowGone {
+		it.rowGone = true
+		if it.gone != nil {
+			close(it.gone)
+		}
+	}
+}
+
+// rowGoneSignal returns a channel closed once the item's row no longer
+// shows its attempt after its lease was lost (see rowGoneLocked).
+func (s *heldSet) rowGoneSignal(it *item) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it.gone == nil {
+		it.gone = make(chan struct{})
+		if it.rowGone {
+			close(it.gone)
+		}
+	}
+	return it.gone
+}
+
+// recovered notes that a recovery returned the rows of ids: the held
+// items of those events whose lease was lost no longer show their attempt.
+func (s *heldSet) recovered(ids ...uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		for o := s.latest[id]; o != nil && s.byRef[o.ref()] == o; o = o.older {
+			if o.lost {
+				s.rowGoneLocked(o)
+			}
+		}
 	}
 }
 

@@ -154,3 +154,40 @@ func TestLaterWavesOfStuckBatchAreNotHeldForEver(t *testing.T) {
 	require.NotEqual(t, string(outbox.StatusProcessing), status, "a later wave's event was renewed behind the stuck wave")
 	testctx.Await(t, "k2's later event SENT", func() bool { return readRow(t, db, later).Status == outbox.StatusSent })
 }
+
+// A suspect whose handler ignores its context holds the suspect turn only
+// while its row shows its attempt: once recovery has returned that row
+// (the call overran, its lease expired), no two suspects can show a
+// started attempt at once through it any more, and the suspects waiting
+// for the turn run. (Before: the turn stayed taken for as long as the
+// call ran, so in a single replica every other suspect was claimed,
+// released after LeaseDuration and claimed again, for ever.) Each release
+// of the waiting suspect after the stuck row's recovery is progress: two
+// of them mean it was not given the turn.
+func TestStuckSuspectGivesBackTheTurnOnceRecovered(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	stuck := insertSuspects(t, db, "stuck", 1)[0]
+	cfg := baseConfig(db)
+	cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery, cfg.MaxRecoveries = time.Second, 100*time.Millisecond, 1, 10
+	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
+	require.NoError(t, err)
+	started, unblock := make(chan struct{}), make(chan struct{})
+	require.NoError(t, a.Handle("stuck", func(context.Context, outbox.Event) error {
+		close(started)
+		<-unblock // ignores its context
+		return nil
+	}))
+	require.NoError(t, a.Handle("t", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, a)
+	t.Cleanup(func() { close(unblock) })
+	<-started
+	waiting := insertSuspects(t, db, "t", 1)[0]
+
+	testctx.Await(t, "the stuck suspect's row recovered", func() bool { return readRow(t, db, stuck).Recoveries == 2 })
+	released := a.Stats().Released
+	testctx.Await(t, "the waiting suspect SENT, or released twice more", func() bool {
+		return readRow(t, db, waiting).Status == outbox.StatusSent || a.Stats().Released >= released+2
+	})
+	require.Equal(t, outbox.StatusSent, readRow(t, db, waiting).Status, "the waiting suspect never had the turn")
+}
