@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -91,29 +92,59 @@ func TestBatchMateOfStuckHandlerIsNotHeldForEver(t *testing.T) {
 	cfg.Concurrency, cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = 2, time.Second, 100*time.Millisecond, 1
 	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
-	unblock := make(chan struct{})
+	started, unblock := make(chan struct{}), make(chan struct{})
 	require.NoError(t, a.Handle("x", func(_ context.Context, e outbox.Event) error {
 		if e.ID == stuck {
+			close(started)
 			<-unblock // ignores its context
 		}
 		return nil
 	}))
 	runDispatcher(t, a)
 	t.Cleanup(func() { close(unblock) })
+	<-started
+	token := claimToken(t, db, stuck) // the claim of the whole batch
 
-	testctx.Await(t, "the stuck call overrunning", func() bool { return a.Stats().Overrunning == 1 })
-	t0 := dbNow(t, db)
+	// Overruns counts at the start of the first beat that sees the overrun,
+	// once the beat before has ended: every renewal sent from then on leaves
+	// the event out, and none sent before ends its lease past t0 + lease.
+	testctx.Await(t, "the heartbeat seeing the stuck call overrun", func() bool { return a.Stats().Overruns == 1 })
+	require.False(t, renewedSince(t, db, waiting, token, dbNow(t, db), cfg.LeaseDuration),
+		"the waiting event's lease was renewed behind its batch-mate's stuck call")
+}
+
+// claimToken is the lock token the row of id is held under now.
+func claimToken(t *testing.T, db *testdb.DB, id uuid.UUID) uuid.UUID {
+	t.Helper()
+	var token uuid.UUID
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT lock_token FROM outbox_events WHERE id = $1 AND status = 'PROCESSING'`, id).Scan(&token))
+	return token
+}
+
+// renewedSince waits until the row of id either shows the claim held
+// renewed after t0 (a lease_until past t0 + lease under that token: true)
+// or no longer shows that claim (given back, recovered, completed or
+// claimed again: false).
+func renewedSince(t *testing.T, db *testdb.DB, id, held uuid.UUID, t0 time.Time, lease time.Duration) bool {
+	t.Helper()
 	var status string
+	var token *uuid.UUID
 	var leaseUntil *time.Time
 	read := func() {
 		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT status, lease_until FROM outbox_events WHERE id = $1`, waiting).Scan(&status, &leaseUntil))
+			`SELECT status, lock_token, lease_until FROM outbox_events WHERE id = $1`, id).Scan(&status, &token, &leaseUntil))
 	}
-	testctx.Await(t, "the waiting event renewed after the overrun, or given back", func() bool {
+	renewed := false
+	testctx.Await(t, "the lease renewed after t0, or the claim gone", func() bool {
 		read()
-		return status != string(outbox.StatusProcessing) || leaseUntil != nil && leaseUntil.After(t0.Add(cfg.LeaseDuration))
+		if status != string(outbox.StatusProcessing) || token == nil || *token != held {
+			return true
+		}
+		renewed = leaseUntil != nil && leaseUntil.After(t0.Add(lease))
+		return renewed
 	})
-	require.NotEqual(t, string(outbox.StatusProcessing), status, "the waiting event's lease was renewed behind its batch-mate's stuck call")
+	return renewed
 }
 
 // Under Ordering PerKey a batch runs in waves, each waiting for the one
@@ -132,26 +163,25 @@ func TestLaterWavesOfStuckBatchAreNotHeldForEver(t *testing.T) {
 	cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = time.Second, 100*time.Millisecond, 1
 	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
-	unblock := make(chan struct{})
+	started, unblock := make(chan struct{}), make(chan struct{})
 	require.NoError(t, a.Handle("x", func(_ context.Context, e outbox.Event) error {
 		if e.ID == stuck {
+			close(started)
 			<-unblock // ignores its context
 		}
 		return nil
 	}))
 	runDispatcher(t, a)
 	t.Cleanup(func() { close(unblock) })
+	<-started
+	token := claimToken(t, db, stuck) // the claim of the whole batch
 
-	testctx.Await(t, "the stuck call overrunning", func() bool { return a.Stats().Overrunning == 1 })
-	t0 := dbNow(t, db)
-	var status string
-	var leaseUntil *time.Time
-	testctx.Await(t, "k2's later event renewed after the overrun, or given back", func() bool {
-		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT status, lease_until FROM outbox_events WHERE id = $1`, later).Scan(&status, &leaseUntil))
-		return status != string(outbox.StatusProcessing) || leaseUntil != nil && leaseUntil.After(t0.Add(cfg.LeaseDuration))
-	})
-	require.NotEqual(t, string(outbox.StatusProcessing), status, "a later wave's event was renewed behind the stuck wave")
+	// Overruns counts at the start of the first beat that sees the overrun,
+	// once the beat before has ended: every renewal sent from then on leaves
+	// the event out, and none sent before ends its lease past t0 + lease.
+	testctx.Await(t, "the heartbeat seeing the stuck call overrun", func() bool { return a.Stats().Overruns == 1 })
+	require.False(t, renewedSince(t, db, later, token, dbNow(t, db), cfg.LeaseDuration),
+		"a later wave's event was renewed behind the stuck wave")
 	testctx.Await(t, "k2's later event SENT", func() bool { return readRow(t, db, later).Status == outbox.StatusSent })
 }
 
