@@ -309,6 +309,10 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 	if got == limit {
 		next = min(2*limit, d.cfg.RecoverBatchSize)
 	}
+	d.held.recovered(res.Pending...)
+	for _, e := range res.Failed {
+		d.held.recovered(e.ID)
+	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
 	for _, e := range res.Failed {

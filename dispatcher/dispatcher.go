@@ -191,6 +191,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),
 	}
+	d.held.inWaves = cfg.Ordering == PerKey
 	d.circuit = newCircuit(cfg, d.Trigger)
 	return d, nil
 }

@@ -118,9 +118,12 @@
 // A handler (or publish) that ignores its cancelled context keeps running:
 // past its timeout it is logged at WARN, counted (Stats.Overruns,
 // Health.Overrunning) and no longer renewed, and while it runs this
-// dispatcher's claims leave its event out, so that another replica
-// delivers it within about HandlerTimeout + LeaseDuration + a recovery
-// cycle; its late outcome is fenced off (see overrun.go).
+// dispatcher's claims leave its event out (under Ordering PerKey, whose
+// claims cannot, a claim that takes it lets it go unstarted, uncharged,
+// its lease left to expire), so that another replica delivers it within
+// about HandlerTimeout + LeaseDuration + a recovery cycle; this process
+// never runs the event again while the call runs, and the call's late
+// outcome is fenced off (see overrun.go).
 //
 // # Recovery
 //

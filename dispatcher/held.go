@@ -48,6 +48,13 @@ type heldSet struct {
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
 
+	// inWaves: batches run in waves (Ordering PerKey, see ordered.go),
+	// each waiting for every call of the one before, suspects included;
+	// otherwise a batch's publish waits for its handlers and publishes
+	// but not its suspects, and its queued events wait for a slot only.
+	// Set before the set is used.
+	inWaves bool
+
 	// suspectsWaiting counts the held suspects that have not taken the
 	// suspect turn (see suspect.go), lostHeld the held items whose lease
 	// was lost (see stuck).
@@ -145,7 +152,12 @@ type item struct {
 	ran       time.Duration
 	letGo     chan struct{}   // closed when the item is let go; made on first need (letGoLocked); guarded
 	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
-	result    result          // set when state becomes itemFinished
+	// older is the item of the same event that was the newest held when
+	// this one was added (nil for none); guarded. When this one is let go
+	// first, older becomes the event's newest held item again (see
+	// removeLocked), so that a later claim still sees a call that runs.
+	older  *item
+	result result // set when state becomes itemFinished
 
 	// callDeadline is when the running call (phase: its handler, or its
 	// publish) passes its timeout; zero for none (NoHandlerTimeout, or
@@ -163,6 +175,12 @@ type item struct {
 	// awaitsTurn: a suspect that has not taken the suspect turn yet.
 	// Guarded.
 	awaitsTurn bool
+	// rowGone: the lease was lost and the row no longer shows this
+	// attempt (recovery returned it, or a later claim took it), so a
+	// suspect's call that still runs no longer needs the suspect turn
+	// (see runSuspect); gone is closed then, made on first need. Guarded.
+	rowGone bool
+	gone    chan struct{}
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -203,14 +221,17 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
-			if prev.state == itemRunning {
-				// This claim took the row: the older lease is gone,
-				// whatever the heartbeat or the local deadline have seen
-				// yet, and its call may never return (see await).
-				s.loseLocked(prev)
-				it.behindCall = true
+			for o := prev; o != nil && s.byRef[o.ref()] == o; o = o.older {
+				if o.state == itemRunning {
+					// This claim took the row: the older lease is gone,
+					// whatever the heartbeat or the local deadline have
+					// seen yet, and its call may never return (see await).
+					s.loseLocked(o)
+					s.rowGoneLocked(o)
+					it.behindCall = true
+				}
 			}
-			it.olderDone = s.letGoLocked(prev)
+			it.older, it.olderDone = prev, s.letGoLocked(prev)
 		}
 		items[i] = it
 		s.byRef[it.ref()] = it
@@ -439,15 +460,31 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 }
 
 // live lists the held items whose lease is still worth renewing: not
-// lost, and not a call running past its timeout (see overrun.go), whose
-// lease is left to expire so that another replica delivers the event.
+// lost, not a call running past its timeout (see overrun.go), whose
+// lease is left to expire so that another replica delivers the event,
+// and not an event waiting for its batch's publish behind such a call
+// (phaseAwaitPublish), nor under PerKey a queued event of its batch (a
+// later wave): they wait for the stuck call, so their turn may never
+// come, and renewing them would hold them for ever. Queued ones are let
+// go unstarted at their local deadline, uncharged, for any claim.
 func (s *heldSet) live() []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	var stalled map[*heldBatch]bool // batches whose publish waits for a call past its timeout
+	for _, it := range s.byRef {
+		if overran(it, now) && (!it.suspect || s.inWaves) {
+			if stalled == nil {
+				stalled = make(map[*heldBatch]bool)
+			}
+			stalled[it.batch] = true
+		}
+	}
 	items := make([]*item, 0, len(s.byRef))
 	for _, it := range s.byRef {
-		if !it.lost && !overran(it, now) {
+		behindStuck := stalled[it.batch] && (it.phase == phaseAwaitPublish && (!it.suspect || s.inWaves) ||
+			s.inWaves && it.state == itemQueued) // a later wave waits for the stuck one
+		if !it.lost && !overran(it, now) && !behindStuck {
 			items = append(items, it)
 		}
 	}
@@ -648,6 +685,45 @@ func (s *heldSet) loseLocked(it *item) {
 	}
 }
 
+// rowGoneLocked notes that the row of a lost item no longer shows its
+// attempt. The caller holds s.mu.
+func (s *heldSet) rowGoneLocked(it *item) {
+	if !it.rowGone {
+		it.rowGone = true
+		if it.gone != nil {
+			close(it.gone)
+		}
+	}
+}
+
+// rowGoneSignal returns a channel closed once the item's row no longer
+// shows its attempt after its lease was lost (see rowGoneLocked).
+func (s *heldSet) rowGoneSignal(it *item) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it.gone == nil {
+		it.gone = make(chan struct{})
+		if it.rowGone {
+			close(it.gone)
+		}
+	}
+	return it.gone
+}
+
+// recovered notes that a recovery returned the rows of ids: the held
+// items of those events whose lease was lost no longer show their attempt.
+func (s *heldSet) recovered(ids ...uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		for o := s.latest[id]; o != nil && s.byRef[o.ref()] == o; o = o.older {
+			if o.lost {
+				s.rowGoneLocked(o)
+			}
+		}
+	}
+}
+
 // letGo returns a channel that is closed when the item is let go.
 func (s *heldSet) letGo(it *item) <-chan struct{} {
 	s.mu.Lock()
@@ -689,8 +765,16 @@ func (s *heldSet) removeLocked(it *item) {
 		s.lostHeld--
 	}
 	if s.latest[it.event.ID] == it {
-		delete(s.latest, it.event.ID)
+		// An older item still held (a call still running after its lease
+		// was lost) is the newest again: a later claim must wait behind it
+		// or be let go, never run beside it.
+		if o := it.older; o != nil && s.byRef[o.ref()] == o {
+			s.latest[it.event.ID] = o
+		} else {
+			delete(s.latest, it.event.ID)
+		}
 	}
+	it.older = nil
 	if it.letGo != nil {
 		close(it.letGo)
 	}

@@ -140,13 +140,18 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 		case hi.h == nil:
 			publishRuns = append(publishRuns, st)
 			for _, p := range st {
+				if p.item.behindCall {
+					break // most likely let go unstarted (see await); beginRun marks it if not
+				}
 				toMark = append(toMark, p.item)
 			}
 		case hi.item.suspect:
 			wg.Go(func() { d.runSuspect(hi) }) // marks itself, alone among suspects
 		default:
 			q.items = append(q.items, hi)
-			toMark = append(toMark, hi.item)
+			if !hi.item.behindCall { // else runHandler marks it if it starts at all
+				toMark = append(toMark, hi.item)
+			}
 		}
 	}
 	d.releaseUnroutable(unroutable)
@@ -164,11 +169,16 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 
 // beginRun begins a run of publish-only items of one key in order, up to
 // the first that may not begin (the others stay unstarted, and are
-// released with the rest of the chain).
+// released with the rest of the chain). The wave marked the run up to its
+// first item behind a running call (see runWave): such an item is most
+// likely let go by await, and must then carry no start mark, which would
+// cost the event a recovery when its lease expires although nothing ran;
+// it is marked here if it starts after all.
 func (d *Dispatcher) beginRun(run []handledItem) []*item {
 	var begun []*item
 	for _, hi := range run {
-		if !d.await(hi.item) || !d.held.begin(hi.item, 0) {
+		it := hi.item
+		if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, 0) {
 			break
 		}
 		d.metrics.started(hi.item)

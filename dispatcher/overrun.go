@@ -32,6 +32,13 @@ import (
 //     out and reported as outbox.ErrLockLost. That is the at-least-once
 //     price: the other replica runs the event while the stuck call may
 //     still be running.
+//   - the events of its batch (under PerKey, of its wave) whose handler
+//     succeeded and that wait for the batch's publish, which waits for
+//     the stuck call, are no longer renewed either (phaseAwaitPublish):
+//     they go to another replica the same way, their handlers run again
+//     there, rather than being held for as long as the call runs; and
+//     under PerKey the batch's later waves, which wait for the stuck
+//     one, are let go unstarted and uncharged at their local deadline.
 //
 // A call with no timeout (NoHandlerTimeout) is never an overrun, and is
 // renewed for as long as it runs.
@@ -40,6 +47,12 @@ import (
 const (
 	phaseHandler = "handler"
 	phasePublish = "publish"
+	// phaseAwaitPublish is no call: the handler succeeded and the event
+	// waits for its batch's publish, which waits for every handler (and
+	// publish) of the batch (under PerKey, of the wave). It has no
+	// timeout of its own, and it is renewed unless one of those calls
+	// overruns (see heldSet.live).
+	phaseAwaitPublish = "awaiting its batch's publish"
 )
 
 // warnMax is the longest wait between two WARNs of one overrun.

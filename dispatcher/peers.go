@@ -37,6 +37,16 @@ import (
 // transaction mode, a listener reconnecting) still says hello through
 // its pool, so the others hear it, but hears none itself.
 
+// Anyone who may NOTIFY on the channel can send a hello, so what one
+// costs is bounded: at most peersMax other dispatchers are kept (a hello
+// of a new one beyond that is ignored until some are forgotten), and a
+// hello's interval counts as at most helloEveryMax (the hello interval of
+// the longest LeaseDuration) when deciding how long it is remembered.
+const (
+	peersMax      = 256
+	helloEveryMax = time.Hour / 3
+)
+
 // helloPrefix starts the payload of a hello; the emitter's wake-ups carry
 // an empty payload.
 const helloPrefix = "pgoutbox-hello "
@@ -183,7 +193,8 @@ func (d *Dispatcher) heard(quit context.Context, payload string) {
 }
 
 // note records h, heard at now, and returns its peer and whether it was
-// new (first heard, or heard again after it was forgotten).
+// new (first heard, or heard again after it was forgotten). A new one
+// beyond peersMax is not recorded, and not new.
 func (p *peerSet) note(h hello, conflict bool, now time.Time) (peer, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -192,6 +203,9 @@ func (p *peerSet) note(h hello, conflict bool, now time.Time) (peer, bool) {
 		p.peers = make(map[string]*peer)
 	}
 	known, ok := p.peers[h.ID]
+	if !ok && len(p.peers) >= peersMax {
+		return peer{}, false // the set is full: forgetSilent makes room
+	}
 	if !ok {
 		known = &peer{hello: h, since: now, conflict: conflict}
 		p.peers[h.ID] = known
@@ -202,24 +216,32 @@ func (p *peerSet) note(h hello, conflict bool, now time.Time) (peer, bool) {
 
 // forgetSilent forgets the replicas not heard for three of their hello
 // intervals (at least one second): stopped, or cut off from this one.
+// The lines are logged after the peer set's lock is let go: a log handler
+// may call Stats or Health, which take it.
 func (d *Dispatcher) forgetSilent(now time.Time) {
+	var gone []*peer
 	d.peers.mu.Lock()
-	defer d.peers.mu.Unlock()
 	for id, p := range d.peers.peers {
 		if now.Sub(p.last) > silentAfter(p.hello) {
 			delete(d.peers.peers, id)
 			if p.conflict {
-				d.cfg.Logger.Info("pgoutbox: the dispatcher of another ordering mode is no longer heard",
-					"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "other_owner", p.Owner, "other_ordering", p.Ordering)
+				gone = append(gone, p)
 			}
 		}
+	}
+	d.peers.mu.Unlock()
+	for _, p := range gone {
+		d.cfg.Logger.Info("pgoutbox: the dispatcher of another ordering mode is no longer heard",
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "other_owner", p.Owner, "other_ordering", p.Ordering)
 	}
 }
 
 // silentAfter is how long a replica may go unheard before it is
-// forgotten: three of its hello intervals, at least one second.
+// forgotten: three of its hello intervals (at most helloEveryMax), at
+// least one second.
 func silentAfter(h hello) time.Duration {
-	return max(3*time.Duration(h.EveryMS)*time.Millisecond, time.Second)
+	every := time.Duration(min(max(h.EveryMS, 0), helloEveryMax.Milliseconds())) * time.Millisecond
+	return max(3*every, time.Second)
 }
 
 // conflicts returns the replicas of another mode heard within their

@@ -1,6 +1,9 @@
 package dispatcher
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Suspects. An event recovered before (recoveries > 0: a worker died, or
 // lost its lease, during one of its attempts) is a suspect: it may be the
@@ -18,7 +21,10 @@ import "time"
 // shows a started attempt, and cannot tell which one killed the process.
 // An innocent is charged at most once by a poison event only if no two
 // suspects ever show a started attempt at once: suspects are serialised
-// among themselves, from before the mark until the outcome is written.
+// among themselves, from before the mark until the outcome is written, or
+// until the row no longer shows the attempt (a call that ignores its
+// context past its timeout: its lease ran out and recovery returned the
+// row, see runSuspect), which may be never written.
 // Ordinary events (never recovered) need no such rule: one that runs
 // beside a poison suspect is charged once, then is a suspect itself. So
 // suspects must not hold up ordinary events:
@@ -89,7 +95,21 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 		return
 	}
 	d.held.tookTurn(it)
-	defer func() { <-d.suspects }()
+	// The turn is given back when the suspect is done, or earlier once
+	// its lease was lost and its row no longer shows its attempt (a call
+	// that ignores its context past its timeout, whose row recovery
+	// returned): the rule needs no more, and such a call may never return.
+	turnBack := sync.OnceFunc(func() { <-d.suspects })
+	defer turnBack()
+	ended := make(chan struct{})
+	defer close(ended)
+	go func(gone <-chan struct{}) {
+		select {
+		case <-gone:
+			turnBack()
+		case <-ended:
+		}
+	}(d.held.rowGoneSignal(it))
 	if !d.acquireSlot(it.batch, d.held.letGo(it)) {
 		return
 	}

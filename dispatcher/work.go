@@ -258,7 +258,7 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 	if res.err != nil || it.dest == "" {
 		return res, false, true
 	}
-	d.held.callStarts([]*item{it}, time.Time{}, "") // waits for its batch's publish, with no timeout of its own
+	d.held.callStarts([]*item{it}, time.Time{}, phaseAwaitPublish) // no timeout of its own (see heldSet.live)
 	return result{}, true, false
 }
 
