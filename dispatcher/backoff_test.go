@@ -112,7 +112,7 @@ func TestClaimsShrinkUnderStatementTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "events to be sent under a 30ms statement_timeout", func() bool {
+	waitFor(t, "events to be sent under a 30ms statement_timeout", func() bool {
 		return sent.Load() >= 5_000
 	})
 }
@@ -139,7 +139,7 @@ func TestRecoveryShrinksUnderStatementTimeout(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "recovered events to run", recovered.Load)
+	waitFor(t, "recovered events to run", recovered.Load)
 	require.Positive(t, d.Stats().Recovered)
 }
 
@@ -170,7 +170,7 @@ CREATE TRIGGER slow_sent BEFORE UPDATE ON outbox_events FOR EACH ROW
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "every event SENT under a 20ms statement_timeout", func() bool {
+	waitFor(t, "every event SENT under a 20ms statement_timeout", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == n
 	})
 	require.Empty(t, errs.matching(outbox.ErrOutcomeRefused))

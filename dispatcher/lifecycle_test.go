@@ -157,7 +157,7 @@ func TestPublisherOutcomesPerEvent(t *testing.T) {
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "all final", func() bool {
+	waitFor(t, "all final", func() bool {
 		c := statusCounts(t, db)
 		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 5
 	})
@@ -299,7 +299,7 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 			go func() { errc <- d.Run(context.Background()) }()
 			<-started
 			<-started
-			waitFor(t, 10*time.Second, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
+			waitFor(t, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
 			for range 20 { // claims keep coming back full: the bound must hold
 				d.Trigger()
 				time.Sleep(5 * time.Millisecond)
@@ -309,7 +309,7 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 
 			stopped := make(chan error, 1)
 			go func() { stopped <- d.Stop(context.Background()) }()
-			waitFor(t, 10*time.Second, "the waiting events released", func() bool {
+			waitFor(t, "the waiting events released", func() bool {
 				return d.Stats().Released == uint64(held-concurrency)
 			})
 			close(release)
@@ -407,7 +407,7 @@ func TestConcurrencyOneRunsBatchInClaimOrder(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "every event handled", func() bool {
+	waitFor(t, "every event handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == len(ids)
@@ -435,7 +435,7 @@ func TestStartWhileStopping(t *testing.T) {
 	<-started
 	stopped := make(chan error, 1)
 	go func() { stopped <- d.Stop(context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain", func() bool { return d.Health().State == dispatcher.StateStopping })
+	waitFor(t, "the drain", func() bool { return d.Health().State == dispatcher.StateStopping })
 	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
 	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
 	close(release)

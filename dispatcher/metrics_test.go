@@ -105,9 +105,9 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	require.Zero(t, mp.Callbacks(), "nothing registered before Run")
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, "the backlog, overrun and mode-conflict callbacks", func() bool { return mp.Callbacks() == 3 })
+	waitFor(t, "the backlog, overrun and mode-conflict callbacks", func() bool { return mp.Callbacks() == 3 })
 	table := attribute.String("pgoutbox.table", db.Table().String())
-	waitFor(t, 30*time.Second, "a backlog sample", func() bool {
+	waitFor(t, "a backlog sample", func() bool {
 		require.NoError(t, mp.Collect(context.Background()))
 		return len(mp.Points("pgoutbox.backlog.due", table)) > 0
 	})

@@ -99,7 +99,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 			(2*cfg.LeaseDuration).Milliseconds()).Scan(&short))
 		return short == 0
 	}
-	waitFor(t, 2*time.Minute, "every lease renewed past its first expiry, or one lost", func() bool {
+	waitFor(t, "every lease renewed past its first expiry, or one lost", func() bool {
 		return len(errs.matching(outbox.ErrLockLost)) > 0 || renewedPast()
 	})
 	for _, err := range errs.filter(func(err error) bool { return !errors.Is(err, outbox.ErrLockLost) }) {
@@ -107,7 +107,7 @@ func TestRenewalShrinksUnderAStatementTimeout(t *testing.T) {
 	}
 	require.Empty(t, errs.matching(outbox.ErrLockLost), "no lease lost")
 	releaseOnce()
-	waitFor(t, time.Minute, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == n })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == n })
 	for _, id := range ids {
 		require.Equal(t, 1, calls.count(id), "the handler of %s ran once", id)
 	}

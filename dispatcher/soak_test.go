@@ -157,7 +157,7 @@ func runSoak(t *testing.T, sc soakScenario, duration time.Duration) {
 	for _, p := range pools {
 		p.Close()
 	}
-	waitFor(t, 15*time.Second, "the dispatchers' backends to exit", func() bool {
+	waitFor(t, "the dispatchers' backends to exit", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))

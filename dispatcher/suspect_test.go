@@ -93,7 +93,7 @@ func runSuspects(t *testing.T, publish bool) []string {
 			t.Fatal("the events were not all handled")
 		}
 	}
-	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
 	mu.Lock()
 	defer mu.Unlock()
 	return problems
@@ -115,7 +115,7 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	waiting := insertSuspects(t, db, "t", 3)
 	others := insertEvents(t, db, "other", 2)
 
-	waitFor(t, 30*time.Second, "the other events SENT", func() bool {
+	waitFor(t, "the other events SENT", func() bool {
 		var sent int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
@@ -151,7 +151,7 @@ func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, payload, recoveries)
 		SELECT gen_random_uuid(), 't', '\x7b7d', CASE WHEN g = 0 THEN 1 ELSE 0 END FROM generate_series(0, 3) AS g`)
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
+	waitFor(t, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
 		return statusCounts(t, db)[outbox.StatusSent] == 3
 	})
 }
@@ -219,7 +219,7 @@ func TestSuspectsHoldUpNoOtherEvent(t *testing.T) {
 	others := insertEvents(t, db, "other", 20)
 
 	polls := d.Stats().PollCycles
-	waitFor(t, time.Minute, "the other events SENT", func() bool {
+	waitFor(t, "the other events SENT", func() bool {
 		require.Less(t, d.Stats().PollCycles, polls+200, "the other events were not SENT within 200 poll cycles")
 		var sent int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
@@ -257,7 +257,7 @@ func TestMeasureSuspectDrain(t *testing.T) {
 	start := time.Now()
 	runDispatcher(t, d)
 	var othersDone time.Duration
-	waitFor(t, 10*time.Minute, "every event SENT", func() bool {
+	waitFor(t, "every event SENT", func() bool {
 		if othersDone == 0 && sentOf(others) == len(others) {
 			othersDone = time.Since(start)
 		}
@@ -356,7 +356,7 @@ func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
 	require.NoError(t, survivor.Handle("poison", func(context.Context, outbox.Event) error { return nil }))
 	require.NoError(t, survivor.Handle("innocent", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, survivor)
-	waitFor(t, 15*time.Second, "every event SENT or FAILED", func() bool {
+	waitFor(t, "every event SENT or FAILED", func() bool {
 		counts := statusCounts(t, db)
 		return counts[outbox.StatusSent]+counts[outbox.StatusFailed] == 3
 	})
