@@ -359,3 +359,18 @@ func frozenClock() func() time.Time {
 	at := time.Now()
 	return func() time.Time { return at }
 }
+
+// receive waits for a value on ch for as long as the run's -timeout
+// allows (testctx.New), failing t with what it waited for if that ends
+// first.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	ctx := testctx.New(t)
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("still waiting for %s: %v", what, context.Cause(ctx))
+		panic("unreachable")
+	}
+}

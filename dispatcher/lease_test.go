@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -143,11 +144,7 @@ func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*d
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
 	waitFor(t, "the victim to hold the event", func() bool { return lockOwner(t, db, id) == kp.app })
-	select { // the handler started: its attempt counts a recovery
-	case <-started:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the victim's handler did not start")
-	}
+	receive(t, "the victim's handler to start", started) // its attempt counts a recovery
 	return d, kp, errc
 }
 
@@ -155,9 +152,7 @@ func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*d
 func stopVictim(t *testing.T, db *testdb.DB, d *dispatcher.Dispatcher, kp *killablePool, errc chan error) {
 	t.Helper()
 	kp.kill(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 }
 
@@ -297,9 +292,7 @@ func TestStopEndsWhileDatabaseIsDown(t *testing.T) {
 	kp.kill(t, db)
 	close(release) // the outcomes now cannot be written
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	stopErr := d.Stop(ctx)
+	stopErr := d.Stop(testctx.New(t))
 	require.NotErrorIs(t, stopErr, context.DeadlineExceeded, "Stop must end while the database is down")
 	require.Equal(t, stopErr, <-errc)
 	require.Equal(t, uint64(3), d.Stats().LockLost)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -70,8 +71,7 @@ func TestGracefulStopDrainsAndReleases(t *testing.T) {
 	go func() { errc <- d.Run(context.Background()) }()
 	slow := <-started // the batch holds slow (running) and five events waiting for it
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	require.NoError(t, d.Stop(ctx))
 	require.NoError(t, <-errc)
 	require.NoError(t, d.Stop(ctx), "Stop is idempotent")
@@ -379,11 +379,7 @@ func TestHandlerContextEndsOnReturn(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 	ctx := <-kept
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler's context outlived the handler")
-	}
+	receive(t, "the handler's context to end after the handler", ctx.Done())
 }
 
 // With Concurrency 1, the handlers of one batch run in claim order: slots

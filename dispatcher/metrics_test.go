@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -114,9 +115,7 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.due", table)))
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.oldest_due_age", table)))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 	require.Zero(t, mp.Callbacks(), "unregistered when Run returned")
 }

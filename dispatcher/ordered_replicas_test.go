@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -89,7 +90,7 @@ func TestOrderedCrashMidKey(t *testing.T) {
 	}))
 	require.NoError(t, a.Start(context.Background()))
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := testctx.ForCleanup(t)
 		defer cancel()
 		_ = a.Stop(ctx) // its database is gone: what it reports does not matter here
 	})

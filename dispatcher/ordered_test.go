@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -346,9 +347,7 @@ func TestOrderedStopReleasesLaterWaves(t *testing.T) {
 	<-started
 	stopped := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		stopped <- d.Stop(ctx)
+		stopped <- d.Stop(testctx.New(t))
 	}()
 	waitFor(t, "the stop to begin", func() bool { return d.Health().State == dispatcher.StateStopping })
 	close(finish)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -102,9 +103,7 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	waitFor(t, "the gate and the three other events SENT", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == 4
 	})
-	stopCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx), "Stop returns once the refused outcome is recorded")
+	require.NoError(t, d.Stop(testctx.New(t)), "Stop returns once the refused outcome is recorded")
 
 	for _, id := range append([]uuid.UUID{gate}, ids...) {
 		if id != poison {

@@ -60,11 +60,9 @@ func TestRenewalOfNewClaimDoesNotKeepStaleAttempt(t *testing.T) {
 	expireLease(t, db, id)
 	waitFor(t, "recovery and a new claim", func() bool { return d.Stats().Claimed == 2 })
 
-	select {
-	case <-stale.Done():
-	case <-time.After(5 * time.Second): // five beats
-		t.Fatal("the stale attempt's context was not cancelled: the new claim's renewals kept it alive")
-	}
+	// Were the new claim's renewals keeping the stale attempt alive, its
+	// context would never end.
+	receive(t, "the stale attempt's context to be cancelled", stale.Done())
 	require.ErrorIs(t, context.Cause(stale), outbox.ErrLockLost)
 	require.Equal(t, 1, log.count(id), "no new attempt beside the stale one")
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -284,9 +285,7 @@ func TestRetentionStopMidBatch(t *testing.T) {
 		return n
 	}
 	waitFor(t, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx))
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 	require.Zero(t, d.Stats().Errors, "a batch cut by the stop is not an error")
 	require.Zero(t, d.Stats().RetentionSent)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -146,9 +147,7 @@ func runSoak(t *testing.T, sc soakScenario, duration time.Duration) {
 
 	stats := make([]dispatcher.Stats, len(ds))
 	for i, d := range ds {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		require.NoError(t, d.Stop(ctx))
-		cancel()
+		require.NoError(t, d.Stop(testctx.New(t)))
 		stats[i] = d.Stats()
 	}
 	// A backend reports its deadlocks to pg_stat_database when it exits

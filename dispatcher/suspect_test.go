@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -87,11 +88,7 @@ func runSuspects(t *testing.T, publish bool) []string {
 	}))
 	runDispatcher(t, d)
 	for range 4 {
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the events were not all handled")
-		}
+		receive(t, "the events all handled", done)
 	}
 	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
 	mu.Lock()
@@ -120,8 +117,8 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
-	for deadline := time.Now().Add(30 * time.Second); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	for budget := testctx.New(t); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
+		if budget.Err() != nil {
 			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM outbox_events`)
 			require.NoError(t, err)
 			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -340,11 +337,7 @@ func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
 			want = 3 // and the innocents' beside it
 		}
 		for range want {
-			select {
-			case <-started:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("death %d: the victim's handlers did not start", death)
-			}
+			receive(t, fmt.Sprintf("death %d: the victim's handlers to start", death), started)
 		}
 		stopVictim(t, db, d, kp, errc)
 	}

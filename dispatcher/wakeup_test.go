@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -83,7 +84,7 @@ func (h *handledAt) handler(d **dispatcher.Dispatcher) outbox.Handler {
 
 func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 	t.Helper()
-	timeout := time.After(20 * time.Second) // a hang guard, far below the 30s poll
+	budget := testctx.New(t) // a hang guard: the poll count says whether a wakeup or a poll delivered it
 	for {
 		select {
 		case got := <-h.ch:
@@ -92,8 +93,8 @@ func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 				defer h.mu.Unlock()
 				return h.polls[id]
 			}
-		case <-timeout:
-			t.Fatalf("event %s was not handled", id)
+		case <-budget.Done():
+			t.Fatalf("event %s was not handled: %v", id, context.Cause(budget))
 		}
 	}
 }
@@ -525,9 +526,7 @@ func TestAutoWakeupDoesNotDelayDispatching(t *testing.T) {
 
 	require.Equal(t, dispatcher.ListenerProbing, <-listenerAtHandling, "dispatched while the probe waited")
 	require.False(t, d.Stats().WakeupsActive)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx), "Stop ends the probe")
+	require.NoError(t, d.Stop(testctx.New(t)), "Stop ends the probe")
 	require.Equal(t, dispatcher.ListenerOff, d.Health().Listener)
 }
 
