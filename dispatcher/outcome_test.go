@@ -192,7 +192,10 @@ func TestAtMostOnceNeverRunsTwice(t *testing.T) {
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
 	waitFor(t, "FAILED", func() bool { return readRow(t, db, id).Status == outbox.StatusFailed })
-	time.Sleep(300 * time.Millisecond) // give a wrong second run the chance to happen
+	// Give a wrong second run the chance to happen: recovery runs in every
+	// poll cycle, and a claim follows it.
+	cycles := d.Stats().ClaimCycles
+	waitFor(t, "three more claims", func() bool { return d.Stats().ClaimCycles >= cycles+3 })
 	require.Equal(t, 1, log.count(id))
 	require.Equal(t, row{Status: outbox.StatusFailed, Attempts: 0, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, id))
 }
