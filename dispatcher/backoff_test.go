@@ -112,7 +112,7 @@ func TestClaimsShrinkUnderStatementTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "events to be sent under a 30ms statement_timeout", func() bool {
+	waitFor(t, "events to be sent under a 30ms statement_timeout", func() bool {
 		return sent.Load() >= 5_000
 	})
 }
@@ -139,7 +139,7 @@ func TestRecoveryShrinksUnderStatementTimeout(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "recovered events to run", recovered.Load)
+	waitFor(t, "recovered events to run", recovered.Load)
 	require.Positive(t, d.Stats().Recovered)
 }
 
@@ -166,11 +166,23 @@ CREATE TRIGGER slow_sent BEFORE UPDATE ON outbox_events FOR EACH ROW
 	cfg.BatchSize = 1_000
 	cfg.Concurrency = 4_000
 	cfg.OnError = errs.add
+	// No lease may need a renewal while the outcomes are written: the
+	// first beat comes after 20 minutes, a claim is trusted 48. Then a
+	// lost lease can only be the completer's (a write that finds its row
+	// under another token, which only a recovery or another claim could
+	// cause, and neither can come before the lease expires). With the
+	// default 30s lease, a drain that load stretched past 24s (42s at
+	// load 12 on 2 cores) needed the heartbeat to renew up to 4,000 rows
+	// under the 20ms statement_timeout too, in one transaction whose
+	// statements a busy machine can each push past 20ms: 110 to 331 leases
+	// were lost there (TestRenewalShrinksUnderAStatementTimeout covers
+	// renewals under a statement timeout).
+	cfg.LeaseDuration = time.Hour
 	d, err := dispatcher.New(poolWith(t, db, map[string]string{"statement_timeout": "20ms"}), cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "every event SENT under a 20ms statement_timeout", func() bool {
+	waitFor(t, "every event SENT under a 20ms statement_timeout", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == n
 	})
 	require.Empty(t, errs.matching(outbox.ErrOutcomeRefused))

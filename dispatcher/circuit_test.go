@@ -161,7 +161,7 @@ func TestCircuitOutageSpendsNoAttempts(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "three failed probes", func() bool { return log.count(dispatcher.CircuitProbing) >= 3 })
+	waitFor(t, "three failed probes", func() bool { return log.count(dispatcher.CircuitProbing) >= 3 })
 	require.Equal(t, 0, attemptsSpent(t, db), "no attempt spent during the outage")
 	s := d.Stats()
 	require.Zero(t, s.Retried)
@@ -178,7 +178,7 @@ func TestCircuitOutageSpendsNoAttempts(t *testing.T) {
 	require.NotZero(t, mp.Points("pgoutbox.circuit.state")[0].Value, "open or probing")
 
 	pub.down.Store(false)
-	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	for _, id := range ids {
 		r := readRow(t, db, id)
 		require.Equal(t, 1, r.Attempts, "sent at its first attempt")
@@ -217,7 +217,7 @@ func TestCircuitPerEventFailuresSpendAttempts(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "the events settled", func() bool {
+	waitFor(t, "the events settled", func() bool {
 		c := statusCounts(t, db)
 		return c[outbox.StatusSent] == 3 && c[outbox.StatusFailed] == 1
 	})
@@ -250,13 +250,13 @@ func TestCircuitKeepsHandlerOnlyTypes(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "the circuit open", func() bool { return log.count(dispatcher.CircuitOpen) == 1 })
-	waitFor(t, 30*time.Second, "the published events back to PENDING", func() bool {
+	waitFor(t, "the circuit open", func() bool { return log.count(dispatcher.CircuitOpen) == 1 })
+	waitFor(t, "the published events back to PENDING", func() bool {
 		return statusCounts(t, db)[outbox.StatusPending] == len(pubIDs) && d.Stats().InFlight == 0
 	})
 	localIDs := insertEvents(t, db, "local", 5)
 	d.Trigger()
-	waitFor(t, 30*time.Second, "the handled events SENT", func() bool {
+	waitFor(t, "the handled events SENT", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == len(localIDs)
 	})
 	require.Equal(t, int64(len(localIDs)), handled.Load())
@@ -265,7 +265,7 @@ func TestCircuitKeepsHandlerOnlyTypes(t *testing.T) {
 	// A claim planned before the circuit opened may still land after it
 	// and take published events; they are held back and returned, so
 	// wait for that rather than read a moment in between.
-	waitFor(t, 30*time.Second, "the published events PENDING again", func() bool {
+	waitFor(t, "the published events PENDING again", func() bool {
 		return statusCounts(t, db)[outbox.StatusPending] == len(pubIDs) && d.Stats().InFlight == 0
 	})
 	require.Equal(t, int64(1), pub.calls.Load(), "nothing published since the circuit opened")
@@ -292,7 +292,7 @@ func TestCircuitAtMostOnce(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "the first call's events FAILED", func() bool {
+	waitFor(t, "the first call's events FAILED", func() bool {
 		return statusCounts(t, db)[outbox.StatusFailed] == 5 && d.Stats().InFlight == 0
 	})
 	c := statusCounts(t, db)
@@ -315,12 +315,12 @@ func TestCircuitCatchAllStopsClaiming(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "the events back to PENDING behind an open circuit", func() bool {
+	waitFor(t, "the events back to PENDING behind an open circuit", func() bool {
 		return log.count(dispatcher.CircuitOpen) == 1 && statusCounts(t, db)[outbox.StatusPending] == 5 && d.Stats().InFlight == 0
 	})
 	polls := func(n uint64) {
 		from := d.Stats().PollCycles
-		waitFor(t, 30*time.Second, "poll cycles", func() bool { return d.Stats().PollCycles >= from+n })
+		waitFor(t, "poll cycles", func() bool { return d.Stats().PollCycles >= from+n })
 	}
 	polls(3) // a claim planned before the circuit opened has ended by now
 	claims := d.Stats().ClaimCycles
@@ -356,16 +356,16 @@ func TestCircuitEmptyProbeWaitsForPoll(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "the circuit open", func() bool { return log.count(dispatcher.CircuitOpen) == 1 })
-	waitFor(t, 30*time.Second, "the event back to PENDING", func() bool {
+	waitFor(t, "the circuit open", func() bool { return log.count(dispatcher.CircuitOpen) == 1 })
+	waitFor(t, "the event back to PENDING", func() bool {
 		return statusCounts(t, db)[outbox.StatusPending] == 1 && d.Stats().InFlight == 0
 	})
 	_, err = db.Pool.Exec(context.Background(), `DELETE FROM outbox_events`) // a probe may hold it: then its release finds no row
 	require.NoError(t, err)
 	settled := d.Stats().PollCycles
-	waitFor(t, 30*time.Second, "two poll cycles", func() bool { return d.Stats().PollCycles >= settled+2 })
+	waitFor(t, "two poll cycles", func() bool { return d.Stats().PollCycles >= settled+2 })
 	start := d.Stats()
-	waitFor(t, 30*time.Second, "five poll cycles", func() bool { return d.Stats().PollCycles >= start.PollCycles+5 })
+	waitFor(t, "five poll cycles", func() bool { return d.Stats().PollCycles >= start.PollCycles+5 })
 	end := d.Stats()
 	polls, claims := end.PollCycles-start.PollCycles, end.ClaimCycles-start.ClaimCycles
 	require.LessOrEqual(t, claims, 2*polls+2, "%d claims in %d polls", claims, polls)
@@ -387,11 +387,11 @@ func TestCircuitOrderedOutage(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 
-	waitFor(t, 30*time.Second, "two failed probes", func() bool { return log.count(dispatcher.CircuitProbing) >= 2 })
+	waitFor(t, "two failed probes", func() bool { return log.count(dispatcher.CircuitProbing) >= 2 })
 	require.Equal(t, 0, attemptsSpent(t, db), "no attempt spent during the outage")
 	require.NotZero(t, d.Stats().OrderReleased, "the publisher reported later messages of a key not attempted")
 	pub.down.Store(false)
-	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	for _, id := range ids {
 		require.Equal(t, 1, readRow(t, db, id).Attempts)
 	}

@@ -84,7 +84,7 @@ func TestConcurrencyOneHandsOutInClaimOrder(t *testing.T) {
 			}))
 		}
 		runDispatcher(t, d)
-		waitFor(t, 30*time.Second, "every event handed out", func() bool { return len(out.all()) == len(ids) })
+		waitFor(t, "every event handed out", func() bool { return len(out.all()) == len(ids) })
 		require.Equal(t, positions(ids, ids), positions(ids, out.all()), "positions in claim order")
 	}
 	t.Run("handlers", func(t *testing.T) { t.Parallel(); run(t, false) })
@@ -126,6 +126,6 @@ func TestConcurrencyOneMixedBatchInClaimOrder(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 30*time.Second, "every event handed out", func() bool { return len(out.all()) == len(ids) })
+	waitFor(t, "every event handed out", func() bool { return len(out.all()) == len(ids) })
 	require.Equal(t, []int{0, 1, 2}, positions(ids, out.all()), "positions in claim order")
 }

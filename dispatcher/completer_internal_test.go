@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -105,7 +106,7 @@ func TestCompleter(t *testing.T) {
 		require.Len(t, batch.Events, 3)
 		stop := b.run(t)
 		b.finishAll(t, batch, result{}, result{err: errors.New("boom"), code: outbox.CodeHandlerError}, result{release: true})
-		require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 10*time.Second, 5*time.Millisecond)
+		testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
 		stop() // items leave held a moment before they are reported
 		var statuses []string
 		require.NoError(t, pgxRows(ctx, db.Pool, batch, &statuses))
@@ -131,11 +132,11 @@ func TestCompleter(t *testing.T) {
 		stop := b.run(t)
 		begun := time.Now()
 		b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, result{})
-		require.Eventually(t, func() bool {
+		testctx.Await(t, "three failed writes", func() bool {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			return len(b.errs) >= 3
-		}, 10*time.Second, time.Millisecond)
+		})
 		took := stop()
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -192,7 +193,7 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	b.finishAll(t, batch, make([]result, n)...) // all finished before the completer runs: one write
 	stop := b.run(t)
-	require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 60*time.Second, 10*time.Millisecond)
+	testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
 	stop() // the last items leave held a moment before they are reported
 
 	b.mu.Lock()
@@ -271,9 +272,9 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	b.finishAll(t, batch, result{}, result{}) // both finished before the completer runs: one write
 	stop := b.run(t)
-	require.Eventually(t, func() bool { return b.d.held.len() == 0 }, 60*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return b.d.health.snapshot().FailingSince.IsZero() }, 10*time.Second, 10*time.Millisecond,
-		"the run of failed writes ends once nothing waits to be written")
+	testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
+	testctx.Await(t, "the run of failed writes to end once nothing waits to be written",
+		func() bool { return b.d.health.snapshot().FailingSince.IsZero() })
 	stop()
 	h := b.d.health.snapshot()
 	require.Zero(t, h.CompletionErrors)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -112,9 +113,7 @@ func TestNoDrain(t *testing.T) {
 	go func() { errc <- d.Run(context.Background()) }()
 	<-started
 	begun := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.ErrorIs(t, d.Stop(ctx), dispatcher.ErrDrainTimeout)
+	require.ErrorIs(t, d.Stop(testctx.New(t)), dispatcher.ErrDrainTimeout)
 	require.ErrorIs(t, <-errc, dispatcher.ErrDrainTimeout)
 	require.Less(t, time.Since(begun), 5*time.Second)
 }
@@ -129,9 +128,7 @@ func TestRunDetectsTableMismatch(t *testing.T) {
 	cfg.Table.Name = "other_events"
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = d.Run(ctx)
+	err = d.Run(testctx.New(t))
 	require.ErrorIs(t, err, outbox.ErrMissingTable)
 	require.ErrorContains(t, err, db.Schema+".other_events")
 }
@@ -151,9 +148,7 @@ func TestRunDetectsAnOlderSchema(t *testing.T) {
 		cfg.SkipVerify = skip
 		d, err := dispatcher.New(db.Pool, cfg)
 		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = d.Run(ctx)
-		cancel()
+		err = d.Run(testctx.New(t))
 		require.ErrorIs(t, err, outbox.ErrSchemaMismatch, "SkipVerify %v", skip)
 		require.ErrorContains(t, err, "snoozes")
 		if skip {

@@ -54,14 +54,14 @@ func TestNoHandlerStartsPastLocalDeadline(t *testing.T) {
 
 	clock.advance(cfg.LeaseDuration) // the process resumes after a pause past the local deadline
 	release()
-	waitFor(t, 10*time.Second, "the first event completed and the second let go", func() bool {
+	waitFor(t, "the first event completed and the second let go", func() bool {
 		return d.Stats().InFlight == 0
 	})
 	require.Zero(t, log.count(second), "the handler of an event past its local deadline must not start")
 	require.Equal(t, row{Status: outbox.StatusProcessing}, readRow(t, db, second), "left for its lease to expire")
 
 	expireLease(t, db, second)
-	waitFor(t, 10*time.Second, "the second event recovered and SENT", func() bool {
+	waitFor(t, "the second event recovered and SENT", func() bool {
 		return readRow(t, db, second).Status == outbox.StatusSent
 	})
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, second))
@@ -112,18 +112,18 @@ func TestNoPublishPastLocalDeadline(t *testing.T) {
 	t.Cleanup(release) // before the stop, should the test fail
 	<-slowStarted
 	<-handledDone
-	waitFor(t, 10*time.Second, "the publish-only event published at once and SENT", func() bool {
+	waitFor(t, "the publish-only event published at once and SENT", func() bool {
 		return readRow(t, db, pubOnly).Status == outbox.StatusSent
 	})
 	// The row is SENT when the completer's statement commits; the event is
 	// let go just after.
-	waitFor(t, 10*time.Second, "the slow and the handled events held, the publish-only one let go", func() bool {
+	waitFor(t, "the slow and the handled events held, the publish-only one let go", func() bool {
 		return d.Stats().InFlight == 2
 	})
 
 	clock.advance(cfg.LeaseDuration) // the process resumes after a pause past the local deadline
 	release()
-	waitFor(t, 10*time.Second, "the slow event completed and the others let go", func() bool {
+	waitFor(t, "the slow event completed and the others let go", func() bool {
 		return d.Stats().InFlight == 0
 	})
 	published := pub.published()

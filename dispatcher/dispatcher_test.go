@@ -3,7 +3,6 @@ package dispatcher_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,7 +28,7 @@ func TestFourDispatchersDeliverEachEventOnce(t *testing.T) {
 		}))
 		runDispatcher(t, d)
 	}
-	waitFor(t, 2*time.Minute, "every event SENT", func() bool {
+	waitFor(t, "every event SENT", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == n
 	})
 	for _, id := range ids {

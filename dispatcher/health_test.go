@@ -38,7 +38,7 @@ func TestHealth(t *testing.T) {
 	require.NoError(t, d.Start(context.Background()))
 	insertEvents(t, db, "x", 1)
 	<-sent
-	waitFor(t, 10*time.Second, "the outcome written", func() bool { return !d.Health().LastCompletion.IsZero() })
+	waitFor(t, "the outcome written", func() bool { return !d.Health().LastCompletion.IsZero() })
 	h := d.Health()
 	require.Equal(t, dispatcher.StateRunning, h.State)
 	require.Equal(t, dispatcher.ListenerOff, h.Listener)
@@ -49,12 +49,12 @@ func TestHealth(t *testing.T) {
 	require.NoError(t, h.Healthy(time.Minute), "nothing is failing")
 
 	kp.kill(t, db)
-	waitFor(t, 30*time.Second, "failed claims", func() bool { return d.Health().ClaimErrors >= 2 })
+	waitFor(t, "failed claims", func() bool { return d.Health().ClaimErrors >= 2 })
 	h = d.Health()
 	require.False(t, h.FailingSince.IsZero())
 	require.False(t, h.LastClaim.After(h.FailingSince))
 	require.NoError(t, h.Healthy(time.Hour), "failing for less than maxAge")
-	waitFor(t, 10*time.Second, "time to pass the first failure", func() bool { return time.Since(h.FailingSince) > time.Millisecond })
+	waitFor(t, "time to pass the first failure", func() bool { return time.Since(h.FailingSince) > time.Millisecond })
 	err = h.Healthy(time.Millisecond)
 	require.ErrorIs(t, err, dispatcher.ErrUnhealthy)
 	require.ErrorContains(t, err, "failing since")
@@ -79,11 +79,11 @@ func TestHealthRecoversAfterOneRefusedOutcome(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 30*time.Second, "the refused outcome let go", func() bool {
+	waitFor(t, "the refused outcome let go", func() bool {
 		return len(errs.matching(outbox.ErrOutcomeRefused)) == 1
 	})
 	before := d.Health().LastClaim
-	waitFor(t, 10*time.Second, "claims to go on succeeding", func() bool { return d.Health().LastClaim.After(before) })
+	waitFor(t, "claims to go on succeeding", func() bool { return d.Health().LastClaim.After(before) })
 	time.Sleep(time.Second)
 	h := d.Health()
 	require.Zero(t, h.ClaimErrors)
@@ -105,7 +105,7 @@ func TestHealthNoticesStalledCoordinator(t *testing.T) {
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "a poll", func() bool { return !d.Health().LastPoll.IsZero() })
+	waitFor(t, "a poll", func() bool { return !d.Health().LastPoll.IsZero() })
 	require.NoError(t, d.Health().Healthy(time.Minute))
 
 	ctx := context.Background()
@@ -113,12 +113,12 @@ func TestHealthNoticesStalledCoordinator(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "LOCK TABLE outbox_events IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "the stall noticed", func() bool {
+	waitFor(t, "the stall noticed", func() bool {
 		return errors.Is(d.Health().Healthy(500*time.Millisecond), dispatcher.ErrUnhealthy)
 	})
 	h := d.Health()
 	require.ErrorContains(t, h.Healthy(500*time.Millisecond), "stalled")
 	require.Zero(t, h.ClaimErrors, "nothing failed: the coordinator waits")
 	require.NoError(t, tx.Rollback(ctx))
-	waitFor(t, 30*time.Second, "polls again", func() bool { return d.Health().Healthy(time.Minute) == nil && d.Health().LastPoll.After(h.LastPoll) })
+	waitFor(t, "polls again", func() bool { return d.Health().Healthy(time.Minute) == nil && d.Health().LastPoll.After(h.LastPoll) })
 }

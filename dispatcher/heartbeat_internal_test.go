@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -66,18 +67,19 @@ func TestHeartbeatRun(t *testing.T) {
 		newHeartbeat(ctx, d).run(quit)
 		close(returned)
 	}()
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "a beat to renew the lease", func() bool {
 		d.held.mu.Lock()
 		defer d.held.mu.Unlock()
 		return items[0].deadline.After(first)
-	}, 5*time.Second, 5*time.Millisecond, "no beat renewed the lease")
+	})
 	d.held.mu.Lock()
 	lost := items[0].lost // under the lock: its deadline timer writes it
 	d.held.mu.Unlock()
 	close(quit)
+	budget := testctx.New(t)
 	select {
 	case <-returned:
-	case <-time.After(time.Second):
+	case <-budget.Done():
 		t.Fatal("run did not return when quit closed")
 	}
 	require.False(t, lost)
@@ -126,7 +128,7 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 		h.beat(nil)
 		close(beaten)
 	}()
-	require.Eventually(t, func() bool { return renewed(free) }, 5*time.Second, 2*time.Millisecond, "the free row was not renewed")
+	testctx.Await(t, "the free row renewed", func() bool { return renewed(free) })
 	require.False(t, renewed(locked))
 	if loseBetweenTries {
 		d.held.mu.Lock()
@@ -134,9 +136,10 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 		d.held.mu.Unlock()
 	}
 	require.NoError(t, tx.Rollback(ctx))
+	budget := testctx.New(t)
 	select {
 	case <-beaten:
-	case <-time.After(5 * time.Second):
+	case <-budget.Done():
 		t.Fatal("the beat did not return")
 	}
 	if loseBetweenTries {

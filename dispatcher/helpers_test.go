@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -68,7 +69,7 @@ func (l *outcomeLog) of(id uuid.UUID) []dispatcher.Outcome {
 // wait waits until n outcomes of id were recorded and returns them.
 func (l *outcomeLog) wait(t *testing.T, id uuid.UUID, n int) []dispatcher.Outcome {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d outcomes of %s", n, id), func() bool { return len(l.of(id)) >= n })
+	waitFor(t, fmt.Sprintf("%d outcomes of %s", n, id), func() bool { return len(l.of(id)) >= n })
 	return l.of(id)
 }
 
@@ -91,7 +92,7 @@ func runDispatcher(t *testing.T, d *dispatcher.Dispatcher) {
 	t.Helper()
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := testctx.ForCleanup(t)
 		defer cancel()
 		require.NoError(t, d.Stop(ctx))
 		require.NoError(t, d.Err())
@@ -115,17 +116,12 @@ func statusCounts(t *testing.T, db *testdb.DB) map[outbox.Status]int {
 	return out
 }
 
-// waitFor polls cond (which may query the database) until it holds or the
-// timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor polls cond (which may query the database) until it holds,
+// for as long as the run's -timeout allows (testctx.Await): never a fixed
+// cap, which a loaded machine can reach before cond could hold.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testctx.Await(t, what, cond)
 }
 
 // row is the delivery state of one event.
@@ -362,4 +358,19 @@ func (c *testClock) advance(by time.Duration) { c.offset.Add(int64(by)) }
 func frozenClock() func() time.Time {
 	at := time.Now()
 	return func() time.Time { return at }
+}
+
+// receive waits for a value on ch for as long as the run's -timeout
+// allows (testctx.New), failing t with what it waited for if that ends
+// first.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	ctx := testctx.New(t)
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("still waiting for %s: %v", what, context.Cause(ctx))
+		panic("unreachable")
+	}
 }

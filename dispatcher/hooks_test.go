@@ -182,7 +182,7 @@ func TestFailedEventsAreLogged(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 	// The lines come just after the outcomes are written.
-	waitFor(t, 10*time.Second, "three events FAILED and logged", func() bool {
+	waitFor(t, "three events FAILED and logged", func() bool {
 		return statusCounts(t, db)[outbox.StatusFailed] == 3 && logs.count(slog.LevelWarn, "code", string(outbox.CodeHandlerError)) >= 3
 	})
 
@@ -220,7 +220,7 @@ func TestHandlerPanicIsLogged(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "the event SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	waitFor(t, "the event SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
 
 	require.Equal(t, 1, logs.count(slog.LevelError, "event_id", id.String()))
 	require.Equal(t, 1, logs.count(slog.LevelInfo, "event_id", id.String()), "the retry is logged at INFO")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -67,7 +68,7 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, b)
-	waitFor(t, 30*time.Second, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
+	waitFor(t, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
 
 	var xminBefore string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminBefore))
@@ -114,7 +115,7 @@ func TestHeartbeatKeepsLongHandlerLease(t *testing.T) {
 		require.NoError(t, d.Handle("slow", handler))
 		runDispatcher(t, d)
 	}
-	waitFor(t, 20*time.Second, "the slow event SENT", func() bool {
+	waitFor(t, "the slow event SENT", func() bool {
 		return readRow(t, db, id).Status == outbox.StatusSent
 	})
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1}, readRow(t, db, id))
@@ -142,12 +143,8 @@ func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*d
 	}))
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	waitFor(t, 15*time.Second, "the victim to hold the event", func() bool { return lockOwner(t, db, id) == kp.app })
-	select { // the handler started: its attempt counts a recovery
-	case <-started:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the victim's handler did not start")
-	}
+	waitFor(t, "the victim to hold the event", func() bool { return lockOwner(t, db, id) == kp.app })
+	receive(t, "the victim's handler to start", started) // its attempt counts a recovery
 	return d, kp, errc
 }
 
@@ -155,9 +152,7 @@ func startVictim(t *testing.T, db *testdb.DB, id [16]byte, eventType string) (*d
 func stopVictim(t *testing.T, db *testdb.DB, d *dispatcher.Dispatcher, kp *killablePool, errc chan error) {
 	t.Helper()
 	kp.kill(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 }
 
@@ -178,7 +173,7 @@ func TestKilledDispatcherEventIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, r)
-	waitFor(t, 15*time.Second, "the event SENT by the survivor", func() bool {
+	waitFor(t, "the event SENT by the survivor", func() bool {
 		return readRow(t, db, id).Status == outbox.StatusSent
 	})
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, id))
@@ -252,18 +247,18 @@ func TestReclaimBehindLostAttemptIsReleased(t *testing.T) {
 	<-started
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "recovery, a second claim and its release", func() bool {
+	waitFor(t, "recovery, a second claim and its release", func() bool {
 		return d.Stats().Claimed == 2 && d.Stats().Released == 1
 	})
 	cycles := d.Stats().ClaimCycles
-	waitFor(t, 10*time.Second, "five more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
+	waitFor(t, "five more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
 	require.Equal(t, uint64(2), d.Stats().Claimed, "the claims leave it out while the first call runs")
 	require.Equal(t, outbox.StatusPending, readRow(t, db, id).Status)
 	require.Equal(t, 1, log.count(id), "no second call beside the first")
 
 	release() // the first call returns
 	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost, "the first attempt's outcome is fenced off")
-	waitFor(t, 10*time.Second, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	waitFor(t, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
 	require.Equal(t, 2, log.count(id))
 	require.Empty(t, log.overlap)
 }
@@ -297,9 +292,7 @@ func TestStopEndsWhileDatabaseIsDown(t *testing.T) {
 	kp.kill(t, db)
 	close(release) // the outcomes now cannot be written
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	stopErr := d.Stop(ctx)
+	stopErr := d.Stop(testctx.New(t))
 	require.NotErrorIs(t, stopErr, context.DeadlineExceeded, "Stop must end while the database is down")
 	require.Equal(t, stopErr, <-errc)
 	require.Equal(t, uint64(3), d.Stats().LockLost)

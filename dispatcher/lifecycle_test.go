@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -70,8 +71,7 @@ func TestGracefulStopDrainsAndReleases(t *testing.T) {
 	go func() { errc <- d.Run(context.Background()) }()
 	slow := <-started // the batch holds slow (running) and five events waiting for it
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	require.NoError(t, d.Stop(ctx))
 	require.NoError(t, <-errc)
 	require.NoError(t, d.Stop(ctx), "Stop is idempotent")
@@ -157,7 +157,7 @@ func TestPublisherOutcomesPerEvent(t *testing.T) {
 	d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "all final", func() bool {
+	waitFor(t, "all final", func() bool {
 		c := statusCounts(t, db)
 		return c[outbox.StatusSent]+c[outbox.StatusFailed] == 5
 	})
@@ -299,7 +299,7 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 			go func() { errc <- d.Run(context.Background()) }()
 			<-started
 			<-started
-			waitFor(t, 10*time.Second, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
+			waitFor(t, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
 			for range 20 { // claims keep coming back full: the bound must hold
 				d.Trigger()
 				time.Sleep(5 * time.Millisecond)
@@ -309,7 +309,7 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 
 			stopped := make(chan error, 1)
 			go func() { stopped <- d.Stop(context.Background()) }()
-			waitFor(t, 10*time.Second, "the waiting events released", func() bool {
+			waitFor(t, "the waiting events released", func() bool {
 				return d.Stats().Released == uint64(held-concurrency)
 			})
 			close(release)
@@ -379,11 +379,7 @@ func TestHandlerContextEndsOnReturn(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 	ctx := <-kept
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler's context outlived the handler")
-	}
+	receive(t, "the handler's context to end after the handler", ctx.Done())
 }
 
 // With Concurrency 1, the handlers of one batch run in claim order: slots
@@ -407,7 +403,7 @@ func TestConcurrencyOneRunsBatchInClaimOrder(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "every event handled", func() bool {
+	waitFor(t, "every event handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == len(ids)
@@ -435,7 +431,7 @@ func TestStartWhileStopping(t *testing.T) {
 	<-started
 	stopped := make(chan error, 1)
 	go func() { stopped <- d.Stop(context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain", func() bool { return d.Health().State == dispatcher.StateStopping })
+	waitFor(t, "the drain", func() bool { return d.Health().State == dispatcher.StateStopping })
 	require.ErrorIs(t, d.Start(context.Background()), dispatcher.ErrStopped)
 	require.ErrorIs(t, d.Run(context.Background()), dispatcher.ErrStopped)
 	close(release)

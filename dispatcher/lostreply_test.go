@@ -126,12 +126,12 @@ func TestLostCompletionReplyIsRecognised(t *testing.T) {
 				cfg.DeleteSent = deleteSent
 				dispatcher.SetClock(cfg, frozenClock())
 			})
-			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
+			waitFor(t, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
 			lr.proxy.release()
-			waitFor(t, 10*time.Second, "the event settled", func() bool { return lr.d.Stats().InFlight == 0 })
+			waitFor(t, "the event settled", func() bool { return lr.d.Stats().InFlight == 0 })
 			// The outcome is counted and reported just after the event is
 			// let go.
-			waitFor(t, 10*time.Second, "the outcome reported", func() bool {
+			waitFor(t, "the outcome reported", func() bool {
 				return lr.sent.Load() > 0 || len(lr.errs.matching(outbox.ErrOutcomeUnknown)) > 0
 			})
 
@@ -167,7 +167,7 @@ func TestLostCompletionReplyIsRecognised(t *testing.T) {
 func TestLostCompletionReplyPastDeadlineIsUnknown(t *testing.T) {
 	t.Parallel()
 	lr := startLostReply(t, nil)
-	waitFor(t, 20*time.Second, "the event given up", func() bool { return lr.d.Stats().InFlight == 0 })
+	waitFor(t, "the event given up", func() bool { return lr.d.Stats().InFlight == 0 })
 	lr.proxy.release()
 
 	require.Empty(t, lr.errs.matching(outbox.ErrLockLost))
@@ -206,12 +206,12 @@ func TestLostCompletionReplyRowDeletedByRetention(t *testing.T) {
 				cfg.RetentionInterval = 24 * time.Hour // the test deletes the row itself
 				dispatcher.SetClock(cfg, frozenClock())
 			})
-			waitFor(t, 20*time.Second, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
+			waitFor(t, "the held writes to fail", func() bool { return lr.failedWrites() >= heldWrites })
 			_, err := lr.db.Pool.Exec(context.Background(), `DELETE FROM outbox_events WHERE id = $1 AND status = 'SENT'`, lr.id)
 			require.NoError(t, err)
 			require.Empty(t, statusCounts(t, lr.db), "the first write made the row SENT")
 			lr.proxy.release()
-			waitFor(t, 10*time.Second, "the outcome reported", func() bool {
+			waitFor(t, "the outcome reported", func() bool {
 				return len(lr.errs.matching(outbox.ErrOutcomeUnknown))+len(lr.errs.matching(outbox.ErrLockLost)) > 0
 			})
 			require.Zero(t, lr.sent.Load())
@@ -266,8 +266,8 @@ func TestLostCompletionReplyThenAnotherReplica(t *testing.T) {
 				cfg.Backoff = outbox.Backoff{Initial: 2 * time.Second, Max: 2 * time.Second, NoJitter: true}
 				dispatcher.SetClock(cfg, frozenClock())
 			})
-			waitFor(t, 20*time.Second, "the first write to commit", func() bool { return readRow(t, lr.db, lr.id) == tt.first })
-			waitFor(t, 20*time.Second, "the first write to fail", func() bool { return lr.failedWrites() >= 1 })
+			waitFor(t, "the first write to commit", func() bool { return readRow(t, lr.db, lr.id) == tt.first })
+			waitFor(t, "the first write to fail", func() bool { return lr.failedWrites() >= 1 })
 
 			if tt.first.Status == outbox.StatusFailed {
 				ops, err := admin.New(lr.db.Pool, admin.Config{Table: lr.db.Table()})
@@ -279,12 +279,12 @@ func TestLostCompletionReplyThenAnotherReplica(t *testing.T) {
 			other := startOtherReplica(t, lr.db, tt.completes)
 			<-other.claimed
 			if tt.completes {
-				waitFor(t, 20*time.Second, "the other replica's outcome", func() bool {
+				waitFor(t, "the other replica's outcome", func() bool {
 					return readRow(t, lr.db, lr.id).Status == outbox.StatusSent
 				})
 			}
 			lr.proxy.release()
-			waitFor(t, 20*time.Second, "the first outcome reported", func() bool {
+			waitFor(t, "the first outcome reported", func() bool {
 				return len(lr.reported())+len(lr.errs.matching(outbox.ErrOutcomeUnknown))+len(lr.errs.matching(outbox.ErrLockLost)) > 0
 			})
 
@@ -400,7 +400,7 @@ func TestLostCompletionAfterRecoveryIsLockLost(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT 1 FROM outbox_events WHERE id = $1 FOR UPDATE`, id)
 	require.NoError(t, err)
 	close(locked)
-	waitFor(t, 20*time.Second, "the first write to time out", func() bool {
+	waitFor(t, "the first write to time out", func() bool {
 		return len(errs.filter(func(err error) bool { return strings.HasPrefix(err.Error(), "pgoutbox: complete:") })) > 0
 	})
 	_, err = tx.Exec(ctx, `UPDATE outbox_events SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
@@ -412,7 +412,7 @@ func TestLostCompletionAfterRecoveryIsLockLost(t *testing.T) {
 	require.Equal(t, []uuid.UUID{id}, rec.Pending)
 	require.NoError(t, tx.Commit(ctx))
 
-	waitFor(t, 20*time.Second, "the outcome reported", func() bool {
+	waitFor(t, "the outcome reported", func() bool {
 		return len(errs.matching(outbox.ErrLockLost))+len(errs.matching(outbox.ErrOutcomeUnknown)) > 0
 	})
 	require.Len(t, errs.matching(outbox.ErrLockLost), 1)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -72,10 +73,10 @@ func runSampler(t *testing.T, s *backlogSampler) {
 // returns its due point.
 func collectSample(t *testing.T, mp *telemetrytest.MeterProvider) telemetrytest.Point {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "a backlog sample", func() bool {
 		require.NoError(t, mp.Collect(context.Background()))
 		return len(mp.Points("pgoutbox.backlog.due")) > 0
-	}, 30*time.Second, 10*time.Millisecond)
+	})
 	return mp.Points("pgoutbox.backlog.due")[0]
 }
 

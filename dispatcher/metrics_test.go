@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -105,18 +106,16 @@ func TestBacklogGaugesWhileRunning(t *testing.T) {
 	require.Zero(t, mp.Callbacks(), "nothing registered before Run")
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, "the backlog, overrun and mode-conflict callbacks", func() bool { return mp.Callbacks() == 3 })
+	waitFor(t, "the backlog, overrun and mode-conflict callbacks", func() bool { return mp.Callbacks() == 3 })
 	table := attribute.String("pgoutbox.table", db.Table().String())
-	waitFor(t, 30*time.Second, "a backlog sample", func() bool {
+	waitFor(t, "a backlog sample", func() bool {
 		require.NoError(t, mp.Collect(context.Background()))
 		return len(mp.Points("pgoutbox.backlog.due", table)) > 0
 	})
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.due", table)))
 	require.Equal(t, []float64{0}, values(mp.Points("pgoutbox.backlog.oldest_due_age", table)))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 	require.Zero(t, mp.Callbacks(), "unregistered when Run returned")
 }

@@ -29,7 +29,7 @@ func TestOrderedBlockedKeyDoesNotWakeClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("ev", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "the first claim and the listener", func() bool {
+	waitFor(t, "the first claim and the listener", func() bool {
 		s := d.Stats()
 		return s.ClaimCycles >= 1 && s.ListenerConnects >= 1
 	})
@@ -74,9 +74,9 @@ func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 	second := insertKeyed(t, db, "ev", []string{"k"})
 	before := d.Health().LastClaim
 	d.Trigger() // as the emit's notification would
-	waitFor(t, 20*time.Second, "a claim that finds k blocked", func() bool { return d.Health().LastClaim.After(before) })
+	waitFor(t, "a claim that finds k blocked", func() bool { return d.Health().LastClaim.After(before) })
 	close(finish)
-	waitFor(t, 20*time.Second, "k's second event SENT", func() bool {
+	waitFor(t, "k's second event SENT", func() bool {
 		return readRow(t, db, second[0]).Status == outbox.StatusSent
 	})
 }
@@ -93,7 +93,7 @@ func TestOrderedNextRunWithoutWakeups(t *testing.T) {
 	_, finish := heldHead(t, db, cfg)
 	second := insertKeyed(t, db, "ev", []string{"k"}) // no poll for an hour, no wake-up
 	close(finish)
-	waitFor(t, 20*time.Second, "k's second event SENT", func() bool {
+	waitFor(t, "k's second event SENT", func() bool {
 		return readRow(t, db, second[0]).Status == outbox.StatusSent
 	})
 }

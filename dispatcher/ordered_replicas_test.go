@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -52,7 +53,7 @@ func TestOrderedReplicasKeepEachKeysOrder(t *testing.T) {
 		}))
 		runDispatcher(t, d)
 	}
-	waitFor(t, 5*time.Minute, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	kc.requireInOrder(t)
 	for k := range 200 {
 		require.GreaterOrEqual(t, len(kc.of(k)), 50, "key %d", k)
@@ -89,7 +90,7 @@ func TestOrderedCrashMidKey(t *testing.T) {
 	}))
 	require.NoError(t, a.Start(context.Background()))
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := testctx.ForCleanup(t)
 		defer cancel()
 		_ = a.Stop(ctx) // its database is gone: what it reports does not matter here
 	})
@@ -98,7 +99,7 @@ func TestOrderedCrashMidKey(t *testing.T) {
 	// before the crash (the later ones wait for the stuck event's wave),
 	// so that no outcome of the victim's is lost with it (a lost outcome
 	// is redelivered after its key's later events: at-least-once).
-	waitFor(t, 30*time.Second, "the waves before the stuck one SENT", func() bool {
+	waitFor(t, "the waves before the stuck one SENT", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == 20*4-1
 	})
 	kp.kill(t, db)
@@ -112,7 +113,7 @@ func TestOrderedCrashMidKey(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, b)
-	waitFor(t, time.Minute, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	kc.requireInOrder(t)
 	require.Equal(t, []int{0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9}, kc.of(0), "the rescuer goes on from the event that was running")
 	require.Equal(t, 1, readRow(t, db, stuckID).Recoveries, "its attempt had started")

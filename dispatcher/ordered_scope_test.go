@@ -62,12 +62,12 @@ func TestOrderScope(t *testing.T) {
 		t.Run(name+"/ScopeKey", func(t *testing.T) {
 			t.Parallel()
 			db, ids, d := setup(t, dispatcher.ScopeKey, failedBefore)
-			waitFor(t, 20*time.Second, "k's head FAILED, j SENT", func() bool {
+			waitFor(t, "k's head FAILED, j SENT", func() bool {
 				c := statusCounts(t, db)
 				return c[outbox.StatusFailed] == 1 && c[outbox.StatusSent] == 1
 			})
 			cycles := d.Stats().ClaimCycles
-			waitFor(t, 20*time.Second, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
+			waitFor(t, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
 			for _, id := range ids[1:4] {
 				require.Equal(t, outbox.StatusPending, readRow(t, db, id).Status, "k's later events of both types wait")
 			}
@@ -78,13 +78,13 @@ func TestOrderScope(t *testing.T) {
 		t.Run(name+"/ScopeKeyAndType", func(t *testing.T) {
 			t.Parallel()
 			db, ids, d := setup(t, dispatcher.ScopeKeyAndType, failedBefore)
-			waitFor(t, 20*time.Second, "k's order.cancelled events and j SENT", func() bool {
+			waitFor(t, "k's order.cancelled events and j SENT", func() bool {
 				return readRow(t, db, ids[1]).Status == outbox.StatusSent && readRow(t, db, ids[3]).Status == outbox.StatusSent &&
 					readRow(t, db, ids[4]).Status == outbox.StatusSent
 			})
 			require.Equal(t, outbox.StatusFailed, readRow(t, db, ids[0]).Status)
 			cycles := d.Stats().ClaimCycles
-			waitFor(t, 20*time.Second, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
+			waitFor(t, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
 			require.Equal(t, outbox.StatusPending, readRow(t, db, ids[2]).Status, "k's later email waits behind its FAILED head")
 			if !failedBefore {
 				require.EqualValues(t, 1, d.Stats().OrderReleased, "the batch released k's later email, not its order.cancelled events")
@@ -150,7 +150,7 @@ func TestOrderedReplicasKeepEachPairsOrder(t *testing.T) {
 		require.NoError(t, d.Handle("b", handler))
 		runDispatcher(t, d)
 	}
-	waitFor(t, 5*time.Minute, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	kc.requireInOrder(t)
 	for p := range 200 {
 		require.GreaterOrEqual(t, len(kc.of(p)), 10, "pair %d", p)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -121,7 +122,7 @@ func orderedRunStopsOnRetry(t *testing.T, scope dispatcher.OrderScope) {
 		return err
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	require.Equal(t, []int{0, 1, 1, 2, 3, 4}, kc.of(0), "k: its second event retried, the rest after it")
 	require.Equal(t, []int{0, 1, 2}, kc.of(1))
 	require.Equal(t, 2, readRow(t, db, ids[2]).Attempts, "a failure and a success")
@@ -162,12 +163,12 @@ func orderedFailedHead(t *testing.T, scope dispatcher.OrderScope) {
 	t.Run("BlockKey", func(t *testing.T) {
 		t.Parallel()
 		db, ids, kc, d, poison := setup(t, dispatcher.BlockKey)
-		waitFor(t, 20*time.Second, "k's head FAILED, j SENT", func() bool {
+		waitFor(t, "k's head FAILED, j SENT", func() bool {
 			c := statusCounts(t, db)
 			return c[outbox.StatusFailed] == 1 && c[outbox.StatusSent] == 2
 		})
 		cycles := d.Stats().ClaimCycles
-		waitFor(t, 20*time.Second, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
+		waitFor(t, "more claims", func() bool { return d.Stats().ClaimCycles >= cycles+5 })
 		require.Equal(t, []int{0}, kc.of(0), "k's later events wait behind its FAILED head")
 		require.Equal(t, outbox.StatusPending, readRow(t, db, ids[2]).Status)
 		require.EqualValues(t, 2, d.Stats().OrderReleased)
@@ -177,13 +178,13 @@ func orderedFailedHead(t *testing.T, scope dispatcher.OrderScope) {
 		require.NoError(t, err)
 		_, err = a.Replay(context.Background(), admin.ReplayParams{IDs: []uuid.UUID{ids[0]}})
 		require.NoError(t, err)
-		waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+		waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 		require.Equal(t, []int{0, 0, 1, 2}, kc.of(0), "the replayed head, then the rest in order")
 	})
 	t.Run("SkipFailed", func(t *testing.T) {
 		t.Parallel()
 		db, _, kc, _, _ := setup(t, dispatcher.SkipFailed)
-		waitFor(t, 20*time.Second, "k's head FAILED, the rest SENT", func() bool {
+		waitFor(t, "k's head FAILED, the rest SENT", func() bool {
 			c := statusCounts(t, db)
 			return c[outbox.StatusFailed] == 1 && c[outbox.StatusSent] == 4
 		})
@@ -242,7 +243,7 @@ func TestOrderedWavesPublishOneCallEach(t *testing.T) {
 	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	want := [][]int{{0, 1, 3}, {2, 4}, {5}}
 	got := make([][]int, 0, len(want))
 	for _, call := range pub.all() {
@@ -278,7 +279,7 @@ func TestOrderedRunsInOneCallWithKeyOrderedPublisher(t *testing.T) {
 	d, err := dispatcher.New(db.NewPool(t, 6), cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	calls := pub.all()
 	require.Len(t, calls, 2)
 	require.Equal(t, []int{0, 1, 3, 4, 6, 2, 5}, positions(ids, calls[0]), "every run whole, in one call")
@@ -313,13 +314,13 @@ func TestOrderedRetriedHeadsBehindAFullClaim(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "both heads retried, their successors released", func() bool {
+	waitFor(t, "both heads retried, their successors released", func() bool {
 		return d.Stats().Released == 2 && readRow(t, db, ids[0]).Attempts == 1 && readRow(t, db, ids[1]).Attempts == 1
 	})
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET next_attempt_at = now() WHERE id = ANY($1)`,
 		[]uuid.UUID{ids[0], ids[1]})
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == len(ids) })
 	require.Equal(t, []int{0, 0, 1, 2}, kc.of(0))
 	require.Equal(t, []int{0, 0, 1, 2}, kc.of(1))
 }
@@ -346,11 +347,9 @@ func TestOrderedStopReleasesLaterWaves(t *testing.T) {
 	<-started
 	stopped := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		stopped <- d.Stop(ctx)
+		stopped <- d.Stop(testctx.New(t))
 	}()
-	waitFor(t, 10*time.Second, "the stop to begin", func() bool { return d.Health().State == dispatcher.StateStopping })
+	waitFor(t, "the stop to begin", func() bool { return d.Health().State == dispatcher.StateStopping })
 	close(finish)
 	require.NoError(t, <-stopped)
 	require.Equal(t, outbox.StatusSent, readRow(t, db, ids[0]).Status)

@@ -77,7 +77,7 @@ func TestHungHandlerEventDeliveredByAnotherReplica(t *testing.T) {
 	require.Equal(t, uint64(1), a.Stats().Claimed, "A never claimed it again behind its stuck call")
 
 	release() // the abandoned call returns: its outcome is fenced out
-	waitFor(t, 10*time.Second, "A's late outcome reported lost", func() bool { return a.Stats().LockLost == 1 })
+	waitFor(t, "A's late outcome reported lost", func() bool { return a.Stats().LockLost == 1 })
 	require.Equal(t, outbox.StatusSent, readRow(t, db, id).Status)
 }
 
@@ -103,7 +103,7 @@ func TestOverrunIsLoggedCountedAndUnhealthy(t *testing.T) {
 	t.Cleanup(release)
 	<-(<-started).Done()
 
-	waitFor(t, 30*time.Second, "the overrun's WARN", func() bool { return logs.count(slog.LevelWarn, "event_id", id.String()) == 1 })
+	waitFor(t, "the overrun's WARN", func() bool { return logs.count(slog.LevelWarn, "event_id", id.String()) == 1 })
 	require.Equal(t, 1, logs.count(slog.LevelWarn, "event_type", "x"))
 	s := d.Stats()
 	require.Equal(t, uint64(1), s.Overruns)
@@ -118,11 +118,11 @@ func TestOverrunIsLoggedCountedAndUnhealthy(t *testing.T) {
 	require.ErrorIs(t, h.Healthy(time.Hour), dispatcher.ErrUnhealthy)
 	require.ErrorContains(t, h.Healthy(time.Hour), "past their timeout")
 
-	waitFor(t, 30*time.Second, "the overrun's second WARN", func() bool { return logs.count(slog.LevelWarn, "event_id", id.String()) == 2 })
+	waitFor(t, "the overrun's second WARN", func() bool { return logs.count(slog.LevelWarn, "event_id", id.String()) == 2 })
 	require.Equal(t, uint64(1), d.Stats().Overruns, "one call, counted once")
 
 	release()
-	waitFor(t, 10*time.Second, "the call's end", func() bool { return d.Stats().Overrunning == 0 })
+	waitFor(t, "the call's end", func() bool { return d.Stats().Overrunning == 0 })
 	require.NoError(t, mp.Collect(context.Background()))
 	points := mp.Points("pgoutbox.handlers.overrunning")
 	require.Zero(t, points[len(points)-1].Value)
@@ -159,15 +159,15 @@ func TestPublishOverrunIsLoggedAndNotRenewed(t *testing.T) {
 	runDispatcher(t, d)
 	t.Cleanup(release)
 
-	waitFor(t, 30*time.Second, "the publish overrun's WARN", func() bool { return logs.count(slog.LevelWarn, "call", "publish") == 1 })
+	waitFor(t, "the publish overrun's WARN", func() bool { return logs.count(slog.LevelWarn, "call", "publish") == 1 })
 	require.Equal(t, 1, logs.count(slog.LevelWarn, "event_id", id.String()))
 	require.Equal(t, uint64(1), d.Stats().Overruns)
 	require.Equal(t, 1, d.Stats().Overrunning)
-	waitFor(t, 30*time.Second, "the stuck publish's lease expired and recovered", func() bool { return d.Stats().Recovered == 1 })
+	waitFor(t, "the stuck publish's lease expired and recovered", func() bool { return d.Stats().Recovered == 1 })
 	require.Equal(t, uint64(1), d.Stats().Claimed, "its claims leave the event out while the publish runs")
 
 	release()
-	waitFor(t, 30*time.Second, "SENT by a later attempt", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	waitFor(t, "SENT by a later attempt", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
 	require.Equal(t, uint64(1), d.Stats().LockLost, "the late outcome was fenced out")
 }
 

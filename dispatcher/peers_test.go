@@ -50,7 +50,7 @@ func TestModeConflictReportedByBoth(t *testing.T) {
 	mp := &telemetrytest.MeterProvider{}
 	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, time.Hour, mp)
 	b, logsB := replica(t, db, "replica-b", dispatcher.Unordered, dispatcher.WakeupRequired, time.Hour, nil)
-	waitFor(t, 20*time.Second, "both report the conflict", func() bool {
+	waitFor(t, "both report the conflict", func() bool {
 		_, okA := conflictWith(a, "replica-b")
 		_, okB := conflictWith(b, "replica-a")
 		return okA && okB
@@ -85,11 +85,11 @@ func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Start(t.Context()))
 	a, _ := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
-	waitFor(t, 20*time.Second, "a reports b", func() bool { _, ok := conflictWith(a, "replica-b"); return ok })
+	waitFor(t, "a reports b", func() bool { _, ok := conflictWith(a, "replica-b"); return ok })
 	require.Empty(t, b.Health().ModeConflicts, "b hears nothing without a listener")
 	require.Zero(t, b.Stats().Hellos)
 	require.NoError(t, b.Stop(t.Context()))
-	waitFor(t, 20*time.Second, "a forgets b", func() bool { return len(a.Health().ModeConflicts) == 0 })
+	waitFor(t, "a forgets b", func() bool { return len(a.Health().ModeConflicts) == 0 })
 }
 
 // Two replicas of the same mode hear each other and report no conflict.
@@ -98,7 +98,7 @@ func TestModeSameNoConflict(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	b, logsB := replica(t, db, "replica-b", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
-	waitFor(t, 20*time.Second, "each heard the other twice", func() bool { return a.Stats().Hellos >= 2 && b.Stats().Hellos >= 2 })
+	waitFor(t, "each heard the other twice", func() bool { return a.Stats().Hellos >= 2 && b.Stats().Hellos >= 2 })
 	require.Empty(t, a.Health().ModeConflicts)
 	require.Empty(t, b.Health().ModeConflicts)
 	require.Zero(t, a.Stats().ModeConflicts)

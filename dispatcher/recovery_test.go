@@ -79,7 +79,7 @@ func TestRecoveryKeepsGoingWhileBatchesAreFull(t *testing.T) {
 	d.Handle("other.type", func(context.Context, outbox.Event) error { return nil })
 	runDispatcher(t, d)
 
-	waitFor(t, 2*time.Minute, "a recovery pass", func() bool { return len(passes.list()) > 0 })
+	waitFor(t, "a recovery pass", func() bool { return len(passes.list()) > 0 })
 	first := passes.list()[0]
 	require.Equal(t, n, first.rows, "the first pass recovers every expired lease")
 	require.Equal(t, n/1000+1, first.statements, "50 full statements of 1,000 and one that finds none")
@@ -119,7 +119,7 @@ func TestRecoveryPassesFollowEachOtherWhileLeasesRemain(t *testing.T) {
 	d.Handle("other.type", func(context.Context, outbox.Event) error { return nil })
 	runDispatcher(t, d)
 
-	waitFor(t, 2*time.Minute, "every lease recovered", func() bool { return passes.recovered() == n })
+	waitFor(t, "every lease recovered", func() bool { return passes.recovered() == n })
 	list := passes.list()
 	require.Greater(t, len(list), 1, "the time budget ended the first pass")
 	for i, p := range list {

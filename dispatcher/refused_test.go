@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -73,7 +74,7 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	releaseGate, releaseX := sync.OnceFunc(func() { close(gateGo) }), sync.OnceFunc(func() { close(xGo) })
 	t.Cleanup(releaseGate) // before the stop, should the test fail
 	t.Cleanup(releaseX)
-	waitFor(t, 10*time.Second, "all five events claimed", func() bool { return d.Stats().Claimed == 5 })
+	waitFor(t, "all five events claimed", func() bool { return d.Stats().Claimed == 5 })
 
 	// The completer writes the gate's outcome first and waits on a row lock
 	// the test holds, so that the four other outcomes gather behind it and
@@ -86,7 +87,7 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	var pid int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM outbox_events WHERE id = $1 FOR UPDATE`, gate).Scan(&pid))
 	releaseGate()
-	waitFor(t, 10*time.Second, "the gate's completion to wait on the test's lock", func() bool {
+	waitFor(t, "the gate's completion to wait on the test's lock", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx,
 			`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n))
@@ -99,12 +100,10 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // each outcome reaches the completer as its handler returns
 	require.NoError(t, tx.Rollback(ctx))
 
-	waitFor(t, 10*time.Second, "the gate and the three other events SENT", func() bool {
+	waitFor(t, "the gate and the three other events SENT", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == 4
 	})
-	stopCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx), "Stop returns once the refused outcome is recorded")
+	require.NoError(t, d.Stop(testctx.New(t)), "Stop returns once the refused outcome is recorded")
 
 	for _, id := range append([]uuid.UUID{gate}, ids...) {
 		if id != poison {
@@ -220,13 +219,13 @@ func TestRefusedOutcomeIsNotRunAgain(t *testing.T) {
 	}))
 	runDispatcher(t, d)
 
-	waitFor(t, time.Minute, "the refused outcome given up", func() bool {
+	waitFor(t, "the refused outcome given up", func() bool {
 		return len(outcomes.of(id)) > 0 || calls.count(id) > 1
 	})
 	givenUp := time.Now()
 	// A re-run needs the lease to expire and a recovery pass after that:
 	// wait for two passes that began a lease duration and more later.
-	waitFor(t, time.Minute, "two recovery passes after the lease would have expired", func() bool {
+	waitFor(t, "two recovery passes after the lease would have expired", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0

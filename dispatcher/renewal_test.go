@@ -51,27 +51,25 @@ func TestRenewalOfNewClaimDoesNotKeepStaleAttempt(t *testing.T) {
 	// Expire the lease just after a renewal, so that recovery and the new
 	// claim (a poll or two) come well before the next beat, which then
 	// renews the new claim alone.
-	waitFor(t, 10*time.Second, "a renewal", func() bool {
+	waitFor(t, "a renewal", func() bool {
 		var renewed bool
 		require.NoError(t, db.Pool.QueryRow(ctx,
 			`SELECT heartbeat_at > locked_at FROM outbox_events WHERE id = $1`, id).Scan(&renewed))
 		return renewed
 	})
 	expireLease(t, db, id)
-	waitFor(t, 10*time.Second, "recovery and a new claim", func() bool { return d.Stats().Claimed == 2 })
+	waitFor(t, "recovery and a new claim", func() bool { return d.Stats().Claimed == 2 })
 
-	select {
-	case <-stale.Done():
-	case <-time.After(5 * time.Second): // five beats
-		t.Fatal("the stale attempt's context was not cancelled: the new claim's renewals kept it alive")
-	}
+	// Were the new claim's renewals keeping the stale attempt alive, its
+	// context would never end.
+	receive(t, "the stale attempt's context to be cancelled", stale.Done())
 	require.ErrorIs(t, context.Cause(stale), outbox.ErrLockLost)
 	require.Equal(t, 1, log.count(id), "no new attempt beside the stale one")
 
 	release()
-	waitFor(t, 10*time.Second, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
+	waitFor(t, "SENT", func() bool { return readRow(t, db, id).Status == outbox.StatusSent })
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, readRow(t, db, id))
 	require.Equal(t, 2, log.count(id))
 	require.Empty(t, log.overlap)
-	waitFor(t, 10*time.Second, "the stale outcome reported lost", func() bool { return d.Stats().LockLost == 1 })
+	waitFor(t, "the stale outcome reported lost", func() bool { return d.Stats().LockLost == 1 })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -90,7 +91,7 @@ func retentionConfig(db *testdb.DB, batch int) dispatcher.Config {
 func waitPasses(t *testing.T, d *dispatcher.Dispatcher, n uint64) {
 	t.Helper()
 	from := d.Stats().RetentionPasses
-	waitFor(t, 30*time.Second, "retention passes", func() bool { return d.Stats().RetentionPasses >= from+n+1 })
+	waitFor(t, "retention passes", func() bool { return d.Stats().RetentionPasses >= from+n+1 })
 }
 
 // Only SENT rows older than RetainSent go, in batches of at most
@@ -194,9 +195,9 @@ func TestRetentionWaitsForItsTurn(t *testing.T) {
 	}
 
 	require.NoError(t, other.Rollback(ctx))
-	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
 	// Counted just after the batch commits.
-	waitFor(t, 30*time.Second, "the rows counted", func() bool { return d.Stats().RetentionSent == 12 })
+	waitFor(t, "the rows counted", func() bool { return d.Stats().RetentionSent == 12 })
 }
 
 // Two replicas running retention at once on a table that is also being
@@ -224,8 +225,8 @@ func TestRetentionTwoReplicas(t *testing.T) {
 	for _, d := range ds {
 		runDispatcher(t, d)
 	}
-	waitFor(t, 60*time.Second, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
-	waitFor(t, 60*time.Second, "the live events to be sent", func() bool {
+	waitFor(t, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the live events to be sent", func() bool {
 		return statusCounts(t, db)[outbox.StatusSent] == len(pending)
 	})
 	for _, d := range ds {
@@ -283,17 +284,15 @@ func TestRetentionStopMidBatch(t *testing.T) {
 			AND query LIKE '%gone AS%' AND query LIKE '%' || $1 || '%'`, db.Schema).Scan(&n))
 		return n
 	}
-	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx))
+	waitFor(t, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
+	require.NoError(t, d.Stop(testctx.New(t)))
 	require.NoError(t, <-errc)
 	require.Zero(t, d.Stats().Errors, "a batch cut by the stop is not an error")
 	require.Zero(t, d.Stats().RetentionSent)
 	// The stop's cancel request reaches the server on its own: wait for it
 	// to end the statement (still at the gate, which the test holds), then
 	// open the gate.
-	waitFor(t, 30*time.Second, "the cancelled batch to end", func() bool { return waiting() == 0 })
+	waitFor(t, "the cancelled batch to end", func() bool { return waiting() == 0 })
 	require.NoError(t, holder.Rollback(ctx))
 	require.Equal(t, len(due), remaining(t, db, due), "the cut batch rolled back whole")
 	var locked int
@@ -304,7 +303,7 @@ func TestRetentionStopMidBatch(t *testing.T) {
 	next, err := dispatcher.New(db.Pool, retentionConfig(db, 10))
 	require.NoError(t, err)
 	runDispatcher(t, next)
-	waitFor(t, 30*time.Second, "the next dispatcher to delete the rows", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the next dispatcher to delete the rows", func() bool { return remaining(t, db, due) == 0 })
 }
 
 // A batch that runs out of time (a trigger raises query_canceled on the
@@ -335,7 +334,7 @@ CREATE TRIGGER fake_timeout BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE 
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
 	require.LessOrEqual(t, d.Stats().Errors, uint64(3), "timed-out batches during one drain of 2,000 rows")
 	require.Equal(t, "SENT 100/100", log.get()[0], "the first batch that fit")
 }
@@ -362,7 +361,7 @@ func TestRetentionWaitsForTheFinishedIndex(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 30*time.Second, "a warning", func() bool {
+	waitFor(t, "a warning", func() bool {
 		return logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_finished_idx"`) == 1
 	})
 	waitPasses(t, d, 3) // no batch, no second warning
@@ -374,7 +373,7 @@ func TestRetentionWaitsForTheFinishedIndex(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `CREATE INDEX outbox_events_finished_idx ON outbox_events (status, coalesce(sent_at, failed_at))
 		WHERE status IN ('SENT', 'FAILED')`)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
 }
 
 // A batch that fails reaches OnError with one pgoutbox: prefix, naming
@@ -396,7 +395,7 @@ CREATE TRIGGER no_delete BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUN
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 30*time.Second, "an error", func() bool { return len(errs.filter(func(error) bool { return true })) > 0 })
+	waitFor(t, "an error", func() bool { return len(errs.filter(func(error) bool { return true })) > 0 })
 	msg := errs.filter(func(error) bool { return true })[0].Error()
 	require.Equal(t, 1, strings.Count(msg, "pgoutbox:"), msg)
 	require.True(t, strings.HasPrefix(msg, "pgoutbox: dispatcher: retention of SENT rows of "+db.Table().String()+": "), msg)
@@ -446,9 +445,9 @@ func TestRetentionStopsWithRunContext(t *testing.T) {
 		return n
 	}
 	<-started
-	waitFor(t, 30*time.Second, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
+	waitFor(t, "a retention batch waiting inside its DELETE", func() bool { return waiting() == 1 })
 	cancel()
-	waitFor(t, 25*time.Second, "the batch cancelled while the drain goes on", func() bool { return waiting() == 0 })
+	waitFor(t, "the batch cancelled while the drain goes on", func() bool { return waiting() == 0 })
 	require.Zero(t, d.Stats().Errors, "the batch ended by its statement timeout, not by the cancel")
 	select {
 	case err := <-errc:
@@ -483,7 +482,7 @@ func TestRetentionPassHasATimeBudget(t *testing.T) {
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 30*time.Second, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
+	waitFor(t, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
 	waitPasses(t, d, 1)
 	require.Equal(t, []string{"SENT 10/10", "SENT 10/10", "SENT 5/10"}, log.get()[:3])
 	require.Equal(t, 2, logs.count(slog.LevelInfo, "deleted_sent", "10"), "passes that deleted one full batch")

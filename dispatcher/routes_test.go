@@ -65,7 +65,7 @@ func TestExecModes(t *testing.T) {
 			defer mu.Unlock()
 			return append([]error(nil), errs...)
 		}
-		waitFor(t, 30*time.Second, "every event SENT, or an error", func() bool {
+		waitFor(t, "every event SENT, or an error", func() bool {
 			return len(reported()) > 0 || statusCounts(t, db)[outbox.StatusSent] == len(ids)
 		})
 		require.Empty(t, reported())

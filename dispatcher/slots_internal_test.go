@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -51,12 +52,12 @@ func TestSlotsAreGivenBack(t *testing.T) {
 	require.NoError(t, d.Handle("handled", func(context.Context, outbox.Event) error { return nil }))
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(context.Background()) }()
-	deadline := time.Now().Add(30 * time.Second)
+	budget := testctx.New(t)
 	for s := d.Stats(); s.Sent+s.Retried+s.Failed < 600 || s.Unroutable < 300; s = d.Stats() { // "neither" is released, not FAILED
-		require.True(t, time.Now().Before(deadline), "timed out: %+v", d.Stats())
+		require.NoError(t, budget.Err(), "still waiting for every event settled: %+v", d.Stats())
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Eventually(t, func() bool { return d.Stats().InFlight == 0 }, 10*time.Second, 10*time.Millisecond)
+	testctx.Await(t, "nothing in flight", func() bool { return d.Stats().InFlight == 0 })
 	require.Zero(t, len(d.slots), "handler slots held with nothing in flight")
 	require.NoError(t, d.Stop(context.Background()))
 	require.NoError(t, <-errc)

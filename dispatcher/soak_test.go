@@ -24,6 +24,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -146,9 +147,7 @@ func runSoak(t *testing.T, sc soakScenario, duration time.Duration) {
 
 	stats := make([]dispatcher.Stats, len(ds))
 	for i, d := range ds {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		require.NoError(t, d.Stop(ctx))
-		cancel()
+		require.NoError(t, d.Stop(testctx.New(t)))
 		stats[i] = d.Stats()
 	}
 	// A backend reports its deadlocks to pg_stat_database when it exits
@@ -157,7 +156,7 @@ func runSoak(t *testing.T, sc soakScenario, duration time.Duration) {
 	for _, p := range pools {
 		p.Close()
 	}
-	waitFor(t, 15*time.Second, "the dispatchers' backends to exit", func() bool {
+	waitFor(t, "the dispatchers' backends to exit", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))

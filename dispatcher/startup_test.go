@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -120,16 +121,9 @@ func TestStopDuringStartUp(t *testing.T) {
 			if tc.cancel {
 				cancel()
 			} else {
-				stopCtx, stopCancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer stopCancel()
-				require.NoError(t, d.Stop(stopCtx), "Stop must end a starting Run within its own deadline")
+				require.NoError(t, d.Stop(testctx.New(t)), "Stop must end a starting Run")
 			}
-			select {
-			case err := <-errc:
-				require.NoError(t, err, "a stop during start-up is a clean stop")
-			case <-time.After(5 * time.Second):
-				t.Fatal("Run still blocked in its start-up checks")
-			}
+			require.NoError(t, receive(t, "Run to leave its start-up checks", errc), "a stop during start-up is a clean stop")
 		})
 	}
 }
@@ -323,7 +317,7 @@ func TestStartInterrupted(t *testing.T) {
 		require.NoError(t, err)
 		errc := make(chan error, 1)
 		go func() { errc <- d.Start(context.Background()) }()
-		waitFor(t, 10*time.Second, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
+		waitFor(t, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
 		require.NoError(t, d.Stop(context.Background()))
 		require.ErrorIs(t, <-errc, dispatcher.ErrStopped)
 	})
@@ -334,7 +328,7 @@ func TestStartInterrupted(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { errc <- d.Start(ctx) }()
-		waitFor(t, 10*time.Second, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
+		waitFor(t, "the start-up checks", func() bool { return d.Health().State == dispatcher.StateStarting })
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		<-d.Done()

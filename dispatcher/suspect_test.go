@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -87,13 +88,9 @@ func runSuspects(t *testing.T, publish bool) []string {
 	}))
 	runDispatcher(t, d)
 	for range 4 {
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the events were not all handled")
-		}
+		receive(t, "the events all handled", done)
 	}
-	waitFor(t, 30*time.Second, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
+	waitFor(t, "every event SENT", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 4 })
 	mu.Lock()
 	defer mu.Unlock()
 	return problems
@@ -115,13 +112,13 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	waiting := insertSuspects(t, db, "t", 3)
 	others := insertEvents(t, db, "other", 2)
 
-	waitFor(t, 30*time.Second, "the other events SENT", func() bool {
+	waitFor(t, "the other events SENT", func() bool {
 		var sent int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
-	for deadline := time.Now().Add(30 * time.Second); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	for budget := testctx.New(t); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
+		if budget.Err() != nil {
 			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM outbox_events`)
 			require.NoError(t, err)
 			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -151,7 +148,7 @@ func TestWaitingSuspectDelaysNoBatchMate(t *testing.T) {
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, payload, recoveries)
 		SELECT gen_random_uuid(), 't', '\x7b7d', CASE WHEN g = 0 THEN 1 ELSE 0 END FROM generate_series(0, 3) AS g`)
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
+	waitFor(t, "the suspect's batch-mates SENT", func() bool { // the suspect waits a minute
 		return statusCounts(t, db)[outbox.StatusSent] == 3
 	})
 }
@@ -219,7 +216,7 @@ func TestSuspectsHoldUpNoOtherEvent(t *testing.T) {
 	others := insertEvents(t, db, "other", 20)
 
 	polls := d.Stats().PollCycles
-	waitFor(t, time.Minute, "the other events SENT", func() bool {
+	waitFor(t, "the other events SENT", func() bool {
 		require.Less(t, d.Stats().PollCycles, polls+200, "the other events were not SENT within 200 poll cycles")
 		var sent int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
@@ -257,7 +254,7 @@ func TestMeasureSuspectDrain(t *testing.T) {
 	start := time.Now()
 	runDispatcher(t, d)
 	var othersDone time.Duration
-	waitFor(t, 10*time.Minute, "every event SENT", func() bool {
+	waitFor(t, "every event SENT", func() bool {
 		if othersDone == 0 && sentOf(others) == len(others) {
 			othersDone = time.Since(start)
 		}
@@ -340,11 +337,7 @@ func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
 			want = 3 // and the innocents' beside it
 		}
 		for range want {
-			select {
-			case <-started:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("death %d: the victim's handlers did not start", death)
-			}
+			receive(t, fmt.Sprintf("death %d: the victim's handlers to start", death), started)
 		}
 		stopVictim(t, db, d, kp, errc)
 	}
@@ -356,7 +349,7 @@ func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
 	require.NoError(t, survivor.Handle("poison", func(context.Context, outbox.Event) error { return nil }))
 	require.NoError(t, survivor.Handle("innocent", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, survivor)
-	waitFor(t, 15*time.Second, "every event SENT or FAILED", func() bool {
+	waitFor(t, "every event SENT or FAILED", func() bool {
 		counts := statusCounts(t, db)
 		return counts[outbox.StatusSent]+counts[outbox.StatusFailed] == 3
 	})

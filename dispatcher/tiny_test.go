@@ -33,7 +33,7 @@ func TestTinyHandlersDoNotQueueBehindASlowOne(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	insertEvents(t, db, "x", 200)
-	waitFor(t, 10*time.Second, "the warm-up events SENT", func() bool { return d.Stats().Sent == 200 })
+	waitFor(t, "the warm-up events SENT", func() bool { return d.Stats().Sent == 200 })
 	// No-op handlers average a few µs, but under -race on a loaded machine
 	// the average can pass 20µs for a moment: pin it.
 	d.SetHandlerTime(time.Microsecond)
@@ -41,6 +41,6 @@ func TestTinyHandlersDoNotQueueBehindASlowOne(t *testing.T) {
 
 	slow := insertEvents(t, db, "slow", 1)[0] // first in the next claim
 	insertEvents(t, db, "x", 99)
-	waitFor(t, 10*time.Second, "the events behind the slow one SENT", func() bool { return d.Stats().Sent == 299 })
+	waitFor(t, "the events behind the slow one SENT", func() bool { return d.Stats().Sent == 299 })
 	require.Equal(t, outbox.StatusProcessing, readRow(t, db, slow).Status)
 }

@@ -86,7 +86,7 @@ func TestRollingDeployDeadLettersNothing(t *testing.T) {
 	types, all := old.ClaimedTypes()
 	require.False(t, all)
 	require.Equal(t, []string{"order.created", "order.paid"}, types)
-	waitFor(t, 10*time.Second, "both replicas claiming", func() bool {
+	waitFor(t, "both replicas claiming", func() bool {
 		return old.Stats().ClaimCycles > 0 && updated.Stats().ClaimCycles > 0
 	})
 
@@ -101,7 +101,7 @@ func TestRollingDeployDeadLettersNothing(t *testing.T) {
 	}
 	require.Len(t, ids, 40)
 	committed := updated.Stats().PollCycles
-	waitFor(t, 20*time.Second, "all 40 events delivered", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 40 })
+	waitFor(t, "all 40 events delivered", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 40 })
 
 	require.Equal(t, map[outbox.Status]int{outbox.StatusSent: 40}, statusCounts(t, db), "0 FAILED, 0 left")
 	require.Equal(t, 40, got.count())
@@ -137,13 +137,13 @@ func TestUnhandledTypeWaitsVisibly(t *testing.T) {
 	known := insertEvents(t, db, "known", 2)
 	runDispatcher(t, d)
 
-	waitFor(t, 10*time.Second, "the ghosts counted", func() bool { return d.Stats().WaitingUnhandled == 3 })
+	waitFor(t, "the ghosts counted", func() bool { return d.Stats().WaitingUnhandled == 3 })
 	s := d.Stats()
 	require.Equal(t, map[string]int64{"ghost": 3}, s.WaitingUnhandledByType)
 	first := s.PollCycles
-	waitFor(t, 10*time.Second, "five more counts", func() bool { return d.Stats().PollCycles >= first+5 })
+	waitFor(t, "five more counts", func() bool { return d.Stats().PollCycles >= first+5 })
 	require.Equal(t, 1, logs.count(slog.LevelWarn, "type", "ghost"), "one WARN per type in five minutes")
-	waitFor(t, 10*time.Second, "the known events delivered", func() bool { return handled.count() == 2 })
+	waitFor(t, "the known events delivered", func() bool { return handled.count() == 2 })
 
 	for _, id := range ghosts {
 		r := readRow(t, db, id)
@@ -170,7 +170,7 @@ func TestRecoveryTakesBackLeasesOfEveryType(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, other.Handle("z", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, other)
-	waitFor(t, 10*time.Second, "the lease recovered", func() bool { return other.Stats().Recovered == 1 })
+	waitFor(t, "the lease recovered", func() bool { return other.Stats().Recovered == 1 })
 	r := readRow(t, db, lost)
 	require.Equal(t, outbox.StatusPending, r.Status, "not claimed by a dispatcher that does not handle y")
 	require.Equal(t, 1, r.Recoveries)
@@ -181,7 +181,7 @@ func TestRecoveryTakesBackLeasesOfEveryType(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, owner.Handle("y", got.handler("owner")))
 	runDispatcher(t, owner)
-	waitFor(t, 10*time.Second, "y delivered", func() bool { return readRow(t, db, lost).Status == outbox.StatusSent })
+	waitFor(t, "y delivered", func() bool { return readRow(t, db, lost).Status == outbox.StatusSent })
 }
 
 // With PublishTypes a publishing dispatcher claims and publishes those
@@ -207,7 +207,7 @@ func TestPublishTypes(t *testing.T) {
 		h := insertEvents(t, db, "h", 1)[0]
 		other := insertEvents(t, db, "other", 1)[0]
 		runDispatcher(t, d)
-		waitFor(t, 10*time.Second, "p and h sent", func() bool {
+		waitFor(t, "p and h sent", func() bool {
 			return readRow(t, db, p).Status == outbox.StatusSent && readRow(t, db, h).Status == outbox.StatusSent
 		})
 		msgs := pub.published()

@@ -54,7 +54,7 @@ func TestRollingDeployWithPublishers(t *testing.T) {
 	}
 	a, pubA := start("A", logsA, routeOnly("order.created"))
 	b, pubB := start("B", nil, routeOnly("order.created", "notification.requested"))
-	waitFor(t, 10*time.Second, "both replicas claiming", func() bool {
+	waitFor(t, "both replicas claiming", func() bool {
 		return a.Stats().ClaimCycles > 0 && b.Stats().ClaimCycles > 0
 	})
 
@@ -65,7 +65,7 @@ func TestRollingDeployWithPublishers(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	total := len(created) + len(notified)
-	waitFor(t, 60*time.Second, "every event SENT or one FAILED", func() bool {
+	waitFor(t, "every event SENT or one FAILED", func() bool {
 		c := statusCounts(t, db)
 		return c[outbox.StatusSent] == total || c[outbox.StatusFailed] > 0
 	})
@@ -122,7 +122,7 @@ func TestUnroutableReleaseIsUncharged(t *testing.T) {
 			d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 			require.NoError(t, err)
 			require.NoError(t, d.Start(t.Context()))
-			waitFor(t, 10*time.Second, "both released", func() bool { return d.Stats().Released >= 2 })
+			waitFor(t, "both released", func() bool { return d.Stats().Released >= 2 })
 			require.NoError(t, d.Stop(t.Context()))
 
 			s := d.Stats()
@@ -171,7 +171,7 @@ func TestUnroutableHeadHoldsItsKey(t *testing.T) {
 				return d, pub
 			}
 			old, oldPub := start(routeOnly("ev"))
-			waitFor(t, 10*time.Second, "j delivered and k's head released", func() bool {
+			waitFor(t, "j delivered and k's head released", func() bool {
 				return readRow(t, db, rest[1]).Status == outbox.StatusSent && readRow(t, db, rest[3]).Status == outbox.StatusSent &&
 					old.Stats().Unroutable >= 1 && old.Stats().OrderReleased >= 2
 			})
@@ -187,7 +187,7 @@ func TestUnroutableHeadHoldsItsKey(t *testing.T) {
 			require.Zero(t, old.Stats().Failed)
 
 			_, newPub := start(routeOnly("new", "ev"))
-			waitFor(t, 30*time.Second, "k delivered", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 5 })
+			waitFor(t, "k delivered", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 5 })
 			var order []uuid.UUID
 			for _, call := range newPub.all() {
 				order = append(order, call...)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -83,7 +84,7 @@ func (h *handledAt) handler(d **dispatcher.Dispatcher) outbox.Handler {
 
 func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 	t.Helper()
-	timeout := time.After(20 * time.Second) // a hang guard, far below the 30s poll
+	budget := testctx.New(t) // a hang guard: the poll count says whether a wakeup or a poll delivered it
 	for {
 		select {
 		case got := <-h.ch:
@@ -92,8 +93,8 @@ func (h *handledAt) wait(t *testing.T, id uuid.UUID) uint64 {
 				defer h.mu.Unlock()
 				return h.polls[id]
 			}
-		case <-timeout:
-			t.Fatalf("event %s was not handled", id)
+		case <-budget.Done():
+			t.Fatalf("event %s was not handled: %v", id, context.Cause(budget))
 		}
 	}
 }
@@ -117,7 +118,7 @@ func startListening(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (*dispat
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", h.handler(&d)))
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+	waitFor(t, "the listener", func() bool { return d.Stats().WakeupsActive })
 	return d, h
 }
 
@@ -145,18 +146,18 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
 	require.Equal(t, 1, killed)
-	waitFor(t, 10*time.Second, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
+	waitFor(t, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
 	// Let the follow-up claims of the last wake-up (for one WakeupCooldown,
 	// 20ms, after it) pass, so that only the reconnect can find the next
 	// event.
 	time.Sleep(100 * time.Millisecond)
 	whileDown := emitOne(t, db, "x")
-	waitFor(t, 10*time.Second, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
+	waitFor(t, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
 	require.Equal(t, outbox.StatusPending, readRow(t, db, whileDown).Status, "nothing woke the dispatcher yet")
 
 	down.Store(false)
 	require.Zero(t, h.wait(t, whileDown), "dispatched on reconnect, not by a poll")
-	waitFor(t, 10*time.Second, "the listener back", func() bool { return d.Stats().WakeupsActive })
+	waitFor(t, "the listener back", func() bool { return d.Stats().WakeupsActive })
 	after := emitOne(t, db, "x")
 	require.Zero(t, h.wait(t, after))
 	require.Equal(t, uint64(2), d.Stats().ListenerConnects)
@@ -183,7 +184,7 @@ func TestWakeupModes(t *testing.T) {
 		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 		runDispatcher(t, d)
 		emitOne(t, db, "x")
-		waitFor(t, 10*time.Second, "delivery by polling", func() bool { return sent.Load() == 1 })
+		waitFor(t, "delivery by polling", func() bool { return sent.Load() == 1 })
 		require.False(t, d.Stats().WakeupsActive)
 	})
 	t.Run("RequiredFailsWhenListenerCannotConnect", func(t *testing.T) {
@@ -236,7 +237,7 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
-	waitFor(t, 10*time.Second, "the listener", func() bool { return d.Stats().WakeupsActive })
+	waitFor(t, "the listener", func() bool { return d.Stats().WakeupsActive })
 
 	const writers, perWriter = 8, 1250
 	// Every transaction notifies: this is about the dispatcher coalescing
@@ -266,7 +267,7 @@ func TestNotificationBurstCoalesces(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, 2*time.Minute, "every event SENT", func() bool { return sent.Load() == writers*perWriter })
+	waitFor(t, "every event SENT", func() bool { return sent.Load() == writers*perWriter })
 	took := time.Since(began)
 	st := d.Stats()
 	t.Logf("10,000 transactions in %v: %d notifications, %d claim cycles, %d polls", took, st.Wakeups, st.ClaimCycles, st.PollCycles)
@@ -304,7 +305,7 @@ func stretchedDispatcher(t *testing.T, db *testdb.DB, backoff time.Duration) (*d
 		return nil
 	}))
 	runDispatcher(t, d)
-	waitFor(t, 20*time.Second, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
+	waitFor(t, "the poll interval to stretch", func() bool { return d.Stats().PollInterval >= 3*time.Second })
 	return d, attempts
 }
 
@@ -420,7 +421,7 @@ func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
 		quiet := func() {
 			time.Sleep(3 * time.Second) // long enough for polls to stretch, if they do
 			polls := d.Stats().PollCycles
-			waitFor(t, 10*time.Second, "a poll", func() bool { return d.Stats().PollCycles > polls })
+			waitFor(t, "a poll", func() bool { return d.Stats().PollCycles > polls })
 		}
 		quiet()
 		wakeups := d.Stats().Wakeups
@@ -525,9 +526,7 @@ func TestAutoWakeupDoesNotDelayDispatching(t *testing.T) {
 
 	require.Equal(t, dispatcher.ListenerProbing, <-listenerAtHandling, "dispatched while the probe waited")
 	require.False(t, d.Stats().WakeupsActive)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, d.Stop(stopCtx), "Stop ends the probe")
+	require.NoError(t, d.Stop(testctx.New(t)), "Stop ends the probe")
 	require.Equal(t, dispatcher.ListenerOff, d.Health().Listener)
 }
 
@@ -543,7 +542,7 @@ func TestHealthListenerStates(t *testing.T) {
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		runDispatcher(t, d)
-		waitFor(t, 20*time.Second, "the listener", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
+		waitFor(t, "the listener", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
 	})
 	t.Run("Unavailable", func(t *testing.T) {
 		t.Parallel()
@@ -556,7 +555,7 @@ func TestHealthListenerStates(t *testing.T) {
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		runDispatcher(t, d)
-		waitFor(t, 20*time.Second, "the probe to fail", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
+		waitFor(t, "the probe to fail", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 		require.NoError(t, d.Health().Healthy(time.Minute), "polling only is healthy")
 	})
 	t.Run("RefusedListenerIsUnavailable", func(t *testing.T) {
@@ -568,7 +567,7 @@ func TestHealthListenerStates(t *testing.T) {
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		runDispatcher(t, d)
-		waitFor(t, 20*time.Second, "the verdict", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
+		waitFor(t, "the verdict", func() bool { return d.Health().Listener == dispatcher.ListenerUnavailable })
 	})
 	t.Run("ConnectErrorIsRetried", func(t *testing.T) {
 		t.Parallel()
@@ -579,9 +578,9 @@ func TestHealthListenerStates(t *testing.T) {
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
 		runDispatcher(t, d)
-		waitFor(t, 20*time.Second, "a reconnect", func() bool { return d.Health().Listener == dispatcher.ListenerReconnecting })
+		waitFor(t, "a reconnect", func() bool { return d.Health().Listener == dispatcher.ListenerReconnecting })
 		down.Store(false)
-		waitFor(t, 20*time.Second, "the listener once reachable", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
+		waitFor(t, "the listener once reachable", func() bool { return d.Health().Listener == dispatcher.ListenerActive })
 	})
 	t.Run("RequiredFailsStart", func(t *testing.T) {
 		t.Parallel()

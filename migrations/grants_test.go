@@ -18,6 +18,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -126,7 +127,7 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 			t.Logf("Run returned: %v", err)
 		}
 	}()
-	deadline := time.After(60 * time.Second)
+	budget := testctx.New(t)
 	for {
 		select {
 		case err := <-reported:
@@ -135,7 +136,7 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 			ran <- err // for the deferred wait
 			require.Error(t, err, "Run returned before the events were sent")
 			return err
-		case <-deadline:
+		case <-budget.Done():
 			t.Fatalf("%d events still unsent, and no error", env.unsent(t))
 		case <-time.After(20 * time.Millisecond):
 			if env.unsent(t) == 0 && env.aged(t) == 0 {

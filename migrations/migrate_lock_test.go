@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -113,8 +114,7 @@ func TestMigrateNamesTheHolderOfItsLock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.lock, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
+			ctx := testctx.New(t)
 			db := testdb.New(t)
 			conn := db.Conn(t)
 			cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}
@@ -194,8 +194,7 @@ func TestMigrateRejectsALockTimeoutOutOfRange(t *testing.T) {
 // than that the lock was released.
 func TestVerifyLockErrorBehindAQueuedExclusiveLock(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := testdb.NewMigrated(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table(), LockTimeout: 500 * time.Millisecond}
@@ -215,7 +214,7 @@ func TestVerifyLockErrorBehindAQueuedExclusiveLock(t *testing.T) {
 		_, err := alter.Exec(ctx, "ALTER TABLE "+quoted(db.Table())+" ADD COLUMN review_zz integer")
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "the ALTER TABLE queued", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("lock ended: %v", err)
@@ -226,7 +225,7 @@ func TestVerifyLockErrorBehindAQueuedExclusiveLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		return n > 0
-	}, 20*time.Second, 20*time.Millisecond)
+	})
 	err = migrations.Verify(ctx, conn, cfg)
 	var lockErr *migrations.VerifyLockError
 	require.ErrorAs(t, err, &lockErr)
@@ -244,8 +243,7 @@ func TestVerifyLockErrorBehindAQueuedExclusiveLock(t *testing.T) {
 // and keeps its lock_timeout, after a success and after a lock timeout.
 func TestVerifyInsideACallersTransaction(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := testdb.NewMigrated(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}
@@ -282,8 +280,7 @@ func TestVerifyInsideACallersTransaction(t *testing.T) {
 // long as the lock was held); once the lock is gone it verifies.
 func TestVerifyIsBoundedByLockTimeout(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := testdb.NewMigrated(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table(), LockTimeout: 300 * time.Millisecond}

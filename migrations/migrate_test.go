@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -245,8 +246,7 @@ func holdTable(t *testing.T, db *testdb.DB, table outbox.Table) pgx.Tx {
 // the holder commits, a retry succeeds.
 func TestMigrateWaitsForAHeldTableWithoutStallingWriters(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := testdb.New(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table()}
@@ -257,13 +257,13 @@ func TestMigrateWaitsForAHeldTableWithoutStallingWriters(t *testing.T) {
 	go func() { migrated <- migrations.Migrate(ctx, conn, cfg) }()
 	waitForLockWaiter(ctx, t, db, db.Table()) // the ALTER TABLE is queued behind the holder
 
+	// The holder commits only after the write: a writer that waited for
+	// it would never return (the run's budget would end it).
 	writer := db.Conn(t)
 	start := time.Now()
-	writeCtx, cancelWrite := context.WithTimeout(ctx, 4*time.Second)
-	defer cancelWrite()
-	_, err := writer.Exec(writeCtx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'later')")
+	_, err := writer.Exec(ctx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'later')")
 	require.NoError(t, err, "a writer waits behind the migration at most its lock_timeout, not until the holder commits")
-	require.Less(t, time.Since(start), 3*time.Second)
+	t.Logf("the writer waited %s behind the migration", time.Since(start).Round(time.Millisecond))
 
 	require.NoError(t, holder.Commit(ctx))
 	require.NoError(t, <-migrated)
@@ -275,8 +275,7 @@ func TestMigrateWaitsForAHeldTableWithoutStallingWriters(t *testing.T) {
 // the table at version 2 and free for writers.
 func TestMigrateGivesUpOnATableHeldThroughItsRetries(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testctx.New(t)
 	db := testdb.New(t)
 	conn := db.Conn(t)
 	cfg := migrations.Config{Table: db.Table()}
@@ -289,15 +288,13 @@ func TestMigrateGivesUpOnATableHeldThroughItsRetries(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "55P03", pgErr.Code)
-	require.Less(t, time.Since(start), 40*time.Second)
-	require.NoError(t, ctx.Err())
+	require.NoError(t, ctx.Err(), "Migrate gave up by itself, not at the end of the run's budget")
+	t.Logf("Migrate gave up after %s", time.Since(start).Round(time.Millisecond))
 
 	v, err := migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.Equal(t, int32(2), v)
-	writeCtx, cancelWrite := context.WithTimeout(ctx, 2*time.Second)
-	defer cancelWrite()
-	_, err = db.Conn(t).Exec(writeCtx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'after')")
+	_, err = db.Conn(t).Exec(ctx, "INSERT INTO "+quoted(db.Table())+" (id, event_type) VALUES (gen_random_uuid(), 'after')")
 	require.NoError(t, err)
 }
 
@@ -305,12 +302,12 @@ func TestMigrateGivesUpOnATableHeldThroughItsRetries(t *testing.T) {
 func waitForLockWaiter(ctx context.Context, t *testing.T, db *testdb.DB, table outbox.Table) {
 	t.Helper()
 	observer := db.Conn(t)
-	require.Eventually(t, func() bool {
+	testctx.Await(t, "a session waiting for a lock on "+table.String(), func() bool {
 		var waiting bool
 		err := observer.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE relation = $1::regclass AND NOT granted)",
 			quoted(table)).Scan(&waiting)
 		return err == nil && waiting
-	}, 20*time.Second, 10*time.Millisecond)
+	})
 }
 
 // An outbox at version 1 with keyed and keyless rows in every status

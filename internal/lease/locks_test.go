@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -77,9 +78,10 @@ func TestRenewAndCompleteDoNotDeadlock(t *testing.T) {
 		renewed <- renewResult{res, err}
 	}()
 	var r renewResult
+	budget := testctx.New(t) // the lock is held until the test ends: a Renew that waits for it never returns
 	select {
 	case r = <-renewed:
-	case <-time.After(10 * time.Second):
+	case <-budget.Done():
 		t.Fatal("Renew waited for a row lock held elsewhere")
 	}
 	require.NoError(t, r.err)
@@ -108,9 +110,7 @@ func TestReleaseSkipsBusyRows(t *testing.T) {
 	insertDue(t, e.db.Pool, 2)
 	b := claimN(t, e, 2)
 	lockRow(t, e, b.Events[0].ID)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	res, err := e.store.Release(ctx, e.db.Pool, b.Refs())
+	res, err := e.store.Release(testctx.New(t), e.db.Pool, b.Refs())
 	require.NoError(t, err)
 	require.Equal(t, []lease.Ref{b.Refs()[1]}, res.Done)
 	require.Equal(t, []lease.Ref{b.Refs()[0]}, res.Busy)
@@ -271,16 +271,11 @@ func (e errUnexpectedResult) Error() string { return "unexpected completion resu
 
 func errUnexpected(res lease.CompleteResult) error { return errUnexpectedResult(res) }
 
-// waitUntil polls cond until it holds, failing the test after 10s.
+// waitUntil polls cond until it holds, failing the test if the run's
+// -timeout comes first (testctx.Await).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testctx.Await(t, what, cond)
 }
 
 // A completion bounded by StatementTimeout gives up on the server, not

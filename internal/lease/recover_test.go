@@ -10,16 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// recoverWithin runs Recover with a deadline, so that a Recover that waits
-// on a row lock instead of skipping it fails the test instead of hanging.
+// recoverWithin runs Recover bounded by the run's -timeout, so that a
+// Recover that waits on a row lock (held until the test ends) instead of
+// skipping it fails the test instead of hanging.
 func recoverWithin(t *testing.T, e env, p lease.RecoverParams) lease.RecoverResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	res, err := e.store.Recover(ctx, e.db.Pool, p)
+	res, err := e.store.Recover(testctx.New(t), e.db.Pool, p)
 	require.NoError(t, err, "Recover must skip locked rows, not wait for them")
 	return res
 }

@@ -29,22 +29,37 @@ const maxGrace = time.Minute
 // no -timeout (-timeout 0) it ends with t only.
 func New(t testing.TB) context.Context {
 	t.Helper()
-	ctx := t.Context()
+	ctx, cancel := bound(t, t.Context())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ForCleanup returns a context that ends only shortly before the run's
+// -timeout (like New), not when t ends: t's own context is already done
+// when its cleanups run, so a cleanup that stops something and waits for
+// it to finish takes this one instead of a fixed cap. The caller cancels
+// it.
+func ForCleanup(t testing.TB) (context.Context, context.CancelFunc) {
+	t.Helper()
+	return bound(t, context.Background())
+}
+
+// bound returns parent ended shortly before the run's -timeout, if it
+// has one.
+func bound(t testing.TB, parent context.Context) (context.Context, context.CancelFunc) {
 	type deadliner interface{ Deadline() (time.Time, bool) }
 	d, ok := t.(deadliner)
 	if !ok {
-		return ctx
+		return context.WithCancel(parent)
 	}
 	deadline, ok := d.Deadline()
 	if !ok {
-		return ctx
+		return context.WithCancel(parent)
 	}
 	grace := min(maxGrace, time.Until(deadline)/10)
 	cause := fmt.Errorf("%w: the go test -timeout of this run ends at %s (%s from now); %s kept back to report and clean up",
 		ErrRunOutOfTime, deadline.Format(time.TimeOnly), time.Until(deadline).Round(time.Second), grace.Round(time.Second))
-	ctx, cancel := context.WithDeadlineCause(ctx, deadline.Add(-grace), cause)
-	t.Cleanup(cancel)
-	return ctx
+	return context.WithDeadlineCause(parent, deadline.Add(-grace), cause)
 }
 
 // ErrRunOutOfTime is the cause (context.Cause) of a context from New that

@@ -53,3 +53,21 @@ func TestAwaitReturnsWhenTheConditionHolds(t *testing.T) {
 	testctx.Await(t, "the third check", func() bool { n++; return n == 3 })
 	require.Equal(t, 3, n)
 }
+
+// ForCleanup's context outlives t's own, which is done when cleanups run,
+// and still ends before the run's deadline.
+func TestForCleanupOutlivesTheTest(t *testing.T) {
+	t.Parallel()
+	deadline, ok := t.Deadline()
+	t.Cleanup(func() {
+		require.Error(t, t.Context().Err(), "t's context is done in its cleanups")
+		ctx, cancel := testctx.ForCleanup(t)
+		defer cancel()
+		require.NoError(t, ctx.Err())
+		got, has := ctx.Deadline()
+		require.Equal(t, ok, has)
+		if ok {
+			require.True(t, got.Before(deadline))
+		}
+	})
+}
