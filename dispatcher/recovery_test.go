@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -129,4 +130,50 @@ func TestRecoveryPassesFollowEachOtherWhileLeasesRemain(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, statusCounts(t, db)[outbox.StatusPending])
+}
+
+// TestMeasureMassRecovery measures how long a dispatcher at the default
+// PollInterval, RecoverEvery and RecoverBatchSize takes to return a
+// crashed replica's 50,000 expired leases to PENDING, from its first
+// recovery pass to the last, on the real clock. It runs only when
+// PGOUTBOX_MEASURE is set:
+//
+//	PGOUTBOX_MEASURE=1 go test -count=1 -run TestMeasureMassRecovery -v ./dispatcher/
+func TestMeasureMassRecovery(t *testing.T) {
+	if os.Getenv("PGOUTBOX_MEASURE") == "" {
+		t.Skip("a measurement: set PGOUTBOX_MEASURE=1")
+	}
+	db := testdb.NewMigrated(t)
+	const n = 50_000
+	crashedLeases(t, db, n)
+	_, err := db.Pool.Exec(context.Background(), `VACUUM ANALYZE outbox_events`)
+	require.NoError(t, err)
+
+	var passes recoverPasses
+	var first, last time.Time
+	var mu sync.Mutex
+	cfg := dispatcher.Config{Table: db.Table(), Logger: quietLogger()} // the defaults
+	dispatcher.SetRecoverHook(&cfg, func(poll uint64, statements, rows int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		last = time.Now()
+		passes.add(poll, statements, rows)
+	})
+	d, err := dispatcher.New(db.Pool, cfg) // handles "other.type": the recovered rows stay PENDING
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("other.type", func(context.Context, outbox.Event) error { return nil }))
+	start := time.Now()
+	runDispatcher(t, d)
+	waitFor(t, "every expired lease recovered", func() bool { return passes.recovered() >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	statements := 0
+	for _, p := range passes.list() {
+		statements += p.statements
+	}
+	t.Logf("%d expired leases: first pass %s after start; all PENDING %s after it, in %d passes of %d statements",
+		n, first.Sub(start).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond), len(passes.list()), statements)
 }
