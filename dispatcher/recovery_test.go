@@ -77,7 +77,7 @@ func TestRecoveryKeepsGoingWhileBatchesAreFull(t *testing.T) {
 	dispatcher.SetRecoverHook(&cfg, passes.add)
 	d, err := dispatcher.New(db.Pool, cfg) // handles "other.type": the recovered rows stay PENDING
 	require.NoError(t, err)
-	d.Handle("other.type", func(context.Context, outbox.Event) error { return nil })
+	require.NoError(t, d.Handle("other.type", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
 
 	waitFor(t, "a recovery pass", func() bool { return len(passes.list()) > 0 })
@@ -117,7 +117,7 @@ func TestRecoveryPassesFollowEachOtherWhileLeasesRemain(t *testing.T) {
 	dispatcher.SetRecoverHook(&cfg, passes.add)
 	d, err := dispatcher.New(db.Pool, cfg)
 	require.NoError(t, err)
-	d.Handle("other.type", func(context.Context, outbox.Event) error { return nil })
+	require.NoError(t, d.Handle("other.type", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
 
 	waitFor(t, "every lease recovered", func() bool { return passes.recovered() == n })
