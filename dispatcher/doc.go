@@ -164,6 +164,10 @@
 // an operator: fix the cause, then replay (the handler may run again) or
 // skip. Only a refused release (of an event that never ran) and a
 // fallback write that fails too leave the lease to expire as before.
+// The fallback is one statement per refused event, written by the
+// completer: a trigger that refuses every outcome of a busy type costs a
+// round trip per event until it is fixed, and a fallback whose reply is
+// lost is reported as let go although the row may show it FAILED.
 // A write whose reply was lost is retried, and when it finds its rows no
 // longer held it reads them back: an outcome the row shows was recorded
 // under its claim's token (the row's outcome_token, which later claims do
