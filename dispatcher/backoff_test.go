@@ -2,13 +2,17 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -188,4 +192,46 @@ CREATE TRIGGER slow_sent BEFORE UPDATE ON outbox_events FOR EACH ROW
 	require.Empty(t, errs.matching(outbox.ErrOutcomeRefused))
 	require.Empty(t, errs.matching(outbox.ErrOutcomeUnknown))
 	require.Zero(t, d.Stats().LockLost)
+}
+
+// TestMeasureClaimTimeoutShare measures the share of claims that run out
+// of time under a statement_timeout of 100ms with BatchSize 10,000 while
+// 300,000 events drain (issue 24: 32–47% when the size doubled after
+// every full claim). It runs only when PGOUTBOX_MEASURE is set:
+//
+//	PGOUTBOX_MEASURE=1 go test -count=1 -run TestMeasureClaimTimeoutShare -v ./dispatcher/
+func TestMeasureClaimTimeoutShare(t *testing.T) {
+	if os.Getenv("PGOUTBOX_MEASURE") == "" {
+		t.Skip("a measurement: set PGOUTBOX_MEASURE=1")
+	}
+	db := testdb.NewMigrated(t)
+	const n = 300_000
+	insertEvents(t, db, "x", n)
+	_, err := db.Pool.Exec(context.Background(), `VACUUM ANALYZE outbox_events`)
+	require.NoError(t, err)
+	var sent, claimTimeouts atomic.Int64
+	cfg := baseConfig(db)
+	cfg.PollInterval = time.Second
+	cfg.BatchSize = 10_000
+	cfg.Concurrency = 10_000
+	cfg.OnOutcome = func(_ context.Context, o dispatcher.Outcome) {
+		if o.Status == outbox.StatusSent {
+			sent.Add(1)
+		}
+	}
+	cfg.OnError = func(err error) {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "57014" && strings.Contains(err.Error(), "claim") {
+			claimTimeouts.Add(1)
+		}
+	}
+	d, err := dispatcher.New(poolWith(t, db, map[string]string{"statement_timeout": "100ms"}), cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	start := time.Now()
+	runDispatcher(t, d)
+	waitFor(t, "every event sent", func() bool { return sent.Load() >= n })
+	claims := d.Stats().ClaimCycles
+	t.Logf("%d events in %s: %d claims, %d ran out of time (%.1f%%)", n, time.Since(start).Round(time.Millisecond),
+		claims, claimTimeouts.Load(), 100*float64(claimTimeouts.Load())/float64(max(claims, 1)))
 }
