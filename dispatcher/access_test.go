@@ -79,3 +79,67 @@ ALTER ROLE %[2]s SET default_transaction_isolation = 'read uncommitted'`, pgx.Id
 	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
 	runDispatcher(t, d)
 }
+
+// The columns the dispatcher's statements read (claims, read-backs,
+// recovery, next-due, outcomes), spelled out here rather than taken from
+// internal/lease so that a column left out of lease.ReadColumns fails the
+// test's run with the column-granted role.
+var readColumns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "snoozes",
+	"next_attempt_at", "lock_token", "lock_owner", "locked_at", "lease_until", "started_at",
+	"skipped_at", "last_error_code", "last_error", "attempt_log", "outcome_token", "created_at",
+	"sent_at", "failed_at", "ctid",
+}
+
+// A role granted SELECT on some columns only used to pass Start (the
+// check asked for SELECT on any column) and then fail every claim. Start
+// refuses a column grant that lacks a column the claim reads, naming the
+// privilege and the column; with the column granted, it starts, delivers
+// and recovers an expired lease (recovery reads no column beyond these).
+func TestStartRefusesColumnSelectGrantWithoutClaimedColumn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	role := db.NewRole(t, "pgotest_select_columns")
+	quoted := pgx.Identifier{role}.Sanitize()
+	var granted []string
+	for _, c := range readColumns {
+		if c != "idempotency_key" {
+			granted = append(granted, c)
+		}
+	}
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+GRANT SELECT (%[3]s) ON outbox_events TO %[2]s;
+GRANT UPDATE, DELETE ON outbox_events TO %[2]s;
+GRANT SELECT ON outbox_events_schema_version TO %[2]s`,
+		pgx.Identifier{db.Schema}.Sanitize(), quoted, strings.Join(granted, ", ")))
+	require.NoError(t, err)
+
+	handler := func(context.Context, outbox.Event) error { return nil }
+	d, err := dispatcher.New(db.RolePool(t, role, 4), baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", handler))
+	err = d.Start(ctx)
+	require.ErrorIs(t, err, dispatcher.ErrMissingPrivilege)
+	var pe *dispatcher.PrivilegeError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "SELECT", pe.Privilege)
+	require.Equal(t, []string{"idempotency_key"}, pe.Columns)
+	require.Contains(t, err.Error(), "GRANT SELECT (idempotency_key)")
+
+	_, err = db.Pool.Exec(ctx, `GRANT SELECT (idempotency_key) ON outbox_events TO `+quoted)
+	require.NoError(t, err)
+	ids := insertEvents(t, db, "x", 2)
+	// The second row's lease expired under a worker that never started
+	// it: recovery returns it to PENDING, and a claim delivers it.
+	_, err = db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'PROCESSING', lock_token = gen_random_uuid(),
+	locked_at = now(), lease_until = now() - interval '1 second' WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	d, err = dispatcher.New(db.RolePool(t, role, 4), baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", handler))
+	runDispatcher(t, d)
+	waitFor(t, "both events sent", func() bool { return statusCounts(t, db)[outbox.StatusSent] == 2 })
+}
