@@ -72,17 +72,21 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 	for _, p := range []struct {
 		have            bool
 		privilege, need string
+		// missing and all: the columns lacking the privilege, of all
+		// those that need it (when missing is shorter, the role holds
+		// the privilege on some columns: the error names the others).
+		missing, all []string
 	}{
-		{a.Select, "SELECT", "claiming and recording outcomes"},
-		{a.Update, "UPDATE", "claiming and recording outcomes"},
-		{a.Delete || !d.cfg.DeleteSent, "DELETE", "DeleteSent (deleting each event once sent)"},
-		{a.Delete || d.cfg.KeepSent, "DELETE", "retention of SENT rows (RetainSent; set KeepSent to keep them)"},
-		{a.Delete || d.cfg.RetainFailed == 0, "DELETE", "retention of FAILED rows (RetainFailed)"},
+		{a.Select, "SELECT", "claiming and recording outcomes", a.SelectMissing, lease.ReadColumns},
+		{a.Update, "UPDATE", "claiming and recording outcomes", a.UpdateMissing, lease.WrittenColumns},
+		{a.Delete || !d.cfg.DeleteSent, "DELETE", "DeleteSent (deleting each event once sent)", nil, nil},
+		{a.Delete || d.cfg.KeepSent, "DELETE", "retention of SENT rows (RetainSent; set KeepSent to keep them)", nil, nil},
+		{a.Delete || d.cfg.RetainFailed == 0, "DELETE", "retention of FAILED rows (RetainFailed)", nil, nil},
 	} {
 		if !p.have {
 			e := &PrivilegeError{Privilege: p.privilege, Table: table, NeededFor: p.need}
-			if p.privilege == "UPDATE" && len(a.UpdateMissing) < len(lease.WrittenColumns) {
-				e.Columns = a.UpdateMissing
+			if len(p.missing) < len(p.all) {
+				e.Columns = p.missing
 			}
 			return e
 		}

@@ -374,3 +374,26 @@ func receive[T any](t *testing.T, what string, ch <-chan T) T {
 		panic("unreachable")
 	}
 }
+
+// newGrantedRole creates a role for the test and runs grants on db as
+// its owner: in grants, %[1]s is the quoted schema, %[2]s the quoted
+// role and %[3]s on the args. It returns the role and its quoted name.
+func newGrantedRole(t *testing.T, db *testdb.DB, prefix, grants string, args ...any) (role, quoted string) {
+	t.Helper()
+	role = db.NewRole(t, prefix)
+	quoted = pgx.Identifier{role}.Sanitize()
+	_, err := db.Pool.Exec(context.Background(),
+		fmt.Sprintf(grants, append([]any{pgx.Identifier{db.Schema}.Sanitize(), quoted}, args...)...))
+	require.NoError(t, err)
+	return role, quoted
+}
+
+// roleDispatcher is a dispatcher of baseConfig connecting as role, whose
+// handler of type "x" succeeds.
+func roleDispatcher(t *testing.T, db *testdb.DB, role string) *dispatcher.Dispatcher {
+	t.Helper()
+	d, err := dispatcher.New(db.RolePool(t, role, 4), baseConfig(db))
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	return d
+}

@@ -90,6 +90,18 @@ func TestBatchMateOfStuckHandlerIsNotHeldForEver(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.Publisher, cfg.RouteFunc = &recordingPublisher{}, func(outbox.Event) string { return "dest" }
 	cfg.Concurrency, cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = 2, time.Second, 100*time.Millisecond, 1
+	token, t0 := runWithStuckCall(t, db, cfg, stuck)
+	require.False(t, renewedSince(t, db, waiting, token, t0, cfg.LeaseDuration),
+		"the waiting event's lease was renewed behind its batch-mate's stuck call")
+}
+
+// runWithStuckCall runs a dispatcher of cfg whose handler of type "x"
+// succeeds but on the event stuck, where it blocks until the test ends,
+// ignoring its context. Once the heartbeat has seen that call overrun, it
+// returns the token of the claim that took stuck (its whole batch) and
+// the database's time then, t0.
+func runWithStuckCall(t *testing.T, db *testdb.DB, cfg dispatcher.Config, stuck uuid.UUID) (token uuid.UUID, t0 time.Time) {
+	t.Helper()
 	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	started, unblock := make(chan struct{}), make(chan struct{})
@@ -103,14 +115,13 @@ func TestBatchMateOfStuckHandlerIsNotHeldForEver(t *testing.T) {
 	runDispatcher(t, a)
 	t.Cleanup(func() { close(unblock) })
 	<-started
-	token := claimToken(t, db, stuck) // the claim of the whole batch
+	token = claimToken(t, db, stuck) // the claim of the whole batch
 
 	// Overruns counts at the start of the first beat that sees the overrun,
 	// once the beat before has ended: every renewal sent from then on leaves
 	// the event out, and none sent before ends its lease past t0 + lease.
 	testctx.Await(t, "the heartbeat seeing the stuck call overrun", func() bool { return a.Stats().Overruns == 1 })
-	require.False(t, renewedSince(t, db, waiting, token, dbNow(t, db), cfg.LeaseDuration),
-		"the waiting event's lease was renewed behind its batch-mate's stuck call")
+	return token, dbNow(t, db)
 }
 
 // claimToken is the lock token the row of id is held under now.
@@ -161,26 +172,8 @@ func TestLaterWavesOfStuckBatchAreNotHeldForEver(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.Ordering, cfg.Concurrency = dispatcher.PerKey, 2
 	cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = time.Second, 100*time.Millisecond, 1
-	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
-	require.NoError(t, err)
-	started, unblock := make(chan struct{}), make(chan struct{})
-	require.NoError(t, a.Handle("x", func(_ context.Context, e outbox.Event) error {
-		if e.ID == stuck {
-			close(started)
-			<-unblock // ignores its context
-		}
-		return nil
-	}))
-	runDispatcher(t, a)
-	t.Cleanup(func() { close(unblock) })
-	<-started
-	token := claimToken(t, db, stuck) // the claim of the whole batch
-
-	// Overruns counts at the start of the first beat that sees the overrun,
-	// once the beat before has ended: every renewal sent from then on leaves
-	// the event out, and none sent before ends its lease past t0 + lease.
-	testctx.Await(t, "the heartbeat seeing the stuck call overrun", func() bool { return a.Stats().Overruns == 1 })
-	require.False(t, renewedSince(t, db, later, token, dbNow(t, db), cfg.LeaseDuration),
+	token, t0 := runWithStuckCall(t, db, cfg, stuck)
+	require.False(t, renewedSince(t, db, later, token, t0, cfg.LeaseDuration),
 		"a later wave's event was renewed behind the stuck wave")
 	testctx.Await(t, "k2's later event SENT", func() bool { return readRow(t, db, later).Status == outbox.StatusSent })
 }

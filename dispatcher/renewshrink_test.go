@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -29,9 +28,7 @@ const renewals = `NEW.lease_until IS DISTINCT FROM OLD.lease_until`
 // nothing.
 func slowPool(t *testing.T, db *testdb.DB, timeout, perRow time.Duration) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	role := db.NewRole(t, "pgotest_slowrenew")
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+	role, _ := newGrantedRole(t, db, "pgotest_slowrenew", `
 GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox_events TO %[2]s;
 GRANT SELECT ON outbox_events_schema_version TO %[2]s;
@@ -44,8 +41,7 @@ BEGIN
 	RETURN NEW;
 END $f$;
 CREATE TRIGGER renewal_cost BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION renewal_cost()`,
-		pgx.Identifier{db.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize(), perRow.Seconds(), renewals))
-	require.NoError(t, err)
+		perRow.Seconds(), renewals)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
 	cfg.ConnConfig = db.RoleConnConfig(t, role)

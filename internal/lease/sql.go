@@ -338,6 +338,9 @@ WHERE %[4]s AND o.id = x.id
 RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, recorded,
 			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
 
+		// recovered returns the columns the outer SELECT reads, not o.*:
+		// o.* would need SELECT on every column of the table (ReadColumns).
+		//
 		// The UPDATE does not repeat expired's conditions: the CTE
 		// checked them on the version it locked (the newest), and the
 		// lock keeps it so. Repeated, they let the planner reach the
@@ -359,7 +362,8 @@ RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, recorded,
 		last_error = CASE WHEN %[6]s THEN 'lease expired: the worker stopped renewing it' ELSE o.last_error END,
 		attempt_log = CASE WHEN %[6]s THEN %[3]s ELSE o.attempt_log END, %[2]s
 	WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
-	RETURNING o.*
+	RETURNING o.status, o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.partition_key,
+		o.idempotency_key, o.content_type, o.payload, o.headers, o.attempts, o.snoozes, o.created_at
 )
 SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),

@@ -57,10 +57,16 @@ const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partitio
 // CheckColumns reports, as an error matching outbox.ErrSchemaMismatch,
 // a table that lacks a column the statements use (one migrated by an
 // older version), so that a dispatcher started before the migration fails
-// at start rather than at every claim. It reads no row.
+// at start rather than at every claim. It reads no row. A role that may
+// not select every used column passes unchecked: it may need none of the
+// missing ones (the statements only write some, WrittenColumns), and
+// Access names those it needs.
 func (s *Store) CheckColumns(ctx context.Context, db DB) error {
 	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.qualified+` LIMIT 0`)
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.InsufficientPrivilege {
+		return nil
+	}
 	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UndefinedColumn {
 		return fmt.Errorf("%w: table %s: %s (run migrations.Migrate with this version)",
 			outbox.ErrSchemaMismatch, s.table, pgErr.Message)
@@ -87,12 +93,31 @@ var WrittenColumns = []string{
 	"last_error_code", "last_error", "attempt_log", "outcome_token",
 }
 
+// ReadColumns are the columns of the outbox table that the dispatcher's
+// statements read (claims' RETURNING lists, read-backs, recovery,
+// next-due, outcome checks, retention), with ctid, the system column the
+// typed claim reaches its rows by. A role granted SELECT on some columns
+// only needs SELECT on each of these; heartbeat_at the statements only
+// write.
+var ReadColumns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "snoozes",
+	"next_attempt_at", "lock_token", "lock_owner", "locked_at", "lease_until", "started_at",
+	"skipped_at", "last_error_code", "last_error", "attempt_log", "outcome_token", "created_at",
+	"sent_at", "failed_at", "ctid",
+}
+
 // Access is what the connected role may do on the table, and the
 // isolation level its transactions start at.
 type Access struct {
-	// Select is true when the role holds SELECT on the table or on at
-	// least one of its columns; Delete when it holds DELETE on the table.
-	Select, Delete bool
+	// Select is true when the role may select every column in
+	// ReadColumns (granted on the table or column by column).
+	Select bool
+	// SelectMissing lists, in ReadColumns' order, the read columns the
+	// role may not select (none when Select is true).
+	SelectMissing []string
+	// Delete is true when the role holds DELETE on the table.
+	Delete bool
 	// Update is true when the role may update every column in
 	// WrittenColumns (granted on the table or column by column).
 	Update bool
@@ -107,30 +132,43 @@ type Access struct {
 }
 
 // Access reads the connected role's privileges on the table and the
-// isolation its transactions start at. It reads no row. UPDATE counts
-// when granted on the table or on each column the dispatcher writes (a
-// column grant made for an earlier schema version lacks the columns added
-// since: version 9's outcome_token); SELECT when granted on the table or
-// on some of its columns.
+// isolation its transactions start at, in one statement. It reads no row.
+// SELECT and UPDATE count when granted on the table or on each column the
+// dispatcher reads (ReadColumns) or writes (WrittenColumns): a column
+// grant made for an earlier schema version lacks the columns added since
+// (version 9's outcome_token).
 func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
-	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'SELECT'),
-		array(SELECT c FROM unnest($2::text[]) WITH ORDINALITY AS w (c, i)
-			WHERE NOT has_column_privilege($1::text, c, 'UPDATE') ORDER BY i),
-		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`, s.qualified, WrittenColumns)
+	rows, err := db.Query(ctx, `SELECT `+lackingColumns(2, "SELECT")+`, `+lackingColumns(3, "UPDATE")+`,
+		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`,
+		s.qualified, ReadColumns, WrittenColumns)
 	if err != nil {
 		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Access, error) {
 		var a Access
-		err := row.Scan(&a.Select, &a.UpdateMissing, &a.Delete, &a.Isolation)
+		err := row.Scan(&a.SelectMissing, &a.UpdateMissing, &a.Delete, &a.Isolation)
 		return a, err
 	})
 	if err != nil {
 		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
-	a.Update = len(a.UpdateMissing) == 0
-	if a.Update {
-		a.UpdateMissing = nil
-	}
+	a.Select, a.SelectMissing = len(a.SelectMissing) == 0, orNil(a.SelectMissing)
+	a.Update, a.UpdateMissing = len(a.UpdateMissing) == 0, orNil(a.UpdateMissing)
 	return a, nil
+}
+
+// lackingColumns is an expression listing, in order, the columns of
+// parameter $param (a text array) on which the role lacks privilege on
+// the table $1.
+func lackingColumns(param int, privilege string) string {
+	return fmt.Sprintf(`array(SELECT c FROM unnest($%d::text[]) WITH ORDINALITY AS w (c, i)
+			WHERE NOT has_column_privilege($1::text, c, '%s') ORDER BY i)`, param, privilege)
+}
+
+// orNil returns nil for an empty list.
+func orNil(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
