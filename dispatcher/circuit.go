@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -378,23 +377,8 @@ func (d *Dispatcher) observeCircuit() (unregister func()) {
 	if d.cfg.Publisher == nil {
 		return func() {}
 	}
-	meter := d.metrics.meter
-	gauge, err := meter.Int64ObservableGauge("pgoutbox.circuit.state", metric.WithUnit("1"),
-		metric.WithDescription("State of the publisher's circuit: 0 closed, 1 open, 2 probing"))
-	if err != nil {
-		d.reportError("circuit gauge not registered", fmt.Errorf("metrics: %w", err))
-		return func() {}
-	}
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		state, _ := d.circuit.snapshot()
-		o.ObserveInt64(gauge, int64(state), d.metrics.table)
-		return nil
-	}, gauge)
-	if err != nil {
-		d.reportError("circuit gauge not registered", fmt.Errorf("metrics: %w", err))
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
+	return d.observeGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
+		func() int64 { state, _ := d.circuit.snapshot(); return int64(state) })
 }
 
 // circuitCounters attaches the circuit's counters to their metrics:

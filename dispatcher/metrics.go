@@ -296,3 +296,24 @@ func (s *backlogSampler) take(quit context.Context) error {
 	s.at, s.due, s.oldest, s.ok = time.Now(), due, oldest, err == nil
 	return err
 }
+
+// observeGauge registers the int64 gauge name (with the table attribute),
+// whose value is read at each collection, while Run runs; call the result
+// to unregister it. A gauge the meter refuses is reported to OnError and
+// the log, and dispatching goes on without it.
+func (d *Dispatcher) observeGauge(name, unit, description string, value func() int64) (unregister func()) {
+	meter := d.metrics.meter
+	gauge, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(description))
+	if err == nil {
+		var reg metric.Registration
+		reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			o.ObserveInt64(gauge, value(), d.metrics.table)
+			return nil
+		}, gauge)
+		if err == nil {
+			return func() { _ = reg.Unregister() }
+		}
+	}
+	d.reportError(name+" gauge not registered", fmt.Errorf("metrics: %w", err))
+	return func() {}
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Overruns. A handler (or a publish) that runs past its timeout has had
@@ -77,23 +76,9 @@ func (d *Dispatcher) watchOverruns() {
 // timeout now (pgoutbox.handlers.overrunning), and returns its
 // unregistration.
 func (d *Dispatcher) observeOverruns() (unregister func()) {
-	meter := d.metrics.meter
-	gauge, err := meter.Int64ObservableGauge("pgoutbox.handlers.overrunning", metric.WithUnit("{call}"),
-		metric.WithDescription("Handler and publish calls running past their timeout now, ignoring their cancelled context"))
-	if err != nil {
-		d.reportError("overrun gauge not registered", fmt.Errorf("metrics: %w", err))
-		return func() {}
-	}
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		n, _ := d.held.overrunning(time.Now())
-		o.ObserveInt64(gauge, int64(n), d.metrics.table)
-		return nil
-	}, gauge)
-	if err != nil {
-		d.reportError("overrun gauge not registered", fmt.Errorf("metrics: %w", err))
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
+	return d.observeGauge("pgoutbox.handlers.overrunning", "{call}",
+		"Handler and publish calls running past their timeout now, ignoring their cancelled context",
+		func() int64 { n, _ := d.held.overrunning(time.Now()); return int64(n) })
 }
 
 // overrunLimit is how many calls running past their timeout make Health

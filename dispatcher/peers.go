@@ -6,13 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -272,20 +269,7 @@ func (p *peerSet) fill(s *Stats) {
 // replicas of the table heard with another ordering mode: see
 // Stats.ModeConflicts) while Run runs; call the result to unregister it.
 func (d *Dispatcher) observeModeConflicts() (unregister func()) {
-	meter := d.metrics.meter
-	gauge, err := meter.Int64ObservableGauge("pgoutbox.mode_conflicts", metric.WithUnit("{dispatcher}"),
-		metric.WithDescription("Other dispatchers of the table heard with another ordering mode"))
-	if err == nil {
-		var reg metric.Registration
-		reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			conflicts, _ := d.peers.conflicts(time.Now())
-			o.ObserveInt64(gauge, int64(len(conflicts)), d.metrics.table)
-			return nil
-		}, gauge)
-		if err == nil {
-			return func() { _ = reg.Unregister() }
-		}
-	}
-	d.reportError("mode conflicts gauge not registered", fmt.Errorf("metrics: %w", err))
-	return func() {}
+	return d.observeGauge("pgoutbox.mode_conflicts", "{dispatcher}",
+		"Other dispatchers of the table heard with another ordering mode",
+		func() int64 { conflicts, _ := d.peers.conflicts(time.Now()); return int64(len(conflicts)) })
 }
