@@ -81,22 +81,18 @@ var expectedConstraints = []constraintSpec{
 	{sqlname.SuffixErrorCheck, "CHECK ((char_length(last_error) <= 2048))"},
 }
 
-// expectedIndexes lists every index the claim, recovery, retention
-// (purge) and operator queries rely on (a dispatcher's typed claim on the
-// type due index, version 6; the ordered claim on the order index,
-// version 7; the operator list indexes without PROCESSING rows, version
-// 8, under their version 5 names). The primary key's index is covered by its constraint.
+// expectedIndexes lists every index of the outbox table: the claim's due
+// index, the held index that recovery reads (version 11; a renewal
+// changes none of its columns), the order index of per-key ordering
+// (version 7) and the stray index the sweep reads (version 11). The
+// primary key's index is covered by its constraint. Version 11 dropped
+// the indexes of finished rows, which live in their own tables since
+// version 10.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
-	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
-	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
-	{sqlname.SuffixSeqIndex, "btree (seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixTypeIndex, "btree (event_type, seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE ((aggregate_id IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
-	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE ((last_error_code IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
-	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
-	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
+	{sqlname.SuffixHeldIndex, "btree (locked_at) WHERE (status = 'PROCESSING'::text)"},
 	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},
+	{sqlname.SuffixStrayIndex, "btree (seq) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.

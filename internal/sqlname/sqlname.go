@@ -1,6 +1,8 @@
 package sqlname
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/ident"
@@ -17,6 +19,10 @@ type Names struct {
 	Qualified string
 	// VersionTable is the quoted schema.table of tern's version table.
 	VersionTable string
+	// Dead is the quoted schema.table of the dead letters (FAILED rows).
+	Dead string
+	// Sent is the quoted schema.table of the SENT history (partitioned).
+	Sent string
 }
 
 // Suffixes of the objects that belong to an outbox table. The longest must
@@ -46,6 +52,32 @@ const (
 	SuffixLogCheck      = "_log_check"
 	SuffixErrorCheck    = "_error_check"
 	SuffixVersion       = "_schema_version"
+
+	// Schema version 10 and 11 (issue 25): the outbox table keeps only
+	// PENDING and PROCESSING rows, with the held and stray indexes; dead
+	// letters and SENT history have tables of their own.
+	SuffixHeldIndex      = "_held_idx"
+	SuffixStrayIndex     = "_stray_idx"
+	SuffixDead           = "_dead"
+	SuffixDeadPkey       = "_dead_pkey"
+	SuffixDeadCheck      = "_dead_check"
+	SuffixDeadSeqIndex   = "_dead_seq_idx"
+	SuffixDeadTypeIndex  = "_dead_type_idx"
+	SuffixDeadAggIndex   = "_dead_agg_idx"
+	SuffixDeadCodeIndex  = "_dead_code_idx"
+	SuffixDeadTimeIndex  = "_dead_time_idx"
+	SuffixDeadOrderIndex = "_dead_order_idx"
+	SuffixSent           = "_sent"
+	SuffixSentCheck      = "_sent_check"
+	SuffixSentDefault    = "_sent_default"
+	SuffixSentIDIndex    = "_sent_id_idx"
+	SuffixSentSeqIndex   = "_sent_seq_idx"
+	SuffixSentTypeIndex  = "_sent_type_idx"
+	SuffixSentAggIndex   = "_sent_agg_idx"
+	// SuffixPartition starts the name of a time partition of the SENT
+	// history, followed by its start as YYYYMMDDHHMM in UTC (see
+	// Names.Partition).
+	SuffixPartition = "_s"
 )
 
 // For validates t (after applying defaults) and returns its names.
@@ -59,6 +91,8 @@ func For(t outbox.Table) (Names, error) {
 		Schema:       pgx.Identifier{t.Schema}.Sanitize(),
 		Qualified:    pgx.Identifier{t.Schema, t.Name}.Sanitize(),
 		VersionTable: pgx.Identifier{t.Schema, t.Name + SuffixVersion}.Sanitize(),
+		Dead:         pgx.Identifier{t.Schema, t.Name + SuffixDead}.Sanitize(),
+		Sent:         pgx.Identifier{t.Schema, t.Name + SuffixSent}.Sanitize(),
 	}, nil
 }
 
@@ -79,4 +113,19 @@ func (n Names) Channel() string {
 		return ch
 	}
 	return "pgoutbox_" + n.Table.Name
+}
+
+// PartitionLayout is the time layout of a history partition's name after
+// SuffixPartition: its start, to the minute, in UTC.
+const PartitionLayout = "200601021504"
+
+// Partition returns the unquoted name of the SENT history's time
+// partition that starts at start (truncated to the minute, in UTC).
+func (n Names) Partition(start time.Time) string {
+	return n.Table.Name + SuffixPartition + start.UTC().Format(PartitionLayout)
+}
+
+// QualifiedPartition returns the quoted schema.table of that partition.
+func (n Names) QualifiedPartition(start time.Time) string {
+	return pgx.Identifier{n.Table.Schema, n.Partition(start)}.Sanitize()
 }
