@@ -100,7 +100,9 @@ func Partitions(ctx context.Context, db Lister, names sqlname.Names) ([]Partitio
 const lockPartitions = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
 // partitionsLockName is the key of lockPartitions for the table.
-func partitionsLockName(names sqlname.Names) string { return "pgoutbox.partitions:" + names.Table.String() }
+func partitionsLockName(names sqlname.Names) string {
+	return "pgoutbox.partitions:" + names.Table.String()
+}
 
 // beginStep opens a step's transaction: lock_timeout LockTimeout, then
 // the history's partition lock.

@@ -34,7 +34,7 @@ type Params struct {
 	Exclusive bool
 	// After, when set, skips the rows that finished before it: a drain
 	// passes the Result.Last of its previous batch, so that each batch
-	// starts in the finished index where the previous one ended rather
+	// starts in the index where the previous one ended rather
 	// than at its oldest entry, past the dead entries of the rows already
 	// deleted (which stay in the index while an old snapshot holds the
 	// vacuum horizon back). The zero time starts at the oldest row.
