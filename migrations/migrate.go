@@ -99,11 +99,13 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 // completions go on meanwhile (a batch locks only the rows it moves).
 func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
 	oldest, found, err := purge.OldestStray(ctx, c, names)
-	if err != nil || !found {
+	if err != nil {
 		return errtext.Wrap(err, "migrations: find the SENT rows left in %s", names.Table)
 	}
-	if err := ensurePartitions(ctx, c, names, oldest); err != nil {
-		return err
+	if found {
+		if err := ensurePartitions(ctx, c, names, oldest); err != nil {
+			return err
+		}
 	}
 	for {
 		n, err := purge.Sweep(ctx, c, names, purge.SweepBatch)

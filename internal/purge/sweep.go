@@ -69,7 +69,7 @@ func Sweep(ctx context.Context, db Execer, names sqlname.Names, limit int) (move
 }
 
 // OldestStray returns the earliest sent_at of the SENT strays (reading
-// every stray), and false when there is none.
+// every stray), and false when no SENT stray has one.
 func OldestStray(ctx context.Context, db Querier, names sqlname.Names) (time.Time, bool, error) {
 	var oldest *time.Time
 	err := db.QueryRow(ctx, fmt.Sprintf(`SELECT min(sent_at) FROM %s WHERE status IN ('SENT', 'FAILED') AND status = 'SENT'`,
