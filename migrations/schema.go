@@ -95,6 +95,73 @@ var expectedIndexes = []indexSpec{
 	{sqlname.SuffixStrayIndex, "btree (seq) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
 }
 
+// tableSpec is one table of an outbox: the outbox table itself, its dead
+// letters or its SENT history.
+type tableSpec struct {
+	suffix string // added to the table name; "" for the outbox table
+	kind   string // pg_class.relkind: "r" a table, "p" a partitioned one
+	// partitionKey is the partition key as pg_get_partkeydef prints it,
+	// and defaultPartition the suffix of the default partition, for a
+	// partitioned table.
+	partitionKey     string
+	defaultPartition string
+	columns          []columnSpec
+	constraints      []constraintSpec
+	indexes          []indexSpec
+}
+
+// expectedTables lists the tables of an outbox (schema version 10 on):
+// the outbox table with PENDING and PROCESSING rows, the dead letters
+// (FAILED rows, moved there by a FAILED outcome) and the SENT history,
+// partitioned by sent_at, with the default partition that catches a row
+// whose time partition does not exist yet.
+var expectedTables = []tableSpec{
+	{kind: "r", columns: expectedColumns, constraints: expectedConstraints, indexes: expectedIndexes},
+	{
+		suffix: sqlname.SuffixDead, kind: "r", columns: finishedColumns("'FAILED'::text"),
+		constraints: []constraintSpec{
+			{sqlname.SuffixDeadPkey, "PRIMARY KEY (id)"},
+			{sqlname.SuffixDeadCheck, "CHECK ((status = 'FAILED'::text))"},
+		},
+		indexes: []indexSpec{
+			{sqlname.SuffixDeadSeqIndex, "btree (seq)"},
+			{sqlname.SuffixDeadTypeIndex, "btree (event_type, seq)"},
+			{sqlname.SuffixDeadAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+			{sqlname.SuffixDeadCodeIndex, "btree (last_error_code, seq)"},
+			{sqlname.SuffixDeadTimeIndex, "btree (failed_at)"},
+			{sqlname.SuffixDeadOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE (COALESCE(partition_key, aggregate_id) IS NOT NULL)"},
+		},
+	},
+	{
+		suffix: sqlname.SuffixSent, kind: "p", partitionKey: "RANGE (sent_at)", defaultPartition: sqlname.SuffixSentDefault,
+		columns:     finishedColumns("'SENT'::text"),
+		constraints: []constraintSpec{{sqlname.SuffixSentCheck, "CHECK ((status = 'SENT'::text))"}},
+		indexes: []indexSpec{
+			{sqlname.SuffixSentIDIndex, "btree (id)"},
+			{sqlname.SuffixSentSeqIndex, "btree (seq)"},
+			{sqlname.SuffixSentTypeIndex, "btree (event_type, seq)"},
+			{sqlname.SuffixSentAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+		},
+	},
+}
+
+// finishedColumns are the columns of a table of finished rows: those of
+// the outbox table (CREATE TABLE ... LIKE), seq a plain bigint carried
+// over from the outbox table, and status defaulting to statusDefault.
+func finishedColumns(statusDefault string) []columnSpec {
+	cols := make([]columnSpec, len(expectedColumns))
+	for i, c := range expectedColumns {
+		switch c.name {
+		case "seq":
+			c.def = ""
+		case "status":
+			c.def = statusDefault
+		}
+		cols[i] = c
+	}
+	return cols
+}
+
 // describe returns the column as Verify reports it: type, NOT NULL, default.
 func (c columnSpec) describe() string {
 	return describeColumn(c.typ, c.notNull, c.def)

@@ -1,0 +1,65 @@
+package testdb
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// columns are the columns an outbox table, its dead letters and its SENT
+// history share (schema version 11), in table order.
+var columns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
+	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code",
+	"last_error", "attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes",
+	"skipped_at", "outcome_token",
+}
+
+// AllRows returns a parenthesised subquery that reads every event of
+// table wherever it lives: the outbox table (PENDING and PROCESSING, and
+// strays), its dead letters (FAILED) and its SENT history, with the
+// columns the three share and a column "place" saying which one holds the
+// row ("T", "dead" or "sent"). Give it an alias:
+//
+//	SELECT status, count(*) FROM `+testdb.AllRows(table)+` AS e GROUP BY status
+//
+// It panics on an invalid table (a test's mistake).
+func AllRows(table outbox.Table) string {
+	names, err := sqlname.For(table)
+	if err != nil {
+		panic("testdb: " + err.Error())
+	}
+	cols := strings.Join(columns, ", ")
+	return "(SELECT " + cols + ", 'T' AS place FROM " + names.Qualified +
+		" UNION ALL SELECT " + cols + ", 'dead' FROM " + names.Dead +
+		" UNION ALL SELECT " + cols + ", 'sent' FROM " + names.Sent + ")"
+}
+
+// StatusOf returns the status of the event id of table, read in the
+// outbox table, then its dead letters, then its SENT history (the first
+// that holds it), or "" when none holds it (deleted, as DeleteSent and
+// retention do).
+func StatusOf(ctx context.Context, db Querier, table outbox.Table, id uuid.UUID) (string, error) {
+	var status string
+	err := db.QueryRow(ctx, `SELECT status FROM `+AllRows(table)+` AS e WHERE id = $1
+		ORDER BY CASE place WHEN 'T' THEN 0 WHEN 'dead' THEN 1 ELSE 2 END LIMIT 1`, id).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return status, err
+}
+
+// CountStatus returns how many events of table have status, counted in
+// the outbox table, its dead letters and its SENT history together.
+func CountStatus(ctx context.Context, db Querier, table outbox.Table, status outbox.Status) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM `+AllRows(table)+` AS e WHERE status = $1`, string(status)).Scan(&n)
+	return n, err
+}
