@@ -2,25 +2,59 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // roundTrips counts what a pool sends: each query or exec, each batch
-// (pipelined, so one round trip however many statements) and each COPY.
+// (pipelined, so one round trip however many statements) and each COPY;
+// and it keeps the longest claim (see isClaim), start to end of its rows.
 type roundTrips struct {
 	queries, batches, copies atomic.Int64
+	slowestClaim             atomic.Int64 // nanoseconds
 }
 
-// TraceQueryStart counts a query.
-func (t *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// claimStart is the context key of a claim's start time.
+type claimStart struct{}
+
+// isClaim reports whether a statement is a claim: it leases rows by
+// setting them PROCESSING (pgoutbox's claims, and the raw and minimal
+// loops').
+func isClaim(sql string) bool { return strings.Contains(sql, "SET status = 'PROCESSING'") }
+
+// TraceQueryStart counts a query and stamps a claim's start.
+func (t *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	t.queries.Add(1)
+	if isClaim(data.SQL) {
+		return context.WithValue(ctx, claimStart{}, time.Now())
+	}
 	return ctx
 }
 
-// TraceQueryEnd does nothing.
-func (t *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd keeps the longest claim.
+func (t *roundTrips) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	start, ok := ctx.Value(claimStart{}).(time.Time)
+	if !ok {
+		return
+	}
+	d := int64(time.Since(start))
+	for {
+		cur := t.slowestClaim.Load()
+		if d <= cur || t.slowestClaim.CompareAndSwap(cur, d) {
+			return
+		}
+	}
+}
+
+// resetSlowest forgets the claims timed so far (the preload's).
+func (t *roundTrips) resetSlowest() { t.slowestClaim.Store(0) }
+
+// slowestMS is the longest claim timed since resetSlowest, in
+// milliseconds.
+func (t *roundTrips) slowestMS() float64 { return round(float64(t.slowestClaim.Load())/1e6, 1) }
 
 // TraceBatchStart counts a batch.
 func (t *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
