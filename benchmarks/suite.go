@@ -192,13 +192,34 @@ func suiteSpecs(o Options) (rounds, curves []spec, err error) {
 	return nil, nil, fmt.Errorf("unknown -only %q (targets)", o.Only)
 }
 
-// runOne runs one spec with the suite's URL and prints its JSON line.
+// runBudget bounds one run of the suite (runShortBudget with -short), so
+// that a run that stalls is counted failed instead of hanging the sitting:
+// Watermill's forwarder, for one, reads only rows whose transaction id is
+// below the snapshot's xmin, so any long transaction anywhere on the
+// server (another engineer's test) holds it up for as long as it lasts.
+// The slowest run at full N takes a few minutes on a loaded 2-core machine.
+var (
+	runBudget      = 20 * time.Minute
+	runShortBudget = 2 * time.Minute
+)
+
+// runOne runs one spec with the suite's URL within its budget and prints
+// its JSON line.
 func runOne(ctx context.Context, o Options, s spec, round int) run {
 	opts, err := parseFlags(append(s.args, "-url", o.URL))
 	if err != nil {
 		return run{spec: s, round: round, err: err}
 	}
-	res, err := runCase(ctx, opts)
+	budget := runBudget
+	if o.Short {
+		budget = runShortBudget
+	}
+	runCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	res, err := runCase(runCtx, opts)
+	if err != nil && ctx.Err() == nil && runCtx.Err() != nil {
+		err = fmt.Errorf("no result within the run's budget of %s: %w", budget, err)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "round %d %s: %v\n", round, s.label, err)
 	} else {
