@@ -215,7 +215,9 @@ type Page struct {
 	// Events are the page's rows in seq order (oldest insert first).
 	Events []Record `json:"events"`
 	// Next continues after this page; it is zero when there are no more
-	// rows right now.
+	// rows right now. A page that read the history by Code alone up to
+	// [ListScanLimit] rows has a Next even when it holds fewer than its
+	// Limit rows.
 	Next Cursor `json:"next"`
 }
 
@@ -233,8 +235,9 @@ type Page struct {
 // partition, merged), FAILED rows in the dead letters, through their
 // seq, type, aggregate or code index; a page of either costs its rows,
 // the first or the millionth, except SENT rows filtered by Code alone
-// (the history has no code index): that page walks the seq index and
-// reads the SENT rows of other codes between its matches. PENDING and
+// (the history has no code index): such a page reads at most
+// [ListScanLimit] history rows, and may end short of Limit (even empty)
+// with a Next to go on from. PENDING and
 // PROCESSING rows are in the outbox table, which since schema version 11
 // has no index in seq order: a page of them reads every row of the
 // status (the due index for PENDING, the held index for PROCESSING) and
@@ -257,7 +260,11 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	stmt, args := a.listSQL(p, limit+1)
+	upTo, err := a.listBound(ctx, p)
+	if err != nil {
+		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
+	}
+	stmt, args := a.listSQL(p, limit+1, upTo)
 	rows, err := a.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
@@ -272,21 +279,61 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
 	}
 	page := Page{Events: events}
-	if len(events) > limit {
+	switch {
+	case len(events) > limit:
 		page.Events = events[:limit]
 		page.Next = Cursor{seq: events[limit-1].Seq}
+	case upTo > 0:
+		page.Next = Cursor{seq: upTo} // the history was read up to upTo only
 	}
 	return page, nil
 }
 
+// ListScanLimit is the most SENT rows a page filtered by Code, and by
+// neither Type nor AggregateID, reads in the history, which has no code
+// index: past them the page ends where the read ended, with the rows
+// found so far (perhaps none) and a Next to go on from.
+const ListScanLimit = 10_000
+
+// listBound returns, for a page of p that reads the history by Code
+// alone, the seq of the ListScanLimit-th history row after the cursor
+// (one index-only read of the history's seq index): the page reads no
+// row past it. 0 when p needs no bound or the history has fewer rows
+// after the cursor.
+func (a *Admin) listBound(ctx context.Context, p ListParams) (int64, error) {
+	stmt, args := a.listBoundSQL(p)
+	if stmt == "" {
+		return 0, nil
+	}
+	var upTo int64
+	err := a.db.QueryRow(ctx, stmt, args...).Scan(&upTo)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return upTo, err
+}
+
+// listBoundSQL is listBound's statement, "" when p needs no bound.
+func (a *Admin) listBoundSQL(p ListParams) (string, []any) {
+	if p.Code == "" || p.Type != "" || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
+		return "", nil
+	}
+	return fmt.Sprintf(`SELECT seq FROM %s WHERE seq > $1 ORDER BY seq OFFSET %d LIMIT 1`, a.sql.sent, ListScanLimit-1),
+		[]any{p.After.seq}
+}
+
 // listSQL is the statement and arguments of one page of at most limit
-// rows matching p (validated): one leg per place where rows of p's
-// status live, each in seq order with the page's limit, merged by seq.
-// Only the filters given become conditions, and the statuses are
-// literals, so that a generic plan can use the partial indexes.
-func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
+// rows matching p (validated), with seq at most upTo unless it is 0: one
+// leg per place where rows of p's status live, each in seq order with the
+// page's limit, merged by seq. Only the filters given become conditions,
+// and the statuses are literals, so that a generic plan can use the
+// partial indexes.
+func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
+	if upTo > 0 {
+		w.conds = append(w.conds, "seq <= "+w.arg(upTo))
+	}
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
 	w.eq("last_error_code", string(p.Code))

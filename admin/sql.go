@@ -94,8 +94,12 @@ moved AS (
 gone AS (DELETE FROM %[2]s AS d WHERE d.id = ANY (ARRAY(SELECT id FROM moved)) RETURNING d.id)
 SELECT p.id, g.id IS NOT NULL FROM picked AS p LEFT JOIN gone AS g USING (id)`,
 			t, d, cols, strings.Join(sel, ", "), cond, order, limitParam),
-		dry: fmt.Sprintf(`SELECT d.id, NOT EXISTS (SELECT 1 FROM %[1]s AS o WHERE o.id = d.id)
-FROM %[2]s AS d WHERE %[3]s ORDER BY %[4]s LIMIT %[5]s`, t, d, cond, order, limitParam),
+		// The probe of t is a LATERAL subquery with a LIMIT, run once per
+		// dead letter through t's primary key: as NOT EXISTS the planner
+		// may hash all of t instead.
+		dry: fmt.Sprintf(`SELECT d.id, c.id IS NULL FROM (SELECT id, seq, last_error_code FROM %[2]s WHERE %[3]s ORDER BY %[4]s LIMIT %[5]s) AS d
+	LEFT JOIN LATERAL (SELECT o.id FROM %[1]s AS o WHERE o.id = d.id LIMIT 1) AS c ON true
+ORDER BY %[4]s`, t, d, cond, order, limitParam),
 	}
 }
 
@@ -439,6 +443,6 @@ skipped AS (
 	RETURNING o.id, o.skipped_at)
 SELECT s.id, coalesce(l.status, s.status), l.id IS NOT NULL, k.skipped_at
 FROM seen AS s LEFT JOIN locked AS l USING (id) LEFT JOIN skipped AS k USING (id)`, d, seen),
-		dry: fmt.Sprintf(`SELECT s.id, s.status, true, d.skipped_at FROM (%[2]s) AS s LEFT JOIN %[1]s AS d USING (id)`, d, seen),
+		dry: fmt.Sprintf(`SELECT s.id, s.status, true, (SELECT d.skipped_at FROM %[1]s AS d WHERE d.id = s.id) FROM (%[2]s) AS s`, d, seen),
 	}
 }
