@@ -125,8 +125,8 @@ type passOutcome struct {
 	skipped, busy           bool
 }
 
-// pass sweeps the strays, keeps the history's partitions (creates ahead,
-// drops the due ones), then deletes the due rows of the default
+// pass creates the history's partitions ahead, sweeps the strays, drops
+// the due partitions, then deletes the due rows of the default
 // partition and the due dead letters, for at most passBudget (nothing
 // without the stray index), and logs what it did: INFO when it moved,
 // dropped or deleted rows, DEBUG otherwise (one line per pass, so at
@@ -139,8 +139,9 @@ func (r *retention) pass(ctx context.Context) {
 	}
 	until := d.cfg.now().Add(passBudget(d.cfg.RetentionInterval))
 	var o passOutcome
+	r.ensure(ctx, &o)
 	o.swept = r.sweep(ctx, until)
-	r.partitions(ctx, &o)
+	r.retire(ctx, &o)
 	if !d.cfg.KeepSent && ctx.Err() == nil {
 		var n int64
 		n, o.skipped = r.purge(ctx, outbox.StatusSent, d.cfg.RetainSent, until)
@@ -185,12 +186,11 @@ func (r *retention) sweep(ctx context.Context, until time.Time) (moved int) {
 	return moved
 }
 
-// partitions creates the history's partitions ahead (not with both
-// DeleteSent and KeepSent: no history is kept), then drops those older
-// than RetainSent (not with KeepSent), counting their rows as SENT rows
-// deleted. A busy history (a lock not free in time) is left for the next
-// pass.
-func (r *retention) partitions(ctx context.Context, o *passOutcome) {
+// ensure creates the history's partitions ahead, before the sweep so
+// that the SENT strays it moves land in them (not with both DeleteSent
+// and KeepSent: no history is kept). A busy history (a lock not free in
+// time) is left for the next pass.
+func (r *retention) ensure(ctx context.Context, o *passOutcome) {
 	d := r.d
 	if ctx.Err() != nil || d.cfg.DeleteSent && d.cfg.KeepSent {
 		return
@@ -199,11 +199,20 @@ func (r *retention) partitions(ctx context.Context, o *passOutcome) {
 	defer cancel()
 	created, err := purge.EnsurePartitions(opCtx, d.pool, r.names, r.span, time.Time{}, r.ahead)
 	o.created = created
-	if r.partitionError(ctx, o, err, "create") || d.cfg.KeepSent {
+	r.partitionError(ctx, o, err, "create")
+}
+
+// retire drops the history's partitions older than RetainSent (not with
+// KeepSent), counting their rows as SENT rows deleted.
+func (r *retention) retire(ctx context.Context, o *passOutcome) {
+	d := r.d
+	if ctx.Err() != nil || d.cfg.KeepSent {
 		return
 	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
 	var before time.Time
-	err = d.pool.QueryRow(opCtx, `SELECT now() - $1::bigint * interval '1 microsecond'`, d.cfg.RetainSent.Microseconds()).Scan(&before)
+	err := d.pool.QueryRow(opCtx, `SELECT now() - $1::bigint * interval '1 microsecond'`, d.cfg.RetainSent.Microseconds()).Scan(&before)
 	if r.partitionError(ctx, o, err, "retire") {
 		return
 	}

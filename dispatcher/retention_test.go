@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
@@ -527,4 +528,98 @@ CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events_sent_default FOR EA
 	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
 	require.NoError(t, err)
 	return holder
+}
+
+// historyPartitions lists the SENT history's time partitions with their
+// rows, by name.
+func historyPartitions(t *testing.T, db *testdb.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT c.relname::text,
+		(xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I.%I', $2::text, c.relname), false, true, '')))[1]::text::int
+		FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relname <> 'outbox_events_sent_default'`, "outbox_events_sent", db.Schema)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		require.NoError(t, rows.Scan(&name, &n))
+		out[name] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// A retention pass creates the history's time partitions ahead of now
+// (6h each for the default RetainSent of 24h) and drops those whose
+// whole range is older than RetainSent, counting their rows as SENT rows
+// deleted; the SENT strays it sweeps land in the partition of their
+// sent_at, not in the default partition.
+func TestRetentionKeepsTheHistoryPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	var now time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	span := 6 * time.Hour
+	old := now.Add(-72 * time.Hour).UTC().Truncate(span)
+	for i, n := range []int{5, 3} { // partitions a past retention pass made
+		from := old.Add(time.Duration(i) * span)
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s PARTITION OF outbox_events_sent FOR VALUES FROM ('%[2]s') TO ('%[3]s');
+INSERT INTO outbox_events_sent (id, seq, event_type, sent_at, payload)
+SELECT gen_random_uuid(), i, 'retention.old', '%[2]s'::timestamptz + i * interval '1 minute', '\x7b7d' FROM generate_series(1, %[4]d) AS i`,
+			names.QualifiedPartition(from), from.Format(time.RFC3339), from.Add(span).Format(time.RFC3339), n))
+		require.NoError(t, err)
+	}
+	young := insertAged(t, db, outbox.StatusSent, time.Minute, 4)
+
+	cfg := retentionConfig(db, 10)
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitPasses(t, d, 1)
+
+	parts := historyPartitions(t, db)
+	require.NotContains(t, parts, names.Partition(old))
+	require.NotContains(t, parts, names.Partition(old.Add(span)))
+	require.EqualValues(t, 8, d.Stats().RetentionSent, "the dropped partitions' rows")
+	current := now.UTC().Truncate(span)
+	require.Equal(t, 4, parts[names.Partition(current)], "the swept strays, in their partition")
+	require.Contains(t, parts, names.Partition(current.Add(span)), "a partition ahead")
+	require.Equal(t, len(young), remaining(t, db, young))
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "partitions_dropped", "2"))
+	require.Zero(t, d.Stats().Errors)
+}
+
+// SENT and FAILED rows written into the outbox table while the
+// dispatcher runs (by a dispatcher of version 9 still running during an
+// upgrade) are swept by the next retention pass: SENT into the history,
+// FAILED into the dead letters, each row whole.
+func TestRetentionSweepsStraysWrittenWhileRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	cfg := retentionConfig(db, 10)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("retention.live", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitPasses(t, d, 1)
+
+	sent := insertAged(t, db, outbox.StatusSent, time.Second, 15)
+	failed := insertAged(t, db, outbox.StatusFailed, time.Second, 7)
+	waitFor(t, "the strays to be swept", func() bool { return strays(t, db) == 0 })
+	var inSent, inDefault, inDead int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE tableoid = 'outbox_events_sent_default'::regclass)
+		FROM outbox_events_sent WHERE id = ANY($1::uuid[]) AND event_type = 'retention.test'`, sent).Scan(&inSent, &inDefault))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events_dead WHERE id = ANY($1::uuid[])
+		AND status = 'FAILED' AND failed_at IS NOT NULL`, failed).Scan(&inDead))
+	require.Equal(t, len(sent), inSent)
+	require.Zero(t, inDefault, "SENT strays in the default partition")
+	require.Equal(t, len(failed), inDead)
+	require.Zero(t, d.Stats().Errors)
 }
