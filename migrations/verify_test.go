@@ -77,12 +77,12 @@ func TestVerify(t *testing.T) {
 		{
 			name:    "IndexWithoutPredicate",
 			migrate: true,
-			breakSQL: `DROP INDEX %[1]s.outbox_events_lease_idx;
-				CREATE INDEX outbox_events_lease_idx ON %[2]s (lease_until)`,
+			breakSQL: `DROP INDEX %[1]s.outbox_events_held_idx;
+				CREATE INDEX outbox_events_held_idx ON %[2]s (locked_at)`,
 			want: []migrations.Problem{{
-				Object:   "index %[1]s.outbox_events_lease_idx",
-				Expected: "btree (lease_until) WHERE (status = 'PROCESSING'::text)",
-				Actual:   "btree (lease_until)",
+				Object:   "index %[1]s.outbox_events_held_idx",
+				Expected: "btree (locked_at) WHERE (status = 'PROCESSING'::text)",
+				Actual:   "btree (locked_at)",
 			}},
 		},
 		{
