@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -40,6 +41,7 @@ type Admin struct {
 	channel   string
 	names     sqlname.Names
 	sql       statements
+	purge     *purge.Store
 }
 
 // New returns an Admin for cfg on db. A nil db gives an
@@ -55,7 +57,7 @@ func New(db DB, cfg Config) (*Admin, error) {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, qualified: names.Qualified, channel: names.Channel(),
-		names: names, sql: buildStatements(names)}, nil
+		names: names, sql: buildStatements(names), purge: purge.New(names)}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

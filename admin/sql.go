@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
@@ -22,14 +20,9 @@ type statements struct {
 	dueBlocked string
 	replayIDs  write
 	skip       write
-	// purgeFailed and purgeSent delete a batch of old dead letters and of
-	// old rows of the history's default partition; the counts are their
-	// dry runs.
-	purgeFailed, purgeSent           string
-	purgeFailedCount, purgeSentCount string
-	// tables are T, D and H, quoted and qualified, for replayArgs and
-	// listSQL, and sentDefault H's default partition.
-	t, dead, sent, sentDefault string
+	// t, dead and sent are T, D and H, quoted and qualified, for
+	// replayArgs, listSQL and historyRows.
+	t, dead, sent string
 }
 
 // write is a bulk write and its dry run: the same selection, read without
@@ -154,7 +147,6 @@ func countedRows(sel string, limit int) string {
 
 func buildStatements(n sqlname.Names) statements {
 	t, d, h := n.Qualified, n.Dead, n.Sent
-	hDefault := pgx.Identifier{n.Table.Schema, n.Object(sqlname.SuffixSentDefault)}.Sanitize()
 	estimate := fmt.Sprintf(historyEstimate, quoteLiteral(h))
 	dueBlocked := fmt.Sprintf(dueBlockedSQL, t, d, orderKey, orderIndexed, BlockedCountLimit, blockedRowsLimit)
 	// The history's rows in seq order (its seq index, one scan per
@@ -163,7 +155,7 @@ func buildStatements(n sqlname.Names) statements {
 	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s ORDER BY seq`, h)
 	strays := fmt.Sprintf(`SELECT 1 FROM %s WHERE status IN ('SENT', 'FAILED') ORDER BY seq`, t)
 	return statements{
-		t: t, dead: d, sent: h, sentDefault: hDefault,
+		t: t, dead: d, sent: h,
 		dueBlocked: "SELECT blk.n, blk.limited FROM " + dueBlocked + " AS blk",
 		// PENDING through the due index, PROCESSING through the held
 		// index (both partial: the backlog only), FAILED in the dead
@@ -215,10 +207,6 @@ ORDER BY g.event_type, g.status, g.code`,
 		blockedByType:    blockedByTypeSQL(t, d),
 		skip:             skipWrite(t, d, h),
 		notify:           `SELECT pg_notify($1, '')`,
-		purgeFailed:      purgeSQL(d, "failed_at", "failed_at"),
-		purgeFailedCount: purgeCountSQL(d, "failed_at", "failed_at"),
-		purgeSent:        purgeSQL(hDefault, "sent_at", "seq"),
-		purgeSentCount:   purgeCountSQL(hDefault, "sent_at", "seq"),
 	}
 }
 
@@ -236,21 +224,6 @@ func pendingByTypeSQL(t string) string {
 FROM (SELECT event_type, next_attempt_at, seq, created_at FROM %s WHERE status = 'PENDING'
 	ORDER BY next_attempt_at, seq) AS p
 GROUP BY event_type ORDER BY event_type`, t)
-}
-
-// purgeSQL deletes a batch of rows of table whose column at is before
-// the cut-off ($1 microseconds before now()), at most $2, taken in the
-// order of by (an indexed column) and locked with SKIP LOCKED.
-func purgeSQL(table, at, by string) string {
-	return fmt.Sprintf(`DELETE FROM %[1]s AS o WHERE o.id = ANY (ARRAY(
-	SELECT id FROM %[1]s WHERE %[2]s < now() - $1::bigint * interval '1 microsecond' ORDER BY %[3]s LIMIT $2
-	FOR UPDATE SKIP LOCKED))`, table, at, by)
-}
-
-// purgeCountSQL counts, without locks, the rows purgeSQL would delete.
-func purgeCountSQL(table, at, by string) string {
-	return fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %[1]s
-	WHERE %[2]s < now() - $1::bigint * interval '1 microsecond' ORDER BY %[3]s LIMIT $2) AS d`, table, at, by)
 }
 
 // quoteLiteral returns s as an SQL string literal.

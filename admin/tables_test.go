@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -158,4 +160,49 @@ func TestPurgeLeavesStrays(t *testing.T) {
 	require.Empty(t, b.status(t, ids[1]))
 	require.Equal(t, "SENT", b.status(t, ids[2]))
 	require.Equal(t, "FAILED", b.status(t, ids[3]))
+}
+
+// Purge of SENT rows retires the history's time partitions that ended
+// before the cut-off, whole, counting their rows, keeps the partition
+// that reaches past it, and deletes the default partition's old rows;
+// its dry run drops nothing and estimates the retired partitions' rows.
+func TestPurgeSentRetiresPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	names, err := sqlname.For(b.db.Table())
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT date_trunc('hour', now())`).Scan(&now))
+	for _, h := range []int{-4, -3, 0} {
+		start := now.Add(time.Duration(h) * time.Hour)
+		_, err := b.db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+			names.QualifiedPartition(start), names.Sent, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339)))
+		require.NoError(t, err)
+	}
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO outbox_events_sent (seq, id, event_type, sent_at)
+		SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 't', date_trunc('hour', now()) - i * interval '1 minute'
+		FROM generate_series(121, 240) AS i`) // 120 rows in the two old partitions
+	require.NoError(t, err)
+	keep := b.insert(t, row{Status: "SENT", SentAgo: 90 * time.Minute}, // the default partition, kept
+		row{Status: "SENT"})[1] // the current partition
+	old := b.insert(t, row{Status: "SENT", SentAgo: 10 * time.Hour})[0] // the default partition, purged
+	_, err = b.db.Pool.Exec(ctx, `ANALYZE outbox_events_sent`)
+	require.NoError(t, err)
+	before := b.snapshot(t)
+
+	n, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, OlderThan: 2 * time.Hour, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(121), n, "two partitions of 60 rows (estimated) and a row of the default partition")
+	require.Equal(t, before, b.snapshot(t))
+
+	n, err = b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent, OlderThan: 2 * time.Hour, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(121), n, "whole partitions, whatever the limit, and one row of the default partition")
+	require.Empty(t, b.status(t, old))
+	require.Equal(t, "SENT", b.status(t, keep))
+	require.Equal(t, 2, b.countWhere(t, "status = 'SENT'"))
+	var parts int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_events_sent'::regclass`).Scan(&parts))
+	require.Equal(t, 2, parts, "the current and the default partitions")
 }

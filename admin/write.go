@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -213,20 +214,30 @@ type PurgeParams struct {
 }
 
 // Purge deletes up to p.Limit rows in p.Status that reached it more than
-// p.OlderThan ago (database clock), in one bounded DELETE that skips rows
-// other transactions have locked, and returns how many it deleted. Call it
-// again while it returns p.Limit to drain a larger backlog; each call is
-// its own short statement. Bad params give an [*outbox.InputError] and
-// delete nothing.
+// p.OlderThan ago (database clock), and returns how many it deleted. Call
+// it again while it returns p.Limit or more to drain a larger backlog.
+// Bad params give an [*outbox.InputError] and delete nothing.
 //
-// FAILED rows are deleted from the dead letters, oldest failed_at first,
-// through their time index: a call reads about the rows it deletes.
-// SENT rows are deleted from the history's default partition, where only
-// the rows that found no time partition land (walked in seq order; its
-// cost follows that partition, which the retention pass keeps small):
-// the time partitions are retired whole by the retention pass (see
-// docs/admin.md), never row by row. A stray (a SENT or FAILED row still
-// in the outbox table) is not purged: the retention pass moves it first.
+// FAILED rows are deleted from the dead letters in one bounded DELETE
+// that skips rows other transactions have locked, oldest failed_at
+// first, through their time index: a call reads about the rows it
+// deletes.
+//
+// SENT rows are never deleted one by one from the history's time
+// partitions: Purge first retires every time partition whose whole range
+// is older than the cut-off (purge.RetireHistory: DETACH and DROP, each
+// queueing at most purge.LockTimeout for the history's lock; whole
+// partitions, however many rows they hold, Limit not applying), counting
+// their rows, then deletes up to p.Limit rows of the default partition,
+// where only rows that found no time partition land (read whole: it has
+// no index on sent_at, and the retention pass keeps it small). A
+// partition that reaches past the cut-off is kept whole, so a SENT row
+// may outlive OlderThan by a partition's span (the dispatcher's
+// RetainSent decides it). The dry run counts the default partition's
+// rows and estimates the retired partitions' (pg_class).
+//
+// A stray (a SENT or FAILED row still in the outbox table,
+// Counts.Unmoved) is not purged: the retention pass moves it first.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
@@ -238,21 +249,57 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	run, count := a.sql.purgeFailed, a.sql.purgeFailedCount
-	if p.Status == outbox.StatusSent {
-		run, count = a.sql.purgeSent, a.sql.purgeSentCount
-	}
-	args := []any{p.OlderThan.Microseconds(), limit}
+	dry := ""
 	if p.DryRun {
-		var n int64
-		if err := a.db.QueryRow(ctx, count, args...).Scan(&n); err != nil {
-			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
+		dry = " (dry run)"
+	}
+	var retired int64
+	if p.Status == outbox.StatusSent {
+		if retired, err = a.retireHistory(ctx, p.OlderThan, p.DryRun); err != nil {
+			return 0, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
 		}
-		return n, nil
 	}
-	tag, err := a.db.Exec(ctx, run, args...)
+	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
+	if p.DryRun {
+		n, err := a.purge.Count(ctx, a.db, batch)
+		if err != nil {
+			return 0, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
+		}
+		return retired + n, nil
+	}
+	res, err := a.purge.Delete(ctx, a.db, batch)
 	if err != nil {
-		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
+		return retired, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
-	return tag.RowsAffected(), nil
+	return retired + res.Deleted, nil
+}
+
+// retireHistory retires the SENT history's time partitions whose whole
+// range ended olderThan before the database's now(), and returns the rows
+// they held; with dry, it drops nothing and returns the planner's
+// estimate of those rows.
+func (a *Admin) retireHistory(ctx context.Context, olderThan time.Duration, dry bool) (int64, error) {
+	var now time.Time
+	if err := a.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return 0, err
+	}
+	before := now.Add(-olderThan)
+	if !dry {
+		ret, err := purge.RetireHistory(ctx, a.db, a.names, before)
+		return ret.Rows, err
+	}
+	parts, err := purge.Partitions(ctx, a.db, a.names)
+	if err != nil {
+		return 0, err
+	}
+	var due []string
+	for _, p := range parts {
+		if !p.To.After(before) {
+			due = append(due, pgx.Identifier{a.names.Table.Schema, p.Name}.Sanitize())
+		}
+	}
+	var rows int64
+	err = a.db.QueryRow(ctx, `SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class
+		WHERE oid = ANY ($1::text[]::regclass[])`, due).Scan(&rows)
+	return rows, err
 }
