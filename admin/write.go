@@ -28,8 +28,9 @@ const (
 // filter. Only FAILED rows are ever changed.
 type ReplayParams struct {
 	// IDs names the rows to replay, at most [MaxReplayLimit]. Named rows
-	// that are not FAILED (or do not exist, or are locked by another
-	// replay) are reported as skipped and left alone. When IDs is set the
+	// that are not dead letters (or do not exist, or are locked by another
+	// replay, or whose id the outbox table holds too) are reported as
+	// skipped and left alone. When IDs is set the
 	// filter fields and Limit must be empty: the list is the bound.
 	IDs []uuid.UUID
 	// Type keeps only rows of this event type. Empty means any. It must be
@@ -43,8 +44,9 @@ type ReplayParams struct {
 	FailedBefore time.Time
 	// Limit is the most rows a filter replay changes, 1 to
 	// [MaxReplayLimit]. Rows are taken by error code (last_error_code,
-	// rows without one last), then oldest seq first: the failed index's
-	// order, so that each batch reads only the rows it replays. Defaults
+	// rows without one last), then oldest seq first: the dead letters'
+	// code index's order, so that each batch reads only the rows it
+	// replays. Defaults
 	// to [DefaultReplayLimit]. A filter with every field empty replays
 	// any FAILED rows, up to Limit.
 	Limit int
@@ -205,8 +207,11 @@ type PurgeParams struct {
 	// sent_at (SENT) or failed_at (FAILED) is before the database's
 	// now() - OlderThan. At least 0.
 	OlderThan time.Duration
-	// Limit is the most rows this call deletes, 1 to [MaxPurgeLimit].
-	// Defaults to [DefaultPurgeLimit].
+	// Limit is the most rows this call deletes one by one (dead letters,
+	// or rows of the history's default partition), 1 to [MaxPurgeLimit].
+	// Defaults to [DefaultPurgeLimit]. The history's time partitions that
+	// a SENT purge retires go whole, whatever their rows (see
+	// [Admin.Purge]).
 	Limit int
 	// DryRun makes Purge delete nothing and return how many rows the same
 	// call would delete now (counted without locks).
@@ -224,13 +229,14 @@ type PurgeParams struct {
 // deletes.
 //
 // SENT rows are never deleted one by one from the history's time
-// partitions: Purge first retires every time partition whose whole range
-// is older than the cut-off (purge.RetireHistory: DETACH and DROP, each
+// partitions: Purge deletes up to p.Limit rows of the default partition,
+// where only rows that found no time partition land (read whole: it has
+// no index on sent_at, and the retention pass keeps it small), then
+// retires every time partition whose whole range is older than the
+// cut-off (purge.RetireHistory: DETACH and DROP, each
 // queueing at most purge.LockTimeout for the history's lock; whole
 // partitions, however many rows they hold, Limit not applying), counting
-// their rows, then deletes up to p.Limit rows of the default partition,
-// where only rows that found no time partition land (read whole: it has
-// no index on sent_at, and the retention pass keeps it small). A
+// their rows. On an error it returns the rows deleted so far. A
 // partition that reaches past the cut-off is kept whole, so a SENT row
 // may outlive OlderThan by a partition's span (the dispatcher's
 // RetainSent decides it). The dry run counts the default partition's
@@ -253,25 +259,26 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.DryRun {
 		dry = " (dry run)"
 	}
-	var retired int64
-	if p.Status == outbox.StatusSent {
-		if retired, err = a.retireHistory(ctx, p.OlderThan, p.DryRun); err != nil {
-			return 0, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
-		}
-	}
+	// The default partition's batch first: on a missing table it fails
+	// as every other command does (relation does not exist).
 	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
+	var n int64
 	if p.DryRun {
-		n, err := a.purge.Count(ctx, a.db, batch)
-		if err != nil {
-			return 0, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
-		}
-		return retired + n, nil
+		n, err = a.purge.Count(ctx, a.db, batch)
+	} else {
+		var res purge.Result
+		res, err = a.purge.Delete(ctx, a.db, batch)
+		n = res.Deleted
 	}
-	res, err := a.purge.Delete(ctx, a.db, batch)
+	if err == nil && p.Status == outbox.StatusSent {
+		var retired int64
+		retired, err = a.retireHistory(ctx, p.OlderThan, p.DryRun)
+		n += retired
+	}
 	if err != nil {
-		return retired, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
+		return n, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
 	}
-	return retired + res.Deleted, nil
+	return n, nil
 }
 
 // retireHistory retires the SENT history's time partitions whose whole
