@@ -243,9 +243,9 @@ type Page struct {
 // status (the due index for PENDING, the held index for PROCESSING) and
 // sorts those after the cursor, so it costs the backlog, never the
 // history or the dead letters; on a backlog of 1,000,000 PENDING rows a
-// page reads them all (about half a second; page the history or the dead
-// letters instead, or filter by type with counts -json's PendingByType
-// first). Without a status, a page merges the tables by seq: the first
+// page reads them all, as [Admin.PendingByType] does (some 34,000 pages,
+// seconds from a cold cache): during a large backlog page the history or
+// the dead letters, or look at counts first. Without a status, a page merges the tables by seq: the first
 // rows of each after the cursor, the outbox table's as above (its strays,
 // rows with status SENT or FAILED not moved yet, through the stray index
 // in seq order), so it costs a page of each table plus the backlog.
