@@ -202,11 +202,11 @@ ORDER BY g.event_type, g.status, g.code`,
 	UNION ALL (SELECT %[4]s, payload, headers, attempt_log FROM %[3]s WHERE id = $1 LIMIT 1)) AS r LIMIT 1`,
 			t, d, h, recordColumns),
 
-		replayIDs:        replayWrite(t, d, `id = ANY($1::uuid[])`, replayIDsOrder, "$2"),
-		blocked:          blockedSQL(t, d),
-		blockedByType:    blockedByTypeSQL(t, d),
-		skip:             skipWrite(t, d, h),
-		notify:           `SELECT pg_notify($1, '')`,
+		replayIDs:     replayWrite(t, d, `id = ANY($1::uuid[])`, replayIDsOrder, "$2"),
+		blocked:       blockedSQL(t, d),
+		blockedByType: blockedByTypeSQL(t, d),
+		skip:          skipWrite(t, d, h),
+		notify:        `SELECT pg_notify($1, '')`,
 	}
 }
 
