@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,8 +134,7 @@ FROM generate_series(1, 1000000) AS i`)
 	pool := db.NewPool(t, 4)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	slowest := make([]time.Duration, 2)
-	counts := make([]int, 2)
+	took := make([][]time.Duration, 2)
 	for i, stmt := range []string{
 		`INSERT INTO ` + table + ` (id, event_type, payload) VALUES (gen_random_uuid(), 'measure.live', '\x7b7d')`,
 		`UPDATE ` + table + ` AS o SET status = 'PROCESSING', lock_token = gen_random_uuid(), locked_at = now(),
@@ -150,14 +151,13 @@ FROM generate_series(1, 1000000) AS i`)
 					t.Error(err)
 					return
 				}
-				slowest[i] = max(slowest[i], time.Since(t0))
-				counts[i]++
+				took[i] = append(took[i], time.Since(t0))
 			}
 		}()
 	}
 	start = time.Now()
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
-	took := time.Since(start)
+	sweep := time.Since(start)
 	stop.Store(true)
 	wg.Wait()
 	var strays, sent, inDefault int
@@ -171,6 +171,16 @@ FROM generate_series(1, 1000000) AS i`)
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = string(b[:14])
 	}
-	t.Logf("Migrate's sweep of 1,000,000 SENT rows: %s; meanwhile %d inserts (slowest %s) and %d claims of 10 (slowest %s); load %s",
-		took, counts[0], slowest[0], counts[1], slowest[1], load)
+	t.Logf("Migrate's sweep of 1,000,000 SENT rows: %s; meanwhile inserts %s, claims of 10 %s; load %s",
+		sweep, spread(took[0]), spread(took[1]), load)
+}
+
+// spread is how many statements took ds, and their median, 99th
+// percentile and slowest.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("%d (median %s, p99 %s, max %s)", len(ds), ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1])
 }

@@ -303,3 +303,61 @@ func TestDeleteDefaultPartitionRows(t *testing.T) {
 	require.Equal(t, []int64{5, 2}, deleted)
 	require.Equal(t, map[string]int{"outbox_events_sent_default": 2, f.names.Partition(now.UTC().Truncate(time.Hour)): 3}, f.where(t))
 }
+
+// Creating a partition does not wait for an open completion (a
+// transaction that inserted into the history holds ROW EXCLUSIVE on it;
+// ATTACH needs only SHARE UPDATE EXCLUSIVE). A retirement that queues
+// behind a reader of the history holds a completion up for at most
+// about LockTimeout, then gives up: the completion goes through while
+// the reader is still open.
+func TestPartitionWorkHoldsCompletionsUpBriefly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	now := f.now(t)
+	_, err := purge.EnsurePartitions(ctx, f.db.Pool, f.names, time.Hour, time.Time{}, time.Hour)
+	require.NoError(t, err)
+
+	completion, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = completion.Rollback(ctx) }()
+	_, err = completion.Exec(ctx, `INSERT INTO outbox_events_sent (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 1, 'x', now())`)
+	require.NoError(t, err)
+	created, err := purge.EnsurePartitions(ctx, f.db.Pool, f.names, time.Hour, time.Time{}, 5*time.Hour)
+	require.NoError(t, err, "created while a completion is open")
+	require.NotZero(t, created)
+	require.NoError(t, completion.Commit(ctx))
+
+	reader, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = reader.Rollback(ctx) }()
+	_, err = reader.Exec(ctx, `SELECT count(*) FROM outbox_events_sent`)
+	require.NoError(t, err)
+	// The retirement's DETACH queues for at most LockTimeout: catch it
+	// queued (a few tries, should a loaded machine miss the window), then
+	// complete an event behind it.
+	var took time.Duration
+	for try := 0; took == 0 && try < 5; try++ {
+		retired := make(chan error, 1)
+		go func() {
+			_, err := purge.RetireHistory(ctx, f.db.Pool, f.names, now.Add(10*time.Hour))
+			retired <- err
+		}()
+		queued := false
+		for !queued && len(retired) == 0 {
+			require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%DETACH PARTITION%' AND query LIKE '%' || $1 || '%')`, f.db.Schema).Scan(&queued))
+		}
+		start := time.Now()
+		_, err = f.db.Pool.Exec(ctx, `INSERT INTO outbox_events_sent (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 2, 'x', now())`)
+		require.NoError(t, err, "a completion while a retirement queues behind a reader")
+		if queued {
+			took = time.Since(start)
+		}
+		require.ErrorIs(t, <-retired, purge.ErrBusy)
+	}
+	require.NotZero(t, took, "never caught the retirement queued")
+	t.Logf("a completion behind the queued retirement took %s (LockTimeout %s)", took, purge.LockTimeout)
+	var open bool
+	require.NoError(t, reader.QueryRow(ctx, `SELECT true`).Scan(&open), "the reader is still open")
+}

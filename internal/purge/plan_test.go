@@ -80,8 +80,10 @@ FROM generate_series(1, 1000000) AS i`)
 
 // On an outbox table of 1,000,000 PENDING rows and 2,000 strays, a sweep
 // finds its strays through the stray index (no sequential scan, buffers
-// in proportion to its batch), and the sweep that finds none reads next
-// to nothing.
+// in proportion to its batch); a sweep that finds none reads about one
+// buffer per row moved since the last vacuum (their index entries stay
+// until vacuum removes them, or a scan marks them dead once no snapshot
+// can see them), not the table.
 func TestSweepPlanOnAMillionRows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("inserts 1,000,000 rows")
@@ -109,7 +111,7 @@ FROM generate_series(1, 1000000) AS i`)
 		require.Contains(t, st.Indexes, "outbox_events_stray_idx", "sweep %d\n%s", i, st.Text)
 		require.Less(t, st.Buffers, 30.0*1000, "sweep %d\n%s", i, st.Text)
 		if i == 2 {
-			require.Less(t, st.Buffers, 100.0, "the empty sweep\n%s", st.Text)
+			require.Less(t, st.Buffers, 2000.0+100, "the empty sweep\n%s", st.Text)
 		}
 		t.Logf("sweep %d: %v buffers", i, st.Buffers)
 	}
