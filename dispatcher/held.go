@@ -550,7 +550,7 @@ func (s *heldSet) owned(items []*item) []*item {
 func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kept := items[:0:0]
+	kept := make([]*item, 0, len(items)) // most are kept: one allocation
 	for _, it := range items {
 		if it.held && ok(it) {
 			kept = append(kept, it)
