@@ -208,11 +208,10 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 // retried after its reply was lost can tell the time the earlier one set
 // (see lease.Store.Outcomes). The completer's goroutine only.
 func (c *completer) failureToWrite(it *item) lease.Failure {
-	if it.failure == nil {
-		f := c.failure(it)
-		it.failure = &f
+	if r := it.record(); !r.decided {
+		r.failure, r.decided = c.failure(it), true
 	}
-	return *it.failure
+	return it.writes.failure
 }
 
 // failure decides whether a failed attempt is final and when to retry,
@@ -364,20 +363,21 @@ func (c *completer) retryLater(items []*item, err error) {
 	isRefusal := refused(err) && len(items) == 1
 	now := time.Now()
 	givenUp := c.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
-		it.tries++
+		r := it.record()
+		r.tries++
 		if isRefusal {
-			it.refusals++
+			r.refusals++
 		}
 		if expired {
-			it.late++
+			r.late++
 		}
 		switch {
-		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
+		case r.refusals >= maxRefusals || r.tries >= maxWriteTries:
 			return writeGiveUp
-		case expired && (!it.maybeWritten || it.late > maxLateTries):
+		case expired && (!it.maybeWritten || r.late > maxLateTries):
 			return writeLost
 		}
-		it.retryAt = now.Add(retryBackoff(it.tries))
+		r.retryAt = now.Add(retryBackoff(r.tries))
 		return writeAgain
 	})
 	c.report.reportError("completion failed, will retry", err)
