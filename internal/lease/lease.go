@@ -180,11 +180,11 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 func (s *Store) claimForms(p ClaimParams) claimForms {
 	switch {
 	case p.Ordered && p.Types != nil:
-		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed, p.ByType)
+		return s.orderedTyped.forms(p.BlockFailed, p.ByType)
 	case p.Ordered:
 		return s.ordered.forms(p.BlockFailed, p.ByType)
 	case p.Types != nil:
-		return s.typedStatements(len(p.Types)).claims
+		return s.sql.typedClaims
 	}
 	return s.sql.claims
 }
@@ -640,7 +640,7 @@ func (s *Store) NextDue(ctx context.Context, db DB, types []string) (time.Durati
 		if len(types) == 0 {
 			return 0, false, nil
 		}
-		sql, args = s.typedStatements(len(types)).nextDue, []any{types}
+		sql, args = s.sql.typedNextDue, []any{types}
 	}
 	return s.nextDue(ctx, db, sql, args...)
 }
@@ -658,7 +658,7 @@ func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFai
 	if types != nil {
 		args = []any{types}
 	}
-	return s.nextDue(ctx, db, orderedNextDueSQL(s.qualified, len(types), scope{byType: byType}, blockFailed), args...)
+	return s.nextDue(ctx, db, orderedNextDueSQL(s.names.Qualified, s.names.Dead, types != nil, scope{byType: byType}, blockFailed), args...)
 }
 
 // nextDue runs a next-due statement and reads its wait.
@@ -675,16 +675,6 @@ func (s *Store) nextDue(ctx context.Context, db DB, sql string, args ...any) (ti
 		return 0, false, nil
 	}
 	return time.Duration(*us) * time.Microsecond, true, nil
-}
-
-// typedStatements returns the statements of claims restricted to n types,
-// built on first use and kept: a dispatcher's set of types is fixed.
-func (s *Store) typedStatements(n int) typedStatements {
-	if st, ok := s.typed.Load(n); ok {
-		return st.(typedStatements)
-	}
-	st, _ := s.typed.LoadOrStore(n, buildTyped(s.qualified, n))
-	return st.(typedStatements)
 }
 
 // WaitingParams are the inputs of Waiting.

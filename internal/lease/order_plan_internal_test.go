@@ -102,10 +102,10 @@ func TestOrderedClaimPlan(t *testing.T) {
 				name := map[bool]string{false: "", true: " by type"}[sc.byType]
 				explainPrepared(t, db, true, s.ordered.forms(true, sc.byType).none, "int, uuid, text, bigint",
 					"100, gen_random_uuid(), 'w', 60000000", check("every type"+name))
-				explainPrepared(t, db, true, s.orderedTyped(2).forms(true, sc.byType).none, "int, uuid, text, bigint, text[]",
+				explainPrepared(t, db, true, s.orderedTyped.forms(true, sc.byType).none, "int, uuid, text, bigint, text[]",
 					"100, gen_random_uuid(), 'w', 60000000, '{a,b}'", check("typed"+name))
-				explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 0, sc, true), "int", "0", nextDue("every type"+name))
-				explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 2, sc, true), "text[]", "'{a,b}'", nextDue("typed"+name))
+				explainPrepared(t, db, false, orderedNextDueSQL(s.names.Qualified, s.names.Dead, false, sc, true), "int", "0", nextDue("every type"+name))
+				explainPrepared(t, db, false, orderedNextDueSQL(s.names.Qualified, s.names.Dead, true, sc, true), "text[]", "'{a,b}'", nextDue("typed"+name))
 			}
 			explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint, uuid[], bool",
 				"100, gen_random_uuid(), 'w', 60000000, '{}', false", func(mode string, top map[string]any) {
@@ -160,8 +160,8 @@ func TestOrderedClaimByTypePlan(t *testing.T) {
 	}
 	explainPrepared(t, db, true, s.ordered.forms(true, true).none, "int, uuid, text, bigint",
 		"100, gen_random_uuid(), 'w', 60000000", check("every type"))
-	explainPrepared(t, db, true, s.orderedTyped(2).forms(true, true).none, "int, uuid, text, bigint, text[]",
+	explainPrepared(t, db, true, s.orderedTyped.forms(true, true).none, "int, uuid, text, bigint, text[]",
 		"100, gen_random_uuid(), 'w', 60000000, '{a,b}'", check("typed"))
-	explainPrepared(t, db, true, s.orderedTyped(1).forms(true, true).none, "int, uuid, text, bigint, text[]",
+	explainPrepared(t, db, true, s.orderedTyped.forms(true, true).none, "int, uuid, text, bigint, text[]",
 		"100, gen_random_uuid(), 'w', 60000000, '{b}'", check("typed b only"))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,13 +25,12 @@ type DB interface {
 // connection and no state beyond the SQL text; it is safe for concurrent
 // use.
 type Store struct {
-	table     outbox.Table
-	sql       statements
-	qualified string   // the table's quoted, schema-qualified name
-	typed     sync.Map // number of types → typedStatements
-	ordered   orderedForms
-	// orderedByTypes maps a number of types to its *orderedForms.
-	orderedByTypes sync.Map
+	table outbox.Table
+	names sqlname.Names
+	sql   statements
+	// ordered and orderedTyped are the ordered claims of every type and
+	// of the types of a text array.
+	ordered, orderedTyped orderedForms
 }
 
 // New returns a Store for the table, after validating its names.
@@ -41,10 +39,9 @@ func New(table outbox.Table) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{table: names.Table, sql: buildStatements(names.Qualified), qualified: names.Qualified,
-		ordered: buildOrdered(names.Qualified, false, func(_ int, sc scope, bf bool) string {
-			return orderedDue(names.Qualified, sc, bf)
-		})}, nil
+	return &Store{table: names.Table, names: names, sql: buildStatements(names),
+		ordered:      buildOrdered(names.Qualified, names.Dead, false),
+		orderedTyped: buildOrdered(names.Qualified, names.Dead, true)}, nil
 }
 
 // usedColumns are the columns the statements read or write. A table
@@ -62,7 +59,7 @@ const usedColumns = `id, seq, event_type, aggregate_type, aggregate_id, partitio
 // missing ones (the statements only write some, WrittenColumns), and
 // Access names those it needs.
 func (s *Store) CheckColumns(ctx context.Context, db DB) error {
-	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.qualified+` LIMIT 0`)
+	_, err := db.Exec(ctx, `SELECT `+usedColumns+` FROM `+s.names.Qualified+` LIMIT 0`)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerr.InsufficientPrivilege {
 		return nil
@@ -140,7 +137,7 @@ type Access struct {
 func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 	rows, err := db.Query(ctx, `SELECT `+lackingColumns(2, "SELECT")+`, `+lackingColumns(3, "UPDATE")+`,
 		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation')`,
-		s.qualified, ReadColumns, WrittenColumns)
+		s.names.Qualified, ReadColumns, WrittenColumns)
 	if err != nil {
 		return Access{}, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
