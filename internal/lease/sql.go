@@ -50,10 +50,11 @@ func logEntry(outcome, code, message string) string {
 // time) or of third parties. clock_timestamp() is volatile, so no index
 // can serve the test either: the generic plan PostgreSQL switches to after
 // five executions of a prepared statement had scanned the lease index
-// (10s for 5,000 rows among 50,000 PROCESSING ones).
+// (10s for 5,000 rows among 50,000 PROCESSING ones; schema version 9, the
+// held index now has the same rows).
 //
-// The status test is written as stillProcessing, not as the lease index's
-// predicate, for the same reason: with "status = 'PROCESSING'" the planner
+// The status test is written as stillProcessing, not as the held index's
+// predicate (the lease index's until schema version 11), for the same reason: with "status = 'PROCESSING'" the planner
 // could scan that partial index, which holds every held row of every
 // dispatcher, and test each against the whole id array, O(held × B); it
 // did so even in custom plans whenever its statistics said few rows were
@@ -62,7 +63,7 @@ func logEntry(outcome, code, message string) string {
 const fenced = `o.id = ANY (ARRAY(SELECT unnest($1::uuid[]))) AND o.lock_token = $2::uuid AND ` + stillProcessing + ` AND clock_timestamp() < o.lease_until`
 
 // stillProcessing tests that row o is PROCESSING in a form that does not
-// imply the lease index's predicate, so that statements naming rows by id
+// imply the held index's predicate, so that statements naming rows by id
 // reach them through the primary key and never through that index (see
 // fenced).
 const stillProcessing = `(o.status || '') = 'PROCESSING'`
