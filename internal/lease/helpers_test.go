@@ -183,14 +183,6 @@ func requireIn(tb testing.TB, db lease.DB, id uuid.UUID, table, status string) r
 	return r
 }
 
-// exists reports whether the row is still in the outbox table.
-func exists(tb testing.TB, db lease.DB, id uuid.UUID) bool {
-	tb.Helper()
-	var ok bool
-	require.NoError(tb, queryRow(db, `SELECT EXISTS (SELECT FROM outbox_events WHERE id = $1)`, id).Scan(&ok))
-	return ok
-}
-
 // queryRow runs a one-row query on any lease.DB.
 func queryRow(db lease.DB, sql string, args ...any) pgx.Row {
 	rows, err := db.Query(context.Background(), sql, args...)
