@@ -19,8 +19,9 @@ func keyOf(alias string) string {
 // keyIs is true for the rows of alias whose order key is key, written as
 // a range of one value rather than an equality so that the planner cannot
 // treat the key as a constant, drop it from "ORDER BY key, seq" and
-// answer the probe from the seq index with a filter instead of the order
-// index: it did, on a table whose statistics said most rows had that key,
+// answer the probe from the seq index (schema version 9; by a sequential
+// scan and a sort when no index gives seq order) with a filter instead of
+// the order index: it did, on a table whose statistics said most rows had that key,
 // reading 30,000 rows of other states per probe (45,000 buffers). For
 // text with the database's collation (deterministic), key <= x AND key >=
 // x holds exactly when key = x.
