@@ -272,6 +272,9 @@ type Retired struct {
 	Rows int64
 }
 
+// errGone is drop's error for a partition no longer there.
+var errGone = errors.New("pgoutbox: purge: the partition is gone")
+
 // countPages is the size up to which RetireHistory counts a partition's
 // rows rather than reading the estimate: 1,024 pages (8 MB).
 const countPages = 1024
@@ -296,11 +299,11 @@ func RetireHistory(ctx context.Context, db DB, names sqlname.Names, before time.
 	var ret Retired
 	parts, err := Partitions(ctx, db, names)
 	if err != nil {
-		return ret, err
+		return ret, errtext.Wrap(err, "purge: list the partitions of %s", names.Sent)
 	}
 	hasDefault, err := hasDefaultPartition(ctx, db, names)
 	if err != nil {
-		return ret, err
+		return ret, errtext.Wrap(err, "purge: find the default partition of %s", names.Sent)
 	}
 	for _, p := range parts {
 		switch {
@@ -313,7 +316,10 @@ func RetireHistory(ctx context.Context, db DB, names sqlname.Names, before time.
 		case !p.To.After(before):
 			var n int64
 			n, err = drop(ctx, db, names, p, hasDefault && !p.Pending)
-			if err == nil {
+			switch {
+			case errors.Is(err, errGone):
+				err = nil
+			case err == nil:
 				ret.Partitions++
 				ret.Rows += n
 			}
@@ -348,6 +354,10 @@ func drop(ctx context.Context, db DB, names sqlname.Names, p Partition, inTx boo
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, part).Scan(&exists); err != nil || !exists {
+		return 0, errors.Join(err, errGone) // another replica dropped it since the list was read
+	}
 	var attached bool
 	var rows int64
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT c.relispartition, CASE WHEN pg_relation_size(c.oid) <= %d * current_setting('block_size')::bigint

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/purge"
@@ -360,4 +361,28 @@ func TestPartitionWorkHoldsCompletionsUpBriefly(t *testing.T) {
 	t.Logf("a completion behind the queued retirement took %s (LockTimeout %s)", took, purge.LockTimeout)
 	var open bool
 	require.NoError(t, reader.QueryRow(ctx, `SELECT true`).Scan(&open), "the reader is still open")
+}
+
+// A partition another replica dropped after this one listed the
+// partitions is skipped, not an error (two retirements at once drop
+// each partition once between them).
+func TestRetireHistoryTwoAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	now := f.now(t)
+	_, err := purge.EnsurePartitions(ctx, f.db.Pool, f.names, time.Minute, time.Time{}, 30*time.Minute)
+	require.NoError(t, err)
+	total := len(f.partitions(t))
+	results := make(chan purge.Retired, 2)
+	for range 2 {
+		go func() {
+			ret, err := purge.RetireHistory(ctx, f.db.Pool, f.names, now.Add(time.Hour))
+			assert.NoError(t, err)
+			results <- ret
+		}()
+	}
+	a, b := <-results, <-results
+	require.Equal(t, total, a.Partitions+b.Partitions)
+	require.Empty(t, f.partitions(t))
 }
