@@ -25,23 +25,34 @@ type Roles struct {
 	// emitter writes with COPY): USAGE on the schema, INSERT on the
 	// outbox table.
 	Producer string
-	// Dispatcher runs a dispatcher: USAGE on the schema, SELECT and UPDATE
-	// on the outbox table, DELETE when DispatcherDeletes, and SELECT on
-	// the version table (dispatcher.Start verifies the schema, unless
-	// Config.SkipVerify).
+	// Dispatcher runs a dispatcher: USAGE on the schema; SELECT, UPDATE
+	// and DELETE on the outbox table (every outcome but a retry moves or
+	// deletes its row); SELECT and INSERT on the dead letters and the
+	// SENT history (a FAILED outcome moves its row to the dead letters, a
+	// success to the history, and a lost reply is looked up in both),
+	// DELETE on them when DispatcherDeletes; and SELECT on the version
+	// table (dispatcher.Start verifies the schema, unless
+	// Config.SkipVerify). Privileges on the SENT history apply to its
+	// partitions when read and written through it, as the dispatcher
+	// does.
 	Dispatcher string
-	// DispatcherDeletes grants DELETE to Dispatcher, which needs it for
-	// its retention job (on by default: dispatcher.Config.RetainSent and
-	// RetainFailed) and to delete the events it sent
-	// (dispatcher.Config.DeleteSent). Leave it false only for dispatchers
-	// run with KeepSent, no RetainFailed and no DeleteSent: dispatcher.Start
-	// refuses a configuration that needs DELETE without it
-	// (dispatcher.ErrMissingPrivilege).
+	// DispatcherDeletes grants DELETE on the dead letters and the SENT
+	// history to Dispatcher, which its retention job needs (on by
+	// default: dispatcher.Config.RetainSent and RetainFailed). Leave it
+	// false only for dispatchers run with KeepSent and no RetainFailed:
+	// dispatcher.Start refuses a configuration that needs DELETE without
+	// it (dispatcher.ErrMissingPrivilege). PostgreSQL lets only a
+	// table's owner create, attach and detach partitions: the history's
+	// time partitions are the owner's (the migrator's) to add and drop,
+	// and a dispatcher that is not the owner retires SENT rows with
+	// DELETE.
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
-	// inspect, replay, purge, version, verify): USAGE on the schema,
-	// SELECT, UPDATE and DELETE on the outbox table, SELECT on its version
-	// table.
+	// inspect, replay, skip, purge, version, verify): USAGE on the
+	// schema; SELECT, INSERT, UPDATE and DELETE on the outbox table (a
+	// replay moves a dead letter back into it); SELECT, UPDATE and DELETE
+	// on the dead letters; SELECT and DELETE on the SENT history; SELECT
+	// on its version table.
 	Operator string
 }
 
@@ -55,8 +66,8 @@ type Grants struct {
 	// REVOKEs (temporary tables) that only the database owner can decide.
 	BeforeMigrate string
 	// AfterMigrate is run after Migrate by the migrator (the tables'
-	// owner) or a superuser: the privileges on the outbox table and its
-	// version table. Privileges survive the ALTER TABLEs of later
+	// owner) or a superuser: the privileges on the outbox table, its dead
+	// letters, its SENT history and its version table. Privileges survive the ALTER TABLEs of later
 	// migrations; run it again after an upgrade whose CHANGELOG says so.
 	AfterMigrate string
 }
@@ -124,15 +135,19 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- pgoutbox roles for %s, part 2 of 2: run after Migrate,\n"+
 		"-- as the migrator (the tables' owner) or a superuser.\n\n", n.Table)
-	table := "TABLE " + n.Qualified
+	table, dead, sent, version := "TABLE "+n.Qualified, "TABLE "+n.Dead, "TABLE "+n.Sent, "TABLE "+n.VersionTable
 	b.WriteString(grant("INSERT", table, r.Producer))
-	dispatcher := "SELECT, UPDATE"
+	finished := "SELECT, INSERT"
 	if r.DispatcherDeletes {
-		dispatcher += ", DELETE"
+		finished += ", DELETE"
 	}
-	b.WriteString(grant(dispatcher, table, r.Dispatcher))
-	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Dispatcher))
-	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
-	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Dispatcher))
+	b.WriteString(grant(finished, dead, r.Dispatcher))
+	b.WriteString(grant(finished, sent, r.Dispatcher))
+	b.WriteString(grant("SELECT", version, r.Dispatcher))
+	b.WriteString(grant("SELECT, INSERT, UPDATE, DELETE", table, r.Operator))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", dead, r.Operator))
+	b.WriteString(grant("SELECT, DELETE", sent, r.Operator))
+	b.WriteString(grant("SELECT", version, r.Operator))
 	return b.String()
 }
