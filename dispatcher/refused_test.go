@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -119,71 +117,6 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	st := d.Stats()
 	require.Equal(t, uint64(4), st.Sent)
 	require.Zero(t, st.LockLost)
-}
-
-// poolWithoutDelete returns a pool on db's schema acting as a role that
-// may read, insert and update the outbox but not delete from it (and read
-// its version table, which Start verifies). The role is dropped when the
-// test ends.
-func poolWithoutDelete(t *testing.T, db *testdb.DB) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	role := "pgotest_nodelete_" + uuid.NewString()[:8]
-	quoted := pgx.Identifier{role}.Sanitize()
-	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+quoted)
-	require.NoError(t, err)
-	t.Cleanup(func() { // before the schema goes, after the pool below closed
-		_, err := db.Pool.Exec(ctx, `DROP OWNED BY `+quoted+`; DROP ROLE `+quoted)
-		require.NoError(t, err)
-	})
-	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
-GRANT SELECT, INSERT, UPDATE ON %[1]s.outbox_events TO %[2]s;
-GRANT SELECT ON %[1]s.outbox_events_schema_version TO %[2]s`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
-	require.NoError(t, err)
-	cfg := poolConfig(t, db)
-	cfg.ConnConfig.RuntimeParams["role"] = role
-	return openPool(t, cfg)
-}
-
-// With DeleteSent and a role that may not DELETE, Start refuses, naming
-// the privilege, the table and what needs it: the database would refuse
-// every success, and each event would run again once its lease expired
-// (up to three times in 12s before this check), ending FAILED with a
-// misleading worker_lost. Retention needs DELETE too; a dispatcher that
-// deletes nothing (KeepSent, no RetainFailed) starts without it.
-func TestStartRefusesWithoutDelete(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
-	pool := poolWithoutDelete(t, db)
-	for _, tc := range []struct {
-		name      string
-		configure func(*dispatcher.Config)
-		needs     string
-	}{
-		{"DeleteSent", func(c *dispatcher.Config) { c.DeleteSent = true }, "DeleteSent"},
-		{"RetainSent", func(*dispatcher.Config) {}, "RetainSent"},
-		{"RetainFailed", func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, "RetainFailed"},
-	} {
-		cfg := baseConfig(db)
-		tc.configure(&cfg)
-		d, err := dispatcher.New(pool, cfg)
-		require.NoError(t, err)
-		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-		err = d.Start(context.Background())
-		require.ErrorIs(t, err, dispatcher.ErrMissingPrivilege, tc.name)
-		var pe *dispatcher.PrivilegeError
-		require.ErrorAs(t, err, &pe, tc.name)
-		require.Equal(t, "DELETE", pe.Privilege, tc.name)
-		require.Contains(t, pe.Table, "outbox_events", tc.name)
-		require.Contains(t, err.Error(), tc.needs, tc.name)
-	}
-
-	cfg := baseConfig(db)
-	cfg.KeepSent = true
-	d, err := dispatcher.New(pool, cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-	runDispatcher(t, d) // deletes nothing: needs no DELETE
 }
 
 // An outcome the database keeps refusing (a trigger refuses the success
