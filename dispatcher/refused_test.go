@@ -17,22 +17,21 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// refuseOutcomeOf installs a trigger that raises whenever an outcome of
-// id is written (an update that spends an attempt: SENT, a retry or
-// FAILED). Claims, renewals, releases and recovery pass.
+// refuseOutcomeOf installs triggers that raise whenever an outcome of id
+// is written (SENT, a retry or FAILED; testdb.OnOutcomes). Claims,
+// renewals, releases, recovery and the refused outcome's own record pass.
 func refuseOutcomeOf(t *testing.T, db *testdb.DB, id uuid.UUID) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	IF NEW.id = '%s' AND NEW.attempts > OLD.attempts THEN
+	IF NEW.id = '%s' THEN
 		RAISE EXCEPTION 'the test trigger refuses the outcome of %%', NEW.id;
 	END IF;
 	RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events
-	FOR EACH ROW EXECUTE FUNCTION refuse_outcome()`, id))
+END $$`, id))
 	require.NoError(t, err)
+	db.OnOutcomes(t, "refuse_outcome")
 }
 
 // One outcome the database refuses (a trigger raises for one event) does
@@ -177,7 +176,7 @@ func TestRefusedOutcomeIsNotRunAgain(t *testing.T) {
 	require.ErrorIs(t, got[0].Err, outbox.ErrOutcomeRefused)
 	require.Equal(t, row{Status: outbox.StatusFailed, Code: string(outbox.CodeOutcomeRefused)}, readRow(t, db, id))
 	var lastError string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_events WHERE id = $1`, id).Scan(&lastError))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_error FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = $1`, id).Scan(&lastError))
 	require.Contains(t, lastError, "refused to record SENT")
 	require.Contains(t, lastError, "the test trigger refuses")
 }
