@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,11 @@ import (
 // quoted returns the quoted schema.table of t.
 func quoted(t outbox.Table) string {
 	return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+}
+
+// suffixed is the quoted schema.table name with suffix added to the table.
+func suffixed(quotedTable, suffix string) string {
+	return strings.TrimSuffix(quotedTable, `"`) + suffix + `"`
 }
 
 // mustExec runs sql on conn and fails the test on error.

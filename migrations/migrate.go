@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -76,7 +79,40 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error { return tmplmigrate.Migrate(ctx, c, set) })
+	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error {
+		if err := tmplmigrate.Migrate(ctx, c, set); err != nil {
+			return err
+		}
+		return sweepStrays(ctx, c, set.Names)
+	})
+}
+
+// sweepStrays moves the SENT and FAILED rows left in the outbox table
+// (the SENT rows of schema version 9, and what a dispatcher of version 9
+// still running writes) to the history and the dead letters, after the
+// migration locks were released: first it creates the history's time
+// partitions from the oldest stray's sent_at on (one partition for the
+// past, then ranges of purge.Span of the default RetainSent, 24h), so
+// that the moved rows land in partitions retention drops rather than in
+// the default partition; then it sweeps in batches of purge.SweepBatch,
+// each its own transaction, until none is left. Emit, claims and
+// completions go on meanwhile (a batch locks only the rows it moves).
+func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
+	oldest, found, err := purge.OldestStray(ctx, c, names)
+	if err != nil {
+		return errtext.Wrap(err, "migrations: find the SENT rows left in %s", names.Table)
+	}
+	if found {
+		if err := ensurePartitions(ctx, c, names, oldest); err != nil {
+			return err
+		}
+	}
+	for {
+		n, err := purge.Sweep(ctx, c, names, purge.SweepBatch)
+		if err != nil || n == 0 {
+			return errtext.Wrap(err, "migrations")
+		}
+	}
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
@@ -107,6 +143,30 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 		return tmplmigrate.Set{}, err
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names), LockWait: cfg.LockTimeout}, nil
+}
+
+// ensurePartitions creates the history's partitions from oldest on,
+// trying again (5 attempts, 0.5s apart) while the history is busy; when
+// it stays busy, the strays it would have covered go to the default
+// partition (retention deletes them there in batches).
+func ensurePartitions(ctx context.Context, c *pgx.Conn, names sqlname.Names, oldest time.Time) error {
+	span := purge.Span(24 * time.Hour)
+	for attempt := 1; ; attempt++ {
+		_, err := purge.EnsurePartitions(ctx, c, names, span, oldest, 2*span)
+		if err == nil || errors.Is(err, purge.ErrBusy) && attempt == 5 {
+			return nil
+		}
+		if !errors.Is(err, purge.ErrBusy) {
+			return err
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // MaxLockTimeout is the longest Config.LockTimeout: PostgreSQL's largest
