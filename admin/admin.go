@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -39,8 +38,8 @@ type Admin struct {
 	table     outbox.Table
 	qualified string // the quoted schema.table
 	channel   string
+	names     sqlname.Names
 	sql       statements
-	purge     *purge.Store
 }
 
 // New returns an Admin for cfg on db. A nil db gives an
@@ -56,7 +55,7 @@ func New(db DB, cfg Config) (*Admin, error) {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, qualified: names.Qualified, channel: names.Channel(),
-		sql: buildStatements(names.Qualified), purge: purge.New(names)}, nil
+		names: names, sql: buildStatements(names)}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

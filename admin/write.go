@@ -10,7 +10,6 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pguuid"
-	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -60,21 +59,34 @@ type ReplayResult struct {
 	// ReplayParams.DryRun, the rows that would be.
 	Replayed []uuid.UUID `json:"replayed"`
 	// Skipped are the ids of ReplayParams.IDs that were not replayed: not
-	// FAILED, missing, or locked by a concurrent writer. Always empty for a
+	// a dead letter (missing, or still in the outbox table), locked by a
+	// concurrent writer, or a conflict (Conflicts). Always empty for a
 	// filter replay.
 	Skipped []uuid.UUID `json:"skipped"`
+	// Conflicts are the dead letters taken that were not replayed because
+	// the outbox table already holds a row with their id (a stray not
+	// moved yet, or an event emitted again with the same id): they stay
+	// dead letters, unchanged. Normally empty. A filter replay takes
+	// them again on its next call (they keep their place in its order).
+	Conflicts []uuid.UUID `json:"conflicts,omitempty"`
 }
 
-// Replay returns FAILED rows to PENDING, due now by the database clock,
+// Replay moves dead letters (FAILED rows) back into the outbox table as
+// PENDING rows, with their id and seq, due now by the database clock,
 // with attempts, recoveries and snoozes reset to 0 and failed_at cleared,
-// so that they get the full retry and snooze budget again. last_error_code, last_error and
-// the attempt log are kept as history; the next failure appends to the log.
-// It is one bounded UPDATE that locks its rows with SKIP LOCKED (found
-// through the failed index, which holds FAILED rows only: a call costs in
-// proportion to the FAILED rows, however many rows are SENT), followed,
-// in the same transaction and only when rows changed, by a pg_notify on the
-// table's channel so dispatchers wake at once (they poll anyway). Bad
-// params give an [*outbox.InputError] and write nothing.
+// so that they get the full retry and snooze budget again.
+// last_error_code, last_error and the attempt log are kept as history;
+// the next failure appends to the log. It is one bounded statement that
+// locks the dead letters with SKIP LOCKED (found through the dead
+// letters' code index or primary key: a call costs in proportion to the
+// dead letters, never to the history), inserts them into the outbox
+// table and deletes those inserted; a dead letter whose id the outbox
+// table already holds stays (ReplayResult.Conflicts). In the same
+// transaction and only when rows moved, a pg_notify on the table's
+// channel wakes dispatchers at once (they poll anyway). A FAILED row
+// still in the outbox table (a stray, Counts.Unmoved) is not replayed
+// until the retention pass has moved it. Bad params give an
+// [*outbox.InputError] and write nothing.
 func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
 	stmt, args, err := a.replayArgs(p)
 	if err != nil {
@@ -84,7 +96,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 	if p.DryRun {
 		rows, err := a.db.Query(ctx, stmt.dry, args...)
 		if err == nil {
-			res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			res, err = replayed(rows)
 		}
 		if err != nil {
 			return ReplayResult{}, errtext.Wrap(err, "admin: replay %s (dry run)", a.table)
@@ -97,11 +109,8 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 		if err != nil {
 			return err
 		}
-		if res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+		if res, err = replayed(rows); err != nil || len(res.Replayed) == 0 {
 			return err
-		}
-		if len(res.Replayed) == 0 {
-			return nil
 		}
 		_, err = tx.Exec(ctx, a.sql.notify, a.channel)
 		return err
@@ -111,6 +120,23 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 	}
 	res.Skipped = skipped(p.IDs, res.Replayed)
 	return res, nil
+}
+
+// replayed reads a replay's lines (id, moved) into a result: the moved
+// ids in Replayed, the others in Conflicts.
+func replayed(rows pgx.Rows) (ReplayResult, error) {
+	res := ReplayResult{Replayed: []uuid.UUID{}}
+	var id uuid.UUID
+	var moved bool
+	_, err := pgx.ForEachRow(rows, []any{&id, &moved}, func() error {
+		if moved {
+			res.Replayed = append(res.Replayed, id)
+		} else {
+			res.Conflicts = append(res.Conflicts, id)
+		}
+		return nil
+	})
+	return res, err
 }
 
 // replayArgs validates p and picks the statement and its arguments.
@@ -140,7 +166,7 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if !p.FailedBefore.IsZero() {
 		w.conds = append(w.conds, "failed_at < "+w.arg(p.FailedBefore))
 	}
-	return replayWrite(a.qualified, w.String(), replayFilterOrder, w.arg(limit)), w.args, nil
+	return replayWrite(a.sql.t, a.sql.dead, w.String(), replayFilterOrder, w.arg(limit)), w.args, nil
 }
 
 // skipped returns the ids of named that are not in replayed, in the order
@@ -190,11 +216,17 @@ type PurgeParams struct {
 // p.OlderThan ago (database clock), in one bounded DELETE that skips rows
 // other transactions have locked, and returns how many it deleted. Call it
 // again while it returns p.Limit to drain a larger backlog; each call is
-// its own short statement. Rows go oldest first, found through the
-// table's finished index (migration 004), so a call reads about the rows
-// it deletes however many younger rows the table keeps, and the last,
-// empty call of a drain reads next to nothing. Bad params give an
-// [*outbox.InputError] and delete nothing.
+// its own short statement. Bad params give an [*outbox.InputError] and
+// delete nothing.
+//
+// FAILED rows are deleted from the dead letters, oldest failed_at first,
+// through their time index: a call reads about the rows it deletes.
+// SENT rows are deleted from the history's default partition, where only
+// the rows that found no time partition land (walked in seq order; its
+// cost follows that partition, which the retention pass keeps small):
+// the time partitions are retired whole by the retention pass (see
+// docs/admin.md), never row by row. A stray (a SENT or FAILED row still
+// in the outbox table) is not purged: the retention pass moves it first.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
@@ -206,17 +238,21 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
+	run, count := a.sql.purgeFailed, a.sql.purgeFailedCount
+	if p.Status == outbox.StatusSent {
+		run, count = a.sql.purgeSent, a.sql.purgeSentCount
+	}
+	args := []any{p.OlderThan.Microseconds(), limit}
 	if p.DryRun {
-		n, err := a.purge.Count(ctx, a.db, batch)
-		if err != nil {
+		var n int64
+		if err := a.db.QueryRow(ctx, count, args...).Scan(&n); err != nil {
 			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
 		}
 		return n, nil
 	}
-	res, err := a.purge.Delete(ctx, a.db, batch)
+	tag, err := a.db.Exec(ctx, run, args...)
 	if err != nil {
 		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
 	}
-	return res.Deleted, nil
+	return tag.RowsAffected(), nil
 }
