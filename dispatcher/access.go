@@ -73,14 +73,14 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 		}
 		return errtext.Wrap(err, "dispatcher: check access")
 	}
-	dead, sent, err := d.store.FinishedAccess(ctx, d.pool)
+	dead, sent, sentDefault, err := d.store.FinishedAccess(ctx, d.pool)
 	if err != nil {
 		if ranOutOfTime(err) && ctx.Err() == nil {
 			return nil
 		}
 		return errtext.Wrap(err, "dispatcher: check access")
 	}
-	if e := d.missingPrivilege(a, dead, sent); e != nil {
+	if e := d.missingPrivilege(a, dead, sent, sentDefault); e != nil {
 		return e
 	}
 	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
@@ -107,10 +107,13 @@ type privilegeNeed struct {
 // FAILED outcome deletes its row from the outbox table (schema version
 // 10 on), a FAILED outcome moves it to the dead letters and a success,
 // unless DeleteSent, to the SENT history; a lost reply is looked up in
-// both.
-func (d *Dispatcher) missingPrivilege(a lease.Access, dead, sent lease.TableAccess) *PrivilegeError {
+// both. Retention deletes old dead letters and old rows of the history's
+// default partition (which it reaches directly) in batches locked FOR
+// UPDATE.
+func (d *Dispatcher) missingPrivilege(a lease.Access, dead, sent, sentDefault lease.TableAccess) *PrivilegeError {
 	table := d.cfg.Table.String()
-	deadTable, sentTable := table+sqlname.SuffixDead, table+sqlname.SuffixSent
+	deadTable, sentTable, defaultTable := table+sqlname.SuffixDead, table+sqlname.SuffixSent, table+sqlname.SuffixSentDefault
+	retainSent, retainFailed := "retention of SENT rows (RetainSent; set KeepSent to keep them)", "retention of FAILED rows (RetainFailed)"
 	for _, p := range []privilegeNeed{
 		{a.Select, "SELECT", table, "claiming and recording outcomes", a.SelectMissing, lease.ReadColumns},
 		{a.Update, "UPDATE", table, "claiming and recording outcomes", a.UpdateMissing, lease.WrittenColumns},
@@ -119,8 +122,11 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, dead, sent lease.TableAcce
 		{dead.InsertMissing == nil, "INSERT", deadTable, "moving FAILED events to the dead letters", dead.InsertMissing, lease.MovedColumns},
 		{sent.SelectMissing == nil, "SELECT", sentTable, "looking up lost replies in the SENT history", sent.SelectMissing, lease.FinishedReadColumns},
 		{sent.InsertMissing == nil || d.cfg.DeleteSent, "INSERT", sentTable, "keeping the SENT history (set DeleteSent to delete sent events instead)", sent.InsertMissing, lease.MovedColumns},
-		{sent.Delete || d.cfg.KeepSent, "DELETE", sentTable, "retention of SENT rows (RetainSent; set KeepSent to keep them)", nil, nil},
-		{dead.Delete || d.cfg.RetainFailed == 0, "DELETE", deadTable, "retention of FAILED rows (RetainFailed)", nil, nil},
+		{sentDefault.SelectMissing == nil || d.cfg.KeepSent, "SELECT", defaultTable, retainSent, sentDefault.SelectMissing, lease.RetainColumns},
+		{sentDefault.Update || d.cfg.KeepSent, "UPDATE", defaultTable, retainSent, nil, nil},
+		{sentDefault.Delete || d.cfg.KeepSent, "DELETE", defaultTable, retainSent, nil, nil},
+		{dead.Update || d.cfg.RetainFailed == 0, "UPDATE", deadTable, retainFailed, nil, nil},
+		{dead.Delete || d.cfg.RetainFailed == 0, "DELETE", deadTable, retainFailed, nil, nil},
 	} {
 		if !p.have {
 			e := &PrivilegeError{Privilege: p.privilege, Table: p.table, NeededFor: p.need}

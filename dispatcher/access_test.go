@@ -123,8 +123,9 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 // privilege, the table and what needs it: every success and FAILED
 // outcome deletes its row from the outbox table, a FAILED outcome
 // inserts it into the dead letters and a success, unless DeleteSent, into
-// the history; lost replies are looked up in both; retention deletes
-// from them. Without the grant the database would refuse those outcomes
+// the history; lost replies are looked up in both; retention deletes old
+// dead letters and old rows of the history's default partition, in
+// batches locked FOR UPDATE. Without the grant the database would refuse those outcomes
 // and each event would run again. A configuration that does not need the
 // missing privilege starts and delivers.
 func TestStartRefusesWithoutPrivilegeOnEachTable(t *testing.T) {
@@ -148,9 +149,15 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 		{"SelectOnSent", `REVOKE SELECT ON outbox_events_sent FROM %[2]s`, "SELECT", "outbox_events_sent", "lost replies", keepSent, nil},
 		{"InsertOnSent", `REVOKE INSERT ON outbox_events_sent FROM %[2]s`, "INSERT", "outbox_events_sent", "DeleteSent", keepSent,
 			func(c *dispatcher.Config) { c.DeleteSent, c.KeepSent = true, true }},
-		{"DeleteOnSent", `REVOKE DELETE ON outbox_events_sent FROM %[2]s`, "DELETE", "outbox_events_sent", "RetainSent",
+		{"DeleteOnSentDefault", `REVOKE DELETE ON outbox_events_sent_default FROM %[2]s`, "DELETE", "outbox_events_sent_default", "RetainSent",
+			func(*dispatcher.Config) {}, keepSent},
+		{"UpdateOnSentDefault", `REVOKE UPDATE ON outbox_events_sent_default FROM %[2]s`, "UPDATE", "outbox_events_sent_default", "RetainSent",
+			func(*dispatcher.Config) {}, keepSent},
+		{"SelectOnSentDefault", `REVOKE SELECT ON outbox_events_sent_default FROM %[2]s`, "SELECT", "outbox_events_sent_default", "RetainSent",
 			func(*dispatcher.Config) {}, keepSent},
 		{"DeleteOnDead", `REVOKE DELETE ON outbox_events_dead FROM %[2]s`, "DELETE", "outbox_events_dead", "RetainFailed",
+			func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, keepSent},
+		{"UpdateOnDead", `REVOKE UPDATE ON outbox_events_dead FROM %[2]s`, "UPDATE", "outbox_events_dead", "RetainFailed",
 			func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, keepSent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,7 +205,8 @@ func TestStartNamesTheColumnsMissingOnDeadLetters(t *testing.T) {
 	role, _ := newGrantedRole(t, db, "pgotest_dead_columns", `GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox_events TO %[2]s;
 GRANT SELECT ON outbox_events_schema_version TO %[2]s;
-GRANT SELECT, INSERT, DELETE ON outbox_events_sent TO %[2]s;
+GRANT SELECT, INSERT ON outbox_events_sent TO %[2]s;
+GRANT SELECT, UPDATE, DELETE ON outbox_events_sent_default TO %[2]s;
 GRANT SELECT ON outbox_events_dead TO %[2]s;
 GRANT INSERT (id, seq, event_type) ON outbox_events_dead TO %[2]s`)
 	cfg := baseConfig(db)

@@ -382,8 +382,11 @@ func receive[T any](t *testing.T, what string, ch <-chan T) T {
 
 // finishedGrants gives the role %[2]s what the dispatcher needs on the
 // dead letters and the SENT history: it moves FAILED and sent events
-// there, looks lost replies up there and retires old rows.
-const finishedGrants = `GRANT SELECT, INSERT, DELETE ON outbox_events_dead, outbox_events_sent TO %[2]s`
+// there and looks lost replies up there; its retention deletes old dead
+// letters and old rows of the history's default partition.
+const finishedGrants = `GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_events_dead TO %[2]s;
+GRANT SELECT, INSERT ON outbox_events_sent TO %[2]s;
+GRANT SELECT, UPDATE, DELETE ON outbox_events_sent_default TO %[2]s`
 
 // newGrantedRole creates a role for the test and runs grants on db as
 // its owner: in grants, %[1]s is the quoted schema, %[2]s the quoted

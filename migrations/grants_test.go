@@ -313,6 +313,7 @@ func TestGrantsAreMinimal(t *testing.T) {
 	schema, table := "SCHEMA "+pgx.Identifier{env.cfg.Table.Schema}.Sanitize(), "TABLE "+quoted(env.cfg.Table)
 	version := "TABLE " + suffixedTable(env.cfg.Table, "_schema_version")
 	dead, sent := "TABLE "+suffixedTable(env.cfg.Table, "_dead"), "TABLE "+suffixedTable(env.cfg.Table, "_sent")
+	sentDefault := "TABLE " + suffixedTable(env.cfg.Table, "_sent_default")
 	emitOne := func() error { return env.emit(ctx, 1) }
 	emitCopy := func() error { return env.emit(ctx, 5000) }
 	dispatch := func(deleteSent bool) func() error {
@@ -349,18 +350,21 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"INSERT", sent, env.roles.Dispatcher, dispatch(false)},
 		{"SELECT", dead, env.roles.Dispatcher, fail},
 		{"INSERT", dead, env.roles.Dispatcher, fail},
-		{"DELETE", sent, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"SELECT", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"UPDATE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"DELETE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"UPDATE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
 		{"DELETE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
 		{"USAGE", schema, env.roles.Operator, operate},
 		{"SELECT", table, env.roles.Operator, operate},
 		{"INSERT", table, env.roles.Operator, operate},
-		{"UPDATE", table, env.roles.Operator, operate},
-		{"DELETE", table, env.roles.Operator, operate},
 		{"SELECT", dead, env.roles.Operator, operate},
 		{"UPDATE", dead, env.roles.Operator, operate},
 		{"DELETE", dead, env.roles.Operator, operate},
 		{"SELECT", sent, env.roles.Operator, operate},
-		{"DELETE", sent, env.roles.Operator, operate},
+		{"SELECT", sentDefault, env.roles.Operator, operate},
+		{"UPDATE", sentDefault, env.roles.Operator, operate},
+		{"DELETE", sentDefault, env.roles.Operator, operate},
 		{"SELECT", version, env.roles.Operator, operate},
 	}
 	for _, tt := range tests {
@@ -409,19 +413,21 @@ func TestRenderGrantsRejectsBadInput(t *testing.T) {
 	require.Equal(t, "Roles.Operator", inputErr.Field)
 }
 
-// DispatcherDeletes alone decides whether the dispatcher gets DELETE on
-// the dead letters and the SENT history; it always gets DELETE on the
-// outbox table, where every success and FAILED outcome deletes its row.
+// DispatcherDeletes alone decides whether the dispatcher gets what its
+// retention needs: DELETE (and UPDATE, to lock) on the dead letters and
+// the history's default partition. It always gets DELETE on the outbox
+// table, where every success and FAILED outcome deletes its row, and
+// never DELETE on the history itself.
 func TestRenderGrantsDispatcherDeletes(t *testing.T) {
 	t.Parallel()
 	for _, deletes := range []bool{false, true} {
 		g, err := migrations.RenderGrants(migrations.Config{}, migrations.Roles{Dispatcher: "d", DispatcherDeletes: deletes})
 		require.NoError(t, err)
 		require.Contains(t, g.AfterMigrate, `GRANT SELECT, UPDATE, DELETE ON TABLE "public"."outbox_events" TO "d";`)
-		for _, table := range []string{"outbox_events_dead", "outbox_events_sent"} {
-			require.Equal(t, deletes, strings.Contains(g.AfterMigrate, `, DELETE ON TABLE "public"."`+table+`"`),
+		require.Contains(t, g.AfterMigrate, `GRANT SELECT, INSERT ON TABLE "public"."outbox_events_sent" TO "d";`)
+		for _, table := range []string{"outbox_events_dead", "outbox_events_sent_default"} {
+			require.Equal(t, deletes, strings.Contains(g.AfterMigrate, `UPDATE, DELETE ON TABLE "public"."`+table+`"`),
 				"DispatcherDeletes %v, %s", deletes, table)
-			require.Contains(t, g.AfterMigrate, `GRANT SELECT, INSERT`)
 		}
 	}
 }

@@ -47,35 +47,49 @@ type TableAccess struct {
 	InsertMissing []string
 	// Delete is true when the role holds DELETE on the table.
 	Delete bool
+	// Update is true when the role may update some column of the table,
+	// which locking its rows FOR UPDATE needs.
+	Update bool
 }
 
+// RetainColumns are the columns of the history's default partition that
+// the retention job reads (ctid, which it deletes by, sent_at and seq).
+var RetainColumns = []string{"ctid", "sent_at", "seq"}
+
 // FinishedAccess reads the connected role's privileges on the outbox's
-// dead letters and SENT history, in one statement that reads no row.
-// Privileges on the partitioned SENT history are those the dispatcher's
-// statements need: they reach its partitions through it.
-func (s *Store) FinishedAccess(ctx context.Context, db DB) (dead, sent TableAccess, err error) {
+// dead letters, its SENT history and the history's default partition, in
+// one statement that reads no row. Privileges on the partitioned history
+// are those the dispatcher's outcomes need: they reach its partitions
+// through it. The retention job reaches the default partition directly
+// (its SelectMissing is of RetainColumns; InsertMissing is not read).
+func (s *Store) FinishedAccess(ctx context.Context, db DB) (dead, sent, sentDefault TableAccess, err error) {
 	names, err := sqlname.For(s.table)
 	if err != nil {
-		return dead, sent, err
+		return dead, sent, sentDefault, err
 	}
 	dead.Table, sent.Table = names.Dead, names.Sent
+	sentDefault.Table = pgx.Identifier{names.Table.Schema, names.Object(sqlname.SuffixSentDefault)}.Sanitize()
 	rows, err := db.Query(ctx, `SELECT `+
-		lackingOn(1, 3, "SELECT")+`, `+lackingOn(1, 4, "INSERT")+`, has_table_privilege($1::text, 'DELETE'), `+
-		lackingOn(2, 3, "SELECT")+`, `+lackingOn(2, 4, "INSERT")+`, has_table_privilege($2::text, 'DELETE')`,
-		names.Dead, names.Sent, FinishedReadColumns, MovedColumns)
+		lackingOn(1, 4, "SELECT")+`, `+lackingOn(1, 5, "INSERT")+`, has_table_privilege($1::text, 'DELETE'),
+		has_any_column_privilege($1::text, 'UPDATE'), `+
+		lackingOn(2, 4, "SELECT")+`, `+lackingOn(2, 5, "INSERT")+`, has_table_privilege($2::text, 'DELETE'),
+		has_any_column_privilege($2::text, 'UPDATE'), `+
+		lackingOn(3, 6, "SELECT")+`, has_table_privilege($3::text, 'DELETE'), has_any_column_privilege($3::text, 'UPDATE')`,
+		names.Dead, names.Sent, sentDefault.Table, FinishedReadColumns, MovedColumns, RetainColumns)
 	if err == nil {
 		_, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (struct{}, error) {
-			return struct{}{}, row.Scan(&dead.SelectMissing, &dead.InsertMissing, &dead.Delete,
-				&sent.SelectMissing, &sent.InsertMissing, &sent.Delete)
+			return struct{}{}, row.Scan(&dead.SelectMissing, &dead.InsertMissing, &dead.Delete, &dead.Update,
+				&sent.SelectMissing, &sent.InsertMissing, &sent.Delete, &sent.Update,
+				&sentDefault.SelectMissing, &sentDefault.Delete, &sentDefault.Update)
 		})
 	}
 	if err != nil {
-		return dead, sent, fmt.Errorf("pgoutbox: check access: %w", err)
+		return dead, sent, sentDefault, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
-	for _, a := range []*TableAccess{&dead, &sent} {
+	for _, a := range []*TableAccess{&dead, &sent, &sentDefault} {
 		a.SelectMissing, a.InsertMissing = orNil(a.SelectMissing), orNil(a.InsertMissing)
 	}
-	return dead, sent, nil
+	return dead, sent, sentDefault, nil
 }
 
 // lackingOn is an expression listing, in order, the columns of parameter
