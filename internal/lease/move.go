@@ -1,0 +1,73 @@
+package lease
+
+import (
+	"fmt"
+	"strings"
+)
+
+// This file builds the moves of schema version 10: an outcome that ends
+// an event's life in the outbox table (SENT with history on, FAILED)
+// deletes its row there and inserts it into the SENT history or the dead
+// letters, in one statement (see the package doc, "Tables").
+
+// tableColumns are the columns of the outbox table, which its dead
+// letters and its SENT history share (CREATE TABLE … (LIKE …)): a move
+// names each of them, never "*" (docs/schema.md).
+var tableColumns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
+	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code", "last_error",
+	"attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes", "skipped_at", "outcome_token",
+}
+
+// deleted is a data-modifying CTE named name that deletes the rows of
+// table (alias o) matching where, joined to using when not empty, and
+// returns each of tableColumns as the row it moves must have it: the
+// expression of set when the column has one there (evaluated on the
+// deleted row and using, as an UPDATE's SET would be), else the deleted
+// row's value.
+func deleted(name, table, using, where string, set map[string]string) string {
+	cols := make([]string, len(tableColumns))
+	for i, c := range tableColumns {
+		expr, ok := set[c]
+		if !ok {
+			expr = "o." + c
+		}
+		cols[i] = expr + " AS " + c
+	}
+	if using != "" {
+		using = "\n\tUSING " + using
+	}
+	return fmt.Sprintf(`%[1]s AS (
+	DELETE FROM %[2]s AS o%[3]s
+	WHERE %[4]s
+	RETURNING %[5]s
+)`, name, table, using, where, strings.Join(cols, ", "))
+}
+
+// inserted is a data-modifying CTE named name that inserts the rows of
+// the CTE from (see deleted) into table and returns returning of them.
+func inserted(name, table, from, returning string) string {
+	cols := strings.Join(tableColumns, ", ")
+	return fmt.Sprintf(`%[1]s AS (
+	INSERT INTO %[2]s (%[4]s)
+	SELECT %[4]s FROM %[3]s
+	RETURNING %[5]s
+)`, name, table, from, cols, returning)
+}
+
+// leaseEnded are the columns a move clears or sets, like recorded does
+// in place, for a row that leaves PROCESSING with an outcome of its
+// claim: the lease ends, lock_token stays, outcome_token is the claim's
+// token.
+func leaseEnded() map[string]string {
+	return map[string]string{"lease_until": "NULL::timestamptz", "heartbeat_at": "NULL::timestamptz", "outcome_token": "o.lock_token"}
+}
+
+// with returns set with the entries of more added.
+func with(set map[string]string, more map[string]string) map[string]string {
+	for k, v := range more {
+		set[k] = v
+	}
+	return set
+}
