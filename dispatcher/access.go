@@ -73,14 +73,14 @@ func (d *Dispatcher) checkAccess(ctx context.Context) error {
 		}
 		return errtext.Wrap(err, "dispatcher: check access")
 	}
-	dead, sent, sentDefault, err := d.store.FinishedAccess(ctx, d.pool)
+	r, err := d.store.RetainAccess(ctx, d.pool)
 	if err != nil {
 		if ranOutOfTime(err) && ctx.Err() == nil {
 			return nil
 		}
 		return errtext.Wrap(err, "dispatcher: check access")
 	}
-	if e := d.missingPrivilege(a, dead, sent, sentDefault); e != nil {
+	if e := d.missingPrivilege(a, r); e != nil {
 		return e
 	}
 	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
@@ -110,7 +110,7 @@ type privilegeNeed struct {
 // both. Retention deletes old dead letters and old rows of the history's
 // default partition (which it reaches directly) in batches locked FOR
 // UPDATE.
-func (d *Dispatcher) missingPrivilege(a lease.Access, dead, sent, sentDefault lease.TableAccess) *PrivilegeError {
+func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *PrivilegeError {
 	table := d.cfg.Table.String()
 	deadTable, sentTable, defaultTable := table+sqlname.SuffixDead, table+sqlname.SuffixSent, table+sqlname.SuffixSentDefault
 	retainSent, retainFailed := "retention of SENT rows (RetainSent; set KeepSent to keep them)", "retention of FAILED rows (RetainFailed)"
@@ -118,15 +118,15 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, dead, sent, sentDefault le
 		{a.Select, "SELECT", table, "claiming and recording outcomes", a.SelectMissing, lease.ReadColumns},
 		{a.Update, "UPDATE", table, "claiming and recording outcomes", a.UpdateMissing, lease.WrittenColumns},
 		{a.Delete, "DELETE", table, "recording outcomes (a sent or FAILED event leaves the outbox table)", nil, nil},
-		{dead.SelectMissing == nil, "SELECT", deadTable, "moving FAILED events to the dead letters and looking up lost replies", dead.SelectMissing, lease.FinishedReadColumns},
-		{dead.InsertMissing == nil, "INSERT", deadTable, "moving FAILED events to the dead letters", dead.InsertMissing, lease.MovedColumns},
-		{sent.SelectMissing == nil, "SELECT", sentTable, "looking up lost replies in the SENT history", sent.SelectMissing, lease.FinishedReadColumns},
-		{sent.InsertMissing == nil || d.cfg.DeleteSent, "INSERT", sentTable, "keeping the SENT history (set DeleteSent to delete sent events instead)", sent.InsertMissing, lease.MovedColumns},
-		{sentDefault.SelectMissing == nil || d.cfg.KeepSent, "SELECT", defaultTable, retainSent, sentDefault.SelectMissing, lease.RetainColumns},
-		{sentDefault.Update || d.cfg.KeepSent, "UPDATE", defaultTable, retainSent, nil, nil},
-		{sentDefault.Delete || d.cfg.KeepSent, "DELETE", defaultTable, retainSent, nil, nil},
-		{dead.Update || d.cfg.RetainFailed == 0, "UPDATE", deadTable, retainFailed, nil, nil},
-		{dead.Delete || d.cfg.RetainFailed == 0, "DELETE", deadTable, retainFailed, nil, nil},
+		{a.Dead.Select, "SELECT", deadTable, "moving FAILED events to the dead letters, ordered claims and looking up lost replies", a.Dead.SelectMissing, lease.DeadReadColumns},
+		{a.Dead.Insert, "INSERT", deadTable, "moving FAILED events to the dead letters", a.Dead.InsertMissing, lease.MovedColumns},
+		{a.Sent.Select, "SELECT", sentTable, "looking up lost replies in the SENT history", a.Sent.SelectMissing, lease.SentReadColumns},
+		{a.Sent.Insert || d.cfg.DeleteSent, "INSERT", sentTable, "keeping the SENT history (set DeleteSent to delete sent events instead)", a.Sent.InsertMissing, lease.MovedColumns},
+		{r.DefaultSelectMissing == nil || d.cfg.KeepSent, "SELECT", defaultTable, retainSent, r.DefaultSelectMissing, lease.RetainColumns},
+		{r.DefaultUpdate || d.cfg.KeepSent, "UPDATE", defaultTable, retainSent, nil, nil},
+		{r.DefaultDelete || d.cfg.KeepSent, "DELETE", defaultTable, retainSent, nil, nil},
+		{r.DeadUpdate || d.cfg.RetainFailed == 0, "UPDATE", deadTable, retainFailed, nil, nil},
+		{r.DeadDelete || d.cfg.RetainFailed == 0, "DELETE", deadTable, retainFailed, nil, nil},
 	} {
 		if !p.have {
 			e := &PrivilegeError{Privilege: p.privilege, Table: p.table, NeededFor: p.need}
