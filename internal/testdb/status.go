@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -62,4 +63,35 @@ func CountStatus(ctx context.Context, db Querier, table outbox.Table, status out
 	var n int
 	err := db.QueryRow(ctx, `SELECT count(*) FROM `+AllRows(table)+` AS e WHERE status = $1`, string(status)).Scan(&n)
 	return n, err
+}
+
+// MoveToDead makes the event id of the test's outbox FAILED with
+// last_error_code code (none when empty) as a FAILED outcome leaves it
+// since schema version 10: its row moves from the outbox table to the
+// dead letters, with failed_at now() and no lease. The test fails when
+// the outbox table does not hold the event.
+func (db *DB) MoveToDead(tb testing.TB, id uuid.UUID, code string) {
+	tb.Helper()
+	names, err := sqlname.For(db.Table())
+	if err != nil {
+		tb.Fatalf("testdb: move to dead: %v", err)
+	}
+	set := map[string]string{
+		"status": "'FAILED'::text", "failed_at": "now()", "lease_until": "NULL::timestamptz", "heartbeat_at": "NULL::timestamptz",
+		"last_error_code": "coalesce(nullif($2, ''), o.last_error_code)",
+	}
+	exprs := make([]string, len(columns))
+	for i, c := range columns {
+		exprs[i] = "o." + c
+		if e, ok := set[c]; ok {
+			exprs[i] = e + " AS " + c
+		}
+	}
+	cols := strings.Join(columns, ", ")
+	tag, err := db.Pool.Exec(context.Background(), `WITH m AS (DELETE FROM `+names.Qualified+` AS o WHERE o.id = $1
+		RETURNING `+strings.Join(exprs, ", ")+`)
+		INSERT INTO `+names.Dead+` (`+cols+`) SELECT `+cols+` FROM m`, id, code)
+	if err != nil || tag.RowsAffected() != 1 {
+		tb.Fatalf("testdb: move %s to dead: %v (%d rows)", id, err, tag.RowsAffected())
+	}
 }

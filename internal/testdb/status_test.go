@@ -55,3 +55,21 @@ func TestStatusOfPrefersTheOutboxTable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "FAILED", got)
 }
+
+// MoveToDead moves the row and makes it FAILED with the code.
+func TestMoveToDead(t *testing.T) {
+	db := testdb.NewMigrated(t)
+	ctx := context.Background()
+	id := uuid.New()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, aggregate_id) VALUES ($1, 't', 'k')`, id)
+	require.NoError(t, err)
+	db.MoveToDead(t, id, "handler_error")
+	var code, agg string
+	var failed bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT last_error_code, aggregate_id, failed_at IS NOT NULL
+		FROM outbox_events_dead WHERE id = $1 AND status = 'FAILED'`, id).Scan(&code, &agg, &failed))
+	require.Equal(t, []any{"handler_error", "k", true}, []any{code, agg, failed})
+	n, err := testdb.CountStatus(ctx, db.Pool, db.Table(), outbox.StatusPending)
+	require.NoError(t, err)
+	require.Zero(t, n, "the row left the outbox table")
+}
