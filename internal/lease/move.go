@@ -56,6 +56,23 @@ func inserted(name, table, from, returning string) string {
 )`, name, table, from, cols, returning)
 }
 
+// deadInserted is inserted into the dead letters: an id that is a dead
+// letter already (a caller emitted an event again with the id of one)
+// has its dead letter replaced by the newer event's, rather than failing
+// the statement. Failing it would fail every batch that holds the row:
+// a final failure's batch, and each recovery pass, which takes the
+// oldest expired leases first and so would stop recovering any lease.
+func deadInserted(name, table, from, returning string) string {
+	excluded := make([]string, len(tableColumns))
+	for i, c := range tableColumns {
+		excluded[i] = "EXCLUDED." + c
+	}
+	ins := inserted(name, table, from, returning)
+	at := strings.LastIndex(ins, "\n\tRETURNING ")
+	return ins[:at] + fmt.Sprintf("\n\tON CONFLICT (id) DO UPDATE SET (%s) = ROW(%s)", strings.Join(tableColumns, ", "),
+		strings.Join(excluded, ", ")) + ins[at:]
+}
+
 // leaseEnded are the columns a move clears or sets, like recorded does
 // in place, for a row that leaves PROCESSING with an outcome of its
 // claim: the lease ends, lock_token stays, outcome_token is the claim's

@@ -27,7 +27,7 @@ func refusedSet() map[string]string {
 // the message.
 func refusedSQL(names sqlname.Names) string {
 	return `WITH ` + deleted("m", names.Qualified, "", fenced, refusedSet()) + `, ` +
-		inserted("moved", names.Dead, "m", "id") + `
+		deadInserted("moved", names.Dead, "m", "id") + `
 SELECT id FROM moved`
 }
 

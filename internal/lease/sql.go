@@ -347,7 +347,7 @@ SELECT id, status, attempts, next_attempt_at FROM moved`, t, recorded,
 				"last_error_code": `x.code`, "last_error": `left(x.message, 2048)`,
 				"attempt_log": appendLog(logEntry(`'failed'`, `x.code`, `left(x.message, 512)`)),
 			})),
-			inserted("moved", names.Dead, "dead", "id, status, attempts, next_attempt_at")),
+			deadInserted("moved", names.Dead, "dead", "id, status, attempts, next_attempt_at")),
 
 		// recover returns the columns the outer SELECT reads, not o.*:
 		// o.* would need SELECT on every column of the table (ReadColumns).
@@ -399,7 +399,7 @@ SELECT c.status, %[9]s FROM moved AS c`, t, cleared,
 				"attempt_log": appendLog(logEntry(`'failed'`, `'worker_lost'`, `'lease expired'`)),
 				"lock_token":  `NULL::uuid`, "started_at": `NULL::timestamptz`, "lease_until": `NULL::timestamptz`, "heartbeat_at": `NULL::timestamptz`,
 			}),
-			inserted("moved", names.Dead, "dead", "status, "+recoveredColumns("")), eventColumns("c")),
+			deadInserted("moved", names.Dead, "dead", "status, "+recoveredColumns("")), eventColumns("c")),
 
 		nextDue: nextDueSQL(fmt.Sprintf(`SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1`, t)),
 
