@@ -74,3 +74,24 @@ func TestRecoveryOfAReusedDeadIDReplacesTheDeadLetter(t *testing.T) {
 	require.Equal(t, "new", typ)
 	require.Equal(t, "worker_lost", code)
 }
+
+// A success recorded in the history for an id that is also a dead letter
+// (the event was emitted again with a dead letter's id) is read back as
+// recorded after a lost reply, not as lost: Outcomes takes the row that
+// shows the claim's outcome, not the first table it finds the id in.
+func TestOutcomesFindTheSuccessBehindADeadLetterOfTheSameID(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	ids := insert(t, e.db.Pool, spec{Type: "new"})
+	deadLetter(t, e, ids[0])
+	b, err := e.store.Claim(ctx, e.db.Pool, lease.ClaimParams{Owner: "w", Limit: 1, Lease: time.Hour, Start: 1})
+	require.NoError(t, err)
+	p := lease.CompleteParams{Sent: b.Refs()}
+	_, err = e.store.Complete(ctx, e.db.Pool, p)
+	require.NoError(t, err)
+	res, unknown, err := e.store.Outcomes(ctx, e.db.Pool, p)
+	require.NoError(t, err)
+	require.Empty(t, unknown)
+	require.Empty(t, res.Lost)
+	require.Equal(t, []uuid.UUID{ids[0]}, res.Sent)
+}

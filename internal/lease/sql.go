@@ -462,7 +462,13 @@ func recoveredColumns(alias string) string {
 // under token $2 (see Outcomes and the package doc, "Lost replies"),
 // looking for the row in the outbox table, then in the dead letters (by
 // their primary key), then in the SENT history (by its id index, in each
-// partition): the first found is the row. GONE, no row anywhere;
+// partition). An id can be in more than one of them (a caller emitted
+// an event again with the id of a dead letter or a sent event): the row
+// that shows $2's outcome is the row, then the one still held under $2,
+// then one whose attempt log names $2, then the first found in that
+// order. Taking the first found alone read an older dead letter of the
+// id, not the history row that recorded $2's success, and reported the
+// success lost. GONE, no row anywhere;
 // RECORDED, its outcome_token is $2; HELD, still PROCESSING under $2 (its
 // lease passed); else what the latest attempt-log entry under $2 says:
 // RECOVERED (a recovery took the lease), LOGGED (a retry or FAILED
@@ -481,11 +487,16 @@ func outcomesSQL(names sqlname.Names) string {
 	(l.entry->>'attempt')::int, (l.entry->>'ended')::timestamptz
 FROM unnest($1::uuid[]) AS x(id)
 LEFT JOIN LATERAL (
-	SELECT %[4]s FROM %[1]s AS h WHERE h.id = x.id
-	UNION ALL
-	SELECT %[4]s FROM %[2]s AS h WHERE h.id = x.id
-	UNION ALL
-	SELECT %[4]s FROM %[3]s AS h WHERE h.id = x.id
+	SELECT * FROM (
+		SELECT %[4]s, 1 AS t FROM %[1]s AS h WHERE h.id = x.id
+		UNION ALL
+		SELECT %[4]s, 2 FROM %[2]s AS h WHERE h.id = x.id
+		UNION ALL
+		SELECT %[4]s, 3 FROM %[3]s AS h WHERE h.id = x.id
+	) AS h
+	ORDER BY h.outcome_token IS NOT DISTINCT FROM $2::uuid DESC,
+		(h.lock_token IS NOT DISTINCT FROM $2::uuid AND h.status = 'PROCESSING') DESC,
+		h.attempt_log @> jsonb_build_array(jsonb_build_object('token', $2::uuid::text)) DESC, h.t
 	LIMIT 1
 ) AS o ON true
 LEFT JOIN LATERAL (
