@@ -399,9 +399,16 @@ func retryBackoff(tries int) time.Duration {
 // failure that says nothing about the statement: a lost or broken
 // connection, a timeout or cancellation, a deadlock or serialization
 // failure, lack of resources, a shutdown, or a read-only server.
+//
+// A check violation without a constraint is PostgreSQL finding no
+// partition of the SENT history for a row (its default partition
+// dropped, no time partition created yet): the retention pass creates
+// the partition, after which the same move succeeds, so it is no
+// refusal. Counted as one, it would end in Refused, which makes a
+// delivered event a dead letter that a replay delivers again.
 func refused(err error) bool {
 	code := pgerr.Code(err)
-	if len(code) < 2 {
+	if len(code) < 2 || noPartition(err) {
 		return false
 	}
 	switch code[:2] {
@@ -409,6 +416,13 @@ func refused(err error) bool {
 		return false
 	}
 	return true
+}
+
+// noPartition reports whether err is PostgreSQL finding no partition
+// for a row (check_violation naming no constraint).
+func noPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == ""
 }
 
 // unsent reports whether err shows that a write never reached the
