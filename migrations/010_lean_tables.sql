@@ -58,8 +58,23 @@ INSERT INTO {{.dead}} SELECT * FROM moved;
 
 -- Moves the dead letters and the SENT history back into {{.table}} (with
 -- their seq) and drops both tables. The history is read in full: on a
--- large history, retire it first.
+-- large history, retire it first. An id in more than one of the three
+-- tables (an event emitted again with the id of a dead letter or of a
+-- sent event) cannot be moved back under the primary key: the migration
+-- then refuses, naming one such id, and changes nothing; delete or purge
+-- the older row first.
 SET LOCAL lock_timeout = '2s';
+DO $$
+DECLARE
+    dup uuid;
+BEGIN
+    SELECT id INTO dup FROM (
+        SELECT id FROM {{.table}} UNION ALL SELECT id FROM {{.dead}} UNION ALL SELECT id FROM {{.sent}}
+    ) AS a GROUP BY id HAVING count(*) > 1 LIMIT 1;
+    IF dup IS NOT NULL THEN
+        RAISE EXCEPTION 'pgoutbox: cannot migrate {{.table}} down to version 9: event id % is in more than one of the outbox table, its dead letters and its SENT history', dup;
+    END IF;
+END $$;
 WITH moved AS (
     DELETE FROM {{.dead}} RETURNING *
 )

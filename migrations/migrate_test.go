@@ -555,3 +555,27 @@ func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	requireRowsPerStatus(t, conn, table)
 }
+
+// Down to version 9 refuses, changing nothing, when an event id is in
+// more than one of the three tables (an event emitted again with the id
+// of a dead letter): the outbox table's primary key could not hold both.
+func TestDownToVersion9RefusesRepeatedIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	table := quoted(db.Table())
+	id := "0190c5a0-0000-7000-8000-000000000001"
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type) VALUES ($1, 'again')`, id)
+	mustExec(t, conn, `INSERT INTO `+db.Schema+`.outbox_events_dead (id, seq, event_type, failed_at) VALUES ($1, 1, 'old', now())`, id)
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	down, err := fs.ReadFile(files, "010_lean_tables.down.sql")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, string(down))
+	require.ErrorContains(t, err, "is in more than one of the outbox table")
+	var dead int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.outbox_events_dead`).Scan(&dead))
+	require.Equal(t, 1, dead)
+}
