@@ -131,8 +131,19 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 		dispatcher += ", DELETE"
 	}
 	b.WriteString(grant(dispatcher, table, r.Dispatcher))
+	// Version 10: a sweep (and a completion) moves rows into the dead
+	// letters and the history; retention deletes from the dead letters and
+	// the history's default partition (reached directly, so granted apart).
+	sentDefault := pgx.Identifier{n.Table.Schema, n.Object(sqlname.SuffixSentDefault)}.Sanitize()
+	moved := "SELECT, INSERT"
+	if r.DispatcherDeletes {
+		moved += ", DELETE"
+		b.WriteString(grant("SELECT, DELETE", "TABLE "+sentDefault, r.Dispatcher))
+	}
+	b.WriteString(grant(moved, "TABLE "+n.Dead+", "+n.Sent, r.Dispatcher))
 	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Dispatcher))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", "TABLE "+n.Dead+", "+n.Sent+", "+sentDefault, r.Operator))
 	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
 	return b.String()
 }
