@@ -102,7 +102,8 @@ func runDispatcher(t *testing.T, d *dispatcher.Dispatcher) {
 // statusCounts returns how many rows are in each status.
 func statusCounts(t *testing.T, db *testdb.DB) map[outbox.Status]int {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	rows, err := db.Pool.Query(context.Background(), `SELECT status, count(*) FROM (SELECT status FROM outbox_events
+		UNION ALL SELECT status FROM outbox_events_dead UNION ALL SELECT status FROM outbox_events_sent) AS u GROUP BY status`)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[outbox.Status]int{}
