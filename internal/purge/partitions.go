@@ -237,11 +237,13 @@ func planRanges(parts []Partition, span time.Duration, from, now, until time.Tim
 }
 
 // defaultHolds reports whether the default partition holds a row of r
-// (a sequential scan of the default partition, normally empty).
+// (a sequential scan of the default partition, normally empty: no
+// partition covers r, so the query, through the history, is pruned to
+// the default partition).
 func defaultHolds(ctx context.Context, tx pgx.Tx, names sqlname.Names, r Partition) (bool, error) {
 	var held bool
 	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE sent_at >= $1 AND sent_at < $2)`,
-		sentDefault(names)), r.From, r.To).Scan(&held)
+		names.Sent), r.From, r.To).Scan(&held)
 	return held, err
 }
 
