@@ -37,14 +37,6 @@ const recordColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coales
 	coalesce(lock_owner, ''), locked_at, lease_until, heartbeat_at,
 	coalesce(last_error_code, ''), coalesce(last_error, ''), created_at, sent_at, failed_at`
 
-// rowColumns are every column of the three tables (schema version 9 and
-// on), which a move names one by one.
-var rowColumns = []string{"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key",
-	"idempotency_key", "content_type", "payload", "headers", "status", "attempts", "recoveries",
-	"next_attempt_at", "lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at",
-	"last_error_code", "last_error", "attempt_log", "created_at", "sent_at", "failed_at", "started_at",
-	"snoozes", "skipped_at", "outcome_token"}
-
 // replaySet is what a replay writes in the row it moves back: due now by
 // the database clock, with a fresh retry, recovery and snooze budget.
 // last_error_code, last_error, attempt_log and outcome_token stay as
@@ -70,14 +62,14 @@ var replaySet = map[string]string{
 // whether it was moved. The dry run reads the same rows without locks and
 // tells the conflicts from t as it is now.
 func replayWrite(t, d, cond, order, limitParam string) write {
-	sel := make([]string, len(rowColumns))
-	for i, c := range rowColumns {
+	sel := make([]string, len(sqlname.Columns))
+	for i, c := range sqlname.Columns {
 		sel[i] = c
 		if v, ok := replaySet[c]; ok {
 			sel[i] = v
 		}
 	}
-	cols := strings.Join(rowColumns, ", ")
+	cols := strings.Join(sqlname.Columns, ", ")
 	return write{
 		run: fmt.Sprintf(`WITH picked AS MATERIALIZED (
 	SELECT %[3]s FROM %[2]s WHERE %[5]s ORDER BY %[6]s LIMIT %[7]s FOR UPDATE SKIP LOCKED),

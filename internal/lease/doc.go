@@ -21,7 +21,7 @@
 // outcome) move the row: one statement deletes it from the outbox table,
 // fenced as before, and inserts it into the other table with the columns
 // of the outcome (WITH … DELETE … RETURNING … INSERT; the move names every
-// column, see tableColumns). Retries, snoozes, releases and recoveries to
+// column, see sqlname.Columns). Retries, snoozes, releases and recoveries to
 // PENDING stay updates in place. The outbox table keeps only the due,
 // held, order and primary key indexes (schema version 11), so a renewal
 // and a start mark change no indexed column: HOT updates, which add no

@@ -3,6 +3,8 @@ package lease
 import (
 	"fmt"
 	"strings"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
 // This file builds the moves of schema version 10: an outcome that ends
@@ -10,25 +12,15 @@ import (
 // deletes its row there and inserts it into the SENT history or the dead
 // letters, in one statement (see the package doc, "Tables").
 
-// tableColumns are the columns of the outbox table, which its dead
-// letters and its SENT history share (CREATE TABLE … (LIKE …)): a move
-// names each of them, never "*" (docs/schema.md).
-var tableColumns = []string{
-	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
-	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
-	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code", "last_error",
-	"attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes", "skipped_at", "outcome_token",
-}
-
 // deleted is a data-modifying CTE named name that deletes the rows of
 // table (alias o) matching where, joined to using when not empty, and
-// returns each of tableColumns as the row it moves must have it: the
+// returns each of sqlname.Columns as the row it moves must have it: the
 // expression of set when the column has one there (evaluated on the
 // deleted row and using, as an UPDATE's SET would be), else the deleted
 // row's value.
 func deleted(name, table, using, where string, set map[string]string) string {
-	cols := make([]string, len(tableColumns))
-	for i, c := range tableColumns {
+	cols := make([]string, len(sqlname.Columns))
+	for i, c := range sqlname.Columns {
 		expr, ok := set[c]
 		if !ok {
 			expr = "o." + c
@@ -48,7 +40,7 @@ func deleted(name, table, using, where string, set map[string]string) string {
 // inserted is a data-modifying CTE named name that inserts the rows of
 // the CTE from (see deleted) into table and returns returning of them.
 func inserted(name, table, from, returning string) string {
-	cols := strings.Join(tableColumns, ", ")
+	cols := strings.Join(sqlname.Columns, ", ")
 	return fmt.Sprintf(`%[1]s AS (
 	INSERT INTO %[2]s (%[4]s)
 	SELECT %[4]s FROM %[3]s
@@ -56,21 +48,15 @@ func inserted(name, table, from, returning string) string {
 )`, name, table, from, cols, returning)
 }
 
-// deadInserted is inserted into the dead letters: an id that is a dead
-// letter already (a caller emitted an event again with the id of one)
-// has its dead letter replaced by the newer event's, rather than failing
-// the statement. Failing it would fail every batch that holds the row:
-// a final failure's batch, and each recovery pass, which takes the
-// oldest expired leases first and so would stop recovering any lease.
+// deadInserted is inserted into the dead letters, replacing the dead
+// letter of the same id (sqlname.ReplaceDead): failing instead would
+// fail every batch that holds the row, a final failure's batch and each
+// recovery pass, which takes the oldest expired leases first and so
+// would stop recovering any lease.
 func deadInserted(name, table, from, returning string) string {
-	excluded := make([]string, len(tableColumns))
-	for i, c := range tableColumns {
-		excluded[i] = "EXCLUDED." + c
-	}
 	ins := inserted(name, table, from, returning)
 	at := strings.LastIndex(ins, "\n\tRETURNING ")
-	return ins[:at] + fmt.Sprintf("\n\tON CONFLICT (id) DO UPDATE SET (%s) = ROW(%s)", strings.Join(tableColumns, ", "),
-		strings.Join(excluded, ", ")) + ins[at:]
+	return ins[:at] + "\n\t" + sqlname.ReplaceDead + ins[at:]
 }
 
 // leaseEnded are the columns a move clears or sets, like recorded does

@@ -48,9 +48,9 @@ func New(table outbox.Table) (*Store, error) {
 
 // usedColumns are the columns the statements read or write, in the
 // outbox table and in its dead letters and SENT history, which have the
-// same (tableColumns). A table migrated by an older version lacks some of
+// same (sqlname.Columns). A table migrated by an older version lacks some of
 // them.
-var usedColumns = strings.Join(tableColumns, ", ")
+var usedColumns = strings.Join(sqlname.Columns, ", ")
 
 // CheckColumns reports, as an error matching outbox.ErrSchemaMismatch,
 // a table that lacks a column the statements use (one migrated by an
@@ -116,7 +116,7 @@ var ReadColumns = []string{
 // and into the SENT history (a success, unless DeleteSent): every column.
 // A role granted INSERT on some columns of those tables needs INSERT on
 // each of these. The moves also DELETE from the outbox table.
-var MovedColumns = slices.Clone(tableColumns)
+var MovedColumns = slices.Clone(sqlname.Columns)
 
 // DeadReadColumns are the columns of the dead letters that the
 // dispatcher's statements read: the rows a move inserted (RETURNING), an

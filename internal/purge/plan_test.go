@@ -100,7 +100,7 @@ FROM generate_series(1, 1000000) AS i`)
 	require.NoError(t, err)
 	names, err := sqlname.For(db.Table())
 	require.NoError(t, err)
-	stmt := purge.SweepSQL(names, "SENT", names.Sent, "sent_at")
+	stmt := purge.SweepSQL(names, "SENT", names.Sent, "sent_at", "")
 	conn := db.Conn(t)
 	for i, left := range []int{1000, 0, 0} {
 		st := testdb.Explain(t, conn, stmt, 1000)

@@ -17,30 +17,23 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Columns are the outbox table's columns in table order, as the dead
-// letters and the history have them (CREATE TABLE … LIKE): a move names
-// them all (a test compares them with the table's).
-var Columns = []string{"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
-	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at", "lock_token", "lock_owner",
-	"locked_at", "lease_until", "heartbeat_at", "last_error_code", "last_error", "attempt_log", "created_at", "sent_at",
-	"failed_at", "started_at", "snoozes", "skipped_at", "outcome_token"}
-
 // SweepBatch is the batch Migrate sweeps in: 10,000 strays a transaction.
 const SweepBatch = 10_000
 
 // sweepSQL moves up to $1 strays of status from the outbox table to
 // dest, oldest (seq) first, through the stray index, skipping rows other
 // transactions hold; stamp is the finish column, set to now() when a row
-// lacks it.
-func sweepSQL(names sqlname.Names, status, dest, stamp string) string {
-	cols := strings.Join(Columns, ", ")
+// lacks it; conflict ends the INSERT (sqlname.ReplaceDead for the dead
+// letters).
+func sweepSQL(names sqlname.Names, status, dest, stamp, conflict string) string {
+	cols := strings.Join(sqlname.Columns, ", ")
 	sel := strings.Replace(cols, stamp, fmt.Sprintf("coalesce(%[1]s, now()) AS %[1]s", stamp), 1)
 	return fmt.Sprintf(`WITH m AS (
 	DELETE FROM %[1]s AS o WHERE o.id = ANY (ARRAY(
 		SELECT id FROM %[1]s WHERE status = '%[2]s' ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED))
 	AND o.status = '%[2]s'
 	RETURNING %[4]s)
-INSERT INTO %[3]s (%[4]s) SELECT %[5]s FROM m`, names.Qualified, status, dest, cols, sel)
+INSERT INTO %[3]s (%[4]s) SELECT %[5]s FROM m %[6]s`, names.Qualified, status, dest, cols, sel, conflict)
 }
 
 // Sweep moves up to limit strays, rows of the outbox table whose status
@@ -51,15 +44,17 @@ INSERT INTO %[3]s (%[4]s) SELECT %[5]s FROM m`, names.Qualified, status, dest, c
 // LOCKED (a row another transaction holds waits for the next sweep); one
 // statement per kind, SENT first, each atomic. A SENT row goes to the
 // history's partition of its sent_at (the default partition when none
-// covers it: run EnsurePartitions first).
+// covers it: run EnsurePartitions first). A FAILED stray whose id is a
+// dead letter already replaces it (sqlname.ReplaceDead), as the
+// dispatcher's moves do: refused, it would stop every sweep.
 func Sweep(ctx context.Context, db Execer, names sqlname.Names, limit int) (moved int, err error) {
-	for _, kind := range [...]struct{ status, dest, stamp string }{
-		{"SENT", names.Sent, "sent_at"}, {"FAILED", names.Dead, "failed_at"},
+	for _, kind := range [...]struct{ status, dest, stamp, conflict string }{
+		{"SENT", names.Sent, "sent_at", ""}, {"FAILED", names.Dead, "failed_at", sqlname.ReplaceDead},
 	} {
 		if moved >= limit {
 			break
 		}
-		tag, err := db.Exec(ctx, sweepSQL(names, kind.status, kind.dest, kind.stamp), limit-moved)
+		tag, err := db.Exec(ctx, sweepSQL(names, kind.status, kind.dest, kind.stamp, kind.conflict), limit-moved)
 		if err != nil {
 			return moved, errtext.Wrap(err, "purge: sweep %s rows of %s", kind.status, names.Table)
 		}

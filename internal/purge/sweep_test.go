@@ -8,9 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/purge"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
-// purge.Columns are the outbox table's columns in table order, and the
+// sqlname.Columns are the outbox table's columns in table order, and the
 // dead letters' and the history's.
 func TestColumnsAreTheTables(t *testing.T) {
 	t.Parallel()
@@ -19,7 +20,7 @@ func TestColumnsAreTheTables(t *testing.T) {
 		var cols []string
 		require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
 			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, table).Scan(&cols))
-		require.Equal(t, purge.Columns, cols, table)
+		require.Equal(t, sqlname.Columns, cols, table)
 	}
 }
 
@@ -100,4 +101,24 @@ FROM generate_series(1, 12) AS i,
 	var stamped time.Time
 	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT failed_at FROM outbox_events_dead WHERE event_type = 'sweep.9'`).Scan(&stamped))
 	require.False(t, stamped.IsZero())
+}
+
+// A FAILED stray whose id is a dead letter already (an event emitted
+// again with a dead letter's id, failed by a dispatcher of version 9)
+// replaces that dead letter: refused, it would fail every sweep.
+func TestSweepReplacesADeadLetterOfTheSameID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	id := "0190c5a0-0000-7000-8000-0000000000aa"
+	_, err := f.db.Pool.Exec(ctx, `INSERT INTO outbox_events_dead (id, seq, event_type, failed_at) VALUES ($1, 1, 'old', now())`, id)
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, failed_at) VALUES ($1, 'new', 'FAILED', now())`, id)
+	require.NoError(t, err)
+	moved, err := purge.Sweep(ctx, f.db.Pool, f.names, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	var typ string
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT event_type FROM outbox_events_dead WHERE id = $1`, id).Scan(&typ))
+	require.Equal(t, "new", typ)
 }

@@ -1,6 +1,7 @@
 package sqlname
 
 import (
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,3 +130,27 @@ func (n Names) Partition(start time.Time) string {
 func (n Names) QualifiedPartition(start time.Time) string {
 	return pgx.Identifier{n.Table.Schema, n.Partition(start)}.Sanitize()
 }
+
+// Columns are the outbox table's columns in table order, which its dead
+// letters and its SENT history share (CREATE TABLE … (LIKE …), schema
+// version 10): a statement that moves a row between them names every
+// one, never "*".
+var Columns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
+	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code",
+	"last_error", "attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes",
+	"skipped_at", "outcome_token",
+}
+
+// ReplaceDead is the ON CONFLICT clause of an insert into the dead
+// letters: an id that is a dead letter already (an event emitted again
+// with the id of one) has its dead letter replaced by the newer row,
+// rather than failing the statement and every batch that holds the row.
+var ReplaceDead = func() string {
+	excluded := make([]string, len(Columns))
+	for i, c := range Columns {
+		excluded[i] = "EXCLUDED." + c
+	}
+	return "ON CONFLICT (id) DO UPDATE SET (" + strings.Join(Columns, ", ") + ") = ROW(" + strings.Join(excluded, ", ") + ")"
+}()

@@ -13,20 +13,10 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// columns are the columns an outbox table, its dead letters and its SENT
-// history share (schema version 11), in table order.
-var columns = []string{
-	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
-	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
-	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code",
-	"last_error", "attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes",
-	"skipped_at", "outcome_token",
-}
-
 // AllRows returns a parenthesised subquery that reads every event of
 // table wherever it lives: the outbox table (PENDING and PROCESSING, and
 // strays), its dead letters (FAILED) and its SENT history, with the
-// columns the three share and a column "place" saying which one holds the
+// sqlname.Columns the three share and a column "place" saying which one holds the
 // row ("T", "dead" or "sent"). Give it an alias:
 //
 //	SELECT status, count(*) FROM `+testdb.AllRows(table)+` AS e GROUP BY status
@@ -37,7 +27,7 @@ func AllRows(table outbox.Table) string {
 	if err != nil {
 		panic("testdb: " + err.Error())
 	}
-	cols := strings.Join(columns, ", ")
+	cols := strings.Join(sqlname.Columns, ", ")
 	return "(SELECT " + cols + ", 'T' AS place FROM " + names.Qualified +
 		" UNION ALL SELECT " + cols + ", 'dead' FROM " + names.Dead +
 		" UNION ALL SELECT " + cols + ", 'sent' FROM " + names.Sent + ")"
@@ -80,14 +70,14 @@ func (db *DB) MoveToDead(tb testing.TB, id uuid.UUID, code string) {
 		"status": "'FAILED'::text", "failed_at": "now()", "lease_until": "NULL::timestamptz", "heartbeat_at": "NULL::timestamptz",
 		"last_error_code": "coalesce(nullif($2, ''), o.last_error_code)",
 	}
-	exprs := make([]string, len(columns))
-	for i, c := range columns {
+	exprs := make([]string, len(sqlname.Columns))
+	for i, c := range sqlname.Columns {
 		exprs[i] = "o." + c
 		if e, ok := set[c]; ok {
 			exprs[i] = e + " AS " + c
 		}
 	}
-	cols := strings.Join(columns, ", ")
+	cols := strings.Join(sqlname.Columns, ", ")
 	tag, err := db.Pool.Exec(context.Background(), `WITH m AS (DELETE FROM `+names.Qualified+` AS o WHERE o.id = $1
 		RETURNING `+strings.Join(exprs, ", ")+`)
 		INSERT INTO `+names.Dead+` (`+cols+`) SELECT `+cols+` FROM m`, id, code)
