@@ -167,8 +167,10 @@ type Config struct {
 	// dispatcher of one table must use the same scope. ScopeKeyAndType
 	// needs Ordering PerKey. See docs/ordering.md, "Order scope".
 	OrderScope OrderScope
-	// DeleteSent deletes events on success instead of keeping them SENT.
-	// Defaults to false.
+	// DeleteSent deletes events on success instead of moving them to the
+	// SENT history (<table>_sent, where operators list and inspect them
+	// until retention retires them; see docs/schema.md, "Whether to keep
+	// the history"). Defaults to false.
 	DeleteSent bool
 
 	// SkipVerify starts the dispatcher without comparing the table's schema
