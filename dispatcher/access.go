@@ -119,7 +119,7 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *Pri
 		{a.Update, "UPDATE", table, "claiming and recording outcomes", a.UpdateMissing, lease.WrittenColumns},
 		{a.Delete, "DELETE", table, "recording outcomes (a sent or FAILED event leaves the outbox table)", nil, nil},
 		{a.Dead.Select, "SELECT", deadTable, "moving FAILED events to the dead letters, ordered claims and looking up lost replies", a.Dead.SelectMissing, lease.DeadReadColumns},
-		{a.Dead.Insert, "INSERT", deadTable, "moving FAILED events to the dead letters", a.Dead.InsertMissing, lease.MovedColumns},
+		{a.Dead.Insert, "INSERT, UPDATE and SELECT", deadTable, "moving FAILED events to the dead letters (replacing a dead letter of the same id)", a.Dead.InsertMissing, lease.MovedColumns},
 		{a.Sent.Select, "SELECT", sentTable, "looking up lost replies in the SENT history", a.Sent.SelectMissing, lease.SentReadColumns},
 		{a.Sent.Insert || d.cfg.DeleteSent, "INSERT", sentTable, "keeping the SENT history (set DeleteSent to delete sent events instead)", a.Sent.InsertMissing, lease.MovedColumns},
 		{r.DefaultSelectMissing == nil || d.cfg.KeepSent, "SELECT", defaultTable, retainSent, r.DefaultSelectMissing, lease.RetainColumns},

@@ -29,7 +29,9 @@ type Roles struct {
 	// and DELETE on the outbox table (every outcome but a retry moves or
 	// deletes its row); SELECT and INSERT on the dead letters and the
 	// SENT history (a FAILED outcome moves its row to the dead letters, a
-	// success to the history, and a lost reply is looked up in both); and
+	// success to the history, and a lost reply is looked up in both), and
+	// UPDATE on the dead letters (a move replaces the dead letter of the
+	// same id, an event emitted again with a dead letter's id); and
 	// SELECT on the version table (dispatcher.Start verifies the schema,
 	// unless Config.SkipVerify). Privileges on the SENT history apply to
 	// its partitions when read and written through it, as the
@@ -144,7 +146,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	if r.DispatcherDeletes {
 		b.WriteString(grant("SELECT, INSERT, UPDATE, DELETE", dead, r.Dispatcher))
 	} else {
-		b.WriteString(grant("SELECT, INSERT", dead, r.Dispatcher))
+		b.WriteString(grant("SELECT, INSERT, UPDATE", dead, r.Dispatcher))
 	}
 	b.WriteString(grant("SELECT, INSERT", sent, r.Dispatcher))
 	if r.DispatcherDeletes {

@@ -115,7 +115,8 @@ var ReadColumns = []string{
 // letters (a final failure, a recovery past the cap, a refused outcome)
 // and into the SENT history (a success, unless DeleteSent): every column.
 // A role granted INSERT on some columns of those tables needs INSERT on
-// each of these. The moves also DELETE from the outbox table.
+// each of these, and SELECT and UPDATE on each of the dead letters (a
+// move replaces the dead letter of the same id, sqlname.ReplaceDead). The moves also DELETE from the outbox table.
 var MovedColumns = slices.Clone(sqlname.Columns)
 
 // DeadReadColumns are the columns of the dead letters that the
@@ -167,8 +168,11 @@ type Access struct {
 // the SENT history.
 type TableAccess struct {
 	// Insert is true when the role may insert every column of
-	// MovedColumns (granted on the table or column by column);
-	// InsertMissing lists, in MovedColumns' order, those it may not.
+	// MovedColumns (granted on the table or column by column), and, on
+	// the dead letters, select and update each too (a move replaces the
+	// dead letter of the same id: INSERT … ON CONFLICT DO UPDATE reads
+	// and writes every column); InsertMissing
+	// lists, in MovedColumns' order, those it may not.
 	Insert        bool
 	InsertMissing []string
 	// Select is true when the role may select every column the
@@ -187,7 +191,7 @@ type TableAccess struct {
 func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 	rows, err := db.Query(ctx, `SELECT `+lackingColumns(1, 2, "SELECT")+`, `+lackingColumns(1, 3, "UPDATE")+`,
 		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation'),
-		`+lackingColumns(4, 6, "INSERT")+`, `+lackingColumns(4, 7, "SELECT")+`,
+		`+lackingColumns(4, 6, "INSERT", "UPDATE", "SELECT")+`, `+lackingColumns(4, 7, "SELECT")+`,
 		`+lackingColumns(5, 6, "INSERT")+`, `+lackingColumns(5, 8, "SELECT"),
 		s.names.Qualified, ReadColumns, WrittenColumns, s.names.Dead, s.names.Sent, MovedColumns, DeadReadColumns, SentReadColumns)
 	if err != nil {
@@ -212,11 +216,15 @@ func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 }
 
 // lackingColumns is an expression listing, in order, the columns of
-// parameter $param (a text array) on which the role lacks privilege on
-// the table $table.
-func lackingColumns(table, param int, privilege string) string {
+// parameter $param (a text array) on which the role lacks one of the
+// privileges on the table $table.
+func lackingColumns(table, param int, privileges ...string) string {
+	held := make([]string, len(privileges))
+	for i, p := range privileges {
+		held[i] = fmt.Sprintf(`has_column_privilege($%d::text, c, '%s')`, table, p)
+	}
 	return fmt.Sprintf(`array(SELECT c FROM unnest($%d::text[]) WITH ORDINALITY AS w (c, i)
-			WHERE NOT has_column_privilege($%d::text, c, '%s') ORDER BY i)`, param, table, privilege)
+			WHERE NOT (%s) ORDER BY i)`, param, strings.Join(held, " AND "))
 }
 
 // orNil returns nil for an empty list.
