@@ -314,6 +314,8 @@ func TestGrantsAreMinimal(t *testing.T) {
 	version := "TABLE " + suffixedTable(env.cfg.Table, "_schema_version")
 	dead, sent := "TABLE "+suffixedTable(env.cfg.Table, "_dead"), "TABLE "+suffixedTable(env.cfg.Table, "_sent")
 	sentDefault := "TABLE " + suffixedTable(env.cfg.Table, "_sent_default")
+	sentAdd := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_add") + "(timestamptz, timestamptz)"
+	sentDrop := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_drop") + "(timestamptz)"
 	emitOne := func() error { return env.emit(ctx, 1) }
 	emitCopy := func() error { return env.emit(ctx, 5000) }
 	dispatch := func(deleteSent bool) func() error {
@@ -350,10 +352,13 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"INSERT", sent, env.roles.Dispatcher, dispatch(false)},
 		{"SELECT", dead, env.roles.Dispatcher, fail},
 		{"INSERT", dead, env.roles.Dispatcher, fail},
+		{"UPDATE", dead, env.roles.Dispatcher, fail},
 		{"SELECT", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
 		{"UPDATE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
 		{"DELETE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
 		{"UPDATE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
+		{"EXECUTE", sentAdd, env.roles.Dispatcher, dispatch(false)},
+		{"EXECUTE", sentDrop, env.roles.Dispatcher, retain(outbox.StatusSent)},
 		{"DELETE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
 		{"USAGE", schema, env.roles.Operator, operate},
 		{"SELECT", table, env.roles.Operator, operate},
@@ -366,6 +371,7 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"UPDATE", sentDefault, env.roles.Operator, operate},
 		{"DELETE", sentDefault, env.roles.Operator, operate},
 		{"SELECT", version, env.roles.Operator, operate},
+		{"EXECUTE", sentDrop, env.roles.Operator, operate},
 	}
 	for _, tt := range tests {
 		on := tt.privilege + " ON " + tt.object + " TO/FROM " + tt.role

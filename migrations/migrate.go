@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -238,5 +239,16 @@ func templateData(n sqlname.Names) map[string]any {
 		"sent_seq_idx":   n.Quoted(sqlname.SuffixSentSeqIndex),
 		"sent_type_idx":  n.Quoted(sqlname.SuffixSentTypeIndex),
 		"sent_agg_idx":   n.Quoted(sqlname.SuffixSentAggIndex),
+		"sent_def_idx":   n.Quoted(sqlname.SuffixSentDefaultIndex),
+		"sent_add":       n.Function(sqlname.SuffixSentAdd),
+		"sent_drop":      n.Function(sqlname.SuffixSentDrop),
+		// Literals baked into the partition functions' bodies.
+		"sent_lit":        literal(n.Sent),
+		"schema_lit":      literal(n.Table.Schema),
+		"name_lit":        literal(n.Table.Name),
+		"partitions_lock": literal(purge.LockKey(n)),
 	}
 }
+
+// literal is s as an SQL string literal (standard_conforming_strings).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
