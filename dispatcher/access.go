@@ -138,7 +138,6 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *Pri
 		{r.DefaultDelete || d.cfg.KeepSent, "DELETE", defaultTable, retainSent, nil, nil},
 		{r.SentAdd || d.cfg.DeleteSent && d.cfg.KeepSent, "EXECUTE", "", "creating the SENT history's time partitions", nil, nil},
 		{r.SentDrop || d.cfg.KeepSent, "EXECUTE", "", retainSent, nil, nil},
-		{r.DeadUpdate || d.cfg.RetainFailed == 0, "UPDATE", deadTable, retainFailed, nil, nil},
 		{r.DeadDelete || d.cfg.RetainFailed == 0, "DELETE", deadTable, retainFailed, nil, nil},
 	} {
 		if !p.have {

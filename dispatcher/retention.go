@@ -235,6 +235,25 @@ func (r *retention) ensure(ctx context.Context, o *passOutcome) {
 	r.partitionError(ctx, o, err, "create")
 }
 
+// ensurePartitionsAtStart creates the history's partitions ahead once,
+// before the first claim, so that the first completions land in a time
+// partition rather than in the default partition (whose rows would then
+// block that range's partition). Best effort: a busy history or another
+// error is logged, and the retention passes try again.
+func (d *Dispatcher) ensurePartitionsAtStart(ctx context.Context, names sqlname.Names) {
+	if d.cfg.DeleteSent && d.cfg.KeepSent {
+		return
+	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	span := purge.Span(d.cfg.RetainSent)
+	_, err := purge.EnsurePartitions(opCtx, d.pool, names, span, time.Time{}, partitionsAhead(span, d.cfg.RetentionInterval))
+	if err != nil && ctx.Err() == nil {
+		d.cfg.Logger.Warn("pgoutbox: could not create the SENT history's partitions at start; the retention passes try again",
+			"table", d.cfg.Table.String(), "busy", errors.Is(err, purge.ErrBusy), "error", err)
+	}
+}
+
 // retire drops the history's partitions older than RetainSent (not with
 // KeepSent), counting their rows as SENT rows deleted.
 func (r *retention) retire(ctx context.Context, o *passOutcome) {

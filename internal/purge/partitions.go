@@ -160,7 +160,7 @@ func EnsurePartitions(ctx context.Context, db DB, names sqlname.Names, span time
 	for {
 		done, err := ensureOne(ctx, db, names, span, from, ahead)
 		if err != nil || done {
-			return created, errtext.Wrap(err, "purge: create a partition of %s", names.Sent)
+			return created, errtext.Wrap(busy(err), "purge: create a partition of %s", names.Sent)
 		}
 		created++
 	}
