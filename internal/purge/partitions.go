@@ -40,14 +40,19 @@ var ErrBusy = errors.New("pgoutbox: purge: the SENT history is busy, try again l
 // it: this is the longest a completion waits for the retention.
 const LockTimeout = 200 * time.Millisecond
 
-// spans are the time partitions' possible lengths, shortest first.
-var spans = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour}
+// spans are the time partitions' possible lengths, shortest first; the
+// longest is at most MaxRange.
+var spans = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour,
+	7 * 24 * time.Hour, 30 * 24 * time.Hour}
 
 // Span returns the length of the history's time partitions for a
-// retention of retain: the longest of 1m, 5m, 15m, 1h, 6h and 1d that is
-// at most a quarter of retain (1m below 4m), and 1d when retain is zero
-// (kept for ever). A partition is dropped once its whole range is older
-// than retain, so a SENT row is kept between retain and retain + Span.
+// retention of retain: the longest of 1m, 5m, 15m, 1h, 6h, 1d, 7d and
+// 30d that is at most a quarter of retain (1m below 4m), and 30d when
+// retain is zero (kept for ever). So a retention spans at most 32
+// partitions (up to 960 days of it; beyond, one per 30 days), and a
+// look-up by id, which probes every partition, stays cheap. A partition
+// is dropped once its whole range is older than retain, so a SENT row is
+// kept between retain and retain + Span.
 func Span(retain time.Duration) time.Duration {
 	if retain <= 0 {
 		return spans[len(spans)-1]

@@ -21,13 +21,21 @@ import (
 func TestSpan(t *testing.T) {
 	t.Parallel()
 	for retain, want := range map[time.Duration]time.Duration{
-		0: 24 * time.Hour, time.Minute: time.Minute, 20 * time.Minute: 5 * time.Minute, time.Hour: 15 * time.Minute,
+		0: 30 * day, time.Minute: time.Minute, 20 * time.Minute: 5 * time.Minute, time.Hour: 15 * time.Minute,
 		3 * time.Hour: 15 * time.Minute, 4 * time.Hour: time.Hour, 24 * time.Hour: 6 * time.Hour,
-		4 * 24 * time.Hour: 24 * time.Hour, 100 * 365 * 24 * time.Hour: 24 * time.Hour,
+		4 * day: day, 27 * day: day, 28 * day: 7 * day, 90 * day: 7 * day, 119 * day: 7 * day, 120 * day: 30 * day,
+		365 * day: 30 * day, 100 * 365 * day: 30 * day,
 	} {
 		require.Equal(t, want, purge.Span(retain), "retain %s", retain)
 	}
+	// At most 32 partitions per retention, up to 960 days of it (30 days
+	// being the longest span), so that a look-up by id locks few of them.
+	for retain := time.Minute; retain <= 960*day; retain += retain / 7 {
+		require.LessOrEqual(t, retain/purge.Span(retain), time.Duration(32), "retain %s", retain)
+	}
 }
+
+const day = 24 * time.Hour
 
 // The missing ranges: one for the past gap up to floor(now, span), then
 // one per span; existing partitions (of another span too) cut them.
