@@ -20,8 +20,7 @@ type Lister interface {
 }
 
 // DB is what the history's partition work runs on: a *pgxpool.Pool or a
-// *pgx.Conn (not a pgx.Tx: each step is a transaction of its own, and a
-// detach CONCURRENTLY may not run in one).
+// *pgx.Conn (not a pgx.Tx: each step is a transaction of its own).
 type DB interface {
 	Querier
 	Lister
