@@ -192,7 +192,8 @@ func spread(ds []time.Duration) string {
 func TestMigrateCreatesTheCurrentPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewMigrated(t)
+	db := testdb.New(t)
+	require.NoError(t, migrations.Migrate(ctx, db.Pool, migrations.Config{Table: db.Table()}))
 	var covered bool
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (
 		SELECT 1 FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid

@@ -233,7 +233,7 @@ func TestColumnGrantsAreEnough(t *testing.T) {
 	cols := func(c []string) string { return strings.Join(c, ", ") }
 	_, err := e.db.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+pgx.Identifier{e.db.Schema}.Sanitize()+` TO `+quoted+`;
 		GRANT SELECT (`+cols(lease.ReadColumns)+`), UPDATE (`+cols(lease.WrittenColumns)+`), DELETE ON outbox_events TO `+quoted+`;
-		GRANT INSERT (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.DeadReadColumns)+`) ON outbox_events_dead TO `+quoted+`;
+		GRANT INSERT (`+cols(lease.MovedColumns)+`), UPDATE (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.DeadReadColumns)+`) ON outbox_events_dead TO `+quoted+`;
 		GRANT INSERT (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.SentReadColumns)+`) ON outbox_events_sent TO `+quoted)
 	require.NoError(t, err)
 	conn := e.db.RoleConn(t, role)

@@ -70,10 +70,6 @@ func newFixture(t *testing.T) fixture {
 	db := testdb.NewMigrated(t)
 	names, err := sqlname.For(db.Table())
 	require.NoError(t, err)
-	// Without the partitions Migrate creates, so that each test starts
-	// from the history it describes.
-	_, err = db.Pool.Exec(context.Background(), `SELECT `+names.Function(sqlname.SuffixSentDrop)+`('infinity')`)
-	require.NoError(t, err)
 	return fixture{db: db, names: names}
 }
 
