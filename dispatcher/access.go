@@ -31,7 +31,8 @@ var ErrIsolation = errors.New("pgoutbox: transactions do not start at read commi
 // the dispatcher's role lacks, the table, and what in its configuration
 // needs it. It matches ErrMissingPrivilege.
 type PrivilegeError struct {
-	// Privilege is SELECT, INSERT, UPDATE or DELETE.
+	// Privilege is SELECT, INSERT, UPDATE or DELETE on a table, or
+	// EXECUTE on a function.
 	Privilege string
 	// Table is the table, schema-qualified: the outbox table
 	// ("public.outbox_events"), its dead letters ("…_dead") or its SENT
@@ -41,6 +42,11 @@ type PrivilegeError struct {
 	// "moving FAILED events to the dead letters", "retention of SENT
 	// rows", …).
 	NeededFor string
+	// Function, when not empty, is the function (schema-qualified, with
+	// its argument types) the role may not EXECUTE, and Table is empty:
+	// one of the history's partition functions ("…_sent_add(timestamptz,
+	// timestamptz)", "…_sent_drop(timestamptz)").
+	Function string
 	// Columns, when not empty, are the columns of the table the role
 	// lacks the privilege on: it holds the privilege on some columns only
 	// (a column grant made for an earlier schema version lacks the
@@ -49,6 +55,10 @@ type PrivilegeError struct {
 }
 
 func (e *PrivilegeError) Error() string {
+	if e.Function != "" {
+		return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks EXECUTE on function %s, needed for %s (GRANT EXECUTE ON FUNCTION %s TO the role; see migrations.RenderGrants)",
+			e.Function, e.NeededFor, e.Function)
+	}
 	if len(e.Columns) > 0 {
 		cols := strings.Join(e.Columns, ", ")
 		return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks %s on column(s) %s of table %s, needed for %s (GRANT %s (%s) ON %s TO the role; see docs/operations.md)",
@@ -109,7 +119,7 @@ type privilegeNeed struct {
 // unless DeleteSent, to the SENT history; a lost reply is looked up in
 // both. Retention deletes old dead letters and old rows of the history's
 // default partition (which it reaches directly) in batches locked FOR
-// UPDATE.
+// UPDATE; its partition work runs the history's partition functions.
 func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *PrivilegeError {
 	table := d.cfg.Table.String()
 	deadTable, sentTable, defaultTable := table+sqlname.SuffixDead, table+sqlname.SuffixSent, table+sqlname.SuffixSentDefault
@@ -125,11 +135,15 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *Pri
 		{r.DefaultSelectMissing == nil || d.cfg.KeepSent, "SELECT", defaultTable, retainSent, r.DefaultSelectMissing, lease.RetainColumns},
 		{r.DefaultUpdate || d.cfg.KeepSent, "UPDATE", defaultTable, retainSent, nil, nil},
 		{r.DefaultDelete || d.cfg.KeepSent, "DELETE", defaultTable, retainSent, nil, nil},
-		{r.DeadUpdate || d.cfg.RetainFailed == 0, "UPDATE", deadTable, retainFailed, nil, nil},
+		{r.SentAdd || d.cfg.DeleteSent && d.cfg.KeepSent, "EXECUTE", "", "creating the SENT history's time partitions", nil, nil},
+		{r.SentDrop || d.cfg.KeepSent, "EXECUTE", "", retainSent, nil, nil},
 		{r.DeadDelete || d.cfg.RetainFailed == 0, "DELETE", deadTable, retainFailed, nil, nil},
 	} {
 		if !p.have {
 			e := &PrivilegeError{Privilege: p.privilege, Table: p.table, NeededFor: p.need}
+			if p.privilege == "EXECUTE" {
+				e.Function = d.partitionFunction(p.need == retainSent)
+			}
 			if len(p.missing) < len(p.all) {
 				e.Columns = p.missing
 			}
@@ -137,4 +151,17 @@ func (d *Dispatcher) missingPrivilege(a lease.Access, r lease.RetainAccess) *Pri
 		}
 	}
 	return nil
+}
+
+// partitionFunction is the signature of the history's partition function
+// that drops partitions (drop) or creates them.
+func (d *Dispatcher) partitionFunction(drop bool) string {
+	names, err := sqlname.For(d.cfg.Table) // validated by New
+	if err != nil {
+		return ""
+	}
+	if drop {
+		return names.SentDropSignature()
+	}
+	return names.SentAddSignature()
 }

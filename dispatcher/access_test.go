@@ -161,6 +161,10 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 		// UPDATE), so every dispatcher needs UPDATE on the dead letters.
 		{"UpdateOnDead", `REVOKE UPDATE ON outbox_events_dead FROM %[2]s`, "INSERT, UPDATE and SELECT", "outbox_events_dead", "dead letters",
 			func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, nil},
+		{"ExecuteSentAdd", `REVOKE EXECUTE ON FUNCTION outbox_events_sent_add(timestamptz, timestamptz) FROM %[2]s`, "EXECUTE",
+			"outbox_events_sent_add", "time partitions", keepSent, func(c *dispatcher.Config) { c.DeleteSent, c.KeepSent = true, true }},
+		{"ExecuteSentDrop", `REVOKE EXECUTE ON FUNCTION outbox_events_sent_drop(timestamptz) FROM %[2]s`, "EXECUTE",
+			"outbox_events_sent_drop", "RetainSent", func(*dispatcher.Config) {}, keepSent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -176,10 +180,16 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 			var pe *dispatcher.PrivilegeError
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, tc.privilege, pe.Privilege)
-			require.Equal(t, db.Schema+"."+tc.table, pe.Table)
 			require.Empty(t, pe.Columns, "granted on no column")
 			require.Contains(t, err.Error(), tc.needs)
-			require.Contains(t, err.Error(), "GRANT "+tc.privilege+" ON "+db.Schema+"."+tc.table)
+			if tc.privilege == "EXECUTE" {
+				require.Empty(t, pe.Table)
+				require.Contains(t, pe.Function, `."`+tc.table+`"(timestamptz`)
+				require.Contains(t, err.Error(), "GRANT EXECUTE ON FUNCTION "+pe.Function)
+			} else {
+				require.Equal(t, db.Schema+"."+tc.table, pe.Table)
+				require.Contains(t, err.Error(), "GRANT "+tc.privilege+" ON "+db.Schema+"."+tc.table)
+			}
 			if tc.allowed == nil {
 				return
 			}

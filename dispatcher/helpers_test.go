@@ -386,7 +386,8 @@ func receive[T any](t *testing.T, what string, ch <-chan T) T {
 // letters and old rows of the history's default partition.
 const finishedGrants = `GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_events_dead TO %[2]s;
 GRANT SELECT, INSERT ON outbox_events_sent TO %[2]s;
-GRANT SELECT, UPDATE, DELETE ON outbox_events_sent_default TO %[2]s`
+GRANT SELECT, UPDATE, DELETE ON outbox_events_sent_default TO %[2]s;
+GRANT EXECUTE ON FUNCTION outbox_events_sent_add(timestamptz, timestamptz), outbox_events_sent_drop(timestamptz) TO %[2]s`
 
 // newGrantedRole creates a role for the test and runs grants on db as
 // its owner: in grants, %[1]s is the quoted schema, %[2]s the quoted

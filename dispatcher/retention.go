@@ -43,10 +43,6 @@ type retention struct {
 	// unswept is set once the pass found that the role may not move
 	// strays (and logged it): the pass then leaves them alone.
 	unswept bool
-	// unmanaged is set once the pass found that the role may not manage
-	// the history's partitions (and logged it): the pass then leaves
-	// them, and the default partition, alone.
-	unmanaged bool
 }
 
 // drain is where the deletion of one status's due rows stands: from the
@@ -146,17 +142,12 @@ func (r *retention) pass(ctx context.Context) {
 	}
 	until := d.cfg.now().Add(passBudget(d.cfg.RetentionInterval))
 	var o passOutcome
-	manage := r.mayManage(ctx)
-	if manage {
-		r.ensure(ctx, &o)
-	}
+	r.ensure(ctx, &o)
 	if r.maySweep(ctx) {
 		o.swept = r.sweep(ctx, until)
 	}
-	if manage {
-		r.retire(ctx, &o)
-	}
-	if manage && !d.cfg.KeepSent && ctx.Err() == nil {
+	r.retire(ctx, &o)
+	if !d.cfg.KeepSent && ctx.Err() == nil {
 		var n int64
 		n, o.skipped = r.purge(ctx, outbox.StatusSent, d.cfg.RetainSent, until)
 		o.sent += n
@@ -198,39 +189,6 @@ func (r *retention) sweep(ctx context.Context, until time.Time) (moved int) {
 		}
 	}
 	return moved
-}
-
-// mayManage reports whether the dispatcher's role may create and drop
-// the history's partitions and delete from its default partition: it
-// needs CREATE on the schema, membership in the history's owner (ATTACH
-// and DETACH are ALTER TABLE) and DELETE on the default partition. A
-// least-privilege role has none of them: the pass then logs one WARN
-// and leaves the history to its owner (SENT rows go to the default
-// partition until partitions exist; see docs/operations.md).
-func (r *retention) mayManage(ctx context.Context) bool {
-	d := r.d
-	if r.unmanaged {
-		return false
-	}
-	ctx, cancel := d.opContextFrom(ctx)
-	defer cancel()
-	var may bool
-	err := d.pool.QueryRow(ctx, `SELECT has_schema_privilege($1, 'CREATE')
-	AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = to_regclass($2)), 'USAGE')
-	AND has_table_privilege($3, 'DELETE')`, d.cfg.Table.Schema, r.names.Sent,
-		pgx.Identifier{d.cfg.Table.Schema, r.names.Object(sqlname.SuffixSentDefault)}.Sanitize()).Scan(&may)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return false
-	case err != nil:
-		d.reportError("retention: check the history's privileges", errtext.Wrap(err, "dispatcher: retention: check privileges on %s", r.names.Sent))
-		return false
-	case !may:
-		r.unmanaged = true
-		d.cfg.Logger.Warn("pgoutbox: retention leaves the SENT history's partitions alone: the dispatcher's role does not own "+
-			"the history, may not CREATE in its schema or may not DELETE from its default partition", "table", d.cfg.Table.String(), "history", r.names.Sent)
-	}
-	return may
 }
 
 // maySweep reports whether the dispatcher's role may move strays:
@@ -277,6 +235,25 @@ func (r *retention) ensure(ctx context.Context, o *passOutcome) {
 	r.partitionError(ctx, o, err, "create")
 }
 
+// ensurePartitionsAtStart creates the history's partitions ahead once,
+// before the first claim, so that the first completions land in a time
+// partition rather than in the default partition (whose rows would then
+// block that range's partition). Best effort: a busy history or another
+// error is logged, and the retention passes try again.
+func (d *Dispatcher) ensurePartitionsAtStart(ctx context.Context, names sqlname.Names) {
+	if d.cfg.DeleteSent && d.cfg.KeepSent {
+		return
+	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	span := purge.Span(d.cfg.RetainSent)
+	_, err := purge.EnsurePartitions(opCtx, d.pool, names, span, time.Time{}, partitionsAhead(span, d.cfg.RetentionInterval))
+	if err != nil && ctx.Err() == nil {
+		d.cfg.Logger.Warn("pgoutbox: could not create the SENT history's partitions at start; the retention passes try again",
+			"table", d.cfg.Table.String(), "busy", errors.Is(err, purge.ErrBusy), "error", err)
+	}
+}
+
 // retire drops the history's partitions older than RetainSent (not with
 // KeepSent), counting their rows as SENT rows deleted.
 func (r *retention) retire(ctx context.Context, o *passOutcome) {
@@ -321,7 +298,7 @@ func privilegeHint(err error) string {
 		return ""
 	}
 	return "the dispatcher's role needs DELETE on the outbox table, INSERT on the dead letters and the history, " +
-		"and, for the history's partitions, CREATE on the schema and ownership of the history table (see migrations.RenderGrants)"
+		"and, for the history's partitions, EXECUTE on its partition functions <table>_sent_add and <table>_sent_drop (see migrations.RenderGrants)"
 }
 
 // passBudget is how long a pass deletes before it ends and leaves the rest

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -622,4 +623,30 @@ func TestRetentionSweepsStraysWrittenWhileRunning(t *testing.T) {
 	require.Zero(t, inDefault, "SENT strays in the default partition")
 	require.Equal(t, len(failed), inDead)
 	require.Zero(t, d.Stats().Errors)
+}
+
+// Start creates the history's partitions of now and ahead before the
+// first claim (here with none left, and the first retention pass an hour
+// away), so that the first completions do not land in the default
+// partition.
+func TestStartCreatesTheHistoryPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t) // without the history's time partitions
+	require.Empty(t, historyPartitions(t, db))
+	cfg := baseConfig(db)
+	cfg.RetentionInterval = time.Hour
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	require.Zero(t, d.Stats().RetentionPasses, "no retention pass yet")
+	var now time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	span := purge.Span(24 * time.Hour) // the default RetainSent
+	parts := historyPartitions(t, db)
+	require.Contains(t, parts, names.Partition(now.UTC().Truncate(span)), "the partition of now")
+	require.Contains(t, parts, names.Partition(now.UTC().Truncate(span).Add(span)), "the next one")
 }

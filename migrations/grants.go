@@ -29,9 +29,10 @@ type Roles struct {
 	// and DELETE on the outbox table (every outcome but a retry moves or
 	// deletes its row); SELECT and INSERT on the dead letters and the
 	// SENT history (a FAILED outcome moves its row to the dead letters, a
-	// success to the history, and a lost reply is looked up in both), and
-	// UPDATE on the dead letters (a move replaces the dead letter of the
-	// same id, an event emitted again with a dead letter's id); and
+	// success to the history, and a lost reply is looked up in both),
+	// UPDATE on the dead letters (a move replaces a dead letter of the
+	// same id: INSERT … ON CONFLICT DO UPDATE); EXECUTE on the history's
+	// partition function <table>_sent_add; and
 	// SELECT on the version table (dispatcher.Start verifies the schema,
 	// unless Config.SkipVerify). Privileges on the SENT history apply to
 	// its partitions when read and written through it, as the
@@ -41,22 +42,23 @@ type Roles struct {
 	// (on by default: dispatcher.Config.RetainSent and RetainFailed): it
 	// deletes old dead letters, and old rows of the history's default
 	// partition, which it reaches directly (<table>_sent_default), in
-	// batches locked FOR UPDATE: UPDATE and DELETE on the dead letters,
+	// batches locked FOR UPDATE: DELETE on the dead letters,
 	// SELECT, UPDATE and DELETE on the default partition. Leave it false
 	// only for dispatchers run with KeepSent and no RetainFailed:
 	// dispatcher.Start refuses a configuration that needs these without
-	// them (dispatcher.ErrMissingPrivilege). PostgreSQL lets only a
-	// table's owner create, attach, detach and drop partitions, which no
-	// grant gives: a dispatcher role that does not own <table>_sent
-	// cannot create or retire the history's time partitions.
+	// them (dispatcher.ErrMissingPrivilege). It also gets EXECUTE on
+	// <table>_sent_drop, the function (SECURITY DEFINER, owned by the
+	// migrator) that retires the history's old time partitions; EXECUTE on
+	// <table>_sent_add, which creates them ahead, it gets either way. No
+	// role but the migrator owns the history or may create in the schema.
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
 	// inspect, replay, skip, purge, version, verify): USAGE on the
 	// schema; SELECT and INSERT on the outbox table (a replay moves a
 	// dead letter back into it); SELECT, UPDATE and DELETE on the dead
 	// letters (skip, replay, purge); SELECT on the SENT history; SELECT,
-	// UPDATE and DELETE on the history's default partition (purge of SENT
-	// rows); SELECT on its version table.
+	// UPDATE and DELETE on the history's default partition and EXECUTE on
+	// <table>_sent_drop (purge of SENT rows); SELECT on its version table.
 	Operator string
 }
 
@@ -152,11 +154,16 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	if r.DispatcherDeletes {
 		b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Dispatcher))
 	}
+	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentAddSignature(), r.Dispatcher))
+	if r.DispatcherDeletes {
+		b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Dispatcher))
+	}
 	b.WriteString(grant("SELECT", version, r.Dispatcher))
 	b.WriteString(grant("SELECT, INSERT", table, r.Operator))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", dead, r.Operator))
 	b.WriteString(grant("SELECT", sent, r.Operator))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Operator))
+	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Operator))
 	b.WriteString(grant("SELECT", version, r.Operator))
 	return b.String()
 }

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -53,4 +54,17 @@ func countEvents(t *testing.T, conn *pgx.Conn, table outbox.Table) int {
 	err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+quoted(table)).Scan(&n)
 	require.NoError(t, err)
 	return n
+}
+
+// splitPartitions splits table names into the history's time partitions
+// (outbox_events_sYYYYMMDDHHMM) and the others.
+func splitPartitions(names []string) (tables, partitions []string) {
+	for _, name := range names {
+		if regexp.MustCompile(`^outbox_events_s\d{12}$`).MatchString(name) {
+			partitions = append(partitions, name)
+		} else {
+			tables = append(tables, name)
+		}
+	}
+	return tables, partitions
 }

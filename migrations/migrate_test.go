@@ -32,8 +32,9 @@ func TestMigrateIdempotent(t *testing.T) {
 	v, err := migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"},
-		tablesIn(t, conn, db.Schema))
+	tables, partitions := splitPartitions(tablesIn(t, conn, db.Schema))
+	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Len(t, partitions, 3, "the history's partitions of now and the next two spans, created once")
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 }
 
@@ -97,8 +98,9 @@ func TestMigrateConcurrent(t *testing.T) {
 	v, err := migrations.Version(ctx, conns[0], cfg)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"},
-		tablesIn(t, conns[0], db.Schema))
+	tables, partitions := splitPartitions(tablesIn(t, conns[0], db.Schema))
+	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Len(t, partitions, 3, "each partition created once")
 }
 
 func TestMigrateTwoOutboxes(t *testing.T) {

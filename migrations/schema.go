@@ -181,3 +181,26 @@ func describeColumn(typ string, notNull bool, def string) string {
 	}
 	return s
 }
+
+// functionSpec is a function an outbox expects: its suffix and its
+// arguments as pg_get_function_identity_arguments prints them. Each is
+// SECURITY DEFINER.
+type functionSpec struct {
+	suffix, args string
+}
+
+// expectedFunctions are the SENT history's partition functions (schema
+// version 10 on), through which roles that do not own the history create
+// and drop its time partitions.
+var expectedFunctions = []functionSpec{
+	{sqlname.SuffixSentAdd, "p_from timestamp with time zone, p_to timestamp with time zone"},
+	{sqlname.SuffixSentDrop, "p_before timestamp with time zone"},
+}
+
+// describeFunction is a function as Verify reports it.
+func describeFunction(args string, definer bool) string {
+	if definer {
+		return "SECURITY DEFINER (" + args + ")"
+	}
+	return "SECURITY INVOKER (" + args + ")"
+}

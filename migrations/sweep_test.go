@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -183,4 +184,59 @@ func spread(ds []time.Duration) string {
 	}
 	slices.Sort(ds)
 	return fmt.Sprintf("%d (median %s, p99 %s, max %s)", len(ds), ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1])
+}
+
+// A fresh Migrate creates the history's partition of now and the next
+// one, so that the first completions land in a time partition, not in
+// the default partition.
+func TestMigrateCreatesTheCurrentPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	require.NoError(t, migrations.Migrate(ctx, db.Pool, migrations.Config{Table: db.Table()}))
+	var covered bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relname LIKE $2)`,
+		pgx.Identifier{db.Schema, db.Table().Name + "_sent"}.Sanitize(), db.Table().Name+`\_s2%`).Scan(&covered))
+	require.True(t, covered, "a time partition")
+	_, err := db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{db.Schema, db.Table().Name + "_sent"}.Sanitize()+
+		` (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 1, 'x', now()), (gen_random_uuid(), 2, 'x', now() + interval '6 hours')`)
+	require.NoError(t, err)
+	var inDefault int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema, db.Table().Name + "_sent_default"}.Sanitize()).Scan(&inDefault))
+	require.Zero(t, inDefault, "now and the next span (6h for the default retention) have their partitions")
+}
+
+// When the history stays busy (here its default partition locked, which
+// ATTACH needs), Migrate fails naming it, and leaves the SENT rows of
+// version 9 in the outbox table rather than sweeping them into the
+// default partition; the next Migrate moves them.
+func TestMigrateFailsWhenTheHistoryStaysBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn, cfg, table := version9(t)
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, attempts, sent_at, payload)
+		VALUES (gen_random_uuid(), 'v9', 'SENT', 1, now() - interval '40 days', '\x7b7d')`)
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, attempts, sent_at, payload)
+		VALUES (gen_random_uuid(), 'v9', 'SENT', 1, now() - interval '100 days', '\x7b7d')`)
+
+	other, err := pgx.ConnectConfig(ctx, conn.Config())
+	require.NoError(t, err)
+	defer func() { _ = other.Close(ctx) }()
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	mustExec(t, tx.Conn(), `LOCK TABLE `+suffixed(table, "_sent_default")+` IN ACCESS EXCLUSIVE MODE`)
+	err = migrations.Migrate(ctx, conn, cfg)
+	require.ErrorIs(t, err, purge.ErrBusy)
+	require.ErrorContains(t, err, "busy")
+	require.NoError(t, tx.Rollback(ctx))
+	requireTableCounts(t, conn, table, map[string]int{"": 1, "_sent": 1})
+
+	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
+	requireTableCounts(t, conn, table, map[string]int{"": 0, "_sent": 2})
+	var inDefault int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+suffixed(table, "_sent_default")).Scan(&inDefault))
+	require.Zero(t, inDefault)
 }

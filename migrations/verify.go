@@ -159,6 +159,8 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 type catalog struct {
 	tables  []*tableCatalog // in the order of expectedTables
 	version string          // the version as text, or what is wrong
+	// functions maps a function's name to describeFunction.
+	functions map[string]string
 }
 
 // tableCatalog is what the database holds for one table of an outbox.
@@ -194,6 +196,10 @@ const (
 	queryIndexes = `SELECT i.relname::text, pg_catalog.pg_get_indexdef(x.indexrelid), x.indisunique, x.indisvalid
 	FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 	WHERE x.indrelid = ` + relOID
+
+	queryFunctions = `SELECT p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid), p.prosecdef
+	FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+	WHERE n.nspname = $1 AND p.proname = ANY($2::text[])`
 
 	queryPartitioning = `SELECT pg_catalog.pg_get_partkeydef(p.partrelid), coalesce(d.relname::text, '')
 	FROM pg_catalog.pg_partitioned_table p LEFT JOIN pg_catalog.pg_class d ON d.oid = p.partdefid
@@ -256,9 +262,14 @@ func beginRead(ctx context.Context, conn *pgx.Conn) (func(), error) {
 // queries, then the version table when it exists.
 func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*catalog, error) {
 	schema := names.Table.Schema
-	cat := &catalog{}
-	var versionKind string
 	b := &pgx.Batch{}
+	cat := &catalog{functions: map[string]string{}}
+	var versionKind string
+	fns := make([]string, len(expectedFunctions))
+	for i, f := range expectedFunctions {
+		fns[i] = names.Object(f.suffix)
+	}
+	b.Queue(queryFunctions, schema, fns).Query(func(rows pgx.Rows) error { return readFunctions(rows, cat.functions) })
 	for _, spec := range expectedTables {
 		cat.tables = append(cat.tables, queueTable(b, schema, names.Object(spec.suffix)))
 	}
@@ -294,6 +305,17 @@ func scanOptional(r pgx.Row, dst *string) error {
 		return err
 	}
 	return nil
+}
+
+// readFunctions fills dst with name → describeFunction.
+func readFunctions(rows pgx.Rows, dst map[string]string) error {
+	var name, args string
+	var definer bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &args, &definer}, func() error {
+		dst[name] = describeFunction(args, definer)
+		return nil
+	})
+	return err
 }
 
 func readColumns(rows pgx.Rows, dst map[string]string) error {
@@ -371,6 +393,12 @@ func (cat *catalog) compare(names sqlname.Names) []Problem {
 			break // nothing was migrated: the outbox table's absence says it
 		}
 		cat.tables[i].compare(names, spec, add)
+	}
+	if cat.tables[0].kind != "" {
+		for _, f := range expectedFunctions {
+			n := names.Object(f.suffix)
+			add("function "+names.Table.Schema+"."+n, describeFunction(f.args, true), orMissing(cat.functions, n))
+		}
 	}
 	add("version table "+names.Table.Schema+"."+names.Object(sqlname.SuffixVersion),
 		strconv.Itoa(int(Latest())), versionVerdict(cat.version))

@@ -174,6 +174,26 @@ func TestVerify(t *testing.T) {
 			}},
 		},
 		{
+			name:     "PartitionFunctionDropped",
+			migrate:  true,
+			breakSQL: `DROP FUNCTION %[1]s.outbox_events_sent_drop(timestamptz)`,
+			want: []migrations.Problem{{
+				Object:   "function %[1]s.outbox_events_sent_drop",
+				Expected: "SECURITY DEFINER (p_before timestamp with time zone)",
+				Actual:   "missing",
+			}},
+		},
+		{
+			name:     "PartitionFunctionNotDefiner",
+			migrate:  true,
+			breakSQL: `ALTER FUNCTION %[1]s.outbox_events_sent_add(timestamptz, timestamptz) SECURITY INVOKER`,
+			want: []migrations.Problem{{
+				Object:   "function %[1]s.outbox_events_sent_add",
+				Expected: "SECURITY DEFINER (p_from timestamp with time zone, p_to timestamp with time zone)",
+				Actual:   "SECURITY INVOKER (p_from timestamp with time zone, p_to timestamp with time zone)",
+			}},
+		},
+		{
 			name:     "HistoryIndexDropped",
 			migrate:  true,
 			breakSQL: `DROP INDEX %[1]s.outbox_events_sent_id_idx`,

@@ -28,6 +28,10 @@ type RetainAccess struct {
 	// DefaultUpdate and DefaultDelete are UPDATE (on some column) and
 	// DELETE on the default partition.
 	DefaultUpdate, DefaultDelete bool
+	// SentAdd and SentDrop are EXECUTE on the history's partition
+	// functions (<table>_sent_add, <table>_sent_drop), which create and
+	// drop its time partitions.
+	SentAdd, SentDrop bool
 }
 
 // RetainAccess reads the connected role's privileges for the retention
@@ -35,14 +39,15 @@ type RetainAccess struct {
 func (s *Store) RetainAccess(ctx context.Context, db DB) (RetainAccess, error) {
 	sentDefault := pgx.Identifier{s.names.Table.Schema, s.names.Object(sqlname.SuffixSentDefault)}.Sanitize()
 	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'UPDATE'), has_table_privilege($1::text, 'DELETE'),
-		`+lackingColumns(2, 3, "SELECT")+`, has_any_column_privilege($2::text, 'UPDATE'), has_table_privilege($2::text, 'DELETE')`,
-		s.names.Dead, sentDefault, RetainColumns)
+		`+lackingColumns(2, 3, "SELECT")+`, has_any_column_privilege($2::text, 'UPDATE'), has_table_privilege($2::text, 'DELETE'),
+		has_function_privilege($4::text, 'EXECUTE'), has_function_privilege($5::text, 'EXECUTE')`,
+		s.names.Dead, sentDefault, RetainColumns, s.names.SentAddSignature(), s.names.SentDropSignature())
 	if err != nil {
 		return RetainAccess{}, fmt.Errorf("pgoutbox: check access: %w", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (RetainAccess, error) {
 		var a RetainAccess
-		err := row.Scan(&a.DeadUpdate, &a.DeadDelete, &a.DefaultSelectMissing, &a.DefaultUpdate, &a.DefaultDelete)
+		err := row.Scan(&a.DeadUpdate, &a.DeadDelete, &a.DefaultSelectMissing, &a.DefaultUpdate, &a.DefaultDelete, &a.SentAdd, &a.SentDrop)
 		return a, err
 	})
 	if err != nil {

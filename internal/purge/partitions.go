@@ -20,8 +20,7 @@ type Lister interface {
 }
 
 // DB is what the history's partition work runs on: a *pgxpool.Pool or a
-// *pgx.Conn (not a pgx.Tx: each step is a transaction of its own, and a
-// detach CONCURRENTLY may not run in one).
+// *pgx.Conn (not a pgx.Tx: each step is a transaction of its own).
 type DB interface {
 	Querier
 	Lister
@@ -40,14 +39,19 @@ var ErrBusy = errors.New("pgoutbox: purge: the SENT history is busy, try again l
 // it: this is the longest a completion waits for the retention.
 const LockTimeout = 200 * time.Millisecond
 
-// spans are the time partitions' possible lengths, shortest first.
-var spans = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour}
+// spans are the time partitions' possible lengths, shortest first; the
+// longest is at most MaxRange.
+var spans = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour,
+	7 * 24 * time.Hour, 30 * 24 * time.Hour}
 
 // Span returns the length of the history's time partitions for a
-// retention of retain: the longest of 1m, 5m, 15m, 1h, 6h and 1d that is
-// at most a quarter of retain (1m below 4m), and 1d when retain is zero
-// (kept for ever). A partition is dropped once its whole range is older
-// than retain, so a SENT row is kept between retain and retain + Span.
+// retention of retain: the longest of 1m, 5m, 15m, 1h, 6h, 1d, 7d and
+// 30d that is at most a quarter of retain (1m below 4m), and 30d when
+// retain is zero (kept for ever). So a retention spans at most 32
+// partitions (up to 960 days of it; beyond, one per 30 days), and a
+// look-up by id, which probes every partition, stays cheap. A partition
+// is dropped once its whole range is older than retain, so a SENT row is
+// kept between retain and retain + Span.
 func Span(retain time.Duration) time.Duration {
 	if retain <= 0 {
 		return spans[len(spans)-1]
@@ -99,8 +103,10 @@ func Partitions(ctx context.Context, db Lister, names sqlname.Names) ([]Partitio
 // and retirement, by any replica or Migrate) for the rest of tx.
 const lockPartitions = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
-// partitionsLockName is the key of lockPartitions for the table.
-func partitionsLockName(names sqlname.Names) string {
+// LockKey is the key of the advisory lock that serializes the partition
+// work of the table's history (purge's steps and the partition functions
+// of migration 010, which take it too).
+func LockKey(names sqlname.Names) string {
 	return "pgoutbox.partitions:" + names.Table.String()
 }
 
@@ -112,7 +118,7 @@ func beginStep(ctx context.Context, db DB, names sqlname.Names) (pgx.Tx, error) 
 		return nil, err
 	}
 	if _, err = tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, LockTimeout.Milliseconds())); err == nil {
-		_, err = tx.Exec(ctx, lockPartitions, partitionsLockName(names))
+		_, err = tx.Exec(ctx, lockPartitions, LockKey(names))
 	}
 	if err != nil {
 		_ = tx.Rollback(ctx)
@@ -158,7 +164,7 @@ func EnsurePartitions(ctx context.Context, db DB, names sqlname.Names, span time
 	for {
 		done, err := ensureOne(ctx, db, names, span, from, ahead)
 		if err != nil || done {
-			return created, errtext.Wrap(err, "purge: create a partition of %s", names.Sent)
+			return created, errtext.Wrap(busy(err), "purge: create a partition of %s", names.Sent)
 		}
 		created++
 	}
@@ -205,9 +211,13 @@ func ensureOne(ctx context.Context, db DB, names sqlname.Names, span time.Durati
 	return true, nil
 }
 
+// MaxRange is the longest range of a time partition, which the
+// history's partition function (<table>_sent_add) accepts.
+const MaxRange = 31 * 24 * time.Hour
+
 // planRanges returns the missing ranges, oldest first: [from, until)
 // less the existing partitions, cut at the multiples of span from
-// floor(now, span) on and left whole before it.
+// floor(now, span) on and before it at most MaxRange long.
 func planRanges(parts []Partition, span time.Duration, from, now, until time.Time) []Partition {
 	from = from.UTC().Truncate(span)
 	present := now.UTC().Truncate(span)
@@ -230,6 +240,9 @@ func planRanges(parts []Partition, span time.Duration, from, now, until time.Tim
 		if skip {
 			continue
 		}
+		if limit := cur.Add(MaxRange); next.After(limit) {
+			next = limit
+		}
 		out = append(out, Partition{From: cur, To: next})
 		cur = next
 	}
@@ -247,16 +260,13 @@ func defaultHolds(ctx context.Context, tx pgx.Tx, names sqlname.Names, r Partiti
 	return held, err
 }
 
-// attach creates the partition of r.
+// attach creates the partition of r through the history's partition
+// function (<table>_sent_add, SECURITY DEFINER: the caller need not own
+// the history); a partition of that name already there is left alone.
 func attach(ctx context.Context, tx pgx.Tx, names sqlname.Names, r Partition) error {
-	part := names.QualifiedPartition(r.From)
-	_, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (LIKE %[2]s INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
-ALTER TABLE %[2]s ATTACH PARTITION %[1]s FOR VALUES FROM (%[3]s) TO (%[4]s)`, part, names.Sent, literal(r.From), literal(r.To)))
-	return err
+	var created bool
+	return tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s($1, $2)`, names.Function(sqlname.SuffixSentAdd)), r.From, r.To).Scan(&created)
 }
-
-// literal is t as a timestamptz literal.
-func literal(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07") + "'" }
 
 // sentDefault is the quoted schema.table of the default partition.
 func sentDefault(names sqlname.Names) string {
@@ -268,69 +278,70 @@ type Retired struct {
 	// Partitions is how many time partitions it dropped.
 	Partitions int
 	// Rows is how many rows they held: counted (count(*)) for a partition
-	// of at most countPages pages, otherwise pg_class.reltuples, the
+	// of at most 1,024 pages (8 MB), otherwise pg_class.reltuples, the
 	// estimate of the last vacuum or analyze (a closed partition is
 	// insert-only, so autovacuum's last pass saw it whole).
 	Rows int64
 }
 
-// errGone is drop's error for a partition no longer there.
-var errGone = errors.New("pgoutbox: purge: the partition is gone")
-
-// countPages is the size up to which RetireHistory counts a partition's
-// rows rather than reading the estimate: 1,024 pages (8 MB).
-const countPages = 1024
-
 // RetireHistory drops every time partition of the SENT history whose
 // whole range is older than before (upper bound ≤ before), oldest first,
-// and finishes a detach left pending (DETACH … FINALIZE), dropping the
-// partition when it is due too. Rows of the default partition are not
-// its business (DeleteDefault).
+// through the history's partition function (<table>_sent_drop, SECURITY
+// DEFINER: the caller need not own the history). Rows of the default
+// partition are not its business (DeleteDefault).
 //
-// While the history has a default partition (always, with the schema of
-// migrations), PostgreSQL refuses DETACH … CONCURRENTLY, so each
-// partition goes in a transaction of its own: DETACH PARTITION then
-// DROP TABLE, which hold the history's ACCESS EXCLUSIVE lock for a few
-// milliseconds, queueing at most LockTimeout for it (completions that
-// insert into the history wait behind it meanwhile); on a timeout it
-// returns an error wrapping ErrBusy. Without a default partition it
-// detaches CONCURRENTLY (outside a transaction: SHARE UPDATE EXCLUSIVE,
-// which waits for the history's readers and writers but blocks none of
-// them), then drops.
+// Each partition goes in a transaction of its own (PostgreSQL refuses
+// DETACH … CONCURRENTLY while the history has a default partition):
+// DETACH PARTITION then DROP TABLE, which hold the history's ACCESS
+// EXCLUSIVE lock for a few milliseconds, queueing at most LockTimeout
+// for it (completions that insert into the history wait behind it
+// meanwhile); on a timeout it returns an error wrapping ErrBusy.
 func RetireHistory(ctx context.Context, db DB, names sqlname.Names, before time.Time) (Retired, error) {
 	var ret Retired
 	parts, err := Partitions(ctx, db, names)
 	if err != nil {
 		return ret, errtext.Wrap(err, "purge: list the partitions of %s", names.Sent)
 	}
-	hasDefault, err := hasDefaultPartition(ctx, db, names)
-	if err != nil {
-		return ret, errtext.Wrap(err, "purge: find the default partition of %s", names.Sent)
-	}
-	for _, p := range parts {
-		switch {
-		case p.Pending:
-			err = finalize(ctx, db, names, p)
-			if err != nil || p.To.After(before) {
-				break
-			}
-			fallthrough
-		case !p.To.After(before):
-			var n int64
-			n, err = drop(ctx, db, names, p, hasDefault && !p.Pending)
-			switch {
-			case errors.Is(err, errGone):
-				err = nil
-			case err == nil:
-				ret.Partitions++
-				ret.Rows += n
+	// One step per due partition, and one at least (with nothing due, it
+	// drops nothing): a role that may not run the function learns it
+	// every time, not only when a partition is due.
+	ups := []time.Time{before}
+	if len(parts) > 0 && !parts[0].To.After(before) {
+		ups = nil
+		for _, p := range parts {
+			if !p.To.After(before) {
+				ups = append(ups, p.To)
 			}
 		}
+	}
+	for _, up := range ups {
+		n, rows, err := dropUpTo(ctx, db, names, up)
+		ret.Partitions += n
+		ret.Rows += rows
 		if err != nil {
-			return ret, errtext.Wrap(busy(err), "purge: retire partition %s of %s", p.Name, names.Sent)
+			return ret, errtext.Wrap(busy(err), "purge: retire the partitions of %s up to %s", names.Sent, up.UTC().Format(time.RFC3339))
 		}
 	}
 	return ret, nil
+}
+
+// dropUpTo drops, in one step, the partitions whose upper bound is at
+// most before, returning how many and their rows.
+func dropUpTo(ctx context.Context, db DB, names sqlname.Names, before time.Time) (n int, rows int64, err error) {
+	tx, err := beginStep(ctx, db, names)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var count, sum int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), coalesce(sum(row_estimate), 0)::bigint FROM %s($1)`,
+		names.Function(sqlname.SuffixSentDrop)), before).Scan(&count, &sum); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, err
+	}
+	return int(count), sum, nil
 }
 
 // hasDefaultPartition reports whether the history has a default partition.
@@ -338,63 +349,4 @@ func hasDefaultPartition(ctx context.Context, db Querier, names sqlname.Names) (
 	var has bool
 	err := db.QueryRow(ctx, `SELECT partdefid <> 0 FROM pg_partitioned_table WHERE partrelid = $1::regclass`, names.Sent).Scan(&has)
 	return has, err
-}
-
-// finalize finishes the pending detach of p.
-func finalize(ctx context.Context, db DB, names sqlname.Names, p Partition) error {
-	_, err := db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, names.Sent,
-		pgx.Identifier{names.Table.Schema, p.Name}.Sanitize()))
-	return err
-}
-
-// drop counts p's rows, detaches it (in its transaction, or CONCURRENTLY
-// when !inTx; not when already detached) and drops it.
-func drop(ctx context.Context, db DB, names sqlname.Names, p Partition, inTx bool) (int64, error) {
-	part := pgx.Identifier{names.Table.Schema, p.Name}.Sanitize()
-	tx, err := beginStep(ctx, db, names)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, part).Scan(&exists); err != nil || !exists {
-		return 0, errors.Join(err, errGone) // another replica dropped it since the list was read
-	}
-	var attached bool
-	var rows int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT c.relispartition, CASE WHEN pg_relation_size(c.oid) <= %d * current_setting('block_size')::bigint
-	THEN (SELECT count(*) FROM %s) ELSE greatest(c.reltuples, 0)::bigint END
-FROM pg_class AS c WHERE c.oid = $1::regclass`, countPages, part), part).Scan(&attached, &rows); err != nil {
-		return 0, err
-	}
-	if attached && !inTx {
-		if err := tx.Rollback(ctx); err != nil {
-			return 0, err
-		}
-		if _, err := db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, names.Sent, part)); err != nil {
-			return 0, err
-		}
-		return rows, dropTable(ctx, db, names, part)
-	}
-	stmt := fmt.Sprintf(`DROP TABLE %s`, part)
-	if attached {
-		stmt = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s; `, names.Sent, part) + stmt
-	}
-	if _, err := tx.Exec(ctx, stmt); err != nil {
-		return 0, err
-	}
-	return rows, tx.Commit(ctx)
-}
-
-// dropTable drops a detached partition in a step of its own.
-func dropTable(ctx context.Context, db DB, names sqlname.Names, part string) error {
-	tx, err := beginStep(ctx, db, names)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `DROP TABLE `+part); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -20,13 +21,21 @@ import (
 func TestSpan(t *testing.T) {
 	t.Parallel()
 	for retain, want := range map[time.Duration]time.Duration{
-		0: 24 * time.Hour, time.Minute: time.Minute, 20 * time.Minute: 5 * time.Minute, time.Hour: 15 * time.Minute,
+		0: 30 * day, time.Minute: time.Minute, 20 * time.Minute: 5 * time.Minute, time.Hour: 15 * time.Minute,
 		3 * time.Hour: 15 * time.Minute, 4 * time.Hour: time.Hour, 24 * time.Hour: 6 * time.Hour,
-		4 * 24 * time.Hour: 24 * time.Hour, 100 * 365 * 24 * time.Hour: 24 * time.Hour,
+		4 * day: day, 27 * day: day, 28 * day: 7 * day, 90 * day: 7 * day, 119 * day: 7 * day, 120 * day: 30 * day,
+		365 * day: 30 * day, 100 * 365 * day: 30 * day,
 	} {
 		require.Equal(t, want, purge.Span(retain), "retain %s", retain)
 	}
+	// At most 32 partitions per retention, up to 960 days of it (30 days
+	// being the longest span), so that a look-up by id locks few of them.
+	for retain := time.Minute; retain <= 960*day; retain += retain / 7 {
+		require.LessOrEqual(t, retain/purge.Span(retain), time.Duration(32), "retain %s", retain)
+	}
 }
+
+const day = 24 * time.Hour
 
 // The missing ranges: one for the past gap up to floor(now, span), then
 // one per span; existing partitions (of another span too) cut them.
@@ -43,6 +52,12 @@ func TestPlanRanges(t *testing.T) {
 		{From: at(10, 15), To: at(11, 0)}, {From: at(11, 0), To: at(11, 30)}}, got)
 	require.Equal(t, []purge.Partition{{From: at(11, 0), To: at(11, 30)}}, purge.PlanRanges(existing[2:], time.Hour, at(11, 40), at(11, 40), at(12, 50)))
 	require.Empty(t, purge.PlanRanges([]purge.Partition{{From: at(11, 0), To: at(13, 0)}}, time.Hour, at(11, 40), at(11, 40), at(12, 50)))
+	// A past gap longer than MaxRange is cut into ranges of MaxRange
+	// (what the partition function accepts).
+	got = purge.PlanRanges(nil, time.Hour, now.Add(-70*24*time.Hour), now, now)
+	require.Equal(t, []purge.Partition{{From: at(10, 0).Add(-70 * 24 * time.Hour), To: at(10, 0).Add(-70*24*time.Hour + purge.MaxRange)},
+		{From: at(10, 0).Add(-70*24*time.Hour + purge.MaxRange), To: at(10, 0).Add(-70*24*time.Hour + 2*purge.MaxRange)},
+		{From: at(10, 0).Add(-70*24*time.Hour + 2*purge.MaxRange), To: at(10, 0)}, {From: at(10, 0), To: at(11, 0)}}, got)
 }
 
 // fixture is a migrated outbox with its names.
@@ -216,10 +231,10 @@ func TestRetireHistoryGivesUpOnALockedHistory(t *testing.T) {
 	require.Empty(t, f.partitions(t))
 }
 
-// Without a default partition, RetireHistory detaches CONCURRENTLY; a
-// detach left pending (here one cancelled while it waited for a reader,
-// as a crash leaves it) is finished with DETACH … FINALIZE, and the
-// partition dropped when it is due.
+// A detach left pending (a DETACH … CONCURRENTLY cancelled while it
+// waited for a reader, as a crash leaves it; possible only without a
+// default partition) is dropped when it is due, with the partitions due
+// after it.
 func TestRetireHistoryFinalizesAPendingDetach(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -347,7 +362,7 @@ func TestPartitionWorkHoldsCompletionsUpBriefly(t *testing.T) {
 		queued := false
 		for !queued && len(retired) == 0 {
 			require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%DETACH PARTITION%' AND query LIKE '%' || $1 || '%')`, f.db.Schema).Scan(&queued))
+				WHERE wait_event_type = 'Lock' AND query LIKE '%sent\_drop"(%' AND query LIKE '%' || $1 || '%')`, f.db.Schema).Scan(&queued))
 		}
 		start := time.Now()
 		_, err = f.db.Pool.Exec(ctx, `INSERT INTO outbox_events_sent (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 2, 'x', now())`)
@@ -385,4 +400,39 @@ func TestRetireHistoryTwoAtOnce(t *testing.T) {
 	a, b := <-results, <-results
 	require.Equal(t, total, a.Partitions+b.Partitions)
 	require.Empty(t, f.partitions(t))
+}
+
+// The partition functions take only times and check them: a range that
+// is empty, longer than 31 days or not in whole minutes is refused
+// (22023), a partition already there is reported, not created twice, and
+// the drop never touches the default partition.
+func TestPartitionFunctionsCheckTheirInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	add := `SELECT ` + f.names.Function(sqlname.SuffixSentAdd) + `($1, $2)`
+	from := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, r := range [][2]time.Time{
+		{from, from}, {from.Add(time.Hour), from}, {from, from.Add(32 * 24 * time.Hour)},
+		{from.Add(time.Second), from.Add(time.Hour)}, {from, from.Add(time.Hour + time.Millisecond)},
+	} {
+		var created bool
+		err := f.db.Pool.QueryRow(ctx, add, r[0], r[1]).Scan(&created)
+		require.Equal(t, "22023", pgerr.Code(err), "range %v", r)
+	}
+	for want, try := true, 0; try < 2; want, try = false, try+1 {
+		var created bool
+		require.NoError(t, f.db.Pool.QueryRow(ctx, add, from, from.Add(31*24*time.Hour)).Scan(&created))
+		require.Equal(t, want, created)
+	}
+	require.Equal(t, []purge.Partition{{Name: f.names.Partition(from), From: from, To: from.Add(31 * 24 * time.Hour)}}, f.partitions(t))
+
+	var dropped int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+f.names.Function(sqlname.SuffixSentDrop)+`('infinity')`).Scan(&dropped))
+	require.Equal(t, 1, dropped)
+	require.Empty(t, f.partitions(t))
+	var hasDefault bool
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`,
+		f.names.Table.Schema+"."+f.names.Object(sqlname.SuffixSentDefault)).Scan(&hasDefault))
+	require.True(t, hasDefault, "the default partition stays")
 }

@@ -75,6 +75,15 @@ const (
 	SuffixSentSeqIndex   = "_sent_seq_idx"
 	SuffixSentTypeIndex  = "_sent_type_idx"
 	SuffixSentAggIndex   = "_sent_agg_idx"
+	// SuffixSentDefaultIndex is the default partition's own index on
+	// sent_at, which serves retention's batched deletes there.
+	SuffixSentDefaultIndex = "_sent_def_idx"
+	// SuffixSentAdd and SuffixSentDrop name the SECURITY DEFINER
+	// functions that create and drop the history's time partitions
+	// (migration 010), so that no role but the migrator needs to own the
+	// history.
+	SuffixSentAdd  = "_sent_add"
+	SuffixSentDrop = "_sent_drop"
 	// SuffixPartition starts the name of a time partition of the SENT
 	// history, followed by its start as YYYYMMDDHHMM in UTC (see
 	// Names.Partition).
@@ -125,6 +134,23 @@ const PartitionLayout = "200601021504"
 func (n Names) Partition(start time.Time) string {
 	return n.Table.Name + SuffixPartition + start.UTC().Format(PartitionLayout)
 }
+
+// Function returns the quoted schema.name of the table's function with
+// the suffix (SuffixSentAdd, SuffixSentDrop).
+func (n Names) Function(suffix string) string {
+	return pgx.Identifier{n.Table.Schema, n.Object(suffix)}.Sanitize()
+}
+
+// SentAddSignature returns the history's partition-creating function
+// (SuffixSentAdd), quoted and qualified, with its argument types, as
+// GRANT and has_function_privilege take it.
+func (n Names) SentAddSignature() string {
+	return n.Function(SuffixSentAdd) + "(timestamptz, timestamptz)"
+}
+
+// SentDropSignature is SentAddSignature for the partition-dropping
+// function (SuffixSentDrop).
+func (n Names) SentDropSignature() string { return n.Function(SuffixSentDrop) + "(timestamptz)" }
 
 // QualifiedPartition returns the quoted schema.table of that partition.
 func (n Names) QualifiedPartition(start time.Time) string {
