@@ -86,7 +86,10 @@ chaos: ## Run the fault-injection scenarios (replica kills and pauses, PostgreSQ
 # Extra flags of the benchmark suite, e.g. BENCHFLAGS=-rounds=1. The suite's
 # database is DATABASE_URL from the environment when set, else the one withpg
 # provides (the local 127.0.0.1:5432, or a container). `-only targets` runs
-# just the configurations issue 16's targets use (see bench/targets).
+# just the configurations the targets use (issue 25's, and issue 16's
+# latency bounds; see bench/targets). The suite's WAL-per-transition run
+# (-case walcost) needs the pg_walinspect extension (PostgreSQL 15 or
+# later, contrib) and a superuser, as the rest of the suite does.
 BENCHFLAGS ?=
 # Where `make bench/targets` writes its report (and, beside it, the .jsonl).
 TARGETS_OUT ?= benchmarks/results/targets.md
@@ -97,7 +100,7 @@ bench: ## Run the benchmark suite (3 interleaved rounds; writes docs/benchmarks.
 	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
 
 .PHONY: bench/targets
-bench/targets: ## Sit issue 16's targets only: the runs they use, 3 interleaved rounds (about 7 min at full N on an idle 2-core machine); writes TARGETS_OUT
+bench/targets: ## Sit the targets only (issue 25's and issue 16's latency bounds): the runs they use, 3 interleaved rounds; writes TARGETS_OUT
 	@$(WITHPG) go run ./benchmarks -case suite -only targets -rounds 3 -out $(TARGETS_OUT) $(BENCHFLAGS)
 
 .PHONY: bench/short

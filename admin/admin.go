@@ -39,6 +39,7 @@ type Admin struct {
 	table     outbox.Table
 	qualified string // the quoted schema.table
 	channel   string
+	names     sqlname.Names
 	sql       statements
 	purge     *purge.Store
 }
@@ -56,7 +57,7 @@ func New(db DB, cfg Config) (*Admin, error) {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, qualified: names.Qualified, channel: names.Channel(),
-		sql: buildStatements(names.Qualified), purge: purge.New(names)}, nil
+		names: names, sql: buildStatements(names), purge: purge.New(names)}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

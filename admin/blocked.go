@@ -19,9 +19,9 @@ const (
 	// MaxBlockedLimit is the largest BlockedParams.Limit.
 	MaxBlockedLimit = 1000
 	// BlockedScanLimit is the most keys one BlockedKeys call examines
-	// (keys with an unsent event, blocked or not). A call that reaches it
-	// returns the blocked keys it found so far, perhaps none, with a Next
-	// cursor to go on from.
+	// (keys with a dead letter not skipped, blocked or not). A call that
+	// reaches it returns the blocked keys it found so far, perhaps none,
+	// with a Next cursor to go on from.
 	BlockedScanLimit = 10_000
 	// WaitingCountLimit is the most waiting events BlockedKeys counts
 	// behind one head: past it, BlockedKey.Waiting is WaitingCountLimit
@@ -73,8 +73,8 @@ type BlockedKey struct {
 	// FailedAt is when the head became FAILED.
 	FailedAt *time.Time `json:"failed_at,omitempty"`
 	// Waiting counts the events of the key behind the head that still
-	// block it (PENDING, PROCESSING, or FAILED and not skipped), up to
-	// [WaitingCountLimit].
+	// block it (PENDING, PROCESSING, or FAILED and not skipped: in the
+	// outbox table or the dead letters), up to [WaitingCountLimit].
 	Waiting int `json:"waiting"`
 	// WaitingCapped reports that more than WaitingCountLimit events wait:
 	// Waiting is then WaitingCountLimit.
@@ -91,7 +91,8 @@ type BlockedPage struct {
 	// or at [BlockedScanLimit] has a Next, which may lead to an empty
 	// page.
 	Next string `json:"next"`
-	// Scanned is how many keys the page examined, blocked or not.
+	// Scanned is how many keys with a dead letter the page examined,
+	// blocked or not.
 	Scanned int `json:"scanned"`
 }
 
@@ -104,13 +105,19 @@ type BlockedPage struct {
 // page lists them all the same, since the table does not know the
 // dispatchers' policy.
 //
-// It walks the order index (schema version 7) one key at a time in key
-// order, from p.After, reading each key's head in one probe, so a page
-// costs in proportion to the keys it examines: keys with an unsent event,
-// at most [BlockedScanLimit], however many SENT rows the table keeps.
-// Keys examined between blocked ones cost as much as blocked ones; the
-// empty key "" (never stored by Emit) is never listed. It reads without
-// locks, one snapshot per page. Bad params give an [*outbox.InputError].
+// Only a key with a dead letter (a FAILED event) not skipped can be
+// blocked, so it walks the dead letters' order index one key at a time
+// in key order, from p.After, reading each key's first unskipped dead
+// letter and probing the outbox table's order index for an event of the
+// key with a lower seq (the key's head is then PENDING or PROCESSING, not
+// FAILED): a page costs in proportion to the keys with a dead letter it
+// examines, at most [BlockedScanLimit], however many events are PENDING
+// or SENT. Keys examined between blocked ones cost as much as blocked
+// ones; the empty key "" (never stored by Emit) is never listed. A FAILED
+// row still in the outbox table (a stray, Counts.Unmoved) counts as a
+// blocker behind a head, but does not make its key listed until the
+// retention pass moves it. It reads without locks, one snapshot per
+// page. Bad params give an [*outbox.InputError].
 func (a *Admin) BlockedKeys(ctx context.Context, p BlockedParams) (BlockedPage, error) {
 	if err := checkText("After", p.After); err != nil {
 		return BlockedPage{}, err

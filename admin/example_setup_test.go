@@ -56,5 +56,17 @@ func exampleDB() (pool *pgxpool.Pool, table outbox.Table, failed []uuid.UUID, do
 		"order.created":  func(context.Context, outbox.Event) error { return nil },
 		"invoice.issued": func(context.Context, outbox.Event) error { return errors.New("billing service unavailable") },
 	})
+	// TODO(i25): the dispatcher moves its outcomes itself once the lease
+	// statements of schema version 10 are merged; until then its SENT and
+	// FAILED rows stay in the outbox table (strays) and are moved here as
+	// purge.Sweep would.
+	for _, move := range []string{
+		`WITH m AS (DELETE FROM outbox_events WHERE status = 'FAILED' RETURNING *) INSERT INTO outbox_events_dead SELECT * FROM m`,
+		`WITH m AS (DELETE FROM outbox_events WHERE status = 'SENT' RETURNING *) INSERT INTO outbox_events_sent SELECT * FROM m`,
+	} {
+		if _, err := pool.Exec(ctx, move); err != nil {
+			panic(err)
+		}
+	}
 	return pool, table, ids[1:], t.Done
 }

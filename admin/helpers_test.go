@@ -52,6 +52,27 @@ type row struct {
 	Payload    []byte
 	Headers    map[string]string
 	AttemptLog string // a JSON array; defaults to []
+	// Stray keeps a SENT or FAILED row in the outbox table (a row not
+	// moved yet); without it SENT rows go to the history and FAILED rows
+	// to the dead letters, with a seq from the outbox's identity.
+	Stray bool
+}
+
+// allRows is every row of the outbox, wherever it lives: the outbox
+// table, the dead letters and the history (same columns, same order).
+const allRows = `(SELECT * FROM outbox_events UNION ALL SELECT * FROM outbox_events_dead
+	UNION ALL SELECT * FROM outbox_events_sent)`
+
+// home is the table where a row of status lives.
+func home(status string, stray bool) string {
+	switch {
+	case stray:
+	case status == "SENT":
+		return "outbox_events_sent"
+	case status == "FAILED":
+		return "outbox_events_dead"
+	}
+	return "outbox_events"
 }
 
 // insert stores the rows in the given order (so seq follows it) and
@@ -72,10 +93,16 @@ func (b *testBundle) insert(t *testing.T, rows ...row) []uuid.UUID {
 		if r.Code != "" {
 			code = &r.Code
 		}
-		batch.Queue(`INSERT INTO outbox_events (id, event_type, status, next_attempt_at, attempts, recoveries,
+		table, seq := home(r.Status, r.Stray), ""
+		if table != "outbox_events" {
+			table, seq = table+" (seq, ", "nextval(pg_get_serial_sequence('outbox_events', 'seq')), "
+		} else {
+			table += " ("
+		}
+		batch.Queue(`INSERT INTO `+table+`id, event_type, status, next_attempt_at, attempts, recoveries,
 	payload, headers, attempt_log, last_error_code, last_error, lock_token, lock_owner, locked_at, lease_until, sent_at, failed_at, snoozes,
 	aggregate_id, created_at, partition_key, skipped_at)
-VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
+VALUES (`+seq+`$1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5, $6, $7, $8, $9::jsonb, $10,
 	CASE WHEN $10::text IS NOT NULL THEN 'boom: ' || $10 END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END,
 	CASE WHEN $3 = 'PROCESSING' THEN 'worker-1' END,
@@ -108,11 +135,12 @@ func many(n int, r row) []row {
 	return rows
 }
 
-// status returns the stored status of id, or "" when the row is gone.
+// status returns the stored status of id, or "" when the row is gone,
+// wherever it lives.
 func (b *testBundle) status(t *testing.T, id uuid.UUID) string {
 	t.Helper()
 	var s string
-	err := b.db.Pool.QueryRow(context.Background(), "SELECT status FROM outbox_events WHERE id = $1", id).Scan(&s)
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT status FROM "+allRows+" AS o WHERE id = $1", id).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ""
 	}
@@ -125,15 +153,15 @@ func (b *testBundle) snapshot(t *testing.T) string {
 	t.Helper()
 	var s string
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) || ':' || coalesce(md5(string_agg(o::text, ',' ORDER BY seq)), '') FROM outbox_events AS o").Scan(&s))
+		"SELECT count(*) || ':' || coalesce(md5(string_agg(o::text, ',' ORDER BY seq)), '') FROM "+allRows+" AS o").Scan(&s))
 	return s
 }
 
-// countWhere counts rows matching a condition.
+// countWhere counts rows matching a condition, wherever they live.
 func (b *testBundle) countWhere(t *testing.T, cond string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE "+cond, args...).Scan(&n))
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+allRows+" AS o WHERE "+cond, args...).Scan(&n))
 	return n
 }
 

@@ -36,10 +36,17 @@ type TypePending struct {
 
 // PendingByType counts the PENDING rows per event type, in type order,
 // with how many are due, the age of the oldest due one and the age of the
-// oldest one, in one statement. It reads the type due index (schema
-// version 6), which holds PENDING rows only, and one row per type: its
-// cost follows the backlog, however many SENT and FAILED rows the table
-// keeps.
+// oldest one, in one statement. The outbox table has no type index since
+// schema version 11 (every index there costs each Emit), so it reads
+// every PENDING row once, in the due index's order (or a sequential scan
+// of the outbox table, when most of it is PENDING: the same rows), and
+// groups them: its cost follows the backlog, a heap read per PENDING row,
+// and never the dead letters or the SENT history. Measured on a backlog
+// of 1,000,000 PENDING rows (100-byte payloads): 34,138 pages read (the
+// heap, 30,304 pages, and the due index, 3,853), 6.3 s from a cold cache
+// on a loaded 2-core test machine, 2.5 s of it the index scan; the type
+// due index of schema versions 6 to 10 read about 4,000. outboxctl counts
+// calls it, outboxctl status does not.
 func (a *Admin) PendingByType(ctx context.Context) ([]TypePending, error) {
 	rows, err := a.db.Query(ctx, a.sql.pendingByType)
 	if err != nil {

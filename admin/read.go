@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,42 +18,55 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// Counts is a snapshot of the table by status, taken in one statement.
+// Counts is a snapshot of the outbox by status, taken in one statement:
+// the outbox table (PENDING and PROCESSING rows), its dead letters
+// (FAILED rows) and its SENT history.
 type Counts struct {
 	// Pending is the exact number of PENDING rows.
 	Pending int64 `json:"pending"`
 	// Processing is the exact number of PROCESSING rows.
 	Processing int64 `json:"processing"`
-	// Sent is the number of SENT rows: exact up to [SentCountLimit], an
-	// estimate past it (SentEstimated).
+	// Sent is the number of rows in the SENT history: exact up to
+	// [SentCountLimit], an estimate past it (SentEstimated). SENT rows
+	// still in the outbox table count in Unmoved, not here.
 	Sent int64 `json:"sent"`
-	// SentEstimated reports that Sent is an estimate: more than
-	// [SentCountLimit] rows are SENT, and Sent is the planner's estimate
-	// of the table's rows (pg_class, as of the last ANALYZE or VACUUM,
-	// scaled to the table's current size; for a table never analyzed nor
-	// vacuumed, the planner's guess from its size on disk) less the exact
-	// counts of the other statuses, and at least SentCountLimit+1. It drifts between
-	// autovacuum runs; the other counts are always exact.
+	// SentEstimated reports that Sent is an estimate: the history holds
+	// more than [SentCountLimit] rows, and Sent is the planner's estimate
+	// of its rows (pg_class, the sum over its partitions as of their last
+	// ANALYZE or VACUUM, each scaled to its current size; when a
+	// partition was never analyzed nor vacuumed, an estimate from a
+	// sample of the history's pages), and at least SentCountLimit+1. It
+	// drifts between autovacuum runs; the other counts are exact (or,
+	// Unmoved, bounded).
 	SentEstimated bool `json:"sent_estimated"`
-	// Failed is the exact number of FAILED rows.
+	// Failed is the exact number of dead letters (FAILED rows). FAILED
+	// rows still in the outbox table count in Unmoved, not here.
 	Failed int64 `json:"failed"`
+	// Unmoved is the number of rows still in the outbox table with
+	// status SENT or FAILED (strays: left by the upgrade to schema
+	// version 10, or written by a dispatcher of version 9 still running),
+	// which the retention pass moves to the history and the dead letters
+	// (purge.Sweep); 0 in steady state. Counted up to [SentCountLimit]+1
+	// through the stray index: past SentCountLimit it is a lower bound.
+	Unmoved int64 `json:"unmoved"`
 	// Due is how many PENDING rows are due now (next_attempt_at <= now()).
 	Due int64 `json:"due"`
 	// DueBlocked is how many of Due wait behind a FAILED, unskipped event
-	// of their order key (coalesce(partition_key, aggregate_id)) with a
-	// lower seq: under per-key ordering with head policy BlockKey they
-	// are not delivered until that event is replayed or skipped (see
-	// [Admin.BlockedKeys]); dispatchers without ordering deliver them,
-	// and dispatchers with OrderScope ScopeKeyAndType hold only those of
-	// the FAILED event's type (DueBlocked counts the key's rows of every
-	// type: an upper bound for them).
+	// (a dead letter) of their order key (coalesce(partition_key,
+	// aggregate_id)) with a lower seq: under per-key ordering with head
+	// policy BlockKey they are not delivered until that event is replayed
+	// or skipped (see [Admin.BlockedKeys]); dispatchers without ordering
+	// deliver them, and dispatchers with OrderScope ScopeKeyAndType hold
+	// only those of the FAILED event's type (DueBlocked counts the key's
+	// rows of every type: an upper bound for them).
 	DueBlocked int64 `json:"due_blocked"`
 	// DueBlockedLimited reports that DueBlocked is a lower bound: more
 	// than [BlockedCountLimit] FAILED, unskipped events have an order
 	// key, or more than [SentCountLimit] due rows wait behind them, and
 	// only the rows behind BlockedCountLimit of those events, up to
-	// SentCountLimit, were counted, so that Counts stays cheap on a table
-	// that keeps many FAILED rows ([Admin.BlockedKeys] walks them all).
+	// SentCountLimit, were counted, so that Counts stays cheap on an
+	// outbox that keeps many dead letters ([Admin.BlockedKeys] walks them
+	// all).
 	DueBlockedLimited bool `json:"due_blocked_limited,omitempty"`
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the
@@ -62,71 +76,75 @@ type Counts struct {
 	At time.Time `json:"at"`
 }
 
-// Total returns the number of rows in every status.
-func (c Counts) Total() int64 { return c.Pending + c.Processing + c.Sent + c.Failed }
+// Total returns the number of rows in every status, the strays
+// (Unmoved) included once.
+func (c Counts) Total() int64 { return c.Pending + c.Processing + c.Sent + c.Failed + c.Unmoved }
 
 // Counts counts the rows per status and measures the age of the oldest due
-// PENDING row, in one statement. PENDING, PROCESSING and FAILED rows are
-// counted exactly, each through its status's partial index (due, lease,
-// failed), so those counts cost in proportion to the rows in the status;
-// SENT rows are counted one by one up to [SentCountLimit] and estimated
-// past it (see Counts.SentEstimated). However many SENT rows the table
-// keeps, Counts reads no more than about SentCountLimit of them.
+// PENDING row, in one statement. PENDING and PROCESSING rows are counted
+// exactly in the outbox table, each through its status's partial index
+// (due, held), and FAILED rows exactly in the dead letters, so those
+// counts cost in proportion to the backlog and the dead letters; SENT
+// rows are counted one by one in the history up to [SentCountLimit] and
+// estimated past it (see Counts.SentEstimated), and the strays
+// (Counts.Unmoved) counted up to the same limit. However long the history
+// is, Counts reads no more than about SentCountLimit of its rows.
 func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	var ageMicros, estimate int64
 	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
-		&c.At, &estimate, &c.DueBlocked, &c.DueBlockedLimited)
+		&c.At, &estimate, &c.DueBlocked, &c.DueBlockedLimited, &c.Unmoved)
 	if err != nil {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
-	if estimate, err = a.tableRows(ctx, c, estimate); err != nil {
+	if estimate, err = a.historyRows(ctx, c, estimate); err != nil {
 		return Counts{}, err
 	}
 	c.settleSent(estimate)
 	return c, nil
 }
 
-// tableRows returns rows, the table's row estimate from pg_class, or,
-// when that is unknown (-1: never analyzed nor vacuumed, as after a bulk
-// load) and c counted past SentCountLimit SENT rows, an estimate from a
-// sample of about sampledPages of the table's pages (TABLESAMPLE SYSTEM):
-// their rows per page times the table's pages. -1 when the sample found
-// no row (settleSent then keeps the count).
-func (a *Admin) tableRows(ctx context.Context, c Counts, rows int64) (int64, error) {
+// historyRows returns rows, the history's row estimate from pg_class,
+// or, when that is unknown (-1: a partition never analyzed nor vacuumed,
+// as after a bulk load) and c counted past SentCountLimit SENT rows, an
+// estimate from a sample of about sampledPages of the history's pages
+// (TABLESAMPLE SYSTEM): their rows per page times the pages of all its
+// partitions. -1 when the sample found no row (settleSent then keeps the
+// count).
+func (a *Admin) historyRows(ctx context.Context, c Counts, rows int64) (int64, error) {
 	if rows >= 0 || c.Sent <= SentCountLimit {
 		return rows, nil
 	}
 	var pages float64
-	err := a.db.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::float8",
-		a.qualified).Scan(&pages)
+	err := a.db.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) / current_setting('block_size')::float8
+		FROM pg_inherits WHERE inhparent = $1::regclass`, a.sql.sent).Scan(&pages)
 	if err == nil {
 		// Rows per sampled page (pages with a visible row), times the
 		// pages: the number of pages SYSTEM picks varies, their density
 		// much less.
 		percent := min(100, 100*sampledPages/max(pages, 1))
-		err = a.db.QueryRow(ctx, `SELECT coalesce((count(*) / nullif(count(DISTINCT (ctid::text::point)[0]), 0) * $2::float8)::bigint, -1)
-			FROM `+a.qualified+` TABLESAMPLE SYSTEM ($1)`, percent, pages).Scan(&rows)
+		err = a.db.QueryRow(ctx, `SELECT coalesce((count(*) / nullif(count(DISTINCT (tableoid, (ctid::text::point)[0])), 0) * $2::float8)::bigint, -1)
+			FROM `+a.sql.sent+` TABLESAMPLE SYSTEM ($1)`, percent, pages).Scan(&rows)
 	}
 	if err != nil {
-		return 0, errtext.Wrap(err, "admin: estimate the rows of %s", a.table)
+		return 0, errtext.Wrap(err, "admin: estimate the rows of %s", a.sql.sent)
 	}
 	return rows, nil
 }
 
-// sampledPages is about how many pages tableRows reads.
+// sampledPages is about how many pages historyRows reads.
 const sampledPages = 100
 
 // settleSent replaces c.Sent, a count stopped at SentCountLimit+1, by an
 // estimate when the count reached that limit: rows is the planner's
-// estimate of the table's rows.
+// estimate of the history's rows.
 func (c *Counts) settleSent(rows int64) {
 	if c.Sent <= SentCountLimit {
 		return
 	}
 	c.SentEstimated = true
-	c.Sent = max(rows-c.Pending-c.Processing-c.Failed, c.Sent)
+	c.Sent = max(rows, c.Sent)
 }
 
 // List page sizes.
@@ -197,27 +215,40 @@ type Page struct {
 	// Events are the page's rows in seq order (oldest insert first).
 	Events []Record `json:"events"`
 	// Next continues after this page; it is zero when there are no more
-	// rows right now.
+	// rows right now. A page that read the history by Code alone up to
+	// [ListScanLimit] rows has a Next even when it holds fewer than its
+	// Limit rows.
 	Next Cursor `json:"next"`
 }
 
 // List returns one page of rows matching p, in seq order, by keyset: each
 // page starts after the previous page's last seq, so pages never repeat or
-// skip a row that stays in the table, however many rows are inserted or
-// deleted while an operator pages (no OFFSET). A row whose transaction
-// commits after a later page was read, with a seq below that page's end,
-// is not shown to that walk; start again to see it.
+// skip a row that stays where it is, however many rows are inserted or
+// deleted while an operator pages (no OFFSET). A row keeps its seq when
+// it moves between the outbox table, the dead letters and the history. A
+// row whose transaction commits after a later page was read, with a seq
+// below that page's end, is not shown to that walk; nor is a row that
+// moved (a replay) past the walk's cursor; start again to see it.
 //
-// Every page, the first or the millionth, is read from an index (schema
-// version 5, and 8): without a filter, or with Status SENT, the seq index
-// from the cursor on; with Type, AggregateID or Code, that column's index;
-// without a Status, the PROCESSING rows (which those indexes leave out)
-// from the lease index besides;
-// with Status FAILED and Code, the failed index from the cursor on; with
-// Status PENDING, PROCESSING or FAILED otherwise, that status's partial
-// index, whose rows after the cursor are all read and sorted: such a page
-// costs in proportion to the rows in the status (not to the SENT rows),
-// so during a backlog a page of PENDING rows reads the whole backlog.
+// Each status is read where it lives (schema version 10): SENT rows in
+// the history, through its seq, type or aggregate index (one scan per
+// partition, merged), FAILED rows in the dead letters, through their
+// seq, type, aggregate or code index; a page of either costs its rows,
+// the first or the millionth, except SENT rows filtered by Code alone
+// (the history has no code index): such a page reads at most
+// [ListScanLimit] history rows, and may end short of Limit (even empty)
+// with a Next to go on from. PENDING and
+// PROCESSING rows are in the outbox table, which since schema version 11
+// has no index in seq order: a page of them reads every row of the
+// status (the due index for PENDING, the held index for PROCESSING) and
+// sorts those after the cursor, so it costs the backlog, never the
+// history or the dead letters; on a backlog of 1,000,000 PENDING rows a
+// page reads them all, as [Admin.PendingByType] does (some 34,000 pages,
+// seconds from a cold cache): during a large backlog page the history or
+// the dead letters, or look at counts first. Without a status, a page merges the tables by seq: the first
+// rows of each after the cursor, the outbox table's as above (its strays,
+// rows with status SENT or FAILED not moved yet, through the stray index
+// in seq order), so it costs a page of each table plus the backlog.
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
@@ -229,7 +260,11 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	stmt, args := a.listSQL(p, limit+1)
+	upTo, err := a.listBound(ctx, p)
+	if err != nil {
+		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
+	}
+	stmt, args := a.listSQL(p, limit+1, upTo)
 	rows, err := a.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
@@ -244,51 +279,91 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 		return Page{}, errtext.Wrap(err, "admin: list %s", a.table)
 	}
 	page := Page{Events: events}
-	if len(events) > limit {
+	switch {
+	case len(events) > limit:
 		page.Events = events[:limit]
 		page.Next = Cursor{seq: events[limit-1].Seq}
+	case upTo > 0:
+		page.Next = Cursor{seq: upTo} // the history was read up to upTo only
 	}
 	return page, nil
 }
 
+// ListScanLimit is the most SENT rows a page filtered by Code, and by
+// neither Type nor AggregateID, reads in the history, which has no code
+// index: past them the page ends where the read ended, with the rows
+// found so far (perhaps none) and a Next to go on from.
+const ListScanLimit = 10_000
+
+// listBound returns, for a page of p that reads the history by Code
+// alone, the seq of the ListScanLimit-th history row after the cursor
+// (one index-only read of the history's seq index): the page reads no
+// row past it. 0 when p needs no bound or the history has fewer rows
+// after the cursor.
+func (a *Admin) listBound(ctx context.Context, p ListParams) (int64, error) {
+	stmt, args := a.listBoundSQL(p)
+	if stmt == "" {
+		return 0, nil
+	}
+	var upTo int64
+	err := a.db.QueryRow(ctx, stmt, args...).Scan(&upTo)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return upTo, err
+}
+
+// listBoundSQL is listBound's statement, "" when p needs no bound.
+func (a *Admin) listBoundSQL(p ListParams) (string, []any) {
+	if p.Code == "" || p.Type != "" || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
+		return "", nil
+	}
+	return fmt.Sprintf(`SELECT seq FROM %s WHERE seq > $1 ORDER BY seq OFFSET %d LIMIT 1`, a.sql.sent, ListScanLimit-1),
+		[]any{p.After.seq}
+}
+
 // listSQL is the statement and arguments of one page of at most limit
-// rows matching p (validated). Only the filters given become conditions;
-// the status is a literal, so that a generic plan can use its partial
-// index. "seq + 0" keeps the planner off the seq index for the statuses
-// with an index of their own: walking seq in order and filtering for
-// PENDING reads past every SENT row before the first PENDING one. FAILED
-// rows of one code are ordered by plain seq: the failed index
-// (last_error_code, seq) holds them in that order, so a page reads its
-// rows only instead of sorting every FAILED row with the code.
-//
-// The list indexes (seq, type, aggregate, code; schema version 8) leave
-// out PROCESSING rows, so that a claim does not write them. A status
-// filter other than PROCESSING implies their predicate; without a status
-// filter the page is read in two parts, the rows that are not PROCESSING
-// from those indexes and the PROCESSING ones from the lease index, and
-// merged in seq order.
-func (a *Admin) listSQL(p ListParams, limit int) (string, []any) {
+// rows matching p (validated), with seq at most upTo unless it is 0: one
+// leg per place where rows of p's status live, each in seq order with the
+// page's limit, merged by seq. Only the filters given become conditions,
+// and the statuses are literals, so that a generic plan can use the
+// partial indexes.
+func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
-	order := "seq"
-	if p.Status != "" {
-		w.conds = append(w.conds, "status = "+quoteLiteral(string(p.Status)))
-		if p.Status != outbox.StatusSent && (p.Status != outbox.StatusFailed || p.Code == "") {
-			order = "seq + 0"
-		}
+	if upTo > 0 {
+		w.conds = append(w.conds, "seq <= "+w.arg(upTo))
 	}
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
 	w.eq("last_error_code", string(p.Code))
 	lim := w.arg(limit)
-	if p.Status != "" {
-		return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s", recordColumns, a.qualified, &w, order, lim), w.args
+	leg := func(table, cond string) string {
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY seq LIMIT %s", recordColumns, table, cond, &w, lim)
 	}
-	return fmt.Sprintf(`SELECT * FROM (
-	(SELECT %[1]s FROM %[2]s WHERE status <> 'PROCESSING' AND %[3]s ORDER BY seq LIMIT %[4]s)
-	UNION ALL
-	(SELECT %[1]s FROM %[2]s WHERE status = 'PROCESSING' AND %[3]s ORDER BY seq + 0 LIMIT %[4]s)
-) AS r ORDER BY seq LIMIT %[4]s`, recordColumns, a.qualified, &w, lim), w.args
+	pending := leg(a.sql.t, "status = 'PENDING' AND ")
+	processing := leg(a.sql.t, "status = 'PROCESSING' AND ")
+	stray := func(status string) string {
+		return leg(a.sql.t, "status IN ('SENT', 'FAILED') AND status = '"+status+"' AND ")
+	}
+	var legs []string
+	switch p.Status {
+	case outbox.StatusPending:
+		legs = []string{pending}
+	case outbox.StatusProcessing:
+		legs = []string{processing}
+	case outbox.StatusSent:
+		legs = []string{leg(a.sql.sent, ""), stray("SENT")}
+	case outbox.StatusFailed:
+		legs = []string{leg(a.sql.dead, ""), stray("FAILED")}
+	default:
+		legs = []string{leg(a.sql.sent, ""), leg(a.sql.dead, ""), pending, processing,
+			leg(a.sql.t, "status IN ('SENT', 'FAILED') AND ")}
+	}
+	if len(legs) == 1 {
+		return legs[0], w.args
+	}
+	return fmt.Sprintf("SELECT * FROM ((%s)) AS r ORDER BY seq LIMIT %s", strings.Join(legs, ")\n\tUNION ALL ("), lim), w.args
 }
 
 // AttemptLogEntry is one failed, retried or recovered attempt from a row's
@@ -322,8 +397,10 @@ type Detail struct {
 	AttemptLog []AttemptLogEntry `json:"attempt_log"`
 }
 
-// Inspect returns the row with the given id in full. A missing id gives an
-// error that errors.Is [ErrNotFound].
+// Inspect returns the row with the given id in full, from the outbox
+// table (its primary key), else the dead letters (theirs), else the SENT
+// history (its id index, one probe per partition), in one statement. A
+// missing id gives an error that errors.Is [ErrNotFound].
 func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	var d Detail
 	var headers, log []byte

@@ -52,7 +52,8 @@ type Rejected struct {
 	// Status is the row's status; empty when no row has the id.
 	Status outbox.Status `json:"status,omitempty"`
 	// Locked reports that another transaction held the row (a replay,
-	// a purge, a dispatcher's write): try again.
+	// a purge), or that it is a FAILED row not moved to the dead letters
+	// yet: try again.
 	Locked bool `json:"locked,omitempty"`
 }
 
@@ -100,16 +101,21 @@ func (e *SkipError) Error() string {
 // Unwrap returns ErrNotSkippable.
 func (e *SkipError) Unwrap() error { return ErrNotSkippable }
 
-// SkipHeads marks the named FAILED events skipped (skipped_at, the
-// database clock), typically the FAILED head of a key that
+// SkipHeads marks the named FAILED events (dead letters) skipped
+// (skipped_at, the database clock), typically the FAILED head of a key that
 // [Admin.BlockedKeys] lists: under head policy BlockKey a skipped FAILED
 // event no longer holds its key, and the next event of the key is handed
 // out. The rows stay FAILED, with their error and attempt log; replaying
 // one later clears its skip.
 //
-// It is all or nothing, in one statement: if any named id is not a FAILED
-// row, or its row is held by another transaction (never waited for), it
-// returns a [*SkipError] listing them and writes nothing. In the same
+// It is all or nothing, in one statement: if any named id is not a dead
+// letter, or its row is held by another transaction (never waited for), it
+// returns a [*SkipError] listing them and writes nothing. It reads the
+// named ids in the dead letters by their primary key, and those not
+// there in the outbox table (its primary key) and the history (its id
+// index), only to name their status in the error. A FAILED row still in
+// the outbox table (a stray) is not skippable until the retention pass
+// has moved it: it is rejected as FAILED and locked. In the same
 // transaction, when rows were skipped, it sends a pg_notify on the
 // table's channel, so that dispatchers go on with the key at once. Bad
 // params give an [*outbox.InputError] and write nothing.

@@ -9,19 +9,24 @@ import (
 	"github.com/pgoutbox/pgoutbox/admin"
 )
 
-// A row that becomes FAILED between the skip statement's snapshot and its
-// lock is either skipped or refused, never reported skipped while left
-// as it was (its key stays blocked). The skip is paused on the row (a
-// row-level-security policy whose function waits for an advisory lock the
-// test holds) while its outcome commits from another connection.
-func TestSkipHeadsRowFailedMidStatement(t *testing.T) {
+// A dead letter that leaves the dead letters between the skip
+// statement's snapshot and its lock (a replay moves it back into the
+// outbox table) is refused, never reported skipped while left as it was.
+// The skip is paused on the row (a row-level-security policy whose
+// function waits for an advisory lock the test holds) while the replay
+// commits from another connection.
+func TestSkipHeadsRowReplayedMidStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	ids := b.insert(t, row{Status: "PROCESSING", Aggregate: "a"}, row{Aggregate: "a"})
+	ids := b.insert(t, row{Status: "FAILED", Aggregate: "a"}, row{Aggregate: "a"})
 	const key = 7_301
 	role := b.db.NewRole(t, "skipper")
 	pause := b.db.PauseRowReads(t, role, ids[0].String(), key)
+	_, err := b.db.Pool.Exec(ctx, `GRANT SELECT, UPDATE ON outbox_events_dead, outbox_events_sent TO `+role+`;
+		ALTER TABLE outbox_events_dead ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY pause ON outbox_events_dead USING (pause_at(id))`)
+	require.NoError(t, err)
 	a, err := admin.New(b.db.RoleConn(t, role), admin.Config{Table: b.db.Table()})
 	require.NoError(t, err)
 
@@ -35,17 +40,13 @@ func TestSkipHeadsRowFailedMidStatement(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 	pause.AwaitPaused(t)
-	_, err = b.db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'FAILED', failed_at = now(),
-		lock_token = NULL, lock_owner = NULL, locked_at = NULL, lease_until = NULL, heartbeat_at = NULL WHERE id = $1`, ids[0])
+	res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[:1]})
 	require.NoError(t, err)
+	require.Equal(t, ids[:1], res.Replayed)
 	pause.Release(t)
 
 	got := <-done
-	if got.err != nil {
-		require.ErrorIs(t, got.err, admin.ErrNotSkippable)
-		return
-	}
-	require.Equal(t, ids[:1], got.res.Skipped)
-	require.Len(t, got.res.At, 1, "a skipped_at for each row reported skipped")
-	require.Equal(t, 1, b.countWhere(t, "id = $1 AND skipped_at IS NOT NULL", ids[0]), "reported skipped: written")
+	require.ErrorIs(t, got.err, admin.ErrNotSkippable, "%+v", got.res)
+	require.Equal(t, "PENDING", b.status(t, ids[0]))
+	require.Zero(t, b.countWhere(t, "skipped_at IS NOT NULL"), "nothing written")
 }

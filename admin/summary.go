@@ -24,13 +24,13 @@ type Summary struct {
 	// Unlike Counts.OldestDueAge it includes the time a row spent waiting
 	// out retry backoffs.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
-	// ByType has one entry per event type present in the table, in type
-	// order; past [SentCountLimit] SENT rows (SentByType false), only the
+	// ByType has one entry per event type present in the outbox (the
+	// strays, Counts.Unmoved, left out), in type order; past [SentCountLimit] SENT rows (SentByType false), only the
 	// types with rows in another status.
 	ByType []TypeCounts `json:"by_type"`
 	// SentByType reports that ByType's Sent counts are exact and that
 	// ByType lists the types that have SENT rows only. It is false when
-	// the table holds more than [SentCountLimit] SENT rows
+	// the history holds more than [SentCountLimit] SENT rows
 	// (Counts.SentEstimated): then every TypeCounts.Sent is 0, meaning
 	// not counted, and a type with SENT rows only is missing from ByType.
 	SentByType bool `json:"sent_by_type"`
@@ -52,7 +52,7 @@ type TypeCounts struct {
 	Due int64 `json:"due"`
 	// Processing is the number of PROCESSING rows of the type.
 	Processing int64 `json:"processing"`
-	// Sent is the number of SENT rows of the type, when the table holds
+	// Sent is the number of SENT rows of the type, when the history holds
 	// at most [SentCountLimit] SENT rows; 0, not counted, past it
 	// (Summary.SentByType false), since counting them per type would read
 	// every one.
@@ -81,10 +81,12 @@ type summaryGroup struct {
 // Summary counts the rows per status, per event type and status, and the
 // FAILED rows per error code, and measures the ages of the oldest PENDING
 // and oldest due rows, all in one statement. Like [Admin.Counts] it reads
-// PENDING, PROCESSING and FAILED rows through their partial indexes and
-// counts them exactly, and counts SENT rows (per type too) only up to
-// [SentCountLimit]: past it Counts.Sent is an estimate and no type has
-// SENT rows counted. Its cost follows the rows that are not SENT.
+// PENDING and PROCESSING rows through their partial indexes of the outbox
+// table and the dead letters whole, and counts them exactly, and counts
+// the history's SENT rows (per type too) only up to [SentCountLimit]:
+// past it Counts.Sent is an estimate and no type has SENT rows counted.
+// The strays (Counts.Unmoved) are counted apart, not by type. Its cost
+// follows the backlog and the dead letters, not the history.
 func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	rows, err := a.db.Query(ctx, a.sql.summary)
 	if err != nil {
@@ -95,7 +97,7 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	var typ, status, code *string
 	var count, due *int64
 	var estimate int64
-	targets := []any{&s.Counts.At, &estimate, &s.Counts.DueBlocked, &s.Counts.DueBlockedLimited, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}
+	targets := []any{&s.Counts.At, &estimate, &s.Counts.DueBlocked, &s.Counts.DueBlockedLimited, &s.Counts.Unmoved, &typ, &status, &code, &count, &due, &g.oldestCreated, &g.oldestDue}
 	_, err = pgx.ForEachRow(rows, targets, func() error {
 		if typ != nil { // nil: the empty table's one row
 			g.typ, g.status, g.code, g.count, g.due = *typ, *status, *code, *count, *due
@@ -109,7 +111,7 @@ func (a *Admin) Summary(ctx context.Context) (Summary, error) {
 	slices.SortFunc(s.FailedByCode, func(x, y CodeCount) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Code, y.Code))
 	})
-	if estimate, err = a.tableRows(ctx, s.Counts, estimate); err != nil {
+	if estimate, err = a.historyRows(ctx, s.Counts, estimate); err != nil {
 		return Summary{}, err
 	}
 	s.Counts.settleSent(estimate)

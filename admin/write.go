@@ -28,8 +28,9 @@ const (
 // filter. Only FAILED rows are ever changed.
 type ReplayParams struct {
 	// IDs names the rows to replay, at most [MaxReplayLimit]. Named rows
-	// that are not FAILED (or do not exist, or are locked by another
-	// replay) are reported as skipped and left alone. When IDs is set the
+	// that are not dead letters (or do not exist, or are locked by another
+	// replay, or whose id the outbox table holds too) are reported as
+	// skipped and left alone. When IDs is set the
 	// filter fields and Limit must be empty: the list is the bound.
 	IDs []uuid.UUID
 	// Type keeps only rows of this event type. Empty means any. It must be
@@ -43,8 +44,9 @@ type ReplayParams struct {
 	FailedBefore time.Time
 	// Limit is the most rows a filter replay changes, 1 to
 	// [MaxReplayLimit]. Rows are taken by error code (last_error_code,
-	// rows without one last), then oldest seq first: the failed index's
-	// order, so that each batch reads only the rows it replays. Defaults
+	// rows without one last), then oldest seq first: the dead letters'
+	// code index's order, so that each batch reads only the rows it
+	// replays. Defaults
 	// to [DefaultReplayLimit]. A filter with every field empty replays
 	// any FAILED rows, up to Limit.
 	Limit int
@@ -60,21 +62,34 @@ type ReplayResult struct {
 	// ReplayParams.DryRun, the rows that would be.
 	Replayed []uuid.UUID `json:"replayed"`
 	// Skipped are the ids of ReplayParams.IDs that were not replayed: not
-	// FAILED, missing, or locked by a concurrent writer. Always empty for a
+	// a dead letter (missing, or still in the outbox table), locked by a
+	// concurrent writer, or a conflict (Conflicts). Always empty for a
 	// filter replay.
 	Skipped []uuid.UUID `json:"skipped"`
+	// Conflicts are the dead letters taken that were not replayed because
+	// the outbox table already holds a row with their id (a stray not
+	// moved yet, or an event emitted again with the same id): they stay
+	// dead letters, unchanged. Normally empty. A filter replay takes
+	// them again on its next call (they keep their place in its order).
+	Conflicts []uuid.UUID `json:"conflicts,omitempty"`
 }
 
-// Replay returns FAILED rows to PENDING, due now by the database clock,
+// Replay moves dead letters (FAILED rows) back into the outbox table as
+// PENDING rows, with their id and seq, due now by the database clock,
 // with attempts, recoveries and snoozes reset to 0 and failed_at cleared,
-// so that they get the full retry and snooze budget again. last_error_code, last_error and
-// the attempt log are kept as history; the next failure appends to the log.
-// It is one bounded UPDATE that locks its rows with SKIP LOCKED (found
-// through the failed index, which holds FAILED rows only: a call costs in
-// proportion to the FAILED rows, however many rows are SENT), followed,
-// in the same transaction and only when rows changed, by a pg_notify on the
-// table's channel so dispatchers wake at once (they poll anyway). Bad
-// params give an [*outbox.InputError] and write nothing.
+// so that they get the full retry and snooze budget again.
+// last_error_code, last_error and the attempt log are kept as history;
+// the next failure appends to the log. It is one bounded statement that
+// locks the dead letters with SKIP LOCKED (found through the dead
+// letters' code index or primary key: a call costs in proportion to the
+// dead letters, never to the history), inserts them into the outbox
+// table and deletes those inserted; a dead letter whose id the outbox
+// table already holds stays (ReplayResult.Conflicts). In the same
+// transaction and only when rows moved, a pg_notify on the table's
+// channel wakes dispatchers at once (they poll anyway). A FAILED row
+// still in the outbox table (a stray, Counts.Unmoved) is not replayed
+// until the retention pass has moved it. Bad params give an
+// [*outbox.InputError] and write nothing.
 func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
 	stmt, args, err := a.replayArgs(p)
 	if err != nil {
@@ -84,7 +99,7 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 	if p.DryRun {
 		rows, err := a.db.Query(ctx, stmt.dry, args...)
 		if err == nil {
-			res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			res, err = replayed(rows)
 		}
 		if err != nil {
 			return ReplayResult{}, errtext.Wrap(err, "admin: replay %s (dry run)", a.table)
@@ -97,11 +112,8 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 		if err != nil {
 			return err
 		}
-		if res.Replayed, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+		if res, err = replayed(rows); err != nil || len(res.Replayed) == 0 {
 			return err
-		}
-		if len(res.Replayed) == 0 {
-			return nil
 		}
 		_, err = tx.Exec(ctx, a.sql.notify, a.channel)
 		return err
@@ -111,6 +123,23 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 	}
 	res.Skipped = skipped(p.IDs, res.Replayed)
 	return res, nil
+}
+
+// replayed reads a replay's lines (id, moved) into a result: the moved
+// ids in Replayed, the others in Conflicts.
+func replayed(rows pgx.Rows) (ReplayResult, error) {
+	res := ReplayResult{Replayed: []uuid.UUID{}}
+	var id uuid.UUID
+	var moved bool
+	_, err := pgx.ForEachRow(rows, []any{&id, &moved}, func() error {
+		if moved {
+			res.Replayed = append(res.Replayed, id)
+		} else {
+			res.Conflicts = append(res.Conflicts, id)
+		}
+		return nil
+	})
+	return res, err
 }
 
 // replayArgs validates p and picks the statement and its arguments.
@@ -140,7 +169,7 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 	if !p.FailedBefore.IsZero() {
 		w.conds = append(w.conds, "failed_at < "+w.arg(p.FailedBefore))
 	}
-	return replayWrite(a.qualified, w.String(), replayFilterOrder, w.arg(limit)), w.args, nil
+	return replayWrite(a.sql.t, a.sql.dead, w.String(), replayFilterOrder, w.arg(limit)), w.args, nil
 }
 
 // skipped returns the ids of named that are not in replayed, in the order
@@ -178,8 +207,11 @@ type PurgeParams struct {
 	// sent_at (SENT) or failed_at (FAILED) is before the database's
 	// now() - OlderThan. At least 0.
 	OlderThan time.Duration
-	// Limit is the most rows this call deletes, 1 to [MaxPurgeLimit].
-	// Defaults to [DefaultPurgeLimit].
+	// Limit is the most rows this call deletes one by one (dead letters,
+	// or rows of the history's default partition), 1 to [MaxPurgeLimit].
+	// Defaults to [DefaultPurgeLimit]. The history's time partitions that
+	// a SENT purge retires go whole, whatever their rows (see
+	// [Admin.Purge]).
 	Limit int
 	// DryRun makes Purge delete nothing and return how many rows the same
 	// call would delete now (counted without locks).
@@ -187,14 +219,31 @@ type PurgeParams struct {
 }
 
 // Purge deletes up to p.Limit rows in p.Status that reached it more than
-// p.OlderThan ago (database clock), in one bounded DELETE that skips rows
-// other transactions have locked, and returns how many it deleted. Call it
-// again while it returns p.Limit to drain a larger backlog; each call is
-// its own short statement. Rows go oldest first, found through the
-// table's finished index (migration 004), so a call reads about the rows
-// it deletes however many younger rows the table keeps, and the last,
-// empty call of a drain reads next to nothing. Bad params give an
-// [*outbox.InputError] and delete nothing.
+// p.OlderThan ago (database clock), and returns how many it deleted. Call
+// it again while it returns p.Limit or more to drain a larger backlog.
+// Bad params give an [*outbox.InputError] and delete nothing.
+//
+// FAILED rows are deleted from the dead letters in one bounded DELETE
+// that skips rows other transactions have locked, oldest failed_at
+// first, through their time index: a call reads about the rows it
+// deletes.
+//
+// SENT rows are never deleted one by one from the history's time
+// partitions: Purge deletes up to p.Limit rows of the default partition,
+// where only rows that found no time partition land (read whole: it has
+// no index on sent_at, and the retention pass keeps it small), then
+// retires every time partition whose whole range is older than the
+// cut-off (purge.RetireHistory: DETACH and DROP, each
+// queueing at most purge.LockTimeout for the history's lock; whole
+// partitions, however many rows they hold, Limit not applying), counting
+// their rows. On an error it returns the rows deleted so far. A
+// partition that reaches past the cut-off is kept whole, so a SENT row
+// may outlive OlderThan by a partition's span (the dispatcher's
+// RetainSent decides it). The dry run counts the default partition's
+// rows and estimates the retired partitions' (pg_class).
+//
+// A stray (a SENT or FAILED row still in the outbox table,
+// Counts.Unmoved) is not purged: the retention pass moves it first.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
@@ -206,17 +255,58 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
+	dry := ""
 	if p.DryRun {
-		n, err := a.purge.Count(ctx, a.db, batch)
-		if err != nil {
-			return 0, errtext.Wrap(err, "admin: purge %s %s (dry run)", p.Status, a.table)
-		}
-		return n, nil
+		dry = " (dry run)"
 	}
-	res, err := a.purge.Delete(ctx, a.db, batch)
+	// The default partition's batch first: on a missing table it fails
+	// as every other command does (relation does not exist).
+	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
+	var n int64
+	if p.DryRun {
+		n, err = a.purge.Count(ctx, a.db, batch)
+	} else {
+		var res purge.Result
+		res, err = a.purge.Delete(ctx, a.db, batch)
+		n = res.Deleted
+	}
+	if err == nil && p.Status == outbox.StatusSent {
+		var retired int64
+		retired, err = a.retireHistory(ctx, p.OlderThan, p.DryRun)
+		n += retired
+	}
 	if err != nil {
-		return 0, errtext.Wrap(err, "admin: purge %s %s", p.Status, a.table)
+		return n, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
 	}
-	return res.Deleted, nil
+	return n, nil
+}
+
+// retireHistory retires the SENT history's time partitions whose whole
+// range ended olderThan before the database's now(), and returns the rows
+// they held; with dry, it drops nothing and returns the planner's
+// estimate of those rows.
+func (a *Admin) retireHistory(ctx context.Context, olderThan time.Duration, dry bool) (int64, error) {
+	var now time.Time
+	if err := a.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return 0, err
+	}
+	before := now.Add(-olderThan)
+	if !dry {
+		ret, err := purge.RetireHistory(ctx, a.db, a.names, before)
+		return ret.Rows, err
+	}
+	parts, err := purge.Partitions(ctx, a.db, a.names)
+	if err != nil {
+		return 0, err
+	}
+	var due []string
+	for _, p := range parts {
+		if !p.To.After(before) {
+			due = append(due, pgx.Identifier{a.names.Table.Schema, p.Name}.Sanitize())
+		}
+	}
+	var rows int64
+	err = a.db.QueryRow(ctx, `SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class
+		WHERE oid = ANY ($1::text[]::regclass[])`, due).Scan(&rows)
+	return rows, err
 }

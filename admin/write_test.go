@@ -230,8 +230,8 @@ func TestPurge(t *testing.T) {
 	t.Run("DefaultLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, status, sent_at)
-			SELECT gen_random_uuid(), 't', 'SENT', now() - interval '1 hour' FROM generate_series(1, $1)`, admin.DefaultPurgeLimit+5)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events_sent (seq, id, event_type, status, sent_at)
+			SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 't', 'SENT', now() - interval '1 hour' FROM generate_series(1, $1)`, admin.DefaultPurgeLimit+5)
 		require.NoError(t, err)
 		n, err := b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent})
 		require.NoError(t, err)

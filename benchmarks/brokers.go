@@ -94,5 +94,5 @@ func dispatchTo(ctx context.Context, o Options, mode string, pub outbox.Publishe
 	}
 	res := throughput(mode, o.N, elapsed)
 	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8, "claims": d.Stats().ClaimCycles}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+	return res.verify(ctx, db, o.N, sentSQL)
 }

@@ -40,7 +40,7 @@ func runClaim(ctx context.Context, o Options) (Result, error) {
 	res.setLatency(samples)
 	res.Params = map[string]any{"backlog": o.Backlog, "batch": o.Batch, "claims": rounds}
 	res.Note = "duration and events_per_s cover the claims only; completions are not timed"
-	return res.verify(ctx, db, rounds*o.Batch, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+	return res.verify(ctx, db, rounds*o.Batch, sentSQL)
 }
 
 // timeClaims claims and completes rounds batches and returns each claim's

@@ -111,11 +111,38 @@ func (r Result) verify(ctx context.Context, db *benchDB, want int, sql string) (
 	return r, err
 }
 
+// sentSQL counts pgoutbox's sent events wherever the schema keeps them:
+// SENT rows in outbox_events (schema version 9 and older, and strays an
+// old dispatcher leaves) and the rows of the SENT history table
+// outbox_events_sent (schema version 10 on).
+const sentSQL = `SELECT (SELECT count(*) FROM outbox_events WHERE status = 'SENT') + (SELECT count(*) FROM outbox_events_sent)`
+
+// verifySent verifies a pgoutbox drain of want events: each is SENT
+// (sentSQL), or, with deleted (DeleteSent), gone from every table.
+func (r Result) verifySent(ctx context.Context, db *benchDB, want int, deleted bool) (Result, error) {
+	if !deleted {
+		return r.verify(ctx, db, want, sentSQL)
+	}
+	return r.verifyGone(ctx, db, want, `SELECT (SELECT count(*) FROM outbox_events) + (SELECT count(*) FROM outbox_events_sent)`)
+}
+
+// verifyGone sets r.Verified when r counted want events and the count
+// query (of the rows left where they were) returns 0: a drain whose
+// completions delete.
+func (r Result) verifyGone(ctx context.Context, db *benchDB, want int, sql string) (Result, error) {
+	err := db.expect(ctx, 0, sql)
+	if err == nil && r.N != want {
+		err = fmt.Errorf("verify: the run counted %d events, want %d", r.N, want)
+	}
+	r.Verified = err == nil
+	return r, err
+}
+
 // backlogDB opens a migrated database holding o.N due PENDING events in
 // outbox_events.
 func backlogDB(ctx context.Context, o Options, conns int) (*benchDB, error) {
 	return backlogDBWith(ctx, o, conns, func(ctx context.Context, db *benchDB) error {
-		return preload(ctx, db, o.N, o.Payload, o.Keys)
+		return preload(ctx, db, o.N, o.Payload, o.Keys, o.Types)
 	})
 }
 

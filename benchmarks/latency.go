@@ -216,5 +216,5 @@ func (lr *latencyRun) result(ctx context.Context, db *benchDB, o Options, warm, 
 		"poll_ms": o.Poll.Milliseconds(), "writers": latencyWriters, "claim_cycles": s.ClaimCycles, "wakeups": s.Wakeups,
 		"claims_per_event": round(float64(s.ClaimCycles)/float64(total), 4)}
 	res.Note = fmt.Sprintf("events_per_s is the commit rate held (target %d/s); %d handlers started before their writer saw Commit return (counted as 0)", o.Rate, early)
-	return res.verify(ctx, db, total, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+	return res.verify(ctx, db, total, sentSQL)
 }

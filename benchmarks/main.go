@@ -74,6 +74,7 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"latency":   runLatency,
 	"claim":     runClaim,
 	"minimal":   runMinimal,
+	"walcost":   runWALCost,
 }
 
 func caseNames() []string {
@@ -98,7 +99,7 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")
@@ -118,9 +119,11 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "suite: rounds")
 	fs.BoolVar(&o.Short, "short", o.Short, "suite: every case tiny (a smoke run)")
 	fs.StringVar(&o.Out, "out", o.Out, "suite: markdown report to write")
-	fs.StringVar(&o.Only, "only", "", "suite: \"targets\" runs only what the issue-16 targets need (every spec in every round) and writes their report to -out")
+	fs.StringVar(&o.Only, "only", "", "suite: \"targets\" runs only what the targets (issue 25's, and issue 16's latency bounds) need (every spec in every round) and writes their report to -out")
 	fs.IntVar(&o.Keys, "keys", 0, "dispatch: partition keys of the preloaded events, round robin (0: none)")
 	fs.BoolVar(&o.Ordered, "ordered", false, "dispatch: Ordering PerKey")
+	fs.BoolVar(&o.DeleteSent, "delete-sent", false, "pgoutbox dispatch: DeleteSent (a success deletes the row, no history)")
+	fs.IntVar(&o.Types, "types", 0, "dispatch: event types of the preloaded events, round robin, one Handle per type (0: one type)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err

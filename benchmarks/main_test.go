@@ -36,6 +36,23 @@ func TestCases(t *testing.T) {
 	}
 }
 
+// A run that does not end within its budget is counted failed, so that
+// the sitting goes on. Not parallel: it adds a case and shortens the budget
+// before the parallel tests run.
+func TestRunOneBudget(t *testing.T) {
+	cases["stall"] = func(ctx context.Context, _ Options) (Result, error) {
+		<-ctx.Done()
+		return Result{}, ctx.Err()
+	}
+	defer delete(cases, "stall")
+	saved := runShortBudget
+	runShortBudget = 50 * time.Millisecond
+	defer func() { runShortBudget = saved }()
+	r := runOne(testctx.New(t), Options{Short: true, URL: defaultURL()}, spec{label: "stall", args: args("stall", "")}, 1)
+	require.ErrorContains(t, r.err, "within the run's budget of 50ms")
+	require.ErrorIs(t, r.err, context.DeadlineExceeded)
+}
+
 func TestParseFlagsRejects(t *testing.T) {
 	t.Parallel()
 	_, err := parseFlags(nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -41,12 +42,45 @@ const minimalCompleteSQL = `UPDATE minimal_outbox AS o
 SET status = 'SENT', lock_token = NULL, lease_until = NULL
 WHERE o.id = ANY ($1::bigint[]) AND o.lock_token = $2 AND o.status = 'PROCESSING' AND o.lease_until > now()`
 
+// minimalDeleteSQL is minimal-delete's completion: the same fence as
+// minimalCompleteSQL, and the row is deleted instead of kept as SENT.
+const minimalDeleteSQL = `DELETE FROM minimal_outbox AS o
+WHERE o.id = ANY ($1::bigint[]) AND o.lock_token = $2 AND o.status = 'PROCESSING' AND o.lease_until > now()`
+
 // runMinimal runs the minimal hand-written outbox (minimalDDL), the second
 // raw reference: insert (one event and one business row per transaction
-// with plain INSERTs), copy (Batch events per transaction by COPY) and
-// dispatch (W workers of the same fenced claim/complete loop as raw-sql).
+// with plain INSERTs), insert-multi (Batch events per transaction in one
+// multi-row INSERT … VALUES), copy (Batch events per transaction by COPY),
+// dispatch (W workers of the same fenced claim/complete loop as raw-sql,
+// completing to SENT) and dispatch-delete (minimal-delete: the same loop,
+// completing by a fenced DELETE).
 func runMinimal(ctx context.Context, o Options) (Result, error) {
-	return pick(ctx, o, []mode{{"insert", minimalInsert}, {"copy", minimalCopy}, {"dispatch", minimalDispatch}})
+	return pick(ctx, o, []mode{{"insert", minimalInsert}, {"insert-multi", minimalInsertMulti}, {"copy", minimalCopy},
+		{"dispatch", minimalDispatch}, {"dispatch-delete", minimalDispatchDelete}})
+}
+
+// minimalInsertMulti writes Batch events per transaction in one multi-row
+// INSERT … VALUES ($1, $2), ($3, $4), … (two parameters a row).
+func minimalInsertMulti(ctx context.Context, o Options) (Result, error) {
+	body := payload(o.Payload)
+	o.Notify = false
+	return emitRunIn(ctx, o, "minimal_outbox", "insert-multi", func(ctx context.Context, tx pgx.Tx, n int) error {
+		var sql strings.Builder
+		sql.WriteString(`INSERT INTO minimal_outbox (type, payload) VALUES `)
+		args := make([]any, 0, 2*n)
+		for i := range n {
+			if i > 0 {
+				sql.WriteString(", ")
+			}
+			fmt.Fprintf(&sql, "($%d, $%d)", 2*i+1, 2*i+2)
+			args = append(args, eventType, body)
+		}
+		tag, err := tx.Exec(ctx, sql.String(), args...)
+		if err == nil && tag.RowsAffected() != int64(n) {
+			err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), n)
+		}
+		return err
+	}, o.Batch)
 }
 
 func minimalInsert(ctx context.Context, o Options) (Result, error) {
@@ -86,6 +120,24 @@ func minimalDispatch(ctx context.Context, o Options) (Result, error) {
 	}
 	defer db.Close()
 	return loopDispatch[int64](ctx, o, db, "minimal_outbox", minimalClaimSQL, minimalCompleteSQL)
+}
+
+// minimalDispatchDelete is minimal-delete: minimalDispatch with a
+// completion that deletes the rows (minimalDeleteSQL); it verifies that
+// the table is empty.
+func minimalDispatchDelete(ctx context.Context, o Options) (Result, error) {
+	db, err := backlogDBWith(ctx, o, o.Writers+1, func(ctx context.Context, db *benchDB) error {
+		return preloadMinimal(ctx, db, o.N, o.Payload)
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	res, err := loopDrain[int64](ctx, o, db, minimalClaimSQL, minimalDeleteSQL)
+	if err != nil {
+		return Result{}, err
+	}
+	return res.verifyGone(ctx, db, o.N, `SELECT count(*) FROM minimal_outbox`)
 }
 
 // preloadMinimal inserts n due PENDING events of size bytes into the

@@ -59,6 +59,13 @@ type Options struct {
 	Keys int
 	// Ordered runs the dispatcher with Ordering PerKey.
 	Ordered bool
+	// DeleteSent runs the dispatcher with DeleteSent: a success deletes
+	// the row instead of keeping it as history.
+	DeleteSent bool
+	// Types, when above 1, spreads the preloaded events of the dispatch
+	// modes over that many event types (event i has type i mod Types) and
+	// registers a handler per type; 0 or 1 is the one type bench.event.
+	Types int
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database

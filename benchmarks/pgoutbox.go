@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -116,8 +119,8 @@ func inTxs(ctx context.Context, db *benchDB, writers, n, per int, write func(con
 
 // preload inserts n due PENDING events through the emitter (COPY batches
 // of 5,000, no notify), with keys partition keys round robin (none when
-// keys is 0).
-func preload(ctx context.Context, db *benchDB, n, size, keys int) error {
+// keys is 0) and types event types round robin (see benchType).
+func preload(ctx context.Context, db *benchDB, n, size, keys, types int) error {
 	em, err := emitter.New(emitter.Config{DisableNotify: true})
 	if err != nil {
 		return err
@@ -128,7 +131,8 @@ func preload(ctx context.Context, db *benchDB, n, size, keys int) error {
 	err = inTxs(ctx, db, 2, n, len(events), func(ctx context.Context, tx pgx.Tx, k int) error {
 		batch := make([]outbox.Event, k)
 		for i := range batch {
-			batch[i] = outbox.Event{Type: eventType, Payload: body, PartitionKey: benchKey(written.Add(1), keys)}
+			w := written.Add(1)
+			batch[i] = outbox.Event{Type: benchType(w, types), Payload: body, PartitionKey: benchKey(w, keys)}
 		}
 		_, err := em.Emit(ctx, tx, batch...)
 		return err
@@ -138,6 +142,27 @@ func preload(ctx context.Context, db *benchDB, n, size, keys int) error {
 	}
 	_, err = db.pool.Exec(ctx, `VACUUM ANALYZE outbox_events`)
 	return err
+}
+
+// benchType is the event type of the i-th preloaded event: eventType with
+// at most one type, else eventType.<i mod types>.
+func benchType(i int64, types int) string {
+	if types <= 1 {
+		return eventType
+	}
+	return eventType + "." + strconv.FormatInt(i%int64(types), 10)
+}
+
+// benchTypes are the types benchType gives out with types types.
+func benchTypes(types int) []string {
+	if types <= 1 {
+		return []string{eventType}
+	}
+	out := make([]string, types)
+	for i := range out {
+		out[i] = benchType(int64(i), types)
+	}
+	return out
 }
 
 // benchKey is the partition key of the i-th preloaded event: "" without
@@ -157,23 +182,35 @@ func ordering(o Options) dispatcher.Ordering {
 	return dispatcher.Unordered
 }
 
+// pgoutboxDispatch drains o.N preloaded events with a no-op handler per
+// event type (-types), with DeleteSent when asked, and counts the claims
+// that ran out of time (OnError) and the slowest claim statement.
 func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	db, err := backlogDB(ctx, o, 8)
 	if err != nil {
 		return Result{}, err
 	}
 	defer db.Close()
+	var claimTimeouts atomic.Int64
 	d, err := dispatcher.New(db.pool, dispatcher.Config{
 		BatchSize: o.Batch, Concurrency: o.Concurrency, Claimers: o.Claimers, PollInterval: o.Poll,
-		Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger, Ordering: ordering(o),
+		Wakeup: dispatcher.WakeupDisabled, Logger: quietLogger, Ordering: ordering(o), DeleteSent: o.DeleteSent,
+		OnError: func(err error) {
+			if claimTimedOut(err) {
+				claimTimeouts.Add(1)
+			}
+		},
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	if err := d.Handle(eventType, func(context.Context, outbox.Event) error { return nil }); err != nil {
-		return Result{}, err
+	for _, typ := range benchTypes(o.Types) {
+		if err := d.Handle(typ, func(context.Context, outbox.Event) error { return nil }); err != nil {
+			return Result{}, err
+		}
 	}
 	trips0 := db.trips.total()
+	db.trips.resetSlowest()
 	elapsed, err := runUntil(ctx, d, uint64(o.N), func(s dispatcher.Stats) uint64 { return s.Sent })
 	if err != nil {
 		return Result{}, err
@@ -181,8 +218,18 @@ func pgoutboxDispatch(ctx context.Context, o Options) (Result, error) {
 	res := throughput("dispatch", o.N, elapsed)
 	s := d.Stats()
 	res.Params = map[string]any{"batch": o.Batch, "concurrency": o.Concurrency, "conns": 8, "keys": o.Keys, "ordered": o.Ordered,
-		"claims": s.ClaimCycles, "round_trips": db.trips.total() - trips0}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM outbox_events WHERE status = 'SENT'`)
+		"claims": s.ClaimCycles, "round_trips": db.trips.total() - trips0, "types": max(o.Types, 1), "delete_sent": o.DeleteSent,
+		"claim_timeouts": claimTimeouts.Load(), "errors": s.Errors, "slowest_claim_ms": db.trips.slowestMS()}
+	return res.verifySent(ctx, db, o.N, o.DeleteSent)
+}
+
+// claimTimedOut reports whether an error the dispatcher passed to OnError
+// is a claim that ran out of time: the server's statement_timeout or
+// cancel (57014), or the operation's deadline.
+func claimTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	timedOut := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &pgErr) && pgErr.Code == "57014")
+	return timedOut && strings.Contains(err.Error(), "claim")
 }
 
 // runUntil runs d until count(stats) reaches n, stops it and returns the

@@ -18,26 +18,49 @@ func (s side) has(sp spec) bool {
 	return sp.group == s.group && slices.ContainsFunc(s.prefixes, func(p string) bool { return strings.HasPrefix(sp.label, p) })
 }
 
-// target is one figure issue 16 asks for, computed in each round: the ratio
-// of the best events/s of ours over the best of ref (figure nil), or a
-// figure of ours' run (a latency, claims per event). It is met when it
-// has a value in every round that ran its specs and the median is ≥ min
-// (when min > 0) and ≤ max (when max > 0); with neither it is reported only.
+// target is one figure the issues ask for, computed in each round: the
+// ratio of the best events/s of ours over the best of ref (figure nil), or
+// a figure of ours' run (a latency, claims per event, claim timeouts, a
+// WAL ratio). It is met when it has a value in every round that ran its
+// specs and the median is ≥ min (when min > 0), ≤ max (when max > 0) and
+// 0 (when zero); with none of them it is reported only.
 type target struct {
 	name, refName string
 	ours, ref     side
 	min, max      float64
+	zero          bool
 	figure        func(Result) (float64, bool)
 	format        string // of one value, e.g. "%.2f×"
 }
 
-// minRatio is issue 16's bound on emit and dispatch against the minimal
-// outbox.
-const minRatio = 0.85
+// Issue 25's bounds: single-event emit against the minimal INSERT; batch
+// emit and dispatch against the minimal outbox, and a drain with handlers
+// for many types against the single-type drain; dispatch at the defaults
+// against the best of River and Watermill; WAL records per event of
+// insert + claim + completion against the minimal outbox with the same row.
+const (
+	minEmitRatio = 0.9
+	minRatio     = 0.85
+	minPeerRatio = 1.5
+	maxWALRatio  = 1.5
+)
 
 // emitOurs are pgoutbox's single-event emit labels (the prefix of both the
 // 1- and the 4-writer spec, told apart by group).
 var emitOurs = []string{"pgoutbox Emit"}
+
+// Label prefixes of the dispatch targets' sides (the trailing space keeps
+// "B=100 " from matching "B=1000").
+var (
+	batchOurs        = []string{"pgoutbox Emit ×1000"}
+	dispatchDefaults = []string{"pgoutbox B=100 "}
+	dispatchB1000    = []string{"pgoutbox B=1000 "}
+	peers            = []string{"river", "watermill"}
+)
+
+// singleType is the reference of the many-types targets: the default
+// drain, whose dispatcher handles its one type.
+const singleType = "single-type drain (pgoutbox B=100 C=100 defaults)"
 
 // claimsPerEventBefore is the claims per event of the 5,000/s wake-ups-on
 // latency run before issue 16 (docs/benchmarks.md of 2026-12-01: 933 claim
@@ -46,21 +69,140 @@ const claimsPerEventBefore = 0.044
 
 var targets = []target{
 	ratio("single-event emit, 1 writer", groupEmit1, emitOurs, "raw INSERT", []string{"raw INSERT"}, 0),
-	ratio("single-event emit, 1 writer", groupEmit1, emitOurs, "minimal INSERT", []string{"minimal INSERT"}, minRatio),
+	ratio("single-event emit, 1 writer", groupEmit1, emitOurs, "minimal INSERT", []string{"minimal INSERT"}, minEmitRatio),
 	ratio("single-event emit, 4 writers", groupEmit, emitOurs, "raw INSERT", []string{"raw INSERT"}, 0),
-	ratio("single-event emit, 4 writers", groupEmit, emitOurs, "minimal INSERT", []string{"minimal INSERT"}, minRatio),
-	ratio("1,000-event batch emit", groupBatch, []string{"pgoutbox Emit ×1000"}, "raw COPY", []string{"raw COPY"}, 0),
-	ratio("1,000-event batch emit", groupBatch, []string{"pgoutbox Emit ×1000"}, "minimal COPY", []string{"minimal COPY"}, 0),
-	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, []string{"pgoutbox B=100 "}, "best raw-sql B=100", []string{"raw-sql B=100 "}, 0),
-	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, []string{"pgoutbox B=100 "}, "best minimal B=100", []string{"minimal B=100 "}, minRatio),
-	ratio("dispatch B=1000 C=1000", groupDispatch, []string{"pgoutbox B=1000 "}, "best raw-sql B=1000", []string{"raw-sql B=1000 "}, 0),
-	ratio("dispatch B=1000 C=1000", groupDispatch, []string{"pgoutbox B=1000 "}, "best minimal B=1000", []string{"minimal B=1000 "}, minRatio),
-	ratio("dispatch, best pgoutbox", groupDispatch, []string{"pgoutbox"}, "best of River/Watermill", []string{"river", "watermill"}, 1.5),
-	latencyTarget("commit → handler start p50, 100/s, wake-ups on", "100", 5, latencyP50, "%.1f ms"),
-	latencyTarget("commit → handler start p99, 100/s, wake-ups on", "100", 25, latencyP99, "%.1f ms"),
-	latencyTarget("commit → handler start p50, 1,000/s, wake-ups on", "1000", 5, latencyP50, "%.1f ms"),
-	latencyTarget("commit → handler start p99, 1,000/s, wake-ups on", "1000", 25, latencyP99, "%.1f ms"),
-	latencyTarget("claims per event, 5,000/s, wake-ups on", "5000", claimsPerEventBefore, claimsPerEvent, "%.3f"),
+	ratio("single-event emit, 4 writers", groupEmit, emitOurs, "minimal INSERT", []string{"minimal INSERT"}, minEmitRatio),
+	ratio("1,000-event batch emit", groupBatch, batchOurs, "raw COPY", []string{"raw COPY"}, 0),
+	ratio("1,000-event batch emit", groupBatch, batchOurs, "minimal multi-row INSERT", []string{"minimal INSERT ×1000"}, minRatio),
+	ratio("1,000-event batch emit", groupBatch, batchOurs, "minimal COPY", []string{"minimal COPY"}, minRatio),
+	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, dispatchDefaults, "best raw-sql B=100", []string{"raw-sql B=100 "}, 0),
+	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, dispatchDefaults, "best minimal B=100", []string{"minimal B=100 "}, minRatio),
+	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, dispatchDefaults, "best minimal-delete B=100", []string{"minimal-delete B=100 "}, minRatio),
+	ratio("dispatch B=1000 C=1000", groupDispatch, dispatchB1000, "best raw-sql B=1000", []string{"raw-sql B=1000 "}, 0),
+	ratio("dispatch B=1000 C=1000", groupDispatch, dispatchB1000, "best minimal B=1000", []string{"minimal B=1000 "}, minRatio),
+	ratio("dispatch B=1000 C=1000", groupDispatch, dispatchB1000, "best minimal-delete B=1000", []string{"minimal-delete B=1000 "}, minRatio),
+	ratio("dispatch DeleteSent B=100 C=100", groupDispatch, []string{"pgoutbox DeleteSent B=100 "}, "best minimal-delete B=100", []string{"minimal-delete B=100 "}, 0),
+	ratio("dispatch DeleteSent B=1000 C=1000", groupDispatch, []string{"pgoutbox DeleteSent B=1000 "}, "best minimal-delete B=1000", []string{"minimal-delete B=1000 "}, 0),
+	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, dispatchDefaults, "best of River/Watermill", peers, minPeerRatio),
+	ratio("dispatch, best pgoutbox", groupDispatch, []string{"pgoutbox"}, "best of River/Watermill", peers, 0),
+	typesRatio("50"),
+	typesRatio("200"),
+	typesTimeouts("50"),
+	typesTimeouts("200"),
+	walRatio("WAL records/event, insert + claim + completion with history", variantKeyed, phaseHistory, "minimal outbox, same row (UPDATE to SENT)", maxWALRatio),
+	walRatio("WAL records/event, insert + claim + completion with DeleteSent", variantKeyed, phaseDelete, "minimal-delete, same row", maxWALRatio),
+	walRatio("WAL records/event, insert + claim + completion with history, no aggregate id", variantUnkeyed, phaseHistory, "minimal outbox, same row (UPDATE to SENT)", 0),
+	walRatio("WAL records/event, insert + claim + completion with DeleteSent, no aggregate id", variantUnkeyed, phaseDelete, "minimal-delete, same row", 0),
+	{name: "heartbeat renewal: index entries per event", ours: side{groupWAL, []string{"WAL per transition"}}, zero: true,
+		figure: walFigure(func(ps []walPhase) (float64, bool) { return perEventOf(ps, variantKeyed, phaseRenew, indexEntries) }), format: "%.2f"},
+	{name: "heartbeat renewal: HOT updates per updated row", ours: side{groupWAL, []string{"WAL per transition"}},
+		figure: walFigure(renewalHOTShare), format: "%.2f"},
+	latencyTarget("commit → handler start p50, 100/s, wake-ups on (issue 16)", "100", 5, latencyP50, "%.1f ms"),
+	latencyTarget("commit → handler start p99, 100/s, wake-ups on (issue 16)", "100", 25, latencyP99, "%.1f ms"),
+	latencyTarget("commit → handler start p50, 1,000/s, wake-ups on (issue 16)", "1000", 5, latencyP50, "%.1f ms"),
+	latencyTarget("commit → handler start p99, 1,000/s, wake-ups on (issue 16)", "1000", 25, latencyP99, "%.1f ms"),
+	latencyTarget("claims per event, 5,000/s, wake-ups on (issue 16)", "5000", claimsPerEventBefore, claimsPerEvent, "%.3f"),
+}
+
+// typesRatio is the drain with handlers for types types against the
+// single-type drain of the same round.
+func typesRatio(types string) target {
+	return target{name: "drain, handlers for " + types + " types", refName: singleType,
+		ours: side{groupTypes, []string{types + " types"}}, ref: side{groupDispatch, dispatchDefaults}, min: minRatio, format: "%.2f×"}
+}
+
+// typesTimeouts is the claims that ran out of time in the drain with
+// handlers for types types: none allowed.
+func typesTimeouts(types string) target {
+	return target{name: "drain, handlers for " + types + " types: claims out of time", ours: side{groupTypes, []string{types + " types"}},
+		zero: true, figure: paramFigure("claim_timeouts"), format: "%.0f"}
+}
+
+// walRatio is pgoutbox's WAL records per event of insert, claim and the
+// completion phase (variant's row) over the minimal outbox's on the same
+// row, from the walcost run.
+func walRatio(name, variant, completion, refName string, maximum float64) target {
+	phases := []string{phaseInsert, phaseClaim, completion}
+	return target{name: name, refName: refName, ours: side{groupWAL, []string{"WAL per transition"}}, max: maximum, format: "%.2f×",
+		figure: walFigure(func(ps []walPhase) (float64, bool) {
+			ours, ok1 := recordsPerEvent(ps, variant, phases)
+			ref, ok2 := recordsPerEvent(ps, variantMinimal, phases)
+			if !ok1 || !ok2 || ref == 0 {
+				return 0, false
+			}
+			return ours / ref, true
+		})}
+}
+
+// walFigure is a figure of a walcost run's phases.
+func walFigure(f func([]walPhase) (float64, bool)) func(Result) (float64, bool) {
+	return func(r Result) (float64, bool) {
+		if len(r.WAL) == 0 {
+			return 0, false
+		}
+		return f(r.WAL)
+	}
+}
+
+// phaseOf is the variant's phase (ok: it exists and had events).
+func phaseOf(ps []walPhase, variant, phase string) (walPhase, bool) {
+	for _, p := range ps {
+		if p.Variant == variant && p.Phase == phase {
+			return p, p.Events > 0
+		}
+	}
+	return walPhase{}, false
+}
+
+// recordsPerEvent is the sum over phases of the variant's WAL records
+// per event.
+func recordsPerEvent(ps []walPhase, variant string, phases []string) (float64, bool) {
+	sum := 0.0
+	for _, name := range phases {
+		p, ok := phaseOf(ps, variant, name)
+		if !ok {
+			return 0, false
+		}
+		sum += p.perEvent(p.Records)
+	}
+	return sum, true
+}
+
+func indexEntries(p walPhase) int64 { return p.IndexEntries }
+
+// perEventOf is a counter of the variant's phase per event.
+func perEventOf(ps []walPhase, variant, phase string, counter func(walPhase) int64) (float64, bool) {
+	p, ok := phaseOf(ps, variant, phase)
+	if !ok {
+		return 0, false
+	}
+	return p.perEvent(counter(p)), true
+}
+
+// renewalHOTShare is the share of pgoutbox's renewal updates that were HOT.
+func renewalHOTShare(ps []walPhase) (float64, bool) {
+	p, ok := phaseOf(ps, variantKeyed, phaseRenew)
+	if !ok || p.Updates == 0 {
+		return 0, false
+	}
+	return float64(p.HOTUpdates) / float64(p.Updates), true
+}
+
+// paramFigure reads a numeric parameter of the run.
+func paramFigure(name string) func(Result) (float64, bool) {
+	return func(r Result) (float64, bool) {
+		switch v := r.Params[name].(type) {
+		case int:
+			return float64(v), true
+		case int64:
+			return float64(v), true
+		case uint64:
+			return float64(v), true
+		case float64:
+			return v, true
+		}
+		return 0, false
+	}
 }
 
 // latencyTarget bounds a figure of the wake-ups-on, poll 1s latency run
@@ -167,12 +309,12 @@ func (t target) verdict(ss []sample) (median float64, have, met bool) {
 		}
 	}
 	median, have = medianOf(vs), len(vs) > 0
-	met = complete && have && (t.min == 0 || median >= t.min) && (t.max == 0 || median <= t.max)
+	met = complete && have && (t.min == 0 || median >= t.min) && (t.max == 0 || median <= t.max) && (!t.zero || median == 0)
 	return median, have, met
 }
 
 // required is false for a figure only reported.
-func (t target) required() bool { return t.min > 0 || t.max > 0 }
+func (t target) required() bool { return t.min > 0 || t.max > 0 || t.zero }
 
 // requirement is the target's bound as the report shows it.
 func (t target) requirement() string {
@@ -181,15 +323,21 @@ func (t target) requirement() string {
 		return "≥ " + fmt.Sprintf(t.format, t.min)
 	case t.max > 0:
 		return "≤ " + fmt.Sprintf(t.format, t.max)
+	case t.zero:
+		return "0"
 	}
 	return "reported"
 }
 
 func writeRatios(b *strings.Builder, runs []run, rounds int) {
-	b.WriteString("## Targets (issue 16): within each round, against both raw references\n\n" +
+	b.WriteString("## Targets (issue 25): within each round, against the raw references\n\n" +
 		"Every ratio is pgoutbox's best events/s over the reference's best in the same round: raw-sql is the raw loop on pgoutbox's own table, " +
-		"minimal the hand-written outbox (`-case minimal`, described in `benchmarks/analysis.md`). A round with a side missing or failed has no value and the target is not met. " +
-		"The latency rows come from the wake-ups-on latency runs with default emitter settings (one round in `make bench`, every round in `make bench/targets`).\n\n" +
+		"minimal the hand-written outbox (`-case minimal`, described in `benchmarks/analysis.md`), completing to SENT, and minimal-delete the same loop completing by a fenced DELETE " +
+		"(`-case minimal -mode dispatch-delete`). A round with a side missing or failed has no value and the target is not met. " +
+		"The many-types rows compare a drain whose events are spread over 50 or 200 types, with a handler per type, to the default single-type drain of the same round, " +
+		"and count the claims that ran out of time (OnError: statement timeout or the operation's deadline). " +
+		"The WAL rows come from the WAL-per-transition run (`-case walcost`, below), the latency rows from the wake-ups-on latency runs with default emitter settings " +
+		"(both once in `make bench`, in every round in `make bench/targets`).\n\n" +
 		"| target | against | required |")
 	for r := 1; r <= rounds; r++ {
 		fmt.Fprintf(b, " round %d |", r)

@@ -89,8 +89,19 @@ func rawDispatch(ctx context.Context, o Options) (Result, error) {
 // (claimSQL, completeSQL; ID is the table's id type) and verifies that N
 // rows ended SENT.
 func loopDispatch[ID any](ctx context.Context, o Options, db *benchDB, table, claimSQL, completeSQL string) (Result, error) {
+	res, err := loopDrain[ID](ctx, o, db, claimSQL, completeSQL)
+	if err != nil {
+		return Result{}, err
+	}
+	return res.verify(ctx, db, o.N, `SELECT count(*) FROM `+table+` WHERE status = 'SENT'`)
+}
+
+// loopDrain drains db's backlog with W workers of claimLoop and returns
+// the unverified result.
+func loopDrain[ID any](ctx context.Context, o Options, db *benchDB, claimSQL, completeSQL string) (Result, error) {
 	var sent atomic.Int64
 	trips0 := db.trips.total()
+	db.trips.resetSlowest()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for range o.Writers {
@@ -100,8 +111,9 @@ func loopDispatch[ID any](ctx context.Context, o Options, db *benchDB, table, cl
 		return Result{}, err
 	}
 	res := throughput("dispatch", int(sent.Load()), time.Since(start))
-	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers, "round_trips": db.trips.total() - trips0}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM `+table+` WHERE status = 'SENT'`)
+	res.Params = map[string]any{"batch": o.Batch, "workers": o.Writers, "round_trips": db.trips.total() - trips0,
+		"slowest_claim_ms": db.trips.slowestMS()}
+	return res, nil
 }
 
 // claimLoop claims (claimSQL: batch size, token; returns id, type,

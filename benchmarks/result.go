@@ -31,6 +31,8 @@ type Result struct {
 	Load1 float64 `json:"load1"`
 	// Note explains a figure that needs it.
 	Note string `json:"note,omitempty"`
+	// WAL is the walcost case's WAL per transition.
+	WAL []walPhase `json:"wal,omitempty"`
 
 	elapsed time.Duration
 }

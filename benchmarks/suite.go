@@ -40,6 +40,8 @@ const (
 	groupBacklog  = "claim latency vs backlog"
 	groupPayload  = "emit vs payload size"
 	groupOrdered  = "dispatch vs partition keys, unordered and Ordering PerKey (B=100 C=100)"
+	groupTypes    = "dispatch with handlers for many event types: events spread over the types, one Handle per type, B=100 C=100"
+	groupWAL      = "WAL per transition"
 )
 
 // roundSpecs are run in every round; ratios come from them.
@@ -57,19 +59,26 @@ func roundSpecs(short bool) []spec {
 		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"minimal COPY ×1000", groupBatch, args("minimal", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"minimal INSERT ×1000", groupBatch, args("minimal", "insert-multi", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"pgoutbox B=100 C=100 (defaults)", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"pgoutbox B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "1000", "-concurrency", "1000")},
+		{"pgoutbox DeleteSent B=100 C=100", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-delete-sent")},
+		{"pgoutbox DeleteSent B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "1000", "-concurrency", "1000", "-delete-sent")},
 		{"raw-sql B=100 W=4", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "100", "-writers", "4")},
 		{"raw-sql B=1000 W=2", groupDispatch, args("raw-sql", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"minimal B=100 W=4", groupDispatch, args("minimal", "dispatch", "-n", n, "-batch", "100", "-writers", "4")},
 		{"minimal B=1000 W=2", groupDispatch, args("minimal", "dispatch", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"minimal-delete B=100 W=4", groupDispatch, args("minimal", "dispatch-delete", "-n", n, "-batch", "100", "-writers", "4")},
+		{"minimal-delete B=1000 W=2", groupDispatch, args("minimal", "dispatch-delete", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river default, 100 workers", groupDispatch, args("river", "work", "-n", slow, "-concurrency", "100")},
 		{"river tuned, 2000 workers", groupDispatch, args("river", "work", "-n", n, "-concurrency", "2000", "-tuned")},
 		{"natspub → local NATS JetStream, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"kafkapub → in-process kfake, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-kafka", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"watermill forwarder B=100", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "100")},
 		{"watermill forwarder B=1000", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "1000")},
+		{"50 types", groupTypes, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-types", "50")},
+		{"200 types", groupTypes, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-types", "200")},
 	}
 }
 
@@ -103,6 +112,11 @@ func curveSpecs(short bool) []spec {
 			spec{k + " keys, unordered", groupOrdered, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-keys", k)},
 			spec{k + " keys, PerKey", groupOrdered, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-keys", k, "-ordered")})
 	}
+	walBatch := "100"
+	if short {
+		walBatch = "20" // 200 events: ten batches, so every completion kind has some
+	}
+	out = append(out, spec{"WAL per transition", groupWAL, args("walcost", "", "-n", sizes(short, 3000), "-batch", walBatch)})
 	for _, p := range []struct{ size, n string }{{"100", sizes(short, 2000)}, {"10240", sizes(short, 2000)}, {"1048576", sizes(short, 200)}} {
 		out = append(out, spec{"payload " + p.size + " B", groupPayload, args("pgoutbox", "emit", "-n", p.n, "-writers", "4", "-payload", p.size)})
 	}
@@ -178,13 +192,34 @@ func suiteSpecs(o Options) (rounds, curves []spec, err error) {
 	return nil, nil, fmt.Errorf("unknown -only %q (targets)", o.Only)
 }
 
-// runOne runs one spec with the suite's URL and prints its JSON line.
+// runBudget bounds one run of the suite (runShortBudget with -short), so
+// that a run that stalls is counted failed instead of hanging the sitting:
+// Watermill's forwarder, for one, reads only rows whose transaction id is
+// below the snapshot's xmin, so any long transaction anywhere on the
+// server (another engineer's test) holds it up for as long as it lasts.
+// The slowest run at full N takes a few minutes on a loaded 2-core machine.
+var (
+	runBudget      = 20 * time.Minute
+	runShortBudget = 2 * time.Minute
+)
+
+// runOne runs one spec with the suite's URL within its budget and prints
+// its JSON line.
 func runOne(ctx context.Context, o Options, s spec, round int) run {
 	opts, err := parseFlags(append(s.args, "-url", o.URL))
 	if err != nil {
 		return run{spec: s, round: round, err: err}
 	}
-	res, err := runCase(ctx, opts)
+	budget := runBudget
+	if o.Short {
+		budget = runShortBudget
+	}
+	runCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	res, err := runCase(runCtx, opts)
+	if err != nil && ctx.Err() == nil && runCtx.Err() != nil {
+		err = fmt.Errorf("no result within the run's budget of %s: %w", budget, err)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "round %d %s: %v\n", round, s.label, err)
 	} else {

@@ -161,10 +161,14 @@ func TestCompletionsShrinkUnderStatementTimeout(t *testing.T) {
 	// 40 rows cannot meet a 20ms statement_timeout.
 	_, err := db.Pool.Exec(context.Background(), `
 CREATE FUNCTION slow_sent() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(0.0005); RETURN NEW; END $$;
-CREATE TRIGGER slow_sent BEFORE UPDATE ON outbox_events FOR EACH ROW
-	WHEN (NEW.status = 'SENT') EXECUTE FUNCTION slow_sent();`)
+BEGIN
+	IF NEW.status = 'SENT' THEN
+		PERFORM pg_sleep(0.0005);
+	END IF;
+	RETURN NEW;
+END $$`)
 	require.NoError(t, err)
+	db.OnOutcomes(t, "slow_sent")
 	errs := &errorLog{}
 	cfg := baseConfig(db)
 	cfg.BatchSize = 1_000

@@ -115,12 +115,12 @@ func requireTransitions(t *testing.T, states []dispatcher.CircuitState) {
 }
 
 // attemptsSpent is the sum of attempts and attempt-log entries over the
-// table's rows.
+// outbox's events, wherever they are.
 func attemptsSpent(t *testing.T, db *testdb.DB) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		`SELECT coalesce(sum(attempts + jsonb_array_length(attempt_log)), 0) FROM outbox_events`).Scan(&n))
+		`SELECT coalesce(sum(attempts + jsonb_array_length(attempt_log)), 0) FROM `+testdb.AllRows(db.Table())+` AS e`).Scan(&n))
 	return n
 }
 

@@ -208,11 +208,10 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 // retried after its reply was lost can tell the time the earlier one set
 // (see lease.Store.Outcomes). The completer's goroutine only.
 func (c *completer) failureToWrite(it *item) lease.Failure {
-	if it.failure == nil {
-		f := c.failure(it)
-		it.failure = &f
+	if r := it.record(); !r.decided {
+		r.failure, r.decided = c.failure(it), true
 	}
-	return *it.failure
+	return it.writes.failure
 }
 
 // failure decides whether a failed attempt is final and when to retry,
@@ -364,20 +363,21 @@ func (c *completer) retryLater(items []*item, err error) {
 	isRefusal := refused(err) && len(items) == 1
 	now := time.Now()
 	givenUp := c.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
-		it.tries++
+		r := it.record()
+		r.tries++
 		if isRefusal {
-			it.refusals++
+			r.refusals++
 		}
 		if expired {
-			it.late++
+			r.late++
 		}
 		switch {
-		case it.refusals >= maxRefusals || it.tries >= maxWriteTries:
+		case r.refusals >= maxRefusals || r.tries >= maxWriteTries:
 			return writeGiveUp
-		case expired && (!it.maybeWritten || it.late > maxLateTries):
+		case expired && (!it.maybeWritten || r.late > maxLateTries):
 			return writeLost
 		}
-		it.retryAt = now.Add(retryBackoff(it.tries))
+		r.retryAt = now.Add(retryBackoff(r.tries))
 		return writeAgain
 	})
 	c.report.reportError("completion failed, will retry", err)
@@ -399,9 +399,16 @@ func retryBackoff(tries int) time.Duration {
 // failure that says nothing about the statement: a lost or broken
 // connection, a timeout or cancellation, a deadlock or serialization
 // failure, lack of resources, a shutdown, or a read-only server.
+//
+// A check violation without a constraint is PostgreSQL finding no
+// partition of the SENT history for a row (its default partition
+// dropped, no time partition created yet): the retention pass creates
+// the partition, after which the same move succeeds, so it is no
+// refusal. Counted as one, it would end in Refused, which makes a
+// delivered event a dead letter that a replay delivers again.
 func refused(err error) bool {
 	code := pgerr.Code(err)
-	if len(code) < 2 {
+	if len(code) < 2 || noPartition(err) {
 		return false
 	}
 	switch code[:2] {
@@ -409,6 +416,13 @@ func refused(err error) bool {
 		return false
 	}
 	return true
+}
+
+// noPartition reports whether err is PostgreSQL finding no partition
+// for a row (check_violation naming no constraint).
+func noPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == ""
 }
 
 // unsent reports whether err shows that a write never reached the

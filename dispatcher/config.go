@@ -167,8 +167,10 @@ type Config struct {
 	// dispatcher of one table must use the same scope. ScopeKeyAndType
 	// needs Ordering PerKey. See docs/ordering.md, "Order scope".
 	OrderScope OrderScope
-	// DeleteSent deletes events on success instead of keeping them SENT.
-	// Defaults to false.
+	// DeleteSent deletes events on success instead of moving them to the
+	// SENT history (<table>_sent, where operators list and inspect them
+	// until retention retires them; see docs/schema.md, "Whether to keep
+	// the history"). Defaults to false.
 	DeleteSent bool
 
 	// SkipVerify starts the dispatcher without comparing the table's schema
@@ -181,14 +183,20 @@ type Config struct {
 	SkipVerify bool
 
 	// RetainSent is how long SENT rows are kept after they became SENT
-	// (sent_at, database clock) before the retention job deletes them.
-	// Defaults to 24h; 1m (and at least twice LeaseDuration) to 100
-	// years. Set KeepSent instead to keep them
+	// (sent_at, database clock) before the retention job retires them.
+	// The SENT history is partitioned by time, in ranges of the longest
+	// of 1m, 5m, 15m, 1h, 6h and 1d that is at most RetainSent/4 (6h for
+	// 24h), and a whole partition is dropped once its range is older than
+	// RetainSent: a row is kept between RetainSent and RetainSent plus
+	// one range. Defaults to 24h; 1m (and at least twice LeaseDuration)
+	// to 100 years. Set KeepSent instead to keep them
 	// (for example with DeleteSent, or when an operator purges them). See
 	// docs/operations.md, "Retention and vacuum".
 	RetainSent time.Duration
-	// KeepSent turns the deletion of SENT rows off (RetainSent must then
-	// be zero). Defaults to false.
+	// KeepSent turns the retirement of SENT rows off (RetainSent must then
+	// be zero); the retention job still creates the history's daily
+	// partitions (unless DeleteSent is set too) and sweeps strays.
+	// Defaults to false.
 	KeepSent bool
 	// RetainFailed, when set, is how long FAILED rows are kept after they
 	// became FAILED (failed_at) before the retention job deletes them;

@@ -156,6 +156,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
+	clock := cfg.now // nil: time.Now, which the held set reads once where it can
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		reporter:       newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
-		held:           newHeldSet(cfg.now, cfg.LeaseDuration),
+		held:           newHeldSet(clock, cfg.LeaseDuration),
 		refSize:        newClaimSize(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"iter"
 	"slices"
 	"sync"
 	"time"
@@ -30,8 +31,11 @@ import (
 // limiter) takes it before or after, never around, a held-set call, so no
 // order between them arises.
 type heldSet struct {
-	now   func() time.Time // the local clock of lease deadlines (Config.now, set by tests)
-	trust time.Duration    // how long a claim or renewal is trusted: 4/5 of LeaseDuration
+	now func() time.Time // the local clock of lease deadlines (Config.now, set by tests)
+	// realClock: now is time.Now, so that begin reads the clock once for
+	// the start time and the deadline.
+	realClock bool
+	trust     time.Duration // how long a claim or renewal is trusted: 4/5 of LeaseDuration
 
 	// outcomesReady is signalled when an outcome waits for the completer;
 	// freed when an event is let go (room for claims).
@@ -40,8 +44,11 @@ type heldSet struct {
 	// marksWanted is signalled when items wait for the marker.
 	marksWanted chan struct{}
 
-	mu       sync.Mutex
-	byRef    map[lease.Ref]*item // by id and token
+	mu sync.Mutex
+	// batches are the claims with an item held, count the items held
+	// (their held field is set).
+	batches  map[*heldBatch]struct{}
+	count    int
 	latest   map[uuid.UUID]*item // the newest held item of each event id
 	outcomes []*item             // outcomes waiting for the completer
 	toMark   []*item             // items waiting for the marker (see start.go)
@@ -61,11 +68,30 @@ type heldSet struct {
 	suspectsWaiting, lostHeld int
 }
 
+// newHeldSet returns an empty set whose lease deadlines are on now's
+// clock; nil means time.Now.
 func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
-	return &heldSet{
+	s := &heldSet{
 		now: now, trust: leaseDuration - leaseDuration/5,
 		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1), marksWanted: make(chan struct{}, 1),
-		byRef: make(map[lease.Ref]*item), latest: make(map[uuid.UUID]*item),
+		batches: make(map[*heldBatch]struct{}), latest: make(map[uuid.UUID]*item),
+	}
+	if now == nil {
+		s.now, s.realClock = time.Now, true
+	}
+	return s
+}
+
+// all yields every item held. The caller holds s.mu.
+func (s *heldSet) all() iter.Seq[*item] {
+	return func(yield func(*item) bool) {
+		for b := range s.batches {
+			for _, it := range b.items {
+				if it.held && !yield(it) {
+					return
+				}
+			}
+		}
 	}
 }
 
@@ -92,7 +118,7 @@ type heldBatch struct {
 }
 
 // itemState is where one held event is in its life in this process.
-type itemState int
+type itemState uint8
 
 const (
 	itemQueued     itemState = iota // claimed, handler not started
@@ -104,42 +130,31 @@ const (
 // item is one held event. The fields marked "guarded" are guarded by
 // heldSet.mu; the completer's own record is read and written by the
 // completer goroutine alone.
+//
+// A claim holds its items in one allocation, and the per-event work
+// touches most of them, so the fields are kept small: the event is the
+// claim's own (lease.Batch.Events, which nothing changes after the claim),
+// and what only a failed write or an overrun needs is made on first need
+// (writes, warn).
 type item struct {
-	event  outbox.Event
+	event  *outbox.Event // the claim's event; never changed
 	batch  *heldBatch
 	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
 	cancel context.CancelCauseFunc
-	state  itemState // guarded
-	lost   bool      // the lease is gone; guarded
 	// deadline is when this process stops trusting the lease (local
 	// clock): set at claim, moved by each renewal of this very (id,
 	// token). Guarded.
 	deadline time.Time
-	// maybeWritten: a write of this outcome reported an error but may
-	// have taken effect (its reply was lost). Guarded; written by the
-	// completer only.
-	maybeWritten bool
-	// The completer's record of failed writes of this outcome: how many,
-	// how many the database refused, how many past the local deadline,
-	// and when to try again. The completer's alone.
-	tries, refusals, late int
-	retryAt               time.Time
-	// failure is the failed outcome as the completer first wrote it
-	// (nil until then); the completer's alone.
-	failure *lease.Failure
-	// marked: the row shows that this attempt started (see start.go);
-	// marking is closed by the marker once it is. Guarded.
-	marked  bool
+	// writes is the completer's record of this outcome's failed writes
+	// and of the failure it writes (nil until the first of them); the
+	// completer's alone.
+	writes *writeRecord
+	// marking is closed by the marker once the start is marked (see
+	// marked). Guarded.
 	marking chan struct{}
 	// key is the order key the claim read (ordered claims only; "" for
 	// none, see lease.Batch.Keys). Set before runBatch starts.
 	key string
-	// hasSlot: the claim took a handler slot for this item (see
-	// startsFor). Set before runBatch starts; read by it only.
-	hasSlot bool
-	// suspect: the row was recovered before (see lease.Batch.Suspect);
-	// set by add, read only after.
-	suspect bool
 	// dest is the event's destination (Config.RouteFunc; "" when it is
 	// not published), routed once by runBatch before anything reads it.
 	dest string
@@ -162,13 +177,34 @@ type item struct {
 	// callDeadline is when the running call (phase: its handler, or its
 	// publish) passes its timeout; zero for none (NoHandlerTimeout, or
 	// waiting for its batch's publish). Past it the heartbeat no longer
-	// renews the lease, and the call is an overrun (see overrun.go).
-	// nextWarn is when the overrun is logged next, warnEvery the wait
-	// after that. Guarded.
+	// renews the lease, and the call is an overrun (see overrun.go);
+	// warn is when its WARN is due (nil until the first). Guarded.
 	callDeadline time.Time
-	phase        string
-	nextWarn     time.Time
-	warnEvery    time.Duration
+	warn         *overrunWarn
+	// gone is closed once rowGone is set, made on first need. Guarded.
+	gone chan struct{}
+
+	state itemState // guarded
+	phase callPhase // guarded, see callDeadline
+	// held: the set holds the item (added, not let go yet). Guarded.
+	held bool
+	// newest: the item is the newest held of its event (the set's latest
+	// entry for its id). Guarded.
+	newest bool
+	lost   bool // the lease is gone; guarded
+	// maybeWritten: a write of this outcome reported an error but may
+	// have taken effect (its reply was lost). Guarded; written by the
+	// completer only.
+	maybeWritten bool
+	// marked: the row shows that this attempt started (see start.go).
+	// Guarded.
+	marked bool
+	// hasSlot: the claim took a handler slot for this item (see
+	// startsFor). Set before runBatch starts; read by it only.
+	hasSlot bool
+	// suspect: the row was recovered before (see lease.Batch.Suspect);
+	// set by add, read only after.
+	suspect bool
 	// behindCall: olderDone is the end of a call that was still running
 	// when this item was claimed. Set by add, read only after.
 	behindCall bool
@@ -178,9 +214,60 @@ type item struct {
 	// rowGone: the lease was lost and the row no longer shows this
 	// attempt (recovery returned it, or a later claim took it), so a
 	// suspect's call that still runs no longer needs the suspect turn
-	// (see runSuspect); gone is closed then, made on first need. Guarded.
+	// (see runSuspect). Guarded.
 	rowGone bool
-	gone    chan struct{}
+}
+
+// writeRecord is the completer's record of the failed writes of one
+// outcome: how many, how many the database refused, how many past the
+// local deadline, and when to try again; and the failure it writes, as
+// it first wrote it (see completer.failureToWrite).
+type writeRecord struct {
+	tries, refusals, late int
+	retryAt               time.Time
+	failure               lease.Failure
+	decided               bool // failure is set
+}
+
+// record returns the item's write record, made on first need. The
+// completer's goroutine only.
+func (it *item) record() *writeRecord {
+	if it.writes == nil {
+		it.writes = new(writeRecord)
+	}
+	return it.writes
+}
+
+// refusals is how many times the database refused to record the item's
+// outcome, tries how many writes of it failed.
+func (it *item) refusals() int {
+	if it.writes == nil {
+		return 0
+	}
+	return it.writes.refusals
+}
+
+func (it *item) tries() int {
+	if it.writes == nil {
+		return 0
+	}
+	return it.writes.tries
+}
+
+// retryAt is when the completer may write the item's outcome again (zero:
+// at once).
+func (it *item) retryAt() time.Time {
+	if it.writes == nil {
+		return time.Time{}
+	}
+	return it.writes.retryAt
+}
+
+// overrunWarn is when an overrun's next WARN is due, and the wait after
+// that (see heldSet.overruns).
+type overrunWarn struct {
+	next  time.Time
+	every time.Duration
 }
 
 func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
@@ -203,9 +290,11 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	deadline := s.deadlineFrom(sentAt)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, e := range b.Events {
-		it := &store[i]
-		*it = item{event: e, batch: hb, deadline: deadline, marked: b.Started[i], suspect: i < len(b.Suspect) && b.Suspect[i]}
+	for i := range b.Events {
+		e := &b.Events[i]
+		it := &store[i] // zeroed: set field by field, not copied whole
+		it.event, it.batch, it.deadline, it.held, it.newest = e, hb, deadline, true, true
+		it.marked, it.suspect = b.Started[i], i < len(b.Suspect) && b.Suspect[i]
 		if it.suspect {
 			it.awaitsTurn = true
 			s.suspectsWaiting++
@@ -221,7 +310,8 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
-			for o := prev; o != nil && s.byRef[o.ref()] == o; o = o.older {
+			prev.newest = false
+			for o := prev; o != nil && o.held; o = o.older {
 				if o.state == itemRunning {
 					// This claim took the row: the older lease is gone,
 					// whatever the heartbeat or the local deadline have
@@ -234,10 +324,11 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 			it.older, it.olderDone = prev, s.letGoLocked(prev)
 		}
 		items[i] = it
-		s.byRef[it.ref()] = it
 		s.latest[e.ID] = it
 	}
 	hb.items, hb.remaining = items, len(items)
+	s.count += len(items)
+	s.batches[hb] = struct{}{}
 	hb.timer = time.AfterFunc(deadline.Sub(s.now()), func() { s.loseExpired(hb) })
 	return items, given
 }
@@ -255,12 +346,17 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 	if s.stopping || it.lost || it.state != itemQueued {
 		return false
 	}
-	if s.expired(it) {
+	startedAt := time.Now()
+	now := startedAt
+	if !s.realClock {
+		now = s.now()
+	}
+	if !now.Before(it.deadline) { // expired
 		s.loseLocked(it)
 		return false
 	}
 	it.state = itemRunning
-	it.startedAt = time.Now()
+	it.startedAt = startedAt
 	parent := it.batch.ctx
 	if timeout > 0 {
 		parent = it.batch.timeoutContext(it.startedAt.Add(timeout), timeout)
@@ -276,6 +372,9 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 // caller holds heldSet.mu.
 func (b *heldBatch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
 	grain := timeoutGrain(timeout)
+	if b.timeout != nil && at.Before(b.timeoutAt) && !at.Before(b.timeoutAt.Add(-grain)) {
+		return b.timeout // at's grain is the latest one's (without Truncate, which divides)
+	}
 	at = at.Truncate(grain).Add(grain)
 	if b.timeout == nil || !b.timeoutAt.Equal(at) {
 		b.timeout, b.cancelTimeout = context.WithDeadline(b.ctx, at)
@@ -312,7 +411,7 @@ func (s *heldSet) finish(it *item, res result) (lost bool) {
 		return true
 	}
 	it.state, it.result = itemFinished, res
-	if !it.startedAt.IsZero() {
+	if it.ran = res.ran; it.ran == 0 && !it.startedAt.IsZero() {
 		it.ran = time.Since(it.startedAt)
 	}
 	s.outcomes = append(s.outcomes, it)
@@ -335,7 +434,7 @@ func (s *heldSet) releaseQueued(items []*item) (n int) {
 func (s *heldSet) giveBack(items []*item, res result) (n int) {
 	s.mu.Lock()
 	for _, it := range items {
-		if s.byRef[it.ref()] == it && !it.lost && it.state == itemQueued {
+		if it.held && !it.lost && it.state == itemQueued {
 			it.state, it.result = itemFinished, res
 			s.outcomes = append(s.outcomes, it)
 			n++
@@ -368,14 +467,15 @@ func (s *heldSet) takeOutcomes(limit int) (items, dropped []*item, wait time.Dur
 	defer s.mu.Unlock()
 	now := time.Now()
 	var later []*item
+	items = make([]*item, 0, len(s.outcomes)) // most are taken: one allocation
 	for _, it := range s.outcomes {
 		switch {
 		case it.lost:
 			s.removeLocked(it)
 			dropped = append(dropped, it)
-		case it.retryAt.After(now):
+		case it.retryAt().After(now):
 			later = append(later, it)
-			if w := it.retryAt.Sub(now); wait == 0 || w < wait {
+			if w := it.retryAt().Sub(now); wait == 0 || w < wait {
 				wait = w
 			}
 		case limit > 0 && len(items) >= limit:
@@ -407,7 +507,7 @@ const (
 func (s *heldSet) writeFailed(items []*item, judge func(it *item, expired bool) writeVerdict) (givenUp []*item) {
 	s.mu.Lock()
 	for _, it := range items {
-		if s.byRef[it.ref()] != it {
+		if !it.held {
 			continue
 		}
 		switch judge(it, s.expired(it)) {
@@ -450,9 +550,9 @@ func (s *heldSet) owned(items []*item) []*item {
 func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kept := items[:0:0]
+	kept := make([]*item, 0, len(items)) // most are kept: one allocation
 	for _, it := range items {
-		if s.byRef[it.ref()] == it && ok(it) {
+		if it.held && ok(it) {
 			kept = append(kept, it)
 		}
 	}
@@ -472,7 +572,7 @@ func (s *heldSet) live() []*item {
 	defer s.mu.Unlock()
 	now := time.Now()
 	var stalled map[*heldBatch]bool // batches whose publish waits for a call past its timeout
-	for _, it := range s.byRef {
+	for it := range s.all() {
 		if overran(it, now) && (!it.suspect || s.inWaves) {
 			if stalled == nil {
 				stalled = make(map[*heldBatch]bool)
@@ -480,8 +580,8 @@ func (s *heldSet) live() []*item {
 			stalled[it.batch] = true
 		}
 	}
-	items := make([]*item, 0, len(s.byRef))
-	for _, it := range s.byRef {
+	items := make([]*item, 0, s.count)
+	for it := range s.all() {
 		behindStuck := stalled[it.batch] && (it.phase == phaseAwaitPublish && (!it.suspect || s.inWaves) ||
 			s.inWaves && it.state == itemQueued) // a later wave waits for the stuck one
 		if !it.lost && !overran(it, now) && !behindStuck {
@@ -499,7 +599,7 @@ func overran(it *item, now time.Time) bool {
 
 // callStarts sets the call deadline of started items whose next call (a
 // publish, or none: zero) starts now.
-func (s *heldSet) callStarts(items []*item, deadline time.Time, phase string) {
+func (s *heldSet) callStarts(items []*item, deadline time.Time, phase callPhase) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range items {
@@ -521,7 +621,7 @@ type overrunCall struct {
 func (s *heldSet) overrunning(now time.Time) (n int, oldest time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range s.byRef {
+	for it := range s.all() {
 		if overran(it, now) {
 			n++
 			if oldest.IsZero() || it.callDeadline.Before(oldest) {
@@ -538,18 +638,18 @@ func (s *heldSet) overrunning(now time.Time) (n int, oldest time.Time) {
 func (s *heldSet) overruns(now time.Time, warnFirst, warnMax time.Duration) (due []overrunCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range s.byRef {
-		if !overran(it, now) || now.Before(it.nextWarn) {
+	for it := range s.all() {
+		if !overran(it, now) || it.warn != nil && now.Before(it.warn.next) {
 			continue
 		}
-		first := it.warnEvery == 0
+		first := it.warn == nil
 		if first {
-			it.warnEvery = warnFirst
+			it.warn = &overrunWarn{every: warnFirst}
 		} else {
-			it.warnEvery = min(2*it.warnEvery, warnMax)
+			it.warn.every = min(2*it.warn.every, warnMax)
 		}
-		it.nextWarn = now.Add(it.warnEvery)
-		due = append(due, overrunCall{id: it.event.ID, eventType: it.event.Type, phase: it.phase,
+		it.warn.next = now.Add(it.warn.every)
+		due = append(due, overrunCall{id: it.event.ID, eventType: it.event.Type, phase: it.phase.String(),
 			running: now.Sub(it.startedAt), over: now.Sub(it.callDeadline), first: first})
 	}
 	return due
@@ -561,7 +661,7 @@ func (s *heldSet) running(limit int) (calls []RunningEvent, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	for _, it := range s.byRef {
+	for it := range s.all() {
 		if it.state == itemRunning {
 			n++
 			calls = append(calls, RunningEvent{ID: it.event.ID, Type: it.event.Type, Running: now.Sub(it.startedAt)})
@@ -582,9 +682,9 @@ func (s *heldSet) stuck() []uuid.UUID {
 		return nil // the common case: no walk of the held set per claim
 	}
 	var ids []uuid.UUID
-	for ref, it := range s.byRef {
+	for it := range s.all() {
 		if it.lost {
-			ids = append(ids, ref.ID)
+			ids = append(ids, it.event.ID)
 		}
 	}
 	return ids
@@ -612,7 +712,7 @@ func (s *heldSet) renewed(items []*item, res lease.RefResult, sentAt time.Time) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range items {
-		if s.byRef[it.ref()] != it {
+		if !it.held {
 			continue
 		}
 		renewed, known := keep[it.ref()]
@@ -641,7 +741,7 @@ func (s *heldSet) loseExpired(b *heldBatch) {
 	defer s.mu.Unlock()
 	var next time.Time
 	for _, it := range b.items {
-		if s.byRef[it.ref()] != it || it.lost || completerHolds(it) {
+		if !it.held || it.lost || completerHolds(it) {
 			continue
 		}
 		if s.expired(it) {
@@ -673,7 +773,7 @@ func completerHolds(it *item) bool { return it.state == itemCompleting || it.may
 // is let go when its handler returns; a waiting outcome when the completer
 // picks it up. The caller holds s.mu.
 func (s *heldSet) loseLocked(it *item) {
-	if !it.lost && s.byRef[it.ref()] == it {
+	if !it.lost && it.held {
 		s.lostHeld++
 	}
 	it.lost = true
@@ -716,7 +816,7 @@ func (s *heldSet) recovered(ids ...uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		for o := s.latest[id]; o != nil && s.byRef[o.ref()] == o; o = o.older {
+		for o := s.latest[id]; o != nil && o.held; o = o.older {
 			if o.lost {
 				s.rowGoneLocked(o)
 			}
@@ -736,7 +836,7 @@ func (s *heldSet) letGo(it *item) <-chan struct{} {
 func (s *heldSet) letGoLocked(it *item) chan struct{} {
 	if it.letGo == nil {
 		it.letGo = make(chan struct{})
-		if s.byRef[it.ref()] != it { // let go already
+		if !it.held { // let go already
 			close(it.letGo)
 		}
 	}
@@ -756,20 +856,22 @@ func (s *heldSet) remove(items []*item) {
 // removeLocked lets go of one item: it is no longer held by this process.
 // The caller holds s.mu.
 func (s *heldSet) removeLocked(it *item) {
-	if s.byRef[it.ref()] != it {
+	if !it.held {
 		return
 	}
-	delete(s.byRef, it.ref())
+	it.held = false
+	s.count--
 	s.tookTurnLocked(it)
 	if it.lost {
 		s.lostHeld--
 	}
-	if s.latest[it.event.ID] == it {
+	if it.newest {
 		// An older item still held (a call still running after its lease
 		// was lost) is the newest again: a later claim must wait behind it
 		// or be let go, never run beside it.
-		if o := it.older; o != nil && s.byRef[o.ref()] == o {
-			s.latest[it.event.ID] = o
+		it.newest = false
+		if o := it.older; o != nil && o.held {
+			s.latest[it.event.ID], o.newest = o, true
 		} else {
 			delete(s.latest, it.event.ID)
 		}
@@ -780,13 +882,14 @@ func (s *heldSet) removeLocked(it *item) {
 	}
 	b := it.batch
 	if b.remaining--; b.remaining == 0 {
+		delete(s.batches, b)
 		b.timer.Stop()
 		b.cancel(nil)
 		if b.cancelTimeout != nil {
 			b.cancelTimeout()
 		}
 	}
-	if s.stopping && len(s.byRef) == 0 {
+	if s.stopping && s.count == 0 {
 		close(s.idle)
 	}
 	signal(s.freed)
@@ -799,7 +902,7 @@ func (s *heldSet) stop() <-chan struct{} {
 	defer s.mu.Unlock()
 	s.stopping = true
 	s.idle = make(chan struct{})
-	if len(s.byRef) == 0 {
+	if s.count == 0 {
 		close(s.idle)
 	}
 	return s.idle
@@ -812,7 +915,7 @@ func (s *heldSet) unstarted() []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var items []*item
-	for _, it := range s.byRef {
+	for it := range s.all() {
 		if it.state == itemQueued && !it.lost {
 			items = append(items, it)
 		}
@@ -826,7 +929,7 @@ func (s *heldSet) unstarted() []*item {
 func (s *heldSet) room() (held, suspectsWaiting int, stopping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.byRef), s.suspectsWaiting, s.stopping
+	return s.count, s.suspectsWaiting, s.stopping
 }
 
 // tookTurn notes that a suspect took the suspect turn.
@@ -849,7 +952,7 @@ func (s *heldSet) tookTurnLocked(it *item) {
 func (s *heldSet) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.byRef)
+	return s.count
 }
 
 // runningSince reports whether an item's handler has been running since
@@ -857,7 +960,7 @@ func (s *heldSet) len() int {
 func (s *heldSet) runningSince(cutoff time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range s.byRef {
+	for it := range s.all() {
 		if it.state == itemRunning && !it.startedAt.After(cutoff) {
 			return true
 		}
@@ -870,7 +973,7 @@ func (s *heldSet) runningSince(cutoff time.Time) bool {
 func (s *heldSet) queueMarks(items []*item) (queued []*item) {
 	s.mu.Lock()
 	for _, it := range items {
-		if !it.marked && s.byRef[it.ref()] == it {
+		if !it.marked && it.held {
 			it.marking = make(chan struct{})
 			s.toMark = append(s.toMark, it)
 			queued = append(queued, it)
@@ -891,7 +994,7 @@ func (s *heldSet) takeMarks() []*item {
 	s.toMark = nil
 	kept := items[:0]
 	for _, it := range items {
-		if s.byRef[it.ref()] == it {
+		if it.held {
 			kept = append(kept, it)
 		}
 	}
@@ -912,7 +1015,7 @@ func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range items {
-		if s.byRef[it.ref()] != it {
+		if !it.held {
 			continue
 		}
 		done, known := state[it.ref()]

@@ -192,13 +192,36 @@ func TestHeldSet(t *testing.T) {
 		require.Zero(t, b.set.lostHeld)
 	})
 
+	// When the newer item is let go while the older call still runs, the
+	// older item is the event's newest again: a third claim sees the call
+	// and waits behind it, and once every item is let go the event is no
+	// longer known.
+	t.Run("OlderCallIsNewestAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setupHeld(t)
+		id := uuid.New()
+		older := b.claim(t, id)[0]
+		require.True(t, b.set.begin(older, 0))
+		newer := b.claim(t, id)[0]
+		b.set.remove([]*item{newer})
+		third := b.claim(t, id)[0]
+		require.True(t, third.behindCall, "the third claim sees the call that still runs")
+		require.Same(t, older, third.older)
+		require.True(t, b.set.finish(older, result{}), "its outcome is let go as lost")
+		require.True(t, received(third.olderDone))
+		b.set.remove([]*item{third})
+		require.Zero(t, b.set.len())
+		require.Empty(t, b.set.latest)
+		require.Empty(t, b.set.batches, "a batch is forgotten with its last item")
+	})
+
 	// takeOutcomes leaves an outcome whose retry time has not come, says
 	// how long until it has, and takes at most limit.
 	t.Run("TakeOutcomesRetryAtAndLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setupHeld(t)
 		items := b.finished(t, 3)
-		items[0].retryAt = time.Now().Add(time.Hour)
+		items[0].record().retryAt = time.Now().Add(time.Hour)
 		taken, _, wait := b.set.takeOutcomes(1)
 		require.Equal(t, []*item{items[1]}, taken)
 		require.Greater(t, wait, 59*time.Minute)

@@ -99,10 +99,11 @@ func runDispatcher(t *testing.T, d *dispatcher.Dispatcher) {
 	})
 }
 
-// statusCounts returns how many rows are in each status.
+// statusCounts returns how many events are in each status, wherever they
+// are: the outbox table, its dead letters and its SENT history.
 func statusCounts(t *testing.T, db *testdb.DB) map[outbox.Status]int {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	rows, err := db.Pool.Query(context.Background(), `SELECT status, count(*) FROM `+testdb.AllRows(db.Table())+` AS e GROUP BY status`)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[outbox.Status]int{}
@@ -133,11 +134,14 @@ type row struct {
 	Code       string
 }
 
+// readRow reads the event id wherever it is (testdb.AllRows); it fails
+// the test when the event is nowhere.
 func readRow(t *testing.T, db *testdb.DB, id uuid.UUID) row {
 	t.Helper()
 	var r row
 	err := db.Pool.QueryRow(context.Background(),
-		`SELECT status, attempts, recoveries, snoozes, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
+		`SELECT status, attempts, recoveries, snoozes, coalesce(last_error_code, '') FROM `+testdb.AllRows(db.Table())+` AS e
+		WHERE id = $1 ORDER BY place = 'T' DESC LIMIT 1`, id).
 		Scan(&r.Status, &r.Attempts, &r.Recoveries, &r.Snoozes, &r.Code)
 	require.NoError(t, err)
 	return r
@@ -275,7 +279,8 @@ func lockOwner(t *testing.T, db *testdb.DB, id uuid.UUID) string {
 	t.Helper()
 	var owner string
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		`SELECT CASE WHEN status = 'PROCESSING' THEN lock_owner ELSE '' END FROM outbox_events WHERE id = $1`, id).Scan(&owner))
+		`SELECT CASE WHEN status = 'PROCESSING' THEN lock_owner ELSE '' END FROM `+testdb.AllRows(db.Table())+` AS e
+		WHERE id = $1 ORDER BY place = 'T' DESC LIMIT 1`, id).Scan(&owner))
 	return owner
 }
 
@@ -374,6 +379,15 @@ func receive[T any](t *testing.T, what string, ch <-chan T) T {
 		panic("unreachable")
 	}
 }
+
+// finishedGrants gives the role %[2]s what the dispatcher needs on the
+// dead letters and the SENT history: it moves FAILED and sent events
+// there and looks lost replies up there; its retention deletes old dead
+// letters and old rows of the history's default partition.
+const finishedGrants = `GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_events_dead TO %[2]s;
+GRANT SELECT, INSERT ON outbox_events_sent TO %[2]s;
+GRANT SELECT, UPDATE, DELETE ON outbox_events_sent_default TO %[2]s;
+GRANT EXECUTE ON FUNCTION outbox_events_sent_add(timestamptz, timestamptz), outbox_events_sent_drop(timestamptz) TO %[2]s`
 
 // newGrantedRole creates a role for the test and runs grants on db as
 // its owner: in grants, %[1]s is the quoted schema, %[2]s the quoted

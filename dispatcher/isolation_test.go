@@ -22,6 +22,7 @@ func TestStartRefusesSerializableDefault(t *testing.T) {
 GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox_events TO %[2]s;
 GRANT SELECT ON outbox_events_schema_version TO %[2]s;
+`+finishedGrants+`;
 ALTER ROLE %[2]s SET default_transaction_isolation = 'serializable'`)
 
 	err := roleDispatcher(t, db, role).Start(ctx)

@@ -50,6 +50,8 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, a)
+	release := sync.OnceFunc(func() { close(unblock) })
+	t.Cleanup(release) // before A's stop, should the test fail
 	<-started
 
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
@@ -71,15 +73,15 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	waitFor(t, "replica B to recover and send", func() bool { return bSent.Load() == 1 })
 
 	var xminBefore string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminBefore))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), rowVersion, id).Scan(&xminBefore))
 	require.Equal(t, 1, logsB.count(slog.LevelWarn, "pending_ids", "["+id.String()+"]"),
 		"B's recovery is logged at WARN with the event's id")
-	close(unblock)
+	release()
 	require.ErrorIs(t, <-lockLost, outbox.ErrLockLost)
 	require.Equal(t, 1, logsA.count(slog.LevelWarn, "event_id", id.String()), "A's lost lease is logged at WARN")
 
 	var xminAfter string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM outbox_events WHERE id = $1`, id).Scan(&xminAfter))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), rowVersion, id).Scan(&xminAfter))
 	require.Equal(t, xminBefore, xminAfter, "the stale completion must change no row")
 	r := readRow(t, db, id)
 	require.Equal(t, row{Status: outbox.StatusSent, Attempts: 1, Recoveries: 1, Code: "worker_lost"}, r)
@@ -325,3 +327,9 @@ func TestKillRefusesALateDial(t *testing.T) {
 	close(dialed)
 	require.Error(t, <-acquired, "a dial that ended after the kill gave the pool a connection")
 }
+
+// rowVersion reads the xmin of event $1, which B's success moved to the
+// SENT history (or, before schema version 10, left in the outbox table):
+// any write to the row changes it.
+const rowVersion = `SELECT xmin::text FROM outbox_events WHERE id = $1
+	UNION ALL SELECT xmin::text FROM outbox_events_sent WHERE id = $1`

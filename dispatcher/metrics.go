@@ -147,7 +147,7 @@ func (m *metrics) failedOne(o Outcome) {
 // their delay is the backoff's; so are suspects (recovered before: their
 // first attempt started already, and was lost).
 func (m *metrics) started(it *item) {
-	e := &it.event
+	e := it.event
 	if e.Attempt != 1 || e.Snoozes != 0 || it.suspect || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
@@ -160,7 +160,11 @@ func (m *metrics) handled(it *item, res result) {
 	if !m.handlerTime.Enabled(context.Background()) {
 		return
 	}
-	m.handlerTime.Record(context.Background(), time.Since(it.startedAt).Seconds(), m.sets.Of(it.event.Type, string(res.code)))
+	took := res.ran
+	if took == 0 {
+		took = time.Since(it.startedAt)
+	}
+	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(it.event.Type, string(res.code)))
 }
 
 // published records the duration of one Publish call.

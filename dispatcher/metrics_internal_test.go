@@ -224,14 +224,14 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 		headers map[string]string
 	}{{"plain", nil}, {"traceparent", map[string]string{traceparent: testTraceparent}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
+			it := &item{event: &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
 				Headers: bc.headers}}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
 				it.startedAt = time.Now()
 				d.metrics.started(it)
-				_, span := d.spans.handlerSpan(ctx, &it.event)
+				_, span := d.spans.handlerSpan(ctx, it.event)
 				d.metrics.handled(it, result{})
 				endHandlerSpan(span, result{})
 				d.metrics.completed(it, outbox.StatusSent)

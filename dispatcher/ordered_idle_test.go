@@ -21,8 +21,7 @@ func TestOrderedBlockedKeyDoesNotWakeClaims(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	ids := insertKeyed(t, db, "ev", []string{"k", "k"})
-	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET status = 'FAILED', failed_at = now() WHERE id = $1`, ids[0])
-	require.NoError(t, err)
+	db.MoveToDead(t, ids[0], "")
 	cfg := orderedConfig(db, dispatcher.BlockKey)
 	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
 	d, err := dispatcher.New(db.NewPool(t, 6), cfg)

@@ -39,9 +39,7 @@ func TestOrderScope(t *testing.T) {
 		ids := insertTyped(t, db, [2]string{"email", "k"}, [2]string{"order.cancelled", "k"},
 			[2]string{"email", "k"}, [2]string{"order.cancelled", "k"}, [2]string{"email", "j"})
 		if failedBefore {
-			_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET status = 'FAILED', failed_at = now(),
-				last_error_code = 'handler_error' WHERE id = $1`, ids[0])
-			require.NoError(t, err)
+			db.MoveToDead(t, ids[0], "handler_error")
 		}
 		cfg := orderedConfig(db, dispatcher.BlockKey)
 		cfg.OrderScope = scope

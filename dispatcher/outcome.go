@@ -43,7 +43,7 @@ type Outcome struct {
 // outcomeOf is the Outcome of a completed item that reached status.
 func outcomeOf(it *item, status outbox.Status) Outcome {
 	o := Outcome{
-		Event: it.event, Status: status, Err: it.result.err, Code: it.result.code,
+		Event: *it.event, Status: status, Err: it.result.err, Code: it.result.code,
 		QueueWait:   max(0, it.waited+it.startedAt.Sub(it.batch.claimedAt)),
 		RunDuration: it.ran,
 	}

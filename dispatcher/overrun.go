@@ -42,17 +42,28 @@ import (
 // A call with no timeout (NoHandlerTimeout) is never an overrun, and is
 // renewed for as long as it runs.
 
-// The phases of a call, as an overrun's WARN names them.
+// callPhase is the call an item is in, as an overrun's WARN names it
+// (String): none, its handler, its publish, or waiting for its batch's
+// publish.
+type callPhase uint8
+
+// The phases of a call.
 const (
-	phaseHandler = "handler"
-	phasePublish = "publish"
+	phaseNone callPhase = iota
+	phaseHandler
+	phasePublish
 	// phaseAwaitPublish is no call: the handler succeeded and the event
 	// waits for its batch's publish, which waits for every handler (and
 	// publish) of the batch (under PerKey, of the wave). It has no
 	// timeout of its own, and it is renewed unless one of those calls
 	// overruns (see heldSet.live).
-	phaseAwaitPublish = "awaiting its batch's publish"
+	phaseAwaitPublish
 )
+
+var phaseNames = [...]string{phaseNone: "", phaseHandler: "handler", phasePublish: "publish",
+	phaseAwaitPublish: "awaiting its batch's publish"}
+
+func (p callPhase) String() string { return phaseNames[p] }
 
 // warnMax is the longest wait between two WARNs of one overrun.
 const warnMax = time.Hour

@@ -144,7 +144,8 @@ func renewedSince(t *testing.T, db *testdb.DB, id, held uuid.UUID, t0 time.Time,
 	var leaseUntil *time.Time
 	read := func() {
 		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT status, lock_token, lease_until FROM outbox_events WHERE id = $1`, id).Scan(&status, &token, &leaseUntil))
+			`SELECT status, lock_token, lease_until FROM `+testdb.AllRows(db.Table())+` AS e
+			WHERE id = $1 ORDER BY place = 'T' DESC LIMIT 1`, id).Scan(&status, &token, &leaseUntil))
 	}
 	renewed := false
 	testctx.Await(t, "the lease renewed after t0, or the claim gone", func() bool {

@@ -17,12 +17,12 @@ import (
 // DELETE privilege: up to three times in 12s), ending FAILED with a
 // misleading worker_lost.
 func (c *completer) recordRefused(it *item, err error) bool {
-	if it.result.release || it.refusals < maxRefusals {
+	if it.result.release || it.refusals() < maxRefusals {
 		return false
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
-	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals, errorText(err))
+	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals(), errorText(err))
 	ok, werr := c.store.Refused(ctx, c.pool, it.ref(), msg)
 	if werr != nil || !ok {
 		return false
@@ -35,7 +35,7 @@ func (c *completer) recordRefused(it *item, err error) bool {
 	r.metrics.failedOne(o)
 	r.logger.Error("pgoutbox: the database kept refusing an outcome; recorded FAILED with code outcome_refused instead",
 		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(), "event_type", it.event.Type,
-		"refused", c.outcomeName(it), "refusals", it.refusals, "error", err)
+		"refused", c.outcomeName(it), "refusals", it.refusals(), "error", err)
 	if r.onError != nil {
 		r.onError(o.Err)
 	}

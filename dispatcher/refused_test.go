@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -19,22 +17,21 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// refuseOutcomeOf installs a trigger that raises whenever an outcome of
-// id is written (an update that spends an attempt: SENT, a retry or
-// FAILED). Claims, renewals, releases and recovery pass.
+// refuseOutcomeOf installs triggers that raise whenever an outcome of id
+// is written (SENT, a retry or FAILED; testdb.OnOutcomes). Claims,
+// renewals, releases, recovery and the refused outcome's own record pass.
 func refuseOutcomeOf(t *testing.T, db *testdb.DB, id uuid.UUID) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	IF NEW.id = '%s' AND NEW.attempts > OLD.attempts THEN
+	IF NEW.id = '%s' THEN
 		RAISE EXCEPTION 'the test trigger refuses the outcome of %%', NEW.id;
 	END IF;
 	RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_outcome BEFORE UPDATE ON outbox_events
-	FOR EACH ROW EXECUTE FUNCTION refuse_outcome()`, id))
+END $$`, id))
 	require.NoError(t, err)
+	db.OnOutcomes(t, "refuse_outcome")
 }
 
 // One outcome the database refuses (a trigger raises for one event) does
@@ -121,71 +118,6 @@ func TestRefusedOutcomeIsIsolated(t *testing.T) {
 	require.Zero(t, st.LockLost)
 }
 
-// poolWithoutDelete returns a pool on db's schema acting as a role that
-// may read, insert and update the outbox but not delete from it (and read
-// its version table, which Start verifies). The role is dropped when the
-// test ends.
-func poolWithoutDelete(t *testing.T, db *testdb.DB) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	role := "pgotest_nodelete_" + uuid.NewString()[:8]
-	quoted := pgx.Identifier{role}.Sanitize()
-	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+quoted)
-	require.NoError(t, err)
-	t.Cleanup(func() { // before the schema goes, after the pool below closed
-		_, err := db.Pool.Exec(ctx, `DROP OWNED BY `+quoted+`; DROP ROLE `+quoted)
-		require.NoError(t, err)
-	})
-	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
-GRANT SELECT, INSERT, UPDATE ON %[1]s.outbox_events TO %[2]s;
-GRANT SELECT ON %[1]s.outbox_events_schema_version TO %[2]s`, pgx.Identifier{db.Schema}.Sanitize(), quoted))
-	require.NoError(t, err)
-	cfg := poolConfig(t, db)
-	cfg.ConnConfig.RuntimeParams["role"] = role
-	return openPool(t, cfg)
-}
-
-// With DeleteSent and a role that may not DELETE, Start refuses, naming
-// the privilege, the table and what needs it: the database would refuse
-// every success, and each event would run again once its lease expired
-// (up to three times in 12s before this check), ending FAILED with a
-// misleading worker_lost. Retention needs DELETE too; a dispatcher that
-// deletes nothing (KeepSent, no RetainFailed) starts without it.
-func TestStartRefusesWithoutDelete(t *testing.T) {
-	t.Parallel()
-	db := testdb.NewMigrated(t)
-	pool := poolWithoutDelete(t, db)
-	for _, tc := range []struct {
-		name      string
-		configure func(*dispatcher.Config)
-		needs     string
-	}{
-		{"DeleteSent", func(c *dispatcher.Config) { c.DeleteSent = true }, "DeleteSent"},
-		{"RetainSent", func(*dispatcher.Config) {}, "RetainSent"},
-		{"RetainFailed", func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, "RetainFailed"},
-	} {
-		cfg := baseConfig(db)
-		tc.configure(&cfg)
-		d, err := dispatcher.New(pool, cfg)
-		require.NoError(t, err)
-		require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-		err = d.Start(context.Background())
-		require.ErrorIs(t, err, dispatcher.ErrMissingPrivilege, tc.name)
-		var pe *dispatcher.PrivilegeError
-		require.ErrorAs(t, err, &pe, tc.name)
-		require.Equal(t, "DELETE", pe.Privilege, tc.name)
-		require.Contains(t, pe.Table, "outbox_events", tc.name)
-		require.Contains(t, err.Error(), tc.needs, tc.name)
-	}
-
-	cfg := baseConfig(db)
-	cfg.KeepSent = true
-	d, err := dispatcher.New(pool, cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
-	runDispatcher(t, d) // deletes nothing: needs no DELETE
-}
-
 // An outcome the database keeps refusing (a trigger refuses the success
 // of one event) never turns into a re-run: the event is recorded FAILED
 // with code outcome_refused, and recovery passes well after its lease
@@ -244,7 +176,7 @@ func TestRefusedOutcomeIsNotRunAgain(t *testing.T) {
 	require.ErrorIs(t, got[0].Err, outbox.ErrOutcomeRefused)
 	require.Equal(t, row{Status: outbox.StatusFailed, Code: string(outbox.CodeOutcomeRefused)}, readRow(t, db, id))
 	var lastError string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_events WHERE id = $1`, id).Scan(&lastError))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_error FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = $1`, id).Scan(&lastError))
 	require.Contains(t, lastError, "refused to record SENT")
 	require.Contains(t, lastError, "the test trigger refuses")
 }

@@ -32,6 +32,7 @@ func slowPool(t *testing.T, db *testdb.DB, timeout, perRow time.Duration) *pgxpo
 GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
 GRANT SELECT, UPDATE, DELETE ON outbox_events TO %[2]s;
 GRANT SELECT ON outbox_events_schema_version TO %[2]s;
+`+finishedGrants+`;
 CREATE FUNCTION renewal_cost() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF OLD.status = 'PROCESSING' AND NEW.status = 'PROCESSING' AND NEW.lock_token = OLD.lock_token

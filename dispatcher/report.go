@@ -91,7 +91,7 @@ func (r *reporter) reportLost(id uuid.UUID) {
 func (r *reporter) reportGivenUp(it *item, err error) {
 	cause := outbox.ErrLockLost
 	switch {
-	case it.refusals >= maxRefusals:
+	case it.refusals() >= maxRefusals:
 		cause = outbox.ErrOutcomeRefused
 	case it.maybeWritten:
 		cause = outbox.ErrOutcomeUnknown
@@ -102,7 +102,7 @@ func (r *reporter) reportGivenUp(it *item, err error) {
 	r.stats.errors.Add(1)
 	r.logger.Error("pgoutbox: gave up writing an outcome; the event's lease will expire and be recovered",
 		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(),
-		"event_type", it.event.Type, "tries", it.tries, "refusals", it.refusals, "error", err)
+		"event_type", it.event.Type, "tries", it.tries(), "refusals", it.refusals(), "error", err)
 	if r.onError != nil {
 		r.onError(errtext.WrapAs(cause, err, "event %s", it.event.ID))
 	}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -15,22 +16,33 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// retention is the state of the retention job, which deletes SENT rows
-// older than RetainSent and FAILED rows older than RetainFailed. It runs
-// on a goroutine of its own, on one pool connection at a time, never in a
-// claim or completion statement and never holding a handler slot. Each
-// batch is one statement under a transaction-level advisory lock (see
-// internal/purge), so one replica at a time deletes, also through a
-// transaction-mode pooler.
+// retention is the state of the retention job. Each pass moves the
+// strays out of the outbox table (purge.Sweep), creates the SENT
+// history's time partitions ahead of need, drops those older than
+// RetainSent (unless KeepSent) with the rows of the history's default
+// partition older than it, and deletes FAILED rows older than
+// RetainFailed (when set). It runs on a goroutine of its own, on one
+// pool connection at a time, never in a claim or completion statement
+// and never holding a handler slot. Each deleting batch is one statement
+// under a transaction-level advisory lock (see internal/purge), so one
+// replica at a time deletes, also through a transaction-mode pooler; the
+// partition work has a lock of its own, waited for at most
+// purge.LockTimeout.
 type retention struct {
 	d     *Dispatcher
 	names sqlname.Names
 	store *purge.Store
+	// span and ahead are the history's partition length (purge.Span of
+	// RetainSent) and how far ahead of now the pass creates partitions.
+	span, ahead time.Duration
 	// drains holds, by status, the drain a pass left unfinished when its
 	// time ran out: the next pass goes on with it.
 	drains map[outbox.Status]*drain
-	// warned is set once the missing finished index has been logged.
+	// warned is set once the missing stray index has been logged.
 	warned bool
+	// unswept is set once the pass found that the role may not move
+	// strays (and logged it): the pass then leaves them alone.
+	unswept bool
 }
 
 // drain is where the deletion of one status's due rows stands: from the
@@ -42,19 +54,14 @@ type drain struct {
 	// batch takes), and never raised again during the drain.
 	limit int
 	// after is when the last row deleted finished: the next batch starts
-	// there in the finished index (purge.Params.After).
+	// there (purge.Params.After).
 	after time.Time
 }
 
 // retain runs a retention pass every RetentionInterval, the first at a
 // random point of the first interval, until runCtx or quit ends or Stop
-// is called; a pass cut short ends with its current batch cancelled. It
-// returns at once when there is nothing to delete (KeepSent, and FAILED
-// rows kept).
+// is called; a pass cut short ends with its current batch cancelled.
 func (d *Dispatcher) retain(runCtx, quit context.Context) {
-	if d.cfg.KeepSent && d.cfg.RetainFailed == 0 {
-		return
-	}
 	names, err := sqlname.For(d.cfg.Table) // validated by New
 	if err != nil {
 		d.reportError("retention", err)
@@ -63,7 +70,9 @@ func (d *Dispatcher) retain(runCtx, quit context.Context) {
 	ctx, cancel := d.untilStop(quit)
 	defer cancel()
 	defer context.AfterFunc(runCtx, cancel)()
-	r := &retention{d: d, names: names, store: purge.New(names), drains: map[outbox.Status]*drain{}}
+	span := purge.Span(d.cfg.RetainSent)
+	r := &retention{d: d, names: names, store: purge.New(names), drains: map[outbox.Status]*drain{},
+		span: span, ahead: partitionsAhead(span, d.cfg.RetentionInterval)}
 	timer := time.NewTimer(rand.N(d.cfg.RetentionInterval))
 	defer timer.Stop()
 	for {
@@ -77,14 +86,24 @@ func (d *Dispatcher) retain(runCtx, quit context.Context) {
 	}
 }
 
-// indexReady reports whether the table's finished index (migration 004)
-// exists and is valid. Without it each batch would scan and sort the whole
+// partitionsAhead is how far ahead of now a pass creates the history's
+// partitions: two spans and two retention intervals, so that a pass or
+// two may fail or be late before a completion finds no partition, but
+// at most 48 spans (a short retention with a long interval: completions
+// beyond them go to the default partition, whose rows are deleted in
+// batches).
+func partitionsAhead(span, interval time.Duration) time.Duration {
+	return min(2*span+2*interval, 48*span)
+}
+
+// indexReady reports whether the table's stray index (migration 011)
+// exists and is valid. Without it each sweep would scan the whole outbox
 // table, so the pass is skipped, with one WARN the first time.
 func (r *retention) indexReady(ctx context.Context) bool {
 	d := r.d
 	ctx, cancel := d.opContextFrom(ctx)
 	defer cancel()
-	index := pgx.Identifier{d.cfg.Table.Schema, r.names.Object(sqlname.SuffixFinishedIndex)}.Sanitize()
+	index := pgx.Identifier{d.cfg.Table.Schema, r.names.Object(sqlname.SuffixStrayIndex)}.Sanitize()
 	var valid bool
 	err := d.pool.QueryRow(ctx, `SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)), false)`,
 		index).Scan(&valid)
@@ -92,19 +111,29 @@ func (r *retention) indexReady(ctx context.Context) bool {
 	case err != nil && ctx.Err() != nil:
 		return false
 	case err != nil:
-		d.reportError("retention: check the finished index", errtext.Wrap(err, "dispatcher: retention: check index %s", index))
+		d.reportError("retention: check the stray index", errtext.Wrap(err, "dispatcher: retention: check index %s", index))
 		return false
 	case !valid && !r.warned:
 		r.warned = true
-		d.cfg.Logger.Warn("pgoutbox: retention skipped: the finished index is missing or invalid; run migrations.Migrate",
+		d.cfg.Logger.Warn("pgoutbox: retention skipped: the stray index is missing or invalid; run migrations.Migrate",
 			"table", d.cfg.Table.String(), "index", index)
 	}
 	return valid
 }
 
-// pass deletes the due SENT rows, then the due FAILED rows, for at most
-// passBudget (nothing without the finished index), and logs what it deleted: INFO when it deleted rows, DEBUG
-// otherwise (one line per pass, so at most one per RetentionInterval).
+// passOutcome is what one pass did, for its log line.
+type passOutcome struct {
+	swept, created, dropped int
+	sent, failed            int64
+	skipped, busy           bool
+}
+
+// pass creates the history's partitions ahead, sweeps the strays, drops
+// the due partitions, then deletes the due rows of the default
+// partition and the due dead letters, for at most passBudget (nothing
+// without the stray index), and logs what it did: INFO when it moved,
+// dropped or deleted rows, DEBUG otherwise (one line per pass, so at
+// most one per RetentionInterval).
 func (r *retention) pass(ctx context.Context) {
 	d := r.d
 	d.stats.retentionPasses.Add(1)
@@ -112,23 +141,164 @@ func (r *retention) pass(ctx context.Context) {
 		return
 	}
 	until := d.cfg.now().Add(passBudget(d.cfg.RetentionInterval))
-	var sent, failed int64
-	skipped := false
-	if !d.cfg.KeepSent {
-		sent, skipped = r.purge(ctx, outbox.StatusSent, d.cfg.RetainSent, until)
+	var o passOutcome
+	r.ensure(ctx, &o)
+	if r.maySweep(ctx) {
+		o.swept = r.sweep(ctx, until)
 	}
-	if !skipped && d.cfg.RetainFailed > 0 {
-		failed, skipped = r.purge(ctx, outbox.StatusFailed, d.cfg.RetainFailed, until)
+	r.retire(ctx, &o)
+	if !d.cfg.KeepSent && ctx.Err() == nil {
+		var n int64
+		n, o.skipped = r.purge(ctx, outbox.StatusSent, d.cfg.RetainSent, until)
+		o.sent += n
 	}
-	if skipped {
+	if !o.skipped && d.cfg.RetainFailed > 0 {
+		o.failed, o.skipped = r.purge(ctx, outbox.StatusFailed, d.cfg.RetainFailed, until)
+	}
+	if o.skipped {
 		d.stats.retentionSkipped.Add(1)
 	}
 	level := slog.LevelDebug
-	if sent+failed > 0 {
+	if o.sent+o.failed > 0 || o.swept+o.dropped > 0 {
 		level = slog.LevelInfo
 	}
 	d.cfg.Logger.Log(d.dbCtx, level, "pgoutbox: retention pass", "table", d.cfg.Table.String(),
-		"deleted_sent", sent, "deleted_failed", failed, "other_replica_deleting", skipped)
+		"deleted_sent", o.sent, "deleted_failed", o.failed, "other_replica_deleting", o.skipped,
+		"swept", o.swept, "partitions_created", o.created, "partitions_dropped", o.dropped, "history_busy", o.busy)
+}
+
+// sweep moves strays in batches of RetentionBatchSize until a batch
+// comes back short, the pass's time runs out, the stop or an error, and
+// returns how many it moved.
+func (r *retention) sweep(ctx context.Context, until time.Time) (moved int) {
+	d := r.d
+	for ctx.Err() == nil && d.cfg.now().Before(until) {
+		opCtx, cancel := d.opContextFrom(ctx)
+		n, err := purge.Sweep(opCtx, d.pool, r.names, d.cfg.RetentionBatchSize)
+		cancel()
+		moved += n
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return moved
+		case err != nil:
+			d.reportError("retention: sweep failed", errtext.WrapHint(err, privilegeHint(err),
+				"dispatcher: retention: sweep %s", d.cfg.Table.String()))
+			return moved
+		case n < d.cfg.RetentionBatchSize:
+			return moved
+		}
+	}
+	return moved
+}
+
+// maySweep reports whether the dispatcher's role may move strays:
+// DELETE on the outbox table, INSERT on the history and the dead
+// letters. Without them the pass logs one WARN and leaves the strays
+// where they are.
+func (r *retention) maySweep(ctx context.Context) bool {
+	d := r.d
+	if r.unswept {
+		return false
+	}
+	ctx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	var may bool
+	err := d.pool.QueryRow(ctx, `SELECT has_table_privilege($1, 'DELETE') AND has_table_privilege($2, 'INSERT')
+	AND has_table_privilege($3, 'INSERT')`, r.names.Qualified, r.names.Sent, r.names.Dead).Scan(&may)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case err != nil:
+		d.reportError("retention: check the sweep's privileges", errtext.Wrap(err, "dispatcher: retention: check privileges on %s", d.cfg.Table.String()))
+		return false
+	case !may:
+		r.unswept = true
+		d.cfg.Logger.Warn("pgoutbox: retention leaves SENT and FAILED rows in the outbox table: the dispatcher's role may not DELETE "+
+			"from it or INSERT into the history and the dead letters", "table", d.cfg.Table.String())
+	}
+	return may
+}
+
+// ensure creates the history's partitions ahead, before the sweep so
+// that the SENT strays it moves land in them (not with both DeleteSent
+// and KeepSent: no history is kept). A busy history (a lock not free in
+// time) is left for the next pass.
+func (r *retention) ensure(ctx context.Context, o *passOutcome) {
+	d := r.d
+	if ctx.Err() != nil || d.cfg.DeleteSent && d.cfg.KeepSent {
+		return
+	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	created, err := purge.EnsurePartitions(opCtx, d.pool, r.names, r.span, time.Time{}, r.ahead)
+	o.created = created
+	r.partitionError(ctx, o, err, "create")
+}
+
+// ensurePartitionsAtStart creates the history's partitions ahead once,
+// before the first claim, so that the first completions land in a time
+// partition rather than in the default partition (whose rows would then
+// block that range's partition). Best effort: a busy history or another
+// error is logged, and the retention passes try again.
+func (d *Dispatcher) ensurePartitionsAtStart(ctx context.Context, names sqlname.Names) {
+	if d.cfg.DeleteSent && d.cfg.KeepSent {
+		return
+	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	span := purge.Span(d.cfg.RetainSent)
+	_, err := purge.EnsurePartitions(opCtx, d.pool, names, span, time.Time{}, partitionsAhead(span, d.cfg.RetentionInterval))
+	if err != nil && ctx.Err() == nil {
+		d.cfg.Logger.Warn("pgoutbox: could not create the SENT history's partitions at start; the retention passes try again",
+			"table", d.cfg.Table.String(), "busy", errors.Is(err, purge.ErrBusy), "error", err)
+	}
+}
+
+// retire drops the history's partitions older than RetainSent (not with
+// KeepSent), counting their rows as SENT rows deleted.
+func (r *retention) retire(ctx context.Context, o *passOutcome) {
+	d := r.d
+	if ctx.Err() != nil || d.cfg.KeepSent {
+		return
+	}
+	opCtx, cancel := d.opContextFrom(ctx)
+	defer cancel()
+	var before time.Time
+	err := d.pool.QueryRow(opCtx, `SELECT now() - $1::bigint * interval '1 microsecond'`, d.cfg.RetainSent.Microseconds()).Scan(&before)
+	if r.partitionError(ctx, o, err, "retire") {
+		return
+	}
+	ret, err := purge.RetireHistory(opCtx, d.pool, r.names, before)
+	o.dropped = ret.Partitions
+	o.sent += ret.Rows
+	r.counter(outbox.StatusSent).Add(uint64(ret.Rows))
+	r.partitionError(ctx, o, err, "retire")
+}
+
+// partitionError reports err (creating or retiring partitions) unless it
+// is nil, the stop's or a busy history's (o.busy), and says whether there
+// was one.
+func (r *retention) partitionError(ctx context.Context, o *passOutcome, err error, what string) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, purge.ErrBusy):
+		o.busy = true
+	case ctx.Err() == nil:
+		r.d.reportError("retention: "+what+" history partitions failed", errtext.WrapHint(err, privilegeHint(err),
+			"dispatcher: retention: %s partitions of the SENT history of %s", what, r.d.cfg.Table.String()))
+	}
+	return true
+}
+
+// privilegeHint says what to grant when err is a permission error of the
+// sweep or the partition work.
+func privilegeHint(err error) string {
+	if pgerr.Code(err) != pgerr.InsufficientPrivilege {
+		return ""
+	}
+	return "the dispatcher's role needs DELETE on the outbox table, INSERT on the dead letters and the history, " +
+		"and, for the history's partitions, EXECUTE on its partition functions <table>_sent_add and <table>_sent_drop (see migrations.RenderGrants)"
 }
 
 // passBudget is how long a pass deletes before it ends and leaves the rest
@@ -201,7 +371,7 @@ func (r *retention) batch(ctx context.Context, p purge.Params) (purge.Result, er
 func (r *retention) wrap(status outbox.Status, err error) error {
 	hint := ""
 	if pgerr.Code(err) == pgerr.InsufficientPrivilege {
-		hint = "grant the dispatcher's role DELETE on the outbox table, or set KeepSent (and no RetainFailed) to keep rows"
+		hint = "grant the dispatcher's role DELETE on the dead letters and the SENT history, or set KeepSent (and no RetainFailed) to keep rows"
 	}
 	return errtext.WrapHint(err, hint, "dispatcher: retention of %s rows of %s", status, r.d.cfg.Table.String())
 }

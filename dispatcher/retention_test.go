@@ -15,17 +15,23 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// insertAged commits n rows in status whose sent_at and failed_at are age
-// ago (database clock), whatever the status: a row that is not SENT or
-// FAILED must stay however old these columns say it is. PENDING rows are
-// due in an hour (no dispatcher claims them), PROCESSING rows hold a
-// lease for an hour.
+// insertAged commits n rows in status into the outbox table, whose
+// sent_at and failed_at are age ago (database clock), whatever the
+// status: a row that is not SENT or FAILED must stay however old these
+// columns say it is. PENDING rows are due in an hour (no dispatcher
+// claims them), PROCESSING rows hold a lease for an hour. SENT and
+// FAILED rows are strays (as an upgrade from version 9 or a dispatcher
+// of version 9 leaves them): the retention pass sweeps them into the
+// history (its default partition, for old ones: no time partition covers
+// them) and the dead letters.
 func insertAged(t *testing.T, db *testdb.DB, status outbox.Status, age time.Duration, n int) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, n)
@@ -43,12 +49,24 @@ FROM unnest($1::uuid[]) AS id`, ids, string(status), age.Microseconds())
 	return ids
 }
 
-// remaining returns which of ids are still in the table.
+// remaining returns how many of ids are still in the outbox, its dead
+// letters or its history.
 func remaining(t *testing.T, db *testdb.DB, ids []uuid.UUID) int {
 	t.Helper()
 	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM outbox_events WHERE id = ANY($1::uuid[])) +
+		(SELECT count(*) FROM outbox_events_dead WHERE id = ANY($1::uuid[])) +
+		(SELECT count(*) FROM outbox_events_sent WHERE id = ANY($1::uuid[]))`, ids).Scan(&n))
+	return n
+}
+
+// strays returns how many rows of the outbox table are SENT or FAILED.
+func strays(t *testing.T, db *testdb.DB) int {
+	t.Helper()
+	var n int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM outbox_events WHERE id = ANY($1::uuid[])`, ids).Scan(&n))
+		`SELECT count(*) FROM outbox_events WHERE status IN ('SENT', 'FAILED')`).Scan(&n))
 	return n
 }
 
@@ -227,7 +245,10 @@ func TestRetentionTwoReplicas(t *testing.T) {
 	}
 	waitFor(t, "the due rows to go", func() bool { return remaining(t, db, due) == 0 })
 	waitFor(t, "the live events to be sent", func() bool {
-		return statusCounts(t, db)[outbox.StatusSent] == len(pending)
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events_sent
+			WHERE id = ANY($1::uuid[])`, pending).Scan(&n))
+		return n == len(pending)
 	})
 	for _, d := range ds {
 		waitPasses(t, d, 1) // any batch in flight has ended
@@ -296,7 +317,7 @@ func TestRetentionStopMidBatch(t *testing.T) {
 	require.NoError(t, holder.Rollback(ctx))
 	require.Equal(t, len(due), remaining(t, db, due), "the cut batch rolled back whole")
 	var locked int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox_events
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox_events_sent_default
 		WHERE id = ANY($1::uuid[]) FOR UPDATE NOWAIT) AS l`, due).Scan(&locked))
 	require.Equal(t, len(due), locked, "every row can be locked at once: none is held")
 
@@ -325,7 +346,7 @@ BEGIN
 	END IF;
 	RETURN OLD;
 END $$;
-CREATE TRIGGER fake_timeout BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION fake_timeout();`)
+CREATE TRIGGER fake_timeout BEFORE DELETE ON outbox_events_sent_default FOR EACH ROW EXECUTE FUNCTION fake_timeout();`)
 	require.NoError(t, err)
 	cfg := retentionConfig(db, 800)
 	cfg.RetentionInterval = 50 * time.Millisecond
@@ -339,17 +360,17 @@ CREATE TRIGGER fake_timeout BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE 
 	require.Equal(t, "SENT 100/100", log.get()[0], "the first batch that fit")
 }
 
-// Without the finished index (migration 004 not run and SkipVerify set,
+// Without the stray index (migration 011 not run and SkipVerify set,
 // or the index dropped or left invalid by a failed CREATE INDEX
-// CONCURRENTLY after the start), each batch would scan the table:
-// retention skips its passes and says once, at WARN, to run
-// Migrate; once the index is there, the next pass deletes.
-func TestRetentionWaitsForTheFinishedIndex(t *testing.T) {
+// CONCURRENTLY after the start), each sweep would scan the outbox table:
+// retention skips its passes and says once, at WARN, to run Migrate;
+// once the index is there, the next pass sweeps and deletes.
+func TestRetentionWaitsForTheStrayIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
 	due := insertAged(t, db, outbox.StatusSent, 48*time.Hour, 12)
-	_, err := db.Pool.Exec(ctx, `DROP INDEX outbox_events_finished_idx`)
+	_, err := db.Pool.Exec(ctx, `DROP INDEX outbox_events_stray_idx`)
 	require.NoError(t, err)
 
 	cfg := retentionConfig(db, 5)
@@ -362,16 +383,16 @@ func TestRetentionWaitsForTheFinishedIndex(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, d)
 	waitFor(t, "a warning", func() bool {
-		return logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_finished_idx"`) == 1
+		return logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_stray_idx"`) == 1
 	})
 	waitPasses(t, d, 3) // no batch, no second warning
 	require.Equal(t, len(due), remaining(t, db, due))
+	require.Equal(t, len(due), strays(t, db), "swept without the index")
 	require.Empty(t, log.get(), "batches run without the index")
-	require.Equal(t, 1, logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_finished_idx"`))
+	require.Equal(t, 1, logs.count(slog.LevelWarn, "index", `"`+db.Schema+`"."outbox_events_stray_idx"`))
 	require.Zero(t, d.Stats().Errors)
 
-	_, err = db.Pool.Exec(ctx, `CREATE INDEX outbox_events_finished_idx ON outbox_events (status, coalesce(sent_at, failed_at))
-		WHERE status IN ('SENT', 'FAILED')`)
+	_, err = db.Pool.Exec(ctx, `CREATE INDEX outbox_events_stray_idx ON outbox_events (seq) WHERE status IN ('SENT', 'FAILED')`)
 	require.NoError(t, err)
 	waitFor(t, "the rows to go", func() bool { return remaining(t, db, due) == 0 })
 }
@@ -387,7 +408,7 @@ func TestRetentionErrorSaysWhatFailed(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `
 CREATE FUNCTION no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'permission denied for table outbox_events' USING ERRCODE = 'insufficient_privilege'; END $$;
-CREATE TRIGGER no_delete BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION no_delete();`)
+CREATE TRIGGER no_delete BEFORE DELETE ON outbox_events_sent_default FOR EACH ROW EXECUTE FUNCTION no_delete();`)
 	require.NoError(t, err)
 	cfg := retentionConfig(db, 5)
 	errs := &errorLog{}
@@ -400,7 +421,7 @@ CREATE TRIGGER no_delete BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUN
 	require.Equal(t, 1, strings.Count(msg, "pgoutbox:"), msg)
 	require.True(t, strings.HasPrefix(msg, "pgoutbox: dispatcher: retention of SENT rows of "+db.Table().String()+": "), msg)
 	require.Contains(t, msg, "permission denied")
-	require.Contains(t, msg, "grant the dispatcher's role DELETE on the outbox table, or set KeepSent", msg)
+	require.Contains(t, msg, "grant the dispatcher's role DELETE on the dead letters and the SENT history, or set KeepSent", msg)
 }
 
 // Cancelling Run's ctx stops retention at once, although the drain goes
@@ -489,7 +510,8 @@ func TestRetentionPassHasATimeBudget(t *testing.T) {
 	require.Equal(t, 1, logs.count(slog.LevelInfo, "deleted_sent", "5"))
 }
 
-// gateDeletes holds every DELETE on the outbox inside its trigger until the
+// gateDeletes holds every DELETE on the history's default partition (the
+// retention's batches of SENT rows) inside its trigger until the
 // returned transaction ends (the test rolls it back to let them go; the
 // cleanup does too): the trigger waits for the advisory lock gate, which
 // that transaction holds.
@@ -499,7 +521,7 @@ func gateDeletes(t *testing.T, db *testdb.DB, gate int64) pgx.Tx {
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 CREATE FUNCTION retention_gate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN OLD; END $$;
-CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
+CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events_sent_default FOR EACH ROW EXECUTE FUNCTION retention_gate();`, gate))
 	require.NoError(t, err)
 	holder, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -507,4 +529,124 @@ CREATE TRIGGER retention_gate BEFORE DELETE ON outbox_events FOR EACH ROW EXECUT
 	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate)
 	require.NoError(t, err)
 	return holder
+}
+
+// historyPartitions lists the SENT history's time partitions with their
+// rows, by name.
+func historyPartitions(t *testing.T, db *testdb.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT c.relname::text,
+		(xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I.%I', $2::text, c.relname), false, true, '')))[1]::text::int
+		FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relname <> 'outbox_events_sent_default'`, "outbox_events_sent", db.Schema)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		require.NoError(t, rows.Scan(&name, &n))
+		out[name] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// A retention pass creates the history's time partitions ahead of now
+// (6h each for the default RetainSent of 24h) and drops those whose
+// whole range is older than RetainSent, counting their rows as SENT rows
+// deleted; the SENT strays it sweeps land in the partition of their
+// sent_at, not in the default partition.
+func TestRetentionKeepsTheHistoryPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	var now time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	span := 6 * time.Hour
+	old := now.Add(-72 * time.Hour).UTC().Truncate(span)
+	for i, n := range []int{5, 3} { // partitions a past retention pass made
+		from := old.Add(time.Duration(i) * span)
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s PARTITION OF outbox_events_sent FOR VALUES FROM ('%[2]s') TO ('%[3]s');
+INSERT INTO outbox_events_sent (id, seq, event_type, sent_at, payload)
+SELECT gen_random_uuid(), i, 'retention.old', '%[2]s'::timestamptz + i * interval '1 minute', '\x7b7d' FROM generate_series(1, %[4]d) AS i`,
+			names.QualifiedPartition(from), from.Format(time.RFC3339), from.Add(span).Format(time.RFC3339), n))
+		require.NoError(t, err)
+	}
+	young := insertAged(t, db, outbox.StatusSent, time.Minute, 4)
+
+	cfg := retentionConfig(db, 10)
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	runDispatcher(t, d)
+	waitPasses(t, d, 1)
+
+	parts := historyPartitions(t, db)
+	require.NotContains(t, parts, names.Partition(old))
+	require.NotContains(t, parts, names.Partition(old.Add(span)))
+	require.EqualValues(t, 8, d.Stats().RetentionSent, "the dropped partitions' rows")
+	current := now.UTC().Truncate(span)
+	require.Equal(t, 4, parts[names.Partition(current)], "the swept strays, in their partition")
+	require.Contains(t, parts, names.Partition(current.Add(span)), "a partition ahead")
+	require.Equal(t, len(young), remaining(t, db, young))
+	require.Equal(t, 1, logs.count(slog.LevelInfo, "partitions_dropped", "2"))
+	require.Zero(t, d.Stats().Errors)
+}
+
+// SENT and FAILED rows written into the outbox table while the
+// dispatcher runs (by a dispatcher of version 9 still running during an
+// upgrade) are swept by the next retention pass: SENT into the history,
+// FAILED into the dead letters, each row whole.
+func TestRetentionSweepsStraysWrittenWhileRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	cfg := retentionConfig(db, 10)
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("retention.live", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	waitPasses(t, d, 1)
+
+	sent := insertAged(t, db, outbox.StatusSent, time.Second, 15)
+	failed := insertAged(t, db, outbox.StatusFailed, time.Second, 7)
+	waitFor(t, "the strays to be swept", func() bool { return strays(t, db) == 0 })
+	var inSent, inDefault, inDead int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE tableoid = 'outbox_events_sent_default'::regclass)
+		FROM outbox_events_sent WHERE id = ANY($1::uuid[]) AND event_type = 'retention.test'`, sent).Scan(&inSent, &inDefault))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events_dead WHERE id = ANY($1::uuid[])
+		AND status = 'FAILED' AND failed_at IS NOT NULL`, failed).Scan(&inDead))
+	require.Equal(t, len(sent), inSent)
+	require.Zero(t, inDefault, "SENT strays in the default partition")
+	require.Equal(t, len(failed), inDead)
+	require.Zero(t, d.Stats().Errors)
+}
+
+// Start creates the history's partitions of now and ahead before the
+// first claim (here with none left, and the first retention pass an hour
+// away), so that the first completions do not land in the default
+// partition.
+func TestStartCreatesTheHistoryPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t) // without the history's time partitions
+	require.Empty(t, historyPartitions(t, db))
+	cfg := baseConfig(db)
+	cfg.RetentionInterval = time.Hour
+	d, err := dispatcher.New(db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle("x", func(context.Context, outbox.Event) error { return nil }))
+	runDispatcher(t, d)
+	require.Zero(t, d.Stats().RetentionPasses, "no retention pass yet")
+	var now time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	span := purge.Span(24 * time.Hour) // the default RetainSent
+	parts := historyPartitions(t, db)
+	require.Contains(t, parts, names.Partition(now.UTC().Truncate(span)), "the partition of now")
+	require.Contains(t, parts, names.Partition(now.UTC().Truncate(span).Add(span)), "the next one")
 }

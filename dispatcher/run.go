@@ -227,6 +227,7 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	if err := d.checkAccess(ctx); err != nil {
 		return err
 	}
+	d.ensurePartitionsAtStart(ctx, names)
 	if timedOut { // once more, with a fresh timeout
 		return d.verifyAgain(ctx)
 	}

@@ -69,7 +69,10 @@ type Stats struct {
 	// its timeout (see Health.Overrunning).
 	Overrunning int
 	// RetentionSent counts SENT rows this dispatcher's retention job
-	// deleted (older than RetainSent).
+	// retired (older than RetainSent): the rows of the history partitions
+	// it dropped (counted for a partition of up to 8 MB, the planner's
+	// estimate, pg_class.reltuples, for a larger one) and those it deleted
+	// from the default partition.
 	RetentionSent uint64
 	// RetentionFailed counts FAILED rows this dispatcher's retention job
 	// deleted (older than RetainFailed).

@@ -114,12 +114,12 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 
 	waitFor(t, "the other events SENT", func() bool {
 		var sent int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
 	for budget := testctx.New(t); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
 		if budget.Err() != nil {
-			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM outbox_events`)
+			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM `+testdb.AllRows(db.Table())+` AS e`)
 			require.NoError(t, err)
 			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 		}
 	}
 	var charged int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
 	require.Zero(t, charged, "a suspect released unstarted was charged")
 }
 
@@ -219,11 +219,11 @@ func TestSuspectsHoldUpNoOtherEvent(t *testing.T) {
 	waitFor(t, "the other events SENT", func() bool {
 		require.Less(t, d.Stats().PollCycles, polls+200, "the other events were not SENT within 200 poll cycles")
 		var sent int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
 	var started int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND (status <> 'PENDING' AND status <> 'PROCESSING' OR started_at IS NOT NULL)`, waiting).Scan(&started))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND (status <> 'PENDING' AND status <> 'PROCESSING' OR started_at IS NOT NULL)`, waiting).Scan(&started))
 	require.Zero(t, started, "a suspect started beside the stuck one")
 	require.LessOrEqual(t, d.Stats().InFlight, 1+cfg.BatchSize+cfg.Concurrency+2*cfg.BatchSize, "held: the stuck suspect, a batch of waiting suspects, the room")
 }
@@ -248,7 +248,7 @@ func TestMeasureSuspectDrain(t *testing.T) {
 	require.NoError(t, d.Handle("t", func(context.Context, outbox.Event) error { return nil }))
 	sentOf := func(ids []uuid.UUID) int {
 		var n int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND status = 'SENT'`, ids).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND status = 'SENT'`, ids).Scan(&n))
 		return n
 	}
 	start := time.Now()

@@ -131,7 +131,7 @@ func TestHandlerSpanPanicIsRecovered(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancelCause(context.Background())
-		it := &item{event: outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1},
+		it := &item{event: &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1},
 			ctx: ctx, cancel: cancel, startedAt: time.Now()}
 		called := false
 		res := d.callHandler(it, func(context.Context, outbox.Event) error { called = true; return nil })
@@ -154,8 +154,8 @@ func TestStartDelaySkipsSuspects(t *testing.T) {
 	m, err := newMetrics(Config{MeterProvider: mp, Table: outbox.Table{Schema: "public", Name: "outbox_events"}}, &counters{})
 	require.NoError(t, err)
 	e := outbox.Event{Type: "x", Attempt: 1, CreatedAt: time.Now().Add(-time.Minute)}
-	m.started(&item{event: e, suspect: true, startedAt: time.Now()})
+	m.started(&item{event: &e, suspect: true, startedAt: time.Now()})
 	require.Empty(t, mp.Points("pgoutbox.event.start_delay"))
-	m.started(&item{event: e, startedAt: time.Now()})
+	m.started(&item{event: &e, startedAt: time.Now()})
 	require.Len(t, mp.Points("pgoutbox.event.start_delay"), 1, "a first attempt")
 }

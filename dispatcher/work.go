@@ -19,6 +19,9 @@ type result struct {
 	unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see unroutable.go)
 	snooze     bool          // the handler gave the event back (outbox.Snooze)
 	delay      time.Duration // the snooze's delay
+	// ran is how long the handler ran, when it returned (0: not measured,
+	// finish measures it).
+	ran time.Duration
 }
 
 // runBatch runs the local handlers of a batch concurrently, publishes at
@@ -192,11 +195,11 @@ func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
 
 // destination is where the publisher sends e: RouteFunc's answer, for an
 // event of one of PublishTypes (when set); "" when it is not published.
-func (d *Dispatcher) destination(e outbox.Event) string {
+func (d *Dispatcher) destination(e *outbox.Event) string {
 	if d.cfg.Publisher == nil || d.kinds.publish != nil && !d.kinds.publish[e.Type] {
 		return ""
 	}
-	return d.cfg.RouteFunc(e)
+	return d.cfg.RouteFunc(*e)
 }
 
 // await reports whether an item may start once no older item of the same
@@ -268,18 +271,21 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
 	span := noSpan
+	var ran time.Duration // measured once the handler returned
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
 			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
 		}
+		res.ran = ran
 		d.endHandlerCall(it, span, res)
 	}()
 	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
 	var ctx context.Context
-	ctx, span = d.spans.handlerSpan(it.ctx, &it.event)
-	err := h(ctx, it.event)
-	d.noteHandlerTime(time.Since(it.startedAt))
+	ctx, span = d.spans.handlerSpan(it.ctx, it.event)
+	err := h(ctx, *it.event)
+	ran = max(time.Since(it.startedAt), time.Nanosecond)
+	d.noteHandlerTime(ran)
 	if err == nil {
 		return result{}
 	}
@@ -371,7 +377,7 @@ func (d *Dispatcher) publish(items []*item) {
 	}
 	msgs := make([]outbox.Message, len(items))
 	for i, it := range items {
-		msgs[i] = outbox.Message{Destination: it.dest, Event: it.event}
+		msgs[i] = outbox.Message{Destination: it.dest, Event: *it.event}
 	}
 	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()

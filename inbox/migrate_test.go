@@ -93,7 +93,8 @@ func TestMigrateNextToOutbox(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx, conn, cfg))
 
 	require.NoError(t, inbox.Verify(ctx, conn, cfg))
-	require.Equal(t, "outbox_events outbox_events_schema_version outbox_inbox outbox_inbox_schema_version", tablesIn(t, db))
+	require.Equal(t, "outbox_events outbox_events_dead outbox_events_schema_version outbox_events_sent outbox_events_sent_default outbox_inbox outbox_inbox_schema_version",
+		tablesIn(t, db))
 }
 
 func TestVerify(t *testing.T) {

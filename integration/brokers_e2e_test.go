@@ -18,6 +18,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -241,11 +242,12 @@ func createKafkaTopic(t *testing.T, ctx context.Context, seeds []string, topic s
 	require.NoError(t, resp.Err)
 }
 
-// countRows counts the outbox rows that match where.
+// countRows counts the outbox's events that match where, wherever they
+// are (the outbox table, its dead letters, its SENT history).
 func countRows(t *testing.T, ctx context.Context, db *pgtest.DB, where string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events WHERE "+where).Scan(&n))
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+testdb.AllRows(db.Table())+" AS e WHERE "+where).Scan(&n))
 	return n
 }
 
@@ -255,7 +257,8 @@ func awaitEnd(t *testing.T, ctx context.Context, db *pgtest.DB, id uuid.UUID) st
 	t.Helper()
 	var status, code string
 	waitFor(t, ctx, "row "+id.String()+" to end", func() (bool, string) {
-		err := db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM outbox_events WHERE id = $1`, id).
+		err := db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_code, '') FROM `+testdb.AllRows(db.Table())+` AS e
+			WHERE id = $1 ORDER BY place = 'T' DESC LIMIT 1`, id).
 			Scan(&status, &code)
 		if err != nil {
 			return false, err.Error()

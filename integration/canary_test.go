@@ -731,7 +731,7 @@ func canaryOutboxctl(t *testing.T, ctx context.Context, c *canary, db *canaryDB)
 	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgoutbox/pgoutbox/cmd/outboxctl").CombinedOutput()
 	require.NoError(t, err, "go build outboxctl: %s", out)
 	var failed string
-	require.NoError(t, db.super.QueryRow(ctx, "SELECT id::text FROM public.outbox_events WHERE status = 'FAILED' LIMIT 1").Scan(&failed))
+	require.NoError(t, db.super.QueryRow(ctx, "SELECT id::text FROM "+testdb.AllRows(outbox.Table{Schema: "public"})+" AS e WHERE status = 'FAILED' LIMIT 1").Scan(&failed))
 
 	run := func(path string, env string, wantOK bool, args ...string) (stdout, stderr string) {
 		cmd := exec.CommandContext(ctx, bin, args...)

@@ -30,6 +30,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/integration/internal/pgcluster"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -454,7 +455,8 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 	require.NoError(t, err)
 	ledger, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
-	rows, err = h.pool.Query(ctx, `SELECT id, status, coalesce(last_error_code, ''), attempts, recoveries FROM chaos.outbox_events`)
+	rows, err = h.pool.Query(ctx, `SELECT id, status, coalesce(last_error_code, ''), attempts, recoveries FROM `+
+		testdb.AllRows(outbox.Table{Schema: chaosSchema})+` AS e`)
 	require.NoError(t, err)
 	final, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (chaos.Row, error) {
 		var x chaos.Row

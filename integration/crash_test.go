@@ -24,6 +24,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -144,8 +145,7 @@ func TestPoisonEventKillsWorkerOthersDelivered(t *testing.T) {
 	poison := ids[poisonAt]
 
 	poisonFailed := func() bool {
-		var status string
-		err := db.Pool.QueryRow(ctx, `SELECT status FROM outbox_events WHERE id = $1`, poison).Scan(&status)
+		status, err := testdb.StatusOf(ctx, db.Pool, db.Table(), poison)
 		require.NoError(t, err)
 		return status == string(outbox.StatusFailed)
 	}
@@ -319,7 +319,7 @@ func checkCrashOutcomes(t *testing.T, ctx context.Context, db *pgtest.DB, ids []
 		recoveries, attempts int
 	}
 	rows, err := db.Pool.Query(ctx, `SELECT seq, id, status, coalesce(last_error_code, ''), recoveries, attempts
-		FROM outbox_events ORDER BY seq`)
+		FROM `+testdb.AllRows(db.Table())+` AS e ORDER BY seq`)
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 		var x row

@@ -26,6 +26,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -251,7 +252,7 @@ func runKillScenario(t *testing.T, db *pgtest.DB, b e2eBroker, got *tally, n int
 			}
 		}
 		var notSent int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status <> 'SENT'`).Scan(&notSent)
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE status <> 'SENT'`).Scan(&notSent)
 		require.NoError(t, err)
 		return missing == 0 && notSent == 0, fmt.Sprintf("%d missing, %d not SENT", missing, notSent)
 	})
@@ -261,7 +262,7 @@ func runKillScenario(t *testing.T, db *pgtest.DB, b e2eBroker, got *tally, n int
 	// Every row SENT; every lease the dead child held recovered by B.
 	var sent, recovered int
 	err = db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'SENT'),
-		count(*) FILTER (WHERE id = ANY($1) AND recoveries > 0) FROM outbox_events`, inFlight).Scan(&sent, &recovered)
+		count(*) FILTER (WHERE id = ANY($1) AND recoveries > 0) FROM `+testdb.AllRows(db.Table())+` AS e`, inFlight).Scan(&sent, &recovered)
 	require.NoError(t, err)
 	require.Equal(t, n, sent)
 	require.Equal(t, len(inFlight), recovered)

@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/publishers/kafkapub"
 	"github.com/pgoutbox/pgoutbox/publishers/natspub"
@@ -136,7 +137,7 @@ func awaitOutage(t *testing.T, ctx context.Context, db *pgtest.DB, d *dispatcher
 	waitFor(t, ctx, "the circuit open and probed twice", func() (bool, string) {
 		s := d.Stats()
 		var last string
-		_ = db.Pool.QueryRow(ctx, "SELECT coalesce(max(last_error), '') FROM outbox_events").Scan(&last)
+		_ = db.Pool.QueryRow(ctx, "SELECT coalesce(max(last_error), '') FROM "+testdb.AllRows(db.Table())+" AS e").Scan(&last)
 		return s.CircuitOpens == 1 && s.OutageReturned >= uint64(n+2), fmt.Sprintf("%+v last error: %s", s, last)
 	})
 	require.Zero(t, countRows(t, ctx, db, "attempts > 0 OR jsonb_array_length(attempt_log) > 0 OR status = 'FAILED'"),

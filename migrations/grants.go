@@ -25,23 +25,40 @@ type Roles struct {
 	// emitter writes with COPY): USAGE on the schema, INSERT on the
 	// outbox table.
 	Producer string
-	// Dispatcher runs a dispatcher: USAGE on the schema, SELECT and UPDATE
-	// on the outbox table, DELETE when DispatcherDeletes, and SELECT on
-	// the version table (dispatcher.Start verifies the schema, unless
-	// Config.SkipVerify).
+	// Dispatcher runs a dispatcher: USAGE on the schema; SELECT, UPDATE
+	// and DELETE on the outbox table (every outcome but a retry moves or
+	// deletes its row); SELECT and INSERT on the dead letters and the
+	// SENT history (a FAILED outcome moves its row to the dead letters, a
+	// success to the history, and a lost reply is looked up in both),
+	// UPDATE on the dead letters (a move replaces a dead letter of the
+	// same id: INSERT … ON CONFLICT DO UPDATE); EXECUTE on the history's
+	// partition function <table>_sent_add; and
+	// SELECT on the version table (dispatcher.Start verifies the schema,
+	// unless Config.SkipVerify). Privileges on the SENT history apply to
+	// its partitions when read and written through it, as the
+	// dispatcher's outcomes do.
 	Dispatcher string
-	// DispatcherDeletes grants DELETE to Dispatcher, which needs it for
-	// its retention job (on by default: dispatcher.Config.RetainSent and
-	// RetainFailed) and to delete the events it sent
-	// (dispatcher.Config.DeleteSent). Leave it false only for dispatchers
-	// run with KeepSent, no RetainFailed and no DeleteSent: dispatcher.Start
-	// refuses a configuration that needs DELETE without it
-	// (dispatcher.ErrMissingPrivilege).
+	// DispatcherDeletes grants Dispatcher what its retention job needs
+	// (on by default: dispatcher.Config.RetainSent and RetainFailed): it
+	// deletes old dead letters, and old rows of the history's default
+	// partition, which it reaches directly (<table>_sent_default), in
+	// batches locked FOR UPDATE: DELETE on the dead letters,
+	// SELECT, UPDATE and DELETE on the default partition. Leave it false
+	// only for dispatchers run with KeepSent and no RetainFailed:
+	// dispatcher.Start refuses a configuration that needs these without
+	// them (dispatcher.ErrMissingPrivilege). It also gets EXECUTE on
+	// <table>_sent_drop, the function (SECURITY DEFINER, owned by the
+	// migrator) that retires the history's old time partitions; EXECUTE on
+	// <table>_sent_add, which creates them ahead, it gets either way. No
+	// role but the migrator owns the history or may create in the schema.
 	DispatcherDeletes bool
 	// Operator runs package admin and outboxctl (status, counts, list,
-	// inspect, replay, purge, version, verify): USAGE on the schema,
-	// SELECT, UPDATE and DELETE on the outbox table, SELECT on its version
-	// table.
+	// inspect, replay, skip, purge, version, verify): USAGE on the
+	// schema; SELECT and INSERT on the outbox table (a replay moves a
+	// dead letter back into it); SELECT, UPDATE and DELETE on the dead
+	// letters (skip, replay, purge); SELECT on the SENT history; SELECT,
+	// UPDATE and DELETE on the history's default partition and EXECUTE on
+	// <table>_sent_drop (purge of SENT rows); SELECT on its version table.
 	Operator string
 }
 
@@ -55,8 +72,8 @@ type Grants struct {
 	// REVOKEs (temporary tables) that only the database owner can decide.
 	BeforeMigrate string
 	// AfterMigrate is run after Migrate by the migrator (the tables'
-	// owner) or a superuser: the privileges on the outbox table and its
-	// version table. Privileges survive the ALTER TABLEs of later
+	// owner) or a superuser: the privileges on the outbox table, its dead
+	// letters, its SENT history and its version table. Privileges survive the ALTER TABLEs of later
 	// migrations; run it again after an upgrade whose CHANGELOG says so.
 	AfterMigrate string
 }
@@ -124,15 +141,29 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- pgoutbox roles for %s, part 2 of 2: run after Migrate,\n"+
 		"-- as the migrator (the tables' owner) or a superuser.\n\n", n.Table)
-	table := "TABLE " + n.Qualified
+	table, dead, sent, version := "TABLE "+n.Qualified, "TABLE "+n.Dead, "TABLE "+n.Sent, "TABLE "+n.VersionTable
+	sentDefault := "TABLE " + pgx.Identifier{n.Table.Schema, n.Object(sqlname.SuffixSentDefault)}.Sanitize()
 	b.WriteString(grant("INSERT", table, r.Producer))
-	dispatcher := "SELECT, UPDATE"
+	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Dispatcher))
 	if r.DispatcherDeletes {
-		dispatcher += ", DELETE"
+		b.WriteString(grant("SELECT, INSERT, UPDATE, DELETE", dead, r.Dispatcher))
+	} else {
+		b.WriteString(grant("SELECT, INSERT, UPDATE", dead, r.Dispatcher))
 	}
-	b.WriteString(grant(dispatcher, table, r.Dispatcher))
-	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Dispatcher))
-	b.WriteString(grant("SELECT, UPDATE, DELETE", table, r.Operator))
-	b.WriteString(grant("SELECT", "TABLE "+n.VersionTable, r.Operator))
+	b.WriteString(grant("SELECT, INSERT", sent, r.Dispatcher))
+	if r.DispatcherDeletes {
+		b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Dispatcher))
+	}
+	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentAddSignature(), r.Dispatcher))
+	if r.DispatcherDeletes {
+		b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Dispatcher))
+	}
+	b.WriteString(grant("SELECT", version, r.Dispatcher))
+	b.WriteString(grant("SELECT, INSERT", table, r.Operator))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", dead, r.Operator))
+	b.WriteString(grant("SELECT", sent, r.Operator))
+	b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Operator))
+	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Operator))
+	b.WriteString(grant("SELECT", version, r.Operator))
 	return b.String()
 }

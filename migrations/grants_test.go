@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,19 +84,19 @@ func (env *roleEnv) emit(ctx context.Context, n int) error {
 	})
 }
 
-// unsent counts the events not SENT; deleted ones do not count.
-func (env *roleEnv) unsent(t *testing.T) int {
+// pending counts the events still to deliver (PENDING or PROCESSING).
+func (env *roleEnv) pending(t *testing.T) int {
 	t.Helper()
 	var n int
 	err := env.super.QueryRow(context.Background(),
-		"SELECT count(*) FROM "+quoted(env.cfg.Table)+" WHERE status <> 'SENT'").Scan(&n)
+		"SELECT count(*) FROM "+quoted(env.cfg.Table)+" WHERE status IN ('PENDING', 'PROCESSING')").Scan(&n)
 	require.NoError(t, err)
 	return n
 }
 
 // dispatch runs a real dispatcher as the dispatcher role, handling every
-// event with handler, until no event is left unsent (nil) or it reports
-// its first error (which it returns).
+// event with handler, until no event is left to deliver and no aged row
+// is left (nil) or it reports its first error (which it returns).
 func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handler) error {
 	t.Helper()
 	reported := make(chan error, 1)
@@ -104,6 +105,7 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 		PollInterval: 20 * time.Millisecond,
 		DeleteSent:   deleteSent,
 		KeepSent:     !env.roles.DispatcherDeletes, // no retention job without DELETE
+		RetainFailed: retainFailed(env.roles.DispatcherDeletes),
 		// A retention pass every 10ms: the run ends once the aged rows
 		// are gone too.
 		RetentionInterval: 10 * time.Millisecond,
@@ -134,12 +136,12 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 			return err
 		case err := <-ran:
 			ran <- err // for the deferred wait
-			require.Error(t, err, "Run returned before the events were sent")
+			require.Error(t, err, "Run returned before the events were delivered")
 			return err
 		case <-budget.Done():
-			t.Fatalf("%d events still unsent, and no error", env.unsent(t))
+			t.Fatalf("%d events still to deliver, %d aged rows left, and no error", env.pending(t), env.aged(t))
 		case <-time.After(20 * time.Millisecond):
-			if env.unsent(t) == 0 && env.aged(t) == 0 {
+			if env.pending(t) == 0 && env.aged(t) == 0 {
 				return nil
 			}
 		}
@@ -148,23 +150,46 @@ func (env *roleEnv) dispatch(t *testing.T, deleteSent bool, handler outbox.Handl
 
 func handled(context.Context, outbox.Event) error { return nil }
 
-// aged counts the SENT rows that the dispatcher's retention job deletes
-// (older than the default RetainSent, a day).
+// refused fails every event for good: each becomes FAILED.
+func refused(context.Context, outbox.Event) error { return outbox.Permanent(errors.New("refused")) }
+
+// retainFailed is the dispatcher's RetainFailed: a day when it may
+// delete, else keep FAILED rows.
+func retainFailed(deletes bool) time.Duration {
+	if deletes {
+		return 24 * time.Hour
+	}
+	return 0
+}
+
+// aged counts the rows of ageOne that the dispatcher's retention job has
+// not deleted yet, wherever they are.
 func (env *roleEnv) aged(t *testing.T) int {
 	t.Helper()
 	var n int
-	err := env.super.QueryRow(context.Background(), "SELECT count(*) FROM "+quoted(env.cfg.Table)+
-		" WHERE status = 'SENT' AND sent_at < now() - interval '1 day'").Scan(&n)
+	err := env.super.QueryRow(context.Background(), "SELECT count(*) FROM "+testdb.AllRows(env.cfg.Table)+
+		" AS e WHERE event_type = 'aged'").Scan(&n)
 	require.NoError(t, err)
 	return n
 }
 
-// ageOne commits one SENT row that finished two days ago, for the
-// dispatcher's retention job to delete.
-func (env *roleEnv) ageOne(t *testing.T) {
+// ageOne commits one row with status SENT or FAILED that finished two
+// days ago, in the history or the dead letters, for the dispatcher's
+// retention job to delete (the defaults keep SENT rows a day, and
+// dispatch keeps FAILED rows a day).
+func (env *roleEnv) ageOne(t *testing.T, status outbox.Status) {
 	t.Helper()
-	mustExec(t, env.super, "INSERT INTO "+quoted(env.cfg.Table)+
-		" (id, event_type, status, sent_at) VALUES (gen_random_uuid(), 'aged', 'SENT', now() - interval '2 days')")
+	into, column := suffixedTable(env.cfg.Table, "_sent"), "sent_at"
+	if status == outbox.StatusFailed {
+		into, column = suffixedTable(env.cfg.Table, "_dead"), "failed_at"
+	}
+	mustExec(t, env.super, "INSERT INTO "+into+" (id, seq, event_type, status, "+column+
+		") VALUES (gen_random_uuid(), 1000000, 'aged', $1, now() - interval '2 days')", string(status))
+}
+
+// suffixedTable is the quoted name of the outbox's table with suffix.
+func suffixedTable(table outbox.Table, suffix string) string {
+	return pgx.Identifier{table.Schema, table.Name + suffix}.Sanitize()
 }
 
 // operate runs every admin call an operator makes, and the version and
@@ -180,6 +205,14 @@ func (env *roleEnv) operate(ctx context.Context) error {
 		func() error { _, err := a.List(ctx, admin.ListParams{}); return err }(),
 		func() error { _, err := a.Replay(ctx, admin.ReplayParams{Type: roleEventType}); return err }(),
 		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed}); return err }(),
+		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent}); return err }(),
+		func() error {
+			_, err := a.SkipHeads(ctx, admin.SkipParams{IDs: []uuid.UUID{uuid.New()}})
+			if errors.Is(err, admin.ErrNotSkippable) {
+				return nil // no such event: the statement ran
+			}
+			return err
+		}(),
 		func() error { _, err := migrations.Version(ctx, env.operator, env.cfg); return err }(),
 		migrations.Verify(ctx, env.operator, env.cfg),
 	)
@@ -187,8 +220,9 @@ func (env *roleEnv) operate(ctx context.Context) error {
 
 // Each role set up by RenderGrants does its work: the producer emits one
 // event and a batch written with COPY, a dispatcher connected as the
-// dispatcher role delivers them all, and the operator runs the admin
-// calls, replaying the events made FAILED meanwhile.
+// dispatcher role delivers them all, and fails three more for good, and
+// the operator runs the admin calls, replaying the FAILED events, which
+// the dispatcher then delivers.
 func TestGrantsLetEachRoleWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -196,13 +230,21 @@ func TestGrantsLetEachRoleWork(t *testing.T) {
 
 	require.NoError(t, env.emit(ctx, 1), "single event")
 	require.NoError(t, env.emit(ctx, 5000), "a batch the emitter writes with COPY")
-	require.Equal(t, 5001, env.unsent(t))
+	require.Equal(t, 5001, env.pending(t))
 	require.NoError(t, env.dispatch(t, false, handled))
+	require.NoError(t, env.emit(ctx, 3))
+	require.NoError(t, env.dispatch(t, false, refused))
+	n, err := testdb.CountStatus(ctx, env.super, env.cfg.Table, outbox.StatusFailed)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
 
-	mustExec(t, env.super, "UPDATE "+quoted(env.cfg.Table)+" SET status = 'FAILED', failed_at = now() WHERE seq <= 3")
 	require.NoError(t, env.operate(ctx))
-	require.Equal(t, 3, env.unsent(t), "replayed to PENDING")
+	require.Equal(t, 3, env.pending(t), "replayed to PENDING")
 	require.NoError(t, env.dispatch(t, false, handled))
+	n, err = testdb.CountStatus(ctx, env.super, env.cfg.Table, outbox.StatusSent)
+	require.NoError(t, err)
+	require.Equal(t, 5004, n, "the replayed events and the 5,001 sent before: they are in the history's partition of now, "+
+		"which the operator's purge (whole partitions older than the cut-off) leaves")
 }
 
 // The dispatcher's role cannot create tables: not in the outbox schema,
@@ -249,6 +291,9 @@ func TestGrantsDispatcherWithColumnUpdate(t *testing.T) {
 	}
 	require.NoError(t, env.dispatch(t, false, flaky))
 	require.NoError(t, env.dispatch(t, false, handled), "nothing left")
+	n, err := testdb.CountStatus(ctx, env.super, env.cfg.Table, outbox.StatusSent)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
 }
 
 // dispatcherColumns are the columns the dispatcher's statements write,
@@ -267,7 +312,11 @@ func TestGrantsAreMinimal(t *testing.T) {
 	ctx := context.Background()
 	env := newRoleEnv(t, true)
 	schema, table := "SCHEMA "+pgx.Identifier{env.cfg.Table.Schema}.Sanitize(), "TABLE "+quoted(env.cfg.Table)
-	version := "TABLE " + pgx.Identifier{env.cfg.Table.Schema, env.cfg.Table.Name + "_schema_version"}.Sanitize()
+	version := "TABLE " + suffixedTable(env.cfg.Table, "_schema_version")
+	dead, sent := "TABLE "+suffixedTable(env.cfg.Table, "_dead"), "TABLE "+suffixedTable(env.cfg.Table, "_sent")
+	sentDefault := "TABLE " + suffixedTable(env.cfg.Table, "_sent_default")
+	sentAdd := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_add") + "(timestamptz, timestamptz)"
+	sentDrop := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_drop") + "(timestamptz)"
 	emitOne := func() error { return env.emit(ctx, 1) }
 	emitCopy := func() error { return env.emit(ctx, 5000) }
 	dispatch := func(deleteSent bool) func() error {
@@ -276,9 +325,15 @@ func TestGrantsAreMinimal(t *testing.T) {
 			return env.dispatch(t, deleteSent, handled)
 		}
 	}
-	retain := func() error {
-		env.ageOne(t)
-		return env.dispatch(t, false, handled)
+	fail := func() error {
+		require.NoError(t, env.emit(ctx, 1), "an event to fail")
+		return env.dispatch(t, false, refused)
+	}
+	retain := func(status outbox.Status) func() error {
+		return func() error {
+			env.ageOne(t, status)
+			return env.dispatch(t, false, handled)
+		}
 	}
 	operate := func() error { return env.operate(ctx) }
 	tests := []struct {
@@ -291,14 +346,33 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"USAGE", schema, env.roles.Dispatcher, dispatch(false)},
 		{"SELECT", table, env.roles.Dispatcher, dispatch(false)},
 		{"UPDATE", table, env.roles.Dispatcher, dispatch(false)},
+		{"DELETE", table, env.roles.Dispatcher, dispatch(false)},
 		{"DELETE", table, env.roles.Dispatcher, dispatch(true)},
 		{"SELECT", version, env.roles.Dispatcher, dispatch(false)},
-		{"DELETE", table, env.roles.Dispatcher, retain},
+		{"SELECT", sent, env.roles.Dispatcher, dispatch(false)},
+		{"INSERT", sent, env.roles.Dispatcher, dispatch(false)},
+		{"SELECT", dead, env.roles.Dispatcher, fail},
+		{"INSERT", dead, env.roles.Dispatcher, fail},
+		{"UPDATE", dead, env.roles.Dispatcher, fail},
+		{"SELECT", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"UPDATE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"DELETE", sentDefault, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"UPDATE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
+		{"EXECUTE", sentAdd, env.roles.Dispatcher, dispatch(false)},
+		{"EXECUTE", sentDrop, env.roles.Dispatcher, retain(outbox.StatusSent)},
+		{"DELETE", dead, env.roles.Dispatcher, retain(outbox.StatusFailed)},
 		{"USAGE", schema, env.roles.Operator, operate},
 		{"SELECT", table, env.roles.Operator, operate},
-		{"UPDATE", table, env.roles.Operator, operate},
-		{"DELETE", table, env.roles.Operator, operate},
+		{"INSERT", table, env.roles.Operator, operate},
+		{"SELECT", dead, env.roles.Operator, operate},
+		{"UPDATE", dead, env.roles.Operator, operate},
+		{"DELETE", dead, env.roles.Operator, operate},
+		{"SELECT", sent, env.roles.Operator, operate},
+		{"SELECT", sentDefault, env.roles.Operator, operate},
+		{"UPDATE", sentDefault, env.roles.Operator, operate},
+		{"DELETE", sentDefault, env.roles.Operator, operate},
 		{"SELECT", version, env.roles.Operator, operate},
+		{"EXECUTE", sentDrop, env.roles.Operator, operate},
 	}
 	for _, tt := range tests {
 		on := tt.privilege + " ON " + tt.object + " TO/FROM " + tt.role
@@ -346,13 +420,22 @@ func TestRenderGrantsRejectsBadInput(t *testing.T) {
 	require.Equal(t, "Roles.Operator", inputErr.Field)
 }
 
-// DispatcherDeletes alone decides whether the dispatcher gets DELETE.
+// DispatcherDeletes alone decides whether the dispatcher gets what its
+// retention needs: DELETE (and UPDATE, to lock) on the dead letters and
+// the history's default partition. It always gets DELETE on the outbox
+// table, where every success and FAILED outcome deletes its row, and
+// never DELETE on the history itself.
 func TestRenderGrantsDispatcherDeletes(t *testing.T) {
 	t.Parallel()
 	for _, deletes := range []bool{false, true} {
 		g, err := migrations.RenderGrants(migrations.Config{}, migrations.Roles{Dispatcher: "d", DispatcherDeletes: deletes})
 		require.NoError(t, err)
-		require.Equal(t, deletes, strings.Contains(g.AfterMigrate, "DELETE"), "DispatcherDeletes %v", deletes)
+		require.Contains(t, g.AfterMigrate, `GRANT SELECT, UPDATE, DELETE ON TABLE "public"."outbox_events" TO "d";`)
+		require.Contains(t, g.AfterMigrate, `GRANT SELECT, INSERT ON TABLE "public"."outbox_events_sent" TO "d";`)
+		for _, table := range []string{"outbox_events_dead", "outbox_events_sent_default"} {
+			require.Equal(t, deletes, strings.Contains(g.AfterMigrate, `UPDATE, DELETE ON TABLE "public"."`+table+`"`),
+				"DispatcherDeletes %v, %s", deletes, table)
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +15,11 @@ import (
 // quoted returns the quoted schema.table of t.
 func quoted(t outbox.Table) string {
 	return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+}
+
+// suffixed is the quoted schema.table name with suffix added to the table.
+func suffixed(quotedTable, suffix string) string {
+	return strings.TrimSuffix(quotedTable, `"`) + suffix + `"`
 }
 
 // mustExec runs sql on conn and fails the test on error.
@@ -47,4 +54,17 @@ func countEvents(t *testing.T, conn *pgx.Conn, table outbox.Table) int {
 	err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+quoted(table)).Scan(&n)
 	require.NoError(t, err)
 	return n
+}
+
+// splitPartitions splits table names into the history's time partitions
+// (outbox_events_sYYYYMMDDHHMM) and the others.
+func splitPartitions(names []string) (tables, partitions []string) {
+	for _, name := range names {
+		if regexp.MustCompile(`^outbox_events_s\d{12}$`).MatchString(name) {
+			partitions = append(partitions, name)
+		} else {
+			tables = append(tables, name)
+		}
+	}
+	return tables, partitions
 }

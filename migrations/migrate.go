@@ -3,14 +3,18 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -71,12 +75,68 @@ type Config struct {
 // SELECT pg_terminate_backend(pid) ends. It creates the schema only when
 // it is missing, so a migrator that owns an existing schema needs no
 // CREATE privilege on the database.
+//
+// Once the latest version is applied, and after those locks are
+// released, it creates the SENT history's time partitions of now and the
+// next span, and moves the SENT and FAILED rows still in the outbox table
+// (an upgrade from version 9 leaves its SENT rows there) to the SENT
+// history and the dead letters: it first creates the history's time
+// partitions from the oldest such row's sent_at on (when the history
+// stays locked, it returns an error wrapping purge's busy error and
+// moves nothing; run it again), then moves them in
+// transactions of 10,000 rows until none is left, while Emit, claims
+// and completions go on (1,000,000 rows took 52 s to 2 min on a loaded
+// 2-core machine, see docs/operations.md, "The upgrade's sweep,
+// measured"). A Migrate that finds nothing to move and the partitions
+// there costs a few queries.
 func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := migrationSet(cfg)
 	if err != nil {
 		return err
 	}
-	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error { return tmplmigrate.Migrate(ctx, c, set) })
+	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error {
+		if err := tmplmigrate.Migrate(ctx, c, set); err != nil {
+			return err
+		}
+		return sweepStrays(ctx, c, set.Names)
+	})
+}
+
+// sweepStrays creates the history's time partitions of now and the next
+// span (a fresh outbox's first completions land in them, not in the
+// default partition, whose rows would block those ranges' partitions),
+// then moves the SENT and FAILED rows left in the outbox table (the SENT
+// rows of schema version 9, and what a dispatcher of version 9 still
+// running writes) to the history and the dead letters, after the
+// migration locks were released. The partitions start at the oldest
+// stray's sent_at (ranges of at most purge.MaxRange for the past, then
+// of purge.Span of the default RetainSent), so that the moved rows land
+// in partitions retention drops; when the history stays busy and there
+// are strays, it fails (ErrBusy) rather than sweep them into the default
+// partition. The sweep runs in batches of purge.SweepBatch, each its own
+// transaction, until none is left. Emit, claims and completions go on
+// meanwhile (a batch locks only the rows it moves).
+func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
+	oldest, found, err := purge.OldestStray(ctx, c, names)
+	if err != nil {
+		return errtext.Wrap(err, "migrations: find the SENT rows left in %s", names.Table)
+	}
+	if !found {
+		oldest = time.Time{}
+	}
+	if err := ensurePartitions(ctx, c, names, oldest); err != nil {
+		if !found && errors.Is(err, purge.ErrBusy) {
+			return nil // nothing to sweep: the dispatchers' retention creates them
+		}
+		return errtext.Wrap(err, "migrations: create the time partitions of %s before moving the SENT rows left in %s "+
+			"(nothing was moved; run Migrate again once the history is not locked)", names.Sent, names.Table)
+	}
+	for {
+		n, err := purge.Sweep(ctx, c, names, purge.SweepBatch)
+		if err != nil || n == 0 {
+			return errtext.Wrap(err, "migrations")
+		}
+	}
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
@@ -107,6 +167,27 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 		return tmplmigrate.Set{}, err
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names), LockWait: cfg.LockTimeout}, nil
+}
+
+// ensurePartitions creates the history's partitions from oldest (now
+// when zero) to two spans ahead, trying again (5 attempts, 0.5s apart)
+// while the history is busy; then it returns the error, which wraps
+// purge.ErrBusy.
+func ensurePartitions(ctx context.Context, c *pgx.Conn, names sqlname.Names, oldest time.Time) error {
+	span := purge.Span(24 * time.Hour)
+	for attempt := 1; ; attempt++ {
+		_, err := purge.EnsurePartitions(ctx, c, names, span, oldest, 2*span)
+		if err == nil || !errors.Is(err, purge.ErrBusy) || attempt == 5 {
+			return err
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // MaxLockTimeout is the longest Config.LockTimeout: PostgreSQL's largest
@@ -150,5 +231,34 @@ func templateData(n sqlname.Names) map[string]any {
 		"type_list_idx":  n.Quoted(sqlname.SuffixTypeListIndex),
 		"agg_list_idx":   n.Quoted(sqlname.SuffixAggListIndex),
 		"code_list_idx":  n.Quoted(sqlname.SuffixCodeListIndex),
+		"held_idx":       n.Quoted(sqlname.SuffixHeldIndex),
+		"stray_idx":      n.Quoted(sqlname.SuffixStrayIndex),
+		"dead":           n.Dead,
+		"dead_pkey":      n.Quoted(sqlname.SuffixDeadPkey),
+		"dead_check":     n.Quoted(sqlname.SuffixDeadCheck),
+		"dead_seq_idx":   n.Quoted(sqlname.SuffixDeadSeqIndex),
+		"dead_type_idx":  n.Quoted(sqlname.SuffixDeadTypeIndex),
+		"dead_agg_idx":   n.Quoted(sqlname.SuffixDeadAggIndex),
+		"dead_code_idx":  n.Quoted(sqlname.SuffixDeadCodeIndex),
+		"dead_time_idx":  n.Quoted(sqlname.SuffixDeadTimeIndex),
+		"dead_order_idx": n.Quoted(sqlname.SuffixDeadOrderIndex),
+		"sent":           n.Sent,
+		"sent_check":     n.Quoted(sqlname.SuffixSentCheck),
+		"sent_default":   pgx.Identifier{n.Table.Schema, n.Object(sqlname.SuffixSentDefault)}.Sanitize(),
+		"sent_id_idx":    n.Quoted(sqlname.SuffixSentIDIndex),
+		"sent_seq_idx":   n.Quoted(sqlname.SuffixSentSeqIndex),
+		"sent_type_idx":  n.Quoted(sqlname.SuffixSentTypeIndex),
+		"sent_agg_idx":   n.Quoted(sqlname.SuffixSentAggIndex),
+		"sent_def_idx":   n.Quoted(sqlname.SuffixSentDefaultIndex),
+		"sent_add":       n.Function(sqlname.SuffixSentAdd),
+		"sent_drop":      n.Function(sqlname.SuffixSentDrop),
+		// Literals baked into the partition functions' bodies.
+		"sent_lit":        literal(n.Sent),
+		"schema_lit":      literal(n.Table.Schema),
+		"name_lit":        literal(n.Table.Name),
+		"partitions_lock": literal(purge.LockKey(n)),
 	}
 }
+
+// literal is s as an SQL string literal (standard_conforming_strings).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -275,11 +275,21 @@ func TestVerifyInsideACallersTransaction(t *testing.T) {
 }
 
 // While another session holds an ACCESS EXCLUSIVE lock on the outbox
-// table in an open transaction, Verify waits at most LockTimeout and
-// returns a *VerifyLockError naming that session (it had waited for as
-// long as the lock was held); once the lock is gone it verifies.
+// table, its dead letters or its SENT history in an open transaction,
+// Verify waits at most LockTimeout and returns a *VerifyLockError naming
+// that session (it had waited for as long as the lock was held); once
+// the lock is gone it verifies.
 func TestVerifyIsBoundedByLockTimeout(t *testing.T) {
 	t.Parallel()
+	for _, suffix := range []string{"", "_dead", "_sent"} {
+		t.Run("table"+suffix, func(t *testing.T) {
+			t.Parallel()
+			testVerifyIsBoundedByLockTimeout(t, suffix)
+		})
+	}
+}
+
+func testVerifyIsBoundedByLockTimeout(t *testing.T, suffix string) {
 	ctx := testctx.New(t)
 	db := testdb.NewMigrated(t)
 	conn := db.Conn(t)
@@ -291,7 +301,8 @@ func TestVerifyIsBoundedByLockTimeout(t *testing.T) {
 	defer func() { _ = holder.Close(context.Background()) }()
 	tx, err := holder.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE "+quoted(db.Table())+" IN ACCESS EXCLUSIVE MODE")
+	locked := outbox.Table{Schema: db.Schema, Name: db.Table().Name + suffix}
+	_, err = tx.Exec(ctx, "LOCK TABLE "+quoted(locked)+" IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	err = migrations.Verify(ctx, conn, cfg)

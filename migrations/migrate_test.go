@@ -32,7 +32,9 @@ func TestMigrateIdempotent(t *testing.T) {
 	v, err := migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
-	require.Equal(t, []string{"outbox_events", "outbox_events_schema_version"}, tablesIn(t, conn, db.Schema))
+	tables, partitions := splitPartitions(tablesIn(t, conn, db.Schema))
+	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Len(t, partitions, 3, "the history's partitions of now and the next two spans, created once")
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 }
 
@@ -96,7 +98,9 @@ func TestMigrateConcurrent(t *testing.T) {
 	v, err := migrations.Version(ctx, conns[0], cfg)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
-	require.Equal(t, []string{"outbox_events", "outbox_events_schema_version"}, tablesIn(t, conns[0], db.Schema))
+	tables, partitions := splitPartitions(tablesIn(t, conns[0], db.Schema))
+	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Len(t, partitions, 3, "each partition created once")
 }
 
 func TestMigrateTwoOutboxes(t *testing.T) {
@@ -200,7 +204,7 @@ func TestMigrateUpgradesExistingTable(t *testing.T) {
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	var status string
 	var attempts, snoozes int
-	require.NoError(t, conn.QueryRow(ctx, "SELECT status, attempts, snoozes FROM "+quoted(db.Table())).
+	require.NoError(t, conn.QueryRow(ctx, "SELECT status, attempts, snoozes FROM "+suffixed(quoted(db.Table()), "_dead")).
 		Scan(&status, &attempts, &snoozes))
 	require.Equal(t, "FAILED", status)
 	require.Equal(t, 4, attempts)
@@ -328,15 +332,15 @@ func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
-	var perStatus map[string]int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT jsonb_object_agg(status, n) FROM (
-		SELECT status, count(*) AS n FROM `+table+` WHERE skipped_at IS NULL GROUP BY status) AS c`).Scan(&perStatus))
-	require.Equal(t, map[string]int{"PENDING": 4, "PROCESSING": 4, "SENT": 4, "FAILED": 4}, perStatus)
+	requireRowsPerStatus(t, conn, table)
 
-	// Read the keyed rows through the order index only.
+	// Read the keyed rows through the order indexes only.
 	n := countThrough(t, conn, table, db.Table().Name+"_order_idx",
 		"status <> 'SENT' AND coalesce(partition_key, aggregate_id) IS NOT NULL")
-	require.Equal(t, 9, n, "3 keyed rows in each of PENDING, PROCESSING and FAILED")
+	require.Equal(t, 6, n, "3 keyed rows in each of PENDING and PROCESSING")
+	n = countThrough(t, conn, suffixed(table, "_dead"), db.Table().Name+"_dead_order_idx",
+		"coalesce(partition_key, aggregate_id) IS NOT NULL")
+	require.Equal(t, 3, n, "3 keyed FAILED rows")
 }
 
 func mustExecTx(t *testing.T, tx pgx.Tx, sql string) {
@@ -356,15 +360,14 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	db, conn, cfg, table := version1(t)
 	insertEveryStatus(t, conn, table)
 
-	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
-	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	applyRendered(t, conn, cfg, upTo8...)
 	requireRowsPerStatus(t, conn, table)
 	requireListIndexes(t, conn, db.Table(), table)
 	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	for _, name := range []string{"009_outcome_token.down.sql", "008_list_indexes.down.sql"} {
+	for _, name := range []string{"008_list_indexes.down.sql"} {
 		down, err := fs.ReadFile(files, name)
 		require.NoError(t, err)
 		mustExec(t, conn, string(down))
@@ -377,11 +380,16 @@ func TestMigrateFromVersion1ToListIndexes(t *testing.T) {
 	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 	requireRowsPerStatus(t, conn, table)
 
+	applyRendered(t, conn, cfg, "008_list_indexes.up.sql")
+	requireListIndexes(t, conn, db.Table(), table)
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	requireRowsPerStatus(t, conn, table)
-	requireListIndexes(t, conn, db.Table(), table)
 }
+
+// upTo8 are the rendered up migrations from version 2 to 8.
+var upTo8 = []string{"002_started_at.up.sql", "003_snoozes.up.sql", "004_finished_idx.up.sql",
+	"005_operator_indexes.up.sql", "006_type_due_index.up.sql", "007_key_order.up.sql", "008_list_indexes.up.sql"}
 
 // insertEveryStatus inserts 16 rows of type x into table: 4 of each
 // status, keyed by aggregate or not, with an error code or not.
@@ -427,8 +435,7 @@ func TestMigrate008UsesPrebuiltIndexes(t *testing.T) {
 	mustExec(t, conn, `CREATE INDEX CONCURRENTLY `+name+`_type_list_idx ON `+table+` (event_type, seq) WHERE status <> 'PROCESSING'`)
 	mustExec(t, conn, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('`+db.Table().Schema+`.`+name+`_type_list_idx')`)
 
-	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
-	require.NoError(t, migrations.Verify(ctx, conn, cfg))
+	applyRendered(t, conn, cfg, upTo8...)
 	requireListIndexes(t, conn, db.Table(), table)
 	var invalid int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
@@ -438,13 +445,22 @@ func TestMigrate008UsesPrebuiltIndexes(t *testing.T) {
 	require.Empty(t, indexesOf(t, conn, db.Table(), "_seq_list_idx", "_type_list_idx", "_agg_list_idx", "_code_list_idx"))
 }
 
-// requireRowsPerStatus checks that table holds the 4 rows of each status
-// insertEveryStatus inserted.
+// requireRowsPerStatus checks that the outbox holds the 4 rows of each
+// status insertEveryStatus inserted: in table before version 10; from
+// version 10 on, FAILED rows in the dead letters and, once Migrate has
+// swept them, SENT rows in the history.
 func requireRowsPerStatus(t *testing.T, conn *pgx.Conn, table string) {
 	t.Helper()
+	from := table
+	var lean bool
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, suffixed(table, "_dead")).Scan(&lean))
+	if lean {
+		from = `(SELECT status FROM ` + table + ` UNION ALL SELECT status FROM ` + suffixed(table, "_dead") + `
+			UNION ALL SELECT status FROM ` + suffixed(table, "_sent") + `) AS u`
+	}
 	var perStatus map[string]int
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT jsonb_object_agg(status, n) FROM (
-		SELECT status, count(*) AS n FROM `+table+` GROUP BY status) AS c`).Scan(&perStatus))
+		SELECT status, count(*) AS n FROM `+from+` GROUP BY status) AS c`).Scan(&perStatus))
 	require.Equal(t, map[string]int{"PENDING": 4, "PROCESSING": 4, "SENT": 4, "FAILED": 4}, perStatus)
 }
 
@@ -523,9 +539,11 @@ func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	down, err := fs.ReadFile(files, "009_outcome_token.down.sql")
-	require.NoError(t, err)
-	mustExec(t, conn, string(down))
+	for _, name := range []string{"011_lean_indexes.down.sql", "010_lean_tables.down.sql", "009_outcome_token.down.sql"} {
+		down, err := fs.ReadFile(files, name)
+		require.NoError(t, err)
+		mustExec(t, conn, string(down))
+	}
 	v, err = migrations.Version(ctx, conn, cfg)
 	require.NoError(t, err)
 	require.EqualValues(t, 8, v)
@@ -538,4 +556,28 @@ func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	requireRowsPerStatus(t, conn, table)
+}
+
+// Down to version 9 refuses, changing nothing, when an event id is in
+// more than one of the three tables (an event emitted again with the id
+// of a dead letter): the outbox table's primary key could not hold both.
+func TestDownToVersion9RefusesRepeatedIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	conn := db.Conn(t)
+	cfg := migrations.Config{Table: db.Table()}
+	table := quoted(db.Table())
+	id := "0190c5a0-0000-7000-8000-000000000001"
+	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type) VALUES ($1, 'again')`, id)
+	mustExec(t, conn, `INSERT INTO `+db.Schema+`.outbox_events_dead (id, seq, event_type, failed_at) VALUES ($1, 1, 'old', now())`, id)
+	files, err := migrations.Render(cfg)
+	require.NoError(t, err)
+	down, err := fs.ReadFile(files, "010_lean_tables.down.sql")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, string(down))
+	require.ErrorContains(t, err, "is in more than one of the outbox table")
+	var dead int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.outbox_events_dead`).Scan(&dead))
+	require.Equal(t, 1, dead)
 }

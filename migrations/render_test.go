@@ -33,7 +33,8 @@ func TestRender(t *testing.T) {
 		"006_type_due_index.down.sql", "006_type_due_index.up.sql",
 		"007_key_order.down.sql", "007_key_order.up.sql",
 		"008_list_indexes.down.sql", "008_list_indexes.up.sql",
-		"009_outcome_token.down.sql", "009_outcome_token.up.sql",
+		"009_outcome_token.down.sql", "009_outcome_token.up.sql", "010_lean_tables.down.sql", "010_lean_tables.up.sql",
+		"011_lean_indexes.down.sql", "011_lean_indexes.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -54,11 +55,15 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("007_key_order.up.sql"))
 	mustExec(t, conn, read("008_list_indexes.up.sql"))
 	mustExec(t, conn, read("009_outcome_token.up.sql"))
+	mustExec(t, conn, read("010_lean_tables.up.sql"))
+	mustExec(t, conn, read("011_lean_indexes.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("011_lean_indexes.down.sql"))
+	mustExec(t, conn, read("010_lean_tables.down.sql"))
 	mustExec(t, conn, read("009_outcome_token.down.sql"))
 	mustExec(t, conn, read("008_list_indexes.down.sql"))
 	mustExec(t, conn, read("007_key_order.down.sql"))

@@ -81,22 +81,85 @@ var expectedConstraints = []constraintSpec{
 	{sqlname.SuffixErrorCheck, "CHECK ((char_length(last_error) <= 2048))"},
 }
 
-// expectedIndexes lists every index the claim, recovery, retention
-// (purge) and operator queries rely on (a dispatcher's typed claim on the
-// type due index, version 6; the ordered claim on the order index,
-// version 7; the operator list indexes without PROCESSING rows, version
-// 8, under their version 5 names). The primary key's index is covered by its constraint.
+// expectedIndexes lists every index of the outbox table: the claim's due
+// index, the held index that recovery reads (version 11; a renewal
+// changes none of its columns), the order index of per-key ordering
+// (version 7) and the stray index the sweep reads (version 11). The
+// primary key's index is covered by its constraint. Version 11 dropped
+// the indexes of finished rows, which live in their own tables since
+// version 10.
 var expectedIndexes = []indexSpec{
 	{sqlname.SuffixDueIndex, "btree (next_attempt_at, seq) WHERE (status = 'PENDING'::text)"},
-	{sqlname.SuffixLeaseIndex, "btree (lease_until) WHERE (status = 'PROCESSING'::text)"},
-	{sqlname.SuffixFinishedIndex, "btree (status, COALESCE(sent_at, failed_at)) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
-	{sqlname.SuffixSeqIndex, "btree (seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixTypeIndex, "btree (event_type, seq) WHERE (status <> 'PROCESSING'::text)"},
-	{sqlname.SuffixAggIndex, "btree (aggregate_id, seq) WHERE ((aggregate_id IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
-	{sqlname.SuffixCodeIndex, "btree (last_error_code, seq) WHERE ((last_error_code IS NOT NULL) AND (status <> 'PROCESSING'::text))"},
-	{sqlname.SuffixFailedIndex, "btree (last_error_code, seq) WHERE (status = 'FAILED'::text)"},
-	{sqlname.SuffixTypeDueIndex, "btree (event_type, next_attempt_at, seq) WHERE ((status || ''::text) = 'PENDING'::text)"},
+	{sqlname.SuffixHeldIndex, "btree (locked_at) WHERE (status = 'PROCESSING'::text)"},
 	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},
+	{sqlname.SuffixStrayIndex, "btree (seq) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
+}
+
+// tableSpec is one table of an outbox: the outbox table itself, its dead
+// letters or its SENT history.
+type tableSpec struct {
+	suffix string // added to the table name; "" for the outbox table
+	kind   string // pg_class.relkind: "r" a table, "p" a partitioned one
+	// partitionKey is the partition key as pg_get_partkeydef prints it,
+	// and defaultPartition the suffix of the default partition, for a
+	// partitioned table.
+	partitionKey     string
+	defaultPartition string
+	columns          []columnSpec
+	constraints      []constraintSpec
+	indexes          []indexSpec
+}
+
+// expectedTables lists the tables of an outbox (schema version 10 on):
+// the outbox table with PENDING and PROCESSING rows, the dead letters
+// (FAILED rows, moved there by a FAILED outcome) and the SENT history,
+// partitioned by sent_at, with the default partition that catches a row
+// whose time partition does not exist yet.
+var expectedTables = []tableSpec{
+	{kind: "r", columns: expectedColumns, constraints: expectedConstraints, indexes: expectedIndexes},
+	{
+		suffix: sqlname.SuffixDead, kind: "r", columns: finishedColumns("'FAILED'::text"),
+		constraints: []constraintSpec{
+			{sqlname.SuffixDeadPkey, "PRIMARY KEY (id)"},
+			{sqlname.SuffixDeadCheck, "CHECK ((status = 'FAILED'::text))"},
+		},
+		indexes: []indexSpec{
+			{sqlname.SuffixDeadSeqIndex, "btree (seq)"},
+			{sqlname.SuffixDeadTypeIndex, "btree (event_type, seq)"},
+			{sqlname.SuffixDeadAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+			{sqlname.SuffixDeadCodeIndex, "btree (last_error_code, seq)"},
+			{sqlname.SuffixDeadTimeIndex, "btree (failed_at)"},
+			{sqlname.SuffixDeadOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE (COALESCE(partition_key, aggregate_id) IS NOT NULL)"},
+		},
+	},
+	{
+		suffix: sqlname.SuffixSent, kind: "p", partitionKey: "RANGE (sent_at)", defaultPartition: sqlname.SuffixSentDefault,
+		columns:     finishedColumns("'SENT'::text"),
+		constraints: []constraintSpec{{sqlname.SuffixSentCheck, "CHECK ((status = 'SENT'::text))"}},
+		indexes: []indexSpec{
+			{sqlname.SuffixSentIDIndex, "btree (id)"},
+			{sqlname.SuffixSentSeqIndex, "btree (seq)"},
+			{sqlname.SuffixSentTypeIndex, "btree (event_type, seq)"},
+			{sqlname.SuffixSentAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+		},
+	},
+}
+
+// finishedColumns are the columns of a table of finished rows: those of
+// the outbox table (CREATE TABLE ... LIKE), seq a plain bigint carried
+// over from the outbox table, and status defaulting to statusDefault.
+func finishedColumns(statusDefault string) []columnSpec {
+	cols := make([]columnSpec, len(expectedColumns))
+	for i, c := range expectedColumns {
+		switch c.name {
+		case "seq":
+			c.def = ""
+		case "status":
+			c.def = statusDefault
+		}
+		cols[i] = c
+	}
+	return cols
 }
 
 // describe returns the column as Verify reports it: type, NOT NULL, default.
@@ -117,4 +180,27 @@ func describeColumn(typ string, notNull bool, def string) string {
 		s += " DEFAULT " + def
 	}
 	return s
+}
+
+// functionSpec is a function an outbox expects: its suffix and its
+// arguments as pg_get_function_identity_arguments prints them. Each is
+// SECURITY DEFINER.
+type functionSpec struct {
+	suffix, args string
+}
+
+// expectedFunctions are the SENT history's partition functions (schema
+// version 10 on), through which roles that do not own the history create
+// and drop its time partitions.
+var expectedFunctions = []functionSpec{
+	{sqlname.SuffixSentAdd, "p_from timestamp with time zone, p_to timestamp with time zone"},
+	{sqlname.SuffixSentDrop, "p_before timestamp with time zone"},
+}
+
+// describeFunction is a function as Verify reports it.
+func describeFunction(args string, definer bool) string {
+	if definer {
+		return "SECURITY DEFINER (" + args + ")"
+	}
+	return "SECURITY INVOKER (" + args + ")"
 }

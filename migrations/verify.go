@@ -25,8 +25,12 @@ type Problem struct {
 	// Object names what is wrong, kind first: "table public.outbox_events",
 	// "column public.outbox_events.status", "constraint
 	// outbox_events_status_check on public.outbox_events", "index
-	// public.outbox_events_due_idx" or "version table
-	// public.outbox_events_schema_version".
+	// public.outbox_events_due_idx", "partition key of
+	// public.outbox_events_sent", "default partition of
+	// public.outbox_events_sent" or "version table
+	// public.outbox_events_schema_version". The outbox table's dead
+	// letters (<table>_dead) and SENT history (<table>_sent) are named
+	// the same way.
 	Object string
 	// Expected is what the library needs, in PostgreSQL's own words (type
 	// as format_type prints it, definitions as pg_get_constraintdef and
@@ -47,8 +51,10 @@ func (p Problem) String() string {
 type VerifyError struct {
 	// Table is the outbox that was verified.
 	Table outbox.Table
-	// Problems holds at least one entry, in the order table, columns,
-	// constraints, indexes, version.
+	// Problems holds at least one entry: for the outbox table, then its
+	// dead letters, then its SENT history, the table, its columns,
+	// constraints, indexes and partitioning; the version last. When the
+	// outbox table is missing, its other two tables are not examined.
 	Problems []Problem
 
 	missing bool // the table does not exist
@@ -105,7 +111,9 @@ func (e *VerifyError) Unwrap() []error {
 
 // Verify checks that the outbox on conn holds every table, column (type,
 // NOT NULL, default), constraint and index this version of the library
-// relies on, and that its schema version is [Latest]. It returns nil when
+// relies on, in the outbox table, its dead letters and its SENT history
+// (a table partitioned by range of sent_at, with its default partition),
+// and that its schema version is [Latest]. It returns nil when
 // everything matches, a [*VerifyError] listing every difference when
 // something does not, or another error when the catalog cannot be read.
 // Columns, constraints and indexes the library does not know are allowed.
@@ -142,18 +150,28 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 		return errtext.Wrap(err, "verify %s", names.Table)
 	}
 	if problems := cat.compare(names); len(problems) > 0 {
-		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tableKind == "", newer: versionNewer(cat.version)}
+		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tables[0].kind == "", newer: versionNewer(cat.version)}
 	}
 	return nil
 }
 
 // catalog is what the database holds for one outbox.
 type catalog struct {
-	tableKind   string            // pg_class.relkind, "" when missing
+	tables  []*tableCatalog // in the order of expectedTables
+	version string          // the version as text, or what is wrong
+	// functions maps a function's name to describeFunction.
+	functions map[string]string
+}
+
+// tableCatalog is what the database holds for one table of an outbox.
+type tableCatalog struct {
+	kind        string            // pg_class.relkind, "" when missing
 	columns     map[string]string // name → describeColumn
 	constraints map[string]string // name → pg_get_constraintdef
 	indexes     map[string]string // name → normalised pg_get_indexdef
-	version     string            // the version as text, or what is wrong
+	// partKey is pg_get_partkeydef and defaultPartition the name of the
+	// default partition ("" when none), for a partitioned table.
+	partKey, defaultPartition string
 }
 
 // relOID selects the oid of the relation named $1.$2 without needing any
@@ -178,6 +196,14 @@ const (
 	queryIndexes = `SELECT i.relname::text, pg_catalog.pg_get_indexdef(x.indexrelid), x.indisunique, x.indisvalid
 	FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 	WHERE x.indrelid = ` + relOID
+
+	queryFunctions = `SELECT p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid), p.prosecdef
+	FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+	WHERE n.nspname = $1 AND p.proname = ANY($2::text[])`
+
+	queryPartitioning = `SELECT pg_catalog.pg_get_partkeydef(p.partrelid), coalesce(d.relname::text, '')
+	FROM pg_catalog.pg_partitioned_table p LEFT JOIN pg_catalog.pg_class d ON d.oid = p.partdefid
+	WHERE p.partrelid = ` + relOID
 )
 
 // readCatalogWithin runs readCatalog waiting at most wait for each lock;
@@ -235,18 +261,18 @@ func beginRead(ctx context.Context, conn *pgx.Conn) (func(), error) {
 // readCatalog reads everything Verify compares: one batch of catalog
 // queries, then the version table when it exists.
 func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*catalog, error) {
-	schema, table := names.Table.Schema, names.Table.Name
-	cat := &catalog{
-		columns:     map[string]string{},
-		constraints: map[string]string{},
-		indexes:     map[string]string{},
-	}
-	var versionKind string
+	schema := names.Table.Schema
 	b := &pgx.Batch{}
-	b.Queue(queryKind, schema, table).QueryRow(func(r pgx.Row) error { return scanOptional(r, &cat.tableKind) })
-	b.Queue(queryColumns, schema, table).Query(func(rows pgx.Rows) error { return readColumns(rows, cat.columns) })
-	b.Queue(queryConstraints, schema, table).Query(func(rows pgx.Rows) error { return readPairs(rows, cat.constraints) })
-	b.Queue(queryIndexes, schema, table).Query(func(rows pgx.Rows) error { return readIndexes(rows, cat.indexes) })
+	cat := &catalog{functions: map[string]string{}}
+	var versionKind string
+	fns := make([]string, len(expectedFunctions))
+	for i, f := range expectedFunctions {
+		fns[i] = names.Object(f.suffix)
+	}
+	b.Queue(queryFunctions, schema, fns).Query(func(rows pgx.Rows) error { return readFunctions(rows, cat.functions) })
+	for _, spec := range expectedTables {
+		cat.tables = append(cat.tables, queueTable(b, schema, names.Object(spec.suffix)))
+	}
 	b.Queue(queryKind, schema, names.Object(sqlname.SuffixVersion)).QueryRow(func(r pgx.Row) error { return scanOptional(r, &versionKind) })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("read catalog: %w", err)
@@ -256,12 +282,40 @@ func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*cat
 	return cat, err
 }
 
+// queueTable queues the catalog queries of the table schema.table on b
+// and returns what they will fill in.
+func queueTable(b *pgx.Batch, schema, table string) *tableCatalog {
+	tc := &tableCatalog{columns: map[string]string{}, constraints: map[string]string{}, indexes: map[string]string{}}
+	b.Queue(queryKind, schema, table).QueryRow(func(r pgx.Row) error { return scanOptional(r, &tc.kind) })
+	b.Queue(queryColumns, schema, table).Query(func(rows pgx.Rows) error { return readColumns(rows, tc.columns) })
+	b.Queue(queryConstraints, schema, table).Query(func(rows pgx.Rows) error { return readPairs(rows, tc.constraints) })
+	b.Queue(queryIndexes, schema, table).Query(func(rows pgx.Rows) error { return readIndexes(rows, tc.indexes) })
+	b.Queue(queryPartitioning, schema, table).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&tc.partKey, &tc.defaultPartition); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
+	return tc
+}
+
 // scanOptional scans one text column, leaving dst empty when there is no row.
 func scanOptional(r pgx.Row, dst *string) error {
 	if err := r.Scan(dst); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	return nil
+}
+
+// readFunctions fills dst with name → describeFunction.
+func readFunctions(rows pgx.Rows, dst map[string]string) error {
+	var name, args string
+	var definer bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &args, &definer}, func() error {
+		dst[name] = describeFunction(args, definer)
+		return nil
+	})
+	return err
 }
 
 func readColumns(rows pgx.Rows, dst map[string]string) error {
@@ -334,24 +388,54 @@ func (cat *catalog) compare(names sqlname.Names) []Problem {
 			ps = append(ps, Problem{Object: object, Expected: expected, Actual: actual})
 		}
 	}
-	t := names.Table.String()
-	add("table "+t, "table", relkindName(cat.tableKind))
-	if cat.tableKind != "" {
-		for _, c := range expectedColumns {
-			add("column "+t+"."+c.name, c.describe(), orMissing(cat.columns, c.name))
+	for i, spec := range expectedTables {
+		if i > 0 && cat.tables[0].kind == "" {
+			break // nothing was migrated: the outbox table's absence says it
 		}
-		for _, c := range expectedConstraints {
-			n := names.Object(c.suffix)
-			add("constraint "+n+" on "+t, c.def, orMissing(cat.constraints, n))
-		}
-		for _, ix := range expectedIndexes {
-			n := names.Object(ix.suffix)
-			add("index "+names.Table.Schema+"."+n, ix.def, orMissing(cat.indexes, n))
+		cat.tables[i].compare(names, spec, add)
+	}
+	if cat.tables[0].kind != "" {
+		for _, f := range expectedFunctions {
+			n := names.Object(f.suffix)
+			add("function "+names.Table.Schema+"."+n, describeFunction(f.args, true), orMissing(cat.functions, n))
 		}
 	}
 	add("version table "+names.Table.Schema+"."+names.Object(sqlname.SuffixVersion),
 		strconv.Itoa(int(Latest())), versionVerdict(cat.version))
 	return ps
+}
+
+// compare adds the differences between tc and spec, one table of names.
+func (tc *tableCatalog) compare(names sqlname.Names, spec tableSpec, add func(object, expected, actual string)) {
+	schema := names.Table.Schema
+	t := schema + "." + names.Object(spec.suffix)
+	add("table "+t, relkindName(spec.kind), relkindName(tc.kind))
+	if tc.kind == "" {
+		return
+	}
+	for _, c := range spec.columns {
+		add("column "+t+"."+c.name, c.describe(), orMissing(tc.columns, c.name))
+	}
+	for _, c := range spec.constraints {
+		n := names.Object(c.suffix)
+		add("constraint "+n+" on "+t, c.def, orMissing(tc.constraints, n))
+	}
+	for _, ix := range spec.indexes {
+		n := names.Object(ix.suffix)
+		add("index "+schema+"."+n, ix.def, orMissing(tc.indexes, n))
+	}
+	if spec.partitionKey != "" && tc.kind == spec.kind {
+		add("partition key of "+t, spec.partitionKey, tc.partKey)
+		add("default partition of "+t, schema+"."+names.Object(spec.defaultPartition), orMissingName(schema, tc.defaultPartition))
+	}
+}
+
+// orMissingName returns schema.name, or "missing" when name is empty.
+func orMissingName(schema, name string) string {
+	if name == "" {
+		return "missing"
+	}
+	return schema + "." + name
 }
 
 func orMissing(m map[string]string, key string) string {

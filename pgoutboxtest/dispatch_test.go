@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/pgoutboxtest"
 )
@@ -162,10 +162,8 @@ func TestDispatchUntilIdle(t *testing.T) {
 		require.Contains(t, msg, `a handler ignores its context: the handler for "stubborn" was still running`)
 		// Let the dispatcher left behind record the outcome and return.
 		testctx.Await(t, "the stubborn event to be SENT", func() bool {
-			var status string
-			err := b.db.Pool.QueryRow(context.Background(),
-				"SELECT status FROM "+pgx.Identifier{b.table.Schema, b.table.Name}.Sanitize()).Scan(&status)
-			return err == nil && status == string(outbox.StatusSent)
+			n, err := testdb.CountStatus(context.Background(), b.db.Pool, b.table, outbox.StatusSent)
+			return err == nil && n == 1
 		})
 	})
 
@@ -199,8 +197,8 @@ func TestDispatchUntilIdle(t *testing.T) {
 		})
 		require.Contains(t, msg, `left PENDING, not routed: RouteFunc gave them no destination and no handler matched their types ("order.placed")`)
 		var status string
-		require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{b.table.Schema, b.table.Name}.Sanitize()+
-			" WHERE event_type = 'order.placed'").Scan(&status))
+		require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT status FROM "+testdb.AllRows(b.table)+
+			" AS e WHERE event_type = 'order.placed'").Scan(&status))
 		require.Equal(t, string(outbox.StatusPending), status, "never dead-lettered")
 	})
 

@@ -10,6 +10,12 @@
 //	RequireManyEmitted  the rows of the wanted types match the Wants in emit order
 //	RequireNotEmitted   no row matches a Want
 //
+// They read every event of the outbox wherever it is: still to deliver in
+// the outbox table, FAILED in its dead letters (<table>_dead) or SENT in
+// its history (<table>_sent), so that a Want with a Status matches an
+// event a dispatcher has finished. A SENT event deleted by DeleteSent or
+// retention is gone.
+//
 // They read through a [DB]: pass the caller's pgx.Tx to check what it
 // wrote before it commits (a test can then roll back and leave nothing
 // behind), or a pool or connection to check committed rows. A [Want] names

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/pgoutboxtest"
 )
@@ -273,4 +274,31 @@ func TestRequireManyEmitted(t *testing.T) {
 		})
 		require.Contains(t, msg, "the events in "+b.table.String()+" do not match the 1 Wants in emit order (2 found)")
 	})
+}
+
+// The assertions see an event wherever a dispatcher left it: SENT in the
+// history, FAILED in the dead letters, as well as PENDING in the outbox
+// table; and the rows listed on a mismatch come from all three.
+func TestRequireEmittedFindsFinishedEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	sent, dead, pending := uuid.New(), uuid.New(), uuid.New()
+	_, err := db.Pool.Exec(ctx, `WITH
+		s AS (INSERT INTO outbox_events_sent (id, seq, event_type, status, sent_at) VALUES ($1, 100, 'order.placed', 'SENT', now())),
+		d AS (INSERT INTO outbox_events_dead (id, seq, event_type, status, failed_at) VALUES ($2, 101, 'order.placed', 'FAILED', now()))
+		INSERT INTO outbox_events (id, event_type) VALUES ($3, 'order.placed')`, sent, dead, pending)
+	require.NoError(t, err)
+	for id, status := range map[uuid.UUID]outbox.Status{sent: outbox.StatusSent, dead: outbox.StatusFailed, pending: outbox.StatusPending} {
+		e := pgoutboxtest.RequireEmitted(ctx, t, db.Pool, db.Table(), pgoutboxtest.Want{Type: "order.placed", Status: status})
+		require.Equal(t, id, e.ID, "status %s", status)
+	}
+	pgoutboxtest.RequireManyEmitted(ctx, t, db.Pool, db.Table(),
+		pgoutboxtest.Want{ID: pending}, pgoutboxtest.Want{ID: sent}, pgoutboxtest.Want{ID: dead}) // in seq order
+	msg := requireFails(t, func(tb pgoutboxtest.TB) {
+		pgoutboxtest.RequireEmitted(ctx, tb, db.Pool, db.Table(), pgoutboxtest.Want{Type: "order.paid"})
+	})
+	for _, id := range []uuid.UUID{sent, dead, pending} {
+		require.Contains(t, msg, id.String(), "the latest rows listed")
+	}
 }

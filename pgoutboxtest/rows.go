@@ -32,11 +32,17 @@ const rowColumns = `id, seq, event_type, coalesce(aggregate_type, ''), coalesce(
 // shownRows is how many rows a failure message lists at most.
 const shownRows = 20
 
-// reader reads one outbox table.
+// eventColumns are the columns of an event that rowColumns reads, in each
+// of the tables an event lives in.
+const eventColumns = `id, seq, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
+	content_type, payload, headers, status, created_at`
+
+// reader reads one outbox: its table of events to deliver, its dead
+// letters (FAILED events) and its SENT history (schema version 10 on).
 type reader struct {
 	table    outbox.Table // defaulted and validated
 	ofTypes  string       // rows of the types in $1 (all when $1 is NULL), in emit order
-	latest   string       // the last $1 rows, newest first, each with the table's row count
+	latest   string       // the last $1 rows, newest first, each with the outbox's row count
 	busyRows string       // the first $1 rows due or in flight, in emit order
 }
 
@@ -48,11 +54,15 @@ func newReader(table outbox.Table) (reader, error) {
 		return reader{}, fmt.Errorf("the outbox table is invalid: %w", err)
 	}
 	t := names.Qualified
+	// every event, wherever it is: a dispatched event has left the
+	// outbox table for the history or the dead letters.
+	all := fmt.Sprintf(`(SELECT %[1]s FROM %[2]s UNION ALL SELECT %[1]s FROM %[3]s UNION ALL SELECT %[1]s FROM %[4]s) AS e`,
+		eventColumns, t, names.Dead, names.Sent)
 	return reader{
 		table: names.Table,
 		ofTypes: fmt.Sprintf(`SELECT %s FROM %s WHERE $1::text[] IS NULL OR event_type = ANY($1::text[]) ORDER BY seq`,
-			rowColumns, t),
-		latest: fmt.Sprintf(`SELECT %s, count(*) OVER () FROM %s ORDER BY seq DESC LIMIT $1`, rowColumns, t),
+			rowColumns, all),
+		latest: fmt.Sprintf(`SELECT %s, count(*) OVER () FROM %s ORDER BY seq DESC LIMIT $1`, rowColumns, all),
 		busyRows: fmt.Sprintf(`SELECT %s FROM %s
 WHERE status = 'PROCESSING' OR (status = 'PENDING' AND next_attempt_at <= now()) ORDER BY seq LIMIT $1`, rowColumns, t),
 	}, nil

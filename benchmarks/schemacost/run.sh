@@ -1,4 +1,7 @@
 #!/bin/bash
+# Issue 16's tool, kept to reproduce benchmarks/analysis.md's schema 7/8
+# figures. Issue 25's WAL per transition on the current schema is a case of
+# the Go suite: `go run ./benchmarks -case walcost` (part of `make bench`).
 # run.sh VARIANT N [form] [rep] [hdr]: create the outbox in schema s16_VARIANT
 # with $OUTBOXCTL migrate, change it as VARIANT says, and measure N events
 # with s16util.measure (measure.sql, loaded first). The issue 16 figures

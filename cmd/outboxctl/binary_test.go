@@ -177,8 +177,7 @@ func TestBinaryInspectTruncatesPayload(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	id := insert(t, db, "PENDING", "a", 1)[0]
 	payload := strings.Repeat("é", 5<<20/2) // 5 MiB of two-byte characters
-	_, err := db.Pool.Exec(context.Background(), "UPDATE outbox_events SET payload = $1", []byte(payload))
-	require.NoError(t, err)
+	updateAll(t, db, "UPDATE outbox_events SET payload = $1", []byte(payload))
 
 	r := binOK(t, db, "inspect", id.String())
 	require.Contains(t, r.stdout, fmt.Sprintf("payload (%d bytes, the first %d shown; -full shows all):\n", len(payload), payloadShown))
@@ -226,10 +225,8 @@ func TestBinaryListFilters(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	ids := insert(t, db, "FAILED", "a", 3)
 	insert(t, db, "PENDING", "a", 1)
-	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET aggregate_id = 'o-1' WHERE id = ANY($1)`, ids[:2])
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET last_error_code = 'publish_error' WHERE id = $1`, ids[1])
-	require.NoError(t, err)
+	updateAll(t, db, `UPDATE outbox_events SET aggregate_id = 'o-1' WHERE id = ANY($1)`, ids[:2])
+	updateAll(t, db, `UPDATE outbox_events SET last_error_code = 'publish_error' WHERE id = $1`, ids[1])
 
 	r := binOK(t, db, "list", "-aggregate-id", "o-1")
 	require.Contains(t, r.stdout, ids[0].String())
@@ -297,7 +294,7 @@ func TestBinaryVerifyNamesTheFix(t *testing.T) {
 	// migrate command.
 	for name, tc := range map[string]struct{ change, fix string }{
 		"NoVersion":     {"DROP TABLE outbox_events_schema_version", "the table exists but has no schema version"},
-		"ChangedByHand": {"DROP INDEX outbox_events_lease_idx", fmt.Sprintf("the table is at schema version %d but its objects differ", migrations.Latest())},
+		"ChangedByHand": {"DROP INDEX outbox_events_held_idx", fmt.Sprintf("the table is at schema version %d but its objects differ", migrations.Latest())},
 		"Newer": {"UPDATE outbox_events_schema_version SET version = version + 1",
 			fmt.Sprintf("the table is at schema version %d, newer than this outboxctl knows", migrations.Latest()+1)},
 	} {
@@ -485,7 +482,7 @@ func snapshot(t *testing.T, db *testdb.DB) string {
 	var s string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(
 		id::text || ' ' || status || ' ' || attempts || ' ' || next_attempt_at::text || ' ' || coalesce(skipped_at::text, '-'),
-		E'\n' ORDER BY seq), '') FROM outbox_events`).Scan(&s))
+		E'\n' ORDER BY seq), '') FROM `+allRows+` AS o`).Scan(&s))
 	return s
 }
 

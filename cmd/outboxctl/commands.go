@@ -45,7 +45,7 @@ func countsFlags(*flag.FlagSet) func(*env) error {
 		}
 		t := e.table.WithDefaults()
 		err = e.printTable([]string{"STATUS", "COUNT"}, countRows(c), fmt.Sprintf("oldest due event waiting: %s (%s, database time %s)%s",
-			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)+blockedNote(c)))
+			c.OldestDueAge.Round(time.Millisecond), t, c.At.Format(time.RFC3339), sentNote(c)+blockedNote(c)+unmovedNote(c)))
 		if err != nil {
 			return err
 		}
@@ -84,12 +84,33 @@ func countRows(c admin.Counts) [][]string {
 	if c.DueBlocked > 0 {
 		rows = append(rows, []string{"  blocked", atLeast + fmt.Sprint(c.DueBlocked)})
 	}
-	return append(rows, [][]string{
+	rows = append(rows, [][]string{
 		{"PROCESSING", fmt.Sprint(c.Processing)},
 		{"SENT", approx + fmt.Sprint(c.Sent)},
 		{"FAILED", fmt.Sprint(c.Failed)},
-		{"total", approx + fmt.Sprint(c.Total())},
 	}...)
+	if c.Unmoved > 0 {
+		rows = append(rows, []string{"unmoved", unmovedCount(c)})
+	}
+	return append(rows, []string{"total", approx + fmt.Sprint(c.Total())})
+}
+
+// unmovedCount prints Counts.Unmoved, "≥" before it past its limit.
+func unmovedCount(c admin.Counts) string {
+	if c.Unmoved > admin.SentCountLimit {
+		return "≥" + fmt.Sprint(c.Unmoved)
+	}
+	return fmt.Sprint(c.Unmoved)
+}
+
+// unmovedNote is the footer line that explains the "unmoved" row of
+// countRows, or "" when there is none.
+func unmovedNote(c admin.Counts) string {
+	if c.Unmoved == 0 {
+		return ""
+	}
+	return "\nunmoved: SENT or FAILED events still in the outbox table (from before schema version 10, or written by an older dispatcher); " +
+		"the dispatchers' retention pass moves them to the history and the dead letters"
 }
 
 // blockedNote is the footer line that explains the "blocked" row of
@@ -260,11 +281,18 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 	if p.DryRun {
 		if e.json {
-			return e.printJSON(map[string]any{"dry_run": true, "would_replay": len(res.Replayed), "skipped": len(res.Skipped)})
+			out := map[string]any{"dry_run": true, "would_replay": len(res.Replayed), "skipped": len(res.Skipped)}
+			if len(res.Conflicts) > 0 {
+				out["conflicts"] = len(res.Conflicts)
+			}
+			return e.printJSON(out)
 		}
 		e.printf("dry run: would replay %s in %s", plural(len(res.Replayed), "FAILED event", "FAILED events"), e.table.WithDefaults())
 		if len(p.IDs) > 0 {
 			e.printf("; %d of the named ids would be skipped (not FAILED or missing)", len(res.Skipped))
+		}
+		if len(res.Conflicts) > 0 {
+			e.printf("; %s would stay dead letters (the outbox table already holds their id)", plural(len(res.Conflicts), "event", "events"))
 		}
 		e.printf("\nnothing was changed; run again with -yes to replay\n")
 		return nil
@@ -275,10 +303,21 @@ func (e *env) printReplay(p admin.ReplayParams, res admin.ReplayResult) error {
 	for _, id := range res.Replayed {
 		e.printf("replayed %s\n", id)
 	}
+	conflict := make(map[uuid.UUID]bool, len(res.Conflicts))
+	for _, id := range res.Conflicts {
+		conflict[id] = true
+		e.printf("kept     %s (a dead letter whose id the outbox table already holds)\n", id)
+	}
 	for _, id := range res.Skipped {
-		e.printf("skipped  %s (not FAILED, missing, or locked)\n", id)
+		if !conflict[id] {
+			e.printf("skipped  %s (not FAILED, missing, or locked)\n", id)
+		}
 	}
 	e.printf("%s replayed, %d skipped\n", plural(len(res.Replayed), "event", "events"), len(res.Skipped))
+	if len(res.Conflicts) > 0 {
+		e.printf("%s kept as dead letters: the outbox table already holds their id (inspect both)\n",
+			plural(len(res.Conflicts), "event", "events"))
+	}
 	return nil
 }
 

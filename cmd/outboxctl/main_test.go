@@ -40,15 +40,17 @@ func onDB(t *testing.T, db *testdb.DB, cmd string, args ...string) result {
 }
 
 // insert adds rows with plain SQL: status and event type per row, with
-// timestamps an hour old.
+// timestamps an hour old. A SENT row goes to the history, a FAILED row to
+// the dead letters (schema version 10), with a seq from the outbox's.
 func insert(t *testing.T, db *testdb.DB, status, typ string, n int) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, n)
+	table, seq := homeOf(status)
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7())
-		_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events
-	(id, event_type, status, payload, headers, last_error_code, lock_token, lease_until, sent_at, failed_at)
-VALUES ($1, $2, $3, '{"n":1}', '{"h":"v"}', CASE WHEN $3 = 'FAILED' THEN 'handler_error' END,
+		_, err := db.Pool.Exec(context.Background(), `INSERT INTO `+table+`
+	(`+seq+`id, event_type, status, payload, headers, last_error_code, lock_token, lease_until, sent_at, failed_at)
+VALUES (`+seqValue(seq)+`$1, $2, $3, '{"n":1}', '{"h":"v"}', CASE WHEN $3 = 'FAILED' THEN 'handler_error' END,
 	CASE WHEN $3 = 'PROCESSING' THEN gen_random_uuid() END, CASE WHEN $3 = 'PROCESSING' THEN now() + interval '1 hour' END,
 	CASE WHEN $3 = 'SENT' THEN now() - interval '1 hour' END, CASE WHEN $3 = 'FAILED' THEN now() - interval '1 hour' END)`,
 			ids[i], typ, status)
@@ -57,11 +59,71 @@ VALUES ($1, $2, $3, '{"n":1}', '{"h":"v"}', CASE WHEN $3 = 'FAILED' THEN 'handle
 	return ids
 }
 
+// homeOf returns the table where a row of status lives, and "seq, " when
+// the insert must give its seq (every table but the outbox's).
+func homeOf(status string) (table, seq string) {
+	switch status {
+	case "SENT":
+		return "outbox_events_sent", "seq, "
+	case "FAILED":
+		return "outbox_events_dead", "seq, "
+	}
+	return "outbox_events", ""
+}
+
+// seqValue is the value of the seq column that homeOf asked for: the
+// outbox's next seq.
+func seqValue(seq string) string {
+	if seq == "" {
+		return ""
+	}
+	return "nextval(pg_get_serial_sequence('outbox_events', 'seq')), "
+}
+
+// allRows is every row of the outbox: the outbox table, the dead letters
+// and the history (same columns, same order).
+const allRows = `(SELECT * FROM outbox_events UNION ALL SELECT * FROM outbox_events_dead
+	UNION ALL SELECT * FROM outbox_events_sent)`
+
+// updateAll runs stmt, written on outbox_events, on each of the three
+// tables.
+func updateAll(t *testing.T, db *testdb.DB, stmt string, args ...any) {
+	t.Helper()
+	for _, table := range []string{"outbox_events", "outbox_events_dead", "outbox_events_sent"} {
+		_, err := db.Pool.Exec(context.Background(), strings.ReplaceAll(stmt, "outbox_events", table), args...)
+		require.NoError(t, err)
+	}
+}
+
 func count(t *testing.T, db *testdb.DB, status string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE status = $1", status).Scan(&n))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+allRows+" AS o WHERE status = $1", status).Scan(&n))
 	return n
+}
+
+// Rows still in the outbox table with status SENT or FAILED (strays)
+// show on a row of their own in counts and status, counted in the total
+// once, and in counts -json.
+func TestCountsUnmoved(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "SENT", "a", 1)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, status, sent_at)
+		VALUES (gen_random_uuid(), 'a', 'SENT', now()), (gen_random_uuid(), 'a', 'FAILED', NULL)`)
+	require.NoError(t, err)
+	for _, cmd := range []string{"counts", "status"} {
+		r := onDB(t, db, cmd)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Regexp(t, `(?m)^SENT\s+1$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^FAILED\s+0$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^unmoved\s+2$`, r.stdout, cmd)
+		require.Regexp(t, `(?m)^total\s+3$`, r.stdout, cmd)
+		require.Contains(t, r.stdout, "unmoved: SENT or FAILED events still in the outbox table", cmd)
+	}
+	r := onDB(t, db, "counts", "-json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"unmoved": 2`)
 }
 
 func TestCounts(t *testing.T) {
@@ -76,6 +138,7 @@ func TestCounts(t *testing.T) {
 	require.Regexp(t, `(?m)^PENDING\s+3$`, r.stdout)
 	require.Regexp(t, `(?m)^FAILED\s+3$`, r.stdout)
 	require.Regexp(t, `(?m)^total\s+6$`, r.stdout)
+	require.NotContains(t, r.stdout, "unmoved", "no strays: no row for them")
 	require.Contains(t, r.stdout, "oldest due event waiting:")
 	require.Regexp(t, `(?m)^PENDING BY TYPE\s+PENDING\s+DUE\s+OLDEST DUE WAITING\s+OLDEST PENDING AGE$`, r.stdout)
 	require.Regexp(t, `(?m)^a\s+2\s+2\s+\S+\s+\S+$`, r.stdout)
@@ -152,8 +215,7 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	id := insert(t, db, "FAILED", "order.created", 1)[0]
-	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET snoozes = 42`)
-	require.NoError(t, err)
+	updateAll(t, db, `UPDATE outbox_events SET snoozes = 42`)
 
 	for _, args := range [][]string{{id.String()}, {"-id", id.String()}} {
 		r := onDB(t, db, "inspect", args...)
@@ -180,6 +242,31 @@ func TestInspect(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, ": event not found")
 	require.Equal(t, 1, strings.Count(r.stderr, "admin:"), r.stderr)
+}
+
+// A dead letter whose id the outbox table already holds stays a dead
+// letter: replay says so, in its dry run and its run.
+func TestReplayConflict(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	failed := insert(t, db, "FAILED", "a", 2)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type) VALUES ($1, 'a')`, failed[0])
+	require.NoError(t, err)
+
+	r := onDB(t, db, "replay")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "dry run: would replay 1 FAILED event in")
+	require.Contains(t, r.stdout, "; 1 event would stay dead letters (the outbox table already holds their id)")
+	r = onDB(t, db, "replay", "-json")
+	require.JSONEq(t, `{"dry_run": true, "would_replay": 1, "skipped": 0, "conflicts": 1}`, r.stdout)
+
+	r = onDB(t, db, "replay", "-yes", "-id", failed[0].String(), "-id", failed[1].String())
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replayed "+failed[1].String())
+	require.Contains(t, r.stdout, "kept     "+failed[0].String())
+	require.NotContains(t, r.stdout, "skipped  ")
+	require.Contains(t, r.stdout, "1 event replayed, 1 skipped\n1 event kept as dead letters")
+	require.Equal(t, 1, count(t, db, "FAILED"))
 }
 
 func TestReplay(t *testing.T) {
@@ -443,10 +530,11 @@ func TestExecModes(t *testing.T) {
 func TestCountsEstimateSent(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
-	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, status, sent_at)
-		SELECT gen_random_uuid(), 'old', 'SENT', now() FROM generate_series(1, $1::int)`, admin.SentCountLimit+500)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events_sent (seq, id, event_type, status, sent_at)
+		SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 'old', 'SENT', now()
+		FROM generate_series(1, $1::int)`, admin.SentCountLimit+500)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(context.Background(), `ANALYZE outbox_events`)
+	_, err = db.Pool.Exec(context.Background(), `ANALYZE outbox_events_sent`)
 	require.NoError(t, err)
 	insert(t, db, "FAILED", "a", 2)
 
@@ -476,8 +564,9 @@ func TestCountsEstimateSent(t *testing.T) {
 func insertKeyed(t *testing.T, db *testdb.DB, status, key string) uuid.UUID {
 	t.Helper()
 	id := uuid.Must(uuid.NewV7())
-	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (id, event_type, status, aggregate_id,
-	last_error_code, failed_at) VALUES ($1, 'a', $2, $3, CASE WHEN $2 = 'FAILED' THEN 'handler_error' END,
+	table, seq := homeOf(status)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO `+table+` (`+seq+`id, event_type, status, aggregate_id,
+	last_error_code, failed_at) VALUES (`+seqValue(seq)+`$1, 'a', $2, $3, CASE WHEN $2 = 'FAILED' THEN 'handler_error' END,
 	CASE WHEN $2 = 'FAILED' THEN now() END)`, id, status, key)
 	require.NoError(t, err)
 	return id

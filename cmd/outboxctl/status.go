@@ -85,7 +85,7 @@ func (e *env) printStatus(s admin.Summary, frame int, watch bool, interval time.
 	if s.Counts.Due > 0 {
 		footer += fmt.Sprintf("\noldest due event: waiting for %s", s.Counts.OldestDueAge.Round(time.Millisecond))
 	}
-	footer += sentNote(s.Counts) + blockedNote(s.Counts)
+	footer += sentNote(s.Counts) + blockedNote(s.Counts) + unmovedNote(s.Counts)
 	if err := f.printTable([]string{"STATUS", "COUNT"}, countRows(s.Counts), footer); err != nil {
 		return err
 	}

@@ -197,7 +197,7 @@ func setUp(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS pgoutbox_demo_kafka.orders (
 		id          uuid PRIMARY KEY,
 		total_cents bigint NOT NULL);
-	TRUNCATE pgoutbox_demo_kafka.orders, pgoutbox_demo_kafka.outbox_events`)
+	TRUNCATE pgoutbox_demo_kafka.orders, pgoutbox_demo_kafka.outbox_events, pgoutbox_demo_kafka.outbox_events_dead, pgoutbox_demo_kafka.outbox_events_sent`)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func setUp(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err := migrations.Migrate(ctx, conn, migrations.Config{Table: table}); err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `TRUNCATE pgoutbox_observability.outbox_events`); err != nil {
+	if _, err := conn.Exec(ctx, `TRUNCATE pgoutbox_observability.outbox_events, pgoutbox_observability.outbox_events_dead, pgoutbox_observability.outbox_events_sent`); err != nil {
 		return nil, err
 	}
 	return pgxpool.New(ctx, url)

@@ -89,7 +89,7 @@ func setUp(ctx context.Context, url string) error {
 		id          uuid PRIMARY KEY,
 		customer    text NOT NULL,
 		total_cents bigint NOT NULL);
-	TRUNCATE pgoutbox_demo.orders, pgoutbox_demo.outbox_events`)
+	TRUNCATE pgoutbox_demo.orders, pgoutbox_demo.outbox_events, pgoutbox_demo.outbox_events_dead, pgoutbox_demo.outbox_events_sent`)
 	return err
 }
 

@@ -15,7 +15,8 @@ import (
 
 // BenchmarkClaimComplete measures one dispatcher cycle against PostgreSQL:
 // claim a batch of 100 due rows, then complete them all as sent. Inserting
-// the rows is not timed. SENT rows accumulate, as they do in production.
+// the rows is not timed. SENT rows accumulate in the SENT history, as they
+// do in production.
 //
 //	go test -run '^$' -bench BenchmarkClaimComplete -benchtime 200x ./lease/
 func BenchmarkClaimComplete(b *testing.B) {

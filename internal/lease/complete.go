@@ -21,8 +21,8 @@ type Failure struct {
 	// Message is the error text, stored bounded (2048 characters in
 	// last_error, 512 in the attempt log). It must not contain payloads.
 	Message string
-	// Final makes the row FAILED; otherwise it returns to PENDING, due at
-	// the database's now() + Delay.
+	// Final makes the row FAILED, moved into the dead letters; otherwise
+	// it returns to PENDING, due at the database's now() + Delay.
 	Final bool
 	// Delay is the backoff before the retry, or the snooze; ignored when
 	// Final.
@@ -40,7 +40,8 @@ type CompleteParams struct {
 	Sent []Ref
 	// Failed are the rows whose attempt failed.
 	Failed []Failure
-	// DeleteSent deletes succeeded rows instead of marking them SENT.
+	// DeleteSent deletes succeeded rows instead of moving them into the
+	// SENT history.
 	DeleteSent bool
 	// StatementTimeout, when positive, bounds the statements on the server
 	// as well (the lesser of it and the session's statement_timeout), so
@@ -70,11 +71,11 @@ type Dead struct {
 
 // CompleteResult says what happened to each row of a Complete call.
 type CompleteResult struct {
-	// Sent are the rows now SENT (or deleted).
+	// Sent are the rows now SENT in the history (or deleted).
 	Sent []uuid.UUID
 	// Retried are the rows now PENDING again.
 	Retried []Retried
-	// Failed are the rows now FAILED.
+	// Failed are the rows now FAILED, in the dead letters.
 	Failed []Dead
 	// Lost are the rows the caller no longer held: their lease expired or
 	// their token no longer matched. They were not changed.
@@ -83,7 +84,10 @@ type CompleteResult struct {
 
 // Complete records a batch of outcomes in one round trip: one statement for
 // all successes and one for all failures, each fenced by id, token and an
-// unexpired lease. Rows that fail the fence are reported in Lost.
+// unexpired lease. A success moves its row into the SENT history (or
+// deletes it, DeleteSent) and a final failure into the dead letters, in
+// the same statements (see the package doc, "Tables"). Rows that fail the
+// fence are reported in Lost.
 func (s *Store) Complete(ctx context.Context, db DB, p CompleteParams) (CompleteResult, error) {
 	batch := &pgx.Batch{}
 	if p.StatementTimeout > 0 {

@@ -58,8 +58,7 @@ func TestComplete(t *testing.T) {
 			require.Empty(t, res.Lost)
 		}
 
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "FAILED", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_dead", "FAILED")
 		require.Equal(t, cycles, r.Attempts)
 		require.Len(t, r.AttemptLog, 10)
 		for i, entry := range r.AttemptLog {
@@ -89,8 +88,8 @@ func TestComplete(t *testing.T) {
 		require.NoError(t, err)
 		require.ElementsMatch(t, batchIDs(b)[:2], res.Sent)
 		require.Empty(t, res.Lost)
-		require.False(t, exists(t, e.db.Pool, b.Events[0].ID))
-		require.False(t, exists(t, e.db.Pool, b.Events[1].ID))
+		require.Empty(t, tableOf(t, e.db.Pool, b.Events[0].ID), "deleted, not moved")
+		require.Empty(t, tableOf(t, e.db.Pool, b.Events[1].ID), "deleted, not moved")
 		require.Equal(t, "PROCESSING", get(t, e.db.Pool, b.Events[2].ID).Status)
 	})
 
@@ -119,8 +118,7 @@ func TestComplete(t *testing.T) {
 		after := dbClock(t, e.db.Pool)
 		require.Equal(t, lease.CompleteResult{Failed: []lease.Dead{{ID: id, Attempts: 1}}}, res)
 
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "FAILED", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_dead", "FAILED")
 		require.Equal(t, 1, r.Attempts)
 		require.NotNil(t, r.FailedAt)
 		between(t, *r.FailedAt, before, after, "failed_at")
@@ -235,10 +233,10 @@ func TestComplete(t *testing.T) {
 		require.Equal(t, []lease.Dead{{ID: refs[3].ID, Attempts: 1}}, res.Failed)
 		require.Equal(t, []uuid.UUID{stranger.ID}, res.Lost)
 
-		want := map[uuid.UUID]string{refs[0].ID: "SENT", refs[1].ID: "SENT", refs[2].ID: "PENDING",
-			refs[3].ID: "FAILED", refs[4].ID: "PROCESSING"}
-		for id, status := range want {
-			require.Equal(t, status, get(t, e.db.Pool, id).Status, "row %s", id)
+		want := map[uuid.UUID][2]string{refs[0].ID: {"outbox_events_sent", "SENT"}, refs[1].ID: {"outbox_events_sent", "SENT"},
+			refs[2].ID: {"outbox_events", "PENDING"}, refs[3].ID: {"outbox_events_dead", "FAILED"}, refs[4].ID: {"outbox_events", "PROCESSING"}}
+		for id, w := range want {
+			requireIn(t, e.db.Pool, id, w[0], w[1])
 		}
 	})
 
@@ -325,8 +323,7 @@ func TestComplete(t *testing.T) {
 		after := dbClock(t, e.db.Pool)
 		require.Equal(t, lease.CompleteResult{Sent: []uuid.UUID{id}}, res)
 
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "SENT", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_sent", "SENT")
 		require.Equal(t, 3, r.Attempts)
 		require.NotNil(t, r.SentAt)
 		between(t, *r.SentAt, before, after, "sent_at")

@@ -10,6 +10,26 @@
 // columns (docs/schema.md), not these calls; tools that need a transition
 // use the admin package, which keeps the same fencing rules.
 //
+// # Tables
+//
+// The statements work on three tables (schema version 10, docs/schema.md):
+// the outbox table, which holds the PENDING and PROCESSING rows; its dead
+// letters (suffix _dead), which hold the FAILED rows; and its SENT
+// history (suffix _sent), partitioned by sent_at. A success (unless
+// DeleteSent, which deletes the row) and every FAILED outcome (a final
+// failure, a recovery past the cap or under at-most-once, a refused
+// outcome) move the row: one statement deletes it from the outbox table,
+// fenced as before, and inserts it into the other table with the columns
+// of the outcome (WITH … DELETE … RETURNING … INSERT; the move names every
+// column, see sqlname.Columns). Retries, snoozes, releases and recoveries to
+// PENDING stay updates in place. The outbox table keeps only the due,
+// held, order and primary key indexes (schema version 11), so a renewal
+// and a start mark change no indexed column: HOT updates, which add no
+// index entry (TestRenewalIsAHotUpdate). A FAILED or SENT row still in
+// the outbox table is a stray (of a dispatcher of version 9, or a
+// refused outcome written in place, see Refused), which the retention
+// pass moves; the statements treat strays as version 9 did.
+//
 // # Claim
 //
 // One statement locks up to N due PENDING rows in a materialized CTE on the
@@ -20,15 +40,22 @@
 // skipped, never waited for, and a row is never handed to two claimers.
 //
 // A claim may be restricted to some event types (ClaimParams.Types): it
-// then reads one leg per type from the type due index (event_type,
-// next_attempt_at, seq), merges the legs in due order and locks the rows
-// through their ctid, so that a backlog of other types costs it nothing
-// (TestTypedClaimPlanIgnoresForeignBacklog). It runs under planner
-// settings that keep each leg an ordered index scan (typedPlans). Its
-// three forms mark rows started exactly as the claim of every type does:
-// the same started_at expressions, so that no form marks a suspect.
-// Waiting counts, per type not claimed, the rows left waiting, from the
-// same index and bounded per type.
+// is then the same statement with "AND event_type = ANY($types)" on the
+// same walk of the due index, one form for every dispatcher. Its plan
+// does not depend on the number of types: a claim of 200 types has the
+// plan of a claim of 1, node for node, and its locking read scans the due
+// index only (TestTypedClaimPlanDoesNotGrowWithTypes). What it pays
+// instead is the due rows of other types before its own in due order,
+// which it walks past: a dispatcher of some types behind a backlog of
+// types that no running dispatcher claims reads that backlog at every
+// claim (the legs of schema version 9 read one type due index range per
+// type and skipped it, at a cost that grew with the types and an index
+// entry per event at every transition). It runs under planner settings
+// that keep the walk an ordered index scan (typedPlans), as the ordered
+// claims do. Its three forms mark rows started exactly as the claim of
+// every type does: the same started_at expressions, so that no form marks
+// a suspect. Waiting counts, per type not claimed, the rows left waiting
+// among those due longest, from the same index and bounded in all.
 //
 // # Ordered claim
 //
@@ -37,27 +64,32 @@
 // run: a prefix of the key's blockers in seq order starting at its head,
 // all due PENDING. The blockers of a key are its PENDING rows (due or
 // not: a retry or a snooze waiting counts), its PROCESSING rows and, under
-// BlockFailed, its FAILED rows that no operator skipped (skipped_at); the
-// head is the blocker with the lowest seq. Rows without a key are claimed
+// BlockFailed, its FAILED rows that no operator skipped (skipped_at): its
+// dead letters (and strays); the head is the blocker with the lowest seq.
+// Dead letters keep their seq, so seq orders a key's rows of both tables
+// as one: the head test and the runs probe the dead order index (key,
+// seq) once per key, beside the order index (deadHead, barriers). Rows without a key are claimed
 // as by the unordered claim. It is still one statement, in three parts:
 //
 //   - Candidate filter. A due PENDING row is read only if its key's head
 //     is a due PENDING row. The head is found by one probe of the order
 //     index (key, seq, over the rows that are not SENT, schema version 7)
-//     per key, not per row: the keys of the first $1 due rows in due order
+//     per key, and under BlockFailed one of the dead order index for a
+//     dead letter before it, not per row: the keys of the first $1 due rows in due order
 //     are probed once each, in a CTE, and looked up in a hashed set; only a
 //     row of another key probes its own key. Each probe walks the key's
-//     entries from its start, over those of the key's sent events that
-//     VACUUM has not removed yet, so a probe per row had cost a claim of a
+//     entries from its start, over those of the key's sent events (moved
+//     to the history) that VACUUM has not removed yet, so a probe per row had cost a claim of a
 //     hot key 80 buffers per row (TestOrderedClaimPlan). Without the
 //     filter the rows of a blocked key would be locked and then dropped by
 //     the barrier, and a blocked key with a backlog of due rows older than
 //     every other row would take the whole LIMIT at every claim: other
 //     keys would starve (TestOrderedClaimBlockedBacklogDoesNotStarve).
 //     With it, such a backlog costs a pass over its index entries, not a
-//     place in the batch. In the typed form the filter sits in each type's
-//     leg, so that the rows of a blocked key cannot use up a leg's slack,
-//     and a head of a type the claim does not take blocks its key too:
+//     place in the batch. In the typed form the filter and the window
+//     also filter on the type (the same walk of the due index as the
+//     unordered typed claim), and a head of a type the claim does not
+//     take blocks its key too:
 //     the run would end before it, and a key waiting for another
 //     dispatcher's type (one that is down, or behind) took the limit
 //     (TestOrderedClaimTypedHeadOfAnotherType).
@@ -71,7 +103,10 @@
 //     reads the newest version of each row and skips a row taken since.
 //   - Runs. For each key among the locked candidates, the statement walks
 //     the key's blockers in seq order (the order index, from the key's
-//     start) for one row more than it locked of that key, locks the walked
+//     start) for one row more than it locked of that key (and under
+//     BlockFailed finds the key's first dead letter not skipped, where the
+//     run ends too: a replayed event before a dead one is taken alone,
+//     TestOrderedClaimStopsAtADeadLetter), locks the walked
 //     rows that are due PENDING and not locked yet (a head that became due
 //     after its successors, say a retried head whose successors were
 //     released keeping their emit time, and that the LIMIT left out),
@@ -141,25 +176,32 @@
 // broken connection). Its caller retries the same write (the same
 // outcomes, the same delays), which finds the rows no longer held, and
 // then reads them back with Outcomes, one statement per token in one
-// round trip, to tell its own recorded outcome from a lease lost before
+// round trip, which looks for each row in the outbox table, then in the
+// dead letters (primary key), then in the SENT history (its id index, in
+// every partition): a moved row carries its outcome_token and attempt
+// log, and the rules below read it as they read a row of the outbox
+// table, to tell its own recorded outcome from a lease lost before
 // the write. The lock token alone cannot: once a retry or a snooze is due,
 // another claim overwrites it, possibly before the caller's next try. So
 // every completion (SENT, a retry, a snooze, FAILED) also stores its
-// claim's token in outcome_token (schema version 9), in the same UPDATE,
-// and nothing else writes that column: claims, renewals, recovery and
-// releases leave it alone (a release records no outcome, and a recovery's
-// expiry is told apart below). So outcome_token = T proves that claim T
-// recorded an outcome, and that no outcome was recorded after it. A
+// claim's token in outcome_token (schema version 9), in the same
+// statement (the UPDATE, or the row the move inserts), and nothing else
+// writes that column: claims, renewals, recovery and releases leave it
+// alone (a release records no outcome, and a recovery's expiry is told
+// apart below; a recovery that moves its row to the dead letters keeps
+// the row's outcome_token as it was, not the claim's). So outcome_token
+// = T proves that claim T recorded an outcome, and that no outcome was recorded after it. A
 // later completion by another claim overwrites it; the attempt-log entry
 // of a retry or FAILED outcome, and of a recovery of a started attempt,
 // carries the claim's token too, and stays (in the window of ten). A
 // success and a snooze write no entry.
 //
 // Outcomes sorts each outcome the caller asked for by what its row shows
-// now, first match wins:
+// now (the row found first in the outbox table, the dead letters and the
+// SENT history), first match wins:
 //
 //	row                                           asked for           verdict
-//	no row                                        anything            unknown: a SENT row deleted by DeleteSent (ours or
+//	no row in any of the three tables             anything            unknown: a SENT row deleted by DeleteSent (ours or
 //	                                                                  another claim's), retention or a purge; nothing tells whose
 //	outcome_token = T                             anything            recorded: the outcome asked for (claimed since or not)
 //	PROCESSING under lock_token T (lease passed)  anything            lost: nothing was recorded, and now nothing can be
@@ -197,7 +239,12 @@
 // before, see Batch.Suspect; else by Start right before the attempt) counts
 // a recovery; a row recovered more than the cap allows (a poison event that
 // kills its worker every time), or any started row under at-most-once
-// delivery, becomes FAILED with code worker_lost. A row that was claimed
+// delivery, becomes FAILED with code worker_lost and moves to the dead
+// letters in the same statement. Recovery finds the expired leases
+// through the held index (locked_at, over the PROCESSING rows), in
+// locked_at order: it reads at most the held rows, never the backlog, and
+// lease_until stays out of every index so that renewals are HOT updates
+// (TestRecoverPlanIsProportionalToTheBatch). A row that was claimed
 // ahead and never started is returned as it was, keeping its due time, so
 // that a worker that dies over and over does not spend the budget of the
 // events queued behind the one that kills it. Recovery locks the rows it
@@ -245,11 +292,13 @@
 // for a claim of 100). The batch statements join unnest() of the refs on
 // the primary key, with an expiry test no index can serve, because the
 // generic plan of a prepared statement otherwise scanned the lease index
-// and filtered the join: 10s for 5,000 rows, against 0.4s. For the same
-// reason recovery's UPDATE does not repeat the status and expiry test that
-// its CTE made on the locked rows: with it, the planner reached the rows
-// through the lease index and filtered every expired row by id to recover
-// a batch (19,900 rows removed by the filter to recover 100), a cost that
-// grew with the number of expired leases rather than with the batch
-// (TestRecoverPlanIsProportionalToTheBatch).
+// (schema version 9; the held index now) and filtered the join: 10s for
+// 5,000 rows, against 0.4s. For the same reason recovery's UPDATE and
+// DELETE do not repeat the status and expiry test that its CTE made on
+// the locked rows: with it, the planner reached the rows through the
+// lease index and filtered every expired row by id to recover a batch
+// (19,900 rows removed by the filter to recover 100), a cost that grew
+// with the number of expired leases rather than with the batch
+// (TestRecoverPlanIsProportionalToTheBatch). A move's INSERT reads
+// nothing but the rows its DELETE returned.
 package lease

@@ -38,8 +38,13 @@ type spec struct {
 	// DueIn is added to the database's now() for next_attempt_at.
 	DueIn time.Duration
 	// Status, when set, is stored as is; PROCESSING rows get a random token
-	// and a lease that expired a second ago.
+	// and a lease that expired a second ago. A SENT row goes to the SENT
+	// history (sent now), a FAILED one to the dead letters (failed now),
+	// both with a seq of the outbox table's sequence, unless Stray.
 	Status string
+	// Stray keeps a SENT or FAILED row in the outbox table, as a
+	// dispatcher of schema version 9 leaves it.
+	Stray bool
 	// Optional columns; empty means NULL.
 	AggregateType, AggregateID, PartitionKey, IdempotencyKey, ContentType string
 }
@@ -70,12 +75,18 @@ func insert(tb testing.TB, db lease.DB, specs ...spec) []uuid.UUID {
 		if s.Status == "" {
 			s.Status = "PENDING"
 		}
-		batch.Queue(`INSERT INTO outbox_events (id, event_type, payload, headers, status,
+		table, seq, seqValue := "outbox_events", "", ""
+		if (s.Status == "SENT" || s.Status == "FAILED") && !s.Stray {
+			table = map[string]string{"SENT": "outbox_events_sent", "FAILED": "outbox_events_dead"}[s.Status]
+			seq, seqValue = ", seq", ", nextval(pg_get_serial_sequence('outbox_events', 'seq'))"
+		}
+		batch.Queue(`INSERT INTO `+table+` (id, event_type, payload, headers, status,
 	next_attempt_at, aggregate_type, aggregate_id, partition_key, idempotency_key, content_type,
-	lock_token, lease_until)
+	lock_token, lease_until, sent_at, failed_at`+seq+`)
 VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8, $9, $10, $11,
 	CASE WHEN $5 = 'PROCESSING' THEN gen_random_uuid() END,
-	CASE WHEN $5 = 'PROCESSING' THEN now() - interval '1 second' END)`,
+	CASE WHEN $5 = 'PROCESSING' THEN now() - interval '1 second' END,
+	CASE WHEN $5 = 'SENT' THEN now() END, CASE WHEN $5 = 'FAILED' THEN now() END`+seqValue+`)`,
 			id, s.Type, s.Payload, s.Headers, s.Status, s.DueIn.Microseconds(),
 			nullable(s.AggregateType), nullable(s.AggregateID), nullable(s.PartitionKey),
 			nullable(s.IdempotencyKey), nullable(s.ContentType))
@@ -129,22 +140,47 @@ const rowColumns = `id, seq, status, attempts, recoveries, snoozes, next_attempt
 	locked_at, lease_until, heartbeat_at, last_error_code, last_error, attempt_log, headers, payload,
 	created_at, sent_at, failed_at`
 
-// get reads one row; it fails the test when the row does not exist.
+// everyRow is every row of the outbox table, its dead letters and its
+// SENT history.
+const everyRow = `(SELECT ` + rowColumns + ` FROM outbox_events UNION ALL SELECT ` + rowColumns + ` FROM outbox_events_dead
+	UNION ALL SELECT ` + rowColumns + ` FROM outbox_events_sent) AS r`
+
+// get reads one row, wherever it is (see tableOf); it fails the test when
+// the row does not exist.
 func get(tb testing.TB, db lease.DB, id uuid.UUID) row {
 	tb.Helper()
-	rows, err := db.Query(context.Background(), `SELECT `+rowColumns+` FROM outbox_events WHERE id = $1`, id)
+	rows, err := db.Query(context.Background(), `SELECT * FROM `+everyRow+` WHERE id = $1`, id)
 	require.NoError(tb, err)
 	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[row])
 	require.NoError(tb, err, "row %s", id)
 	return r
 }
 
-// exists reports whether the row is still in the table.
-func exists(tb testing.TB, db lease.DB, id uuid.UUID) bool {
+// tableOf returns the table that holds the row: "outbox_events",
+// "outbox_events_dead" or "outbox_events_sent", "" when none; it fails
+// the test when more than one does.
+func tableOf(tb testing.TB, db lease.DB, id uuid.UUID) string {
 	tb.Helper()
-	var ok bool
-	require.NoError(tb, queryRow(db, `SELECT EXISTS (SELECT FROM outbox_events WHERE id = $1)`, id).Scan(&ok))
-	return ok
+	rows, err := db.Query(context.Background(), `SELECT 'outbox_events' FROM outbox_events WHERE id = $1
+		UNION ALL SELECT 'outbox_events_dead' FROM outbox_events_dead WHERE id = $1
+		UNION ALL SELECT 'outbox_events_sent' FROM outbox_events_sent WHERE id = $1`, id)
+	require.NoError(tb, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(tb, err)
+	require.LessOrEqual(tb, len(tables), 1, "row %s is in %v", id, tables)
+	if len(tables) == 0 {
+		return ""
+	}
+	return tables[0]
+}
+
+// requireIn checks that the row is in table, with status.
+func requireIn(tb testing.TB, db lease.DB, id uuid.UUID, table, status string) row {
+	tb.Helper()
+	require.Equal(tb, table, tableOf(tb, db, id), "the table of row %s", id)
+	r := get(tb, db, id)
+	require.Equal(tb, status, r.Status, "the status of row %s", id)
+	return r
 }
 
 // queryRow runs a one-row query on any lease.DB.
@@ -196,11 +232,12 @@ func expire(tb testing.TB, db lease.DB, ids ...uuid.UUID) {
 	require.EqualValues(tb, len(ids), tag.RowsAffected())
 }
 
-// countStatus returns how many rows have the status.
+// countStatus returns how many rows have the status, in the outbox table,
+// its dead letters and its SENT history.
 func countStatus(tb testing.TB, db lease.DB, status string) int {
 	tb.Helper()
 	var n int
-	require.NoError(tb, queryRow(db, `SELECT count(*) FROM outbox_events WHERE status = $1`, status).Scan(&n))
+	require.NoError(tb, queryRow(db, `SELECT count(*) FROM `+everyRow+` WHERE status = $1`, status).Scan(&n))
 	return n
 }
 

@@ -39,10 +39,12 @@ type ClaimParams struct {
 	// a recovery if the lease expires. 0 to Limit.
 	Start int
 	// Types, when not nil, restricts the claim to events of these types
-	// (an empty slice claims nothing): one leg per type on the type due
-	// index, so that a backlog of other types costs the claim nothing.
-	// nil claims due events of every type. Each type must be valid
-	// PostgreSQL text (see pgtext); duplicates are allowed but waste a leg.
+	// (an empty slice claims nothing): a filter on the claim's walk of
+	// the due index, whose plan does not depend on the number of types;
+	// the claim walks past the due rows of other types before its own
+	// (see the package doc, "Claim"). nil claims due events of every
+	// type. Each type must be valid PostgreSQL text (see pgtext);
+	// duplicates are allowed.
 	Types []string
 	// Ordered claims per order key (coalesce(partition_key,
 	// aggregate_id)) only a run of the key's blockers that starts at its
@@ -180,11 +182,11 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 func (s *Store) claimForms(p ClaimParams) claimForms {
 	switch {
 	case p.Ordered && p.Types != nil:
-		return s.orderedTyped(len(p.Types)).forms(p.BlockFailed, p.ByType)
+		return s.orderedTyped.forms(p.BlockFailed, p.ByType)
 	case p.Ordered:
 		return s.ordered.forms(p.BlockFailed, p.ByType)
 	case p.Types != nil:
-		return s.typedStatements(len(p.Types)).claims
+		return s.sql.typedClaims
 	}
 	return s.sql.claims
 }
@@ -518,24 +520,26 @@ func queryBatchUnder(ctx context.Context, db DB, settings string, batch *pgx.Bat
 // also holds behind a pooler in transaction mode.
 const customPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
-// typedPlans are the planner settings of the statements that read the
-// type due index (a typed claim, Waiting): each type's rows must be read
-// in index order and only as far as needed. Left to itself, PostgreSQL
-// planned a leg of a typed claim as a bitmap scan of all 20,000 due rows
-// of its type and a sort, for a claim of 100 (the correlation of the
-// index's first column, event_type, with the heap order is poor in a
-// table of mixed types, which makes an ordered index scan look dear), and
-// the count of Waiting as a sequential scan. A claim over every type
-// needs none of this: its one index scan from the head is its only
-// sensible plan. JIT goes too: a plan that must use a disabled node
-// anyway (a sort of the few groups of Waiting) carries a cost past
-// jit_above_cost, and compiling it took 1.5s for a count of 12 rows.
-// Local to the batch's transaction, like customPlans.
+// typedPlans are the planner settings of the statements that filter a
+// walk of an index on more than its key (a typed claim, the ordered
+// claims, Waiting): the walk must read the index in its order and only
+// as far as needed. Left to itself, PostgreSQL planned a claim of 100
+// rows of 1 type among 200 (its filter keeps 1 due row in 200) as a
+// sequential scan of all 40,000 rows and a sort (measured with
+// TestTypedClaimPlanDoesNotGrowWithTypes's table), where the walk of the
+// due index reads a few thousand buffers; it had answered the ordered
+// claims' probes of the order index by a sequential scan on a table whose
+// statistics said one key held most rows. A claim over every type needs
+// none of this: its one index scan from the head is its only sensible
+// plan. JIT goes too: a plan that must use a disabled node anyway (a sort
+// of the few groups of Waiting) carries a cost past jit_above_cost, and
+// compiling it took 1.5s for a count of 12 rows. Local to the batch's
+// transaction, like customPlans.
 const typedPlans = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
-// queryTyped runs one statement that reads the type due index under
-// typedPlans, in one round trip, and hands its rows to each.
+// queryTyped runs one statement under typedPlans, in one round trip, and
+// hands its rows to each.
 func queryTyped(ctx context.Context, db DB, each func(rows pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -600,8 +604,8 @@ type RecoverResult struct {
 }
 
 // Recover returns up to p.Limit PROCESSING rows whose lease has expired to
-// PENDING (or FAILED, see RecoverParams), in one statement, without
-// spending retry budget.
+// PENDING (or FAILED, see RecoverParams, moved into the dead letters), in
+// one statement, without spending retry budget.
 func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverResult, error) {
 	if p.Limit < 1 || p.MaxRecoveries < 0 {
 		return RecoverResult{}, fmt.Errorf("%w: recover needs a limit >= 1 and max recoveries >= 0", outbox.ErrInvalidConfig)
@@ -632,15 +636,18 @@ func (s *Store) Recover(ctx context.Context, db DB, p RecoverParams) (RecoverRes
 // NextDue returns how long until the earliest PENDING row of types (of
 // every type when types is nil) becomes due, by the database clock (zero
 // or negative when one is due now), and false when there is no such row.
-// It reads the head of the due index, or of each type's range of the type
-// due index, only.
+// Of every type it reads the head of the due index only; of some types,
+// at most nextDueWindow entries of the due index from its head and as
+// many from now() on (see typedNextDueSQL): a row of types behind more
+// rows of other types than that is not seen (false, or a later time),
+// and is found by the next poll or claim.
 func (s *Store) NextDue(ctx context.Context, db DB, types []string) (time.Duration, bool, error) {
 	sql, args := s.sql.nextDue, []any(nil)
 	if types != nil {
 		if len(types) == 0 {
 			return 0, false, nil
 		}
-		sql, args = s.typedStatements(len(types)).nextDue, []any{types}
+		sql, args = s.sql.typedNextDue, []any{types}
 	}
 	return s.nextDue(ctx, db, sql, args...)
 }
@@ -658,7 +665,7 @@ func (s *Store) NextHeadDue(ctx context.Context, db DB, types []string, blockFai
 	if types != nil {
 		args = []any{types}
 	}
-	return s.nextDue(ctx, db, orderedNextDueSQL(s.qualified, len(types), scope{byType: byType}, blockFailed), args...)
+	return s.nextDue(ctx, db, orderedNextDueSQL(s.names.Qualified, s.names.Dead, types != nil, scope{byType: byType}, blockFailed), args...)
 }
 
 // nextDue runs a next-due statement and reads its wait.
@@ -677,16 +684,6 @@ func (s *Store) nextDue(ctx context.Context, db DB, sql string, args ...any) (ti
 	return time.Duration(*us) * time.Microsecond, true, nil
 }
 
-// typedStatements returns the statements of claims restricted to n types,
-// built on first use and kept: a dispatcher's set of types is fixed.
-func (s *Store) typedStatements(n int) typedStatements {
-	if st, ok := s.typed.Load(n); ok {
-		return st.(typedStatements)
-	}
-	st, _ := s.typed.LoadOrStore(n, buildTyped(s.qualified, n))
-	return st.(typedStatements)
-}
-
 // WaitingParams are the inputs of Waiting.
 type WaitingParams struct {
 	// Except are the types not to count: those the caller claims.
@@ -696,8 +693,8 @@ type WaitingParams struct {
 	DueFor time.Duration
 	// PerType bounds the rows counted per type; at least 1.
 	PerType int
-	// MaxTypes bounds the distinct PENDING types looked at, the caller's
-	// included; at least 1.
+	// MaxTypes bounds the types counted, the first in type order; at
+	// least 1. With PerType it bounds the rows read (see Waiting).
 	MaxTypes int
 }
 
@@ -708,10 +705,12 @@ type TypeCount struct {
 }
 
 // Waiting counts, per event type not in p.Except, the PENDING rows due
-// for at least p.DueFor (database clock), up to p.PerType per type, in
-// type order. It reads the type due index only: one probe per distinct
-// PENDING type (at most p.MaxTypes) and at most p.PerType entries per
-// type it counts, however large the backlog.
+// for at least p.DueFor (database clock), up to p.PerType per type, for
+// at most p.MaxTypes types, in type order, among the rows due longest. It
+// reads the due index only, from its head: at most p.PerType × p.MaxTypes
+// entries and never more than maxWaitingRows (10,000), however large the
+// backlog (see waitingSQL): a type whose rows all wait behind that many
+// older rows of other types is not counted until those are claimed.
 func (s *Store) Waiting(ctx context.Context, db DB, p WaitingParams) ([]TypeCount, error) {
 	if p.PerType < 1 || p.MaxTypes < 1 || p.DueFor < 0 {
 		return nil, fmt.Errorf("%w: waiting needs per type >= 1, max types >= 1 and due for >= 0", outbox.ErrInvalidConfig)

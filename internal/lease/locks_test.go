@@ -97,7 +97,11 @@ func TestRenewAndCompleteDoNotDeadlock(t *testing.T) {
 		}
 		completed <- err
 	}()
-	waitUntil(t, "Complete to wait for X's lock", func() bool { return waitingOnLock(t, e, "SET status = 'SENT'") })
+	// The success deletes its rows from this test's table (the server's
+	// other sessions are other tests'), within the first kilobyte of the
+	// statement that pg_stat_activity shows.
+	sent := "DELETE FROM " + pgx.Identifier{e.db.Schema, "outbox_events"}.Sanitize()
+	waitUntil(t, "Complete to wait for X's lock", func() bool { return waitingOnLock(t, e, sent) })
 	commitX()
 	require.NoError(t, <-completed)
 	require.Equal(t, before, deadlocks(t, e), "the server detected a deadlock")
@@ -173,15 +177,34 @@ func TestOutcomes(t *testing.T) {
 	another(true)
 	p.Failed, want.Retried = append(p.Failed, f), append(want.Retried, res.Retried...)
 
-	// FAILED, replayed by an operator, then claimed and sent by another.
+	// FAILED: the dead letter's outcome token.
 	f = retry(claim())
 	f.Final = true
 	res = complete(lease.CompleteParams{Failed: []lease.Failure{f}})
-	_, err := e.db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'PENDING', next_attempt_at = now(),
-		attempts = 0, failed_at = NULL, lock_token = NULL, started_at = NULL WHERE id = $1`, f.ID)
+	p.Failed, want.Failed = append(p.Failed, f), append(want.Failed, res.Failed...)
+
+	// FAILED, replayed by an operator (moved back, keeping its log),
+	// then claimed and sent by another: the SENT row's attempt-log entry.
+	f = retry(claim())
+	f.Final = true
+	res = complete(lease.CompleteParams{Failed: []lease.Failure{f}})
+	_, err := e.db.Pool.Exec(ctx, `WITH m AS (DELETE FROM outbox_events_dead WHERE id = $1 RETURNING *)
+		INSERT INTO outbox_events (id, seq, event_type, headers, status, attempts, next_attempt_at, attempt_log,
+			lock_owner, locked_at, outcome_token, created_at)
+		OVERRIDING SYSTEM VALUE
+		SELECT id, seq, event_type, headers, 'PENDING', 0, now(), attempt_log, lock_owner, locked_at, outcome_token, created_at FROM m`, f.ID)
 	require.NoError(t, err)
 	another(true)
 	p.Failed, want.Failed = append(p.Failed, f), append(want.Failed, res.Failed...)
+
+	// Recovered past the cap into the dead letters: the recovery's
+	// attempt-log entry there names the token.
+	r = claim()
+	expireLease(t, e, r.ID)
+	rec, err := e.store.Recover(ctx, e.db.Pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 0})
+	require.NoError(t, err)
+	require.Len(t, rec.Failed, 1)
+	p.Failed, want.Lost = append(p.Failed, retry(r)), append(want.Lost, r.ID)
 
 	// A snooze, claimed and sent since by another: nothing left to tell.
 	f = snooze(claim())
@@ -196,6 +219,7 @@ func TestOutcomes(t *testing.T) {
 	_, err = e.store.Recover(ctx, e.db.Pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 3})
 	require.NoError(t, err)
 	another(true)
+	require.Equal(t, "outbox_events_sent", tableOf(t, e.db.Pool, r.ID))
 	p.Failed, want.Lost = append(p.Failed, retry(r)), append(want.Lost, r.ID)
 
 	// Released, then claimed and sent by another: a success would show
@@ -220,6 +244,13 @@ func TestOutcomes(t *testing.T) {
 	// No row.
 	r = lease.Ref{ID: uuid.New(), Token: r.Token}
 	p.Sent, wantUnknown = append(p.Sent, r), append(wantUnknown, r.ID)
+
+	for _, id := range want.Sent {
+		require.Equal(t, "outbox_events_sent", tableOf(t, e.db.Pool, id))
+	}
+	for _, d := range want.Failed[:1] {
+		require.Equal(t, "outbox_events_dead", tableOf(t, e.db.Pool, d.ID))
+	}
 
 	got, unknown, err := e.store.Outcomes(ctx, e.db.Pool, p)
 	require.NoError(t, err)

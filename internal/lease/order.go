@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 )
 
 // This file holds the ordered claim (ClaimParams.Ordered): the claim that
@@ -20,8 +19,9 @@ func keyOf(alias string) string {
 // keyIs is true for the rows of alias whose order key is key, written as
 // a range of one value rather than an equality so that the planner cannot
 // treat the key as a constant, drop it from "ORDER BY key, seq" and
-// answer the probe from the seq index with a filter instead of the order
-// index: it did, on a table whose statistics said most rows had that key,
+// answer the probe from the seq index (schema version 9; by a sequential
+// scan and a sort when no index gives seq order) with a filter instead of
+// the order index: it did, on a table whose statistics said most rows had that key,
 // reading 30,000 rows of other states per probe (45,000 buffers). For
 // text with the database's collation (deterministic), key <= x AND key >=
 // x holds exactly when key = x.
@@ -91,30 +91,47 @@ func (s scope) is(alias, key, typ string) string {
 // 0, the position of the types array) of a claimed type: a head that only
 // another dispatcher takes ends the run before it starts, so its key is
 // blocked for this claim and its rows must not take the claim's limit.
-func headOK(t, key, typ string, sc scope, blockFailed bool, typesParam int) string {
-	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now()%[6]s FROM %[1]s AS h
+// Under blockFailed a dead letter of the key that no operator skipped
+// blocks it too: the head is found in the outbox table, then a probe of
+// the dead order index (dead) looks for such a row with a lower seq.
+func headOK(t, dead, key, typ string, sc scope, blockFailed bool, typesParam int) string {
+	deadFirst := ``
+	if blockFailed {
+		deadFirst = ` AND NOT ` + deadBefore(dead, key, typ, sc, `h.seq`)
+	}
+	return fmt.Sprintf(`(SELECT h.status = 'PENDING' AND h.next_attempt_at <= now()%[6]s%[7]s FROM %[1]s AS h
 		WHERE %[5]s AND %[4]s
-		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), sc.is("h", key, typ), ofTypes("h", typesParam))
+		ORDER BY %[3]s, h.seq LIMIT 1)`, t, key, keyOf("h"), blocker("h", blockFailed), sc.is("h", key, typ), ofTypes("h", typesParam), deadFirst)
 }
 
-// ofTypes is, in the typed form (typesParam > 0), the condition that the
-// row named alias is of a claimed type, after an AND; else empty.
-func ofTypes(alias string, typesParam int) string {
-	if typesParam == 0 {
-		return ``
-	}
-	return fmt.Sprintf(` AND %s.event_type = ANY ($%d::text[])`, alias, typesParam)
+// deadBefore is true when the dead letters (dead) hold a row of key (by
+// type: and typ) that no operator skipped with a seq lower than seq.
+// Dead letters keep the seq they had in the outbox table, so seq orders
+// the two tables' rows of a key as one. It compares with deadHead, a
+// scalar subquery, rather than testing EXISTS: the planner turned that
+// into an anti join that read the whole dead letters table once per
+// claim.
+func deadBefore(dead, key, typ string, sc scope, seq string) string {
+	return `coalesce(` + deadHead(dead, key, typ, sc) + ` < ` + seq + `, false)`
+}
+
+// deadHead is the seq of the first dead letter of key (by type: and typ)
+// that no operator skipped, NULL when there is none: one probe of the
+// dead order index.
+func deadHead(dead, key, typ string, sc scope) string {
+	return fmt.Sprintf(`(SELECT dh.seq FROM %[1]s AS dh WHERE %[2]s AND dh.skipped_at IS NULL ORDER BY %[3]s, dh.seq LIMIT 1)`,
+		dead, sc.is("dh", key, typ), keyOf("dh"))
 }
 
 // heads probes, once per key, the heads of the keys of the rows of window
 // (columns k and, by type, t), the first $1 due PENDING rows in due
 // order: the CTE "heads" (k, t, ok) that headDue reads.
-func heads(t, window string, sc scope, blockFailed bool, typesParam int) string {
+func heads(t, dead, window string, sc scope, blockFailed bool, typesParam int) string {
 	return fmt.Sprintf(`heads AS MATERIALIZED (
 	SELECT %[3]s, %[2]s AS ok FROM (
 		SELECT DISTINCT %[3]s FROM (%[1]s) AS w WHERE w.k IS NOT NULL
 	) AS w
-)`, window, headOK(t, "w.k", "w.t", sc, blockFailed, typesParam), sc.cols("w"))
+)`, window, headOK(t, dead, "w.k", "w.t", sc, blockFailed, typesParam), sc.cols("w"))
 }
 
 // headDue is the candidate filter of the ordered claim on the row named
@@ -124,68 +141,71 @@ func heads(t, window string, sc scope, blockFailed bool, typesParam int) string 
 // (see heads) and looked up in a hashed set; only a row of another key
 // probes its own, so that the rows of one key do not each walk the
 // key's entries from its start.
-func headDue(t, alias string, sc scope, blockFailed bool, typesParam int) string {
+func headDue(t, dead, alias string, sc scope, blockFailed bool, typesParam int) string {
 	row, cols := keyOf(alias), `k`
 	if sc.byType {
 		row, cols = `(`+keyOf(alias)+`, `+alias+`.event_type)`, `k, t`
 	}
 	return fmt.Sprintf(`(%[1]s IS NULL OR %[3]s IN (SELECT %[4]s FROM heads WHERE ok)
 		OR (NOT %[3]s IN (SELECT %[4]s FROM heads) AND %[2]s))`, keyOf(alias),
-		headOK(t, keyOf(alias), alias+`.event_type`, sc, blockFailed, typesParam), row, cols)
+		headOK(t, dead, keyOf(alias), alias+`.event_type`, sc, blockFailed, typesParam), row, cols)
 }
 
-// orderedDue locks, like allDue, up to $1 due PENDING rows of every type
-// in due order, skipping rows locked elsewhere, but only candidates
-// (headDue), and returns what the runs need of each.
-func orderedDue(t string, sc scope, blockFailed bool) string {
+// orderedDue locks, like allDue, up to $1 due PENDING rows in due order,
+// of every type or (typesParam > 0) of the types $typesParam, skipping
+// rows locked elsewhere, but only candidates (headDue), and returns what
+// the runs need of each. Typed, the window and the locking read filter
+// the same walk of the due index on the type, as the unordered claim
+// does.
+func orderedDue(t, dead string, sc scope, blockFailed bool, typesParam int) string {
 	window := fmt.Sprintf(`SELECT %[2]s FROM %[1]s AS w
-		WHERE w.status = 'PENDING' AND w.next_attempt_at <= now()
-		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, sc.sel("w"))
-	return heads(t, window, sc, blockFailed, 0) + fmt.Sprintf(`, due AS MATERIALIZED (
+		WHERE w.status = 'PENDING' AND w.next_attempt_at <= now()%[3]s
+		ORDER BY w.next_attempt_at, w.seq LIMIT $1`, t, sc.sel("w"), ofTypes("w", typesParam))
+	return heads(t, dead, window, sc, blockFailed, typesParam) + fmt.Sprintf(`, due AS MATERIALIZED (
 	SELECT c.id, %[2]s, c.seq, c.next_attempt_at FROM %[1]s AS c
-	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now() AND %[3]s
+	WHERE c.status = 'PENDING' AND c.next_attempt_at <= now()%[4]s AND %[3]s
 	ORDER BY c.next_attempt_at, c.seq
 	LIMIT $1
 	FOR UPDATE OF c SKIP LOCKED
-)`, t, sc.sel("c"), headDue(t, "c", sc, blockFailed, 0))
+)`, t, sc.sel("c"), headDue(t, dead, "c", sc, blockFailed, typesParam), ofTypes("c", typesParam))
 }
 
-// orderedTypedDue is typedDue with the candidate filter in each leg, so
-// that the rows of a blocked key are not offered and cannot use up a
-// leg's slack. Its window is the first $1 rows of the legs.
-func orderedTypedDue(t string, n, param int, sc scope, blockFailed bool) string {
-	window := fmt.Sprintf(`SELECT %[2]s FROM (
-		%[1]s
-	) AS c ORDER BY c.next_attempt_at, c.seq LIMIT $1`,
-		typeLegs(t, n, param, keyOf(t)+` AS k, event_type AS t, next_attempt_at, seq`, ` AND next_attempt_at <= now()`, `$1::int`), sc.cols("c"))
-	return heads(t, window, sc, blockFailed, param) + fmt.Sprintf(`, due AS MATERIALIZED (
-	SELECT o.id, %[3]s, o.seq, o.next_attempt_at FROM (
-		%[2]s
-	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
-	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
-	ORDER BY c.next_attempt_at, c.seq
-	LIMIT $1
-	FOR UPDATE OF o SKIP LOCKED
-)`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`,
-		` AND next_attempt_at <= now() AND `+headDue(t, t, sc, blockFailed, param),
-		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), sc.sel("o"))
+// barriers is the CTE "barriers" of the ordered claim: for each key (by
+// type: key and type) among the runs, the lowest seq of a walked row the
+// claim does not hold and, under blockFailed, of a dead letter of the
+// key that no operator skipped (one probe of the dead order index per
+// key): the run ends before it.
+func barriers(dead string, sc scope, blockFailed bool) string {
+	if !blockFailed {
+		return fmt.Sprintf(`barriers AS MATERIALIZED (
+	SELECT %[1]s, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY %[1]s
+)`, sc.cols("m"))
+	}
+	return fmt.Sprintf(`barriers AS MATERIALIZED (
+	SELECT %[1]s, min(b.seq) AS seq FROM (
+		SELECT %[2]s, m.seq FROM mine AS m WHERE NOT m.mine
+		UNION ALL
+		SELECT %[3]s, %[4]s FROM runs AS r
+	) AS b GROUP BY %[1]s
+)`, sc.cols("b"), sc.cols("m"), sc.cols("r"), deadHead(dead, "r.k", "r.t", sc))
 }
 
 // orderedClaimSQL is the ordered claim statement with the given started_at
-// expression, taking its candidates from the CTE due (orderedDue or
-// orderedTypedDue, which define "due" and what it reads; typesParam is the position of the types array in the
-// typed form, else 0). For each key (by type: key and type) among the
-// locked candidates, it walks
-// the key's blockers in seq order (the order index) for one more than it
-// locked of that key, locks the walked rows that are due PENDING (of the
-// claimed types) and were not locked yet, skipping rows locked elsewhere,
-// and takes the walked rows before the first one it does not hold: a
+// expression, taking its candidates from the CTE due (orderedDue, which
+// defines "due" and what it reads; typesParam is the position of the
+// types array in the typed form, else 0). For each key (by type: key and
+// type) among the locked candidates, it walks the key's blockers in seq
+// order (the order index) for one more than it locked of that key, locks
+// the walked rows that are due PENDING (of the claimed types) and were not
+// locked yet, skipping rows locked elsewhere, and takes the walked rows
+// before the first one it does not hold, and (blockFailed) before the
+// key's first dead letter that no operator skipped (see barriers): a
 // prefix of the key's blockers, from its head. Rows of the key beyond
 // the walk are not taken. Keys come in the due order of their first
 // candidate, keyless rows in their own, each key's rows in seq order,
 // up to $1 rows: a run cut by the limit keeps its prefix. It returns the
 // order key of each row after claimedColumns.
-func orderedClaimSQL(t, startedAt, due string, sc scope, blockFailed bool, typesParam int) string {
+func orderedClaimSQL(t, dead, startedAt, due string, sc scope, blockFailed bool, typesParam int) string {
 	keyless := `'' AS k`
 	if sc.byType {
 		keyless = `'' AS k, '' AS t`
@@ -207,9 +227,7 @@ func orderedClaimSQL(t, startedAt, due string, sc scope, blockFailed bool, types
 ), mine AS MATERIALIZED (
 	SELECT %[12]s, w.first_due, w.id, w.seq, w.held OR EXISTS (SELECT 1 FROM extra AS e WHERE e.id = w.id) AS mine
 	FROM walk AS w
-), barriers AS MATERIALIZED (
-	SELECT %[13]s, min(m.seq) AS seq FROM mine AS m WHERE NOT m.mine GROUP BY %[13]s
-), ids AS MATERIALIZED (
+), %[17]s, ids AS MATERIALIZED (
 	SELECT ARRAY(SELECT id FROM (
 		SELECT d.id, d.next_attempt_at AS first_due, %[14]s, d.seq FROM due AS d WHERE d.k IS NULL
 		UNION ALL
@@ -223,7 +241,8 @@ SET status = 'PROCESSING', lock_token = $2, lock_owner = $3, locked_at = now(), 
 	started_at = %[3]s
 WHERE o.id = ANY ((SELECT a FROM ids)::uuid[])
 RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker("x", blockFailed), keyOf("o"), ofTypes("x", typesParam),
-		sc.is("x", "r.k", "r.t"), sc.cols("d"), sc.cols("r"), sc.cols("w"), sc.cols("m"), keyless, sc.same("b", "m"), sc.cols("r"))
+		sc.is("x", "r.k", "r.t"), sc.cols("d"), sc.cols("r"), sc.cols("w"), sc.cols("m"), keyless, sc.same("b", "m"), sc.cols("r"),
+		barriers(dead, sc, blockFailed))
 }
 
 // orderedForms are the three forms of the ordered claim from one source
@@ -231,8 +250,10 @@ RETURNING %[2]s, %[7]s`, t, claimedColumns, startedAt, due, keyOf("x"), blocker(
 // then ByType).
 type orderedForms [2][2]claimForms
 
-// typed says whether due reads the types array parameter.
-func buildOrdered(t string, typed bool, due func(param int, sc scope, blockFailed bool) string) orderedForms {
+// buildOrdered builds the ordered claims of every type or (typed) of
+// the types in the text array after the started count ($5, or $6 in the
+// claimSome form).
+func buildOrdered(t, dead string, typed bool) orderedForms {
 	var f orderedForms
 	types := func(param int) int {
 		if typed {
@@ -242,11 +263,10 @@ func buildOrdered(t string, typed bool, due func(param int, sc scope, blockFaile
 	}
 	for i, bf := range []bool{false, true} {
 		for j, sc := range []scope{{}, {byType: true}} {
-			f[i][j] = claimForms{
-				none: orderedClaimSQL(t, startNone, due(5, sc, bf), sc, bf, types(5)),
-				all:  orderedClaimSQL(t, startAll, due(5, sc, bf), sc, bf, types(5)),
-				some: orderedClaimSQL(t, startSome, due(6, sc, bf), sc, bf, types(6)),
+			form := func(startedAt string, param int) string {
+				return orderedClaimSQL(t, dead, startedAt, orderedDue(t, dead, sc, bf, types(param)), sc, bf, types(param))
 			}
+			f[i][j] = claimForms{none: form(startNone, 5), all: form(startAll, 5), some: form(startSome, 6)}
 		}
 	}
 	return f
@@ -263,19 +283,6 @@ func boolIndex(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// orderedTyped returns the ordered claims restricted to n types, built on
-// first use and kept like typedStatements.
-func (s *Store) orderedTyped(n int) *orderedForms {
-	if f, ok := s.orderedByTypes.Load(n); ok {
-		return f.(*orderedForms)
-	}
-	built := buildOrdered(s.qualified, true, func(param int, sc scope, bf bool) string {
-		return orderedTypedDue(s.qualified, n, param, sc, bf)
-	})
-	f, _ := s.orderedByTypes.LoadOrStore(n, &built)
-	return f.(*orderedForms)
 }
 
 // inKeyOrder reorders rows, already in claim order, so that the rows of
@@ -312,32 +319,43 @@ const nextHeadWindow = 1000
 
 // orderedNextDueSQL is NextDue for ordered claims: the wait until the
 // earliest PENDING row that is the head of its key (by type: of its key
-// and type) or has no key, of
-// every type or of n types ($1), among the first nextHeadWindow PENDING
-// rows in due order (NULL when none of them is). A due row behind a
-// blocked head is not work an ordered claim can take: counted, it woke a
-// claim at every cooldown for as long as the key was blocked. The window
-// is read from the due index (or each type's range of the type due
-// index), and the head of each of its keys is probed once: a hot or
-// blocked key's backlog costs at most the window, not a probe per row (a
-// probe per row read 30,000 buffers for a key of 10,000 due rows, after
-// every completion of an ordered dispatcher). A head beyond the window is
-// found by the next poll, or by the next wake-up once the rows before it
-// are claimed.
-func orderedNextDueSQL(t string, n int, sc scope, blockFailed bool) string {
-	window := fmt.Sprintf(`SELECT c.id, %[2]s, c.next_attempt_at FROM %[1]s AS c WHERE c.status = 'PENDING'
-		ORDER BY c.next_attempt_at, c.seq LIMIT %[3]d`, t, sc.sel("c"), nextHeadWindow)
-	if n > 0 {
-		window = fmt.Sprintf(`SELECT c.id, %[3]s, c.next_attempt_at FROM (%[1]s) AS c ORDER BY c.next_attempt_at, c.seq LIMIT %[2]d`,
-			typeLegs(t, n, 1, `id, `+keyOf(t)+` AS k, event_type AS t, next_attempt_at, seq`, ``, strconv.Itoa(nextHeadWindow)),
-			nextHeadWindow, sc.cols("c"))
+// and type) or has no key, of every type or (typed) of the types $1,
+// among the first nextHeadWindow PENDING rows in due order (NULL when
+// none of them is). A due row behind a blocked head is not work an
+// ordered claim can take: counted, it woke a claim at every cooldown for
+// as long as the key was blocked. The window is read from the due index,
+// and the head of each of its keys is probed once (in the order index,
+// and under blockFailed in the dead order index): a hot or blocked key's
+// backlog costs at most the window, not a probe per row (a probe per row
+// read 30,000 buffers for a key of 10,000 due rows, after every
+// completion of an ordered dispatcher). A head beyond the window is found
+// by the next poll, or by the next wake-up once the rows before it are
+// claimed. Typed, the window is the rows of the types among the first
+// nextHeadWindow entries of the due index and among the first
+// nextHeadWindow of the rows not due yet (as typedNextDueSQL reads them),
+// so that its cost does not depend on the types either.
+func orderedNextDueSQL(t, dead string, typed bool, sc scope, blockFailed bool) string {
+	walk := func(cond string) string {
+		return fmt.Sprintf(`(SELECT c0.id, %[2]s AS k, c0.event_type AS t, c0.next_attempt_at FROM %[1]s AS c0
+		WHERE c0.status = 'PENDING'%[3]s ORDER BY c0.next_attempt_at, c0.seq LIMIT %[4]d)`, t, keyOf("c0"), cond, nextHeadWindow)
+	}
+	window := `SELECT * FROM ` + walk(``) + ` AS c`
+	if typed {
+		window = `SELECT * FROM (` + walk(``) + `
+		UNION ALL
+		` + walk(` AND c0.next_attempt_at > now()`) + `) AS c WHERE c.t = ANY ($1::text[])`
+	}
+	deadFirst := ``
+	if blockFailed {
+		deadFirst = `
+	WHERE NOT ` + deadBefore(dead, "d.k", "d.t", sc, "h.seq")
 	}
 	return nextDueSQL(fmt.Sprintf(`WITH w AS MATERIALIZED (
 	%[2]s
 ), heads AS MATERIALIZED (
-	SELECT %[6]s, (SELECT h.id FROM %[1]s AS h WHERE %[3]s AND %[4]s ORDER BY %[5]s, h.seq LIMIT 1) AS id
-	FROM (SELECT DISTINCT %[7]s FROM w WHERE w.k IS NOT NULL) AS d
+	SELECT %[6]s, h.id FROM (SELECT DISTINCT %[7]s FROM w WHERE w.k IS NOT NULL) AS d
+	CROSS JOIN LATERAL (SELECT h.id, h.seq FROM %[1]s AS h WHERE %[3]s AND %[4]s ORDER BY %[5]s, h.seq LIMIT 1) AS h%[9]s
 )
 SELECT min(w.next_attempt_at) FROM w LEFT JOIN heads ON %[8]s WHERE w.k IS NULL OR heads.id = w.id`,
-		t, window, sc.is("h", "d.k", "d.t"), blocker("h", blockFailed), keyOf("h"), sc.cols("d"), sc.cols("w"), sc.same("heads", "w")))
+		t, window, sc.is("h", "d.k", "d.t"), blocker("h", blockFailed), keyOf("h"), sc.cols("d"), sc.cols("w"), sc.same("heads", "w"), deadFirst))
 }

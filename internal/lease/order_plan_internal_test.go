@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,8 +13,10 @@ import (
 )
 
 // orderedBacklogs are the tables the ordered claim's plan is checked on:
-// each has 90,000 SENT keyed rows (never in the order index) and the due
-// rows of its case; limit is the most buffers a claim of 100 may touch.
+// each has 90,000 SENT keyed rows in the SENT history, 10,000 dead letters
+// of other keys (the dead order index that the head policy BlockKey
+// probes) and the due rows of its case; limit is the most buffers a claim
+// of 100 may touch.
 var orderedBacklogs = []struct {
 	name  string
 	rows  []string
@@ -32,7 +36,7 @@ var orderedBacklogs = []struct {
 		`ALTER TABLE outbox_events SET (autovacuum_enabled = off)`,
 		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
 			SELECT gen_random_uuid(), 'a', 'hot', now() - interval '3 hours' FROM generate_series(1, 20000) AS i`,
-		`UPDATE outbox_events SET status = 'SENT', sent_at = now() WHERE partition_key = 'hot'`,
+		`DELETE FROM outbox_events WHERE partition_key = 'hot'`, // moved to the history: dead index entries until VACUUM
 		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
 			SELECT gen_random_uuid(), 'a', 'hot', now() - interval '1 hour' + i * interval '1 ms'
 			FROM generate_series(1, 10000) AS i`,
@@ -47,10 +51,32 @@ var orderedBacklogs = []struct {
 			SELECT gen_random_uuid(), 'b', 'key-' || i, now() - interval '1 hour' + i * interval '1 ms'
 			FROM generate_series(1, 100) AS i`,
 	}, 10000},
+	{"a key blocked by a dead letter, with 10,000 due rows before 100 due rows of other keys", []string{
+		`INSERT INTO outbox_events_dead (id, seq, event_type, partition_key, status, failed_at)
+			VALUES (gen_random_uuid(), 0, 'a', 'blocked', 'FAILED', now())`,
+		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
+			SELECT gen_random_uuid(), 'a', 'blocked', now() - interval '2 hours' + i * interval '1 ms'
+			FROM generate_series(1, 10000) AS i`,
+		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
+			SELECT gen_random_uuid(), 'b', 'key-' || i, now() - interval '1 hour' + i * interval '1 ms'
+			FROM generate_series(1, 100) AS i`,
+	}, 10000},
+}
+
+// orderedHistory fills the SENT history and the dead letters of the
+// order plan tests, and analyzes the three tables after rows.
+func orderedHistory(rows ...string) []string {
+	return append(append([]string{
+		`INSERT INTO outbox_events_sent (id, seq, event_type, partition_key, status, sent_at)
+			SELECT gen_random_uuid(), -i, 'a', 'key-' || (i % 1000), 'SENT', now() FROM generate_series(1, 90000) AS i`,
+		`INSERT INTO outbox_events_dead (id, seq, event_type, partition_key, status, failed_at)
+			SELECT gen_random_uuid(), -i, 'a', 'dead-' || (i % 1000), 'FAILED', now() FROM generate_series(1, 10000) AS i`,
+	}, rows...), `ANALYZE outbox_events`, `ANALYZE outbox_events_sent`, `ANALYZE outbox_events_dead`)
 }
 
 // The ordered claim reaches the head of each candidate's key and the
-// barrier of each claimed key through the order index, never by a
+// barrier of each claimed key through the order index, and their dead
+// letters (head policy BlockKey) through the dead order index, never by a
 // sequential scan, in a custom plan and in the generic one, of every type
 // and typed; each case logs the buffers a claim of 100 touches. The head
 // of a key is probed once per claim, not once per row of the key, so the
@@ -70,9 +96,7 @@ func TestOrderedClaimPlan(t *testing.T) {
 			t.Parallel()
 			db := testdb.NewMigrated(t)
 			ctx := context.Background()
-			for _, q := range append([]string{`INSERT INTO outbox_events (id, event_type, partition_key, status, sent_at)
-				SELECT gen_random_uuid(), 'a', 'key-' || (i % 1000), 'SENT', now() FROM generate_series(1, 90000) AS i`},
-				append(c.rows, `ANALYZE outbox_events`)...) {
+			for _, q := range orderedHistory(c.rows...) {
 				_, err := db.Pool.Exec(ctx, q)
 				require.NoError(t, err)
 			}
@@ -85,6 +109,7 @@ func TestOrderedClaimPlan(t *testing.T) {
 					t.Logf("%s; %s, %s: an ordered claim of 100: %v buffers", c.name, form, mode, total)
 					require.EqualValues(t, 100, top["Actual Rows"], "%s %s: %s", form, mode, text)
 					require.True(t, indexes["outbox_events_order_idx"], "%s %s: %s", form, mode, text)
+					require.True(t, indexes["outbox_events_dead_order_idx"], "%s %s: %s", form, mode, text)
 					require.False(t, nodes["Seq Scan"], "%s %s: %s", form, mode, text)
 					require.Less(t, total, c.limit, "%s %s: %s", form, mode, text)
 				}
@@ -102,10 +127,10 @@ func TestOrderedClaimPlan(t *testing.T) {
 				name := map[bool]string{false: "", true: " by type"}[sc.byType]
 				explainPrepared(t, db, true, s.ordered.forms(true, sc.byType).none, "int, uuid, text, bigint",
 					"100, gen_random_uuid(), 'w', 60000000", check("every type"+name))
-				explainPrepared(t, db, true, s.orderedTyped(2).forms(true, sc.byType).none, "int, uuid, text, bigint, text[]",
+				explainPrepared(t, db, true, s.orderedTyped.forms(true, sc.byType).none, "int, uuid, text, bigint, text[]",
 					"100, gen_random_uuid(), 'w', 60000000, '{a,b}'", check("typed"+name))
-				explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 0, sc, true), "int", "0", nextDue("every type"+name))
-				explainPrepared(t, db, false, orderedNextDueSQL(s.qualified, 2, sc, true), "text[]", "'{a,b}'", nextDue("typed"+name))
+				explainPrepared(t, db, false, orderedNextDueSQL(s.names.Qualified, s.names.Dead, false, sc, true), "int", "0", nextDue("every type"+name))
+				explainPrepared(t, db, false, orderedNextDueSQL(s.names.Qualified, s.names.Dead, true, sc, true), "text[]", "'{a,b}'", nextDue("typed"+name))
 			}
 			explainPrepared(t, db, false, s.sql.claims.none, "int, uuid, text, bigint, uuid[], bool",
 				"100, gen_random_uuid(), 'w', 60000000, '{}', false", func(mode string, top map[string]any) {
@@ -129,9 +154,7 @@ func TestOrderedClaimByTypePlan(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	ctx := context.Background()
-	for _, q := range []string{
-		`INSERT INTO outbox_events (id, event_type, partition_key, status, sent_at)
-			SELECT gen_random_uuid(), 'a', 'key-' || (i % 1000), 'SENT', now() FROM generate_series(1, 90000) AS i`,
+	for _, q := range orderedHistory(
 		`INSERT INTO outbox_events (id, event_type, partition_key, status, lock_token, lease_until)
 			VALUES (gen_random_uuid(), 'a', 'k', 'PROCESSING', gen_random_uuid(), now() + interval '1 hour')`,
 		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
@@ -140,8 +163,7 @@ func TestOrderedClaimByTypePlan(t *testing.T) {
 		`INSERT INTO outbox_events (id, event_type, partition_key, next_attempt_at)
 			SELECT gen_random_uuid(), 'b', 'k', now() - interval '1 hour' + i * interval '1 ms'
 			FROM generate_series(1, 100) AS i`,
-		`ANALYZE outbox_events`,
-	} {
+	) {
 		_, err := db.Pool.Exec(ctx, q)
 		require.NoError(t, err)
 	}
@@ -160,8 +182,15 @@ func TestOrderedClaimByTypePlan(t *testing.T) {
 	}
 	explainPrepared(t, db, true, s.ordered.forms(true, true).none, "int, uuid, text, bigint",
 		"100, gen_random_uuid(), 'w', 60000000", check("every type"))
-	explainPrepared(t, db, true, s.orderedTyped(2).forms(true, true).none, "int, uuid, text, bigint, text[]",
+	explainPrepared(t, db, true, s.orderedTyped.forms(true, true).none, "int, uuid, text, bigint, text[]",
 		"100, gen_random_uuid(), 'w', 60000000, '{a,b}'", check("typed"))
-	explainPrepared(t, db, true, s.orderedTyped(1).forms(true, true).none, "int, uuid, text, bigint, text[]",
+	explainPrepared(t, db, true, s.orderedTyped.forms(true, true).none, "int, uuid, text, bigint, text[]",
 		"100, gen_random_uuid(), 'w', 60000000, '{b}'", check("typed b only"))
+	many := make([]string, 200)
+	for i := range many {
+		many[i] = fmt.Sprintf("t%d", i)
+	}
+	many[0] = "b"
+	explainPrepared(t, db, true, s.orderedTyped.forms(true, true).none, "int, uuid, text, bigint, text[]",
+		"100, gen_random_uuid(), 'w', 60000000, '{"+strings.Join(many, ",")+"}'", check("typed b among 200 types"))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
@@ -87,7 +88,7 @@ func TestOrderedClaimBlockedHeads(t *testing.T) {
 			forEachForm(t, func(t *testing.T, e oenv, types []string) {
 				ids := insert(t, e.db.Pool, append(keyedBy("k", 3, h.head), keyed("other"), spec{}, spec{AggregateID: "agg"})...)
 				if h.skipped {
-					_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events SET skipped_at = now() WHERE id = $1`, ids[0])
+					_, err := e.db.Pool.Exec(t.Context(), `UPDATE outbox_events_dead SET skipped_at = now() WHERE id = $1`, ids[0])
 					require.NoError(t, err)
 				}
 				b := claimOrdered(t, e, e.db.Pool, types, 10, h.blockFailed)
@@ -271,6 +272,8 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 			key := int64(7_000 + i)
 			role := e.db.NewRole(t, "claimer")
 			pause := e.db.PauseRowReads(t, role, ids[0].String(), key)
+			_, err := e.db.Pool.Exec(t.Context(), `GRANT SELECT ON outbox_events_dead TO `+pgx.Identifier{role}.Sanitize())
+			require.NoError(t, err)
 			a := e.db.RoleConn(t, role)
 
 			done := make(chan lease.Batch, 1)

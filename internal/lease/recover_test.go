@@ -67,8 +67,7 @@ func TestRecover(t *testing.T) {
 		require.Len(t, res.Failed, 1)
 		require.Equal(t, id, res.Failed[0].ID)
 		require.Equal(t, "test.event", res.Failed[0].Type)
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "FAILED", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_dead", "FAILED")
 		require.Equal(t, string(outbox.CodeWorkerLost), *r.LastErrorCode)
 		require.NotNil(t, r.FailedAt)
 		require.Zero(t, r.Attempts)
@@ -162,8 +161,7 @@ func TestRecover(t *testing.T) {
 		require.Equal(t, id, res.Failed[0].ID)
 		require.Equal(t, "test.event", res.Failed[0].Type)
 
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "FAILED", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_dead", "FAILED")
 		require.Equal(t, string(outbox.CodeWorkerLost), *r.LastErrorCode)
 		require.NotNil(t, r.FailedAt)
 		require.Zero(t, r.Attempts, "no attempt ever ended")
@@ -196,16 +194,17 @@ func TestRecoverRace(t *testing.T) {
 		// The worker's completion has updated the row but not committed:
 		// the committed version is still an expired PROCESSING row.
 		// (Complete itself refuses an expired lease, so the completion is
-		// written out; it is what Complete's sent statement does to the row.)
-		tag, err := tx.Exec(t.Context(), `UPDATE outbox_events SET status = 'SENT', sent_at = now(),
-			attempts = attempts + 1, lock_token = NULL, lease_until = NULL, heartbeat_at = NULL
-			WHERE id = $1 AND lock_token = $2`, id, b.Token)
+		// written out; it is what Complete's sent statement does to the
+		// row: a move into the SENT history.)
+		tag, err := tx.Exec(t.Context(), `WITH m AS (
+			DELETE FROM outbox_events WHERE id = $1 AND lock_token = $2 RETURNING id, seq, event_type, headers, attempts, created_at)
+			INSERT INTO outbox_events_sent (id, seq, event_type, headers, status, attempts, sent_at, lock_token, outcome_token, created_at)
+			SELECT id, seq, event_type, headers, 'SENT', attempts + 1, now(), $2, $2, created_at FROM m`, id, b.Token)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, tag.RowsAffected())
 
 		requireNotRecovered(t, e, tx)
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "SENT", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_sent", "SENT")
 		require.Zero(t, r.Recoveries)
 	})
 
@@ -233,8 +232,7 @@ func TestRecoverRace(t *testing.T) {
 		// To every other session the committed row is now expired.
 		require.True(t, get(t, e.db.Pool, id).LeaseUntil.Before(dbClock(t, e.db.Pool)))
 		requireNotRecovered(t, e, tx)
-		r := get(t, e.db.Pool, id)
-		require.Equal(t, "SENT", r.Status)
+		r := requireIn(t, e.db.Pool, id, "outbox_events_sent", "SENT")
 		require.Equal(t, 1, r.Attempts)
 		require.Zero(t, r.Recoveries)
 	})

@@ -3,12 +3,17 @@ package lease
 import (
 	"fmt"
 	"strings"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
 // statements is the SQL text of one table, built once in New.
 type statements struct {
-	claims                                                                                                           claimForms
-	renew, start, sent, deleteSent, failed, recover, release, releaseLater, releaseToken, nextDue, outcomes, waiting string
+	// claims take due rows of every type, typedClaims those of the types
+	// in a text array parameter (ClaimParams.Types).
+	claims, typedClaims                                                                  claimForms
+	renew, start, sent, deleteSent, failed, recover, release, releaseLater, releaseToken string
+	nextDue, typedNextDue, outcomes, waiting                                             string
 }
 
 // appendLog is the SQL expression that appends one entry to attempt_log and
@@ -45,10 +50,11 @@ func logEntry(outcome, code, message string) string {
 // time) or of third parties. clock_timestamp() is volatile, so no index
 // can serve the test either: the generic plan PostgreSQL switches to after
 // five executions of a prepared statement had scanned the lease index
-// (10s for 5,000 rows among 50,000 PROCESSING ones).
+// (10s for 5,000 rows among 50,000 PROCESSING ones; schema version 9, the
+// held index now has the same rows).
 //
-// The status test is written as stillProcessing, not as the lease index's
-// predicate, for the same reason: with "status = 'PROCESSING'" the planner
+// The status test is written as stillProcessing, not as the held index's
+// predicate (the lease index's until schema version 11), for the same reason: with "status = 'PROCESSING'" the planner
 // could scan that partial index, which holds every held row of every
 // dispatcher, and test each against the whole id array, O(held × B); it
 // did so even in custom plans whenever its statistics said few rows were
@@ -57,7 +63,7 @@ func logEntry(outcome, code, message string) string {
 const fenced = `o.id = ANY (ARRAY(SELECT unnest($1::uuid[]))) AND o.lock_token = $2::uuid AND ` + stillProcessing + ` AND clock_timestamp() < o.lease_until`
 
 // stillProcessing tests that row o is PROCESSING in a form that does not
-// imply the lease index's predicate, so that statements naming rows by id
+// imply the held index's predicate, so that statements naming rows by id
 // reach them through the primary key and never through that index (see
 // fenced).
 const stillProcessing = `(o.status || '') = 'PROCESSING'`
@@ -96,10 +102,19 @@ const lockedRefs = `req AS (
 // refResults reports, after a lockedRefs statement whose data-modifying
 // CTE "changed" returns (id, lock_token), every changed ref (true) and
 // every busy ref (false): one whose row exists but was locked elsewhere.
+// The rows that exist are read through the primary key, as lockedRefs
+// reads them, and the busy ones are those EXCEPT the locked ones (a set
+// operation, not a test per ref): with "NOT EXISTS (locked) AND EXISTS
+// (… WHERE b.id = r.id)" the planner made a semi join of a sequential
+// scan of the whole table (128,000 rows for a renewal of 3,000, on a
+// table of PENDING rows) and an anti join that compared every ref with
+// every locked row (4.5M comparisons, 3s;
+// TestHeldRowStatementsUseThePrimaryKey).
 const refResults = `SELECT id, lock_token, true FROM changed
 UNION ALL
 SELECT r.id, r.token, false FROM req AS r
-WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id) AND EXISTS (SELECT 1 FROM %[1]s AS b WHERE b.id = r.id)`
+JOIN (SELECT b.id FROM %[1]s AS b WHERE b.id = ANY (ARRAY(SELECT unnest($1::uuid[])))
+	EXCEPT SELECT l.id FROM locked AS l) AS b ON b.id = r.id`
 
 // recoverStarted is true for a recovered row whose attempt had started:
 // only those spend the poison budget (recoveries) or can be FAILED. A row
@@ -127,9 +142,9 @@ func eventColumns(alias string) string {
 var claimedColumns = eventColumns("o") + `, o.lease_until, o.next_attempt_at, o.seq, o.started_at IS NOT NULL, o.recoveries > 0`
 
 // claimSQL is the claim statement with the given started_at expression,
-// taking its rows from due (allDue or typedDue): a locking SELECT of the
-// ids of up to $1 due PENDING rows in due order. ARRAY() keeps the order
-// the CTE locked the rows in.
+// taking its rows from due (see allDue): a locking SELECT of the ids of up
+// to $1 due PENDING rows in due order. ARRAY() keeps the order the CTE
+// locked the rows in.
 func claimSQL(t, startedAt, due string) string {
 	return fmt.Sprintf(`WITH due AS MATERIALIZED (
 	%[4]s
@@ -157,14 +172,19 @@ const (
 	startSome = `CASE WHEN o.recoveries = 0 AND o.id = ANY ((SELECT a[1:$5::int] FROM ids)::uuid[]) THEN now() END`
 )
 
-// allDue locks the due rows of every type, walking the due index from its
-// head, but for those skip leaves out (see skipped).
-func allDue(t string, skip int) string {
+// allDue locks the due rows, walking the due index from its head, but
+// for those skip leaves out (see skipped). With typesParam > 0 (the
+// position of a text array parameter) it takes only rows of those types:
+// a filter on the same walk, so that a claim of some types costs what a
+// claim of every type costs, whatever their number (one form for every
+// dispatcher, schema version 11; the rows of other types it passes over
+// are its cost, see the package doc).
+func allDue(t string, typesParam, skip int) string {
 	return fmt.Sprintf(`SELECT id FROM %[1]s
-	WHERE status = 'PENDING' AND next_attempt_at <= now() AND %[2]s
+	WHERE status = 'PENDING' AND next_attempt_at <= now() AND %[2]s%[3]s
 	ORDER BY next_attempt_at, seq
 	LIMIT $1
-	FOR UPDATE SKIP LOCKED`, t, skipped("", skip))
+	FOR UPDATE SKIP LOCKED`, t, skipped("", skip), ofTypes("", typesParam))
 }
 
 // skipped is the condition on the row named alias ("" for none) that
@@ -178,95 +198,38 @@ func skipped(alias string, skip int) string {
 	return fmt.Sprintf(`%[1]sid <> ALL ($%[2]d::uuid[]) AND (%[1]srecoveries = 0 OR NOT $%[3]d::bool)`, alias, skip, skip+1)
 }
 
-// typeLegSlack is how many rows locked by other claimers one type's leg
-// of a typed claim can skip before it runs dry: a leg offers at most $1
-// (the batch) plus this many rows. The legs are read lazily, so this is
-// not what a claim reads; it is the LIMIT that makes PostgreSQL plan each
-// leg as a subquery of its own, in which event_type = constant lets the
-// type due index give due order, and plan it for a few rows (an ordered
-// index scan) rather than for all the rows of its type (with no LIMIT, or
-// a LIMIT of a million, it read and sorted all 20,000 due rows of one
-// type for a claim of 100). A claim whose legs run dry because more rows
-// were locked elsewhere takes fewer rows; the next claim takes the rest.
-const typeLegSlack = 1000
-
-// pendingForTypes is the type due index's predicate, written as the
-// index has it: the typed statements repeat it so that the planner can
-// take that index and no other (see migrations/006_type_due_index.sql).
-const pendingForTypes = `(status || '') = 'PENDING'`
-
-// typeLegs is one leg per event type ($param[1] to $param[n]): columns of
-// that type's PENDING rows that match due, in due order, up to limit,
-// read from the type due index, to be merged by a Merge Append into one
-// stream in due order.
-func typeLegs(t string, n, param int, columns, due, limit string) string {
-	legs := make([]string, n)
-	for i := range legs {
-		legs[i] = fmt.Sprintf(`(SELECT %[4]s FROM %[1]s
-		WHERE %[7]s AND event_type = ($%[2]d::text[])[%[3]d]%[5]s
-		ORDER BY next_attempt_at, seq LIMIT %[6]s)`, t, param, i+1, columns, due, limit, pendingForTypes)
+// ofTypes is, in the typed form (typesParam > 0), the condition that the
+// row named alias ("" for none) is of a claimed type, after an AND; else
+// empty.
+func ofTypes(alias string, typesParam int) string {
+	if typesParam == 0 {
+		return ``
 	}
-	return strings.Join(legs, "\n\t\tUNION ALL\n\t\t")
+	if alias != "" {
+		alias += "."
+	}
+	return fmt.Sprintf(` AND %sevent_type = ANY ($%d::text[])`, alias, typesParam)
 }
 
-// typedDue locks the due rows of n event types, given as the text array
-// $param: one leg per type (see typeLegs) merged in due order, each row
-// then locked on the table itself, skipping rows locked elsewhere, until
-// $1 are locked. The lock cannot sit in the legs (no row lock is allowed
-// over a UNION) nor in each leg (each would lock up to $1 rows), so the
-// rows are reached again by ctid, a TID scan: the ctid of a row version
-// visible to the statement stays valid while the statement runs. A row
-// changed since its leg read it is skipped by this claim (the TID
-// recheck rejects the newer version), or locked in its newest version and
-// the WHERE on "o" checked against it again (as in allDue), depending on
-// the server: either way it is never claimed unless it is still a due
-// PENDING row, and a skipped row is taken by the next claim. A join on id instead read
-// the primary key for each row: 510 buffers for a claim of 100, against
-// 210. A backlog of other types is never read: each leg starts at its own
-// type in the type due index. What skip leaves out is not locked (see
-// skipped).
-func typedDue(t string, n, param, skip int) string {
-	return fmt.Sprintf(`SELECT o.id FROM (
-		%[2]s
-	) AS c JOIN %[1]s AS o ON o.ctid = c.tid
-	WHERE o.status = 'PENDING' AND o.next_attempt_at <= now() AND %[3]s
-	ORDER BY c.next_attempt_at, c.seq
-	LIMIT $1
-	FOR UPDATE OF o SKIP LOCKED`, t, typeLegs(t, n, param, `ctid AS tid, next_attempt_at, seq`, ` AND next_attempt_at <= now()`,
-		fmt.Sprintf(`$1::int + %d`, typeLegSlack)), skipped("o", skip))
-}
-
-// claimForms are the three forms of a claim from one source of due rows;
-// due gets the position of its type array parameter, for typedDue (the
-// claimSome form has one parameter more), and of the ids to skip, the
-// last but one parameter (after the types when typed; see skipped).
+// claimForms are the three forms of a claim: none, all or some of its
+// rows marked started.
 type claimForms struct{ none, all, some string }
 
-func buildClaims(t string, typed bool, due func(param, skip int) string) claimForms {
-	skip := func(param int) int {
+// buildClaims builds the claim of every type, or (typed) of the types in
+// the text array after the started count: $5 ($6 in the claimSome form,
+// which has one parameter more), the ids to skip and SkipSuspects
+// following (see skipped).
+func buildClaims(t string, typed bool) claimForms {
+	due := func(param int) string {
 		if typed {
-			return param + 1
+			return allDue(t, param, param+1)
 		}
-		return param
+		return allDue(t, 0, param)
 	}
 	return claimForms{
-		none: claimSQL(t, startNone, due(5, skip(5))),
-		all:  claimSQL(t, startAll, due(5, skip(5))),
-		some: claimSQL(t, startSome, due(6, skip(6))),
-	}
-}
-
-// typedStatements are the statements of a dispatcher that claims only n
-// event types: its claims, and its next due time.
-type typedStatements struct {
-	claims  claimForms
-	nextDue string
-}
-
-func buildTyped(t string, n int) typedStatements {
-	return typedStatements{
-		claims:  buildClaims(t, true, func(param, skip int) string { return typedDue(t, n, param, skip) }),
-		nextDue: nextDueSQL(`SELECT min(next_attempt_at) FROM (` + typeLegs(t, n, 1, `next_attempt_at, seq`, ``, `1`) + `) AS c`),
+		none: claimSQL(t, startNone, due(5)),
+		all:  claimSQL(t, startAll, due(5)),
+		some: claimSQL(t, startSome, due(6)),
 	}
 }
 
@@ -276,9 +239,40 @@ func nextDueSQL(query string) string {
 	return `SELECT (extract(epoch FROM (` + query + `) - now()) * 1000000)::bigint`
 }
 
-func buildStatements(t string) statements {
+// nextDueWindow bounds the entries of the due index that the next due
+// time of some types reads in each of its two walks (typedNextDueSQL).
+const nextDueWindow = 1000
+
+// typedNextDueSQL is the next due time of the types of the text array
+// $1: the earliest PENDING row of those types among the first
+// nextDueWindow entries of the due index, else among the first
+// nextDueWindow entries of the rows not due yet (the index from now() on:
+// retries, snoozes and delayed events), else none. Each walk stops at
+// its first row of the types (the rows are in due order), so it costs
+// nextDueWindow entries at most; a row of the types that neither window
+// holds (behind more than nextDueWindow rows of other types) is found by
+// the next poll instead, or by the next claim, which walks all due rows.
+// The second walk runs only when the first finds nothing (coalesce).
+func typedNextDueSQL(t string) string {
+	walk := func(cond string) string {
+		return fmt.Sprintf(`(SELECT w.next_attempt_at FROM (
+		SELECT next_attempt_at, seq, event_type FROM %[1]s WHERE status = 'PENDING'%[2]s
+		ORDER BY next_attempt_at, seq LIMIT %[3]d
+	) AS w WHERE w.event_type = ANY ($1::text[]) ORDER BY w.next_attempt_at, w.seq LIMIT 1)`, t, cond, nextDueWindow)
+	}
+	return nextDueSQL(`SELECT coalesce(` + walk(``) + `,
+	` + walk(` AND next_attempt_at > now()`) + `)`)
+}
+
+func buildStatements(names sqlname.Names) statements {
+	t := names.Qualified
+	// x is the failures of the failed statement, one row per id.
+	const x = `unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[], $7::bool[])
+	AS x(id, code, message, final, delay, snooze)`
 	return statements{
-		claims: buildClaims(t, false, func(_, skip int) string { return allDue(t, skip) }),
+		claims:       buildClaims(t, false),
+		typedClaims:  buildClaims(t, true),
+		typedNextDue: typedNextDueSQL(t),
 
 		// start marks held rows started, fenced like a completion but
 		// without waiting for a row lock (see lockedRefs).
@@ -292,6 +286,9 @@ func buildStatements(t string) statements {
 )
 `+refResults, t),
 
+		// renew changes lease_until and heartbeat_at, which no index of
+		// the table holds (schema version 11): a HOT update, which adds
+		// no index entry when the page has room.
 		renew: fmt.Sprintf(`WITH `+lockedRefs+`, changed AS (
 	UPDATE %[1]s AS o
 	SET lease_until = now() + $3::bigint * interval '1 microsecond', heartbeat_at = now()
@@ -302,72 +299,107 @@ func buildStatements(t string) statements {
 )
 `+refResults, t),
 
-		// A successful attempt adds no attempt-log entry: lock_owner,
-		// locked_at, sent_at and attempts already say who, when and which
-		// attempt, and building the jsonb entry made the completion of
-		// 1,000 rows take 14ms instead of 8ms.
-		sent: fmt.Sprintf(`UPDATE %[1]s AS o
-SET status = 'SENT', sent_at = now(), attempts = o.attempts + 1, %[2]s
-WHERE %[3]s
-RETURNING o.id`, t, recorded, fenced),
+		// sent moves succeeded rows into the SENT history. A successful
+		// attempt adds no attempt-log entry: lock_owner, locked_at,
+		// sent_at and attempts already say who, when and which attempt,
+		// and building the jsonb entry made the completion of 1,000 rows
+		// take 14ms instead of 8ms.
+		sent: `WITH ` + deleted("m", t, "", fenced, with(leaseEnded(), map[string]string{
+			"status": `'SENT'`, "sent_at": `now()`, "attempts": `o.attempts + 1`,
+		})) + `, ` + inserted("moved", names.Sent, "m", "id") + `
+SELECT id FROM moved`,
 
 		deleteSent: fmt.Sprintf(`DELETE FROM %[1]s AS o
 WHERE %[2]s
 RETURNING o.id`, t, fenced),
 
-		// failed records failed attempts and snoozes. A snoozed row
-		// (x.snooze, never x.final) returns to PENDING due at now() +
-		// delay with its attempts, error and attempt log unchanged and
-		// one more snooze: it goes through the same fenced statement as
-		// a retry, so it takes no other path and no other lock order.
-		// The log keeps failures only, so that a handler that snoozes
-		// often does not push them out of its window of ten.
-		failed: fmt.Sprintf(`UPDATE %[1]s AS o
-SET status = CASE WHEN x.final THEN 'FAILED' ELSE 'PENDING' END,
-	attempts = o.attempts + CASE WHEN x.snooze THEN 0 ELSE 1 END,
-	snoozes = o.snoozes + CASE WHEN x.snooze THEN 1 ELSE 0 END,
-	next_attempt_at = CASE WHEN x.final THEN o.next_attempt_at
-		ELSE now() + x.delay * interval '1 microsecond' END,
-	failed_at = CASE WHEN x.final THEN now() END,
-	last_error_code = CASE WHEN x.snooze THEN o.last_error_code ELSE x.code END,
-	last_error = CASE WHEN x.snooze THEN o.last_error ELSE left(x.message, 2048) END, %[2]s,
-	attempt_log = CASE WHEN x.snooze THEN o.attempt_log ELSE %[3]s END
-FROM unnest($1::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[], $7::bool[])
-	AS x(id, code, message, final, delay, snooze)
-WHERE %[4]s AND o.id = x.id
-RETURNING o.id, o.status, o.attempts, o.next_attempt_at`, t, recorded,
-			appendLog(logEntry(`CASE WHEN x.final THEN 'failed' ELSE 'retry' END`, `x.code`, `left(x.message, 512)`)), fenced),
+		// failed records failed attempts and snoozes. A retry or a
+		// snooze stays in the table: a snoozed row (x.snooze, never
+		// x.final) returns to PENDING due at now() + delay with its
+		// attempts, error and attempt log unchanged and one more snooze;
+		// it goes through the same fenced statement as a retry, so it
+		// takes no other path and no other lock order. The log keeps
+		// failures only, so that a handler that snoozes often does not
+		// push them out of its window of ten. A final failure moves its
+		// row to the dead letters (DELETE … INSERT) in the same
+		// statement: each row is touched by one of the two (final or
+		// not), and both return (id, status, attempts, next_attempt_at).
+		failed: fmt.Sprintf(`WITH retried AS (
+	UPDATE %[1]s AS o
+	SET status = 'PENDING',
+		attempts = o.attempts + CASE WHEN x.snooze THEN 0 ELSE 1 END,
+		snoozes = o.snoozes + CASE WHEN x.snooze THEN 1 ELSE 0 END,
+		next_attempt_at = now() + x.delay * interval '1 microsecond',
+		failed_at = NULL,
+		last_error_code = CASE WHEN x.snooze THEN o.last_error_code ELSE x.code END,
+		last_error = CASE WHEN x.snooze THEN o.last_error ELSE left(x.message, 2048) END, %[2]s,
+		attempt_log = CASE WHEN x.snooze THEN o.attempt_log ELSE %[3]s END
+	FROM %[5]s
+	WHERE %[4]s AND o.id = x.id AND NOT x.final
+	RETURNING o.id, o.status, o.attempts, o.next_attempt_at
+), %[6]s, %[7]s
+SELECT id, status, attempts, next_attempt_at FROM retried
+UNION ALL
+SELECT id, status, attempts, next_attempt_at FROM moved`, t, recorded,
+			appendLog(logEntry(`'retry'`, `x.code`, `left(x.message, 512)`)), fenced, x,
+			deleted("dead", t, x, fenced+` AND o.id = x.id AND x.final`, with(leaseEnded(), map[string]string{
+				"status": `'FAILED'`, "attempts": `o.attempts + 1`, "failed_at": `now()`,
+				"last_error_code": `x.code`, "last_error": `left(x.message, 2048)`,
+				"attempt_log": appendLog(logEntry(`'failed'`, `x.code`, `left(x.message, 512)`)),
+			})),
+			deadInserted("moved", names.Dead, "dead", "id, status, attempts, next_attempt_at")),
 
-		// recovered returns the columns the outer SELECT reads, not o.*:
+		// recover returns the columns the outer SELECT reads, not o.*:
 		// o.* would need SELECT on every column of the table (ReadColumns).
 		//
-		// The UPDATE does not repeat expired's conditions: the CTE
-		// checked them on the version it locked (the newest), and the
-		// lock keeps it so. Repeated, they let the planner reach the
-		// rows through the lease index and filter every expired row by
-		// id, a cost that grows with the expired rows, not the batch.
+		// The expired rows are found through the held index, which holds
+		// the PROCESSING rows in locked_at order: the walk tests each
+		// held row's lease and stops at $1 expired ones, so it reads at
+		// most the held rows, which the dispatchers' configurations bound
+		// (BatchSize and the claims ahead), never the PENDING backlog. In
+		// locked_at order, not lease_until: lease_until is not indexed
+		// (a renewal would then not be a HOT update), and an order by it
+		// sorted every expired lease to recover a batch.
+		//
+		// The UPDATE and the DELETE do not repeat expired's conditions:
+		// the CTE checked them on the version it locked (the newest), and
+		// the lock keeps it so. Repeated, they let the planner reach the
+		// rows through the index and filter every expired row by id, a
+		// cost that grows with the expired rows, not the batch. A row that
+		// becomes FAILED (recoverFinal) moves to the dead letters; the
+		// others stay, each row touched by one of the two. Neither writes
+		// outcome_token: a recovery records no outcome of the claim (see
+		// Outcomes).
 		recover: fmt.Sprintf(`WITH expired AS MATERIALIZED (
 	SELECT id FROM %[1]s
 	WHERE status = 'PROCESSING' AND lease_until <= now()
-	ORDER BY lease_until
+	ORDER BY locked_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), recovered AS (
 	UPDATE %[1]s AS o
-	SET status = CASE WHEN %[4]s THEN 'FAILED' ELSE 'PENDING' END,
-		recoveries = o.recoveries + CASE WHEN %[6]s THEN 1 ELSE 0 END,
-		next_attempt_at = CASE WHEN %[6]s THEN now() ELSE o.next_attempt_at END,
-		failed_at = CASE WHEN %[4]s THEN now() END,
-		last_error_code = CASE WHEN %[6]s THEN 'worker_lost' ELSE o.last_error_code END,
-		last_error = CASE WHEN %[6]s THEN 'lease expired: the worker stopped renewing it' ELSE o.last_error END,
-		attempt_log = CASE WHEN %[6]s THEN %[3]s ELSE o.attempt_log END, %[2]s
-	WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
-	RETURNING o.status, o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.partition_key,
-		o.idempotency_key, o.content_type, o.payload, o.headers, o.attempts, o.snoozes, o.created_at
-)
-SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
-			appendLog(logEntry(`CASE WHEN `+recoverFinal+` THEN 'failed' ELSE 'recovered' END`, `'worker_lost'`, `'lease expired'`)),
-			recoverFinal, eventColumns("c"), recoverStarted),
+	SET status = 'PENDING',
+		recoveries = o.recoveries + CASE WHEN %[5]s THEN 1 ELSE 0 END,
+		next_attempt_at = CASE WHEN %[5]s THEN now() ELSE o.next_attempt_at END,
+		failed_at = NULL,
+		last_error_code = CASE WHEN %[5]s THEN 'worker_lost' ELSE o.last_error_code END,
+		last_error = CASE WHEN %[5]s THEN '`+recoveredMessage+`' ELSE o.last_error END,
+		attempt_log = CASE WHEN %[5]s THEN %[3]s ELSE o.attempt_log END, %[2]s
+	WHERE o.id = ANY (ARRAY(SELECT id FROM expired)) AND NOT %[6]s
+	RETURNING o.status, %[4]s
+), %[7]s, %[8]s
+SELECT c.status, %[9]s FROM recovered AS c
+UNION ALL
+SELECT c.status, %[9]s FROM moved AS c`, t, cleared,
+			appendLog(logEntry(`'recovered'`, `'worker_lost'`, `'lease expired'`)), recoveredColumns("o"),
+			recoverStarted, recoverFinal,
+			deleted("dead", t, "", `o.id = ANY (ARRAY(SELECT id FROM expired)) AND `+recoverFinal, map[string]string{
+				"status": `'FAILED'`, "recoveries": `o.recoveries + 1`, "next_attempt_at": `now()`, "failed_at": `now()`,
+				"last_error_code": `'worker_lost'`, "last_error": `'` + recoveredMessage + `'`,
+				"attempt_log": appendLog(logEntry(`'failed'`, `'worker_lost'`, `'lease expired'`)),
+				"lock_token":  `NULL::uuid`, "started_at": `NULL::timestamptz`, "lease_until": `NULL::timestamptz`, "heartbeat_at": `NULL::timestamptz`,
+			}),
+			deadInserted("moved", names.Dead, "dead", "status, "+recoveredColumns("")), eventColumns("c")),
 
 		nextDue: nextDueSQL(fmt.Sprintf(`SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' ORDER BY next_attempt_at, seq LIMIT 1`, t)),
 
@@ -398,15 +430,53 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 )
 `+refResults, t, cleared),
 
-		// outcomes reads what each row of $1 shows of an outcome written
-		// under token $2 (see Outcomes and the package doc, "Lost
-		// replies"): GONE, no row; RECORDED, its outcome_token is $2;
-		// HELD, still PROCESSING under $2 (its lease passed); else what
-		// the latest attempt-log entry under $2 says: RECOVERED (a
-		// recovery took the lease), LOGGED (a retry or FAILED outcome of
-		// $2), or NO_TRACE when there is none. Then the row's attempts
-		// and due time, and the entry's attempt and end.
-		outcomes: fmt.Sprintf(`SELECT x.id,
+		outcomes: outcomesSQL(names),
+
+		// releaseToken finds the rows by token through the held index,
+		// which holds only the PROCESSING rows (the held rows of every
+		// dispatcher), never the backlog.
+		releaseToken: fmt.Sprintf(`UPDATE %[1]s AS o
+SET status = 'PENDING', %[2]s
+WHERE o.status = 'PROCESSING' AND o.lock_token = $1`, t, cleared),
+	}
+}
+
+// recoveredMessage is the last_error of a row whose lease recovery took.
+const recoveredMessage = `lease expired: the worker stopped renewing it`
+
+// recoveredColumns are the columns of a recovered row that the outer
+// SELECT of recover reads (eventColumns), of the row named alias ("" for
+// none).
+func recoveredColumns(alias string) string {
+	cols := []string{"id", "event_type", "aggregate_type", "aggregate_id", "partition_key",
+		"idempotency_key", "content_type", "payload", "headers", "attempts", "snoozes", "created_at"}
+	if alias != "" {
+		for i, c := range cols {
+			cols[i] = alias + "." + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// outcomesSQL reads what each row of $1 shows of an outcome written
+// under token $2 (see Outcomes and the package doc, "Lost replies"),
+// looking for the row in the outbox table, then in the dead letters (by
+// their primary key), then in the SENT history (by its id index, in each
+// partition). An id can be in more than one of them (a caller emitted
+// an event again with the id of a dead letter or a sent event): the row
+// that shows $2's outcome is the row, then the one still held under $2,
+// then one whose attempt log names $2, then the first found in that
+// order. Taking the first found alone read an older dead letter of the
+// id, not the history row that recorded $2's success, and reported the
+// success lost. GONE, no row anywhere;
+// RECORDED, its outcome_token is $2; HELD, still PROCESSING under $2 (its
+// lease passed); else what the latest attempt-log entry under $2 says:
+// RECOVERED (a recovery took the lease), LOGGED (a retry or FAILED
+// outcome of $2), or NO_TRACE when there is none. Then the row's attempts
+// and due time, and the entry's attempt and end.
+func outcomesSQL(names sqlname.Names) string {
+	const cols = `h.id, h.status, h.lock_token, h.outcome_token, h.attempts, h.next_attempt_at, h.attempt_log`
+	return fmt.Sprintf(`SELECT x.id,
 	CASE WHEN o.id IS NULL THEN 'GONE'
 		WHEN o.outcome_token = $2::uuid THEN 'RECORDED'
 		WHEN o.lock_token = $2::uuid AND `+stillProcessing+` THEN 'HELD'
@@ -416,42 +486,48 @@ SELECT c.status, %[5]s FROM recovered AS c`, t, cleared,
 	coalesce(o.attempts, 0), coalesce(o.next_attempt_at, now()),
 	(l.entry->>'attempt')::int, (l.entry->>'ended')::timestamptz
 FROM unnest($1::uuid[]) AS x(id)
-LEFT JOIN %[1]s AS o ON o.id = x.id
+LEFT JOIN LATERAL (
+	SELECT * FROM (
+		SELECT %[4]s, 1 AS t FROM %[1]s AS h WHERE h.id = x.id
+		UNION ALL
+		SELECT %[4]s, 2 FROM %[2]s AS h WHERE h.id = x.id
+		UNION ALL
+		SELECT %[4]s, 3 FROM %[3]s AS h WHERE h.id = x.id
+	) AS h
+	ORDER BY h.outcome_token IS NOT DISTINCT FROM $2::uuid DESC,
+		(h.lock_token IS NOT DISTINCT FROM $2::uuid AND h.status = 'PROCESSING') DESC,
+		h.attempt_log @> jsonb_build_array(jsonb_build_object('token', $2::uuid::text)) DESC, h.t
+	LIMIT 1
+) AS o ON true
 LEFT JOIN LATERAL (
 	SELECT e.entry FROM jsonb_array_elements(o.attempt_log) WITH ORDINALITY AS e(entry, n)
 	WHERE e.entry->>'token' = $2::uuid::text
 	ORDER BY e.n DESC LIMIT 1
-) AS l ON true`, t),
-
-		releaseToken: fmt.Sprintf(`UPDATE %[1]s AS o
-SET status = 'PENDING', %[2]s
-WHERE o.status = 'PROCESSING' AND o.lock_token = $1`, t, cleared),
-	}
+) AS l ON true`, names.Qualified, names.Dead, names.Sent, cols)
 }
 
+// maxWaitingRows bounds the entries of the due index that Waiting reads.
+const maxWaitingRows = 10000
+
 // waitingSQL counts, per event type not in $1, the PENDING rows due for
-// at least $2 microseconds, up to $3 per type. It walks the distinct
-// types of the PENDING rows through the type due index, one index probe
-// per type (at most $4 types), and counts only the types not in $1, each
-// in a range scan of that index that stops at $3 rows: its cost is
-// bounded by $4 probes plus $3 rows per type it reports, whatever the
-// backlog.
+// at least $2 microseconds, up to $3 per type, for at most $4 types (the
+// first in type order), among the rows that have been due longest: it
+// walks the due index from its head over the rows due for at least $2,
+// up to $3 × $4 entries and at most maxWaitingRows, and groups them by
+// type. Its cost is bounded by those entries whatever the backlog; a type
+// whose rows all wait behind that many older rows of other types goes
+// uncounted until those are claimed. The rows of the caller's own types
+// take places in the walk, but the caller claims them soon after they
+// are due: those that have waited $2 are few.
 func waitingSQL(t string) string {
-	return fmt.Sprintf(`WITH RECURSIVE types(event_type, n) AS (
-	SELECT (SELECT min(event_type) FROM %[1]s WHERE %[2]s), 1
-	UNION ALL
-	SELECT (SELECT min(x.event_type) FROM %[1]s AS x WHERE %[2]s AND x.event_type > types.event_type),
-		types.n + 1
-	FROM types WHERE types.event_type IS NOT NULL AND types.n < $4::int
-)
-SELECT types.event_type, w.n FROM types CROSS JOIN LATERAL (
-	SELECT count(*) FROM (
-		SELECT 1 FROM %[1]s AS x
-		WHERE %[2]s AND x.event_type = types.event_type AND types.event_type <> ALL ($1::text[])
-			AND x.next_attempt_at <= now() - $2::bigint * interval '1 microsecond'
-		LIMIT $3::int
-	) AS d
-) AS w(n)
-WHERE w.n > 0
-ORDER BY types.event_type`, t, pendingForTypes)
+	return fmt.Sprintf(`SELECT w.event_type, least(count(*), $3::int) FROM (
+	SELECT event_type FROM %[1]s
+	WHERE status = 'PENDING' AND next_attempt_at <= now() - $2::bigint * interval '1 microsecond'
+	ORDER BY next_attempt_at, seq
+	LIMIT least($3::bigint * $4::bigint, %[2]d)
+) AS w
+WHERE w.event_type <> ALL ($1::text[])
+GROUP BY w.event_type
+ORDER BY w.event_type
+LIMIT $4::int`, t, maxWaitingRows)
 }

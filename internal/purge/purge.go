@@ -20,7 +20,8 @@ type Querier interface {
 
 // Params choose one batch of rows to delete.
 type Params struct {
-	// Status is outbox.StatusSent or outbox.StatusFailed; the caller
+	// Status is outbox.StatusSent (the rows of the history's default
+	// partition) or outbox.StatusFailed (the dead letters); the caller
 	// checks it (Delete and Count panic on any other).
 	Status outbox.Status
 	// OlderThan keeps rows that finished less than this long ago
@@ -33,7 +34,7 @@ type Params struct {
 	Exclusive bool
 	// After, when set, skips the rows that finished before it: a drain
 	// passes the Result.Last of its previous batch, so that each batch
-	// starts in the finished index where the previous one ended rather
+	// starts in the index where the previous one ended rather
 	// than at its oldest entry, past the dead entries of the rows already
 	// deleted (which stay in the index while an old snapshot holds the
 	// vacuum horizon back). The zero time starts at the oldest row.
@@ -60,54 +61,59 @@ type Store struct {
 	sentCount, failedCount string // how many a batch would delete now
 }
 
-// finishedAt is the expression the finished index is built on: when the
-// row became SENT or FAILED.
-const finishedAt = `coalesce(sent_at, failed_at)`
+// source is where the rows of one status are deleted: the table, the
+// column that identifies a row there, and when the row finished.
+type source struct{ table, key, finished string }
 
-// New returns the statements for the table in names.
+// New returns the statements for the table in names: FAILED rows are
+// deleted from the dead letters (by failed_at, through the dead time
+// index), SENT rows from the history's default partition only (by
+// sent_at: the partition is normally empty and has no index on it; the
+// time partitions go whole, see RetireHistory).
 func New(names sqlname.Names) *Store {
-	t := names.Qualified
+	sent := source{table: sentDefault(names), key: "ctid", finished: "sent_at"}
+	failed := source{table: names.Dead, key: "id", finished: "failed_at"}
+	const excl = "pg_try_advisory_xact_lock(hashtextextended($4, 0))"
 	return &Store{
 		lockName:    "pgoutbox.retention:" + names.Table.String(),
-		sent:        deleteSQL(t, "SENT", "true"),
-		failed:      deleteSQL(t, "FAILED", "true"),
-		sentExcl:    deleteSQL(t, "SENT", "pg_try_advisory_xact_lock(hashtextextended($4, 0))"),
-		failedExcl:  deleteSQL(t, "FAILED", "pg_try_advisory_xact_lock(hashtextextended($4, 0))"),
-		sentCount:   countSQL(t, "SENT"),
-		failedCount: countSQL(t, "FAILED"),
+		sent:        deleteSQL(sent, "true"),
+		failed:      deleteSQL(failed, "true"),
+		sentExcl:    deleteSQL(sent, excl),
+		failedExcl:  deleteSQL(failed, excl),
+		sentCount:   countSQL(sent),
+		failedCount: countSQL(failed),
 	}
 }
 
-// due selects the rows of status that finished before the cut-off ($1 is
-// OlderThan in microseconds), in the order of the finished index.
-func due(status string) string {
-	return fmt.Sprintf(`status = '%s' AND %s < now() - $1::bigint * interval '1 microsecond'`, status, finishedAt)
+// due selects the rows that finished before the cut-off ($1 is OlderThan
+// in microseconds).
+func due(src source) string {
+	return fmt.Sprintf(`%s < now() - $1::bigint * interval '1 microsecond'`, src.finished)
 }
 
 // deleteSQL is one batch: turn decides whether it may run (the advisory
 // lock, or true). The sub-select that locks the rows is gated on it, so a
 // batch that did not get its turn reads no row. $3 is Params.After
-// (-infinity for none), a lower bound of the same index column, so that
-// the scan starts there. "id = ANY(ARRAY(…))"
-// rather than "id IN (SELECT … LIMIT n)", which may be planned as a join
-// that re-runs the sub-select and touches more than n rows.
-func deleteSQL(table, status, turn string) string {
-	return fmt.Sprintf(`WITH turn AS (SELECT %[4]s AS got),
+// (-infinity for none), a lower bound of the same column, so that the
+// scan starts there. "key = ANY(ARRAY(…))" rather than
+// "key IN (SELECT … LIMIT n)", which may be planned as a join that
+// re-runs the sub-select and touches more than n rows.
+func deleteSQL(src source, turn string) string {
+	return fmt.Sprintf(`WITH turn AS (SELECT %[3]s AS got),
 gone AS (
-	DELETE FROM %[1]s AS o WHERE o.id = ANY (ARRAY(
-		SELECT id FROM %[1]s WHERE (SELECT got FROM turn) AND %[3]s AND %[5]s >= $3::timestamptz
-		ORDER BY %[5]s LIMIT $2 FOR UPDATE SKIP LOCKED))
-	AND o.status = '%[2]s'
-	RETURNING %[5]s AS finished)
-SELECT (SELECT got FROM turn), count(*), max(finished) FROM gone`, table, status, due(status), turn, finishedAt)
+	DELETE FROM %[1]s AS o WHERE o.%[5]s = ANY (ARRAY(
+		SELECT %[5]s FROM %[1]s WHERE (SELECT got FROM turn) AND %[2]s AND %[4]s >= $3::timestamptz
+		ORDER BY %[4]s LIMIT $2 FOR UPDATE SKIP LOCKED))
+	RETURNING %[4]s AS finished)
+SELECT (SELECT got FROM turn), count(*), max(finished) FROM gone`, src.table, due(src), turn, src.finished, src.key)
 }
 
 // countSQL counts, without locking, up to $2 rows a batch would delete.
-// Ordered like the batch, so that it too walks the finished index: with
-// no order, a LIMIT makes a sequential scan look cheap, and when few rows
+// Ordered like the batch, so that it walks the same index: with no
+// order, a LIMIT makes a sequential scan look cheap, and when few rows
 // are due it reads the whole table.
-func countSQL(table, status string) string {
-	return fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s ORDER BY %s LIMIT $2) AS d`, table, due(status), finishedAt)
+func countSQL(src source) string {
+	return fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s ORDER BY %s LIMIT $2) AS d`, src.table, due(src), src.finished)
 }
 
 // Delete runs one batch and reports how many rows it deleted.

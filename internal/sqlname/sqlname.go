@@ -1,6 +1,9 @@
 package sqlname
 
 import (
+	"strings"
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/ident"
@@ -17,6 +20,10 @@ type Names struct {
 	Qualified string
 	// VersionTable is the quoted schema.table of tern's version table.
 	VersionTable string
+	// Dead is the quoted schema.table of the dead letters (FAILED rows).
+	Dead string
+	// Sent is the quoted schema.table of the SENT history (partitioned).
+	Sent string
 }
 
 // Suffixes of the objects that belong to an outbox table. The longest must
@@ -46,6 +53,41 @@ const (
 	SuffixLogCheck      = "_log_check"
 	SuffixErrorCheck    = "_error_check"
 	SuffixVersion       = "_schema_version"
+
+	// Schema version 10 and 11 (issue 25): the outbox table keeps only
+	// PENDING and PROCESSING rows, with the held and stray indexes; dead
+	// letters and SENT history have tables of their own.
+	SuffixHeldIndex      = "_held_idx"
+	SuffixStrayIndex     = "_stray_idx"
+	SuffixDead           = "_dead"
+	SuffixDeadPkey       = "_dead_pkey"
+	SuffixDeadCheck      = "_dead_check"
+	SuffixDeadSeqIndex   = "_dead_seq_idx"
+	SuffixDeadTypeIndex  = "_dead_type_idx"
+	SuffixDeadAggIndex   = "_dead_agg_idx"
+	SuffixDeadCodeIndex  = "_dead_code_idx"
+	SuffixDeadTimeIndex  = "_dead_time_idx"
+	SuffixDeadOrderIndex = "_dead_order_idx"
+	SuffixSent           = "_sent"
+	SuffixSentCheck      = "_sent_check"
+	SuffixSentDefault    = "_sent_default"
+	SuffixSentIDIndex    = "_sent_id_idx"
+	SuffixSentSeqIndex   = "_sent_seq_idx"
+	SuffixSentTypeIndex  = "_sent_type_idx"
+	SuffixSentAggIndex   = "_sent_agg_idx"
+	// SuffixSentDefaultIndex is the default partition's own index on
+	// sent_at, which serves retention's batched deletes there.
+	SuffixSentDefaultIndex = "_sent_def_idx"
+	// SuffixSentAdd and SuffixSentDrop name the SECURITY DEFINER
+	// functions that create and drop the history's time partitions
+	// (migration 010), so that no role but the migrator needs to own the
+	// history.
+	SuffixSentAdd  = "_sent_add"
+	SuffixSentDrop = "_sent_drop"
+	// SuffixPartition starts the name of a time partition of the SENT
+	// history, followed by its start as YYYYMMDDHHMM in UTC (see
+	// Names.Partition).
+	SuffixPartition = "_s"
 )
 
 // For validates t (after applying defaults) and returns its names.
@@ -59,6 +101,8 @@ func For(t outbox.Table) (Names, error) {
 		Schema:       pgx.Identifier{t.Schema}.Sanitize(),
 		Qualified:    pgx.Identifier{t.Schema, t.Name}.Sanitize(),
 		VersionTable: pgx.Identifier{t.Schema, t.Name + SuffixVersion}.Sanitize(),
+		Dead:         pgx.Identifier{t.Schema, t.Name + SuffixDead}.Sanitize(),
+		Sent:         pgx.Identifier{t.Schema, t.Name + SuffixSent}.Sanitize(),
 	}, nil
 }
 
@@ -80,3 +124,59 @@ func (n Names) Channel() string {
 	}
 	return "pgoutbox_" + n.Table.Name
 }
+
+// PartitionLayout is the time layout of a history partition's name after
+// SuffixPartition: its start, to the minute, in UTC.
+const PartitionLayout = "200601021504"
+
+// Partition returns the unquoted name of the SENT history's time
+// partition that starts at start (truncated to the minute, in UTC).
+func (n Names) Partition(start time.Time) string {
+	return n.Table.Name + SuffixPartition + start.UTC().Format(PartitionLayout)
+}
+
+// Function returns the quoted schema.name of the table's function with
+// the suffix (SuffixSentAdd, SuffixSentDrop).
+func (n Names) Function(suffix string) string {
+	return pgx.Identifier{n.Table.Schema, n.Object(suffix)}.Sanitize()
+}
+
+// SentAddSignature returns the history's partition-creating function
+// (SuffixSentAdd), quoted and qualified, with its argument types, as
+// GRANT and has_function_privilege take it.
+func (n Names) SentAddSignature() string {
+	return n.Function(SuffixSentAdd) + "(timestamptz, timestamptz)"
+}
+
+// SentDropSignature is SentAddSignature for the partition-dropping
+// function (SuffixSentDrop).
+func (n Names) SentDropSignature() string { return n.Function(SuffixSentDrop) + "(timestamptz)" }
+
+// QualifiedPartition returns the quoted schema.table of that partition.
+func (n Names) QualifiedPartition(start time.Time) string {
+	return pgx.Identifier{n.Table.Schema, n.Partition(start)}.Sanitize()
+}
+
+// Columns are the outbox table's columns in table order, which its dead
+// letters and its SENT history share (CREATE TABLE … (LIKE …), schema
+// version 10): a statement that moves a row between them names every
+// one, never "*".
+var Columns = []string{
+	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
+	"content_type", "payload", "headers", "status", "attempts", "recoveries", "next_attempt_at",
+	"lock_token", "lock_owner", "locked_at", "lease_until", "heartbeat_at", "last_error_code",
+	"last_error", "attempt_log", "created_at", "sent_at", "failed_at", "started_at", "snoozes",
+	"skipped_at", "outcome_token",
+}
+
+// ReplaceDead is the ON CONFLICT clause of an insert into the dead
+// letters: an id that is a dead letter already (an event emitted again
+// with the id of one) has its dead letter replaced by the newer row,
+// rather than failing the statement and every batch that holds the row.
+var ReplaceDead = func() string {
+	excluded := make([]string, len(Columns))
+	for i, c := range Columns {
+		excluded[i] = "EXCLUDED." + c
+	}
+	return "ON CONFLICT (id) DO UPDATE SET (" + strings.Join(Columns, ", ") + ") = ROW(" + strings.Join(excluded, ", ") + ")"
+}()

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -106,13 +107,20 @@ func withConn(tb testing.TB, url string, f func(context.Context, *pgx.Conn)) {
 	f(ctx, conn)
 }
 
-// NewMigrated is New with the outbox table migrated into the schema.
+// NewMigrated is New with the outbox table migrated into the schema,
+// less the SENT history's time partitions Migrate creates: the tests
+// start from a history with its default partition only and create the
+// partitions they need (a dispatcher's Start creates those ahead).
 func NewMigrated(tb testing.TB) *DB {
 	tb.Helper()
 	db := New(tb)
 	withConn(tb, db.URL, func(ctx context.Context, conn *pgx.Conn) {
 		if err := migrations.Migrate(ctx, conn, migrations.Config{Table: db.Table()}); err != nil {
 			tb.Fatalf("testdb: migrate: %v", err)
+		}
+		drop := pgx.Identifier{db.Schema, outbox.DefaultTable + sqlname.SuffixSentDrop}.Sanitize()
+		if _, err := conn.Exec(ctx, `SELECT `+drop+`('infinity')`); err != nil {
+			tb.Fatalf("testdb: drop the history's partitions: %v", err)
 		}
 	})
 	return db

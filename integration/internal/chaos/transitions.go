@@ -36,6 +36,13 @@ type Transition struct {
 // row's status into it, in the changing transaction: a rolled back change
 // leaves no entry. A delete is logged too, as a change to the status
 // Deleted keeping the token (DeleteSent deletes instead of writing SENT).
+// Since schema version 10 a SENT or FAILED outcome moves its row: the
+// statement deletes it from the outbox table and inserts it into the SENT
+// history %[3]s or the dead letters %[4]s; a trigger on each turns the
+// delete's entry of the same statement into the change to the status
+// inserted, so that a move reads as the change it records (an insert
+// without that delete is logged as a change from NOT_DELETED, which the
+// checks report).
 // It stamps the change with clock_timestamp() and with
 // statement_timestamp(), the start of the writing statement, which is no
 // later than that statement's own test of the lease (see fencing).
@@ -49,11 +56,12 @@ CREATE TABLE %[1]s.chaos_transitions (
 	old_lease_until timestamptz,
 	at              timestamptz NOT NULL,
 	statement_at    timestamptz NOT NULL,
-	writer          text        NOT NULL
+	writer          text        NOT NULL,
+	xact            bigint      NOT NULL DEFAULT txid_current()
 );
 CREATE FUNCTION %[1]s.chaos_log_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO %[1]s.chaos_transitions
+	INSERT INTO %[1]s.chaos_transitions (id, old_status, new_status, old_token, new_token, old_lease_until, at, statement_at, writer)
 	VALUES (NEW.id, OLD.status, NEW.status, OLD.lock_token, NEW.lock_token, OLD.lease_until,
 		clock_timestamp(), statement_timestamp(), current_setting('application_name'));
 	RETURN NEW;
@@ -63,20 +71,37 @@ CREATE TRIGGER chaos_log_transition BEFORE UPDATE ON %[2]s
 	EXECUTE FUNCTION %[1]s.chaos_log_transition();
 CREATE FUNCTION %[1]s.chaos_log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO %[1]s.chaos_transitions
+	INSERT INTO %[1]s.chaos_transitions (id, old_status, new_status, old_token, new_token, old_lease_until, at, statement_at, writer)
 	VALUES (OLD.id, OLD.status, 'DELETED', OLD.lock_token, OLD.lock_token, OLD.lease_until,
 		clock_timestamp(), statement_timestamp(), current_setting('application_name'));
 	RETURN OLD;
 END $$;
 CREATE TRIGGER chaos_log_delete BEFORE DELETE ON %[2]s
 	FOR EACH ROW EXECUTE FUNCTION %[1]s.chaos_log_delete();
+CREATE FUNCTION %[1]s.chaos_log_move() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE %[1]s.chaos_transitions SET new_status = NEW.status
+	WHERE id = NEW.id AND new_status = 'DELETED' AND xact = txid_current() AND statement_at = statement_timestamp();
+	IF NOT FOUND THEN -- not a move in one statement: the check reports a change from NOT_DELETED
+		INSERT INTO %[1]s.chaos_transitions (id, old_status, new_status, old_token, new_token, old_lease_until, at, statement_at, writer)
+		VALUES (NEW.id, 'NOT_DELETED', NEW.status, NULL, NEW.lock_token, NULL,
+			clock_timestamp(), statement_timestamp(), current_setting('application_name'));
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_log_move BEFORE INSERT ON %[3]s
+	FOR EACH ROW EXECUTE FUNCTION %[1]s.chaos_log_move();
+CREATE TRIGGER chaos_log_move BEFORE INSERT ON %[4]s
+	FOR EACH ROW EXECUTE FUNCTION %[1]s.chaos_log_move();
 `
 
 // InstallTransitionLog creates the transition log of the outbox table
-// schema.table (see Transition). Sessions must set application_name to
-// the replica's name: it is how the log tells who wrote a change.
+// schema.table (see Transition), its SENT history and its dead letters.
+// Sessions must set application_name to the replica's name: it is how the
+// log tells who wrote a change.
 func InstallTransitionLog(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
-	_, err := pool.Exec(ctx, fmt.Sprintf(transitionLogSQL, pgx.Identifier{schema}.Sanitize(), pgx.Identifier{schema, table}.Sanitize()))
+	_, err := pool.Exec(ctx, fmt.Sprintf(transitionLogSQL, pgx.Identifier{schema}.Sanitize(), pgx.Identifier{schema, table}.Sanitize(),
+		pgx.Identifier{schema, table + "_sent"}.Sanitize(), pgx.Identifier{schema, table + "_dead"}.Sanitize()))
 	return err
 }
 
