@@ -144,7 +144,7 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 		{"DeleteOnTable", `REVOKE DELETE ON outbox_events FROM %[2]s`, "DELETE", "outbox_events", "recording outcomes", keepSent, nil},
 		{"DeleteOnTableWithDeleteSent", `REVOKE DELETE ON outbox_events FROM %[2]s`, "DELETE", "outbox_events", "recording outcomes",
 			func(c *dispatcher.Config) { c.DeleteSent, c.KeepSent = true, true }, nil},
-		{"InsertOnDead", `REVOKE INSERT ON outbox_events_dead FROM %[2]s`, "INSERT, UPDATE and SELECT", "outbox_events_dead", "dead letters", keepSent, nil},
+		{"InsertOnDead", `REVOKE INSERT ON outbox_events_dead FROM %[2]s`, "INSERT", "outbox_events_dead", "dead letters", keepSent, nil},
 		{"SelectOnDead", `REVOKE SELECT ON outbox_events_dead FROM %[2]s`, "SELECT", "outbox_events_dead", "lost replies", keepSent, nil},
 		{"SelectOnSent", `REVOKE SELECT ON outbox_events_sent FROM %[2]s`, "SELECT", "outbox_events_sent", "lost replies", keepSent, nil},
 		{"InsertOnSent", `REVOKE INSERT ON outbox_events_sent FROM %[2]s`, "INSERT", "outbox_events_sent", "DeleteSent", keepSent,
@@ -159,7 +159,7 @@ GRANT SELECT ON outbox_events_schema_version TO %[2]s;
 			func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, keepSent},
 		// A move replaces the dead letter of the same id (ON CONFLICT DO
 		// UPDATE), so every dispatcher needs UPDATE on the dead letters.
-		{"UpdateOnDead", `REVOKE UPDATE ON outbox_events_dead FROM %[2]s`, "INSERT, UPDATE and SELECT", "outbox_events_dead", "dead letters",
+		{"UpdateOnDead", `REVOKE UPDATE ON outbox_events_dead FROM %[2]s`, "UPDATE", "outbox_events_dead", "dead letter of the same id",
 			func(c *dispatcher.Config) { c.KeepSent, c.RetainFailed = true, time.Hour }, nil},
 		{"ExecuteSentAdd", `REVOKE EXECUTE ON FUNCTION outbox_events_sent_add(timestamptz, timestamptz) FROM %[2]s`, "EXECUTE",
 			"outbox_events_sent_add", "time partitions", keepSent, func(c *dispatcher.Config) { c.DeleteSent, c.KeepSent = true, true }},

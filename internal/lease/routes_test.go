@@ -106,7 +106,7 @@ func TestExecModes(t *testing.T) {
 		access, err := e.store.Access(ctx, pool)
 		require.NoError(t, err)
 		require.Equal(t, lease.Access{Select: true, Update: true, Delete: true, Isolation: "read committed",
-			Dead: lease.TableAccess{Insert: true, Select: true}, Sent: lease.TableAccess{Insert: true, Select: true}}, access)
+			Dead: lease.TableAccess{Insert: true, Select: true, Update: true}, Sent: lease.TableAccess{Insert: true, Select: true}}, access)
 
 		rec, err := e.store.Recover(ctx, pool, lease.RecoverParams{Limit: 10, MaxRecoveries: 3})
 		require.NoError(t, err)

@@ -115,19 +115,17 @@ var ReadColumns = []string{
 // letters (a final failure, a recovery past the cap, a refused outcome)
 // and into the SENT history (a success, unless DeleteSent): every column.
 // A role granted INSERT on some columns of those tables needs INSERT on
-// each of these, and SELECT and UPDATE on each of the dead letters (a
+// each of these, and UPDATE and SELECT on each of the dead letters' (a
 // move replaces the dead letter of the same id, sqlname.ReplaceDead). The moves also DELETE from the outbox table.
 var MovedColumns = slices.Clone(sqlname.Columns)
 
 // DeadReadColumns are the columns of the dead letters that the
-// dispatcher's statements read: the rows a move inserted (RETURNING), an
-// outcome read back after a lost reply, and the dead letters that block
-// their key in an ordered claim (head policy BlockKey).
-var DeadReadColumns = []string{
-	"id", "seq", "event_type", "aggregate_type", "aggregate_id", "partition_key", "idempotency_key",
-	"content_type", "payload", "headers", "status", "attempts", "snoozes", "next_attempt_at",
-	"lock_token", "skipped_at", "attempt_log", "outcome_token", "created_at",
-}
+// dispatcher's statements read: every column, since a move that replaces
+// the dead letter of the same id (INSERT … ON CONFLICT DO UPDATE, see
+// sqlname.ReplaceDead) reads each one it sets; besides, the rows a move
+// inserted (RETURNING), an outcome read back after a lost reply, and the
+// dead letters that block their key in an ordered claim.
+var DeadReadColumns = slices.Clone(sqlname.Columns)
 
 // SentReadColumns are the columns of the SENT history that the
 // dispatcher's statements read: the id of a moved row (RETURNING), and an
@@ -168,11 +166,8 @@ type Access struct {
 // the SENT history.
 type TableAccess struct {
 	// Insert is true when the role may insert every column of
-	// MovedColumns (granted on the table or column by column), and, on
-	// the dead letters, select and update each too (a move replaces the
-	// dead letter of the same id: INSERT … ON CONFLICT DO UPDATE reads
-	// and writes every column); InsertMissing
-	// lists, in MovedColumns' order, those it may not.
+	// MovedColumns (granted on the table or column by column);
+	// InsertMissing lists, in MovedColumns' order, those it may not.
 	Insert        bool
 	InsertMissing []string
 	// Select is true when the role may select every column the
@@ -180,6 +175,12 @@ type TableAccess struct {
 	// SelectMissing lists, in that order, those it may not.
 	Select        bool
 	SelectMissing []string
+	// Update (dead letters only) is true when the role may update every
+	// column of MovedColumns: a move replaces the dead letter of the same
+	// id (INSERT … ON CONFLICT DO UPDATE); UpdateMissing lists, in
+	// MovedColumns' order, those it may not.
+	Update        bool
+	UpdateMissing []string
 }
 
 // Access reads the connected role's privileges on the table and the
@@ -191,7 +192,7 @@ type TableAccess struct {
 func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 	rows, err := db.Query(ctx, `SELECT `+lackingColumns(1, 2, "SELECT")+`, `+lackingColumns(1, 3, "UPDATE")+`,
 		has_table_privilege($1::text, 'DELETE'), current_setting('transaction_isolation'),
-		`+lackingColumns(4, 6, "INSERT", "UPDATE", "SELECT")+`, `+lackingColumns(4, 7, "SELECT")+`,
+		`+lackingColumns(4, 6, "INSERT")+`, `+lackingColumns(4, 7, "SELECT")+`, `+lackingColumns(4, 6, "UPDATE")+`,
 		`+lackingColumns(5, 6, "INSERT")+`, `+lackingColumns(5, 8, "SELECT"),
 		s.names.Qualified, ReadColumns, WrittenColumns, s.names.Dead, s.names.Sent, MovedColumns, DeadReadColumns, SentReadColumns)
 	if err != nil {
@@ -200,7 +201,7 @@ func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Access, error) {
 		var a Access
 		err := row.Scan(&a.SelectMissing, &a.UpdateMissing, &a.Delete, &a.Isolation,
-			&a.Dead.InsertMissing, &a.Dead.SelectMissing, &a.Sent.InsertMissing, &a.Sent.SelectMissing)
+			&a.Dead.InsertMissing, &a.Dead.SelectMissing, &a.Dead.UpdateMissing, &a.Sent.InsertMissing, &a.Sent.SelectMissing)
 		return a, err
 	})
 	if err != nil {
@@ -212,6 +213,7 @@ func (s *Store) Access(ctx context.Context, db DB) (Access, error) {
 		t.Insert, t.InsertMissing = len(t.InsertMissing) == 0, orNil(t.InsertMissing)
 		t.Select, t.SelectMissing = len(t.SelectMissing) == 0, orNil(t.SelectMissing)
 	}
+	a.Dead.Update, a.Dead.UpdateMissing = len(a.Dead.UpdateMissing) == 0, orNil(a.Dead.UpdateMissing)
 	return a, nil
 }
 

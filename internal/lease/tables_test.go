@@ -233,7 +233,7 @@ func TestColumnGrantsAreEnough(t *testing.T) {
 	cols := func(c []string) string { return strings.Join(c, ", ") }
 	_, err := e.db.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+pgx.Identifier{e.db.Schema}.Sanitize()+` TO `+quoted+`;
 		GRANT SELECT (`+cols(lease.ReadColumns)+`), UPDATE (`+cols(lease.WrittenColumns)+`), DELETE ON outbox_events TO `+quoted+`;
-		GRANT INSERT (`+cols(lease.MovedColumns)+`), UPDATE (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.MovedColumns)+`)
+		GRANT INSERT (`+cols(lease.MovedColumns)+`), UPDATE (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.DeadReadColumns)+`)
 			ON outbox_events_dead TO `+quoted+`;
 		GRANT INSERT (`+cols(lease.MovedColumns)+`), SELECT (`+cols(lease.SentReadColumns)+`) ON outbox_events_sent TO `+quoted)
 	require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestColumnGrantsAreEnough(t *testing.T) {
 	access, err := e.store.Access(ctx, conn)
 	require.NoError(t, err)
 	require.Equal(t, lease.Access{Select: true, Update: true, Delete: true, Isolation: "read committed",
-		Dead: lease.TableAccess{Insert: true, Select: true}, Sent: lease.TableAccess{Insert: true, Select: true}}, access)
+		Dead: lease.TableAccess{Insert: true, Select: true, Update: true}, Sent: lease.TableAccess{Insert: true, Select: true}}, access)
 	require.NoError(t, e.store.CheckColumns(ctx, conn))
 
 	ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), spec{}, spec{}, spec{}, spec{Status: "FAILED", PartitionKey: "j"}, keyed("j"))
