@@ -16,14 +16,11 @@ const claimRounds = 200
 // Batch rows through lease.Store (each followed by its completion, so the
 // backlog stays about the same) and reports the claim latency.
 func runClaim(ctx context.Context, o Options) (Result, error) {
-	db, err := openDB(ctx, o.URL, 2)
+	db, err := openMigrated(ctx, o.URL, 2)
 	if err != nil {
 		return Result{}, err
 	}
 	defer db.Close()
-	if err := db.migrate(ctx); err != nil {
-		return Result{}, err
-	}
 	if err := bulkLoad(ctx, db, o.Backlog, o.Payload); err != nil {
 		return Result{}, err
 	}

@@ -192,3 +192,16 @@ func payload(n int) []byte {
 	}
 	return b
 }
+
+// openMigrated is openDB with the outbox migrated to the latest version.
+func openMigrated(ctx context.Context, adminURL string, maxConns int) (*benchDB, error) {
+	db, err := openDB(ctx, adminURL, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}

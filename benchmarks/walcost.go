@@ -115,14 +115,11 @@ GROUP BY 1, 2, 3`
 // then claims of Batch, each renewed once and then completed: batch i
 // with history (i mod 3 = 0), deleted (1) or retried (2).
 func runWALCost(ctx context.Context, o Options) (Result, error) {
-	db, err := openDB(ctx, o.URL, 2)
+	db, err := openMigrated(ctx, o.URL, 2)
 	if err != nil {
 		return Result{}, err
 	}
 	defer db.Close()
-	if err := db.migrate(ctx); err != nil {
-		return Result{}, err
-	}
 	conn, err := pgx.ConnectConfig(ctx, db.connConfig())
 	if err != nil {
 		return Result{}, err

@@ -19,9 +19,10 @@ var RetainColumns = []string{"ctid", "sent_at", "seq"}
 // default partition (reached directly, not through the history) in
 // batches it locks FOR UPDATE, which needs UPDATE on some column.
 type RetainAccess struct {
-	// DeadUpdate and DeadDelete are UPDATE (on some column) and DELETE
-	// on the dead letters.
-	DeadUpdate, DeadDelete bool
+	// DeadDelete is DELETE on the dead letters. (UPDATE on them, which
+	// the job's FOR UPDATE needs too, every dispatcher needs anyway: see
+	// TableAccess.Update.)
+	DeadDelete bool
 	// DefaultSelectMissing lists, in RetainColumns' order, the columns of
 	// the default partition the role may not select.
 	DefaultSelectMissing []string
@@ -38,7 +39,7 @@ type RetainAccess struct {
 // job, in one statement that reads no row.
 func (s *Store) RetainAccess(ctx context.Context, db DB) (RetainAccess, error) {
 	sentDefault := pgx.Identifier{s.names.Table.Schema, s.names.Object(sqlname.SuffixSentDefault)}.Sanitize()
-	rows, err := db.Query(ctx, `SELECT has_any_column_privilege($1::text, 'UPDATE'), has_table_privilege($1::text, 'DELETE'),
+	rows, err := db.Query(ctx, `SELECT has_table_privilege($1::text, 'DELETE'),
 		`+lackingColumns(2, 3, "SELECT")+`, has_any_column_privilege($2::text, 'UPDATE'), has_table_privilege($2::text, 'DELETE'),
 		has_function_privilege($4::text, 'EXECUTE'), has_function_privilege($5::text, 'EXECUTE')`,
 		s.names.Dead, sentDefault, RetainColumns, s.names.SentAddSignature(), s.names.SentDropSignature())
@@ -47,7 +48,7 @@ func (s *Store) RetainAccess(ctx context.Context, db DB) (RetainAccess, error) {
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (RetainAccess, error) {
 		var a RetainAccess
-		err := row.Scan(&a.DeadUpdate, &a.DeadDelete, &a.DefaultSelectMissing, &a.DefaultUpdate, &a.DefaultDelete, &a.SentAdd, &a.SentDrop)
+		err := row.Scan(&a.DeadDelete, &a.DefaultSelectMissing, &a.DefaultUpdate, &a.DefaultDelete, &a.SentAdd, &a.SentDrop)
 		return a, err
 	})
 	if err != nil {
