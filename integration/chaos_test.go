@@ -592,17 +592,26 @@ func (h *chaosHarness) kill(i int) {
 	h.mu.Lock()
 	r := h.slots[i]
 	h.mu.Unlock()
-	killed := time.Now() // the process writes nothing after this
+	killed := time.Now()
 	require.NoError(h.t, r.c.cmd.Process.Kill())
 	h.replace(i, r, killed, "SIGKILLs")
 }
 
 // replace reaps the replica r of slot i, which was SIGKILLed at killed,
 // starts its next incarnation and counts the kill as a fault of kind.
+// The kill is recorded at killed or at the last record r wrote, whichever
+// is later: until the signal lands the process still runs (on the other
+// core, or when this goroutine is descheduled between reading the clock
+// and sending the signal) and may stamp a start after killed, and a run
+// left open by that would seem to overlap its next run on another
+// replica. It wrote nothing after its death, which came before the reap.
 func (h *chaosHarness) replace(i int, r *chaosReplica, killed time.Time, kind string) {
 	requireKilled(h.t, r.c.cmd.Wait(), r.c)
 	if reaped := time.Since(killed); reaped > 100*time.Millisecond {
 		h.t.Logf("the kill of %s took %v to reap", r.name, reaped)
+	}
+	if last := h.lastRecordAt(r); last.After(killed) {
+		killed = last
 	}
 	n, _ := strconv.Atoi(r.name[strings.IndexByte(r.name, '.')+1:])
 	next := h.startReplica(i, n+1)

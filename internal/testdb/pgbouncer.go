@@ -178,25 +178,35 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 		}
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(time.Minute); ; { // a hang guard: it exits on a failed bind
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(logPath)
 			return fmt.Errorf("pgbouncer exited (%w): %s", waitErr, strings.TrimSpace(string(out)))
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = c.Close()
+		if listening(logPath, addr) {
 			tb.Cleanup(stop)
 			return nil
 		}
 		if time.Now().After(deadline) {
 			stop()
 			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("pgbouncer did not listen on %s within 10s: %s", addr, strings.TrimSpace(string(out)))
+			return fmt.Errorf("pgbouncer did not listen on %s within a minute: %s", addr, strings.TrimSpace(string(out)))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// listening reports whether the PgBouncer logging to logPath says it
+// listens on addr. A successful dial would not do: until PgBouncer fails
+// to bind a port that another process took after FreePort freed it, a
+// dial reaches that process (another test's PostgreSQL cluster, seen
+// here), and the test would talk to it, or find it gone, through a
+// "PgBouncer" that never ran.
+func listening(logPath, addr string) bool {
+	out, err := os.ReadFile(logPath)
+	return err == nil && strings.Contains(string(out), "listening on "+addr+"\n")
 }
 
 // bouncerVersion runs pgbouncer --version and returns its version.
