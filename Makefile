@@ -97,7 +97,7 @@ TARGETS_OUT ?= benchmarks/results/targets.md
 .PHONY: bench
 bench: ## Run the benchmark suite (3 interleaved rounds; writes docs/benchmarks.md and benchmarks/results/), then every module's Go benchmarks
 	@$(WITHPG) go run ./benchmarks -case suite -rounds 3 -out docs/benchmarks.md $(BENCHFLAGS)
-	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
+	@$(WITHPG) $(MAKE) --no-print-directory go-test GOTEST_LANES=1 GOTESTARGS='-bench=. -run=^$$$$ $(TESTFLAGS)'
 
 .PHONY: bench/targets
 bench/targets: ## Sit the targets only (issue 25's and issue 16's latency bounds): the runs they use, 3 interleaved rounds; writes TARGETS_OUT
@@ -116,36 +116,26 @@ bench/short: ## Run every case of the benchmark suite tiny (N=200), writing noth
 # run longer, not failed.
 GOTESTTIMEOUT ?= 60m
 
-# go-test runs `go test $(GOTESTARGS) ./...` in every module, goes on past a
-# failing module, and fails at the end if any failed. Called by the targets
-# above once the database is known. It prints each module's start (n/N),
-# then its duration and result, and at the end a summary per module
-# followed by go test's own ok/FAIL lines again, so that those stay the
-# last lines (.ci/run and CI read them). Each module's -timeout is what is
-# left of GOTESTTIMEOUT; a module reached with less than a minute left is
-# not run and counts as failed.
+# go-test runs `go test $(GOTESTARGS) ./...` in every module through
+# .ci/gotest: the root module in one lane and the others, one after
+# another, in a second lane beside it (the tests mostly wait, so two lanes
+# take little more than the longer one). It goes on past a failing module
+# and fails at the end if any failed. It prints each module's start, then
+# its output whole with its duration and result, and at the end a summary
+# per module followed by go test's own ok/FAIL lines again, so that those
+# stay the last lines (.ci/run and CI read them). Each module's -timeout
+# is what is left of GOTESTTIMEOUT; a module reached with less than a
+# minute left is not run and counts as failed. GOTEST_LANES=1 runs the
+# modules one after another (make bench: benchmarks must not share the
+# machine with each other).
+GOTEST_LANES ?= 2
 .PHONY: go-test
 go-test:
-	@status=0; n=0; total=$(words $(MODULES)); log=$$(mktemp); summary=$$(mktemp); start=$$SECONDS; \
-	if [[ '$(GOTESTTIMEOUT)' =~ ^([0-9]+)([smh])$$ ]]; then \
+	@if [[ '$(GOTESTTIMEOUT)' =~ ^([0-9]+)([smh])$$ ]]; then \
 		unit=1; [ "$${BASH_REMATCH[2]}" = m ] && unit=60; [ "$${BASH_REMATCH[2]}" = h ] && unit=3600; \
 		budget=$$(( 10#$${BASH_REMATCH[1]} * unit )); \
 	else echo "GOTESTTIMEOUT must be a whole number of s, m or h (60m), got '$(GOTESTTIMEOUT)'" >&2; exit 2; fi; \
-	for dir in $(MODULES); do \
-		n=$$((n + 1)); t0=$$SECONDS; left=$$(( budget - (SECONDS - start) )); \
-		if [ "$$left" -lt 60 ]; then \
-			echo "FAIL	$$dir [not run: $${left}s left of GOTESTTIMEOUT=$(GOTESTTIMEOUT)]" | tee -a "$$log"; result=FAIL; status=1; \
-		else \
-		echo "==> [$$n/$$total] $$dir: go test -timeout $${left}s $(GOTESTARGS) ./... (started $$(date +%H:%M:%S))"; \
-		(cd "$$dir" && go test -timeout $${left}s $(GOTESTARGS) ./... 2>&1) | tee -a "$$log"; \
-		if [ "$${PIPESTATUS[0]}" -eq 0 ]; then result=ok; else result=FAIL; status=1; fi; \
-		fi; \
-		line=$$(printf '%-4s %-28s %5ds' "$$result" "$$dir" $$((SECONDS - t0))); \
-		echo "==> [$$n/$$total] $$line"; echo "$$line" >> "$$summary"; \
-	done; \
-	echo "==> summary: $$total modules in $$((SECONDS - start))s"; cat "$$summary"; \
-	echo "==> go test results"; grep -E '^(ok|FAIL|---|panic:)' "$$log" | grep -vE '^--- (PASS|SKIP)' || true; \
-	rm -f "$$log" "$$summary"; exit $$status
+	GOTEST_LANES=$(GOTEST_LANES) bash .ci/gotest "$$budget" $(GOTESTARGS) -- $(MODULES)
 
 .PHONY: demo
 demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)

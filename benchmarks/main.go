@@ -75,6 +75,7 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"claim":     runClaim,
 	"minimal":   runMinimal,
 	"walcost":   runWALCost,
+	"sustained": runSustained,
 }
 
 func caseNames() []string {
@@ -99,7 +100,7 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost, sustained or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")
@@ -111,8 +112,10 @@ func parseFlags(args []string) (Options, error) {
 	fs.BoolVar(&o.Tuned, "tuned", o.Tuned, "river: short FetchCooldown/FetchPollInterval")
 	fs.BoolVar(&o.Notify, "notify", o.Notify, "pgoutbox emit: in-tx pg_notify")
 	fs.BoolVar(&o.NotifyEvery, "notify-every", o.NotifyEvery, "pgoutbox emit, latency: notify in every Emit (NotifyEveryEmit)")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "latency: target commits per second")
-	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency: load duration")
+	fs.IntVar(&o.Rate, "rate", o.Rate, "latency, sustained: target commits per second")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency, sustained: load duration")
+	fs.DurationVar(&o.Retain, "retain", o.Retain, "sustained: the dispatcher's RetainSent")
+	fs.DurationVar(&o.Sample, "sample", o.Sample, "sustained: time between size samples")
 	fs.BoolVar(&o.Wakeup, "wakeup", o.Wakeup, "latency: WakeupRequired (true) or WakeupDisabled (false)")
 	fs.DurationVar(&o.Poll, "poll", o.Poll, "dispatcher PollInterval")
 	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "claim: pending rows before measuring")

@@ -35,8 +35,12 @@ type Options struct {
 	NotifyEvery bool
 	// Rate is the latency case's target commits per second.
 	Rate int
-	// Duration is how long the latency case generates load.
+	// Duration is how long the latency and sustained cases generate load.
 	Duration time.Duration
+	// Retain is the sustained case's RetainSent.
+	Retain time.Duration
+	// Sample is how often the sustained case records the sizes.
+	Sample time.Duration
 	// Wakeup picks WakeupRequired (true) or WakeupDisabled (false).
 	Wakeup bool
 	// Poll is the dispatcher's PollInterval.
@@ -79,7 +83,7 @@ func defaultOptions() Options {
 	return Options{
 		URL: defaultURL(), N: 50_000, Writers: 4, Batch: 100, Concurrency: 100,
 		Payload: 100, Notify: true, Rate: 1000, Duration: 10 * time.Second,
-		Wakeup: true, Poll: time.Second, Backlog: 10_000, Rounds: 3,
+		Wakeup: true, Poll: time.Second, Retain: 4 * time.Minute, Sample: time.Minute, Backlog: 10_000, Rounds: 3,
 		Out: "docs/benchmarks.md",
 	}
 }
