@@ -76,6 +76,7 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"minimal":   runMinimal,
 	"walcost":   runWALCost,
 	"sustained": runSustained,
+	"operators": runOperators,
 }
 
 func caseNames() []string {
@@ -100,7 +101,7 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost, sustained or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost, sustained, operators or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")

@@ -16,9 +16,12 @@ import (
 // of two modules took two hours to report, well past CI's 90 minutes
 // (which kills the run without go test's goroutine dump or FAIL lines).
 // GOTESTTIMEOUT is the budget of the whole run: each module gets what is
-// left of it. Here the first module's test takes at least 2 s of a 600 s
-// budget, so the second module gets at most 598 s; a module that fails
-// still ends the run with go test's own FAIL line and a non-zero exit.
+// left of it when it starts. make test runs the first module in a lane of
+// its own and the others one after another beside it (.ci/gotest). Here
+// the second module's test takes at least 2 s of a 600 s budget, so the
+// third, after it in the same lane, gets at most 598 s; a module that
+// fails still ends the run with go test's own FAIL line and a non-zero
+// exit, and GOTEST_LANES=1 runs them one after another.
 func TestMakeTestBudgetIsTheWholeRun(t *testing.T) {
 	t.Parallel()
 	repo := loadRepo(t)
@@ -30,20 +33,27 @@ func TestMakeTestBudgetIsTheWholeRun(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(m, "m_test.go"), []byte("package m\n\nimport (\n\t\"testing\"\n\t\"time\"\n)\n\n"+test+"\n"), 0o644))
 		return m
 	}
+	first := module("first", "func TestFirst(t *testing.T) { _ = time.Now() }")
 	slow := module("slow", "func TestSlow(t *testing.T) { time.Sleep(2 * time.Second) }")
 	failing := module("failing", "func TestFails(t *testing.T) { _ = time.Now(); t.Fatal(\"fails\") }")
 
-	cmd := exec.CommandContext(t.Context(), "make", "--no-print-directory", "-C", repo.Dir, "go-test",
-		"MODULES="+slow+" "+failing, "GOTESTTIMEOUT=600s", "GOTESTARGS=-count=1")
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "GOPROXY=off")
-	out, err := cmd.CombinedOutput()
-	require.Error(t, err, "a failing module fails the run\n%s", out)
+	for _, lanes := range []string{"2", "1"} {
+		t.Run("lanes="+lanes, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), "make", "--no-print-directory", "-C", repo.Dir, "go-test",
+				"MODULES="+first+" "+slow+" "+failing, "GOTESTTIMEOUT=600s", "GOTESTARGS=-count=1", "GOTEST_LANES="+lanes)
+			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "GOPROXY=off")
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "a failing module fails the run\n%s", out)
 
-	starts := regexp.MustCompile(`==> \[(\d)/2\] \S+: go test -timeout (\d+)s`).FindAllSubmatch(out, -1)
-	require.Len(t, starts, 2, "%s", out)
-	first, _ := strconv.Atoi(string(starts[0][2]))
-	second, _ := strconv.Atoi(string(starts[1][2]))
-	require.LessOrEqual(t, first, 600, "%s", out)
-	require.LessOrEqual(t, second, first-2, "the second module gets what the first left\n%s", out)
-	require.Regexp(t, `==> go test results\n(.*\n)*FAIL\texample.com/failing\t`, string(out), "go test's FAIL line again at the end\n%s", out)
+			timeouts := map[string]int{}
+			for _, m := range regexp.MustCompile(`==> \[\d/3\] \S+/(\w+): go test -timeout (\d+)s`).FindAllSubmatch(out, -1) {
+				timeouts[string(m[1])], _ = strconv.Atoi(string(m[2]))
+			}
+			require.Len(t, timeouts, 3, "%s", out)
+			require.LessOrEqual(t, timeouts["first"], 600, "%s", out)
+			require.LessOrEqual(t, timeouts["failing"], timeouts["slow"]-2, "the module after the slow one gets what it left\n%s", out)
+			require.Regexp(t, `==> go test results\n(.*\n)*FAIL\texample.com/failing\t`, string(out), "go test's FAIL line again at the end\n%s", out)
+			require.Regexp(t, `==> summary: 3 modules`, string(out), "%s", out)
+		})
+	}
 }
