@@ -110,9 +110,11 @@ type Config struct {
 //
 // With cfg.KeyOrder, before that sweep, it makes sure the order index
 // exists and is valid: it drops an INVALID one (a concurrent build that
-// failed) and builds it with CREATE INDEX CONCURRENTLY, which waits for
-// the transactions running on the table but blocks none, one Migrate of
-// the table at a time (see [Config].KeyOrder).
+// failed) and builds it with CREATE INDEX CONCURRENTLY, which blocks no
+// write but waits for the transactions open in the database while it
+// builds (a session idle in a transaction holds it up), one Migrate of
+// the table at a time: another one waits for it (until ctx ends) and
+// then finds the index valid (see [Config].KeyOrder).
 func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := migrationSet(cfg)
 	if err != nil {
