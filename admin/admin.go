@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/keyorder"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -123,4 +125,35 @@ func (r *Record) targets() []any {
 		&r.IdempotencyKey, &r.ContentType, &r.PayloadSize, &r.Status, &r.Attempts, &r.Recoveries, &r.Snoozes,
 		&r.NextAttemptAt, &r.LockOwner, &r.LockedAt, &r.LeaseUntil, &r.HeartbeatAt,
 		&r.LastErrorCode, &r.LastError, &r.CreatedAt, &r.SentAt, &r.FailedAt}
+}
+
+// keyOrderOff reports whether the outbox table lacks a valid order index
+// (schema version 12 without migrations.Config.KeyOrder): then no
+// dispatcher orders per key and nothing is blocked, and the blocked-key
+// statements, which probe that index once per key, must not run (each
+// probe would scan the table). A table that does not exist has no index
+// either: a statement naming it then gives the error the others give
+// (SQLSTATE 42P01), rather than "off".
+func (a *Admin) keyOrderOff(ctx context.Context) (bool, error) {
+	state, err := keyorder.Read(ctx, a.db, a.names)
+	if err != nil {
+		return false, errtext.Wrap(err, "admin")
+	}
+	if state == keyorder.Valid {
+		return false, nil
+	}
+	if _, err := a.db.Exec(ctx, "SELECT FROM "+a.qualified+" LIMIT 0"); err != nil {
+		return false, errtext.Wrap(err, "admin: %s", a.table)
+	}
+	return true, nil
+}
+
+// withKeyOrder returns on, or off (and true) when the table has no order
+// index (keyOrderOff).
+func (a *Admin) withKeyOrder(ctx context.Context, on, off string) (string, bool, error) {
+	isOff, err := a.keyOrderOff(ctx)
+	if isOff {
+		return off, true, err
+	}
+	return on, false, err
 }

@@ -94,6 +94,10 @@ type BlockedPage struct {
 	// Scanned is how many keys with a dead letter the page examined,
 	// blocked or not.
 	Scanned int `json:"scanned"`
+	// KeyOrderOff reports that per-key ordering is off for this table
+	// (no valid order index; see Counts.KeyOrderOff): no key is
+	// blocked, the page is empty and nothing was read.
+	KeyOrderOff bool `json:"key_order_off,omitempty"`
 }
 
 // BlockedKeys returns a page of the keys whose head is FAILED and not
@@ -118,6 +122,12 @@ type BlockedPage struct {
 // blocker behind a head, but does not make its key listed until the
 // retention pass moves it. It reads without locks, one snapshot per
 // page. Bad params give an [*outbox.InputError].
+//
+// On a table without its order index (schema version 12 without
+// migrations.Config.KeyOrder: no dispatcher orders per key) no key is
+// blocked: the page is empty with KeyOrderOff set, after one catalog
+// query, and no key is probed (without the index each probe would scan
+// the table).
 func (a *Admin) BlockedKeys(ctx context.Context, p BlockedParams) (BlockedPage, error) {
 	if err := checkText("After", p.After); err != nil {
 		return BlockedPage{}, err
@@ -125,6 +135,9 @@ func (a *Admin) BlockedKeys(ctx context.Context, p BlockedParams) (BlockedPage, 
 	limit, err := checkLimit(p.Limit, DefaultBlockedLimit, MaxBlockedLimit)
 	if err != nil {
 		return BlockedPage{}, err
+	}
+	if off, err := a.keyOrderOff(ctx); err != nil || off {
+		return BlockedPage{Keys: []BlockedKey{}, KeyOrderOff: off}, err
 	}
 	sql := a.sql.blocked
 	if p.ByType {

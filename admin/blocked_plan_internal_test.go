@@ -24,7 +24,7 @@ func TestDueBlockedIsBoundedOnManyFailedKeys(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	// 100,000 dead letters, 30,000 due PENDING rows and 470,000 SENT
 	// rows, each of its own key, then a due PENDING row behind each of
 	// the first 5,000 dead letters and 1,000 of unrelated keys.

@@ -23,9 +23,12 @@ type testBundle struct {
 	admin *admin.Admin
 }
 
+// setup migrates a schema with the order index (testdb.KeyOrder: the
+// blocked-key views and Counts.DueBlocked read it) and opens an Admin on
+// it.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
 	require.NoError(t, err)
 	return &testBundle{db: db, admin: a}

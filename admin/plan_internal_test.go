@@ -109,7 +109,7 @@ func TestOperatorPlansOnAMillionRows(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	seedMillion(t, db)
 	a, err := New(db.Pool, Config{Table: db.Table()})
 	require.NoError(t, err)
@@ -158,6 +158,8 @@ func TestOperatorPlansOnAMillionRows(t *testing.T) {
 			}
 			checkFailed("counts "+mode, a.sql.counts)
 			checkFailed("summary "+mode, a.sql.summary)
+			checkFailed("counts without key order "+mode, a.sql.countsOff)
+			checkFailed("summary without key order "+mode, a.sql.summaryOff)
 			check(t, conn, "pending by type "+mode, a.sql.pendingByType)
 		}
 		byType, err := a.PendingByType(ctx)

@@ -68,6 +68,12 @@ type Counts struct {
 	// outbox that keeps many dead letters ([Admin.BlockedKeys] walks them
 	// all).
 	DueBlockedLimited bool `json:"due_blocked_limited,omitempty"`
+	// KeyOrderOff reports that per-key ordering is off for this table:
+	// it has no valid order index (schema version 12 keeps it only with
+	// migrations.Config.KeyOrder), so no dispatcher orders per key (one
+	// with Ordering PerKey refuses to start) and no event is blocked
+	// behind another: DueBlocked is 0 and nothing was read to count it.
+	KeyOrderOff bool `json:"key_order_off,omitempty"`
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the
 	// dispatchers are not keeping up (or not running).
@@ -88,16 +94,23 @@ func (c Counts) Total() int64 { return c.Pending + c.Processing + c.Sent + c.Fai
 // rows are counted one by one in the history up to [SentCountLimit] and
 // estimated past it (see Counts.SentEstimated), and the strays
 // (Counts.Unmoved) counted up to the same limit. However long the history
-// is, Counts reads no more than about SentCountLimit of its rows.
+// is, Counts reads no more than about SentCountLimit of its rows. A
+// catalog query first finds whether the table has its order index (see
+// Counts.KeyOrderOff).
 func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
 	var ageMicros, estimate int64
-	err := a.db.QueryRow(ctx, a.sql.counts).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
+	sql, off, err := a.withKeyOrder(ctx, a.sql.counts, a.sql.countsOff)
+	if err != nil {
+		return Counts{}, err
+	}
+	err = a.db.QueryRow(ctx, sql).Scan(&c.Pending, &c.Processing, &c.Sent, &c.Failed, &c.Due, &ageMicros,
 		&c.At, &estimate, &c.DueBlocked, &c.DueBlockedLimited, &c.Unmoved)
 	if err != nil {
 		return Counts{}, errtext.Wrap(err, "admin: counts %s", a.table)
 	}
 	c.OldestDueAge = time.Duration(ageMicros) * time.Microsecond
+	c.KeyOrderOff = off
 	if estimate, err = a.historyRows(ctx, c, estimate); err != nil {
 		return Counts{}, err
 	}

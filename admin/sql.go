@@ -13,8 +13,11 @@ import (
 // see docs/schema.md, schema version 10.
 type statements struct {
 	counts, summary, inspect, notify string
-	pendingByType, blocked           string
-	blockedByType                    string
+	// countsOff and summaryOff are counts and summary for a table
+	// without the order index: nothing is blocked (noneBlocked).
+	countsOff, summaryOff  string
+	pendingByType, blocked string
+	blockedByType          string
 	// dueBlocked is Counts.DueBlocked's part of counts and summary on its
 	// own (for the plan tests).
 	dueBlocked string
@@ -139,49 +142,14 @@ func countedRows(sel string, limit int) string {
 
 func buildStatements(n sqlname.Names) statements {
 	t, d, h := n.Qualified, n.Dead, n.Sent
-	estimate := fmt.Sprintf(historyEstimate, quoteLiteral(h))
 	dueBlocked := fmt.Sprintf(dueBlockedSQL, t, d, orderKey, orderIndexed, BlockedCountLimit, blockedRowsLimit)
-	// The history's rows in seq order (its seq index, one scan per
-	// partition merged), counted up to SentCountLimit+1; the strays
-	// through the stray index, which holds them only.
-	sentRows := fmt.Sprintf(`SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s ORDER BY seq`, h)
-	strays := fmt.Sprintf(`SELECT 1 FROM %s WHERE status IN ('SENT', 'FAILED') ORDER BY seq`, t)
 	return statements{
 		t: t, dead: d, sent: h,
-		dueBlocked: "SELECT blk.n, blk.limited FROM " + dueBlocked + " AS blk",
-		// PENDING through the due index, PROCESSING through the held
-		// index (both partial: the backlog only), FAILED in the dead
-		// letters, SENT in the history up to the limit, the strays up to
-		// the limit.
-		counts: fmt.Sprintf(`SELECT
-	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING'),
-	(SELECT count(*) FROM %[1]s WHERE status = 'PROCESSING'),
-	%[2]s,
-	(SELECT count(*) FROM %[6]s),
-	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()),
-	coalesce((extract(epoch FROM now() - (
-		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
-		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
-	now(), %[3]s, blk.n, blk.limited, %[5]s FROM %[4]s AS blk`,
-			t, countedRows(sentRows, SentCountLimit+1), estimate, dueBlocked, countedRows(strays, SentCountLimit+1), d),
-
-		// One row per (type, status, code): code only for FAILED rows,
-		// each status read in its table (and index), SENT rows up to the
-		// limit. The outer join gives the empty outbox one row, for
-		// now(). The strays are counted apart (Counts.Unmoved).
-		summary: fmt.Sprintf(`SELECT now(), %[3]s, blk.n, blk.limited, %[5]s, g.* FROM %[4]s AS blk LEFT JOIN (
-	SELECT event_type, status, code, count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
-		min(created_at) FILTER (WHERE status = 'PENDING'),
-		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
-	FROM (
-		SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %[1]s WHERE status = 'PENDING'
-		UNION ALL SELECT event_type, status, '', next_attempt_at, created_at FROM %[1]s WHERE status = 'PROCESSING'
-		UNION ALL SELECT event_type, 'FAILED', coalesce(last_error_code, ''), next_attempt_at, created_at FROM %[6]s
-		UNION ALL (%[2]s LIMIT %[7]d)
-	) AS r GROUP BY 1, 2, 3) AS g ON true
-ORDER BY g.event_type, g.status, g.code`,
-			t, sentRows, estimate, dueBlocked, countedRows(strays, SentCountLimit+1), d, SentCountLimit+1),
-
+		dueBlocked:    "SELECT blk.n, blk.limited FROM " + dueBlocked + " AS blk",
+		counts:        countsSQL(n, dueBlocked),
+		summary:       summarySQL(n, dueBlocked),
+		countsOff:     countsSQL(n, noneBlocked),
+		summaryOff:    summarySQL(n, noneBlocked),
 		pendingByType: pendingByTypeSQL(t),
 
 		// The outbox table by its primary key, else the dead letters by
@@ -200,6 +168,63 @@ ORDER BY g.event_type, g.status, g.code`,
 		skip:          skipWrite(t, d, h),
 		notify:        `SELECT pg_notify($1, '')`,
 	}
+}
+
+// noneBlocked is dueBlockedSQL's row for a table without the order
+// index (schema version 12 without migrations.Config.KeyOrder): no
+// dispatcher orders per key, so no due row is blocked.
+const noneBlocked = `(SELECT 0::bigint AS n, false AS limited)`
+
+// sentRowsSQL selects the history's rows in seq order (its seq index,
+// one scan per partition merged), and strayRowsSQL the strays of the
+// outbox table through the stray index, which holds them only: Counts
+// and Summary count each up to SentCountLimit+1.
+const (
+	sentRowsSQL  = `SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %s ORDER BY seq`
+	strayRowsSQL = `SELECT 1 FROM %s WHERE status IN ('SENT', 'FAILED') ORDER BY seq`
+)
+
+// countsSQL is Counts' statement, with dueBlocked (dueBlockedSQL, or
+// noneBlocked) for Counts.DueBlocked. PENDING through the due index,
+// PROCESSING through the held index (both partial: the backlog only),
+// FAILED in the dead letters, SENT in the history up to the limit, the
+// strays up to the limit.
+func countsSQL(n sqlname.Names, dueBlocked string) string {
+	t, d, h := n.Qualified, n.Dead, n.Sent
+	return fmt.Sprintf(`SELECT
+	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING'),
+	(SELECT count(*) FROM %[1]s WHERE status = 'PROCESSING'),
+	%[2]s,
+	(SELECT count(*) FROM %[6]s),
+	(SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()),
+	coalesce((extract(epoch FROM now() - (
+		SELECT next_attempt_at FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at <= now()
+		ORDER BY next_attempt_at, seq LIMIT 1)) * 1000000)::bigint, 0),
+	now(), %[3]s, blk.n, blk.limited, %[5]s FROM %[4]s AS blk`,
+		t, countedRows(fmt.Sprintf(sentRowsSQL, h), SentCountLimit+1), fmt.Sprintf(historyEstimate, quoteLiteral(h)),
+		dueBlocked, countedRows(fmt.Sprintf(strayRowsSQL, t), SentCountLimit+1), d)
+}
+
+// summarySQL is Summary's statement, with dueBlocked as in countsSQL:
+// one row per (type, status, code): code only for FAILED rows, each
+// status read in its table (and index), SENT rows up to the limit. The
+// outer join gives the empty outbox one row, for now(). The strays are
+// counted apart (Counts.Unmoved).
+func summarySQL(n sqlname.Names, dueBlocked string) string {
+	t, d, h := n.Qualified, n.Dead, n.Sent
+	return fmt.Sprintf(`SELECT now(), %[3]s, blk.n, blk.limited, %[5]s, g.* FROM %[4]s AS blk LEFT JOIN (
+	SELECT event_type, status, code, count(*), count(*) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now()),
+		min(created_at) FILTER (WHERE status = 'PENDING'),
+		min(next_attempt_at) FILTER (WHERE status = 'PENDING' AND next_attempt_at <= now())
+	FROM (
+		SELECT event_type, status, '' AS code, next_attempt_at, created_at FROM %[1]s WHERE status = 'PENDING'
+		UNION ALL SELECT event_type, status, '', next_attempt_at, created_at FROM %[1]s WHERE status = 'PROCESSING'
+		UNION ALL SELECT event_type, 'FAILED', coalesce(last_error_code, ''), next_attempt_at, created_at FROM %[6]s
+		UNION ALL (%[2]s LIMIT %[7]d)
+	) AS r GROUP BY 1, 2, 3) AS g ON true
+ORDER BY g.event_type, g.status, g.code`,
+		t, fmt.Sprintf(sentRowsSQL, h), fmt.Sprintf(historyEstimate, quoteLiteral(h)), dueBlocked,
+		countedRows(fmt.Sprintf(strayRowsSQL, t), SentCountLimit+1), d, SentCountLimit+1)
 }
 
 // pendingByTypeSQL reads every PENDING row of t once, in the due index's

@@ -86,13 +86,18 @@ type summaryGroup struct {
 // the history's SENT rows (per type too) only up to [SentCountLimit]:
 // past it Counts.Sent is an estimate and no type has SENT rows counted.
 // The strays (Counts.Unmoved) are counted apart, not by type. Its cost
-// follows the backlog and the dead letters, not the history.
+// follows the backlog and the dead letters, not the history. Like
+// Counts it first reads whether the table has its order index.
 func (a *Admin) Summary(ctx context.Context) (Summary, error) {
-	rows, err := a.db.Query(ctx, a.sql.summary)
+	sql, off, err := a.withKeyOrder(ctx, a.sql.summary, a.sql.summaryOff)
+	if err != nil {
+		return Summary{}, err
+	}
+	rows, err := a.db.Query(ctx, sql)
 	if err != nil {
 		return Summary{}, errtext.Wrap(err, "admin: summary %s", a.table)
 	}
-	var s Summary
+	s := Summary{Counts: Counts{KeyOrderOff: off}}
 	var g summaryGroup
 	var typ, status, code *string
 	var count, due *int64

@@ -17,6 +17,9 @@ type benchDB struct {
 	name  string
 	pool  *pgxpool.Pool
 	trips *roundTrips // what the pool sent
+	// keyOrder migrates with migrations.Config.KeyOrder: the order index
+	// that a dispatcher with Ordering PerKey needs (-ordered).
+	keyOrder bool
 }
 
 // openDB creates a fresh database pgoutbox_bench_<ts> and a pool of
@@ -78,15 +81,16 @@ func (db *benchDB) connConfig() *pgx.ConnConfig {
 	return cfg
 }
 
-// migrate creates the pgoutbox outbox table, the minimal outbox
-// (minimalDDL) and a business table "orders".
+// migrate creates the pgoutbox outbox table (with its order index when
+// db.keyOrder), the minimal outbox (minimalDDL) and a business table
+// "orders".
 func (db *benchDB) migrate(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, db.connConfig())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	if err := migrations.Migrate(ctx, conn, migrations.Config{}); err != nil {
+	if err := migrations.Migrate(ctx, conn, migrations.Config{KeyOrder: db.keyOrder}); err != nil {
 		return err
 	}
 	_, err = conn.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL, note text);`+minimalDDL)
@@ -152,6 +156,7 @@ func backlogDBWith(ctx context.Context, o Options, conns int, fill func(context.
 	if err != nil {
 		return nil, err
 	}
+	db.keyOrder = o.Ordered
 	if err = db.migrate(ctx); err == nil {
 		err = fill(ctx, db)
 	}

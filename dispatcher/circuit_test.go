@@ -377,7 +377,7 @@ func TestCircuitEmptyProbeWaitsForPoll(t *testing.T) {
 // once the publisher is back every event is SENT at its first attempt.
 func TestCircuitOrderedOutage(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "t", []string{"a", "a", "a", "b", "b", "b"})
 	pub, log, cfg := downConfig(db)
 	pub.keyOrdered = true

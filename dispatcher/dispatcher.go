@@ -270,6 +270,10 @@ func (d *Dispatcher) Stats() Stats {
 //     a schema version newer than this library knows, for rolling
 //     upgrades, only a missing object refuses the start, and definitions
 //     that differ are logged at INFO);
+//   - with Ordering PerKey, an *OrderIndexError (errors.Is
+//     ErrNoOrderIndex) when the table has no valid per-key order index
+//     (set migrations.Config.KeyOrder and migrate; the error gives the
+//     statement that builds it);
 //   - in WakeupRequired mode, ErrWakeupUnavailable when the wake-up probe
 //     fails (in WakeupAuto mode the probe runs in the background and
 //     dispatching does not wait for it);

@@ -181,7 +181,9 @@
 //
 // Start runs the start-up checks and returns their error, if any, before
 // anything is dispatched: the table exists, its schema matches what this
-// version needs (migrations.Verify, unless Config.SkipVerify), the role
+// version needs (migrations.Verify, unless Config.SkipVerify), with
+// Ordering PerKey the table has a valid per-key order index
+// (ErrNoOrderIndex: migrations.Config.KeyOrder keeps it), the role
 // holds the privileges the configuration needs (SELECT, UPDATE, and
 // DELETE for DeleteSent and retention: ErrMissingPrivilege), its
 // transactions start at READ COMMITTED, the isolation every statement is

@@ -201,7 +201,7 @@ func TestHandleRejectsBadRegistrations(t *testing.T) {
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	tests := map[string]func(*dispatcher.Config){
 		"Backoff.Initial":    func(c *dispatcher.Config) { c.Backoff.Initial = time.Nanosecond },
 		"Backoff.Jitter":     func(c *dispatcher.Config) { c.Backoff.Jitter = 2 },

@@ -19,7 +19,7 @@ import (
 // Polls are an hour apart, so any claim after the first is a wake-up.
 func TestOrderedBlockedKeyDoesNotWakeClaims(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"k", "k"})
 	db.MoveToDead(t, ids[0], "")
 	cfg := orderedConfig(db, dispatcher.BlockKey)
@@ -65,7 +65,7 @@ func heldHead(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (d *dispatcher
 // wakes the next one.
 func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	cfg := orderedConfig(db, dispatcher.BlockKey)
 	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupRequired
 	cfg.NoWakeupCooldown = true // one claim per wake-up, none at the end of a cooldown
@@ -86,7 +86,7 @@ func TestOrderedNextEventAfterHeadWithoutPoll(t *testing.T) {
 // PollInterval.
 func TestOrderedNextRunWithoutWakeups(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	cfg := orderedConfig(db, dispatcher.BlockKey)
 	cfg.PollInterval, cfg.Wakeup = time.Hour, dispatcher.WakeupDisabled
 	_, finish := heldHead(t, db, cfg)

@@ -34,7 +34,7 @@ func keyGrid(nKeys, perKey int) (keys []string, nums []int) {
 // its key comes before it), and all end SENT.
 func TestOrderedReplicasKeepEachKeysOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	keys, nums := keyGrid(200, 50)
 	ids := insertKeyed(t, db, "ev", keys)
 	kc := newKeyCalls(ids, nums)
@@ -66,7 +66,7 @@ func TestOrderedReplicasKeepEachKeysOrder(t *testing.T) {
 // the key's order holds.
 func TestOrderedCrashMidKey(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	keys, nums := keyGrid(20, 10)
 	ids := insertKeyed(t, db, "ev", keys)
 	kc := newKeyCalls(ids, nums)

@@ -35,7 +35,7 @@ func insertTyped(t *testing.T, db *testdb.DB, pairs ...[2]string) []uuid.UUID {
 func TestOrderScope(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T, scope dispatcher.OrderScope, failedBefore bool) (*testdb.DB, []uuid.UUID, *dispatcher.Dispatcher) {
-		db := testdb.NewMigrated(t)
+		db := testdb.NewMigrated(t, testdb.KeyOrder)
 		ids := insertTyped(t, db, [2]string{"email", "k"}, [2]string{"order.cancelled", "k"},
 			[2]string{"email", "k"}, [2]string{"order.cancelled", "k"}, [2]string{"email", "j"})
 		if failedBefore {
@@ -94,7 +94,7 @@ func TestOrderScope(t *testing.T) {
 // OrderScope is checked by New.
 func TestOrderScopeConfig(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	cfg := baseConfig(db)
 	cfg.OrderScope = dispatcher.ScopeKeyAndType
 	_, err := dispatcher.New(db.Pool, cfg)
@@ -114,7 +114,7 @@ func TestOrderScopeConfig(t *testing.T) {
 // in emit order, and all end SENT.
 func TestOrderedReplicasKeepEachPairsOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	var keys, types []string
 	var nums []int
 	for i := range 10 * 100 * 2 {

@@ -105,7 +105,7 @@ func forEachScope(t *testing.T, f func(t *testing.T, scope dispatcher.OrderScope
 }
 
 func orderedRunStopsOnRetry(t *testing.T, scope dispatcher.OrderScope) {
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"k", "j", "k", "k", "j", "k", "k", "j"})
 	kc := newKeyCalls(ids, []int{0, 1, 0, 0, 1, 0, 0, 1})
 	var failed sync.Once
@@ -141,7 +141,7 @@ func TestOrderedFailedHead(t *testing.T) {
 
 func orderedFailedHead(t *testing.T, scope dispatcher.OrderScope) {
 	setup := func(t *testing.T, policy dispatcher.HeadPolicy) (*testdb.DB, []uuid.UUID, *keyCalls, *dispatcher.Dispatcher, *sync.Map) {
-		db := testdb.NewMigrated(t)
+		db := testdb.NewMigrated(t, testdb.KeyOrder)
 		ids := insertKeyed(t, db, "ev", []string{"k", "j", "k", "k", "j"})
 		kc := newKeyCalls(ids, []int{0, 1, 0, 0, 1})
 		poison := &sync.Map{}
@@ -235,7 +235,7 @@ func (p plainPublisher) Publish(ctx context.Context, msgs []outbox.Message) []er
 // call per wave, one event of each key in it.
 func TestOrderedWavesPublishOneCallEach(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"k", "j", "k", "m", "j", "k"})
 	pub := &callPublisher{}
 	cfg := orderedConfig(db, dispatcher.BlockKey)
@@ -257,7 +257,7 @@ func TestOrderedWavesPublishOneCallEach(t *testing.T) {
 // ones it did not attempt are released uncharged and follow it, in order.
 func TestOrderedRunsInOneCallWithKeyOrderedPublisher(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"k", "k", "j", "k", "k", "j", "k"})
 	pub := &callPublisher{runs: true}
 	pub.fail = func(call int, msgs []outbox.Message, i int) error {
@@ -295,7 +295,7 @@ func TestOrderedRunsInOneCallWithKeyOrderedPublisher(t *testing.T) {
 // keep their emit time), and the claim must still reach the heads.
 func TestOrderedRetriedHeadsBehindAFullClaim(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"a", "b", "a", "b", "a", "b"})
 	kc := newKeyCalls(ids, []int{0, 1, 0, 1, 0, 1})
 	failed := &sync.Map{}
@@ -330,7 +330,7 @@ func TestOrderedRetriedHeadsBehindAFullClaim(t *testing.T) {
 // uncharged.
 func TestOrderedStopReleasesLaterWaves(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "ev", []string{"k", "k", "k"})
 	started, finish := make(chan struct{}), make(chan struct{})
 	d, err := dispatcher.New(db.NewPool(t, 6), orderedConfig(db, dispatcher.BlockKey))

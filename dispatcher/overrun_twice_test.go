@@ -26,7 +26,7 @@ import (
 // bounds the test by progress.
 func TestReclaimAfterLetGoNeverRunsBesideStuckCall(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	insertKeyed(t, db, "x", []string{"k"})
 	cfg := baseConfig(db)
 	cfg.Owner, cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery = "a", time.Second, 100*time.Millisecond, 1
@@ -58,7 +58,7 @@ func TestReclaimAfterLetGoNeverRunsBesideStuckCall(t *testing.T) {
 // read once it has.
 func TestReclaimBehindStuckPublishIsNotCharged(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	id := insertKeyed(t, db, "x", []string{"k"})[0]
 	pub := deafPublisher{unblock: make(chan struct{})}
 	cfg := baseConfig(db)
@@ -167,7 +167,7 @@ func renewedSince(t *testing.T, db *testdb.DB, id, held uuid.UUID, t0 time.Time,
 // waited for the stuck wave under a lease renewed for ever.)
 func TestLaterWavesOfStuckBatchAreNotHeldForEver(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ids := insertKeyed(t, db, "x", []string{"k1", "k2", "k2"})
 	stuck, later := ids[0], ids[2]
 	cfg := baseConfig(db)

@@ -46,7 +46,7 @@ func conflictWith(d *dispatcher.Dispatcher, owner string) (dispatcher.ModeConfli
 // hello each says once it listens, and the answer it gets.
 func TestModeConflictReportedByBoth(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	mp := &telemetrytest.MeterProvider{}
 	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, time.Hour, mp)
 	b, logsB := replica(t, db, "replica-b", dispatcher.Unordered, dispatcher.WakeupRequired, time.Hour, nil)
@@ -78,7 +78,7 @@ func TestModeConflictReportedByBoth(t *testing.T) {
 // a listener hears nothing and reports nothing.
 func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	cfg := baseConfig(db)
 	cfg.Owner, cfg.Wakeup, cfg.LeaseDuration = "replica-b", dispatcher.WakeupDisabled, 1500*time.Millisecond
 	b, err := dispatcher.New(db.NewPool(t, 4), cfg)
@@ -95,7 +95,7 @@ func TestModeConflictFromReplicaWithoutListener(t *testing.T) {
 // Two replicas of the same mode hear each other and report no conflict.
 func TestModeSameNoConflict(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	a, logsA := replica(t, db, "replica-a", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	b, logsB := replica(t, db, "replica-b", dispatcher.PerKey, dispatcher.WakeupRequired, 1500*time.Millisecond, nil)
 	waitFor(t, "each heard the other twice", func() bool { return a.Stats().Hellos >= 2 && b.Stats().Hellos >= 2 })

@@ -195,7 +195,8 @@ func notMade(err error) bool {
 // checkTable fails fast when the outbox table or its schema is missing,
 // when the schema does not match what this version needs (Verify, unless
 // SkipVerify), when the table lacks a column this version uses (a
-// migration not yet run), or when the role lacks a privilege the
+// migration not yet run), when Ordering PerKey finds no valid order index
+// (checkOrderIndex), or when the role lacks a privilege the
 // configuration needs or its transactions do not start at READ COMMITTED
 // (checkAccess), rather than logging the same claim error every poll.
 func (d *Dispatcher) checkTable(ctx context.Context) error {
@@ -222,6 +223,9 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	// must never stop progress), and a missing column shows in the
 	// claims' errors instead.
 	if err := d.store.CheckColumns(ctx, d.pool); err != nil && !(ranOutOfTime(err) && ctx.Err() == nil) {
+		return err
+	}
+	if err := d.checkOrderIndex(ctx, names); err != nil {
 		return err
 	}
 	if err := d.checkAccess(ctx); err != nil {

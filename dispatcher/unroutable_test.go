@@ -111,7 +111,7 @@ func TestUnroutableReleaseIsUncharged(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			db := testdb.NewMigrated(t)
+			db := testdb.NewMigrated(t, testdb.KeyOrder)
 			ids := insertEvents(t, db, "x", 2)
 			// ids[1] was tried twice and recovered once: a suspect, which no claim marks.
 			_, err := db.Pool.Exec(t.Context(), `UPDATE outbox_events SET attempts = 2, recoveries = 1 WHERE id = $1`, ids[1])
@@ -157,7 +157,7 @@ func TestUnroutableHeadHoldsItsKey(t *testing.T) {
 	for name, runs := range map[string]bool{"wave by wave": false, "key-ordered runs": true} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			db := testdb.NewMigrated(t)
+			db := testdb.NewMigrated(t, testdb.KeyOrder)
 			head := insertKeyed(t, db, "new", []string{"k"})[0]
 			rest := insertKeyed(t, db, "ev", []string{"k", "j", "k", "j"})
 			k := []uuid.UUID{head, rest[0], rest[2]}

@@ -35,6 +35,16 @@
 // before giving up (see [Migrate]); docs/operations.md describes rolling
 // upgrades.
 //
+// # The per-key order index
+//
+// Since version 12 the outbox table's order index exists only where
+// [Config].KeyOrder asks for it: dispatchers with Ordering PerKey need it,
+// and every keyed event pays an index entry for it at insert, claim and
+// retry. With the option Migrate builds a missing one concurrently after
+// the migrations; without it Migrate leaves one that exists alone (drop
+// it with DROP INDEX CONCURRENTLY). [Render] writes version 12 for either
+// choice; [Verify] accepts the table with or without the index.
+//
 // # Privileges
 //
 // Migrate creates the schema only when it is missing, so a migrator that

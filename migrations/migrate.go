@@ -51,6 +51,24 @@ type Config struct {
 	// It bounds [Verify] too: its wait for a lock on the table or its
 	// indexes (see [VerifyLockError]).
 	LockTimeout time.Duration
+	// KeyOrder keeps the outbox table's per-key order index
+	// (<table>_order_idx), which dispatchers with Ordering PerKey need:
+	// without it they refuse to start (dispatcher.OrderIndexError).
+	// It costs every keyed event (AggregateID or PartitionKey set) one
+	// index entry at insert, at its claim and at each retry (about 3 WAL
+	// records per event of the 13 of an unkeyed one); events without a key
+	// pay nothing for it. Defaults to false: schema version 12 drops the
+	// index.
+	//
+	// Turned on, [Migrate] builds the index when it is missing, after the
+	// migrations, with CREATE INDEX CONCURRENTLY (Emit and dispatchers go
+	// on meanwhile; on a large table it takes a while). Turned off, Migrate
+	// leaves an index that exists alone (a replica that migrates without
+	// the option must not take it from running ordered dispatchers): drop
+	// it with DROP INDEX CONCURRENTLY (docs/ordering.md). Set it before an
+	// upgrade to version 12 if any dispatcher uses PerKey; [Render] writes
+	// version 12 for one choice or the other.
+	KeyOrder bool
 }
 
 // Migrate creates or upgrades the outbox schema on conn to the latest
@@ -89,6 +107,14 @@ type Config struct {
 // 2-core machine, see docs/operations.md, "The upgrade's sweep,
 // measured"). A Migrate that finds nothing to move and the partitions
 // there costs a few queries.
+//
+// With cfg.KeyOrder, before that sweep, it makes sure the order index
+// exists and is valid: it drops an INVALID one (a concurrent build that
+// failed) and builds it with CREATE INDEX CONCURRENTLY, which blocks no
+// write but waits for the transactions open in the database while it
+// builds (a session idle in a transaction holds it up), one Migrate of
+// the table at a time: another one waits for it (until ctx ends) and
+// then finds the index valid (see [Config].KeyOrder).
 func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	set, err := migrationSet(cfg)
 	if err != nil {
@@ -97,6 +123,11 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error {
 		if err := tmplmigrate.Migrate(ctx, c, set); err != nil {
 			return err
+		}
+		if cfg.KeyOrder {
+			if err := ensureKeyOrder(ctx, c, set.Names); err != nil {
+				return err
+			}
 		}
 		return sweepStrays(ctx, c, set.Names)
 	})
@@ -166,7 +197,7 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
 		return tmplmigrate.Set{}, err
 	}
-	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names), LockWait: cfg.LockTimeout}, nil
+	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names, cfg.KeyOrder), LockWait: cfg.LockTimeout}, nil
 }
 
 // ensurePartitions creates the history's partitions from oldest (now
@@ -206,9 +237,11 @@ func checkLockTimeout(d time.Duration) error {
 	return nil
 }
 
-// templateData is what the migration templates see: every name quoted.
-func templateData(n sqlname.Names) map[string]any {
+// templateData is what the migration templates see: every name quoted,
+// and key_order, Config.KeyOrder (migration 012 keeps the order index).
+func templateData(n sqlname.Names, keyOrder bool) map[string]any {
 	return map[string]any{
+		"key_order":      keyOrder,
 		"schema":         n.Schema,
 		"table":          n.Qualified,
 		"pkey":           n.Quoted(sqlname.SuffixPkey),

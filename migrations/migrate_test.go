@@ -317,11 +317,13 @@ func waitForLockWaiter(ctx context.Context, t *testing.T, db *testdb.DB, table o
 // An outbox at version 1 with keyed and keyless rows in every status
 // upgrades to version 7 in place: the rows keep their state, skipped_at is
 // empty, and the order index holds exactly the keyed rows that are not
-// SENT (a SENT row can never block its key; a keyless row has no key).
+// SENT (a SENT row can never block its key; a keyless row has no key),
+// and keeps it at version 12 with Config.KeyOrder.
 func TestMigrateFromVersion1AddsKeyOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, conn, cfg, table := version1(t)
+	cfg.KeyOrder = true // version 12 keeps the order index
 	mustExec(t, conn, `INSERT INTO `+table+` (id, event_type, status, partition_key, aggregate_id, lock_token, lease_until)
 		SELECT gen_random_uuid(), 'x', s.status, k.pk, k.agg,
 			CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,

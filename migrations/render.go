@@ -16,6 +16,10 @@ import (
 // version before it, in the table <table>_schema_version that Migrate
 // keeps, so [Verify] and [Version] see the same version whichever tool
 // applied the files, and a later switch to Migrate finds nothing to redo.
+// Migration 12 is rendered for cfg.KeyOrder: its up file drops the
+// order index without it and leaves it with it; the build of a missing
+// index that Migrate runs after the migrations with KeyOrder has no file
+// (its statement is in 012's header).
 // Render touches no database. It returns an error wrapping
 // [outbox.ErrInvalidIdentifier] for an invalid cfg.
 func Render(cfg Config) (fs.FS, error) {

@@ -84,7 +84,9 @@ var expectedConstraints = []constraintSpec{
 // expectedIndexes lists every index of the outbox table: the claim's due
 // index, the held index that recovery reads (version 11; a renewal
 // changes none of its columns), the order index of per-key ordering
-// (version 7) and the stray index the sweep reads (version 11). The
+// (version 7; optional since version 12, see Config.KeyOrder: the
+// dispatchers with Ordering PerKey check it at start) and the stray
+// index the sweep reads (version 11). The
 // primary key's index is covered by its constraint. Version 11 dropped
 // the indexes of finished rows, which live in their own tables since
 // version 10.
@@ -94,6 +96,11 @@ var expectedIndexes = []indexSpec{
 	{sqlname.SuffixOrderIndex, "btree (COALESCE(partition_key, aggregate_id), seq) WHERE ((status <> 'SENT'::text) AND (COALESCE(partition_key, aggregate_id) IS NOT NULL))"},
 	{sqlname.SuffixStrayIndex, "btree (seq) WHERE (status = ANY (ARRAY['SENT'::text, 'FAILED'::text]))"},
 }
+
+// optionalIndexes are the suffixes of the indexes that may be missing
+// or invalid: Verify checks the definition of one only when it is there
+// and valid. The order index is kept by Config.KeyOrder (version 12).
+var optionalIndexes = map[string]bool{sqlname.SuffixOrderIndex: true}
 
 // tableSpec is one table of an outbox: the outbox table itself, its dead
 // letters or its SENT history.

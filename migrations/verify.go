@@ -117,6 +117,10 @@ func (e *VerifyError) Unwrap() []error {
 // everything matches, a [*VerifyError] listing every difference when
 // something does not, or another error when the catalog cannot be read.
 // Columns, constraints and indexes the library does not know are allowed.
+// The outbox table's order index (<table>_order_idx) may be missing or
+// invalid (schema version 12, [Config].KeyOrder): when it is there and
+// valid its definition is checked; dispatchers with Ordering PerKey
+// check at start that it is.
 //
 // Verify only reads the system catalogs and the version table: it never
 // creates, alters or drops anything, and works for a role that has only
@@ -347,6 +351,10 @@ func readIndexes(rows pgx.Rows, dst map[string]string) error {
 	return err
 }
 
+// invalidMark ends the definition of an index PostgreSQL does not use (a
+// CREATE INDEX CONCURRENTLY that failed or is running).
+const invalidMark = " (INVALID)"
+
 // normaliseIndexDef keeps what matters of pg_get_indexdef's output: the
 // access method, key columns and predicate, without the index and table
 // names (whose schema qualification depends on search_path).
@@ -358,7 +366,7 @@ func normaliseIndexDef(def string, unique, valid bool) string {
 		def = "UNIQUE " + def
 	}
 	if !valid {
-		def += " (INVALID)"
+		def += invalidMark
 	}
 	return def
 }
@@ -422,7 +430,11 @@ func (tc *tableCatalog) compare(names sqlname.Names, spec tableSpec, add func(ob
 	}
 	for _, ix := range spec.indexes {
 		n := names.Object(ix.suffix)
-		add("index "+schema+"."+n, ix.def, orMissing(tc.indexes, n))
+		actual := orMissing(tc.indexes, n)
+		if optionalIndexes[ix.suffix] && (actual == "missing" || strings.HasSuffix(actual, invalidMark)) {
+			continue
+		}
+		add("index "+schema+"."+n, ix.def, actual)
 	}
 	if spec.partitionKey != "" && tc.kind == spec.kind {
 		add("partition key of "+t, spec.partitionKey, tc.partKey)

@@ -459,7 +459,7 @@ func TestBinaryPasswordNeverPrinted(t *testing.T) {
 // cannot skip exits 1 and changes nothing.
 func TestBinaryBlockedAndSkip(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	head := insertKeyed(t, db, "FAILED", "order-7").String()
 	next := insertKeyed(t, db, "FAILED", "order-7").String()
 	insertKeyed(t, db, "PENDING", "order-7")
@@ -473,6 +473,25 @@ func TestBinaryBlockedAndSkip(t *testing.T) {
 	require.Regexp(t, `(?m)^order-7\s+`+next+`\s+`, binOK(t, db, "blocked").stdout, "the next FAILED event heads the key")
 	require.Contains(t, binOK(t, db, "skip", next, "-yes", "-json").stdout, `"skipped": [`)
 	require.Contains(t, binOK(t, db, "blocked").stdout, "0 blocked keys; no more pages")
+}
+
+// On a table without the order index (migrated without -key-order) no
+// key is blocked: blocked says per-key ordering is off, in words and in
+// JSON, and status counts every due event as due now. outboxctl migrate
+// -key-order builds the index, and the key is blocked.
+func TestBinaryBlockedWithoutOrderIndex(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insertKeyed(t, db, "FAILED", "order-7")
+	insertKeyed(t, db, "PENDING", "order-7")
+
+	r := binOK(t, db, "blocked")
+	require.Contains(t, r.stdout, "per-key ordering is off for "+db.Schema+".outbox_events: the table has no order index")
+	require.Contains(t, binOK(t, db, "blocked", "-json").stdout, `"key_order_off": true`)
+	require.Regexp(t, `(?m)^  due now\s+1$`, binOK(t, db, "status").stdout)
+
+	binOK(t, db, "migrate", "-key-order")
+	require.Regexp(t, `(?m)^order-7\s+`, binOK(t, db, "blocked").stdout)
 }
 
 // snapshot is every row's id, status and write counters: what a command
@@ -589,7 +608,7 @@ func TestBinaryReplayIDArguments(t *testing.T) {
 // until the head is replayed or skipped.
 func TestBinaryStatusBlockedNotDue(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	head := insertKeyed(t, db, "FAILED", "order-7")
 	insertKeyed(t, db, "PENDING", "order-7")
 	insertKeyed(t, db, "PENDING", "order-7")

@@ -358,13 +358,15 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 	}
 }
 
-func migrateFlags(*flag.FlagSet) func(*env) error {
+func migrateFlags(fs *flag.FlagSet) func(*env) error {
+	keyOrder := fs.Bool("key-order", false, "keep (or build, concurrently) the per-key order index that dispatchers "+
+		"with Ordering PerKey need (migrations.Config.KeyOrder)")
 	return func(e *env) error {
 		conn, err := e.connect()
 		if err != nil {
 			return err
 		}
-		cfg := migrations.Config{Table: e.table}
+		cfg := migrations.Config{Table: e.table, KeyOrder: *keyOrder}
 		if err := migrations.Migrate(e.ctx, conn, cfg); err != nil {
 			return err
 		}

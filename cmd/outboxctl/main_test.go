@@ -493,7 +493,7 @@ func TestDatabaseURLFromEnv(t *testing.T) {
 func TestExecModes(t *testing.T) {
 	t.Parallel()
 	testdb.ForEachRoute(t, func(t *testing.T, route testdb.Route) {
-		db := testdb.NewMigrated(t)
+		db := testdb.NewMigrated(t, testdb.KeyOrder)
 		failed := insert(t, db, "FAILED", "a", 2)
 		insert(t, db, "SENT", "a", 1)
 		on := func(cmd string, args ...string) result {
@@ -574,7 +574,7 @@ func insertKeyed(t *testing.T, db *testdb.DB, status, key string) uuid.UUID {
 
 func TestBlockedAndSkip(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	headA := insertKeyed(t, db, "FAILED", "order-1")
 	insertKeyed(t, db, "PENDING", "order-1")
 	insertKeyed(t, db, "PENDING", "order-1")

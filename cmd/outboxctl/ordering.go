@@ -27,6 +27,11 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 		if e.json {
 			return e.printJSON(page)
 		}
+		if page.KeyOrderOff {
+			_, err := fmt.Fprintf(e.out, "per-key ordering is off for %s: the table has no order index, so no dispatcher orders "+
+				"its events per key and no key is blocked (migrations.Config.KeyOrder builds the index; see docs/ordering.md)\n", a.Table())
+			return err
+		}
 		rows := make([][]string, len(page.Keys))
 		for i, k := range page.Keys {
 			failed := "-"
@@ -57,15 +62,16 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 // blockedPage reads pages of admin.BlockedKeys from p.After until it
 // holds p.Limit keys (or pairs, by type: perhaps a few more) or the walk
 // ends: each call examines a bounded number of keys and may return fewer
-// blocked keys than asked, even none.
+// blocked keys than asked, even none. On a table without the order index
+// it returns the first page, empty with KeyOrderOff.
 func blockedPage(ctx context.Context, a *admin.Admin, p admin.BlockedParams) (admin.BlockedPage, error) {
 	out := admin.BlockedPage{Keys: []admin.BlockedKey{}, Next: p.After}
 	limit := p.Limit
 	for {
 		p.After, p.Limit = out.Next, limit-len(out.Keys)
 		page, err := a.BlockedKeys(ctx, p)
-		if err != nil {
-			return admin.BlockedPage{}, err
+		if err != nil || page.KeyOrderOff {
+			return page, err
 		}
 		out.Keys = append(out.Keys, page.Keys...)
 		out.Next = page.Next

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
 // BenchmarkClaimComplete measures one dispatcher cycle against PostgreSQL:
@@ -58,7 +59,11 @@ func BenchmarkOrderedClaimComplete(b *testing.B) {
 		for _, keys := range []int{1, 100, 10000} {
 			name := fmt.Sprintf("ordered=%t/keys=%d", ordered, keys)
 			b.Run(name, func(b *testing.B) {
-				e := newEnv(b)
+				var opts []testdb.MigrateOption
+				if ordered { // the ordered claim reads the order index
+					opts = append(opts, testdb.KeyOrder)
+				}
+				e := newEnv(b, opts...)
 				ctx := context.Background()
 				ids := make([]uuid.UUID, batch)
 				names := make([]string, batch)

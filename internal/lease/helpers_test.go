@@ -21,9 +21,11 @@ type env struct {
 	store *lease.Store
 }
 
-func newEnv(tb testing.TB) env {
+// newEnv migrates a schema for one test with opts (testdb.KeyOrder for
+// the ordered claim, which reads the order index).
+func newEnv(tb testing.TB, opts ...testdb.MigrateOption) env {
 	tb.Helper()
-	db := testdb.NewMigrated(tb)
+	db := testdb.NewMigrated(tb, opts...)
 	store, err := lease.New(db.Table())
 	require.NoError(tb, err)
 	return env{db: db, store: store}

@@ -94,7 +94,7 @@ func TestOrderedClaimPlan(t *testing.T) {
 	for _, c := range orderedBacklogs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			db := testdb.NewMigrated(t)
+			db := testdb.NewMigrated(t, testdb.KeyOrder)
 			ctx := context.Background()
 			for _, q := range orderedHistory(c.rows...) {
 				_, err := db.Pool.Exec(ctx, q)
@@ -152,7 +152,7 @@ func TestOrderedClaimByTypePlan(t *testing.T) {
 		t.Skip("inserts 100,000 rows")
 	}
 	t.Parallel()
-	db := testdb.NewMigrated(t)
+	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	ctx := context.Background()
 	for _, q := range orderedHistory(
 		`INSERT INTO outbox_events (id, event_type, partition_key, status, lock_token, lease_until)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
 // claimForms are the sources of an ordered claim: every type, and the
@@ -38,7 +39,7 @@ func forEachForm(t *testing.T, f func(t *testing.T, e oenv, types []string)) {
 	for _, form := range claimForms {
 		t.Run(form.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, oenv{newEnv(t), form.byType}, form.types)
+			f(t, oenv{newEnv(t, testdb.KeyOrder), form.byType}, form.types)
 		})
 	}
 }
@@ -208,7 +209,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 
 	t.Run("a run stops before a successor of a type the claim does not take", func(t *testing.T) {
 		t.Parallel()
-		e := oenv{env: newEnv(t)}
+		e := oenv{env: newEnv(t, testdb.KeyOrder)}
 		specs := keyedBy("k", 4, spec{})
 		specs[2].Type = "foreign"
 		ids := insert(t, e.db.Pool, specs...)
@@ -267,7 +268,7 @@ func TestOrderedClaimStaleSnapshot(t *testing.T) {
 	for i, form := range claimForms {
 		t.Run(form.name, func(t *testing.T) {
 			t.Parallel()
-			e := oenv{env: newEnv(t)}
+			e := oenv{env: newEnv(t, testdb.KeyOrder)}
 			ids := insert(t, e.db.Pool, keyed("k"), keyed("k"), keyed("other"))
 			key := int64(7_000 + i)
 			role := e.db.NewRole(t, "claimer")
@@ -411,7 +412,7 @@ func settleRuns(t *testing.T, e env, db lease.DB, b lease.Batch, rng *rand.Rand,
 // busy).
 func TestOrderedClaimTypedHeadOfAnotherType(t *testing.T) {
 	t.Parallel()
-	e := oenv{env: newEnv(t)}
+	e := oenv{env: newEnv(t, testdb.KeyOrder)}
 	var specs []spec
 	for i := range 10 {
 		k := fmt.Sprintf("y%d", i)
@@ -455,7 +456,7 @@ func TestOrderedClaimByType(t *testing.T) {
 	for _, types := range [][]string{nil, {"a", "b"}} {
 		t.Run(fmt.Sprint("types ", types), func(t *testing.T) {
 			t.Parallel()
-			e := oenv{env: newEnv(t)}
+			e := oenv{env: newEnv(t, testdb.KeyOrder)}
 			a, b := spec{Type: "a", PartitionKey: "k"}, spec{Type: "b", PartitionKey: "k"}
 			failedA, notDueB := a, b
 			failedA.Status, notDueB.DueIn = "FAILED", time.Hour

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -226,7 +227,7 @@ func TestRenewalIsAHotUpdate(t *testing.T) {
 // every statement runs, and Access reports them held.
 func TestColumnGrantsAreEnough(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newEnv(t, testdb.KeyOrder)
 	ctx := context.Background()
 	role := e.db.NewRole(t, "pgotest_lease_columns")
 	quoted := pgx.Identifier{role}.Sanitize()

@@ -107,15 +107,29 @@ func withConn(tb testing.TB, url string, f func(context.Context, *pgx.Conn)) {
 	f(ctx, conn)
 }
 
-// NewMigrated is New with the outbox table migrated into the schema,
-// less the SENT history's time partitions Migrate creates: the tests
-// start from a history with its default partition only and create the
-// partitions they need (a dispatcher's Start creates those ahead).
-func NewMigrated(tb testing.TB) *DB {
+// MigrateOption changes the migrations.Config NewMigrated migrates with.
+type MigrateOption func(*migrations.Config)
+
+// KeyOrder migrates with migrations.Config.KeyOrder: the outbox table
+// keeps its per-key order index, which dispatchers with Ordering PerKey
+// and admin's blocked-key views need.
+func KeyOrder(c *migrations.Config) { c.KeyOrder = true }
+
+// NewMigrated is New with the outbox table migrated into the schema
+// (with opts applied to the migrations.Config; without KeyOrder the
+// table has no order index), less the SENT history's time partitions
+// Migrate creates: the tests start from a history with its default
+// partition only and create the partitions they need (a dispatcher's
+// Start creates those ahead).
+func NewMigrated(tb testing.TB, opts ...MigrateOption) *DB {
 	tb.Helper()
 	db := New(tb)
+	cfg := migrations.Config{Table: db.Table()}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	withConn(tb, db.URL, func(ctx context.Context, conn *pgx.Conn) {
-		if err := migrations.Migrate(ctx, conn, migrations.Config{Table: db.Table()}); err != nil {
+		if err := migrations.Migrate(ctx, conn, cfg); err != nil {
 			tb.Fatalf("testdb: migrate: %v", err)
 		}
 		drop := pgx.Identifier{db.Schema, outbox.DefaultTable + sqlname.SuffixSentDrop}.Sanitize()
