@@ -31,6 +31,14 @@ func Create(n sqlname.Names) string {
 		" ON " + n.Qualified + " " + Definition
 }
 
+// Build is the statement that builds the index on n's outbox table in a
+// transaction (not CONCURRENTLY): it blocks writes to the table while it
+// reads the table's rows, and does nothing when an index of its name
+// exists.
+func Build(n sqlname.Names) string {
+	return "CREATE INDEX IF NOT EXISTS " + n.Quoted(sqlname.SuffixOrderIndex) + " ON " + n.Qualified + " " + Definition
+}
+
 // Drop is the statement that drops the index without blocking reads or
 // writes of the table (CONCURRENTLY: outside a transaction).
 func Drop(n sqlname.Names) string {

@@ -29,6 +29,9 @@ const (
 	LockNotAvailable = "55P03"
 	// UniqueViolation: a row repeats the key of a unique constraint.
 	UniqueViolation = "23505"
+	// DuplicateTable: a relation of that name exists (CREATE of an index
+	// or table another session created first).
+	DuplicateTable = "42P07"
 	// UndefinedTable: the table (or its schema) the statement names does
 	// not exist.
 	UndefinedTable = "42P01"
