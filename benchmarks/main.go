@@ -117,6 +117,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency, sustained: load duration")
 	fs.DurationVar(&o.Retain, "retain", o.Retain, "sustained: the dispatcher's RetainSent")
 	fs.DurationVar(&o.Sample, "sample", o.Sample, "sustained: time between size samples")
+	fs.IntVar(&o.FillFactor, "fillfactor", 0, "walcost: the outbox table's fillfactor (0: the schema's)")
 	fs.BoolVar(&o.Wakeup, "wakeup", o.Wakeup, "latency: WakeupRequired (true) or WakeupDisabled (false)")
 	fs.DurationVar(&o.Poll, "poll", o.Poll, "dispatcher PollInterval")
 	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "claim: pending rows before measuring")

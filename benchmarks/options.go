@@ -41,6 +41,9 @@ type Options struct {
 	Retain time.Duration
 	// Sample is how often the sustained case records the sizes.
 	Sample time.Duration
+	// FillFactor, when not 0, is the outbox table's fillfactor in the
+	// walcost case (the schema's own, 80, when 0).
+	FillFactor int
 	// Wakeup picks WakeupRequired (true) or WakeupDisabled (false).
 	Wakeup bool
 	// Poll is the dispatcher's PollInterval.

@@ -28,6 +28,9 @@ type sustainedSample struct {
 	SentIndex  int64   `json:"sent_index"`
 	Partitions int64   `json:"partitions"` // the history's partitions, default included
 	SentRows   int64   `json:"sent_rows"`  // the history's rows (planner estimate)
+	DeadTuples int64   `json:"dead_tuples"` // the outbox table's n_dead_tup
+	Vacuums    int64   `json:"vacuums"`     // its vacuums and autovacuums so far
+	XminAge    int64   `json:"xmin_age"`    // the age of the oldest snapshot on the server, in transactions
 }
 
 // sustainedSizeSQL reads the sizes of the outbox table, its indexes, and
@@ -36,7 +39,10 @@ const sustainedSizeSQL = `
 SELECT (SELECT count(*) FROM outbox_events),
 	pg_table_size('outbox_events'), pg_indexes_size('outbox_events'),
 	coalesce(sum(pg_table_size(p.relid)), 0)::bigint, coalesce(sum(pg_indexes_size(p.relid)), 0)::bigint,
-	count(*), coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples > 0), 0)::bigint
+	count(*), coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples > 0), 0)::bigint,
+	(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
+	(SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass),
+	(SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity)
 FROM pg_partition_tree('outbox_events_sent') AS p JOIN pg_class AS c ON c.oid = p.relid
 WHERE p.isleaf`
 
@@ -160,7 +166,8 @@ func sampleWhile(ctx context.Context, db *benchDB, d *dispatcher.Dispatcher, int
 func takeSample(ctx context.Context, db *benchDB, d *dispatcher.Dispatcher, start time.Time, committed *atomic.Int64) (sustainedSample, error) {
 	st := d.Stats()
 	s := sustainedSample{At: round(time.Since(start).Seconds(), 0), Committed: committed.Load(), Sent: st.Sent, Retired: st.RetentionSent}
-	err := db.pool.QueryRow(ctx, sustainedSizeSQL).Scan(&s.Backlog, &s.HotHeap, &s.HotIndex, &s.SentHeap, &s.SentIndex, &s.Partitions, &s.SentRows)
+	err := db.pool.QueryRow(ctx, sustainedSizeSQL).Scan(&s.Backlog, &s.HotHeap, &s.HotIndex, &s.SentHeap, &s.SentIndex, &s.Partitions, &s.SentRows,
+		&s.DeadTuples, &s.Vacuums, &s.XminAge)
 	return s, err
 }
 
@@ -188,11 +195,12 @@ func sustainedVerdict(samples []sustainedSample, o Options) string {
 // sustainedTable renders the samples as a markdown table.
 func sustainedTable(samples []sustainedSample) string {
 	var b strings.Builder
-	b.WriteString("| s | committed | sent | retired | backlog | outbox heap | outbox indexes | history heap | history indexes | partitions | history rows |\n" +
-		"| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| s | committed | sent | retired | backlog | outbox heap | outbox indexes | history heap | history indexes | partitions | history rows | dead tuples | vacuums | oldest xmin age |\n" +
+		"| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %.0f | %d | %d | %d | %d | %s | %s | %s | %s | %d | %d |\n", s.At, s.Committed, s.Sent, s.Retired,
-			s.Backlog, mib(s.HotHeap), mib(s.HotIndex), mib(s.SentHeap), mib(s.SentIndex), s.Partitions, s.SentRows)
+		fmt.Fprintf(&b, "| %.0f | %d | %d | %d | %d | %s | %s | %s | %s | %d | %d | %d | %d | %d |\n", s.At, s.Committed, s.Sent, s.Retired,
+			s.Backlog, mib(s.HotHeap), mib(s.HotIndex), mib(s.SentHeap), mib(s.SentIndex), s.Partitions, s.SentRows,
+			s.DeadTuples, s.Vacuums, s.XminAge)
 	}
 	return b.String()
 }

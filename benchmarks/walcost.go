@@ -128,6 +128,11 @@ func runWALCost(ctx context.Context, o Options) (Result, error) {
 	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect;`+walcostRowDDL); err != nil {
 		return Result{}, fmt.Errorf("walcost needs pg_walinspect (PostgreSQL 15 or later, superuser): %w", err)
 	}
+	if o.FillFactor > 0 {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE outbox_events SET (fillfactor = %d)`, o.FillFactor)); err != nil {
+			return Result{}, err
+		}
+	}
 	start := time.Now()
 	m := &walMeter{conn: conn, batch: o.Batch}
 	var phases []walPhase
@@ -140,7 +145,7 @@ func runWALCost(ctx context.Context, o Options) (Result, error) {
 	}
 	res := throughput("wal", o.N, time.Since(start))
 	res.WAL = phases
-	res.Params = map[string]any{"batch": o.Batch, "schema_version": migrations.Latest()}
+	res.Params = map[string]any{"batch": o.Batch, "schema_version": migrations.Latest(), "fillfactor": o.FillFactor}
 	res.Note = "events_per_s is not a figure of this case: see wal"
 	err = verifyWALCost(ctx, db, phases)
 	res.Verified = err == nil

@@ -95,8 +95,9 @@ type Config struct {
 // CREATE privilege on the database.
 //
 // Once the latest version is applied, and after those locks are
-// released, it creates the SENT history's time partitions of now and the
-// next span, and moves the SENT and FAILED rows still in the outbox table
+// released, it creates the SENT history's one-minute time partitions up
+// to two minutes ahead (the dispatchers create their own span's after
+// them), and moves the SENT and FAILED rows still in the outbox table
 // (an upgrade from version 9 leaves its SENT rows there) to the SENT
 // history and the dead letters: it first creates the history's time
 // partitions from the oldest such row's sent_at on (when the history
@@ -133,15 +134,15 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	})
 }
 
-// sweepStrays creates the history's time partitions of now and the next
-// span (a fresh outbox's first completions land in them, not in the
+// sweepStrays creates the history's one-minute time partitions up to two
+// minutes ahead (a fresh outbox's first completions land in them, not in the
 // default partition, whose rows would block those ranges' partitions),
 // then moves the SENT and FAILED rows left in the outbox table (the SENT
 // rows of schema version 9, and what a dispatcher of version 9 still
 // running writes) to the history and the dead letters, after the
 // migration locks were released. The partitions start at the oldest
 // stray's sent_at (ranges of at most purge.MaxRange for the past, then
-// of purge.Span of the default RetainSent), so that the moved rows land
+// of a minute), so that the moved rows land
 // in partitions retention drops; when the history stays busy and there
 // are strays, it fails (ErrBusy) rather than sweep them into the default
 // partition. The sweep runs in batches of purge.SweepBatch, each its own
@@ -200,12 +201,21 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names, cfg.KeyOrder), LockWait: cfg.LockTimeout}, nil
 }
 
+// migrateSpan is the span of the partitions Migrate creates: the
+// shortest, one minute. Migrate does not know the dispatchers'
+// RetainSent, and a longer partition created ahead holds its range for
+// its whole span: with six-hour partitions (the default RetainSent's),
+// a dispatcher retaining 4 minutes found the next 12 to 18 hours taken
+// and retired nothing for hours. The dispatchers create their own
+// span's partitions after these at Start and in every retention pass.
+const migrateSpan = time.Minute
+
 // ensurePartitions creates the history's partitions from oldest (now
-// when zero) to two spans ahead, trying again (5 attempts, 0.5s apart)
-// while the history is busy; then it returns the error, which wraps
-// purge.ErrBusy.
+// when zero) to two minutes ahead (migrateSpan), trying again (5
+// attempts, 0.5s apart) while the history is busy; then it returns the
+// error, which wraps purge.ErrBusy.
 func ensurePartitions(ctx context.Context, c *pgx.Conn, names sqlname.Names, oldest time.Time) error {
-	span := purge.Span(24 * time.Hour)
+	span := migrateSpan
 	for attempt := 1; ; attempt++ {
 		_, err := purge.EnsurePartitions(ctx, c, names, span, oldest, 2*span)
 		if err == nil || !errors.Is(err, purge.ErrBusy) || attempt == 5 {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -186,26 +187,42 @@ func spread(ds []time.Duration) string {
 	return fmt.Sprintf("%d (median %s, p99 %s, max %s)", len(ds), ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1])
 }
 
-// A fresh Migrate creates the history's partition of now and the next
-// one, so that the first completions land in a time partition, not in
-// the default partition.
+// A fresh Migrate creates one-minute partitions of the history up to two
+// minutes ahead, so that the first completions land in a time partition,
+// not in the default partition, and no longer ones: a partition holds
+// its range for its whole span, and a dispatcher with a short RetainSent
+// (a 4-minute one: one-minute partitions) must be able to create and
+// retire its own from then on.
 func TestMigrateCreatesTheCurrentPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	require.NoError(t, migrations.Migrate(ctx, db.Pool, migrations.Config{Table: db.Table()}))
-	var covered bool
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-		WHERE i.inhparent = $1::regclass AND c.relname LIKE $2)`,
-		pgx.Identifier{db.Schema, db.Table().Name + "_sent"}.Sanitize(), db.Table().Name+`\_s2%`).Scan(&covered))
-	require.True(t, covered, "a time partition")
-	_, err := db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{db.Schema, db.Table().Name + "_sent"}.Sanitize()+
-		` (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 1, 'x', now()), (gen_random_uuid(), 2, 'x', now() + interval '6 hours')`)
+	sent := pgx.Identifier{db.Schema, db.Table().Name + "_sent"}.Sanitize()
+	var parts int
+	var longest time.Duration
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), coalesce(max(
+			(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''(.*)''\)'))[1]::timestamptz -
+			(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''(.*)''\) TO'))[1]::timestamptz), '0')
+		FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relname LIKE $2`, sent, db.Table().Name+`\_s2%`).Scan(&parts, &longest))
+	require.Positive(t, parts, "a time partition")
+	require.Equal(t, time.Minute, longest, "one-minute partitions only")
+	_, err := db.Pool.Exec(ctx, `INSERT INTO `+sent+` (id, seq, event_type, sent_at) VALUES (gen_random_uuid(), 1, 'x', now())`)
 	require.NoError(t, err)
 	var inDefault int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema, db.Table().Name + "_sent_default"}.Sanitize()).Scan(&inDefault))
-	require.Zero(t, inDefault, "now and the next span (6h for the default retention) have their partitions")
+	require.Zero(t, inDefault, "now has its partition")
+
+	d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table(), RetainSent: 4 * time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	require.NoError(t, d.Stop(ctx))
+	var reach time.Duration
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT max((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''(.*)''\)'))[1]::timestamptz) - now()
+		FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relname LIKE $2`, sent, db.Table().Name+`\_s2%`).Scan(&reach))
+	require.Greater(t, reach, 2*time.Minute, "the dispatcher created its own partitions after Migrate's")
 }
 
 // When the history stays busy (here its default partition locked, which
