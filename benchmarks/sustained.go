@@ -26,8 +26,8 @@ type sustainedSample struct {
 	HotIndex   int64   `json:"hot_index"` // its indexes, bytes
 	SentHeap   int64   `json:"sent_heap"` // the SENT history's partitions, heap bytes
 	SentIndex  int64   `json:"sent_index"`
-	Partitions int64   `json:"partitions"` // the history's partitions, default included
-	SentRows   int64   `json:"sent_rows"`  // the history's rows (planner estimate)
+	Partitions int64   `json:"partitions"`  // the history's partitions, default included
+	SentRows   int64   `json:"sent_rows"`   // the history's rows (planner estimate)
 	DeadTuples int64   `json:"dead_tuples"` // the outbox table's n_dead_tup
 	Vacuums    int64   `json:"vacuums"`     // its vacuums and autovacuums so far
 	XminAge    int64   `json:"xmin_age"`    // the age of the oldest snapshot on the server, in transactions
@@ -95,10 +95,17 @@ func runSustained(ctx context.Context, o Options) (Result, error) {
 	if err := stopWithin(ctx, d.Stop); err != nil {
 		return Result{}, err
 	}
+	var autovacuum string
+	if err := db.pool.QueryRow(ctx, `SHOW autovacuum`).Scan(&autovacuum); err != nil {
+		return Result{}, err
+	}
 	res := throughput("history+retention", total, held)
 	res.Params = map[string]any{"rate": o.Rate, "duration_s": o.Duration.Seconds(), "retain_s": o.Retain.Seconds(),
-		"writers": latencyWriters, "samples": samples}
+		"writers": latencyWriters, "samples": samples, "autovacuum": autovacuum}
 	res.Note = sustainedVerdict(samples, o)
+	if autovacuum != "on" {
+		res.Note += "; the server's autovacuum is off: nothing vacuums the outbox table, whose heap grows with every event"
+	}
 	fmt.Println(sustainedTable(samples))
 	res.Verified = committed.Load() == int64(total)
 	return res, nil

@@ -22,7 +22,7 @@ func writeWAL(b *strings.Builder, runs []run) {
 		"renews each claimed batch once (a heartbeat) and completes it: batch i with history (i mod 3 = 0), deleted (1) or retried (2). "+
 		"pgoutbox runs its own statements (`emitter.Emit`, `internal/lease`'s Claim, Renew and Complete, as the dispatcher sends them) on a row with an "+
 		"aggregate id (so a key for the order index) and on one without; the minimal outbox runs `benchmarks/minimal.go`'s statements on a table with "+
-		"pgoutbox's columns and defaults and the minimal outbox's two indexes (primary key, due PENDING rows), with the keyed row and the default fillfactor (100; `outbox_events` has 80). "+
+		"pgoutbox's columns and defaults and the minimal outbox's two indexes (primary key, due PENDING rows), with the keyed row and the default fillfactor (100; `outbox_events` has 50). "+
 		"Event: a 270-byte JSON payload, one `traceparent` header.\n\n"+
 		"Counted from `pg_walinspect` between the start and the commit of each transaction, only records whose block belongs to the run's own database "+
 		"(no other session's WAL, no commit records, as EXPLAIN's WAL figures): records, bytes without full-page images (FPI bytes depend on "+

@@ -141,8 +141,10 @@ func TestKeyOrderRebuildsAnInvalidIndex(t *testing.T) {
 }
 
 // Down from version 12 builds the order index again (dispatchers of
-// version 11 need it), also over an invalid leftover; Migrate without
-// KeyOrder then applies 12 again and drops it.
+// version 11 need it), also over an invalid leftover, and sets fillfactor
+// 80 again; Migrate without KeyOrder then applies 12 again: it drops the
+// index and sets fillfactor 50 (every renewal a HOT update, see
+// 012_key_order_optional.sql).
 func TestKeyOrderDownFromVersion12(t *testing.T) {
 	t.Parallel()
 	for _, invalid := range []bool{false, true} {
@@ -160,10 +162,21 @@ func TestKeyOrderDownFromVersion12(t *testing.T) {
 		require.EqualValues(t, 11, v)
 		require.Equal(t, "valid", orderIndexState(t, conn, db))
 		require.Equal(t, 3, keyedThroughIndex(t, conn, db))
+		require.Equal(t, "80", fillfactor(t, conn, db))
 
 		require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 		require.Equal(t, "missing", orderIndexState(t, conn, db))
+		require.Equal(t, "50", fillfactor(t, conn, db))
 	}
+}
+
+// fillfactor reads the outbox table's fillfactor storage parameter.
+func fillfactor(t *testing.T, conn *pgx.Conn, db *testdb.DB) string {
+	t.Helper()
+	var ff string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT coalesce((SELECT split_part(o, '=', 2) FROM unnest(reloptions) AS o
+		WHERE o LIKE 'fillfactor=%'), '') FROM pg_class WHERE oid = $1::regclass`, quoted(db.Table())).Scan(&ff))
+	return ff
 }
 
 // Render writes version 12 for the choice made: without KeyOrder its up
