@@ -210,3 +210,21 @@ func openMigrated(ctx context.Context, adminURL string, maxConns int) (*benchDB,
 	}
 	return db, nil
 }
+
+// openWarmed is openDB, migrate and warm: a fresh migrated database with
+// conns connections of its pool open.
+func openWarmed(ctx context.Context, adminURL string, conns int) (*benchDB, error) {
+	db, err := openDB(ctx, adminURL, conns)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.warm(ctx, conns); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}

@@ -43,17 +43,11 @@ type latencyRun struct {
 func runLatency(ctx context.Context, o Options) (Result, error) {
 	warm := int(float64(o.Rate) * latencyWarmup.Seconds())
 	total := warm + int(float64(o.Rate)*o.Duration.Seconds())
-	db, err := openDB(ctx, o.URL, latencyWriters+8)
+	db, err := openWarmed(ctx, o.URL, latencyWriters+8)
 	if err != nil {
 		return Result{}, err
 	}
 	defer db.Close()
-	if err := db.migrate(ctx); err != nil {
-		return Result{}, err
-	}
-	if err := db.warm(ctx, latencyWriters+8); err != nil {
-		return Result{}, err
-	}
 	lr := &latencyRun{committed: make([]atomic.Int64, total), started: make([]atomic.Int64, total)}
 	d, err := latencyDispatcher(db, o, lr)
 	if err != nil {

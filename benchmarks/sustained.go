@@ -54,17 +54,11 @@ WHERE p.isleaf`
 // history and their indexes, and it reports whether they stopped growing
 // after the first retention cycle (RetainSent plus one partition span).
 func runSustained(ctx context.Context, o Options) (Result, error) {
-	db, err := openDB(ctx, o.URL, latencyWriters+8)
+	db, err := openWarmed(ctx, o.URL, latencyWriters+8)
 	if err != nil {
 		return Result{}, err
 	}
 	defer db.Close()
-	if err := db.migrate(ctx); err != nil {
-		return Result{}, err
-	}
-	if err := db.warm(ctx, latencyWriters+8); err != nil {
-		return Result{}, err
-	}
 	d, err := dispatcher.New(db.pool, dispatcher.Config{RetainSent: o.Retain, Logger: quietLogger})
 	if err != nil {
 		return Result{}, err
