@@ -94,8 +94,8 @@ type BlockedPage struct {
 	// Scanned is how many keys with a dead letter the page examined,
 	// blocked or not.
 	Scanned int `json:"scanned"`
-	// KeyOrderOff reports that per-key ordering is off for this table
-	// (no valid order index; see Counts.KeyOrderOff): no key is
+	// KeyOrderOff reports that the table has no valid order index, so
+	// blocked keys were not looked for (see Counts.KeyOrderOff): no key is
 	// blocked, the page is empty and nothing was read.
 	KeyOrderOff bool `json:"key_order_off,omitempty"`
 }

@@ -68,11 +68,14 @@ type Counts struct {
 	// outbox that keeps many dead letters ([Admin.BlockedKeys] walks them
 	// all).
 	DueBlockedLimited bool `json:"due_blocked_limited,omitempty"`
-	// KeyOrderOff reports that per-key ordering is off for this table:
-	// it has no valid order index (schema version 12 keeps it only with
-	// migrations.Config.KeyOrder), so no dispatcher orders per key (one
-	// with Ordering PerKey refuses to start) and no event is blocked
-	// behind another: DueBlocked is 0 and nothing was read to count it.
+	// KeyOrderOff reports that the table has no valid order index
+	// (schema version 12 keeps it only with migrations.Config.KeyOrder,
+	// or once a dispatcher with Ordering PerKey built it), so blocked
+	// events were not counted: DueBlocked is 0 and nothing was read to
+	// count it. Without the index no dispatcher of version 12 orders per
+	// key; while one builds it, or a dispatcher of version 11 still runs
+	// with PerKey after the upgrade dropped it, events may be blocked
+	// uncounted.
 	KeyOrderOff bool `json:"key_order_off,omitempty"`
 	// OldestDueAge is how long the oldest due PENDING row has been due, by
 	// the database clock; 0 when nothing is due. A growing value means the

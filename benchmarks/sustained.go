@@ -172,25 +172,30 @@ func takeSample(ctx context.Context, db *benchDB, d *dispatcher.Dispatcher, star
 	return s, err
 }
 
-// sustainedVerdict compares the sizes at the end with their largest after
-// the first retention cycle.
+// sustainedVerdict says whether the sizes stopped growing after the
+// first retention cycle (RetainSent, a span, a retention interval): the
+// growth of the total from the first sample after it to the last, and
+// the largest total.
 func sustainedVerdict(samples []sustainedSample, o Options) string {
 	settled := (o.Retain + o.Retain/4 + time.Minute).Seconds()
-	var peak, last int64
-	var n int
+	var first, peak, last int64
+	n := 0
 	for _, s := range samples {
 		if s.At < settled {
 			continue
 		}
-		n++
 		last = s.HotHeap + s.HotIndex + s.SentHeap + s.SentIndex
+		if n == 0 {
+			first = last
+		}
+		n++
 		peak = max(peak, last)
 	}
 	if n < 2 {
 		return fmt.Sprintf("too short: the first retention cycle ends at %.0fs", settled)
 	}
-	return fmt.Sprintf("after the first retention cycle (%.0fs): %d samples, total size at most %s, %s at the end",
-		settled, n, mib(peak), mib(last))
+	return fmt.Sprintf("after the first retention cycle (%.0fs): %d samples, total size %s then %s at the end (%+.1f%%), at most %s",
+		settled, n, mib(first), mib(last), 100*float64(last-first)/float64(first), mib(peak))
 }
 
 // sustainedTable renders the samples as a markdown table.

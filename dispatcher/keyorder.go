@@ -1,12 +1,11 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/keyorder"
@@ -38,9 +37,9 @@ type OrderIndexError struct {
 	// writes, and Drop the one that drops an invalid one first (run each
 	// outside a transaction).
 	Create, Drop string
-	// Cause is why Start's own build failed (the role does not own the
-	// table, or the table stayed locked); nil for an invalid index, which
-	// Start does not touch.
+	// Cause is why Start's own build failed: the role does not own the
+	// table (42501), Start's context ended while it waited for the build,
+	// or builds kept failing.
 	Cause error
 }
 
@@ -67,22 +66,15 @@ func (e *OrderIndexError) Unwrap() error { return e.Cause }
 
 // checkOrderIndex makes sure a dispatcher with Ordering PerKey has a
 // valid order index (schema version 12 drops it unless
-// migrations.Config.KeyOrder): when it is missing, it builds it
-// (buildOrderIndex), and when that fails or the index is INVALID it
-// refuses the start. Other dispatchers do not read it. A check that runs
-// out of time is skipped, as checkAccess's is: statement timeouts must
-// never stop progress.
+// migrations.Config.KeyOrder): when it is missing or INVALID, it builds
+// it (buildOrderIndex), and when that fails it refuses the start. Other
+// dispatchers do not read it. A read that runs out of time is skipped,
+// as checkAccess's is: statement timeouts must never stop progress.
 func (d *Dispatcher) checkOrderIndex(ctx context.Context, names sqlname.Names) error {
 	if d.cfg.Ordering != PerKey {
 		return nil
 	}
 	state, err := keyorder.Read(ctx, d.pool, names)
-	var cause error
-	if err == nil && state == keyorder.Missing {
-		if cause = d.buildOrderIndex(ctx, names); cause == nil {
-			state, err = keyorder.Read(ctx, d.pool, names)
-		}
-	}
 	switch {
 	case err != nil && ranOutOfTime(err) && ctx.Err() == nil:
 		return nil
@@ -91,38 +83,74 @@ func (d *Dispatcher) checkOrderIndex(ctx context.Context, names sqlname.Names) e
 	case state == keyorder.Valid:
 		return nil
 	}
+	cause := d.buildOrderIndex(ctx, names)
+	if cause == nil {
+		return nil
+	}
+	state, _ = keyorder.Read(context.WithoutCancel(ctx), d.pool, names)
 	return &OrderIndexError{Table: names.Table.String(), Index: names.Table.Schema + "." + names.Object(sqlname.SuffixOrderIndex),
 		Invalid: state == keyorder.Invalid, Create: keyorder.Create(names), Drop: keyorder.Drop(names), Cause: cause}
 }
 
-// orderIndexLockTimeout bounds how long buildOrderIndex waits for its
-// lock on the table, as the migrations' own ALTERs do: writers queue
-// behind it meanwhile.
-const orderIndexLockTimeout = "2s"
+// orderIndexAttempts bounds buildOrderIndex's builds and drops (waits for
+// another session's build do not count).
+const orderIndexAttempts = 4
 
-// buildOrderIndex builds the missing order index in a transaction (the
-// table's owner may; a least-privilege role gets 42501 and Start refuses
-// with the statement to run). The build blocks Emit while it reads the
-// outbox table, which holds only the PENDING and PROCESSING rows, and
-// waits at most orderIndexLockTimeout for its lock. A replica that built
-// it at the same moment wins: the duplicate name error is no failure.
-// It logs what it did and how to avoid the block (KeyOrder).
+// orderIndexPoll is how often buildOrderIndex looks again while another
+// session builds an index on the table.
+const orderIndexPoll = 200 * time.Millisecond
+
+// buildOrderIndex makes the order index valid, one autocommit statement
+// at a time (so behind a transaction-mode pooler too), until ctx ends:
+// while any index is being built on the table (a Migrate with KeyOrder,
+// another replica, an operator) it waits for that build; an INVALID
+// index with no build running (one that failed) it drops; a missing one
+// it builds with CREATE INDEX CONCURRENTLY, which blocks no Emit, claim
+// or completion but waits for the transactions open in the database
+// that could see the table. Two replicas that build at once: the second
+// waits for the first's table lock and then finds the index there (or,
+// the victim of a deadlock between the two, tries again and waits for
+// the build). The table's owner may build it; another role gets 42501
+// and Start refuses with the statement to run. It logs what it built
+// and how to avoid the wait (KeyOrder).
 func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) error {
 	began := time.Now()
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+orderIndexLockTimeout+"'"); err != nil {
+	var last error
+	for attempts := 0; ; {
+		state, err := keyorder.Read(ctx, d.pool, names)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, keyorder.Build(names))
-		return err
-	})
-	if pgerr.Code(err) == pgerr.UniqueViolation || pgerr.Code(err) == pgerr.DuplicateTable {
-		return nil // another replica built it
+		if state == keyorder.Valid {
+			d.cfg.Logger.Info("pgoutbox: the per-key order index that Ordering PerKey reads was missing and is built; "+
+				"set migrations.Config.KeyOrder to build it when migrating", "table", names.Table.String(),
+				"waited", time.Since(began).Round(time.Millisecond))
+			return nil
+		}
+		building, err := keyorder.Building(ctx, d.pool, names)
+		if err != nil {
+			return err
+		}
+		if !building {
+			if attempts == orderIndexAttempts {
+				return cmp.Or(last, errors.New("the order index stayed invalid"))
+			}
+			attempts++
+			stmt := keyorder.Create(names)
+			if state == keyorder.Invalid {
+				stmt = keyorder.Drop(names)
+			}
+			if _, last = d.pool.Exec(ctx, stmt); pgerr.Code(last) == pgerr.InsufficientPrivilege || ctx.Err() != nil {
+				return cmp.Or(last, context.Cause(ctx))
+			}
+			continue
+		}
+		t := time.NewTimer(orderIndexPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for a build of an index on %s: %w", names.Table, context.Cause(ctx))
+		}
 	}
-	if err != nil {
-		return err
-	}
-	d.cfg.Logger.Info("pgoutbox: built the per-key order index that Ordering PerKey reads; set migrations.Config.KeyOrder "+
-		"to build it when migrating, without blocking Emit", "table", names.Table.String(), "took", time.Since(began).Round(time.Millisecond))
-	return nil
 }

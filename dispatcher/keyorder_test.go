@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +11,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/keyorder"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
@@ -68,22 +70,49 @@ func orderIndexState(t *testing.T, db *testdb.DB) keyorder.State {
 	return state
 }
 
-// An INVALID order index (a CREATE INDEX CONCURRENTLY that failed) is no
-// order index: Start refuses a PerKey dispatcher, saying to drop it
-// first; an unordered one starts (Verify lets an invalid order index
-// be).
-func TestStartRefusesPerKeyOnInvalidOrderIndex(t *testing.T) {
+// An INVALID order index with no build running (a CREATE INDEX
+// CONCURRENTLY that failed) is no order index: a PerKey dispatcher whose
+// role owns the table drops it and builds it again; an unordered one
+// starts without touching it (Verify lets an invalid order index be).
+func TestPerKeyStartRebuildsInvalidOrderIndex(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	db.InvalidOrderIndex(t)
 	runDispatcher(t, mustNew(t, db, baseConfig(db)))
+	require.Equal(t, keyorder.Invalid, orderIndexState(t, db))
 
-	err := mustNew(t, db, orderedConfig(db, dispatcher.SkipFailed)).Start(context.Background())
-	var oe *dispatcher.OrderIndexError
-	require.ErrorAs(t, err, &oe)
-	require.True(t, oe.Invalid)
-	require.Contains(t, err.Error(), oe.Drop)
-	require.Contains(t, oe.Drop, "DROP INDEX CONCURRENTLY")
+	runDispatcher(t, mustNew(t, db, orderedConfig(db, dispatcher.SkipFailed)))
+	require.Equal(t, keyorder.Valid, orderIndexState(t, db))
+	names, err := sqlname.For(db.Table())
+	require.NoError(t, err)
+	var def string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_get_indexdef(i.indexrelid) FROM pg_index AS i
+		JOIN pg_class AS c ON c.oid = i.indexrelid WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace`,
+		names.Object(sqlname.SuffixOrderIndex), db.Schema).Scan(&def))
+	require.Contains(t, def, "COALESCE(partition_key, aggregate_id)", "the order index's definition, not the failed one's")
+}
+
+// Replicas that start at once on a table without the order index all
+// start: one builds it, the others wait for that build (or lose the
+// race for the table's lock and find it built).
+func TestPerKeyReplicasStartingAtOnceShareOneBuild(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	ds := make([]*dispatcher.Dispatcher, 3)
+	for i := range ds {
+		ds[i] = mustNew(t, db, orderedConfig(db, dispatcher.BlockKey))
+	}
+	for i, d := range ds {
+		wg.Go(func() { errs[i] = d.Start(testctx.New(t)) })
+	}
+	wg.Wait()
+	for i, d := range ds {
+		require.NoError(t, errs[i], "replica %d", i)
+		require.NoError(t, d.Stop(testctx.New(t)))
+	}
+	require.Equal(t, keyorder.Valid, orderIndexState(t, db))
 }
 
 // mustNew is dispatcher.New on a pool of db's, failing the test on error.

@@ -49,8 +49,8 @@ func ensureKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (err 
 		}
 	}
 	if _, err := c.Exec(ctx, keyorder.Create(names)); err != nil {
-		return errtext.Wrap(err, "migrations: build the order index of %s (Config.KeyOrder; an invalid index left "+
-			"by this build is dropped and built again by the next Migrate)", names.Table)
+		dropFailedBuild(ctx, c, names)
+		return errtext.Wrap(err, "migrations: build the order index of %s (Config.KeyOrder; run Migrate again)", names.Table)
 	}
 	if state, err = keyorder.Read(ctx, c, names); err == nil && state != keyorder.Valid {
 		err = fmt.Errorf("pgoutbox: migrations: the order index of %s is %s after CREATE INDEX CONCURRENTLY", names.Table, state)
@@ -83,5 +83,22 @@ func lockKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (func()
 			return nil, fmt.Errorf("pgoutbox: migrations: waiting for another Migrate building the order index of %s: %w",
 				names.Table, context.Cause(ctx))
 		}
+	}
+}
+
+// dropFailedBuild drops the INVALID index a failed build left (unless
+// another session builds one on the table now), so that an ordered
+// dispatcher does not find an index that serves nothing and writes
+// still maintain. Best effort, within a minute of its own even when ctx
+// has ended: a dispatcher with Ordering PerKey or the next Migrate drop
+// it otherwise.
+func dropFailedBuild(ctx context.Context, c *pgx.Conn, names sqlname.Names) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if building, err := keyorder.Building(ctx, c, names); err != nil || building {
+		return
+	}
+	if state, err := keyorder.Read(ctx, c, names); err == nil && state == keyorder.Invalid {
+		_, _ = c.Exec(ctx, keyorder.Drop(names))
 	}
 }

@@ -53,7 +53,9 @@ type Config struct {
 	LockTimeout time.Duration
 	// KeyOrder keeps the outbox table's per-key order index
 	// (<table>_order_idx), which dispatchers with Ordering PerKey need:
-	// without it they refuse to start (dispatcher.OrderIndexError).
+	// without it they build it at Start when their role owns the table
+	// (CREATE INDEX CONCURRENTLY) and refuse to start otherwise
+	// (dispatcher.OrderIndexError).
 	// It costs every keyed event (AggregateID or PartitionKey set) one
 	// index entry at insert, at its claim and at each retry (about 3 WAL
 	// records per event of the 13 of an unkeyed one); events without a key

@@ -486,7 +486,7 @@ func TestBinaryBlockedWithoutOrderIndex(t *testing.T) {
 	insertKeyed(t, db, "PENDING", "order-7")
 
 	r := binOK(t, db, "blocked")
-	require.Contains(t, r.stdout, "per-key ordering is off for "+db.Schema+".outbox_events: the table has no order index")
+	require.Contains(t, r.stdout, "blocked keys not computed for "+db.Schema+".outbox_events: the table has no valid order index")
 	require.Contains(t, binOK(t, db, "blocked", "-json").stdout, `"key_order_off": true`)
 	require.Regexp(t, `(?m)^  due now\s+1$`, binOK(t, db, "status").stdout)
 

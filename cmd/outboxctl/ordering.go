@@ -28,8 +28,9 @@ func blockedFlags(fs *flag.FlagSet) func(*env) error {
 			return e.printJSON(page)
 		}
 		if page.KeyOrderOff {
-			_, err := fmt.Fprintf(e.out, "per-key ordering is off for %s: the table has no order index, so no dispatcher orders "+
-				"its events per key and no key is blocked (migrations.Config.KeyOrder builds the index; see docs/ordering.md)\n", a.Table())
+			_, err := fmt.Fprintf(e.out, "blocked keys not computed for %s: the table has no valid order index, which only "+
+				"dispatchers with Ordering PerKey need (they build it at start, or migrations.Config.KeyOrder does; "+
+				"see docs/ordering.md)\n", a.Table())
 			return err
 		}
 		rows := make([][]string, len(page.Keys))

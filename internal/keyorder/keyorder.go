@@ -95,3 +95,22 @@ func Read(ctx context.Context, q Querier, n sqlname.Names) (State, error) {
 	}
 	return Invalid, nil
 }
+
+// buildingSQL reports whether a CREATE INDEX runs on the table now
+// (pg_stat_progress_create_index shows every role's builds to the
+// table's owner and to members of pg_read_all_stats).
+const buildingSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_create_index p
+	JOIN pg_catalog.pg_class c ON c.oid = p.relid
+	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = $1 AND c.relname = $2)`
+
+// Building reports whether an index is being built on n's outbox table
+// now: an INVALID order index is then most likely that build, not the
+// leftover of one that failed.
+func Building(ctx context.Context, q Querier, n sqlname.Names) (bool, error) {
+	var building bool
+	if err := q.QueryRow(ctx, buildingSQL, n.Table.Schema, n.Table.Name).Scan(&building); err != nil {
+		return false, fmt.Errorf("pgoutbox: read the index builds of %s: %w", n.Table, err)
+	}
+	return building, nil
+}
