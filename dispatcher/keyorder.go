@@ -38,8 +38,9 @@ type OrderIndexError struct {
 	// outside a transaction).
 	Create, Drop string
 	// Cause is why Start's own build failed: the role does not own the
-	// table (42501), Start's context ended while it waited for the build,
-	// or builds kept failing.
+	// table or may not create in its schema (42501), a statement or lock
+	// timeout ended it, Start's context ended while it waited for the
+	// build, or builds kept failing.
 	Cause error
 }
 
@@ -87,13 +88,16 @@ func (d *Dispatcher) checkOrderIndex(ctx context.Context, names sqlname.Names) e
 	if cause == nil {
 		return nil
 	}
-	state, _ = keyorder.Read(context.WithoutCancel(ctx), d.pool, names)
+	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, _ = keyorder.Read(readCtx, d.pool, names)
 	return &OrderIndexError{Table: names.Table.String(), Index: names.Table.Schema + "." + names.Object(sqlname.SuffixOrderIndex),
 		Invalid: state == keyorder.Invalid, Create: keyorder.Create(names), Drop: keyorder.Drop(names), Cause: cause}
 }
 
 // orderIndexAttempts bounds buildOrderIndex's builds and drops (waits for
-// another session's build do not count).
+// another session's build, and builds that lost a deadlock to another
+// replica's, do not count).
 const orderIndexAttempts = 4
 
 // orderIndexPoll is how often buildOrderIndex looks again while another
@@ -103,54 +107,79 @@ const orderIndexPoll = 200 * time.Millisecond
 // buildOrderIndex makes the order index valid, one autocommit statement
 // at a time (so behind a transaction-mode pooler too), until ctx ends:
 // while any index is being built on the table (a Migrate with KeyOrder,
-// another replica, an operator) it waits for that build; an INVALID
-// index with no build running (one that failed) it drops; a missing one
-// it builds with CREATE INDEX CONCURRENTLY, which blocks no Emit, claim
-// or completion but waits for the transactions open in the database
-// that could see the table. Two replicas that build at once: the second
-// waits for the first's table lock and then finds the index there (or,
-// the victim of a deadlock between the two, tries again and waits for
-// the build). The table's owner may build it; another role gets 42501
-// and Start refuses with the statement to run. It logs what it built
-// and how to avoid the wait (KeyOrder).
+// another replica, an operator; read before the index's state, so that a
+// build that ends between the two reads is not taken for a failed one)
+// it waits for that build; an INVALID index with no build running (one
+// that failed) it drops; a missing one it builds with CREATE INDEX
+// CONCURRENTLY, which blocks no Emit, claim or completion but waits for
+// the transactions open in the database that could see the table. It
+// logs a WARN when it starts to build or wait, since Start waits with
+// it, and an INFO when the index is valid. Two replicas that build at
+// once: one waits for the other's table lock and then finds the index,
+// or loses a deadlock to it and waits for its build. Building needs the
+// table's ownership and CREATE on its schema; a role without them gets
+// 42501, and a statement or lock timeout shorter than the build gives
+// up at once: Start refuses with the statement to run.
 func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) error {
 	began := time.Now()
+	warned := false
 	var last error
 	for attempts := 0; ; {
+		building, err := keyorder.Building(ctx, d.pool, names)
+		if err != nil {
+			return err
+		}
 		state, err := keyorder.Read(ctx, d.pool, names)
 		if err != nil {
 			return err
 		}
 		if state == keyorder.Valid {
-			d.cfg.Logger.Info("pgoutbox: the per-key order index that Ordering PerKey reads was missing and is built; "+
-				"set migrations.Config.KeyOrder to build it when migrating", "table", names.Table.String(),
+			d.cfg.Logger.Info("pgoutbox: the per-key order index that Ordering PerKey reads is valid; set "+
+				"migrations.Config.KeyOrder to build it when migrating", "table", names.Table.String(),
 				"waited", time.Since(began).Round(time.Millisecond))
 			return nil
 		}
-		building, err := keyorder.Building(ctx, d.pool, names)
-		if err != nil {
-			return err
+		if !warned {
+			warned = true
+			d.cfg.Logger.Warn("pgoutbox: Ordering PerKey needs the per-key order index: Start builds it (CREATE INDEX "+
+				"CONCURRENTLY) or waits for its build, which waits for the transactions open in the database",
+				"table", names.Table.String(), "index", state.String(), "another_build", building)
 		}
-		if !building {
-			if attempts == orderIndexAttempts {
-				return cmp.Or(last, errors.New("the order index stayed invalid"))
-			}
-			attempts++
-			stmt := keyorder.Create(names)
-			if state == keyorder.Invalid {
-				stmt = keyorder.Drop(names)
-			}
-			if _, last = d.pool.Exec(ctx, stmt); pgerr.Code(last) == pgerr.InsufficientPrivilege || ctx.Err() != nil {
-				return cmp.Or(last, context.Cause(ctx))
+		if building {
+			if err := sleepCtx(ctx, orderIndexPoll); err != nil {
+				return fmt.Errorf("waiting for a build of an index on %s: %w", names.Table, err)
 			}
 			continue
 		}
-		t := time.NewTimer(orderIndexPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("waiting for a build of an index on %s: %w", names.Table, context.Cause(ctx))
+		if attempts == orderIndexAttempts {
+			return cmp.Or(last, errors.New("the order index stayed invalid"))
 		}
+		stmt := keyorder.Create(names)
+		if state == keyorder.Invalid {
+			stmt = keyorder.Drop(names)
+		}
+		_, last = d.pool.Exec(ctx, stmt)
+		switch pgerr.Code(last) {
+		case pgerr.InsufficientPrivilege, pgerr.QueryCanceled, pgerr.LockNotAvailable:
+			return last
+		case pgerr.DeadlockDetected:
+			continue // another replica's build won: wait for it
+		}
+		if ctx.Err() != nil {
+			return cmp.Or(last, context.Cause(ctx))
+		}
+		attempts++
+	}
+}
+
+// sleepCtx waits d or until ctx ends, and then returns its cause.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }

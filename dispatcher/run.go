@@ -170,8 +170,9 @@ func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
 // connection that could not be made (a wrong password, a refused port)
 // is not tried again, unless the server said it is starting up (57P03)
 // or reset the connection while it was being made (a server shutting
-// down): a start must report a bad configuration at once. The checks only read,
-// so trying them again is always safe.
+// down): a start must report a bad configuration at once. The checks read,
+// and the order index's build (PerKey only) is idempotent, so trying them
+// again is safe.
 func connectionLost(err error) bool {
 	code := pgerr.Code(err)
 	var connectErr *pgconn.ConnectError

@@ -25,7 +25,9 @@ const keyOrderPoll = 200 * time.Millisecond
 // until ctx ends (a session blocked in pg_advisory_lock would hold a
 // snapshot the concurrent build waits for, a deadlock), so that a second
 // Migrate waits for the first one's build and then finds the index
-// valid, rather than dropping it as invalid while it is being built.
+// valid, rather than dropping it as invalid while it is being built; and
+// before it drops an INVALID index it waits for any build on the table
+// (waitForBuilds: a PerKey dispatcher builds it without that lock).
 func ensureKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (err error) {
 	if state, err := keyorder.Read(ctx, c, names); err != nil || state == keyorder.Valid {
 		return errtext.Wrap(err, "migrations")
@@ -39,7 +41,7 @@ func ensureKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (err 
 			err = errtext.Wrap(uerr, "migrations: order index of %s: advisory unlock", names.Table)
 		}
 	}()
-	state, err := keyorder.Read(ctx, c, names)
+	state, err := waitForBuilds(ctx, c, names)
 	if err != nil || state == keyorder.Valid {
 		return errtext.Wrap(err, "migrations")
 	}
@@ -100,5 +102,30 @@ func dropFailedBuild(ctx context.Context, c *pgx.Conn, names sqlname.Names) {
 	}
 	if state, err := keyorder.Read(ctx, c, names); err == nil && state == keyorder.Invalid {
 		_, _ = c.Exec(ctx, keyorder.Drop(names))
+	}
+}
+
+// waitForBuilds waits, polling every keyOrderPoll until ctx ends, while
+// an index is being built on names' table (a dispatcher with Ordering
+// PerKey builds the order index at Start without the advisory lock), and
+// then returns the order index's state: an INVALID index is then the
+// leftover of a build that failed, not one under way.
+func waitForBuilds(ctx context.Context, c *pgx.Conn, names sqlname.Names) (keyorder.State, error) {
+	for {
+		building, err := keyorder.Building(ctx, c, names)
+		if err != nil {
+			return keyorder.Missing, err
+		}
+		if !building {
+			return keyorder.Read(ctx, c, names)
+		}
+		t := time.NewTimer(keyOrderPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return keyorder.Missing, fmt.Errorf("pgoutbox: migrations: waiting for a build of an index on %s: %w",
+				names.Table, context.Cause(ctx))
+		}
 	}
 }

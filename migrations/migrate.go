@@ -156,6 +156,15 @@ func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
 		return errtext.Wrap(err, "migrations: find the SENT rows left in %s", names.Table)
 	}
 	if !found {
+		// Nothing to sweep: partitions only for a history that has
+		// none yet (a fresh install), so that a Migrate at every deploy
+		// does not pile up empty minute partitions where no dispatcher
+		// retires them (DeleteSent with KeepSent); the dispatchers
+		// create their own span's.
+		parts, err := purge.Partitions(ctx, c, names)
+		if err != nil || len(parts) > 0 {
+			return errtext.Wrap(err, "migrations: list the time partitions of %s", names.Sent)
+		}
 		oldest = time.Time{}
 	}
 	if err := ensurePartitions(ctx, c, names, oldest); err != nil {

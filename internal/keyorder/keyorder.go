@@ -96,13 +96,17 @@ func Read(ctx context.Context, q Querier, n sqlname.Names) (State, error) {
 	return Invalid, nil
 }
 
-// buildingSQL reports whether a CREATE INDEX runs on the table now
-// (pg_stat_progress_create_index shows every role's builds to the
-// table's owner and to members of pg_read_all_stats).
+// buildingSQL reports whether a CREATE INDEX runs on the table now: a
+// backend that pg_stat_progress_create_index lists (its pid and database
+// are shown to every role; the relation only to the builder's role and
+// pg_read_all_stats) and that holds a lock on the table (pg_locks shows
+// every role's).
 const buildingSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_create_index p
-	JOIN pg_catalog.pg_class c ON c.oid = p.relid
+	JOIN pg_catalog.pg_locks l ON l.pid = p.pid AND l.locktype = 'relation' AND l.granted
+	JOIN pg_catalog.pg_class c ON c.oid = l.relation
 	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-	WHERE n.nspname = $1 AND c.relname = $2)`
+	WHERE p.datid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+		AND l.database = p.datid AND n.nspname = $1 AND c.relname = $2)`
 
 // Building reports whether an index is being built on n's outbox table
 // now: an INVALID order index is then most likely that build, not the

@@ -32,6 +32,9 @@ const (
 	// DuplicateTable: a relation of that name exists (CREATE of an index
 	// or table another session created first).
 	DuplicateTable = "42P07"
+	// DeadlockDetected: the server cancelled the statement to break a
+	// deadlock.
+	DeadlockDetected = "40P01"
 	// UndefinedTable: the table (or its schema) the statement names does
 	// not exist.
 	UndefinedTable = "42P01"
