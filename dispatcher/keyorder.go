@@ -114,9 +114,9 @@ const orderIndexPoll = 200 * time.Millisecond
 // CONCURRENTLY, which blocks no Emit, claim or completion but waits for
 // the transactions open in the database that could see the table. It
 // logs a WARN when it starts to build or wait, since Start waits with
-// it, and an INFO when the index is valid. Two replicas that build at
-// once: one waits for the other's table lock and then finds the index,
-// or loses a deadlock to it and waits for its build. Building needs the
+// it, and an INFO when the index is valid. One build at a time
+// (execAlone): replicas and a Migrate starting at once wait for each
+// other's build rather than deadlock. Building needs the
 // table's ownership and CREATE on its schema; a role without them gets
 // 42501, and a statement or lock timeout shorter than the build gives
 // up at once: Start refuses with the statement to run.
@@ -158,7 +158,14 @@ func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) e
 		if state == keyorder.Invalid {
 			stmt = keyorder.Drop(names)
 		}
-		_, last = d.pool.Exec(ctx, stmt)
+		var got bool
+		got, last = d.execAlone(ctx, names, stmt)
+		if !got && last == nil {
+			if err := sleepCtx(ctx, orderIndexPoll); err != nil {
+				return fmt.Errorf("waiting for another build of the order index of %s: %w", names.Table, err)
+			}
+			continue // another replica or Migrate builds it
+		}
 		switch pgerr.Code(last) {
 		case pgerr.InsufficientPrivilege, pgerr.QueryCanceled, pgerr.LockNotAvailable:
 			return last
@@ -182,4 +189,35 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// execAlone runs stmt (a build or drop of the order index, autocommit)
+// on a connection of its own while that session holds the builds'
+// advisory lock (keyorder.LockKey, taken with pg_try_advisory_lock in
+// autocommit, so no snapshot is held that the build would wait for), so
+// that at most one build of the index runs at a time (two CREATE INDEX
+// CONCURRENTLY on one table deadlock). got is false, and nothing ran,
+// when another session holds the lock. A connection whose unlock did
+// not take (behind a transaction-mode pooler the unlock may reach
+// another server session) is closed rather than returned to the pool;
+// a build cut short by ctx closes it too, which ends its session and
+// its lock.
+func (d *Dispatcher) execAlone(ctx context.Context, names sqlname.Names, stmt string) (got bool, err error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	key := keyorder.LockKey(names)
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&got); err != nil || !got {
+		return false, err
+	}
+	_, err = conn.Exec(ctx, stmt)
+	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var unlocked bool
+	if uerr := conn.QueryRow(unlockCtx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key).Scan(&unlocked); uerr != nil || !unlocked {
+		_ = conn.Conn().Close(unlockCtx)
+	}
+	return true, err
 }

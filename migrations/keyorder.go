@@ -64,7 +64,7 @@ func ensureKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (err 
 // index's builds of names' table, trying every keyOrderPoll until ctx
 // ends, and returns its release.
 func lockKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (func() error, error) {
-	key := "pgoutbox.keyorder:" + names.Table.String()
+	key := keyorder.LockKey(names)
 	for {
 		var got bool
 		err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&got)

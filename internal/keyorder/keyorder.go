@@ -118,3 +118,9 @@ func Building(ctx context.Context, q Querier, n sqlname.Names) (bool, error) {
 	}
 	return building, nil
 }
+
+// LockKey is the advisory lock key that serializes the builds of n's
+// order index (migrations' session lock, a dispatcher's transaction
+// lock: the two kinds conflict): two CREATE INDEX CONCURRENTLY on one
+// table deadlock, each waiting for the other's snapshot.
+func LockKey(n sqlname.Names) string { return "pgoutbox.keyorder:" + n.Table.String() }
