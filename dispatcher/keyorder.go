@@ -11,6 +11,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/keyorder"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 )
 
 // ErrNoOrderIndex is matched by the error Start returns when the
@@ -146,7 +147,7 @@ func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) e
 				"table", names.Table.String(), "index", state.String(), "another_build", building)
 		}
 		if building {
-			if err := sleepCtx(ctx, orderIndexPoll); err != nil {
+			if err := tmplmigrate.Sleep(ctx, orderIndexPoll); err != nil {
 				return fmt.Errorf("waiting for a build of an index on %s: %w", names.Table, err)
 			}
 			continue
@@ -161,7 +162,7 @@ func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) e
 		var got bool
 		got, last = d.execAlone(ctx, names, stmt)
 		if !got && last == nil {
-			if err := sleepCtx(ctx, orderIndexPoll); err != nil {
+			if err := tmplmigrate.Sleep(ctx, orderIndexPoll); err != nil {
 				return fmt.Errorf("waiting for another build of the order index of %s: %w", names.Table, err)
 			}
 			continue // another replica or Migrate builds it
@@ -176,18 +177,6 @@ func (d *Dispatcher) buildOrderIndex(ctx context.Context, names sqlname.Names) e
 			return cmp.Or(last, context.Cause(ctx))
 		}
 		attempts++
-	}
-}
-
-// sleepCtx waits d or until ctx ends, and then returns its cause.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }
 

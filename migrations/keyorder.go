@@ -10,6 +10,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/keyorder"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/tmplmigrate"
 )
 
 // keyOrderPoll is how often ensureKeyOrder tries again for the lock that
@@ -77,13 +78,9 @@ func lockKeyOrder(ctx context.Context, c *pgx.Conn, names sqlname.Names) (func()
 				return err
 			}, nil
 		}
-		t := time.NewTimer(keyOrderPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := tmplmigrate.Sleep(ctx, keyOrderPoll); err != nil {
 			return nil, fmt.Errorf("pgoutbox: migrations: waiting for another Migrate building the order index of %s: %w",
-				names.Table, context.Cause(ctx))
+				names.Table, err)
 		}
 	}
 }
@@ -119,13 +116,9 @@ func waitForBuilds(ctx context.Context, c *pgx.Conn, names sqlname.Names) (keyor
 		if !building {
 			return keyorder.Read(ctx, c, names)
 		}
-		t := time.NewTimer(keyOrderPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := tmplmigrate.Sleep(ctx, keyOrderPoll); err != nil {
 			return keyorder.Missing, fmt.Errorf("pgoutbox: migrations: waiting for a build of an index on %s: %w",
-				names.Table, context.Cause(ctx))
+				names.Table, err)
 		}
 	}
 }

@@ -140,15 +140,17 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 				"(gave up after %d attempts; retry when its long transactions have ended): %w",
 				table, table, attempt, err)
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := Sleep(ctx, pause); err != nil {
 			return errtext.Wrap(err, "migrate %s: waiting to retry a migration that found the table locked", table)
 		}
 		pause *= 2
 	}
 }
 
-// sleep waits for d, or returns ctx's error if it ends first.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits for d, or returns ctx's cause if it ends first: the one
+// context-bounded pause of the migrations and of the dispatcher's build
+// of the order index.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
