@@ -96,7 +96,7 @@ type Dispatcher struct {
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and
-	// must not find each other's. It is never held while heldSet.mu or
+	// must not find each other's. It is never held while held.Set.mu or
 	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
 	// refSize bounds the statements of renewals and start marks (refs
@@ -104,7 +104,7 @@ type Dispatcher struct {
 	// Guarded by leaseWrites.
 	refSize claimSize
 
-	// mu guards the fields below. It is never held while heldSet.mu or
+	// mu guards the fields below. It is never held while held.Set.mu or
 	// leaseWrites is taken, nor taken while they are held.
 	mu       sync.Mutex
 	state    State

@@ -19,7 +19,7 @@ import (
 // reporter counts what happens and tells the user: the Stats counters,
 // the log (rate-limited for repeats), OnError and OnOutcome. Every
 // service of the dispatcher reports through it. Its methods call the
-// user's hooks, so none may be called with heldSet.mu (or any other lock
+// user's hooks, so none may be called with held.Set.mu (or any other lock
 // of the dispatcher) held.
 type reporter struct {
 	stats     counters

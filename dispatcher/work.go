@@ -249,7 +249,7 @@ func (d *Dispatcher) runHandler(it *held.Item, h outbox.Handler) (res held.Resul
 	if res.Err != nil || it.Dest == "" {
 		return res, false, true
 	}
-	d.held.CallStarts([]*held.Item{it}, time.Time{}, held.PhaseAwaitPublish) // no timeout of its own (see heldSet.live)
+	d.held.CallStarts([]*held.Item{it}, time.Time{}, held.PhaseAwaitPublish) // no timeout of its own (see held.Set.Live)
 	return held.Result{}, true, false
 }
 

@@ -16,22 +16,10 @@ import (
 
 // Set is the events this process holds: claimed, and not yet let go.
 // Every change of an event's state in this process is one of its methods,
-// named for the transition:
-//
-//	add ─▶ begin ─▶ finish ─▶ takeOutcomes ─▶ (written) remove
-//	 │       │        │            │  └─ writeFailed ─▶ back in line, or let go
-//	 │       └────────┴── lost ────┴─▶ let go (renewed, loseExpired, begin)
-//	 └─ unstarted (at stop: the completer releases them) ─▶ remove
-//
-// Locks. Set.mu is a leaf: while it is held nothing else is locked,
-// no statement runs and nothing outside this file is called (no hook,
-// handler or OnError); the only calls out are cancel functions of the
-// set's own contexts and non-blocking sends on its signal channels.
-// Whoever needs another lock as well (Dispatcher.mu, leaseWrites, the log
-// limiter) takes it before or after, never around, a held-set call, so no
-// order between them arises.
+// named for the transition (the diagram and the lock order are in the
+// package doc). Its lock, mu, is a leaf.
 type Set struct {
-	now func() time.Time // the local clock of lease deadlines (Config.now, set by tests)
+	now func() time.Time // the local clock of lease deadlines (the dispatcher's Config.now, set by tests)
 	// realClock: now is time.Now, so that begin reads the clock once for
 	// the start time and the deadline.
 	realClock bool
@@ -95,7 +83,7 @@ func (s *Set) all() iter.Seq[*Item] {
 	}
 }
 
-// heldBatch is the events of one claim: one token, one timer for their
+// Batch is the events of one claim: one token, one timer for their
 // local deadlines.
 type Batch struct {
 	token     uuid.UUID
@@ -103,12 +91,12 @@ type Batch struct {
 	Ctx       context.Context
 	cancel    context.CancelCauseFunc
 	items     []*Item
-	remaining int         // items still held; guarded by heldSet.mu
+	remaining int         // items still held; guarded by Set.mu
 	timer     *time.Timer // fires at the earliest local deadline of its items
 	// timeout is the context, under ctx, whose deadline is timeoutAt: the
 	// handler timeout of the batch's events that started in the same
 	// timeoutGrain. Handlers starting together share its timer;
-	// cancelling ctx releases them all. Guarded by heldSet.mu.
+	// cancelling ctx releases them all. Guarded by Set.mu.
 	timeout   context.Context
 	timeoutAt time.Time
 	// cancelTimeout stops the timer of the latest timeout context. Each is
@@ -117,7 +105,7 @@ type Batch struct {
 	cancelTimeout context.CancelFunc
 }
 
-// itemState is where one held event is in its life in this process.
+// State is where one held event is in its life in this process.
 type State uint8
 
 const (
@@ -127,8 +115,8 @@ const (
 	Completing              // outcome is being written
 )
 
-// item is one held event. The fields marked "guarded" are guarded by
-// heldSet.mu; the completer's own record is read and written by the
+// Item is one held event. The fields marked "guarded" are guarded by
+// Set.mu; the completer's own record is read and written by the
 // completer goroutine alone.
 //
 // A claim holds its items in one allocation, and the per-event work
@@ -152,13 +140,13 @@ type Item struct {
 	// marking is closed by the marker once the start is marked (see
 	// marked). Guarded.
 	marking chan struct{}
-	// key is the order key the claim read (ordered claims only; "" for
+	// Key is the order key the claim read (ordered claims only; "" for
 	// none, see lease.Batch.Keys). Set before runBatch starts.
 	Key string
-	// dest is the event's destination (Config.RouteFunc; "" when it is
+	// Dest is the event's destination (Config.RouteFunc; "" when it is
 	// not published), routed once by runBatch before anything reads it.
 	Dest string
-	// waited is how long the event had been due when the claim took it
+	// Waited is how long the event had been due when the claim took it
 	// (database clock).
 	Waited time.Duration
 	// startedAt is when its handler started, and ran how long until its
@@ -199,13 +187,13 @@ type Item struct {
 	// marked: the row shows that this attempt started (see start.go).
 	// Guarded.
 	marked bool
-	// hasSlot: the claim took a handler slot for this item (see
+	// HasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
 	HasSlot bool
-	// suspect: the row was recovered before (see lease.Batch.Suspect);
+	// Suspect: the row was recovered before (see lease.Batch.Suspect);
 	// set by add, read only after.
 	Suspect bool
-	// behindCall: olderDone is the end of a call that was still running
+	// BehindCall: OlderDone is the end of a call that was still running
 	// when this item was claimed. Set by add, read only after.
 	BehindCall bool
 	// awaitsTurn: a suspect that has not taken the suspect turn yet.
@@ -218,7 +206,7 @@ type Item struct {
 	rowGone bool
 }
 
-// writeRecord is the completer's record of the failed writes of one
+// WriteRecord is the completer's record of the failed writes of one
 // outcome: how many, how many the database refused, how many past the
 // local deadline, and when to try again; and the failure it writes, as
 // it first wrote it (see completer.failureToWrite).
@@ -229,7 +217,7 @@ type WriteRecord struct {
 	Decided               bool // failure is set
 }
 
-// record returns the item's write record, made on first need. The
+// Record returns the item's write record, made on first need. The
 // completer's goroutine only.
 func (it *Item) Record() *WriteRecord {
 	if it.writes == nil {
@@ -238,8 +226,8 @@ func (it *Item) Record() *WriteRecord {
 	return it.writes
 }
 
-// refusals is how many times the database refused to record the item's
-// outcome, tries how many writes of it failed.
+// Refusals is how many times the database refused to record the item's
+// outcome.
 func (it *Item) Refusals() int {
 	if it.writes == nil {
 		return 0
@@ -247,6 +235,7 @@ func (it *Item) Refusals() int {
 	return it.writes.Refusals
 }
 
+// Tries is how many writes of the item's outcome failed.
 func (it *Item) Tries() int {
 	if it.writes == nil {
 		return 0
@@ -254,7 +243,7 @@ func (it *Item) Tries() int {
 	return it.writes.Tries
 }
 
-// retryAt is when the completer may write the item's outcome again (zero:
+// RetryAt is when the completer may write the item's outcome again (zero:
 // at once).
 func (it *Item) RetryAt() time.Time {
 	if it.writes == nil {
@@ -264,12 +253,13 @@ func (it *Item) RetryAt() time.Time {
 }
 
 // overrunWarn is when an overrun's next WARN is due, and the wait after
-// that (see heldSet.overruns).
+// that (see Set.Overruns).
 type overrunWarn struct {
 	next  time.Time
 	every time.Duration
 }
 
+// Ref is the item's lease: its event id and its claim's token.
 func (it *Item) Ref() lease.Ref { return lease.Ref{ID: it.Event.ID, Token: it.Batch.token} }
 
 // deadlineFrom is when this process stops trusting a lease claimed or
@@ -278,7 +268,7 @@ func (it *Item) Ref() lease.Ref { return lease.Ref{ID: it.Event.ID, Token: it.Ba
 // lease_until does.
 func (s *Set) deadlineFrom(sentAt time.Time) time.Time { return sentAt.Add(s.trust) }
 
-// add holds the events of a claim sent at sentAt, under one batch whose
+// Add holds the events of a claim sent at sentAt, under one batch whose
 // context is under parent. The marked events among the first slots get a
 // handler slot each (hasSlot); add returns the items and how many slots
 // it gave.
@@ -333,7 +323,7 @@ func (s *Set) Add(parent context.Context, b lease.Batch, sentAt time.Time, slots
 	return items, given
 }
 
-// begin moves a queued item to running and gives it its context, with a
+// Begin moves a queued item to running and gives it its context, with a
 // deadline timeout from now when timeout > 0. It returns false when the
 // item may not start: the dispatcher is stopping (the item will be
 // released), or the lease is lost or past its local deadline (the item is
@@ -369,7 +359,7 @@ func (s *Set) Begin(it *Item, timeout time.Duration) bool {
 // timeoutContext returns a context under the batch's whose deadline is at
 // or after at, by less than timeoutGrain(timeout): events of one batch
 // that start together share one timer instead of arming one each. The
-// caller holds heldSet.mu.
+// caller holds Set.mu.
 func (b *Batch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
 	grain := timeoutGrain(timeout)
 	if b.timeout != nil && at.Before(b.timeoutAt) && !at.Before(b.timeoutAt.Add(-grain)) {
@@ -389,8 +379,8 @@ func timeoutGrain(timeout time.Duration) time.Duration {
 	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
 }
 
-// loseIfExpired gives up a started item whose local deadline has passed
-// (read on the clock, like begin), and reports whether the item is lost.
+// LoseIfExpired gives up a started item whose local deadline has passed
+// (read on the clock, like Begin), and reports whether the item is lost.
 func (s *Set) LoseIfExpired(it *Item) (lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -400,7 +390,7 @@ func (s *Set) LoseIfExpired(it *Item) (lost bool) {
 	return it.lost
 }
 
-// finish hands an item's result to the completer. An item whose lease
+// Finish hands an item's result to the completer. An item whose lease
 // was lost meanwhile is let go instead, and finish reports it lost (the
 // caller reports outbox.ErrLockLost).
 func (s *Set) Finish(it *Item, res Result) (lost bool) {
@@ -420,7 +410,7 @@ func (s *Set) Finish(it *Item, res Result) (lost bool) {
 	return false
 }
 
-// releaseQueued hands the completer, to be released unstarted (no
+// ReleaseQueued hands the completer, to be released unstarted (no
 // attempt spent), those of items still held whose handler never began
 // and whose lease is not lost: the rest of a key's run that stopped (see
 // ordered.go). It returns how many it handed over.
@@ -428,7 +418,7 @@ func (s *Set) ReleaseQueued(items []*Item) (n int) {
 	return s.GiveBack(items, Result{Release: true})
 }
 
-// giveBack hands the completer res (a release) for those of items still
+// GiveBack hands the completer res (a release) for those of items still
 // held whose handler never began and whose lease is not lost, and returns
 // how many it handed over.
 func (s *Set) GiveBack(items []*Item, res Result) (n int) {
@@ -447,7 +437,7 @@ func (s *Set) GiveBack(items []*Item, res Result) (n int) {
 	return n
 }
 
-// outcome returns the result this process gave an item's attempt, and
+// Outcome returns the result this process gave an item's attempt, and
 // false when it gave none: the item never began, or its lease was lost.
 func (s *Set) Outcome(it *Item) (res Result, ok bool) {
 	s.mu.Lock()
@@ -458,7 +448,7 @@ func (s *Set) Outcome(it *Item) (res Result, ok bool) {
 	return it.result, true
 }
 
-// takeOutcomes moves up to limit (0: any number) of the outcomes whose
+// TakeOutcomes moves up to limit (0: any number) of the outcomes whose
 // retry time has come to completing, lets go of those whose lease was
 // lost (dropped), and leaves the others waiting. It returns the time until
 // the earliest waiting retry is due (0 for none).
@@ -489,7 +479,7 @@ func (s *Set) TakeOutcomes(limit int) (items, dropped []*Item, wait time.Duratio
 	return items, dropped, wait
 }
 
-// writeVerdict is what the completer decides for an outcome whose write
+// WriteVerdict is what the completer decides for an outcome whose write
 // failed.
 type WriteVerdict int
 
@@ -499,7 +489,7 @@ const (
 	WriteGiveUp                     // failed too often: let go now
 )
 
-// writeFailed puts the outcomes of a failed write back in line or lets
+// WriteFailed puts the outcomes of a failed write back in line or lets
 // them go, as judge decides for each item still held (judge is told
 // whether the item's local deadline has passed; it runs under the lock,
 // so it must only read and update the item). It returns the items given
@@ -528,7 +518,7 @@ func (s *Set) WriteFailed(items []*Item, judge func(it *Item, expired bool) Writ
 	return givenUp
 }
 
-// mayHaveWritten notes that a write of items may have taken effect
+// MayHaveWritten notes that a write of items may have taken effect
 // although it reported an error (its reply was lost, or it timed out):
 // the completer, not the heartbeat or the deadline timer, then decides
 // their fate (see completerHolds).
@@ -540,7 +530,7 @@ func (s *Set) MayHaveWritten(items []*Item) {
 	s.mu.Unlock()
 }
 
-// owned returns the items this process still holds (in a new slice).
+// Owned returns the items this process still holds (in a new slice).
 func (s *Set) Owned(items []*Item) []*Item {
 	return s.keep(items, func(*Item) bool { return true })
 }
@@ -559,7 +549,7 @@ func (s *Set) keep(items []*Item, ok func(*Item) bool) []*Item {
 	return kept
 }
 
-// live lists the held items whose lease is still worth renewing: not
+// Live lists the held items whose lease is still worth renewing: not
 // lost, not a call running past its timeout (see overrun.go), whose
 // lease is left to expire so that another replica delivers the event,
 // and not an event waiting for its batch's publish behind such a call
@@ -592,12 +582,12 @@ func (s *Set) Live() []*Item {
 }
 
 // overran reports whether the item's call is running past its timeout at
-// now. The caller holds heldSet.mu.
+// now. The caller holds Set.mu.
 func overran(it *Item, now time.Time) bool {
 	return it.state == Running && !it.callDeadline.IsZero() && now.After(it.callDeadline)
 }
 
-// callStarts sets the call deadline of started items whose next call (a
+// CallStarts sets the call deadline of started items whose next call (a
 // publish, or none: zero) starts now.
 func (s *Set) CallStarts(items []*Item, deadline time.Time, phase Phase) {
 	s.mu.Lock()
@@ -607,7 +597,7 @@ func (s *Set) CallStarts(items []*Item, deadline time.Time, phase Phase) {
 	}
 }
 
-// overrunCall is a call running past its timeout: what its WARN says.
+// OverrunCall is a call running past its timeout: what its WARN says.
 type OverrunCall struct {
 	ID            uuid.UUID
 	EventType     string
@@ -616,7 +606,7 @@ type OverrunCall struct {
 	First         bool // the first time it is reported
 }
 
-// overrunning counts the calls running past their timeout at now, and
+// Overrunning counts the calls running past their timeout at now, and
 // returns the earliest of their timeouts.
 func (s *Set) Overrunning(now time.Time) (n int, oldest time.Time) {
 	s.mu.Lock()
@@ -632,7 +622,7 @@ func (s *Set) Overrunning(now time.Time) (n int, oldest time.Time) {
 	return n, oldest
 }
 
-// overruns lists the calls running past their timeout at now whose WARN
+// Overruns lists the calls running past their timeout at now whose WARN
 // is due (the first at once, then after warnFirst, doubling, up to
 // warnMax apart), moving their next WARN on.
 func (s *Set) Overruns(now time.Time, warnFirst, warnMax time.Duration) (due []OverrunCall) {
@@ -655,7 +645,7 @@ func (s *Set) Overruns(now time.Time, warnFirst, warnMax time.Duration) (due []O
 	return due
 }
 
-// running lists up to limit of the calls running now, oldest first, and
+// Running lists up to limit of the calls running now, oldest first, and
 // how many run in all.
 func (s *Set) Running(limit int) (calls []RunningCall, n int) {
 	s.mu.Lock()
@@ -671,7 +661,7 @@ func (s *Set) Running(limit int) (calls []RunningCall, n int) {
 	return calls[:min(len(calls), limit)], n
 }
 
-// stuck lists the events of held items whose lease was lost while their
+// Stuck lists the events of held items whose lease was lost while their
 // call still runs (or its outcome waits to be dropped): a claim leaves
 // them out (lease.ClaimParams.Skip), so that another replica takes them
 // rather than this one hold them behind that call.
@@ -690,12 +680,12 @@ func (s *Set) Stuck() []uuid.UUID {
 	return ids
 }
 
-// stillLive returns the items still held and not lost (in a new slice).
+// StillLive returns the items still held and not lost (in a new slice).
 func (s *Set) StillLive(items []*Item) []*Item {
 	return s.keep(items, func(it *Item) bool { return !it.lost })
 }
 
-// renewed applies a renewal sent at sentAt: the items in renewed get the
+// Renewed applies a renewal sent at sentAt: the items in renewed get the
 // new local deadline, the items in busy (their rows were locked elsewhere
 // at that moment) keep theirs, and the others are lost, unless the
 // completer holds their outcome (see completerHolds): a row that no
@@ -765,7 +755,7 @@ func (s *Set) expired(it *Item) bool { return !s.now().Before(it.deadline) }
 // item's lease: its outcome is being written, or an earlier write of it
 // may have taken effect although its reply was lost (then the row may no
 // longer show the lease, and the next try reads what it shows). The
-// caller holds heldSet.mu.
+// caller holds Set.mu.
 func completerHolds(it *Item) bool { return it.state == Completing || it.maybeWritten }
 
 // loseLocked gives up an item whose lease is gone: its context is
@@ -796,7 +786,7 @@ func (s *Set) rowGoneLocked(it *Item) {
 	}
 }
 
-// rowGoneSignal returns a channel closed once the item's row no longer
+// RowGoneSignal returns a channel closed once the item's row no longer
 // shows its attempt after its lease was lost (see rowGoneLocked).
 func (s *Set) RowGoneSignal(it *Item) <-chan struct{} {
 	s.mu.Lock()
@@ -810,7 +800,7 @@ func (s *Set) RowGoneSignal(it *Item) <-chan struct{} {
 	return it.gone
 }
 
-// recovered notes that a recovery returned the rows of ids: the held
+// Recovered notes that a recovery returned the rows of ids: the held
 // items of those events whose lease was lost no longer show their attempt.
 func (s *Set) Recovered(ids ...uuid.UUID) {
 	s.mu.Lock()
@@ -824,7 +814,7 @@ func (s *Set) Recovered(ids ...uuid.UUID) {
 	}
 }
 
-// letGo returns a channel that is closed when the item is let go.
+// LetGo returns a channel that is closed when the item is let go.
 func (s *Set) LetGo(it *Item) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -843,7 +833,7 @@ func (s *Set) letGoLocked(it *Item) chan struct{} {
 	return it.letGo
 }
 
-// remove lets go of items.
+// Remove lets go of items.
 func (s *Set) Remove(items []*Item) {
 	s.mu.Lock()
 	for _, it := range items {
@@ -895,7 +885,7 @@ func (s *Set) removeLocked(it *Item) {
 	signal(s.freed)
 }
 
-// stop marks the set stopping, so that no item begins any more, and
+// Stop marks the set stopping, so that no item begins any more, and
 // returns a channel closed once no item is held.
 func (s *Set) Stop() <-chan struct{} {
 	s.mu.Lock()
@@ -908,7 +898,7 @@ func (s *Set) Stop() <-chan struct{} {
 	return s.idle
 }
 
-// unstarted lists the held items whose handler never started and whose
+// Unstarted lists the held items whose handler never started and whose
 // lease is not lost: what a stop releases. Called once stopping, so none
 // can start now.
 func (s *Set) Unstarted() []*Item {
@@ -923,7 +913,7 @@ func (s *Set) Unstarted() []*Item {
 	return items
 }
 
-// room is how many items are held, how many of them are suspects that
+// Room is how many items are held, how many of them are suspects that
 // have not taken the suspect turn, and whether the set is stopping (then
 // nothing may be claimed).
 func (s *Set) Room() (held, suspectsWaiting int, stopping bool) {
@@ -932,7 +922,7 @@ func (s *Set) Room() (held, suspectsWaiting int, stopping bool) {
 	return s.count, s.suspectsWaiting, s.stopping
 }
 
-// tookTurn notes that a suspect took the suspect turn.
+// TookTurn notes that a suspect took the suspect turn.
 func (s *Set) TookTurn(it *Item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -948,14 +938,14 @@ func (s *Set) tookTurnLocked(it *Item) {
 	}
 }
 
-// len is how many items are held.
+// Len is how many items are held.
 func (s *Set) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.count
 }
 
-// runningSince reports whether an item's handler has been running since
+// RunningSince reports whether an item's handler has been running since
 // cutoff or earlier.
 func (s *Set) RunningSince(cutoff time.Time) bool {
 	s.mu.Lock()
@@ -968,7 +958,7 @@ func (s *Set) RunningSince(cutoff time.Time) bool {
 	return false
 }
 
-// queueMarks queues for the marker the items still held whose start is
+// QueueMarks queues for the marker the items still held whose start is
 // not marked, signals it, and returns them.
 func (s *Set) QueueMarks(items []*Item) (queued []*Item) {
 	s.mu.Lock()
@@ -986,7 +976,7 @@ func (s *Set) QueueMarks(items []*Item) (queued []*Item) {
 	return queued
 }
 
-// takeMarks returns the queued items still held, emptying the queue.
+// TakeMarks returns the queued items still held, emptying the queue.
 func (s *Set) TakeMarks() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1001,7 +991,7 @@ func (s *Set) TakeMarks() []*Item {
 	return kept
 }
 
-// marked applies a start-mark statement: the items in res.Done may start,
+// Marked applies a start-mark statement: the items in res.Done may start,
 // those in res.Busy go back in the queue, and the rest are lost. It
 // reports whether any went back in the queue.
 func (s *Set) Marked(items []*Item, res lease.RefResult) (again bool) {
@@ -1033,13 +1023,13 @@ func (s *Set) Marked(items []*Item, res lease.RefResult) (again bool) {
 	return again
 }
 
-// startable returns the items still held whose start is marked (in a new
+// Startable returns the items still held whose start is marked (in a new
 // slice).
 func (s *Set) Startable(items []*Item) []*Item {
 	return s.keep(items, func(it *Item) bool { return it.marked })
 }
 
-// result is the outcome of one attempt.
+// Result is the outcome of one attempt.
 type Result struct {
 	Err        error         // nil on success
 	Code       outbox.Code   // reason of a failure; empty for a snooze
@@ -1052,7 +1042,7 @@ type Result struct {
 	Ran time.Duration
 }
 
-// callPhase is the call an item is in, as an overrun's WARN names it
+// Phase is the call an item is in, as an overrun's WARN names it
 // (String): none, its handler, its publish, or waiting for its batch's
 // publish.
 type Phase uint8
