@@ -88,6 +88,8 @@ func (s *Set) all() iter.Seq[*Item] {
 type Batch struct {
 	token     uuid.UUID
 	ClaimedAt time.Time // local time the claim came back
+	// Ctx is the claim's context: it ends with Add's parent, or when the
+	// set lets go of the batch's last item.
 	Ctx       context.Context
 	cancel    context.CancelCauseFunc
 	items     []*Item
