@@ -42,14 +42,14 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d.dispatch(lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
-		for d.held.outcomeCount() < batch {
-			<-d.held.outcomesReady
+		for d.held.Waiting() < batch {
+			<-d.held.OutcomesReady()
 		}
-		items, _, _ := d.held.takeOutcomes(0)
+		items, _, _ := d.held.TakeOutcomes(0)
 		if _, params := d.completer.params(items); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}
-		d.held.remove(items)
+		d.held.Remove(items)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
 }
@@ -68,11 +68,4 @@ func offlineDispatcher(b *testing.B, cfg Config) *Dispatcher {
 		b.Fatal(err)
 	}
 	return d
-}
-
-// outcomeCount is how many outcomes wait for the completer.
-func (s *heldSet) outcomeCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.outcomes)
 }

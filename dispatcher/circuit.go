@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -294,13 +295,13 @@ func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage boo
 // and must not hammer the destination. Under AtMostOnce they are
 // published (and, if the destination is still down, FAILED): their
 // handler may have run, and running it again could repeat it.
-func (d *Dispatcher) heldBack(items []*item) bool {
+func (d *Dispatcher) heldBack(items []*held.Item) bool {
 	if d.cfg.Delivery == AtMostOnce || !d.circuit.isOpen() {
 		return false
 	}
 	d.stats.outageReturned.Add(uint64(len(items)))
 	for _, it := range items {
-		d.finish(it, result{err: errCircuitOpen, release: true})
+		d.finish(it, held.Result{Err: errCircuitOpen, Release: true})
 	}
 	return true
 }
@@ -329,13 +330,13 @@ func verdict(errs []error) (outage, reached bool, cause error) {
 // publishFailure is the result of a message that failed to publish:
 // returned to PENDING without an attempt when its call was an outage
 // (at-least-once only; see above), else as classify says.
-func (d *Dispatcher) publishFailure(it *item, ctx context.Context, err error, outage bool) result {
+func (d *Dispatcher) publishFailure(it *held.Item, ctx context.Context, err error, outage bool) held.Result {
 	res := d.publishResult(it, ctx, err)
-	if !outage || res.release || d.cfg.Delivery == AtMostOnce {
+	if !outage || res.Release || d.cfg.Delivery == AtMostOnce {
 		return res
 	}
 	d.stats.outageReturned.Add(1)
-	return result{err: err, release: true}
+	return held.Result{Err: err, Release: true}
 }
 
 // probeClaimed follows a probe claim: one that claimed nothing ends at

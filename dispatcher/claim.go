@@ -168,7 +168,7 @@ func (c *claims) wait() {
 // claiming and dispatching overlap. Suspects waiting for their turn, up to
 // suspectsAhead of them, take no room (see suspect.go).
 func (d *Dispatcher) claimLimit(reserved int) int {
-	held, suspects, stopping := d.held.room()
+	held, suspects, stopping := d.held.Room()
 	if stopping {
 		return 0
 	}
@@ -195,7 +195,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
-		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
+		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
 		SkipSuspects: skipSuspects,
 		ByType:       d.cfg.OrderScope == ScopeKeyAndType,
 	})
@@ -225,13 +225,13 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 // It returns the batch's context, which ends when every event of the batch
 // has been let go.
 func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) context.Context {
-	items, given := d.held.add(d.workCtx, b, sentAt, slots)
+	items, given := d.held.Add(d.workCtx, b, sentAt, slots)
 	d.releaseSlots(slots - given)
 	if d.inClaimOrder() {
 		prev, done := d.turns.take()
 		go d.runInTurn(items, prev, done)
-		return items[0].batch.ctx
+		return items[0].Batch.Ctx
 	}
 	go d.runBatch(items)
-	return items[0].batch.ctx
+	return items[0].Batch.Ctx
 }

@@ -1,6 +1,10 @@
 package dispatcher
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/pgoutbox/pgoutbox/internal/held"
+)
 
 // Claim order with Concurrency 1. A dispatcher without per-key ordering
 // and with one handler slot hands out its events in claim order, across
@@ -45,7 +49,7 @@ func (t *turns) take() (prev <-chan struct{}, done chan struct{}) {
 // runInTurn runs a batch once the batch claimed before it has handed out
 // its events. The batch holds no handler slot while it waits: no claim
 // takes one in this mode (see startsFor).
-func (d *Dispatcher) runInTurn(items []*item, prev <-chan struct{}, done chan struct{}) {
+func (d *Dispatcher) runInTurn(items []*held.Item, prev <-chan struct{}, done chan struct{}) {
 	defer close(done)
 	if prev != nil {
 		<-prev
@@ -58,9 +62,9 @@ func (d *Dispatcher) runInTurn(items []*item, prev <-chan struct{}, done chan st
 // (one publish call) or of other events. runBatch alone publishes a
 // batch's publish-only events at once, ahead of the handlers of the
 // events claimed before them.
-func (d *Dispatcher) runInSegments(items []*item) {
+func (d *Dispatcher) runInSegments(items []*held.Item) {
 	lookup := d.handlerLookup()
-	publishOnly := func(it *item) bool { return lookup(it.event.Type) == nil && d.destination(it.event) != "" }
+	publishOnly := func(it *held.Item) bool { return lookup(it.Event.Type) == nil && d.destination(it.Event) != "" }
 	for len(items) > 0 {
 		n, first := 1, publishOnly(items[0])
 		for n < len(items) && publishOnly(items[n]) == first {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -32,7 +33,7 @@ import (
 type completer struct {
 	ctx         context.Context // the dispatcher's own statements: never cancelled
 	cfg         *Config
-	held        *heldSet
+	held        *held.Set
 	store       *lease.Store
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
@@ -81,7 +82,7 @@ const maxLateTries = 2
 
 // run writes outcomes as they arrive, until quit closes.
 func (c *completer) run(quit <-chan struct{}) {
-	serveLoop(quit, c.held.outcomesReady, func() time.Duration {
+	serveLoop(quit, c.held.OutcomesReady(), func() time.Duration {
 		for {
 			if wait, wrote := c.writeReady(); !wrote {
 				return wait
@@ -94,12 +95,12 @@ func (c *completer) run(quit <-chan struct{}) {
 // were any, and how long until the next outcome waiting for a retry is
 // ready (0 for none).
 func (c *completer) writeReady() (wait time.Duration, wrote bool) {
-	items, dropped, wait := c.held.takeOutcomes(c.writeLimit)
+	items, dropped, wait := c.held.TakeOutcomes(c.writeLimit)
 	for _, it := range dropped {
-		if it.maybeWritten {
-			c.report.reportUnknown(it.event.ID, "the write's reply was lost and the lease ran out before a retry got through")
+		if it.MaybeWritten() {
+			c.report.reportUnknown(it.Event.ID, "the write's reply was lost and the lease ran out before a retry got through")
 		} else {
-			c.report.reportLost(it.event.ID)
+			c.report.reportLost(it.Event.ID)
 		}
 	}
 	if len(items) == 0 {
@@ -128,7 +129,7 @@ const maxWriteLimit = 1 << 16
 // the write, it splits the items in halves and writes each, so that the
 // outcomes it does take are recorded and a refusal is narrowed down to the
 // events that cause it, within budget statements.
-func (c *completer) writeSplitting(items []*item, budget *int) {
+func (c *completer) writeSplitting(items []*held.Item, budget *int) {
 	*budget--
 	ran, err := c.write(items)
 	if ran && !(refused(err) && len(items) == 1) {
@@ -138,7 +139,7 @@ func (c *completer) writeSplitting(items []*item, budget *int) {
 		return
 	}
 	if !refused(err) && !unsent(err) {
-		c.held.mayHaveWritten(items)
+		c.held.MayHaveWritten(items)
 	}
 	if len(items) > 1 && (refused(err) || ranOutOfTime(err)) && *budget >= 2 {
 		if ranOutOfTime(err) {
@@ -156,8 +157,8 @@ func (c *completer) writeSplitting(items []*item, budget *int) {
 // successes and failures in one round trip; then reports them and lets
 // their events go. ran is false when none was held any more (no
 // statement ran).
-func (c *completer) write(items []*item) (ran bool, err error) {
-	items = c.held.owned(items)
+func (c *completer) write(items []*held.Item) (ran bool, err error) {
+	items = c.held.Owned(items)
 	if len(items) == 0 {
 		return false, nil
 	}
@@ -185,16 +186,16 @@ func (c *completer) opContext() (context.Context, context.CancelFunc) {
 }
 
 // params sorts items into those to release and the outcomes to record.
-func (c *completer) params(items []*item) (releases []*item, params lease.CompleteParams) {
+func (c *completer) params(items []*held.Item) (releases []*held.Item, params lease.CompleteParams) {
 	params.DeleteSent = c.cfg.DeleteSent
 	params.StatementTimeout = opTimeout(c.cfg.LeaseDuration)
 	params.Sent = make([]lease.Ref, 0, len(items)) // most outcomes are successes: one allocation, not one per doubling
 	for _, it := range items {
 		switch {
-		case it.result.release:
+		case it.Result().Release:
 			releases = append(releases, it)
-		case it.result.err == nil:
-			params.Sent = append(params.Sent, it.ref())
+		case it.Result().Err == nil:
+			params.Sent = append(params.Sent, it.Ref())
 		default:
 			params.Failed = append(params.Failed, c.failureToWrite(it))
 		}
@@ -207,25 +208,25 @@ func (c *completer) params(items []*item) (releases []*item, params lease.Comple
 // the same write (a jittered backoff is drawn once), so that a write
 // retried after its reply was lost can tell the time the earlier one set
 // (see lease.Store.Outcomes). The completer's goroutine only.
-func (c *completer) failureToWrite(it *item) lease.Failure {
-	if r := it.record(); !r.decided {
-		r.failure, r.decided = c.failure(it), true
+func (c *completer) failureToWrite(it *held.Item) lease.Failure {
+	if r := it.Record(); !r.Decided {
+		r.Failure, r.Decided = c.failure(it), true
 	}
-	return it.writes.failure
+	return it.Record().Failure
 }
 
 // failure decides whether a failed attempt is final and when to retry,
 // or records the snooze a handler asked for.
-func (c *completer) failure(it *item) lease.Failure {
-	r := it.result
-	if r.snooze {
-		return lease.Failure{Ref: it.ref(), Snooze: true, Delay: r.delay}
+func (c *completer) failure(it *held.Item) lease.Failure {
+	r := it.Result()
+	if r.Snooze {
+		return lease.Failure{Ref: it.Ref(), Snooze: true, Delay: r.Delay}
 	}
-	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.err) ||
-		r.code == outbox.CodeSnoozeLimit || it.event.Attempt >= c.cfg.MaxAttempts
+	final := c.cfg.Delivery == AtMostOnce || outbox.IsPermanent(r.Err) ||
+		r.Code == outbox.CodeSnoozeLimit || it.Event.Attempt >= c.cfg.MaxAttempts
 	return lease.Failure{
-		Ref: it.ref(), Code: r.code, Message: r.err.Error(), Final: final,
-		Delay: c.cfg.Backoff.Delay(it.event.Attempt),
+		Ref: it.Ref(), Code: r.Code, Message: r.Err.Error(), Final: final,
+		Delay: c.cfg.Backoff.Delay(it.Event.Attempt),
 	}
 }
 
@@ -238,10 +239,10 @@ func (c *completer) failure(it *item) lease.Failure {
 //
 // Items the dispatcher could not route are released with a back-off
 // (see unroutable.go), the others due as they were.
-func (c *completer) release(ctx context.Context, items []*item) error {
-	var now, later []*item
+func (c *completer) release(ctx context.Context, items []*held.Item) error {
+	var now, later []*held.Item
 	for _, it := range items {
-		if it.result.unroutable {
+		if it.Result().Unroutable {
 			later = append(later, it)
 		} else {
 			now = append(now, it)
@@ -256,14 +257,14 @@ func (c *completer) release(ctx context.Context, items []*item) error {
 }
 
 // releaseWith is release with the statement send.
-func (c *completer) releaseWith(ctx context.Context, items []*item,
+func (c *completer) releaseWith(ctx context.Context, items []*held.Item,
 	send func(ctx context.Context, db lease.DB, refs []lease.Ref) (lease.RefResult, error)) error {
 	if len(items) == 0 {
 		return nil
 	}
 	refs := make([]lease.Ref, len(items))
 	for i, it := range items {
-		refs[i] = it.ref()
+		refs[i] = it.Ref()
 	}
 	for try := 1; len(refs) > 0; try++ {
 		c.leaseWrites.Lock()
@@ -280,7 +281,7 @@ func (c *completer) releaseWith(ctx context.Context, items []*item,
 			break
 		}
 	}
-	c.held.remove(items)
+	c.held.Remove(items)
 	return nil
 }
 
@@ -298,7 +299,7 @@ const busyTries = 5
 // (the lease was lost first) stay lost, and it returns those the rows can
 // no longer tell about (reported as outbox.ErrOutcomeUnknown, never as a
 // lost lease).
-func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.CompleteResult) ([]lease.Unknown, error) {
+func (c *completer) settleLost(ctx context.Context, items []*held.Item, res *lease.CompleteResult) ([]lease.Unknown, error) {
 	if len(res.Lost) == 0 {
 		return nil, nil
 	}
@@ -307,10 +308,10 @@ func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.Co
 	var lost []uuid.UUID
 	for _, id := range res.Lost {
 		switch it := byID[id]; {
-		case !it.maybeWritten:
+		case !it.MaybeWritten():
 			lost = append(lost, id)
-		case it.result.err == nil:
-			again.Sent = append(again.Sent, it.ref())
+		case it.Result().Err == nil:
+			again.Sent = append(again.Sent, it.Ref())
 		default:
 			again.Failed = append(again.Failed, c.failureToWrite(it))
 		}
@@ -331,9 +332,9 @@ func (c *completer) settleLost(ctx context.Context, items []*item, res *lease.Co
 
 // written lets go of the items whose outcomes a write recorded (or found
 // lost), then reports them: counts, OnOutcome, OnError.
-func (c *completer) written(items []*item, res lease.CompleteResult, unknown []lease.Unknown) {
+func (c *completer) written(items []*held.Item, res lease.CompleteResult, unknown []lease.Unknown) {
 	byID := itemsByID(items)
-	c.held.remove(items)
+	c.held.Remove(items)
 	if len(res.Retried) > 0 || c.cfg.Ordering == PerKey && len(res.Sent)+len(res.Failed) > 0 {
 		signal(c.retryScheduled) // under PerKey a sent or failed head may let its key's next event go
 	}
@@ -346,10 +347,10 @@ func (c *completer) written(items []*item, res lease.CompleteResult, unknown []l
 	}
 }
 
-func itemsByID(items []*item) map[uuid.UUID]*item {
-	byID := make(map[uuid.UUID]*item, len(items))
+func itemsByID(items []*held.Item) map[uuid.UUID]*held.Item {
+	byID := make(map[uuid.UUID]*held.Item, len(items))
 	for _, it := range items {
-		byID[it.event.ID] = it
+		byID[it.Event.ID] = it
 	}
 	return byID
 }
@@ -359,26 +360,26 @@ func itemsByID(items []*item) map[uuid.UUID]*item {
 // or whose lease can no longer be trusted. A refusal counts against an
 // outcome only when it was written alone: a refused write of several that
 // the round's budget left unsplit says nothing about each of them.
-func (c *completer) retryLater(items []*item, err error) {
+func (c *completer) retryLater(items []*held.Item, err error) {
 	isRefusal := refused(err) && len(items) == 1
 	now := time.Now()
-	givenUp := c.held.writeFailed(items, func(it *item, expired bool) writeVerdict {
-		r := it.record()
-		r.tries++
+	givenUp := c.held.WriteFailed(items, func(it *held.Item, expired bool) held.WriteVerdict {
+		r := it.Record()
+		r.Tries++
 		if isRefusal {
-			r.refusals++
+			r.Refusals++
 		}
 		if expired {
-			r.late++
+			r.Late++
 		}
 		switch {
-		case r.refusals >= maxRefusals || r.tries >= maxWriteTries:
-			return writeGiveUp
-		case expired && (!it.maybeWritten || r.late > maxLateTries):
-			return writeLost
+		case r.Refusals >= maxRefusals || r.Tries >= maxWriteTries:
+			return held.WriteGiveUp
+		case expired && (!it.MaybeWritten() || r.Late > maxLateTries):
+			return held.WriteLost
 		}
-		r.retryAt = now.Add(retryBackoff(r.tries))
-		return writeAgain
+		r.RetryAt = now.Add(retryBackoff(r.Tries))
+		return held.WriteAgain
 	})
 	c.report.reportError("completion failed, will retry", err)
 	for _, it := range givenUp {

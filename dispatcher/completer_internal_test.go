@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
@@ -78,12 +79,12 @@ func (b *completerBundle) run(t *testing.T) (stop func() time.Duration) {
 
 // finishAll holds the batch and finishes its events with results, in
 // order.
-func (b *completerBundle) finishAll(t *testing.T, batch lease.Batch, results ...result) []*item {
+func (b *completerBundle) finishAll(t *testing.T, batch lease.Batch, results ...held.Result) []*held.Item {
 	t.Helper()
-	items, _ := b.d.held.add(context.Background(), batch, time.Now(), 0)
+	items, _ := b.d.held.Add(context.Background(), batch, time.Now(), 0)
 	for i, it := range items {
-		require.True(t, b.d.held.begin(it, 0))
-		require.False(t, b.d.held.finish(it, results[i]))
+		require.True(t, b.d.held.Begin(it, 0))
+		require.False(t, b.d.held.Finish(it, results[i]))
 	}
 	return items
 }
@@ -105,8 +106,8 @@ func TestCompleter(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, batch.Events, 3)
 		stop := b.run(t)
-		b.finishAll(t, batch, result{}, result{err: errors.New("boom"), code: outbox.CodeHandlerError}, result{release: true})
-		testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
+		b.finishAll(t, batch, held.Result{}, held.Result{Err: errors.New("boom"), Code: outbox.CodeHandlerError}, held.Result{Release: true})
+		testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
 		stop() // items leave held a moment before they are reported
 		var statuses []string
 		require.NoError(t, pgxRows(ctx, db.Pool, db.Table(), batch, &statuses))
@@ -131,7 +132,7 @@ func TestCompleter(t *testing.T) {
 		b := setupCompleter(t, pool, outbox.Table{})
 		stop := b.run(t)
 		begun := time.Now()
-		b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, result{})
+		b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, held.Result{})
 		testctx.Await(t, "three failed writes", func() bool {
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -148,7 +149,7 @@ func TestCompleter(t *testing.T) {
 		require.GreaterOrEqual(t, gaps[0], firstRetry-slack)
 		require.GreaterOrEqual(t, gaps[1], 2*firstRetry-slack)
 		require.Less(t, b.errAt[0].Sub(begun), firstRetry, "the first try is at once")
-		require.Equal(t, 1, b.d.held.len(), "the outcome waits, held, for its next try")
+		require.Equal(t, 1, b.d.held.Len(), "the outcome waits, held, for its next try")
 	})
 }
 
@@ -191,7 +192,7 @@ BEGIN
 END $$`)
 	require.NoError(t, err)
 	db.OnOutcomes(t, "refuse_outcome")
-	b.finishAll(t, batch, make([]result, n)...) // all finished before the completer runs: one write
+	b.finishAll(t, batch, make([]held.Result, n)...) // all finished before the completer runs: one write
 	stop := b.run(t)
 	// The last items leave held a moment before they are reported: wait
 	// for the reports (a stop right after held emptied lost 4 of them
@@ -201,7 +202,7 @@ END $$`)
 		defer b.mu.Unlock()
 		return len(b.outcomes) >= n
 	})
-	testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
+	testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
 	stop()
 
 	b.mu.Lock()
@@ -276,9 +277,9 @@ BEGIN
 END $$`)
 	require.NoError(t, err)
 	db.OnOutcomes(t, "refuse_outcome")
-	b.finishAll(t, batch, result{}, result{}) // both finished before the completer runs: one write
+	b.finishAll(t, batch, held.Result{}, held.Result{}) // both finished before the completer runs: one write
 	stop := b.run(t)
-	testctx.Await(t, "held emptied", func() bool { return b.d.held.len() == 0 })
+	testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
 	testctx.Await(t, "the run of failed writes to end once nothing waits to be written",
 		func() bool { return b.d.health.snapshot().FailingSince.IsZero() })
 	stop()
@@ -295,8 +296,8 @@ func TestCompleterWriteOfNothingIsNoSuccess(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	b := setupCompleter(t, pool, outbox.Table{})
-	items := b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, result{})
-	b.d.held.remove(items)
+	items := b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, held.Result{})
+	b.d.held.Remove(items)
 	budget := maxWritesPerRound
 	b.c.writeSplitting(items, &budget)
 	require.True(t, b.d.health.snapshot().LastCompletion.IsZero())

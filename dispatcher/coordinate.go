@@ -54,7 +54,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			if w.fired(time.Now(), c.inflight > 0) {
 				c.wake()
 			}
-		case <-d.held.freed:
+		case <-d.held.Freed():
 			c.roomFreed()
 		case <-d.retryScheduled:
 			switch {
@@ -309,9 +309,9 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 	if got == limit {
 		next = min(2*limit, d.cfg.RecoverBatchSize)
 	}
-	d.held.recovered(res.Pending...)
+	d.held.Recovered(res.Pending...)
 	for _, e := range res.Failed {
-		d.held.recovered(e.ID)
+		d.held.Recovered(e.ID)
 	}
 	d.stats.recovered.Add(uint64(len(res.Pending)))
 	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -49,8 +50,8 @@ type Dispatcher struct {
 	pool  *pgxpool.Pool
 	store *lease.Store
 	*reporter
-	held  *heldSet // the events held, and every change of their state
-	kinds kinds    // what it claims and publishes (see types.go)
+	held  *held.Set // the events held, and every change of their state
+	kinds kinds     // what it claims and publishes (see types.go)
 	// unroutable counts the events it claimed and could not route (see
 	// unroutable.go).
 	unroutable unroutableTypes
@@ -95,7 +96,7 @@ type Dispatcher struct {
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and
-	// must not find each other's. It is never held while heldSet.mu or
+	// must not find each other's. It is never held while held.Set.mu or
 	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
 	// refSize bounds the statements of renewals and start marks (refs
@@ -103,7 +104,7 @@ type Dispatcher struct {
 	// Guarded by leaseWrites.
 	refSize claimSize
 
-	// mu guards the fields below. It is never held while heldSet.mu or
+	// mu guards the fields below. It is never held while held.Set.mu or
 	// leaseWrites is taken, nor taken while they are held.
 	mu       sync.Mutex
 	state    State
@@ -182,7 +183,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		reporter:       newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
-		held:           newHeldSet(clock, cfg.LeaseDuration),
+		held:           held.NewSet(clock, cfg.LeaseDuration),
 		refSize:        newClaimSize(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
@@ -192,7 +193,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),
 	}
-	d.held.inWaves = cfg.Ordering == PerKey
+	if cfg.Ordering == PerKey {
+		d.held.RunInWaves()
+	}
 	d.circuit = newCircuit(cfg, d.Trigger)
 	return d, nil
 }
@@ -248,8 +251,8 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	s := d.stats.snapshot(d.held.len())
-	s.Overrunning, _ = d.held.overrunning(time.Now())
+	s := d.stats.snapshot(d.held.Len())
+	s.Overrunning, _ = d.held.Overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()
 	d.kinds.waiting.fill(&s)

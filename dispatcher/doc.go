@@ -247,8 +247,8 @@
 //
 // Beside the walk:
 //
-//	held.go        the held set: every event held and every change of its state,
-//	               under its own lock (the lock order is documented there)
+//	internal/held  the held set: every event held and every change of its state,
+//	               under its own lock (its doc.go documents the lock order)
 //	heartbeat.go   the heartbeat: renews every held lease
 //	overrun.go     calls running past their timeout: WARN, counts, no renewal
 //	run.go         dispatching: the start-up checks, start the services, coordinate, drain

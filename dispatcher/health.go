@@ -193,7 +193,7 @@ func (d *Dispatcher) Health() Health {
 		h.LastPoll = time.Unix(0, ns)
 	}
 	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
-	h.Overrunning, h.OverrunningSince = d.held.overrunning(time.Now())
+	h.Overrunning, h.OverrunningSince = d.held.Overrunning(time.Now())
 	h.OverrunLimit = d.overrunLimit()
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
@@ -16,7 +17,7 @@ import (
 // extends an older, lost one.
 type heartbeat struct {
 	ctx         context.Context // the dispatcher's own statements: never cancelled
-	held        *heldSet
+	held        *held.Set
 	store       *lease.Store
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
@@ -63,7 +64,7 @@ func (h *heartbeat) run(quit <-chan struct{}) {
 // lease). A failed renewal changes nothing locally; the local deadlines
 // then decide.
 func (h *heartbeat) beat(quit <-chan struct{}) {
-	items := h.held.live()
+	items := h.held.Live()
 	for try := 1; len(items) > 0; try++ {
 		busy, err := h.renew(items)
 		if err != nil {
@@ -73,17 +74,17 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 		if len(busy) == 0 || try == busyTries || !sleep(quit, h.busyRetry) {
 			return
 		}
-		items = h.held.stillLive(busy) // not those let go or lost meanwhile
+		items = h.held.StillLive(busy) // not those let go or lost meanwhile
 	}
 }
 
 // renew renews items in one round trip (more when a statement timeout
 // makes it shrink its statements, see writeRefs) and returns those whose
 // rows were busy.
-func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
+func (h *heartbeat) renew(items []*held.Item) (busy []*held.Item, err error) {
 	refs := make([]lease.Ref, len(items))
 	for i, it := range items {
-		refs[i] = it.ref()
+		refs[i] = it.Ref()
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, opTimeout(h.lease))
 	defer cancel()
@@ -97,13 +98,13 @@ func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h.held.renewed(items, res, sentAt)
+	h.held.Renewed(items, res, sentAt)
 	isBusy := make(map[lease.Ref]bool, len(res.Busy))
 	for _, r := range res.Busy {
 		isBusy[r] = true
 	}
 	for _, it := range items {
-		if isBusy[it.ref()] {
+		if isBusy[it.Ref()] {
 			busy = append(busy, it)
 		}
 	}

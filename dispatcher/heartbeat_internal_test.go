@@ -25,9 +25,9 @@ func TestHeartbeatBeat(t *testing.T) {
 	db, d, clock, batch := claimedOnClock(t, 1)
 	ctx := context.Background()
 	stale := lease.Batch{Token: uuid.New(), Events: batch.Events, Started: []bool{true}}
-	old, _ := d.held.add(context.Background(), stale, clock.Now(), 0)
-	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
-	require.True(t, d.held.begin(old[0], 0))
+	old, _ := d.held.Add(context.Background(), stale, clock.Now(), 0)
+	held, _ := d.held.Add(context.Background(), batch, clock.Now(), 0)
+	require.True(t, d.held.Begin(old[0], 0))
 
 	leaseUntil := func() time.Time {
 		var at time.Time
@@ -40,10 +40,12 @@ func TestHeartbeatBeat(t *testing.T) {
 	newHeartbeat(ctx, d).beat(nil)
 
 	require.True(t, leaseUntil().After(before), "the lease was renewed")
-	require.Equal(t, clock.Now().Add(8*time.Second), held[0].deadline)
-	require.False(t, held[0].lost)
-	require.True(t, old[0].lost, "the stale claim was credited")
-	require.ErrorIs(t, context.Cause(old[0].ctx), outbox.ErrLockLost)
+	deadline, lost := d.held.Lease(held[0])
+	require.Equal(t, clock.Now().Add(8*time.Second), deadline)
+	require.False(t, lost)
+	_, lost = d.held.Lease(old[0])
+	require.True(t, lost, "the stale claim was credited")
+	require.ErrorIs(t, context.Cause(old[0].Context()), outbox.ErrLockLost)
 }
 
 // run beats every third of the lease duration and returns when quit
@@ -58,9 +60,9 @@ func TestHeartbeatRun(t *testing.T) {
 	require.NoError(t, err)
 	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 1500 * time.Millisecond, Start: 1})
 	require.NoError(t, err)
-	items, _ := d.held.add(context.Background(), batch, time.Now(), 0)
-	require.True(t, d.held.begin(items[0], 0))
-	first := items[0].deadline
+	items, _ := d.held.Add(context.Background(), batch, time.Now(), 0)
+	require.True(t, d.held.Begin(items[0], 0))
+	first, _ := d.held.Lease(items[0])
 	quit := make(chan struct{})
 	returned := make(chan struct{})
 	go func() {
@@ -68,13 +70,10 @@ func TestHeartbeatRun(t *testing.T) {
 		close(returned)
 	}()
 	testctx.Await(t, "a beat to renew the lease", func() bool {
-		d.held.mu.Lock()
-		defer d.held.mu.Unlock()
-		return items[0].deadline.After(first)
+		deadline, _ := d.held.Lease(items[0])
+		return deadline.After(first)
 	})
-	d.held.mu.Lock()
-	lost := items[0].lost // under the lock: its deadline timer writes it
-	d.held.mu.Unlock()
+	_, lost := d.held.Lease(items[0]) // under the lock: its deadline timer writes it
 	close(quit)
 	budget := testctx.New(t)
 	select {
@@ -107,7 +106,7 @@ func TestHeartbeatRetriesBusyRows(t *testing.T) {
 func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	db, d, clock, batch := claimedOnClock(t, 2)
 	ctx := context.Background()
-	held, _ := d.held.add(context.Background(), batch, clock.Now(), 0)
+	held, _ := d.held.Add(context.Background(), batch, clock.Now(), 0)
 	free, locked := batch.Events[0].ID, batch.Events[1].ID
 	renewed := func(id uuid.UUID) bool {
 		var yes bool
@@ -131,9 +130,7 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	testctx.Await(t, "the free row renewed", func() bool { return renewed(free) })
 	require.False(t, renewed(locked))
 	if loseBetweenTries {
-		d.held.mu.Lock()
-		d.held.loseLocked(held[1])
-		d.held.mu.Unlock()
+		d.held.Renewed(held[1:2], lease.RefResult{}, clock.Now()) // neither renewed nor busy: lost
 	}
 	require.NoError(t, tx.Rollback(ctx))
 	budget := testctx.New(t)
@@ -144,14 +141,16 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	}
 	if loseBetweenTries {
 		require.False(t, renewed(locked), "the retry renewed a lost item's row")
-		require.True(t, held[1].lost)
+		_, lost := d.held.Lease(held[1])
+		require.True(t, lost)
 		held = held[:1]
 	} else {
 		require.True(t, renewed(locked), "the busy row was left to the next beat")
 	}
 	for _, it := range held {
-		require.False(t, it.lost)
-		require.Equal(t, clock.Now().Add(8*time.Second), it.deadline)
+		deadline, lost := d.held.Lease(it)
+		require.False(t, lost)
+		require.Equal(t, clock.Now().Add(8*time.Second), deadline)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -121,16 +122,16 @@ func joinErrors(errs []error) error {
 
 // completed counts an outcome the completer recorded as SENT or PENDING
 // (FAILED ones are counted by failedOne, with recovery's).
-func (m *metrics) completed(it *item, status outbox.Status) {
-	ctr, code := m.retried, it.result.code
+func (m *metrics) completed(it *held.Item, status outbox.Status) {
+	ctr, code := m.retried, it.Result().Code
 	switch {
 	case status == outbox.StatusSent:
 		ctr, code = m.sent, ""
-	case it.result.snooze:
+	case it.Result().Snooze:
 		ctr, code = m.snoozed, ""
 	}
 	if ctx := context.Background(); ctr.Enabled(ctx) {
-		ctr.Add(ctx, 1, m.sets.Of(it.event.Type, string(code)))
+		ctr.Add(ctx, 1, m.sets.Of(it.Event.Type, string(code)))
 	}
 }
 
@@ -146,25 +147,25 @@ func (m *metrics) failedOne(o Outcome) {
 // delay is recorded as zero. Retries and snoozed events are left out:
 // their delay is the backoff's; so are suspects (recovered before: their
 // first attempt started already, and was lost).
-func (m *metrics) started(it *item) {
-	e := it.event
-	if e.Attempt != 1 || e.Snoozes != 0 || it.suspect || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
+func (m *metrics) started(it *held.Item) {
+	e := it.Event
+	if e.Attempt != 1 || e.Snoozes != 0 || it.Suspect || e.CreatedAt.IsZero() || !m.delay.Enabled(context.Background()) {
 		return
 	}
-	m.delay.Record(context.Background(), max(0, it.startedAt.Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
+	m.delay.Record(context.Background(), max(0, it.StartedAt().Sub(e.CreatedAt)).Seconds(), m.sets.Of(e.Type, ""))
 }
 
 // handled records the duration of an item's handler call, which ended
 // with res.
-func (m *metrics) handled(it *item, res result) {
+func (m *metrics) handled(it *held.Item, res held.Result) {
 	if !m.handlerTime.Enabled(context.Background()) {
 		return
 	}
-	took := res.ran
+	took := res.Ran
 	if took == 0 {
-		took = time.Since(it.startedAt)
+		took = time.Since(it.StartedAt())
 	}
-	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(it.event.Type, string(res.code)))
+	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(it.Event.Type, string(res.Code)))
 }
 
 // published records the duration of one Publish call.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -224,16 +225,15 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 		headers map[string]string
 	}{{"plain", nil}, {"traceparent", map[string]string{traceparent: testTraceparent}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			it := &item{event: &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
-				Headers: bc.headers}}
+			it := begunItem(b, &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
+				Headers: bc.headers}, false)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				it.startedAt = time.Now()
 				d.metrics.started(it)
-				_, span := d.spans.handlerSpan(ctx, it.event)
-				d.metrics.handled(it, result{})
-				endHandlerSpan(span, result{})
+				_, span := d.spans.handlerSpan(ctx, it.Event)
+				d.metrics.handled(it, held.Result{})
+				endHandlerSpan(span, held.Result{})
 				d.metrics.completed(it, outbox.StatusSent)
 				d.stats.claimed.Add(1)
 			}

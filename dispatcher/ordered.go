@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -43,7 +44,7 @@ import (
 // wave), so a crash charges them too and they come back as suspects.
 
 // runOrdered runs a batch under Ordering PerKey, wave by wave.
-func (d *Dispatcher) runOrdered(items []*item) {
+func (d *Dispatcher) runOrdered(items []*held.Item) {
 	runs := d.publishesKeysInOrder()
 	chains := d.chains(items)
 	for len(chains) > 0 {
@@ -77,17 +78,17 @@ func (d *Dispatcher) publishesKeysInOrder() bool {
 // order), with the handler and destination of each item. A
 // chain of a key comes where the key's first item is in the batch; an
 // item without a key is a chain of its own.
-func (d *Dispatcher) chains(items []*item) [][]handledItem {
+func (d *Dispatcher) chains(items []*held.Item) [][]handledItem {
 	lookup := d.handlerLookup()
 	var chains [][]handledItem
 	byKey := make(map[string]int)
 	for _, it := range items {
-		if it.hasSlot { // no claim gives one under PerKey (see startsFor); never kept
+		if it.HasSlot { // no claim gives one under PerKey (see startsFor); never kept
 			d.releaseSlots(1)
-			it.hasSlot = false
+			it.HasSlot = false
 		}
-		it.dest = d.destination(it.event)
-		hi := handledItem{it, lookup(it.event.Type)}
+		it.Dest = d.destination(it.Event)
+		hi := handledItem{it, lookup(it.Event.Type)}
 		if k := d.chainKey(it); k != "" {
 			if i, ok := byKey[k]; ok {
 				chains[i] = append(chains[i], hi)
@@ -102,11 +103,11 @@ func (d *Dispatcher) chains(items []*item) [][]handledItem {
 
 // chainKey is what orders it among the batch's items: its order key, and
 // under ScopeKeyAndType its type too; "" for none.
-func (d *Dispatcher) chainKey(it *item) string {
-	if it.key == "" || d.cfg.OrderScope != ScopeKeyAndType {
-		return it.key
+func (d *Dispatcher) chainKey(it *held.Item) string {
+	if it.Key == "" || d.cfg.OrderScope != ScopeKeyAndType {
+		return it.Key
 	}
-	return it.key + "\x00" + it.event.Type
+	return it.Key + "\x00" + it.Event.Type
 }
 
 // nextStep is the first step of a chain: its first item, or with runs the
@@ -120,7 +121,7 @@ func nextStep(chain []handledItem, runs bool) []handledItem {
 }
 
 // publishOnly reports whether an item has a destination and no handler.
-func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.dest != "" }
+func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.Dest != "" }
 
 // runWave runs one step of each chain: the wave is marked started, its
 // handlers run up to Concurrency at once, suspects take their turn, and
@@ -130,26 +131,26 @@ func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.dest != ""
 func (d *Dispatcher) runWave(steps [][]handledItem) {
 	var wg sync.WaitGroup
 	q := &batchQueue{allTaken: make(chan struct{})}
-	var toMark, unroutable []*item
+	var toMark, unroutable []*held.Item
 	var publishRuns [][]handledItem
 	for _, st := range steps {
 		hi := st[0]
 		switch {
-		case hi.h == nil && hi.item.dest == "":
+		case hi.h == nil && hi.item.Dest == "":
 			unroutable = append(unroutable, hi.item) // released: its key stops here (see stopsAt)
 		case hi.h == nil:
 			publishRuns = append(publishRuns, st)
 			for _, p := range st {
-				if p.item.behindCall {
+				if p.item.BehindCall {
 					break // most likely let go unstarted (see await); beginRun marks it if not
 				}
 				toMark = append(toMark, p.item)
 			}
-		case hi.item.suspect:
+		case hi.item.Suspect:
 			wg.Go(func() { d.runSuspect(hi) }) // marks itself, alone among suspects
 		default:
 			q.items = append(q.items, hi)
-			if !hi.item.behindCall { // else runHandler marks it if it starts at all
+			if !hi.item.BehindCall { // else runHandler marks it if it starts at all
 				toMark = append(toMark, hi.item)
 			}
 		}
@@ -160,7 +161,7 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 	}
 	d.work(q, &wg)
 	wg.Wait()
-	var toPublish []*item
+	var toPublish []*held.Item
 	for _, st := range publishRuns {
 		toPublish = append(toPublish, d.beginRun(st)...)
 	}
@@ -174,11 +175,11 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 // likely let go by await, and must then carry no start mark, which would
 // cost the event a recovery when its lease expires although nothing ran;
 // it is marked here if it starts after all.
-func (d *Dispatcher) beginRun(run []handledItem) []*item {
-	var begun []*item
+func (d *Dispatcher) beginRun(run []handledItem) []*held.Item {
+	var begun []*held.Item
 	for _, hi := range run {
 		it := hi.item
-		if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, 0) {
+		if !d.await(it) || !it.Marked() && len(d.markStarted([]*held.Item{it})) == 0 || !d.held.Begin(it, 0) {
 			break
 		}
 		d.metrics.started(hi.item)
@@ -191,7 +192,7 @@ func (d *Dispatcher) beginRun(run []handledItem) []*item {
 // stops the chain (see passes), or -1 when the chain goes on.
 func (d *Dispatcher) stopsAt(step []handledItem) int {
 	for i, hi := range step {
-		res, ok := d.held.outcome(hi.item)
+		res, ok := d.held.Outcome(hi.item)
 		if !ok || !d.passes(hi.item, res) {
 			return i
 		}
@@ -201,11 +202,11 @@ func (d *Dispatcher) stopsAt(step []handledItem) int {
 
 // passes reports whether an event whose attempt ended with res lets the
 // later events of its key go on.
-func (d *Dispatcher) passes(it *item, res result) bool {
+func (d *Dispatcher) passes(it *held.Item, res held.Result) bool {
 	switch {
-	case res.release || res.snooze:
+	case res.Release || res.Snooze:
 		return false
-	case res.err == nil:
+	case res.Err == nil:
 		return true
 	}
 	return d.cfg.HeadPolicy == SkipFailed && d.completer.failure(it).Final
@@ -216,21 +217,21 @@ func (d *Dispatcher) passes(it *item, res result) bool {
 // counts them. (A run's events that a KeyOrderedPublisher did not attempt
 // were released by publish.)
 func (d *Dispatcher) releaseRest(rest []handledItem) {
-	items := make([]*item, len(rest))
+	items := make([]*held.Item, len(rest))
 	for i, hi := range rest {
 		items[i] = hi.item
 	}
-	d.stats.orderReleased.Add(uint64(d.held.releaseQueued(items)))
+	d.stats.orderReleased.Add(uint64(d.held.ReleaseQueued(items)))
 }
 
 // publishResult is the result of a message the publisher did not
 // deliver: a release, uncharged, when the error wraps
 // outbox.ErrNotAttempted (a KeyOrderedPublisher did not try it, since an
 // earlier message of its key failed), else a failed attempt.
-func (d *Dispatcher) publishResult(it *item, ctx context.Context, err error) result {
+func (d *Dispatcher) publishResult(it *held.Item, ctx context.Context, err error) held.Result {
 	if errors.Is(err, outbox.ErrNotAttempted) {
 		d.stats.orderReleased.Add(1)
-		return result{err: err, release: true}
+		return held.Result{Err: err, Release: true}
 	}
 	return d.classify(it, ctx, err, publishCode(err))
 }

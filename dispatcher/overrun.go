@@ -42,44 +42,21 @@ import (
 // A call with no timeout (NoHandlerTimeout) is never an overrun, and is
 // renewed for as long as it runs.
 
-// callPhase is the call an item is in, as an overrun's WARN names it
-// (String): none, its handler, its publish, or waiting for its batch's
-// publish.
-type callPhase uint8
-
-// The phases of a call.
-const (
-	phaseNone callPhase = iota
-	phaseHandler
-	phasePublish
-	// phaseAwaitPublish is no call: the handler succeeded and the event
-	// waits for its batch's publish, which waits for every handler (and
-	// publish) of the batch (under PerKey, of the wave). It has no
-	// timeout of its own, and it is renewed unless one of those calls
-	// overruns (see heldSet.live).
-	phaseAwaitPublish
-)
-
-var phaseNames = [...]string{phaseNone: "", phaseHandler: "handler", phasePublish: "publish",
-	phaseAwaitPublish: "awaiting its batch's publish"}
-
-func (p callPhase) String() string { return phaseNames[p] }
-
 // warnMax is the longest wait between two WARNs of one overrun.
 const warnMax = time.Hour
 
 // watchOverruns logs the overruns whose WARN is due and counts the new
 // ones. The heartbeat calls it before each beat.
 func (d *Dispatcher) watchOverruns() {
-	due := d.held.overruns(time.Now(), d.cfg.LeaseDuration, max(warnMax, d.cfg.LeaseDuration))
+	due := d.held.Overruns(time.Now(), d.cfg.LeaseDuration, max(warnMax, d.cfg.LeaseDuration))
 	for _, c := range due {
-		if c.first {
+		if c.First {
 			d.stats.overruns.Add(1)
 		}
-		d.cfg.Logger.Warn("pgoutbox: a "+c.phase+" is running past its timeout and ignores its cancelled context; "+
+		d.cfg.Logger.Warn("pgoutbox: a "+c.Phase+" is running past its timeout and ignores its cancelled context; "+
 			"its lease is no longer renewed, so that another replica delivers the event",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", c.id, "event_type", c.eventType, "call", c.phase,
-			"running", c.running.Round(time.Millisecond), "past_timeout", c.over.Round(time.Millisecond))
+			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", c.ID, "event_type", c.EventType, "call", c.Phase,
+			"running", c.Running.Round(time.Millisecond), "past_timeout", c.Over.Round(time.Millisecond))
 	}
 }
 
@@ -89,7 +66,7 @@ func (d *Dispatcher) watchOverruns() {
 func (d *Dispatcher) observeOverruns() (unregister func()) {
 	return d.observeGauge("pgoutbox.handlers.overrunning", "{call}",
 		"Handler and publish calls running past their timeout now, ignoring their cancelled context",
-		func() int64 { n, _ := d.held.overrunning(time.Now()); return int64(n) })
+		func() int64 { n, _ := d.held.Overrunning(time.Now()); return int64(n) })
 }
 
 // overrunLimit is how many calls running past their timeout make Health
@@ -126,6 +103,16 @@ func (e *DrainTimeoutError) Error() string {
 	return ErrDrainTimeout.Error() + "; " + runningList(e.Running, e.Count)
 }
 
+// running lists up to limit of the calls running now, oldest first, and
+// how many run in all (see held.Set.Running).
+func (d *Dispatcher) running(limit int) (calls []RunningEvent, n int) {
+	running, n := d.held.Running(limit)
+	for _, c := range running {
+		calls = append(calls, RunningEvent(c))
+	}
+	return calls, n
+}
+
 // runningList names running events: "n still running: id (type, running
 // d), ... and m more".
 func runningList(running []RunningEvent, count int) string {
@@ -148,7 +135,7 @@ func (e *DrainTimeoutError) Is(target error) bool { return target == ErrDrainTim
 
 // drainTimedOut is the DrainTimeoutError naming the calls running now.
 func (d *Dispatcher) drainTimedOut() *DrainTimeoutError {
-	running, n := d.held.running(drainListMax)
+	running, n := d.running(drainListMax)
 	return &DrainTimeoutError{Running: running, Count: n}
 }
 
@@ -156,7 +143,7 @@ func (d *Dispatcher) drainTimedOut() *DrainTimeoutError {
 // dispatcher has stopped: ctx's error, naming the calls still running
 // (a DrainTimeoutError once the drain timed out).
 func (d *Dispatcher) stopCutShort(ctx context.Context) error {
-	running, n := d.held.running(drainListMax)
+	running, n := d.running(drainListMax)
 	switch {
 	case d.hardStopped.Load():
 		return fmt.Errorf("%w: %w", ctx.Err(), &DrainTimeoutError{Running: running, Count: n})

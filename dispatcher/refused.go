@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -16,26 +17,26 @@ import (
 // refused outcome expire ran the event again (DeleteSent without the
 // DELETE privilege: up to three times in 12s), ending FAILED with a
 // misleading worker_lost.
-func (c *completer) recordRefused(it *item, err error) bool {
-	if it.result.release || it.refusals() < maxRefusals {
+func (c *completer) recordRefused(it *held.Item, err error) bool {
+	if it.Result().Release || it.Refusals() < maxRefusals {
 		return false
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
-	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals(), errorText(err))
-	ok, werr := c.store.Refused(ctx, c.pool, it.ref(), msg)
+	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.Refusals(), errorText(err))
+	ok, werr := c.store.Refused(ctx, c.pool, it.Ref(), msg)
 	if werr != nil || !ok {
 		return false
 	}
 	o := outcomeOf(it, outbox.StatusFailed)
-	o.Code, o.Err = outbox.CodeOutcomeRefused, errtext.WrapAs(outbox.ErrOutcomeRefused, err, "event %s", it.event.ID)
+	o.Code, o.Err = outbox.CodeOutcomeRefused, errtext.WrapAs(outbox.ErrOutcomeRefused, err, "event %s", it.Event.ID)
 	r := c.report
 	r.stats.failed.Add(1)
 	r.stats.errors.Add(1)
 	r.metrics.failedOne(o)
 	r.logger.Error("pgoutbox: the database kept refusing an outcome; recorded FAILED with code outcome_refused instead",
-		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(), "event_type", it.event.Type,
-		"refused", c.outcomeName(it), "refusals", it.refusals(), "error", err)
+		"table", r.table, "owner", r.owner, "event_id", it.Event.ID.String(), "event_type", it.Event.Type,
+		"refused", c.outcomeName(it), "refusals", it.Refusals(), "error", err)
 	if r.onError != nil {
 		r.onError(o.Err)
 	}
@@ -47,14 +48,14 @@ func (c *completer) recordRefused(it *item, err error) bool {
 
 // outcomeName says which outcome of it was refused, for the row's
 // last_error and the log.
-func (c *completer) outcomeName(it *item) string {
+func (c *completer) outcomeName(it *held.Item) string {
 	switch {
-	case it.result.err == nil && c.cfg.DeleteSent:
+	case it.Result().Err == nil && c.cfg.DeleteSent:
 		return "SENT (a DELETE, DeleteSent)"
-	case it.result.err == nil:
+	case it.Result().Err == nil:
 		return "SENT"
-	case it.result.snooze:
+	case it.Result().Snooze:
 		return "a snooze"
 	}
-	return "a failure (" + string(it.result.code) + ")"
+	return "a failure (" + string(it.Result().Code) + ")"
 }

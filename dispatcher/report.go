@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -18,7 +19,7 @@ import (
 // reporter counts what happens and tells the user: the Stats counters,
 // the log (rate-limited for repeats), OnError and OnOutcome. Every
 // service of the dispatcher reports through it. Its methods call the
-// user's hooks, so none may be called with heldSet.mu (or any other lock
+// user's hooks, so none may be called with held.Set.mu (or any other lock
 // of the dispatcher) held.
 type reporter struct {
 	stats     counters
@@ -88,12 +89,12 @@ func (r *reporter) reportLost(id uuid.UUID) {
 // earlier write of it may have taken effect, else outbox.ErrLockLost (the
 // row was not changed). Its lease expires and recovery returns it to
 // PENDING.
-func (r *reporter) reportGivenUp(it *item, err error) {
+func (r *reporter) reportGivenUp(it *held.Item, err error) {
 	cause := outbox.ErrLockLost
 	switch {
-	case it.refusals() >= maxRefusals:
+	case it.Refusals() >= maxRefusals:
 		cause = outbox.ErrOutcomeRefused
-	case it.maybeWritten:
+	case it.MaybeWritten():
 		cause = outbox.ErrOutcomeUnknown
 		r.stats.outcomeUnknown.Add(1)
 	default:
@@ -101,16 +102,16 @@ func (r *reporter) reportGivenUp(it *item, err error) {
 	}
 	r.stats.errors.Add(1)
 	r.logger.Error("pgoutbox: gave up writing an outcome; the event's lease will expire and be recovered",
-		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(),
-		"event_type", it.event.Type, "tries", it.tries(), "refusals", it.refusals(), "error", err)
+		"table", r.table, "owner", r.owner, "event_id", it.Event.ID.String(),
+		"event_type", it.Event.Type, "tries", it.Tries(), "refusals", it.Refusals(), "error", err)
 	if r.onError != nil {
-		r.onError(errtext.WrapAs(cause, err, "event %s", it.event.ID))
+		r.onError(errtext.WrapAs(cause, err, "event %s", it.Event.ID))
 	}
 }
 
 // reportOutcomes counts the outcomes of a completion and passes them to
 // OnOutcome under ctx.
-func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item, res lease.CompleteResult) {
+func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*held.Item, res lease.CompleteResult) {
 	hook := r.onOutcome
 	for _, id := range res.Sent {
 		r.stats.sent.Add(1)
@@ -123,12 +124,12 @@ func (r *reporter) reportOutcomes(ctx context.Context, byID map[uuid.UUID]*item,
 		it := byID[ret.ID]
 		o := outcomeOf(it, outbox.StatusPending)
 		o.NextAttemptAt = ret.NextAttemptAt
-		if it.result.snooze {
+		if it.Result().Snooze {
 			r.stats.snoozed.Add(1)
 		} else {
 			r.stats.retried.Add(1)
 		}
-		r.logRetry(o, it.result.snooze)
+		r.logRetry(o, it.Result().Snooze)
 		r.metrics.completed(it, outbox.StatusPending)
 		if hook != nil {
 			hook(ctx, o)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -304,7 +305,7 @@ func newerDifferences(e *migrations.VerifyError) []string {
 func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 	timer := time.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
-	idle := d.held.stop()
+	idle := d.held.Stop()
 	d.releaseUnstarted()
 	select {
 	case <-idle:
@@ -321,18 +322,18 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 // releaseUnstarted returns the held events whose handler never started to
 // PENDING. Called once the dispatcher is stopping, so none can start now.
 func (d *Dispatcher) releaseUnstarted() {
-	d.releaseItems(d.held.unstarted(), "release at stop failed; the leases will expire and be recovered")
+	d.releaseItems(d.held.Unstarted(), "release at stop failed; the leases will expire and be recovered")
 }
 
 // releaseItems returns held items that never started to PENDING,
 // uncharged. When the release fails it reports failed and lets them go
 // all the same: their leases expire and recovery returns them.
-func (d *Dispatcher) releaseItems(items []*item, failed string) {
+func (d *Dispatcher) releaseItems(items []*held.Item, failed string) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	if err := d.completer.release(ctx, items); err != nil {
 		d.reportError(failed, err)
-		d.held.remove(items)
+		d.held.Remove(items)
 	}
 }
 

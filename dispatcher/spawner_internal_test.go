@@ -84,7 +84,7 @@ func TestSpawnerStopsWaitingOnceEveryItemIsTaken(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 
-	items, given := d.held.add(context.Background(), lease.Batch{
+	items, given := d.held.Add(context.Background(), lease.Batch{
 		Token: uuid.New(), Events: []outbox.Event{e0, e1}, Started: []bool{true, true},
 	}, time.Now(), 1)
 	require.Equal(t, 1, given)

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
@@ -141,7 +142,7 @@ func (d *Dispatcher) releaseSlots(n int) {
 // of slowSlotWait or more is noted, and again every slowFor/2 while it
 // lasts, so that claims mark only what can start at once (see the rules
 // above).
-func (d *Dispatcher) acquireSlot(b *heldBatch, allTaken <-chan struct{}) bool {
+func (d *Dispatcher) acquireSlot(b *held.Batch, allTaken <-chan struct{}) bool {
 	select {
 	case d.slots <- struct{}{}:
 		return true
@@ -156,7 +157,7 @@ func (d *Dispatcher) acquireSlot(b *heldBatch, allTaken <-chan struct{}) bool {
 		case <-slow.C:
 			d.noteSlowSlot()
 			slow.Reset(slowFor / 2)
-		case <-b.ctx.Done():
+		case <-b.Ctx.Done():
 			return false
 		case <-allTaken:
 			return false
@@ -170,7 +171,7 @@ func (d *Dispatcher) acquireSlot(b *heldBatch, allTaken <-chan struct{}) bool {
 // scheduler or the database being busy.)
 func (d *Dispatcher) noteSlowSlot() {
 	now := time.Now()
-	if d.held.runningSince(now.Add(-slowHandler)) {
+	if d.held.RunningSince(now.Add(-slowHandler)) {
 		d.slowUntil.Store(int64(now.Add(slowFor).Sub(clockStart)))
 	}
 }
@@ -183,22 +184,22 @@ var clockStart = time.Now()
 // they start, asking the marker for those the claim did not mark. It
 // returns the items that may start; the others were let go (lost, or
 // released at stop).
-func (d *Dispatcher) markStarted(items []*item) []*item {
-	wait := d.held.queueMarks(items)
+func (d *Dispatcher) markStarted(items []*held.Item) []*held.Item {
+	wait := d.held.QueueMarks(items)
 	for _, it := range wait {
 		select {
-		case <-it.marking:
-		case <-d.held.letGo(it):
-		case <-it.batch.ctx.Done():
+		case <-it.Marking():
+		case <-d.held.LetGo(it):
+		case <-it.Batch.Ctx.Done():
 		}
 	}
-	return d.held.startable(items)
+	return d.held.Startable(items)
 }
 
 // markLoop is the marker: it writes the start marks that handler slots
 // wait for, all waiting ones in one statement.
 func (d *Dispatcher) markLoop(quit <-chan struct{}) {
-	serveLoop(quit, d.held.marksWanted, func() time.Duration {
+	serveLoop(quit, d.held.MarksWanted(), func() time.Duration {
 		if d.markOnce() {
 			return busyRetry
 		}
@@ -209,13 +210,13 @@ func (d *Dispatcher) markLoop(quit <-chan struct{}) {
 // markOnce writes the waiting marks. It reports whether some must be
 // tried again (their rows were busy, or the write failed).
 func (d *Dispatcher) markOnce() (again bool) {
-	items := d.held.takeMarks()
+	items := d.held.TakeMarks()
 	if len(items) == 0 {
 		return false
 	}
 	refs := make([]lease.Ref, len(items))
 	for i, it := range items {
-		refs[i] = it.ref()
+		refs[i] = it.Ref()
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
@@ -226,5 +227,5 @@ func (d *Dispatcher) markOnce() (again bool) {
 		d.reportError("start marks failed, will retry", err)
 		res = lease.RefResult{Busy: refs}
 	}
-	return d.held.marked(items, res)
+	return d.held.Marked(items, res)
 }

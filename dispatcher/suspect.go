@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/held"
 )
 
 // Suspects. An event recovered before (recoveries > 0: a worker died, or
@@ -60,23 +62,23 @@ func (d *Dispatcher) suspectsAhead() int { return d.cfg.BatchSize }
 // suspectsHeldEnough reports whether the next claim leaves suspects out
 // (see suspectsAhead).
 func (d *Dispatcher) suspectsHeldEnough() bool {
-	_, suspects, _ := d.held.room()
+	_, suspects, _ := d.held.Room()
 	return suspects >= d.suspectsAhead()
 }
 
 // takeSuspectTurn waits for the suspect turn. It returns false without it
 // when the item is let go first, or when LeaseDuration passes first: then
 // the item is released unstarted.
-func (d *Dispatcher) takeSuspectTurn(it *item) bool {
+func (d *Dispatcher) takeSuspectTurn(it *held.Item) bool {
 	wait := time.NewTimer(d.cfg.LeaseDuration)
 	defer wait.Stop()
 	select {
 	case d.suspects <- struct{}{}:
 		return true
-	case <-d.held.letGo(it):
-	case <-it.batch.ctx.Done():
+	case <-d.held.LetGo(it):
+	case <-it.Batch.Ctx.Done():
 	case <-wait.C:
-		d.releaseItems([]*item{it}, "release of a suspect kept waiting failed; its lease will expire and be recovered")
+		d.releaseItems([]*held.Item{it}, "release of a suspect kept waiting failed; its lease will expire and be recovered")
 	}
 	return false
 }
@@ -94,7 +96,7 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 	if !d.await(it) || !d.takeSuspectTurn(it) {
 		return
 	}
-	d.held.tookTurn(it)
+	d.held.TookTurn(it)
 	// The turn is given back when the suspect is done, or earlier once
 	// its lease was lost and its row no longer shows its attempt (a call
 	// that ignores its context past its timeout, whose row recovery
@@ -109,22 +111,22 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 			turnBack()
 		case <-ended:
 		}
-	}(d.held.rowGoneSignal(it))
-	if !d.acquireSlot(it.batch, d.held.letGo(it)) {
+	}(d.held.RowGoneSignal(it))
+	if !d.acquireSlot(it.Batch, d.held.LetGo(it)) {
 		return
 	}
 	res, publish, record := d.runHandler(it, hi.h)
 	d.releaseSlots(1)
 	switch {
 	case publish:
-		d.publish(d.dropLost([]*item{it}))
+		d.publish(d.dropLost([]*held.Item{it}))
 	case record:
 		d.finish(it, res)
 	default:
 		return // let go, or the batch ended, before it started
 	}
 	select {
-	case <-d.held.letGo(it):
-	case <-it.batch.ctx.Done():
+	case <-d.held.LetGo(it):
+	case <-it.Batch.Ctx.Done():
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -58,20 +59,20 @@ func (s spans) handlerSpan(ctx context.Context, e *outbox.Event) (context.Contex
 // endHandlerSpan ends a handler call's span with the call's result: a
 // failure (a panic included, but no snooze but the one past MaxSnoozes)
 // sets its status to error.
-func endHandlerSpan(span trace.Span, res result) {
-	if res.err != nil && !res.snooze && !res.release {
-		span.RecordError(res.err)
-		span.SetStatus(codes.Error, string(res.code))
+func endHandlerSpan(span trace.Span, res held.Result) {
+	if res.Err != nil && !res.Snooze && !res.Release {
+		span.RecordError(res.Err)
+		span.SetStatus(codes.Error, string(res.Code))
 	}
 	span.End()
 }
 
 // endHandlerCall records a handler call's duration and ends its span,
 // recovering a panic of the instruments': the result stands.
-func (d *Dispatcher) endHandlerCall(it *item, span trace.Span, res result) {
+func (d *Dispatcher) endHandlerCall(it *held.Item, span trace.Span, res held.Result) {
 	defer func() {
 		if p := recover(); p != nil {
-			d.logPanic("instrumentation", it.event.Type, it.event.ID, fmt.Errorf("ending the handler's span: %v", p))
+			d.logPanic("instrumentation", it.Event.Type, it.Event.ID, fmt.Errorf("ending the handler's span: %v", p))
 		}
 	}()
 	d.metrics.handled(it, res)

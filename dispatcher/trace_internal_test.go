@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -29,7 +30,7 @@ func TestHandlerSpanOffAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(100, func() {
 		_, span := s.handlerSpan(ctx, e)
-		endHandlerSpan(span, result{})
+		endHandlerSpan(span, held.Result{})
 	})
 	require.Zero(t, allocs)
 }
@@ -130,19 +131,17 @@ func TestHandlerSpanPanicIsRecovered(t *testing.T) {
 		d, err := New(silentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
-		ctx, cancel := context.WithCancelCause(context.Background())
-		it := &item{event: &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1},
-			ctx: ctx, cancel: cancel, startedAt: time.Now()}
+		it := begunItem(t, &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1}, false)
 		called := false
 		res := d.callHandler(it, func(context.Context, outbox.Event) error { called = true; return nil })
 		if atEnd {
 			require.True(t, called)
-			require.NoError(t, res.err)
+			require.NoError(t, res.Err)
 			continue
 		}
 		require.False(t, called)
-		require.Equal(t, outbox.CodePanic, res.code)
-		require.ErrorContains(t, res.err, "sampler panic")
+		require.Equal(t, outbox.CodePanic, res.Code)
+		require.ErrorContains(t, res.Err, "sampler panic")
 	}
 }
 
@@ -154,8 +153,8 @@ func TestStartDelaySkipsSuspects(t *testing.T) {
 	m, err := newMetrics(Config{MeterProvider: mp, Table: outbox.Table{Schema: "public", Name: "outbox_events"}}, &counters{})
 	require.NoError(t, err)
 	e := outbox.Event{Type: "x", Attempt: 1, CreatedAt: time.Now().Add(-time.Minute)}
-	m.started(&item{event: &e, suspect: true, startedAt: time.Now()})
+	m.started(begunItem(t, &e, true))
 	require.Empty(t, mp.Points("pgoutbox.event.start_delay"))
-	m.started(&item{event: &e, startedAt: time.Now()})
+	m.started(begunItem(t, &e, false))
 	require.Len(t, mp.Points("pgoutbox.event.start_delay"), 1, "a first attempt")
 }

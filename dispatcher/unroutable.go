@@ -4,6 +4,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/held"
 )
 
 // Events a dispatcher claimed and cannot deliver. A dispatcher that
@@ -41,14 +43,14 @@ const (
 
 // releaseUnroutable releases items this dispatcher claimed and cannot
 // deliver (see above), counts them and logs their types.
-func (d *Dispatcher) releaseUnroutable(items []*item) {
+func (d *Dispatcher) releaseUnroutable(items []*held.Item) {
 	if len(items) == 0 {
 		return
 	}
-	d.held.giveBack(items, result{release: true, unroutable: true})
+	d.held.GiveBack(items, held.Result{Release: true, Unroutable: true})
 	byType := make(map[string]int64)
 	for _, it := range items {
-		byType[it.event.Type]++
+		byType[it.Event.Type]++
 	}
 	d.stats.unroutable.Add(uint64(len(items)))
 	for _, typ := range d.unroutable.add(byType, time.Now()) {

@@ -8,21 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// result is the outcome of one attempt.
-type result struct {
-	err        error         // nil on success
-	code       outbox.Code   // reason of a failure; empty for a snooze
-	release    bool          // return unstarted-equivalent work to PENDING
-	unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see unroutable.go)
-	snooze     bool          // the handler gave the event back (outbox.Snooze)
-	delay      time.Duration // the snooze's delay
-	// ran is how long the handler ran, when it returned (0: not measured,
-	// finish measures it).
-	ran time.Duration
-}
 
 // runBatch runs the local handlers of a batch concurrently, publishes at
 // once the events that have a destination and no handler, and then, in
@@ -33,29 +21,29 @@ type result struct {
 // of one batch run in claim order.
 //
 // Under Ordering PerKey, runOrdered runs the batch instead.
-func (d *Dispatcher) runBatch(items []*item) {
+func (d *Dispatcher) runBatch(items []*held.Item) {
 	if d.cfg.Ordering == PerKey {
 		d.runOrdered(items)
 		return
 	}
 	var wg sync.WaitGroup
-	var publishOnly, unroutable []*item
+	var publishOnly, unroutable []*held.Item
 	var suspects []handledItem
 	q := &batchQueue{allTaken: make(chan struct{}), items: make([]handledItem, 0, len(items))}
 	lookup := d.handlerLookup()
 	for _, it := range items {
-		h := lookup(it.event.Type)
-		it.dest = d.destination(it.event)
-		if h == nil && it.hasSlot {
+		h := lookup(it.Event.Type)
+		it.Dest = d.destination(it.Event)
+		if h == nil && it.HasSlot {
 			d.releaseSlots(1) // taken for a handler it does not have
-			it.hasSlot = false
+			it.HasSlot = false
 		}
 		switch {
-		case h == nil && it.dest == "":
+		case h == nil && it.Dest == "":
 			unroutable = append(unroutable, it)
 		case h == nil:
 			publishOnly = append(publishOnly, it)
-		case it.suspect:
+		case it.Suspect:
 			suspects = append(suspects, handledItem{it, h})
 		default:
 			q.items = append(q.items, handledItem{it, h})
@@ -93,7 +81,7 @@ func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
 		}
 	}
 	for _, hi := range q.items {
-		if hi.item.hasSlot {
+		if hi.item.HasSlot {
 			wg.Add(1)
 			d.workers.Go(worker)
 		}
@@ -121,7 +109,7 @@ type batchQueue struct {
 	taken     atomic.Int64  // how many items workers have taken
 	allTaken  chan struct{} // closed when a worker takes the last item
 	mu        sync.Mutex
-	toPublish []*item // their handler succeeded and they have a destination; guarded by mu
+	toPublish []*held.Item // their handler succeeded and they have a destination; guarded by mu
 }
 
 // next returns the next item, or nil when none is left.
@@ -144,7 +132,7 @@ func (q *batchQueue) pause() {
 	select {
 	case <-t.C:
 	case <-q.allTaken:
-	case <-q.batch().ctx.Done():
+	case <-q.batch().Ctx.Done():
 	}
 }
 
@@ -153,9 +141,9 @@ func (q *batchQueue) waiting() bool { return q.taken.Load() < int64(len(q.items)
 
 // batch is the claim of the queue's items (all items of a queue come from
 // one claim).
-func (q *batchQueue) batch() *heldBatch { return q.items[0].item.batch }
+func (q *batchQueue) batch() *held.Batch { return q.items[0].item.Batch }
 
-func (q *batchQueue) published(it *item) {
+func (q *batchQueue) published(it *held.Item) {
 	q.mu.Lock()
 	q.toPublish = append(q.toPublish, it)
 	q.mu.Unlock()
@@ -163,7 +151,7 @@ func (q *batchQueue) published(it *item) {
 
 // handledItem is an item of a batch with the handler it runs in.
 type handledItem struct {
-	item *item
+	item *held.Item
 	h    outbox.Handler
 }
 
@@ -217,29 +205,29 @@ func (d *Dispatcher) destination(e *outbox.Event) string {
 // this process now leave it out, so another replica takes it), or under
 // Ordering PerKey, whose claims cannot leave it out and whose releases
 // wake a claim at once, let go with its lease left to expire.
-func (d *Dispatcher) await(it *item) bool {
-	if it.olderDone == nil {
+func (d *Dispatcher) await(it *held.Item) bool {
+	if it.OlderDone == nil {
 		return true
 	}
-	if !it.behindCall {
+	if !it.BehindCall {
 		select {
-		case <-it.olderDone:
+		case <-it.OlderDone:
 			return true
-		case <-d.held.letGo(it):
+		case <-d.held.LetGo(it):
 			return false
-		case <-it.batch.ctx.Done():
+		case <-it.Batch.Ctx.Done():
 			return false
 		}
 	}
 	select {
-	case <-it.olderDone:
+	case <-it.OlderDone:
 		return true
 	default:
 	}
 	if d.cfg.Ordering == PerKey {
-		d.held.remove([]*item{it})
+		d.held.Remove([]*held.Item{it})
 	} else {
-		d.releaseItems([]*item{it}, "release of an event whose earlier call still runs failed; its lease will expire")
+		d.releaseItems([]*held.Item{it}, "release of an event whose earlier call still runs failed; its lease will expire")
 	}
 	return false
 }
@@ -253,41 +241,41 @@ func (d *Dispatcher) await(it *item) bool {
 // it.marked is read without the lock: it is set before runBatch starts
 // (by the claim) or by the marker after markStarted queued the item, never
 // while this reads it.
-func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish, record bool) {
-	if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, d.cfg.HandlerTimeout) {
-		return result{}, false, false
+func (d *Dispatcher) runHandler(it *held.Item, h outbox.Handler) (res held.Result, publish, record bool) {
+	if !d.await(it) || !it.Marked() && len(d.markStarted([]*held.Item{it})) == 0 || !d.held.Begin(it, d.cfg.HandlerTimeout) {
+		return held.Result{}, false, false
 	}
 	res = d.callHandler(it, h)
-	if res.err != nil || it.dest == "" {
+	if res.Err != nil || it.Dest == "" {
 		return res, false, true
 	}
-	d.held.callStarts([]*item{it}, time.Time{}, phaseAwaitPublish) // no timeout of its own (see heldSet.live)
-	return result{}, true, false
+	d.held.CallStarts([]*held.Item{it}, time.Time{}, held.PhaseAwaitPublish) // no timeout of its own (see held.Set.Live)
+	return held.Result{}, true, false
 }
 
 // callHandler runs h in the item's context, recovering a panic, its
 // instruments' included (a sampler's or a span processor's: the call then
 // fails with code panic). The context ends when h returns.
-func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
-	defer it.cancel(errHandlerReturned)
+func (d *Dispatcher) callHandler(it *held.Item, h outbox.Handler) (res held.Result) {
+	defer it.Cancel(errHandlerReturned)
 	span := noSpan
 	var ran time.Duration // measured once the handler returned
 	defer func() {
 		if p := recover(); p != nil {
-			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
-			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
+			res = held.Result{Err: fmt.Errorf("handler panic: %v", p), Code: outbox.CodePanic}
+			d.logPanic("handler", it.Event.Type, it.Event.ID, res.Err)
 		}
-		res.ran = ran
+		res.Ran = ran
 		d.endHandlerCall(it, span, res)
 	}()
 	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
 	var ctx context.Context
-	ctx, span = d.spans.handlerSpan(it.ctx, it.event)
-	err := h(ctx, *it.event)
-	ran = max(time.Since(it.startedAt), time.Nanosecond)
+	ctx, span = d.spans.handlerSpan(it.Context(), it.Event)
+	err := h(ctx, *it.Event)
+	ran = max(time.Since(it.StartedAt()), time.Nanosecond)
 	d.noteHandlerTime(ran)
 	if err == nil {
-		return result{}
+		return held.Result{}
 	}
 	if delay, ok := outbox.SnoozeDelay(err); ok && !outbox.IsPermanent(err) {
 		return d.snoozed(it, err, delay)
@@ -296,7 +284,7 @@ func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = outbox.CodeTimeout // a timeout of the handler's own, or a middleware's
 	}
-	return d.classify(it, it.ctx, err, code)
+	return d.classify(it, it.Context(), err, code)
 }
 
 // errHandlerReturned is the cause that ends a handler's context when the
@@ -307,12 +295,12 @@ var errHandlerReturned = errors.New("pgoutbox: the handler returned")
 // snooze, or a final failure with snooze_limit once the event has snoozed
 // MaxSnoozes times. A snooze is honoured even at the hard stop or past
 // the handler timeout: the handler said it did nothing.
-func (d *Dispatcher) snoozed(it *item, err error, delay time.Duration) result {
-	if it.event.Snoozes >= d.cfg.MaxSnoozes {
-		return result{code: outbox.CodeSnoozeLimit, err: fmt.Errorf(
-			"the event has snoozed %d times, the most MaxSnoozes allows: %w", it.event.Snoozes, err)}
+func (d *Dispatcher) snoozed(it *held.Item, err error, delay time.Duration) held.Result {
+	if it.Event.Snoozes >= d.cfg.MaxSnoozes {
+		return held.Result{Code: outbox.CodeSnoozeLimit, Err: fmt.Errorf(
+			"the event has snoozed %d times, the most MaxSnoozes allows: %w", it.Event.Snoozes, err)}
 	}
-	return result{err: err, snooze: true, delay: delay}
+	return held.Result{Err: err, Snooze: true, Delay: delay}
 }
 
 // classify turns a failed call's error into a result: timeout when the
@@ -322,20 +310,20 @@ func (d *Dispatcher) snoozed(it *item, err error, delay time.Duration) result {
 // The hard stop is read from the batch's context, which carries no
 // deadline: an item's own context may have passed its handler timeout
 // before the stop, and the work is still released rather than charged.
-func (d *Dispatcher) classify(it *item, ctx context.Context, err error, code outbox.Code) result {
-	if errors.Is(context.Cause(it.batch.ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
-		return result{err: err, release: true}
+func (d *Dispatcher) classify(it *held.Item, ctx context.Context, err error, code outbox.Code) held.Result {
+	if errors.Is(context.Cause(it.Batch.Ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
+		return held.Result{Err: err, Release: true}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = outbox.CodeTimeout
 	}
-	return result{err: err, code: code}
+	return held.Result{Err: err, Code: code}
 }
 
 // beginPublish marks and begins the items that only need publishing, and
 // returns those that may be published.
-func (d *Dispatcher) beginPublish(items []*item) []*item {
-	var ready []*item
+func (d *Dispatcher) beginPublish(items []*held.Item) []*held.Item {
+	var ready []*held.Item
 	for _, it := range items {
 		if d.await(it) {
 			ready = append(ready, it)
@@ -343,7 +331,7 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 	}
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
-		if d.held.begin(it, 0) {
+		if d.held.Begin(it, 0) {
 			d.metrics.started(it)
 			started = append(started, it)
 		}
@@ -356,11 +344,11 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 // as lost, so that they are not published after another replica may have
 // taken them over. Like begin, it reads the deadline on the clock rather
 // than wait for the timer.
-func (d *Dispatcher) dropLost(items []*item) []*item {
+func (d *Dispatcher) dropLost(items []*held.Item) []*held.Item {
 	kept := items[:0]
 	for _, it := range items {
-		if d.held.loseIfExpired(it) {
-			d.finish(it, result{})
+		if d.held.LoseIfExpired(it) {
+			d.finish(it, held.Result{})
 			continue
 		}
 		kept = append(kept, it)
@@ -371,17 +359,17 @@ func (d *Dispatcher) dropLost(items []*item) []*item {
 // publish sends the started items to the publisher in one call and finishes
 // each with its own outcome; a call that found the destination unavailable
 // returns them to PENDING and opens the circuit (see circuit.go).
-func (d *Dispatcher) publish(items []*item) {
+func (d *Dispatcher) publish(items []*held.Item) {
 	if len(items) == 0 || d.heldBack(items) {
 		return
 	}
 	msgs := make([]outbox.Message, len(items))
 	for i, it := range items {
-		msgs[i] = outbox.Message{Destination: it.dest, Event: *it.event}
+		msgs[i] = outbox.Message{Destination: it.Dest, Event: *it.Event}
 	}
-	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
+	ctx, cancel := publishContext(items[0].Batch.Ctx, d.cfg.PublishTimeout)
 	defer cancel()
-	d.held.callStarts(items, time.Now().Add(d.cfg.PublishTimeout), phasePublish)
+	d.held.CallStarts(items, time.Now().Add(d.cfg.PublishTimeout), held.PhasePublish)
 	spanCtx, endSpans := d.spans.publishSpan(ctx, msgs)
 	start := time.Now()
 	errs := d.callPublisher(spanCtx, msgs)
@@ -390,7 +378,7 @@ func (d *Dispatcher) publish(items []*item) {
 	outage := d.judgePublish(ctx, errs)
 	for i, it := range items {
 		if errs[i] == nil {
-			d.finish(it, result{})
+			d.finish(it, held.Result{})
 			continue
 		}
 		d.finish(it, d.publishFailure(it, ctx, errs[i], outage))
@@ -443,8 +431,8 @@ func fill(n int, err error) []error {
 
 // finish hands an item's result to the completer. An item whose lease was
 // lost meanwhile is let go and reported as outbox.ErrLockLost.
-func (d *Dispatcher) finish(it *item, res result) {
-	if d.held.finish(it, res) {
-		d.reportLost(it.event.ID)
+func (d *Dispatcher) finish(it *held.Item, res held.Result) {
+	if d.held.Finish(it, res) {
+		d.reportLost(it.Event.ID)
 	}
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package held
 
 import (
 	"cmp"
@@ -14,24 +14,12 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// heldSet is the events this process holds: claimed, and not yet let go.
+// Set is the events this process holds: claimed, and not yet let go.
 // Every change of an event's state in this process is one of its methods,
-// named for the transition:
-//
-//	add ─▶ begin ─▶ finish ─▶ takeOutcomes ─▶ (written) remove
-//	 │       │        │            │  └─ writeFailed ─▶ back in line, or let go
-//	 │       └────────┴── lost ────┴─▶ let go (renewed, loseExpired, begin)
-//	 └─ unstarted (at stop: the completer releases them) ─▶ remove
-//
-// Locks. heldSet.mu is a leaf: while it is held nothing else is locked,
-// no statement runs and nothing outside this file is called (no hook,
-// handler or OnError); the only calls out are cancel functions of the
-// set's own contexts and non-blocking sends on its signal channels.
-// Whoever needs another lock as well (Dispatcher.mu, leaseWrites, the log
-// limiter) takes it before or after, never around, a held-set call, so no
-// order between them arises.
-type heldSet struct {
-	now func() time.Time // the local clock of lease deadlines (Config.now, set by tests)
+// named for the transition (the diagram and the lock order are in the
+// package doc). Its lock, mu, is a leaf.
+type Set struct {
+	now func() time.Time // the local clock of lease deadlines (the dispatcher's Config.now, set by tests)
 	// realClock: now is time.Now, so that begin reads the clock once for
 	// the start time and the deadline.
 	realClock bool
@@ -47,11 +35,11 @@ type heldSet struct {
 	mu sync.Mutex
 	// batches are the claims with an item held, count the items held
 	// (their held field is set).
-	batches  map[*heldBatch]struct{}
+	batches  map[*Batch]struct{}
 	count    int
-	latest   map[uuid.UUID]*item // the newest held item of each event id
-	outcomes []*item             // outcomes waiting for the completer
-	toMark   []*item             // items waiting for the marker (see start.go)
+	latest   map[uuid.UUID]*Item // the newest held item of each event id
+	outcomes []*Item             // outcomes waiting for the completer
+	toMark   []*Item             // items waiting for the marker (see start.go)
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
 
@@ -68,13 +56,13 @@ type heldSet struct {
 	suspectsWaiting, lostHeld int
 }
 
-// newHeldSet returns an empty set whose lease deadlines are on now's
+// NewSet returns an empty set whose lease deadlines are on now's
 // clock; nil means time.Now.
-func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
-	s := &heldSet{
+func NewSet(now func() time.Time, leaseDuration time.Duration) *Set {
+	s := &Set{
 		now: now, trust: leaseDuration - leaseDuration/5,
 		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1), marksWanted: make(chan struct{}, 1),
-		batches: make(map[*heldBatch]struct{}), latest: make(map[uuid.UUID]*item),
+		batches: make(map[*Batch]struct{}), latest: make(map[uuid.UUID]*Item),
 	}
 	if now == nil {
 		s.now, s.realClock = time.Now, true
@@ -83,8 +71,8 @@ func newHeldSet(now func() time.Time, leaseDuration time.Duration) *heldSet {
 }
 
 // all yields every item held. The caller holds s.mu.
-func (s *heldSet) all() iter.Seq[*item] {
-	return func(yield func(*item) bool) {
+func (s *Set) all() iter.Seq[*Item] {
+	return func(yield func(*Item) bool) {
 		for b := range s.batches {
 			for _, it := range b.items {
 				if it.held && !yield(it) {
@@ -95,20 +83,22 @@ func (s *heldSet) all() iter.Seq[*item] {
 	}
 }
 
-// heldBatch is the events of one claim: one token, one timer for their
+// Batch is the events of one claim: one token, one timer for their
 // local deadlines.
-type heldBatch struct {
+type Batch struct {
 	token     uuid.UUID
-	claimedAt time.Time // local time the claim came back
-	ctx       context.Context
+	ClaimedAt time.Time // local time the claim came back
+	// Ctx is the claim's context: it ends with Add's parent, or when the
+	// set lets go of the batch's last item.
+	Ctx       context.Context
 	cancel    context.CancelCauseFunc
-	items     []*item
-	remaining int         // items still held; guarded by heldSet.mu
+	items     []*Item
+	remaining int         // items still held; guarded by Set.mu
 	timer     *time.Timer // fires at the earliest local deadline of its items
 	// timeout is the context, under ctx, whose deadline is timeoutAt: the
 	// handler timeout of the batch's events that started in the same
 	// timeoutGrain. Handlers starting together share its timer;
-	// cancelling ctx releases them all. Guarded by heldSet.mu.
+	// cancelling ctx releases them all. Guarded by Set.mu.
 	timeout   context.Context
 	timeoutAt time.Time
 	// cancelTimeout stops the timer of the latest timeout context. Each is
@@ -117,18 +107,18 @@ type heldBatch struct {
 	cancelTimeout context.CancelFunc
 }
 
-// itemState is where one held event is in its life in this process.
-type itemState uint8
+// State is where one held event is in its life in this process.
+type State uint8
 
 const (
-	itemQueued     itemState = iota // claimed, handler not started
-	itemRunning                     // handler or publisher running
-	itemFinished                    // outcome waits for the completer
-	itemCompleting                  // outcome is being written
+	Queued     State = iota // claimed, handler not started
+	Running                 // handler or publisher running
+	Finished                // outcome waits for the completer
+	Completing              // outcome is being written
 )
 
-// item is one held event. The fields marked "guarded" are guarded by
-// heldSet.mu; the completer's own record is read and written by the
+// Item is one held event. The fields marked "guarded" are guarded by
+// Set.mu; the completer's own record is read and written by the
 // completer goroutine alone.
 //
 // A claim holds its items in one allocation, and the per-event work
@@ -136,9 +126,9 @@ const (
 // claim's own (lease.Batch.Events, which nothing changes after the claim),
 // and what only a failed write or an overrun needs is made on first need
 // (writes, warn).
-type item struct {
-	event  *outbox.Event // the claim's event; never changed
-	batch  *heldBatch
+type Item struct {
+	Event  *outbox.Event // the claim's event; never changed
+	Batch  *Batch
 	ctx    context.Context // set by begin: the call's context, cancelled when this event's lease is lost
 	cancel context.CancelCauseFunc
 	// deadline is when this process stops trusting the lease (local
@@ -148,31 +138,31 @@ type item struct {
 	// writes is the completer's record of this outcome's failed writes
 	// and of the failure it writes (nil until the first of them); the
 	// completer's alone.
-	writes *writeRecord
+	writes *WriteRecord
 	// marking is closed by the marker once the start is marked (see
 	// marked). Guarded.
 	marking chan struct{}
-	// key is the order key the claim read (ordered claims only; "" for
+	// Key is the order key the claim read (ordered claims only; "" for
 	// none, see lease.Batch.Keys). Set before runBatch starts.
-	key string
-	// dest is the event's destination (Config.RouteFunc; "" when it is
+	Key string
+	// Dest is the event's destination (Config.RouteFunc; "" when it is
 	// not published), routed once by runBatch before anything reads it.
-	dest string
-	// waited is how long the event had been due when the claim took it
+	Dest string
+	// Waited is how long the event had been due when the claim took it
 	// (database clock).
-	waited time.Duration
+	Waited time.Duration
 	// startedAt is when its handler started, and ran how long until its
 	// outcome was handed to the completer; guarded.
 	startedAt time.Time
 	ran       time.Duration
 	letGo     chan struct{}   // closed when the item is let go; made on first need (letGoLocked); guarded
-	olderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
+	OlderDone <-chan struct{} // letGo of an older item of the same event, lost but still running, must end first
 	// older is the item of the same event that was the newest held when
 	// this one was added (nil for none); guarded. When this one is let go
 	// first, older becomes the event's newest held item again (see
 	// removeLocked), so that a later claim still sees a call that runs.
-	older  *item
-	result result // set when state becomes itemFinished
+	older  *Item
+	result Result // set when state becomes itemFinished
 
 	// callDeadline is when the running call (phase: its handler, or its
 	// publish) passes its timeout; zero for none (NoHandlerTimeout, or
@@ -184,8 +174,8 @@ type item struct {
 	// gone is closed once rowGone is set, made on first need. Guarded.
 	gone chan struct{}
 
-	state itemState // guarded
-	phase callPhase // guarded, see callDeadline
+	state State // guarded
+	phase Phase // guarded, see callDeadline
 	// held: the set holds the item (added, not let go yet). Guarded.
 	held bool
 	// newest: the item is the newest held of its event (the set's latest
@@ -199,15 +189,15 @@ type item struct {
 	// marked: the row shows that this attempt started (see start.go).
 	// Guarded.
 	marked bool
-	// hasSlot: the claim took a handler slot for this item (see
+	// HasSlot: the claim took a handler slot for this item (see
 	// startsFor). Set before runBatch starts; read by it only.
-	hasSlot bool
-	// suspect: the row was recovered before (see lease.Batch.Suspect);
+	HasSlot bool
+	// Suspect: the row was recovered before (see lease.Batch.Suspect);
 	// set by add, read only after.
-	suspect bool
-	// behindCall: olderDone is the end of a call that was still running
+	Suspect bool
+	// BehindCall: OlderDone is the end of a call that was still running
 	// when this item was claimed. Set by add, read only after.
-	behindCall bool
+	BehindCall bool
 	// awaitsTurn: a suspect that has not taken the suspect turn yet.
 	// Guarded.
 	awaitsTurn bool
@@ -218,110 +208,112 @@ type item struct {
 	rowGone bool
 }
 
-// writeRecord is the completer's record of the failed writes of one
+// WriteRecord is the completer's record of the failed writes of one
 // outcome: how many, how many the database refused, how many past the
 // local deadline, and when to try again; and the failure it writes, as
 // it first wrote it (see completer.failureToWrite).
-type writeRecord struct {
-	tries, refusals, late int
-	retryAt               time.Time
-	failure               lease.Failure
-	decided               bool // failure is set
+type WriteRecord struct {
+	Tries, Refusals, Late int
+	RetryAt               time.Time
+	Failure               lease.Failure
+	Decided               bool // failure is set
 }
 
-// record returns the item's write record, made on first need. The
+// Record returns the item's write record, made on first need. The
 // completer's goroutine only.
-func (it *item) record() *writeRecord {
+func (it *Item) Record() *WriteRecord {
 	if it.writes == nil {
-		it.writes = new(writeRecord)
+		it.writes = new(WriteRecord)
 	}
 	return it.writes
 }
 
-// refusals is how many times the database refused to record the item's
-// outcome, tries how many writes of it failed.
-func (it *item) refusals() int {
+// Refusals is how many times the database refused to record the item's
+// outcome.
+func (it *Item) Refusals() int {
 	if it.writes == nil {
 		return 0
 	}
-	return it.writes.refusals
+	return it.writes.Refusals
 }
 
-func (it *item) tries() int {
+// Tries is how many writes of the item's outcome failed.
+func (it *Item) Tries() int {
 	if it.writes == nil {
 		return 0
 	}
-	return it.writes.tries
+	return it.writes.Tries
 }
 
-// retryAt is when the completer may write the item's outcome again (zero:
+// RetryAt is when the completer may write the item's outcome again (zero:
 // at once).
-func (it *item) retryAt() time.Time {
+func (it *Item) RetryAt() time.Time {
 	if it.writes == nil {
 		return time.Time{}
 	}
-	return it.writes.retryAt
+	return it.writes.RetryAt
 }
 
 // overrunWarn is when an overrun's next WARN is due, and the wait after
-// that (see heldSet.overruns).
+// that (see Set.Overruns).
 type overrunWarn struct {
 	next  time.Time
 	every time.Duration
 }
 
-func (it *item) ref() lease.Ref { return lease.Ref{ID: it.event.ID, Token: it.batch.token} }
+// Ref is the item's lease: its event id and its claim's token.
+func (it *Item) Ref() lease.Ref { return lease.Ref{ID: it.Event.ID, Token: it.Batch.token} }
 
 // deadlineFrom is when this process stops trusting a lease claimed or
 // renewed at sentAt: the lease duration less a fifth of it, measured from
 // before the statement was sent, so that it passes before the database's
 // lease_until does.
-func (s *heldSet) deadlineFrom(sentAt time.Time) time.Time { return sentAt.Add(s.trust) }
+func (s *Set) deadlineFrom(sentAt time.Time) time.Time { return sentAt.Add(s.trust) }
 
-// add holds the events of a claim sent at sentAt, under one batch whose
+// Add holds the events of a claim sent at sentAt, under one batch whose
 // context is under parent. The marked events among the first slots get a
 // handler slot each (hasSlot); add returns the items and how many slots
 // it gave.
-func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, slots int) (items []*item, given int) {
-	hb := &heldBatch{token: b.Token, claimedAt: time.Now()}
-	hb.ctx, hb.cancel = context.WithCancelCause(parent)
-	items = make([]*item, len(b.Events))
-	store := make([]item, len(b.Events)) // one allocation for the batch
+func (s *Set) Add(parent context.Context, b lease.Batch, sentAt time.Time, slots int) (items []*Item, given int) {
+	hb := &Batch{token: b.Token, ClaimedAt: time.Now()}
+	hb.Ctx, hb.cancel = context.WithCancelCause(parent)
+	items = make([]*Item, len(b.Events))
+	store := make([]Item, len(b.Events)) // one allocation for the batch
 	deadline := s.deadlineFrom(sentAt)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range b.Events {
 		e := &b.Events[i]
 		it := &store[i] // zeroed: set field by field, not copied whole
-		it.event, it.batch, it.deadline, it.held, it.newest = e, hb, deadline, true, true
-		it.marked, it.suspect = b.Started[i], i < len(b.Suspect) && b.Suspect[i]
-		if it.suspect {
+		it.Event, it.Batch, it.deadline, it.held, it.newest = e, hb, deadline, true, true
+		it.marked, it.Suspect = b.Started[i], i < len(b.Suspect) && b.Suspect[i]
+		if it.Suspect {
 			it.awaitsTurn = true
 			s.suspectsWaiting++
 		}
 		if i < len(b.Waited) {
-			it.waited = b.Waited[i]
+			it.Waited = b.Waited[i]
 		}
 		if i < len(b.Keys) {
-			it.key = b.Keys[i]
+			it.Key = b.Keys[i]
 		}
 		if it.marked && given < slots {
-			it.hasSlot = true
+			it.HasSlot = true
 			given++
 		}
 		if prev := s.latest[e.ID]; prev != nil {
 			prev.newest = false
 			for o := prev; o != nil && o.held; o = o.older {
-				if o.state == itemRunning {
+				if o.state == Running {
 					// This claim took the row: the older lease is gone,
 					// whatever the heartbeat or the local deadline have
 					// seen yet, and its call may never return (see await).
 					s.loseLocked(o)
 					s.rowGoneLocked(o)
-					it.behindCall = true
+					it.BehindCall = true
 				}
 			}
-			it.older, it.olderDone = prev, s.letGoLocked(prev)
+			it.older, it.OlderDone = prev, s.letGoLocked(prev)
 		}
 		items[i] = it
 		s.latest[e.ID] = it
@@ -333,17 +325,17 @@ func (s *heldSet) add(parent context.Context, b lease.Batch, sentAt time.Time, s
 	return items, given
 }
 
-// begin moves a queued item to running and gives it its context, with a
+// Begin moves a queued item to running and gives it its context, with a
 // deadline timeout from now when timeout > 0. It returns false when the
 // item may not start: the dispatcher is stopping (the item will be
 // released), or the lease is lost or past its local deadline (the item is
 // let go as lost). The deadline is read here, on the clock, not left to
 // the timer that marks items lost: after a pause of the process the timer
 // may not have run yet when the handler would start.
-func (s *heldSet) begin(it *item, timeout time.Duration) bool {
+func (s *Set) Begin(it *Item, timeout time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopping || it.lost || it.state != itemQueued {
+	if s.stopping || it.lost || it.state != Queued {
 		return false
 	}
 	startedAt := time.Now()
@@ -355,12 +347,12 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 		s.loseLocked(it)
 		return false
 	}
-	it.state = itemRunning
+	it.state = Running
 	it.startedAt = startedAt
-	parent := it.batch.ctx
+	parent := it.Batch.Ctx
 	if timeout > 0 {
-		parent = it.batch.timeoutContext(it.startedAt.Add(timeout), timeout)
-		it.callDeadline, it.phase = it.startedAt.Add(timeout+timeoutGrain(timeout)), phaseHandler
+		parent = it.Batch.timeoutContext(it.startedAt.Add(timeout), timeout)
+		it.callDeadline, it.phase = it.startedAt.Add(timeout+timeoutGrain(timeout)), PhaseHandler
 	}
 	it.ctx, it.cancel = context.WithCancelCause(parent)
 	return true
@@ -369,15 +361,15 @@ func (s *heldSet) begin(it *item, timeout time.Duration) bool {
 // timeoutContext returns a context under the batch's whose deadline is at
 // or after at, by less than timeoutGrain(timeout): events of one batch
 // that start together share one timer instead of arming one each. The
-// caller holds heldSet.mu.
-func (b *heldBatch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
+// caller holds Set.mu.
+func (b *Batch) timeoutContext(at time.Time, timeout time.Duration) context.Context {
 	grain := timeoutGrain(timeout)
 	if b.timeout != nil && at.Before(b.timeoutAt) && !at.Before(b.timeoutAt.Add(-grain)) {
 		return b.timeout // at's grain is the latest one's (without Truncate, which divides)
 	}
 	at = at.Truncate(grain).Add(grain)
 	if b.timeout == nil || !b.timeoutAt.Equal(at) {
-		b.timeout, b.cancelTimeout = context.WithDeadline(b.ctx, at)
+		b.timeout, b.cancelTimeout = context.WithDeadline(b.Ctx, at)
 		b.timeoutAt = at
 	}
 	return b.timeout
@@ -389,9 +381,9 @@ func timeoutGrain(timeout time.Duration) time.Duration {
 	return max(min(timeout/64, 10*time.Millisecond), time.Microsecond)
 }
 
-// loseIfExpired gives up a started item whose local deadline has passed
-// (read on the clock, like begin), and reports whether the item is lost.
-func (s *heldSet) loseIfExpired(it *item) (lost bool) {
+// LoseIfExpired gives up a started item whose local deadline has passed
+// (read on the clock, like Begin), and reports whether the item is lost.
+func (s *Set) LoseIfExpired(it *Item) (lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !it.lost && s.expired(it) {
@@ -400,18 +392,18 @@ func (s *heldSet) loseIfExpired(it *item) (lost bool) {
 	return it.lost
 }
 
-// finish hands an item's result to the completer. An item whose lease
+// Finish hands an item's result to the completer. An item whose lease
 // was lost meanwhile is let go instead, and finish reports it lost (the
 // caller reports outbox.ErrLockLost).
-func (s *heldSet) finish(it *item, res result) (lost bool) {
+func (s *Set) Finish(it *Item, res Result) (lost bool) {
 	s.mu.Lock()
 	if it.lost {
 		s.removeLocked(it)
 		s.mu.Unlock()
 		return true
 	}
-	it.state, it.result = itemFinished, res
-	if it.ran = res.ran; it.ran == 0 && !it.startedAt.IsZero() {
+	it.state, it.result = Finished, res
+	if it.ran = res.Ran; it.ran == 0 && !it.startedAt.IsZero() {
 		it.ran = time.Since(it.startedAt)
 	}
 	s.outcomes = append(s.outcomes, it)
@@ -420,22 +412,22 @@ func (s *heldSet) finish(it *item, res result) (lost bool) {
 	return false
 }
 
-// releaseQueued hands the completer, to be released unstarted (no
+// ReleaseQueued hands the completer, to be released unstarted (no
 // attempt spent), those of items still held whose handler never began
 // and whose lease is not lost: the rest of a key's run that stopped (see
 // ordered.go). It returns how many it handed over.
-func (s *heldSet) releaseQueued(items []*item) (n int) {
-	return s.giveBack(items, result{release: true})
+func (s *Set) ReleaseQueued(items []*Item) (n int) {
+	return s.GiveBack(items, Result{Release: true})
 }
 
-// giveBack hands the completer res (a release) for those of items still
+// GiveBack hands the completer res (a release) for those of items still
 // held whose handler never began and whose lease is not lost, and returns
 // how many it handed over.
-func (s *heldSet) giveBack(items []*item, res result) (n int) {
+func (s *Set) GiveBack(items []*Item, res Result) (n int) {
 	s.mu.Lock()
 	for _, it := range items {
-		if it.held && !it.lost && it.state == itemQueued {
-			it.state, it.result = itemFinished, res
+		if it.held && !it.lost && it.state == Queued {
+			it.state, it.result = Finished, res
 			s.outcomes = append(s.outcomes, it)
 			n++
 		}
@@ -447,41 +439,41 @@ func (s *heldSet) giveBack(items []*item, res result) (n int) {
 	return n
 }
 
-// outcome returns the result this process gave an item's attempt, and
+// Outcome returns the result this process gave an item's attempt, and
 // false when it gave none: the item never began, or its lease was lost.
-func (s *heldSet) outcome(it *item) (res result, ok bool) {
+func (s *Set) Outcome(it *Item) (res Result, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it.lost || it.state == itemQueued || it.state == itemRunning {
-		return result{}, false
+	if it.lost || it.state == Queued || it.state == Running {
+		return Result{}, false
 	}
 	return it.result, true
 }
 
-// takeOutcomes moves up to limit (0: any number) of the outcomes whose
+// TakeOutcomes moves up to limit (0: any number) of the outcomes whose
 // retry time has come to completing, lets go of those whose lease was
 // lost (dropped), and leaves the others waiting. It returns the time until
 // the earliest waiting retry is due (0 for none).
-func (s *heldSet) takeOutcomes(limit int) (items, dropped []*item, wait time.Duration) {
+func (s *Set) TakeOutcomes(limit int) (items, dropped []*Item, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	var later []*item
-	items = make([]*item, 0, len(s.outcomes)) // most are taken: one allocation
+	var later []*Item
+	items = make([]*Item, 0, len(s.outcomes)) // most are taken: one allocation
 	for _, it := range s.outcomes {
 		switch {
 		case it.lost:
 			s.removeLocked(it)
 			dropped = append(dropped, it)
-		case it.retryAt().After(now):
+		case it.RetryAt().After(now):
 			later = append(later, it)
-			if w := it.retryAt().Sub(now); wait == 0 || w < wait {
+			if w := it.RetryAt().Sub(now); wait == 0 || w < wait {
 				wait = w
 			}
 		case limit > 0 && len(items) >= limit:
 			later = append(later, it) // the next round takes it
 		default:
-			it.state = itemCompleting
+			it.state = Completing
 			items = append(items, it)
 		}
 	}
@@ -489,37 +481,37 @@ func (s *heldSet) takeOutcomes(limit int) (items, dropped []*item, wait time.Dur
 	return items, dropped, wait
 }
 
-// writeVerdict is what the completer decides for an outcome whose write
+// WriteVerdict is what the completer decides for an outcome whose write
 // failed.
-type writeVerdict int
+type WriteVerdict int
 
 const (
-	writeAgain  writeVerdict = iota // wait for its retryAt, then write again
-	writeLost                       // the lease can no longer be trusted: let go as lost
-	writeGiveUp                     // failed too often: let go now
+	WriteAgain  WriteVerdict = iota // wait for its retryAt, then write again
+	WriteLost                       // the lease can no longer be trusted: let go as lost
+	WriteGiveUp                     // failed too often: let go now
 )
 
-// writeFailed puts the outcomes of a failed write back in line or lets
+// WriteFailed puts the outcomes of a failed write back in line or lets
 // them go, as judge decides for each item still held (judge is told
 // whether the item's local deadline has passed; it runs under the lock,
 // so it must only read and update the item). It returns the items given
 // up.
-func (s *heldSet) writeFailed(items []*item, judge func(it *item, expired bool) writeVerdict) (givenUp []*item) {
+func (s *Set) WriteFailed(items []*Item, judge func(it *Item, expired bool) WriteVerdict) (givenUp []*Item) {
 	s.mu.Lock()
 	for _, it := range items {
 		if !it.held {
 			continue
 		}
 		switch judge(it, s.expired(it)) {
-		case writeGiveUp:
+		case WriteGiveUp:
 			s.removeLocked(it)
 			givenUp = append(givenUp, it)
-		case writeLost:
+		case WriteLost:
 			s.loseLocked(it)
-			it.state = itemFinished
+			it.state = Finished
 			s.outcomes = append(s.outcomes, it)
 		default:
-			it.state = itemFinished
+			it.state = Finished
 			s.outcomes = append(s.outcomes, it)
 		}
 	}
@@ -528,11 +520,11 @@ func (s *heldSet) writeFailed(items []*item, judge func(it *item, expired bool) 
 	return givenUp
 }
 
-// mayHaveWritten notes that a write of items may have taken effect
+// MayHaveWritten notes that a write of items may have taken effect
 // although it reported an error (its reply was lost, or it timed out):
 // the completer, not the heartbeat or the deadline timer, then decides
 // their fate (see completerHolds).
-func (s *heldSet) mayHaveWritten(items []*item) {
+func (s *Set) MayHaveWritten(items []*Item) {
 	s.mu.Lock()
 	for _, it := range items {
 		it.maybeWritten = true
@@ -540,17 +532,17 @@ func (s *heldSet) mayHaveWritten(items []*item) {
 	s.mu.Unlock()
 }
 
-// owned returns the items this process still holds (in a new slice).
-func (s *heldSet) owned(items []*item) []*item {
-	return s.keep(items, func(*item) bool { return true })
+// Owned returns the items this process still holds (in a new slice).
+func (s *Set) Owned(items []*Item) []*Item {
+	return s.keep(items, func(*Item) bool { return true })
 }
 
 // keep returns the items this process still holds for which ok holds (in
 // a new slice); ok runs under s.mu.
-func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
+func (s *Set) keep(items []*Item, ok func(*Item) bool) []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kept := make([]*item, 0, len(items)) // most are kept: one allocation
+	kept := make([]*Item, 0, len(items)) // most are kept: one allocation
 	for _, it := range items {
 		if it.held && ok(it) {
 			kept = append(kept, it)
@@ -559,7 +551,7 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 	return kept
 }
 
-// live lists the held items whose lease is still worth renewing: not
+// Live lists the held items whose lease is still worth renewing: not
 // lost, not a call running past its timeout (see overrun.go), whose
 // lease is left to expire so that another replica delivers the event,
 // and not an event waiting for its batch's publish behind such a call
@@ -567,23 +559,23 @@ func (s *heldSet) keep(items []*item, ok func(*item) bool) []*item {
 // later wave): they wait for the stuck call, so their turn may never
 // come, and renewing them would hold them for ever. Queued ones are let
 // go unstarted at their local deadline, uncharged, for any claim.
-func (s *heldSet) live() []*item {
+func (s *Set) Live() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	var stalled map[*heldBatch]bool // batches whose publish waits for a call past its timeout
+	var stalled map[*Batch]bool // batches whose publish waits for a call past its timeout
 	for it := range s.all() {
-		if overran(it, now) && (!it.suspect || s.inWaves) {
+		if overran(it, now) && (!it.Suspect || s.inWaves) {
 			if stalled == nil {
-				stalled = make(map[*heldBatch]bool)
+				stalled = make(map[*Batch]bool)
 			}
-			stalled[it.batch] = true
+			stalled[it.Batch] = true
 		}
 	}
-	items := make([]*item, 0, s.count)
+	items := make([]*Item, 0, s.count)
 	for it := range s.all() {
-		behindStuck := stalled[it.batch] && (it.phase == phaseAwaitPublish && (!it.suspect || s.inWaves) ||
-			s.inWaves && it.state == itemQueued) // a later wave waits for the stuck one
+		behindStuck := stalled[it.Batch] && (it.phase == PhaseAwaitPublish && (!it.Suspect || s.inWaves) ||
+			s.inWaves && it.state == Queued) // a later wave waits for the stuck one
 		if !it.lost && !overran(it, now) && !behindStuck {
 			items = append(items, it)
 		}
@@ -592,14 +584,14 @@ func (s *heldSet) live() []*item {
 }
 
 // overran reports whether the item's call is running past its timeout at
-// now. The caller holds heldSet.mu.
-func overran(it *item, now time.Time) bool {
-	return it.state == itemRunning && !it.callDeadline.IsZero() && now.After(it.callDeadline)
+// now. The caller holds Set.mu.
+func overran(it *Item, now time.Time) bool {
+	return it.state == Running && !it.callDeadline.IsZero() && now.After(it.callDeadline)
 }
 
-// callStarts sets the call deadline of started items whose next call (a
+// CallStarts sets the call deadline of started items whose next call (a
 // publish, or none: zero) starts now.
-func (s *heldSet) callStarts(items []*item, deadline time.Time, phase callPhase) {
+func (s *Set) CallStarts(items []*Item, deadline time.Time, phase Phase) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range items {
@@ -607,18 +599,18 @@ func (s *heldSet) callStarts(items []*item, deadline time.Time, phase callPhase)
 	}
 }
 
-// overrunCall is a call running past its timeout: what its WARN says.
-type overrunCall struct {
-	id            uuid.UUID
-	eventType     string
-	phase         string
-	running, over time.Duration
-	first         bool // the first time it is reported
+// OverrunCall is a call running past its timeout: what its WARN says.
+type OverrunCall struct {
+	ID            uuid.UUID
+	EventType     string
+	Phase         string
+	Running, Over time.Duration
+	First         bool // the first time it is reported
 }
 
-// overrunning counts the calls running past their timeout at now, and
+// Overrunning counts the calls running past their timeout at now, and
 // returns the earliest of their timeouts.
-func (s *heldSet) overrunning(now time.Time) (n int, oldest time.Time) {
+func (s *Set) Overrunning(now time.Time) (n int, oldest time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for it := range s.all() {
@@ -632,10 +624,10 @@ func (s *heldSet) overrunning(now time.Time) (n int, oldest time.Time) {
 	return n, oldest
 }
 
-// overruns lists the calls running past their timeout at now whose WARN
+// Overruns lists the calls running past their timeout at now whose WARN
 // is due (the first at once, then after warnFirst, doubling, up to
 // warnMax apart), moving their next WARN on.
-func (s *heldSet) overruns(now time.Time, warnFirst, warnMax time.Duration) (due []overrunCall) {
+func (s *Set) Overruns(now time.Time, warnFirst, warnMax time.Duration) (due []OverrunCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for it := range s.all() {
@@ -649,33 +641,33 @@ func (s *heldSet) overruns(now time.Time, warnFirst, warnMax time.Duration) (due
 			it.warn.every = min(2*it.warn.every, warnMax)
 		}
 		it.warn.next = now.Add(it.warn.every)
-		due = append(due, overrunCall{id: it.event.ID, eventType: it.event.Type, phase: it.phase.String(),
-			running: now.Sub(it.startedAt), over: now.Sub(it.callDeadline), first: first})
+		due = append(due, OverrunCall{ID: it.Event.ID, EventType: it.Event.Type, Phase: it.phase.String(),
+			Running: now.Sub(it.startedAt), Over: now.Sub(it.callDeadline), First: first})
 	}
 	return due
 }
 
-// running lists up to limit of the calls running now, oldest first, and
+// Running lists up to limit of the calls running now, oldest first, and
 // how many run in all.
-func (s *heldSet) running(limit int) (calls []RunningEvent, n int) {
+func (s *Set) Running(limit int) (calls []RunningCall, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	for it := range s.all() {
-		if it.state == itemRunning {
+		if it.state == Running {
 			n++
-			calls = append(calls, RunningEvent{ID: it.event.ID, Type: it.event.Type, Running: now.Sub(it.startedAt)})
+			calls = append(calls, RunningCall{ID: it.Event.ID, Type: it.Event.Type, Running: now.Sub(it.startedAt)})
 		}
 	}
-	slices.SortFunc(calls, func(a, b RunningEvent) int { return cmp.Compare(b.Running, a.Running) })
+	slices.SortFunc(calls, func(a, b RunningCall) int { return cmp.Compare(b.Running, a.Running) })
 	return calls[:min(len(calls), limit)], n
 }
 
-// stuck lists the events of held items whose lease was lost while their
+// Stuck lists the events of held items whose lease was lost while their
 // call still runs (or its outcome waits to be dropped): a claim leaves
 // them out (lease.ClaimParams.Skip), so that another replica takes them
 // rather than this one hold them behind that call.
-func (s *heldSet) stuck() []uuid.UUID {
+func (s *Set) Stuck() []uuid.UUID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lostHeld == 0 {
@@ -684,23 +676,23 @@ func (s *heldSet) stuck() []uuid.UUID {
 	var ids []uuid.UUID
 	for it := range s.all() {
 		if it.lost {
-			ids = append(ids, it.event.ID)
+			ids = append(ids, it.Event.ID)
 		}
 	}
 	return ids
 }
 
-// stillLive returns the items still held and not lost (in a new slice).
-func (s *heldSet) stillLive(items []*item) []*item {
-	return s.keep(items, func(it *item) bool { return !it.lost })
+// StillLive returns the items still held and not lost (in a new slice).
+func (s *Set) StillLive(items []*Item) []*Item {
+	return s.keep(items, func(it *Item) bool { return !it.lost })
 }
 
-// renewed applies a renewal sent at sentAt: the items in renewed get the
+// Renewed applies a renewal sent at sentAt: the items in renewed get the
 // new local deadline, the items in busy (their rows were locked elsewhere
 // at that moment) keep theirs, and the others are lost, unless the
 // completer holds their outcome (see completerHolds): a row that no
 // longer shows the lease may show the outcome its write recorded.
-func (s *heldSet) renewed(items []*item, res lease.RefResult, sentAt time.Time) {
+func (s *Set) Renewed(items []*Item, res lease.RefResult, sentAt time.Time) {
 	keep := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
 	for _, r := range res.Done {
 		keep[r] = true
@@ -715,7 +707,7 @@ func (s *heldSet) renewed(items []*item, res lease.RefResult, sentAt time.Time) 
 		if !it.held {
 			continue
 		}
-		renewed, known := keep[it.ref()]
+		renewed, known := keep[it.Ref()]
 		switch {
 		case renewed:
 			it.deadline = later(it.deadline, deadline)
@@ -736,7 +728,7 @@ func later(a, b time.Time) time.Time {
 // of the batch whose local deadline has passed is lost, and the timer is
 // set for the earliest deadline of the rest. Items the completer holds
 // are left to it: it checks their deadline when a write fails.
-func (s *heldSet) loseExpired(b *heldBatch) {
+func (s *Set) loseExpired(b *Batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var next time.Time
@@ -759,20 +751,20 @@ func (s *heldSet) loseExpired(b *heldBatch) {
 
 // expired reports whether the item's local deadline has passed. The
 // caller holds s.mu.
-func (s *heldSet) expired(it *item) bool { return !s.now().Before(it.deadline) }
+func (s *Set) expired(it *Item) bool { return !s.now().Before(it.deadline) }
 
 // completerHolds reports whether the completer decides the fate of an
 // item's lease: its outcome is being written, or an earlier write of it
 // may have taken effect although its reply was lost (then the row may no
 // longer show the lease, and the next try reads what it shows). The
-// caller holds heldSet.mu.
-func completerHolds(it *item) bool { return it.state == itemCompleting || it.maybeWritten }
+// caller holds Set.mu.
+func completerHolds(it *Item) bool { return it.state == Completing || it.maybeWritten }
 
 // loseLocked gives up an item whose lease is gone: its context is
 // cancelled, and it is let go at once if it never started. A running item
 // is let go when its handler returns; a waiting outcome when the completer
 // picks it up. The caller holds s.mu.
-func (s *heldSet) loseLocked(it *item) {
+func (s *Set) loseLocked(it *Item) {
 	if !it.lost && it.held {
 		s.lostHeld++
 	}
@@ -780,14 +772,14 @@ func (s *heldSet) loseLocked(it *item) {
 	if it.cancel != nil {
 		it.cancel(outbox.ErrLockLost)
 	}
-	if it.state == itemQueued {
+	if it.state == Queued {
 		s.removeLocked(it)
 	}
 }
 
 // rowGoneLocked notes that the row of a lost item no longer shows its
 // attempt. The caller holds s.mu.
-func (s *heldSet) rowGoneLocked(it *item) {
+func (s *Set) rowGoneLocked(it *Item) {
 	if !it.rowGone {
 		it.rowGone = true
 		if it.gone != nil {
@@ -796,9 +788,9 @@ func (s *heldSet) rowGoneLocked(it *item) {
 	}
 }
 
-// rowGoneSignal returns a channel closed once the item's row no longer
+// RowGoneSignal returns a channel closed once the item's row no longer
 // shows its attempt after its lease was lost (see rowGoneLocked).
-func (s *heldSet) rowGoneSignal(it *item) <-chan struct{} {
+func (s *Set) RowGoneSignal(it *Item) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if it.gone == nil {
@@ -810,9 +802,9 @@ func (s *heldSet) rowGoneSignal(it *item) <-chan struct{} {
 	return it.gone
 }
 
-// recovered notes that a recovery returned the rows of ids: the held
+// Recovered notes that a recovery returned the rows of ids: the held
 // items of those events whose lease was lost no longer show their attempt.
-func (s *heldSet) recovered(ids ...uuid.UUID) {
+func (s *Set) Recovered(ids ...uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
@@ -824,8 +816,8 @@ func (s *heldSet) recovered(ids ...uuid.UUID) {
 	}
 }
 
-// letGo returns a channel that is closed when the item is let go.
-func (s *heldSet) letGo(it *item) <-chan struct{} {
+// LetGo returns a channel that is closed when the item is let go.
+func (s *Set) LetGo(it *Item) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.letGoLocked(it)
@@ -833,7 +825,7 @@ func (s *heldSet) letGo(it *item) <-chan struct{} {
 
 // letGoLocked is letGo for a caller that holds s.mu. The channel is made
 // on first need: most items are never waited for.
-func (s *heldSet) letGoLocked(it *item) chan struct{} {
+func (s *Set) letGoLocked(it *Item) chan struct{} {
 	if it.letGo == nil {
 		it.letGo = make(chan struct{})
 		if !it.held { // let go already
@@ -843,8 +835,8 @@ func (s *heldSet) letGoLocked(it *item) chan struct{} {
 	return it.letGo
 }
 
-// remove lets go of items.
-func (s *heldSet) remove(items []*item) {
+// Remove lets go of items.
+func (s *Set) Remove(items []*Item) {
 	s.mu.Lock()
 	for _, it := range items {
 		s.removeLocked(it)
@@ -855,7 +847,7 @@ func (s *heldSet) remove(items []*item) {
 
 // removeLocked lets go of one item: it is no longer held by this process.
 // The caller holds s.mu.
-func (s *heldSet) removeLocked(it *item) {
+func (s *Set) removeLocked(it *Item) {
 	if !it.held {
 		return
 	}
@@ -871,16 +863,16 @@ func (s *heldSet) removeLocked(it *item) {
 		// or be let go, never run beside it.
 		it.newest = false
 		if o := it.older; o != nil && o.held {
-			s.latest[it.event.ID], o.newest = o, true
+			s.latest[it.Event.ID], o.newest = o, true
 		} else {
-			delete(s.latest, it.event.ID)
+			delete(s.latest, it.Event.ID)
 		}
 	}
 	it.older = nil
 	if it.letGo != nil {
 		close(it.letGo)
 	}
-	b := it.batch
+	b := it.Batch
 	if b.remaining--; b.remaining == 0 {
 		delete(s.batches, b)
 		b.timer.Stop()
@@ -895,9 +887,9 @@ func (s *heldSet) removeLocked(it *item) {
 	signal(s.freed)
 }
 
-// stop marks the set stopping, so that no item begins any more, and
+// Stop marks the set stopping, so that no item begins any more, and
 // returns a channel closed once no item is held.
-func (s *heldSet) stop() <-chan struct{} {
+func (s *Set) Stop() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopping = true
@@ -908,32 +900,32 @@ func (s *heldSet) stop() <-chan struct{} {
 	return s.idle
 }
 
-// unstarted lists the held items whose handler never started and whose
+// Unstarted lists the held items whose handler never started and whose
 // lease is not lost: what a stop releases. Called once stopping, so none
 // can start now.
-func (s *heldSet) unstarted() []*item {
+func (s *Set) Unstarted() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var items []*item
+	var items []*Item
 	for it := range s.all() {
-		if it.state == itemQueued && !it.lost {
+		if it.state == Queued && !it.lost {
 			items = append(items, it)
 		}
 	}
 	return items
 }
 
-// room is how many items are held, how many of them are suspects that
+// Room is how many items are held, how many of them are suspects that
 // have not taken the suspect turn, and whether the set is stopping (then
 // nothing may be claimed).
-func (s *heldSet) room() (held, suspectsWaiting int, stopping bool) {
+func (s *Set) Room() (held, suspectsWaiting int, stopping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.count, s.suspectsWaiting, s.stopping
 }
 
-// tookTurn notes that a suspect took the suspect turn.
-func (s *heldSet) tookTurn(it *item) {
+// TookTurn notes that a suspect took the suspect turn.
+func (s *Set) TookTurn(it *Item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tookTurnLocked(it)
@@ -941,36 +933,36 @@ func (s *heldSet) tookTurn(it *item) {
 
 // tookTurnLocked is tookTurn (or the suspect's removal) for a caller that
 // holds s.mu.
-func (s *heldSet) tookTurnLocked(it *item) {
+func (s *Set) tookTurnLocked(it *Item) {
 	if it.awaitsTurn {
 		it.awaitsTurn = false
 		s.suspectsWaiting--
 	}
 }
 
-// len is how many items are held.
-func (s *heldSet) len() int {
+// Len is how many items are held.
+func (s *Set) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.count
 }
 
-// runningSince reports whether an item's handler has been running since
+// RunningSince reports whether an item's handler has been running since
 // cutoff or earlier.
-func (s *heldSet) runningSince(cutoff time.Time) bool {
+func (s *Set) RunningSince(cutoff time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for it := range s.all() {
-		if it.state == itemRunning && !it.startedAt.After(cutoff) {
+		if it.state == Running && !it.startedAt.After(cutoff) {
 			return true
 		}
 	}
 	return false
 }
 
-// queueMarks queues for the marker the items still held whose start is
+// QueueMarks queues for the marker the items still held whose start is
 // not marked, signals it, and returns them.
-func (s *heldSet) queueMarks(items []*item) (queued []*item) {
+func (s *Set) QueueMarks(items []*Item) (queued []*Item) {
 	s.mu.Lock()
 	for _, it := range items {
 		if !it.marked && it.held {
@@ -986,8 +978,8 @@ func (s *heldSet) queueMarks(items []*item) (queued []*item) {
 	return queued
 }
 
-// takeMarks returns the queued items still held, emptying the queue.
-func (s *heldSet) takeMarks() []*item {
+// TakeMarks returns the queued items still held, emptying the queue.
+func (s *Set) TakeMarks() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	items := s.toMark
@@ -1001,10 +993,10 @@ func (s *heldSet) takeMarks() []*item {
 	return kept
 }
 
-// marked applies a start-mark statement: the items in res.Done may start,
+// Marked applies a start-mark statement: the items in res.Done may start,
 // those in res.Busy go back in the queue, and the rest are lost. It
 // reports whether any went back in the queue.
-func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
+func (s *Set) Marked(items []*Item, res lease.RefResult) (again bool) {
 	state := make(map[lease.Ref]bool, len(res.Done)+len(res.Busy))
 	for _, r := range res.Done {
 		state[r] = true
@@ -1018,7 +1010,7 @@ func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
 		if !it.held {
 			continue
 		}
-		done, known := state[it.ref()]
+		done, known := state[it.Ref()]
 		switch {
 		case done:
 			it.marked = true
@@ -1033,8 +1025,128 @@ func (s *heldSet) marked(items []*item, res lease.RefResult) (again bool) {
 	return again
 }
 
-// startable returns the items still held whose start is marked (in a new
+// Startable returns the items still held whose start is marked (in a new
 // slice).
-func (s *heldSet) startable(items []*item) []*item {
-	return s.keep(items, func(it *item) bool { return it.marked })
+func (s *Set) Startable(items []*Item) []*Item {
+	return s.keep(items, func(it *Item) bool { return it.marked })
+}
+
+// Result is the outcome of one attempt.
+type Result struct {
+	Err        error         // nil on success
+	Code       outbox.Code   // reason of a failure; empty for a snooze
+	Release    bool          // return unstarted-equivalent work to PENDING
+	Unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see unroutable.go)
+	Snooze     bool          // the handler gave the event back (outbox.Snooze)
+	Delay      time.Duration // the snooze's delay
+	// ran is how long the handler ran, when it returned (0: not measured,
+	// finish measures it).
+	Ran time.Duration
+}
+
+// Phase is the call an item is in, as an overrun's WARN names it
+// (String): none, its handler, its publish, or waiting for its batch's
+// publish.
+type Phase uint8
+
+// The phases of a call.
+const (
+	PhaseNone Phase = iota
+	PhaseHandler
+	PhasePublish
+	// phaseAwaitPublish is no call: the handler succeeded and the event
+	// waits for its batch's publish, which waits for every handler (and
+	// publish) of the batch (under PerKey, of the wave). It has no
+	// timeout of its own, and it is renewed unless one of those calls
+	// overruns (see heldSet.live).
+	PhaseAwaitPublish
+)
+
+var phaseNames = [...]string{PhaseNone: "", PhaseHandler: "handler", PhasePublish: "publish",
+	PhaseAwaitPublish: "awaiting its batch's publish"}
+
+func (p Phase) String() string { return phaseNames[p] }
+
+// RunningCall is a call still running: the event's id and type, and how
+// long it has run (dispatcher.RunningEvent in Health).
+type RunningCall struct {
+	ID      uuid.UUID
+	Type    string
+	Running time.Duration
+}
+
+// OutcomesReady is signalled when an outcome waits for the completer.
+func (s *Set) OutcomesReady() <-chan struct{} { return s.outcomesReady }
+
+// Freed is signalled when an event is let go (room for claims).
+func (s *Set) Freed() <-chan struct{} { return s.freed }
+
+// MarksWanted is signalled when items wait for the marker.
+func (s *Set) MarksWanted() <-chan struct{} { return s.marksWanted }
+
+// RunInWaves makes the set treat batches as run in waves (Ordering
+// PerKey, see inWaves). Call it before the set is used.
+func (s *Set) RunInWaves() { s.inWaves = true }
+
+// signal wakes ch's reader without blocking: a signal already pending
+// stands for this one.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// The accessors below read fields that the set writes under its lock
+// without taking it: each names who may call it, and when, so that the
+// set's lock (or the goroutine's own order) has ordered the write before.
+
+// Context is the call's context, cancelled when the event's lease is
+// lost; set by Begin, read by the goroutine that began the item.
+func (it *Item) Context() context.Context { return it.ctx }
+
+// Cancel ends the call's context with cause; for the goroutine that
+// began the item, once its call returned.
+func (it *Item) Cancel(cause error) { it.cancel(cause) }
+
+// StartedAt is when the item's handler started (set by Begin); read by
+// the goroutine that began it, or once its outcome is handed over.
+func (it *Item) StartedAt() time.Time { return it.startedAt }
+
+// Ran is how long the handler ran until its outcome was handed to the
+// completer (set by Finish); read once the outcome is taken.
+func (it *Item) Ran() time.Duration { return it.ran }
+
+// Result is the result handed to the completer (set by Finish or
+// GiveBack); read by the completer once TakeOutcomes handed it the item.
+func (it *Item) Result() Result { return it.result }
+
+// MaybeWritten reports whether a write of this outcome reported an error
+// but may have taken effect. The completer's goroutine only (it alone
+// writes it, through MayHaveWritten), or a judge of WriteFailed.
+func (it *Item) MaybeWritten() bool { return it.maybeWritten }
+
+// Marked reports whether the row shows that this attempt started. It is
+// read without the lock: it is set before the claim's items are run (by
+// Add) or by Marked after QueueMarks queued the item, never while the
+// goroutine running the item reads it.
+func (it *Item) Marked() bool { return it.marked }
+
+// Marking is closed once the start of an item QueueMarks returned is
+// marked; for the caller of QueueMarks.
+func (it *Item) Marking() <-chan struct{} { return it.marking }
+
+// Waiting is how many outcomes wait for the completer.
+func (s *Set) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outcomes)
+}
+
+// Lease returns the item's local deadline and whether its lease is lost,
+// read under the lock.
+func (s *Set) Lease(it *Item) (deadline time.Time, lost bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return it.deadline, it.lost
 }

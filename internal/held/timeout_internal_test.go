@@ -1,4 +1,4 @@
-package dispatcher
+package held
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 func TestTimeoutContextSharesTimersWithinGrain(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	b := &heldBatch{ctx: ctx, cancel: cancel}
+	b := &Batch{Ctx: ctx, cancel: cancel}
 	defer b.cancel(nil)
 	for _, timeout := range []time.Duration{time.Millisecond, 64 * time.Millisecond, time.Minute} {
 		grain := timeoutGrain(timeout)
