@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -45,12 +46,12 @@ var ErrStopped = errors.New("pgoutbox: dispatcher was stopped; create a new one 
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	store *lease.Store
-	*reporter
-	held  *heldSet // the events held, and every change of their state
-	kinds kinds    // what it claims and publishes (see types.go)
+	cfg    Config
+	pool   *pgxpool.Pool
+	store  *lease.Store
+	report *report.Reporter // counts, logs, metrics and spans (internal/report)
+	held   *heldSet         // the events held, and every change of their state
+	kinds  kinds            // what it claims and publishes (see types.go)
 	// unroutable counts the events it claimed and could not route (see
 	// unroutable.go).
 	unroutable unroutableTypes
@@ -85,7 +86,7 @@ type Dispatcher struct {
 	// handlerTime is the running average of handler durations in
 	// nanoseconds; 0 before the first call returns (see start.go). Every
 	// handler call writes it: it has a cache line of its own, away from
-	// the fields every call reads or locks (held, reporter, mu).
+	// the fields every call reads or locks (held, report, mu).
 	_           [64]byte
 	handlerTime atomic.Int64
 	_           [56]byte
@@ -180,7 +181,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		reporter:       newReporter(cfg),
+		report:         newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           newHeldSet(clock, cfg.LeaseDuration),
 		refSize:        newClaimSize(lease.MaxRefsPerStatement),
@@ -248,7 +249,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	s := d.stats.snapshot(d.held.len())
+	s := statsOf(&d.report.Counters, d.held.len())
 	s.Overrunning, _ = d.held.overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()

@@ -222,7 +222,7 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		headers map[string]string
-	}{{"plain", nil}, {"traceparent", map[string]string{traceparent: testTraceparent}}} {
+	}{{"plain", nil}, {"traceparent", map[string]string{"traceparent": testTraceparent}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			it := &item{event: &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
 				Headers: bc.headers}}
@@ -230,12 +230,12 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				it.startedAt = time.Now()
-				d.metrics.started(it)
-				_, span := d.spans.handlerSpan(ctx, it.event)
-				d.metrics.handled(it, result{})
+				d.report.Metrics().Started(it.event, it.suspect, it.startedAt)
+				_, span := d.report.Spans().HandlerSpan(ctx, it.event)
+				d.report.Metrics().Handled(it.event.Type, it.startedAt, 0, "")
 				endHandlerSpan(span, result{})
-				d.metrics.completed(it, outbox.StatusSent)
-				d.stats.claimed.Add(1)
+				d.report.Metrics().Completed(it.event.Type, outbox.StatusSent, false, "")
+				d.report.Counters.Claimed.Add(1)
 			}
 		})
 	}

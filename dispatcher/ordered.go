@@ -181,7 +181,7 @@ func (d *Dispatcher) beginRun(run []handledItem) []*item {
 		if !d.await(it) || !it.marked && len(d.markStarted([]*item{it})) == 0 || !d.held.begin(it, 0) {
 			break
 		}
-		d.metrics.started(hi.item)
+		d.report.Metrics().Started(hi.item.event, hi.item.suspect, hi.item.startedAt)
 		begun = append(begun, hi.item)
 	}
 	return begun
@@ -220,7 +220,7 @@ func (d *Dispatcher) releaseRest(rest []handledItem) {
 	for i, hi := range rest {
 		items[i] = hi.item
 	}
-	d.stats.orderReleased.Add(uint64(d.held.releaseQueued(items)))
+	d.report.Counters.OrderReleased.Add(uint64(d.held.releaseQueued(items)))
 }
 
 // publishResult is the result of a message the publisher did not
@@ -229,7 +229,7 @@ func (d *Dispatcher) releaseRest(rest []handledItem) {
 // earlier message of its key failed), else a failed attempt.
 func (d *Dispatcher) publishResult(it *item, ctx context.Context, err error) result {
 	if errors.Is(err, outbox.ErrNotAttempted) {
-		d.stats.orderReleased.Add(1)
+		d.report.Counters.OrderReleased.Add(1)
 		return result{err: err, release: true}
 	}
 	return d.classify(it, ctx, err, publishCode(err))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -22,25 +23,16 @@ func (c *completer) recordRefused(it *item, err error) bool {
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
-	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals(), errorText(err))
+	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.refusals(), report.ErrorText(err))
 	ok, werr := c.store.Refused(ctx, c.pool, it.ref(), msg)
 	if werr != nil || !ok {
 		return false
 	}
 	o := outcomeOf(it, outbox.StatusFailed)
 	o.Code, o.Err = outbox.CodeOutcomeRefused, errtext.WrapAs(outbox.ErrOutcomeRefused, err, "event %s", it.event.ID)
-	r := c.report
-	r.stats.failed.Add(1)
-	r.stats.errors.Add(1)
-	r.metrics.failedOne(o)
-	r.logger.Error("pgoutbox: the database kept refusing an outcome; recorded FAILED with code outcome_refused instead",
-		"table", r.table, "owner", r.owner, "event_id", it.event.ID.String(), "event_type", it.event.Type,
-		"refused", c.outcomeName(it), "refusals", it.refusals(), "error", err)
-	if r.onError != nil {
-		r.onError(o.Err)
-	}
-	if r.onOutcome != nil {
-		r.onOutcome(c.ctx, o)
+	c.report.Refused(it.event, c.outcomeName(it), it.refusals(), err, o.Err)
+	if c.cfg.OnOutcome != nil {
+		c.cfg.OnOutcome(c.ctx, o)
 	}
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -270,19 +271,19 @@ func (d *Dispatcher) runHandler(it *item, h outbox.Handler) (res result, publish
 // fails with code panic). The context ends when h returns.
 func (d *Dispatcher) callHandler(it *item, h outbox.Handler) (res result) {
 	defer it.cancel(errHandlerReturned)
-	span := noSpan
+	span := report.NoSpan
 	var ran time.Duration // measured once the handler returned
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: fmt.Errorf("handler panic: %v", p), code: outbox.CodePanic}
-			d.logPanic("handler", it.event.Type, it.event.ID, res.err)
+			d.report.Panic("handler", it.event.Type, it.event.ID, res.err)
 		}
 		res.ran = ran
 		d.endHandlerCall(it, span, res)
 	}()
-	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	d.report.Metrics().Started(it.event, it.suspect, it.startedAt) // it.startedAt was set by begin, on this goroutine
 	var ctx context.Context
-	ctx, span = d.spans.handlerSpan(it.ctx, it.event)
+	ctx, span = d.report.Spans().HandlerSpan(it.ctx, it.event)
 	err := h(ctx, *it.event)
 	ran = max(time.Since(it.startedAt), time.Nanosecond)
 	d.noteHandlerTime(ran)
@@ -344,7 +345,7 @@ func (d *Dispatcher) beginPublish(items []*item) []*item {
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
 		if d.held.begin(it, 0) {
-			d.metrics.started(it)
+			d.report.Metrics().Started(it.event, it.suspect, it.startedAt)
 			started = append(started, it)
 		}
 	}
@@ -382,10 +383,10 @@ func (d *Dispatcher) publish(items []*item) {
 	ctx, cancel := publishContext(items[0].batch.ctx, d.cfg.PublishTimeout)
 	defer cancel()
 	d.held.callStarts(items, time.Now().Add(d.cfg.PublishTimeout), phasePublish)
-	spanCtx, endSpans := d.spans.publishSpan(ctx, msgs)
+	spanCtx, endSpans := d.report.Spans().PublishSpan(ctx, msgs)
 	start := time.Now()
 	errs := d.callPublisher(spanCtx, msgs)
-	d.metrics.published(time.Since(start))
+	d.report.Metrics().Published(time.Since(start))
 	endSpans(errs)
 	outage := d.judgePublish(ctx, errs)
 	for i, it := range items {
@@ -412,13 +413,13 @@ func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (
 	defer func() {
 		if p := recover(); p != nil {
 			errs = fill(len(msgs), fmt.Errorf("publisher panic: %v", p))
-			d.logPanic("publisher", "", msgs[0].Event.ID, errs[0])
+			d.report.Panic("publisher", "", msgs[0].Event.ID, errs[0])
 		}
 	}()
 	errs = d.cfg.Publisher.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
 		err := fmt.Errorf("pgoutbox: the publisher returned %d results for %d messages", len(errs), len(msgs))
-		d.reportError("publisher broke its contract", err)
+		d.report.Error("publisher broke its contract", err)
 		return fill(len(msgs), err)
 	}
 	return errs
@@ -445,6 +446,6 @@ func fill(n int, err error) []error {
 // lost meanwhile is let go and reported as outbox.ErrLockLost.
 func (d *Dispatcher) finish(it *item, res result) {
 	if d.held.finish(it, res) {
-		d.reportLost(it.event.ID)
+		d.report.Lost(it.event.ID)
 	}
 }
