@@ -3,13 +3,11 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -155,7 +153,7 @@ func (c *circuit) probeEnded(id uint64, again bool) {
 	}
 }
 
-// circuitChange is a transition of the circuit, for the reporter.
+// circuitChange is a transition of the circuit, for the report.
 type circuitChange struct {
 	to      CircuitState
 	from    CircuitState
@@ -281,10 +279,10 @@ func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage boo
 	}
 	if outage {
 		if ch, ok := d.circuit.outage(); ok {
-			d.reportCircuit(ch, cause)
+			reportCircuit(d.report, ch, cause)
 		}
 	} else if ch, ok := d.circuit.reachable(); ok {
-		d.reportCircuit(ch, nil)
+		reportCircuit(d.report, ch, nil)
 	}
 	return outage
 }
@@ -299,7 +297,7 @@ func (d *Dispatcher) heldBack(items []*held.Item) bool {
 	if d.cfg.Delivery == AtMostOnce || !d.circuit.isOpen() {
 		return false
 	}
-	d.stats.outageReturned.Add(uint64(len(items)))
+	d.report.Counters.OutageReturned.Add(uint64(len(items)))
 	for _, it := range items {
 		d.finish(it, held.Result{Err: errCircuitOpen, Release: true})
 	}
@@ -335,7 +333,7 @@ func (d *Dispatcher) publishFailure(it *held.Item, ctx context.Context, err erro
 	if !outage || res.Release || d.cfg.Delivery == AtMostOnce {
 		return res
 	}
-	d.stats.outageReturned.Add(1)
+	d.report.Counters.OutageReturned.Add(1)
 	return held.Result{Err: err, Release: true}
 }
 
@@ -353,22 +351,15 @@ func (d *Dispatcher) probeClaimed(p claimPlan, batch context.Context) {
 	context.AfterFunc(batch, func() { d.circuit.probeEnded(p.probe, true) })
 }
 
-// reportCircuit counts and logs a transition of the circuit: WARN when it
-// opens (with the cause), INFO when it closes, each at most once per
-// repeatLogInterval with a count of the lines held back.
-func (r *reporter) reportCircuit(ch circuitChange, cause error) {
+// reportCircuit counts and logs, through r, a transition of the circuit:
+// WARN when it opens (with the cause), INFO when it closes, each at most
+// once per report.RepeatLogInterval with a count of the lines held back.
+func reportCircuit(r *report.Reporter, ch circuitChange, cause error) {
 	if ch.to == CircuitClosed {
-		r.logLimited(slog.LevelInfo, "circuit closed", "pgoutbox: publisher reachable again; circuit closed", nil,
-			"open_for", time.Since(ch.since).Round(time.Millisecond).String())
+		r.CircuitClosed(ch.since)
 		return
 	}
-	if ch.from == CircuitClosed {
-		r.stats.circuitOpens.Add(1)
-	}
-	r.logLimited(slog.LevelWarn, "circuit open",
-		"pgoutbox: publisher unavailable; circuit open: events go back to PENDING without spending attempts, "+
-			"and publishing pauses until a probe succeeds", nil,
-		"after_probe", ch.from == CircuitProbing, "probe_in", ch.backoff.String(), "error", errorText(cause))
+	r.CircuitOpened(ch.from == CircuitClosed, ch.from == CircuitProbing, ch.backoff, cause)
 }
 
 // observeCircuit registers the circuit state gauge (pgoutbox.circuit.state:
@@ -378,22 +369,6 @@ func (d *Dispatcher) observeCircuit() (unregister func()) {
 	if d.cfg.Publisher == nil {
 		return func() {}
 	}
-	return d.observeGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
+	return d.report.ObserveGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
 		func() int64 { state, _ := d.circuit.snapshot(); return int64(state) })
-}
-
-// circuitCounters attaches the circuit's counters to their metrics:
-// pgoutbox.circuit.opens and pgoutbox.events.outage_returned.
-func circuitCounters(meter metric.Meter, c *counters, table metric.MeasurementOption) error {
-	opens, err1 := meter.Int64Counter("pgoutbox.circuit.opens", metric.WithUnit("{open}"),
-		metric.WithDescription("Times the publisher's circuit opened (from closed)"))
-	returned, err2 := meter.Int64Counter("pgoutbox.events.outage_returned", metric.WithUnit("{event}"),
-		metric.WithDescription("Events returned to PENDING without an attempt because the publisher was unavailable"))
-	if opens != nil {
-		c.circuitOpens.m, c.circuitOpens.attrs = opens, []metric.AddOption{table}
-	}
-	if returned != nil {
-		c.outageReturned.m, c.outageReturned.attrs = returned, []metric.AddOption{table}
-	}
-	return joinErrors([]error{err1, err2})
 }

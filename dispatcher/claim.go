@@ -190,7 +190,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.now()
-	d.stats.claimCycles.Add(1)
+	d.report.Counters.ClaimCycles.Add(1)
 	starts, slots := d.startsFor(limit)
 	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
@@ -202,7 +202,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	d.health.claimed(err)
 	if err != nil {
 		d.releaseSlots(slots)
-		d.reportError("claim failed", err)
+		d.report.Error("claim failed", err)
 		return claimResult{limit: limit, err: err}
 	}
 	var batch context.Context
@@ -210,7 +210,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 		if d.cfg.onClaimed != nil {
 			d.cfg.onClaimed(b.Events)
 		}
-		d.stats.claimed.Add(uint64(len(b.Events)))
+		d.report.Counters.Claimed.Add(uint64(len(b.Events)))
 		batch = d.dispatch(b, sentAt, slots)
 	} else {
 		d.releaseSlots(slots)

@@ -13,6 +13,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -37,7 +38,7 @@ type completer struct {
 	store       *lease.Store
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
-	report      *reporter
+	report      *report.Reporter
 	health      *healthState
 	// retryScheduled is signalled when a write scheduled a retry, or
 	// under Ordering PerKey wrote any outcome or release (a key's next
@@ -52,7 +53,7 @@ type completer struct {
 func newCompleter(ctx context.Context, d *Dispatcher) *completer {
 	return &completer{
 		ctx: ctx, cfg: &d.cfg, held: d.held, store: d.store, pool: d.pool,
-		leaseWrites: &d.leaseWrites, report: d.reporter, health: &d.health, retryScheduled: d.retryScheduled,
+		leaseWrites: &d.leaseWrites, report: d.report, health: &d.health, retryScheduled: d.retryScheduled,
 	}
 }
 
@@ -98,9 +99,9 @@ func (c *completer) writeReady() (wait time.Duration, wrote bool) {
 	items, dropped, wait := c.held.TakeOutcomes(c.writeLimit)
 	for _, it := range dropped {
 		if it.MaybeWritten() {
-			c.report.reportUnknown(it.Event.ID, "the write's reply was lost and the lease ran out before a retry got through")
+			c.report.Unknown(it.Event.ID, "the write's reply was lost and the lease ran out before a retry got through")
 		} else {
-			c.report.reportLost(it.Event.ID)
+			c.report.Lost(it.Event.ID)
 		}
 	}
 	if len(items) == 0 {
@@ -273,7 +274,7 @@ func (c *completer) releaseWith(ctx context.Context, items []*held.Item,
 		if err != nil {
 			return err
 		}
-		c.report.stats.released.Add(uint64(len(res.Done)))
+		c.report.Counters.Released.Add(uint64(len(res.Done)))
 		if c.cfg.Ordering == PerKey && len(res.Done) > 0 {
 			signal(c.retryScheduled) // a released head is due again
 		}
@@ -338,12 +339,12 @@ func (c *completer) written(items []*held.Item, res lease.CompleteResult, unknow
 	if len(res.Retried) > 0 || c.cfg.Ordering == PerKey && len(res.Sent)+len(res.Failed) > 0 {
 		signal(c.retryScheduled) // under PerKey a sent or failed head may let its key's next event go
 	}
-	c.report.reportOutcomes(c.ctx, byID, res)
+	reportOutcomes(c.ctx, c.report, c.cfg.OnOutcome, byID, res)
 	for _, id := range res.Lost {
-		c.report.reportLost(id)
+		c.report.Lost(id)
 	}
 	for _, u := range unknown {
-		c.report.reportUnknown(u.ID, "the write's reply was lost and "+u.Why)
+		c.report.Unknown(u.ID, "the write's reply was lost and "+u.Why)
 	}
 }
 
@@ -381,10 +382,10 @@ func (c *completer) retryLater(items []*held.Item, err error) {
 		r.RetryAt = now.Add(retryBackoff(r.Tries))
 		return held.WriteAgain
 	})
-	c.report.reportError("completion failed, will retry", err)
+	c.report.Error("completion failed, will retry", err)
 	for _, it := range givenUp {
 		if !c.recordRefused(it, err) {
-			c.report.reportGivenUp(it, err)
+			reportGivenUp(c.report, it, err)
 		}
 	}
 }

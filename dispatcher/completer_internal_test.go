@@ -117,7 +117,7 @@ func TestCompleter(t *testing.T) {
 		require.Len(t, b.outcomes, 2)
 		require.Equal(t, outbox.StatusSent, b.outcomes[0].Status)
 		require.Equal(t, outbox.StatusPending, b.outcomes[1].Status)
-		require.Equal(t, uint64(1), b.d.stats.released.Load())
+		require.Equal(t, uint64(1), b.d.report.Counters.Released.Load())
 		require.Empty(t, b.errs)
 	})
 

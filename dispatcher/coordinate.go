@@ -45,7 +45,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 		case <-p.poll.C:
 			d.pollCycle(stopCtx, p)
 			c.wake()
-			p.next(d.wakeupsActive.Load(), d.stats.claimed.Load())
+			p.next(d.wakeupsActive.Load(), d.report.Counters.Claimed.Load())
 		case <-d.trigger:
 			if w.wakeup(time.Now(), c.inflight > 0) {
 				c.wake()
@@ -68,7 +68,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 				d.armDue(p)
 			}
 		case <-p.due.C:
-			d.stats.dueWakeups.Add(1)
+			d.report.Counters.DueWakeups.Add(1)
 			c.wake()
 		case <-c.retry.C:
 			c.retryNow()
@@ -85,7 +85,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 				d.armDue(p)
 			}
 		}
-		d.stats.pollInterval.Store(int64(p.interval))
+		d.report.Counters.PollInterval.Store(int64(p.interval))
 	}
 }
 
@@ -174,13 +174,13 @@ func (p *poller) recoverDue(n uint64) bool {
 // and counts the events of types this dispatcher does not claim; and it
 // logs the counts of repeated log lines held back.
 func (d *Dispatcher) pollCycle(ctx context.Context, p *poller) {
-	n := d.stats.pollCycles.Add(1)
-	d.stats.lastPoll.Store(time.Now().UnixNano())
+	n := d.report.Counters.PollCycles.Add(1)
+	d.report.Counters.LastPoll.Store(time.Now().UnixNano())
 	if p.recoverDue(n) {
 		d.recoverLeases(ctx, p, n)
 		d.checkWaiting(ctx)
 	}
-	d.flushRepeats()
+	d.report.FlushRepeats()
 }
 
 // armDue sets the due timer to the next PENDING event's next_attempt_at
@@ -203,7 +203,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	defer cancel()
 	wait, ok, err := d.nextDue(ctx, types)
 	if err != nil {
-		d.reportError("next due time", err)
+		d.report.Error("next due time", err)
 		return
 	}
 	p.due.Stop()
@@ -295,7 +295,7 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 		if stop.Err() != nil {
 			return 0, limit, false // cut short by the stop
 		}
-		d.reportError("recovery failed", err)
+		d.report.Error("recovery failed", err)
 		switch {
 		case statementTimedOut(err): // the server ended it: a smaller batch fits
 			return 0, max(1, limit/2), true
@@ -313,11 +313,11 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 	for _, e := range res.Failed {
 		d.held.Recovered(e.ID)
 	}
-	d.stats.recovered.Add(uint64(len(res.Pending)))
-	d.stats.recoveredFailed.Add(uint64(len(res.Failed)))
+	d.report.Counters.Recovered.Add(uint64(len(res.Pending)))
+	d.report.Counters.RecoveredFailed.Add(uint64(len(res.Failed)))
 	for _, e := range res.Failed {
-		d.reportFailed(d.dbCtx, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
+		reportFailed(d.dbCtx, d.report, d.cfg.OnOutcome, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: errWorkerLost})
 	}
-	d.reportRecovered(res)
+	d.report.Recovered(res)
 	return got, next, false
 }

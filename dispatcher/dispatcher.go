@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -46,12 +47,12 @@ var ErrStopped = errors.New("pgoutbox: dispatcher was stopped; create a new one 
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	store *lease.Store
-	*reporter
-	held  *held.Set // the events held, and every change of their state
-	kinds kinds     // what it claims and publishes (see types.go)
+	cfg    Config
+	pool   *pgxpool.Pool
+	store  *lease.Store
+	report *report.Reporter // counts, logs, metrics and spans (internal/report)
+	held   *held.Set        // the events held, and every change of their state
+	kinds  kinds            // what it claims and publishes (see types.go)
 	// unroutable counts the events it claimed and could not route (see
 	// unroutable.go).
 	unroutable unroutableTypes
@@ -86,7 +87,7 @@ type Dispatcher struct {
 	// handlerTime is the running average of handler durations in
 	// nanoseconds; 0 before the first call returns (see start.go). Every
 	// handler call writes it: it has a cache line of its own, away from
-	// the fields every call reads or locks (held, reporter, mu).
+	// the fields every call reads or locks (held, report, mu).
 	_           [64]byte
 	handlerTime atomic.Int64
 	_           [56]byte
@@ -181,7 +182,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		reporter:       newReporter(cfg),
+		report:         newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           held.NewSet(clock, cfg.LeaseDuration),
 		refSize:        newClaimSize(lease.MaxRefsPerStatement),
@@ -251,7 +252,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	s := d.stats.snapshot(d.held.Len())
+	s := statsOf(&d.report.Counters, d.held.Len())
 	s.Overrunning, _ = d.held.Overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	s.Circuit, _ = d.circuit.snapshot()

@@ -253,7 +253,8 @@
 //	overrun.go     calls running past their timeout: WARN, counts, no renewal
 //	run.go         dispatching: the start-up checks, start the services, coordinate, drain
 //	health.go      what Health reports: claims, outcome writes, the listener
-//	report.go      counters, logs, OnError and OnOutcome calls
+//	report.go      OnOutcome calls, and the outcomes of held events, through
+//	               internal/report: counters, logs, OnError, metrics and spans
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection that turns notifications into triggers
 //	peers.go       hellos on the wake-up channel: replicas of another ordering mode

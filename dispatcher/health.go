@@ -189,10 +189,10 @@ func (d *Dispatcher) Health() Health {
 	h.State, h.Err = state, result
 	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
 	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
-	if ns := d.stats.lastPoll.Load(); ns != 0 {
+	if ns := d.report.Counters.LastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}
-	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
+	h.PollInterval = max(time.Duration(d.report.Counters.PollInterval.Load()), d.cfg.PollInterval)
 	h.Overrunning, h.OverrunningSince = d.held.Overrunning(time.Now())
 	h.OverrunLimit = d.overrunLimit()
 	if state != StateRunning && state != StateStopping {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 )
 
 // heartbeat renews every held lease about every third of the lease
@@ -22,7 +23,7 @@ type heartbeat struct {
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
 	refSize     *claimSize  // see Dispatcher.refSize
-	report      *reporter
+	report      *report.Reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
 	busyRetry   time.Duration    // how soon busy rows are tried again (busyRetry; tests wait longer)
@@ -32,7 +33,7 @@ type heartbeat struct {
 func newHeartbeat(ctx context.Context, d *Dispatcher) *heartbeat {
 	return &heartbeat{
 		ctx: ctx, held: d.held, store: d.store, pool: d.pool, leaseWrites: &d.leaseWrites, refSize: &d.refSize,
-		report: d.reporter, now: d.cfg.now, lease: d.cfg.LeaseDuration, busyRetry: busyRetry,
+		report: d.report, now: d.cfg.now, lease: d.cfg.LeaseDuration, busyRetry: busyRetry,
 		watch: d.watchOverruns,
 	}
 }
@@ -68,7 +69,7 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 	for try := 1; len(items) > 0; try++ {
 		busy, err := h.renew(items)
 		if err != nil {
-			h.report.reportError("lease renewal failed", err)
+			h.report.Error("lease renewal failed", err)
 			return
 		}
 		if len(busy) == 0 || try == busyTries || !sleep(quit, h.busyRetry) {
@@ -93,7 +94,7 @@ func (h *heartbeat) renew(items []*held.Item) (busy []*held.Item, err error) {
 		sentAt = h.now()
 		return h.store.RenewIn(ctx, h.pool, refs, h.lease, per)
 	}, func(err error) {
-		h.report.reportError("lease renewal ran out of time; renewing in smaller statements", err)
+		h.report.Error("lease renewal ran out of time; renewing in smaller statements", err)
 	})
 	if err != nil {
 		return nil, err

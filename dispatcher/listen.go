@@ -82,7 +82,7 @@ func (d *Dispatcher) reconnect(quit context.Context, why string, err error) *pgx
 			return nil
 		}
 		d.health.setListener(ListenerReconnecting)
-		d.reportError(why, err)
+		d.report.Error(why, err)
 		if !sleep(quit.Done(), backoff) {
 			return nil
 		}
@@ -165,7 +165,7 @@ func (d *Dispatcher) listenLoop(quit context.Context, conn *pgx.Conn) {
 	for conn != nil {
 		d.wakeupsActive.Store(true)
 		d.health.setListener(ListenerActive)
-		d.stats.listenerConnects.Add(1)
+		d.report.Counters.ListenerConnects.Add(1)
 		d.Trigger()
 		d.sayHello(quit, false) // see peers.go
 		err := d.waitNotifications(quit, conn)

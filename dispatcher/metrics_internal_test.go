@@ -223,19 +223,19 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		headers map[string]string
-	}{{"plain", nil}, {"traceparent", map[string]string{traceparent: testTraceparent}}} {
+	}{{"plain", nil}, {"traceparent", map[string]string{"traceparent": testTraceparent}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			it := begunItem(b, &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1, CreatedAt: time.Now(),
 				Headers: bc.headers}, false)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				d.metrics.started(it)
-				_, span := d.spans.handlerSpan(ctx, it.Event)
-				d.metrics.handled(it, held.Result{})
+				d.report.Metrics().Started(it.Event, it.Suspect, time.Now())
+				_, span := d.report.Spans().HandlerSpan(ctx, it.Event)
+				d.report.Metrics().Handled(it.Event.Type, it.StartedAt(), 0, "")
 				endHandlerSpan(span, held.Result{})
-				d.metrics.completed(it, outbox.StatusSent)
-				d.stats.claimed.Add(1)
+				d.report.Metrics().Completed(it.Event.Type, outbox.StatusSent, false, "")
+				d.report.Counters.Claimed.Add(1)
 			}
 		})
 	}

@@ -182,7 +182,7 @@ func (d *Dispatcher) beginRun(run []handledItem) []*held.Item {
 		if !d.await(it) || !it.Marked() && len(d.markStarted([]*held.Item{it})) == 0 || !d.held.Begin(it, 0) {
 			break
 		}
-		d.metrics.started(hi.item)
+		d.report.Metrics().Started(hi.item.Event, hi.item.Suspect, hi.item.StartedAt())
 		begun = append(begun, hi.item)
 	}
 	return begun
@@ -221,7 +221,7 @@ func (d *Dispatcher) releaseRest(rest []handledItem) {
 	for i, hi := range rest {
 		items[i] = hi.item
 	}
-	d.stats.orderReleased.Add(uint64(d.held.ReleaseQueued(items)))
+	d.report.Counters.OrderReleased.Add(uint64(d.held.ReleaseQueued(items)))
 }
 
 // publishResult is the result of a message the publisher did not
@@ -230,7 +230,7 @@ func (d *Dispatcher) releaseRest(rest []handledItem) {
 // earlier message of its key failed), else a failed attempt.
 func (d *Dispatcher) publishResult(it *held.Item, ctx context.Context, err error) held.Result {
 	if errors.Is(err, outbox.ErrNotAttempted) {
-		d.stats.orderReleased.Add(1)
+		d.report.Counters.OrderReleased.Add(1)
 		return held.Result{Err: err, Release: true}
 	}
 	return d.classify(it, ctx, err, publishCode(err))

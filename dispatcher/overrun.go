@@ -51,7 +51,7 @@ func (d *Dispatcher) watchOverruns() {
 	due := d.held.Overruns(time.Now(), d.cfg.LeaseDuration, max(warnMax, d.cfg.LeaseDuration))
 	for _, c := range due {
 		if c.First {
-			d.stats.overruns.Add(1)
+			d.report.Counters.Overruns.Add(1)
 		}
 		d.cfg.Logger.Warn("pgoutbox: a "+c.Phase+" is running past its timeout and ignores its cancelled context; "+
 			"its lease is no longer renewed, so that another replica delivers the event",
@@ -64,7 +64,7 @@ func (d *Dispatcher) watchOverruns() {
 // timeout now (pgoutbox.handlers.overrunning), and returns its
 // unregistration.
 func (d *Dispatcher) observeOverruns() (unregister func()) {
-	return d.observeGauge("pgoutbox.handlers.overrunning", "{call}",
+	return d.report.ObserveGauge("pgoutbox.handlers.overrunning", "{call}",
 		"Handler and publish calls running past their timeout now, ignoring their cancelled context",
 		func() int64 { n, _ := d.held.Overrunning(time.Now()); return int64(n) })
 }

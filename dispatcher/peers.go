@@ -131,7 +131,7 @@ func (d *Dispatcher) sayHello(ctx context.Context, answer bool) {
 	defer cancel()
 	channel := sqlname.Names{Table: d.cfg.Table}.Channel()
 	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, helloPrefix+string(payload)); err != nil && ctx.Err() == nil {
-		d.reportError("hello", errtext.Wrap(err, "hello notify"))
+		d.report.Error("hello", errtext.Wrap(err, "hello notify"))
 	}
 }
 
@@ -162,7 +162,7 @@ func (d *Dispatcher) notified(quit context.Context, payload string) {
 		d.heard(quit, rest)
 		return
 	}
-	d.stats.wakeups.Add(1)
+	d.report.Counters.Wakeups.Add(1)
 	d.Trigger()
 }
 
@@ -269,7 +269,7 @@ func (p *peerSet) fill(s *Stats) {
 // replicas of the table heard with another ordering mode: see
 // Stats.ModeConflicts) while Run runs; call the result to unregister it.
 func (d *Dispatcher) observeModeConflicts() (unregister func()) {
-	return d.observeGauge("pgoutbox.mode_conflicts", "{dispatcher}",
+	return d.report.ObserveGauge("pgoutbox.mode_conflicts", "{dispatcher}",
 		"Other dispatchers of the table heard with another ordering mode",
 		func() int64 { conflicts, _ := d.peers.conflicts(time.Now()); return int64(len(conflicts)) })
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -23,25 +24,16 @@ func (c *completer) recordRefused(it *held.Item, err error) bool {
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
-	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.Refusals(), errorText(err))
+	msg := fmt.Sprintf("the database refused to record %s %d times: %v", c.outcomeName(it), it.Refusals(), report.ErrorText(err))
 	ok, werr := c.store.Refused(ctx, c.pool, it.Ref(), msg)
 	if werr != nil || !ok {
 		return false
 	}
 	o := outcomeOf(it, outbox.StatusFailed)
 	o.Code, o.Err = outbox.CodeOutcomeRefused, errtext.WrapAs(outbox.ErrOutcomeRefused, err, "event %s", it.Event.ID)
-	r := c.report
-	r.stats.failed.Add(1)
-	r.stats.errors.Add(1)
-	r.metrics.failedOne(o)
-	r.logger.Error("pgoutbox: the database kept refusing an outcome; recorded FAILED with code outcome_refused instead",
-		"table", r.table, "owner", r.owner, "event_id", it.Event.ID.String(), "event_type", it.Event.Type,
-		"refused", c.outcomeName(it), "refusals", it.Refusals(), "error", err)
-	if r.onError != nil {
-		r.onError(o.Err)
-	}
-	if r.onOutcome != nil {
-		r.onOutcome(c.ctx, o)
+	c.report.Refused(it.Event, c.outcomeName(it), it.Refusals(), err, o.Err)
+	if c.cfg.OnOutcome != nil {
+		c.cfg.OnOutcome(c.ctx, o)
 	}
 	return true
 }

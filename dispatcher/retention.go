@@ -12,6 +12,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -64,7 +65,7 @@ type drain struct {
 func (d *Dispatcher) retain(runCtx, quit context.Context) {
 	names, err := sqlname.For(d.cfg.Table) // validated by New
 	if err != nil {
-		d.reportError("retention", err)
+		d.report.Error("retention", err)
 		return
 	}
 	ctx, cancel := d.untilStop(quit)
@@ -111,7 +112,7 @@ func (r *retention) indexReady(ctx context.Context) bool {
 	case err != nil && ctx.Err() != nil:
 		return false
 	case err != nil:
-		d.reportError("retention: check the stray index", errtext.Wrap(err, "dispatcher: retention: check index %s", index))
+		d.report.Error("retention: check the stray index", errtext.Wrap(err, "dispatcher: retention: check index %s", index))
 		return false
 	case !valid && !r.warned:
 		r.warned = true
@@ -136,7 +137,7 @@ type passOutcome struct {
 // most one per RetentionInterval).
 func (r *retention) pass(ctx context.Context) {
 	d := r.d
-	d.stats.retentionPasses.Add(1)
+	d.report.Counters.RetentionPasses.Add(1)
 	if !r.indexReady(ctx) {
 		return
 	}
@@ -156,7 +157,7 @@ func (r *retention) pass(ctx context.Context) {
 		o.failed, o.skipped = r.purge(ctx, outbox.StatusFailed, d.cfg.RetainFailed, until)
 	}
 	if o.skipped {
-		d.stats.retentionSkipped.Add(1)
+		d.report.Counters.RetentionSkipped.Add(1)
 	}
 	level := slog.LevelDebug
 	if o.sent+o.failed > 0 || o.swept+o.dropped > 0 {
@@ -181,7 +182,7 @@ func (r *retention) sweep(ctx context.Context, until time.Time) (moved int) {
 		case err != nil && ctx.Err() != nil:
 			return moved
 		case err != nil:
-			d.reportError("retention: sweep failed", errtext.WrapHint(err, privilegeHint(err),
+			d.report.Error("retention: sweep failed", errtext.WrapHint(err, privilegeHint(err),
 				"dispatcher: retention: sweep %s", d.cfg.Table.String()))
 			return moved
 		case n < d.cfg.RetentionBatchSize:
@@ -209,7 +210,7 @@ func (r *retention) maySweep(ctx context.Context) bool {
 	case err != nil && ctx.Err() != nil:
 		return false
 	case err != nil:
-		d.reportError("retention: check the sweep's privileges", errtext.Wrap(err, "dispatcher: retention: check privileges on %s", d.cfg.Table.String()))
+		d.report.Error("retention: check the sweep's privileges", errtext.Wrap(err, "dispatcher: retention: check privileges on %s", d.cfg.Table.String()))
 		return false
 	case !may:
 		r.unswept = true
@@ -285,7 +286,7 @@ func (r *retention) partitionError(ctx context.Context, o *passOutcome, err erro
 	case errors.Is(err, purge.ErrBusy):
 		o.busy = true
 	case ctx.Err() == nil:
-		r.d.reportError("retention: "+what+" history partitions failed", errtext.WrapHint(err, privilegeHint(err),
+		r.d.report.Error("retention: "+what+" history partitions failed", errtext.WrapHint(err, privilegeHint(err),
 			"dispatcher: retention: %s partitions of the SENT history of %s", what, r.d.cfg.Table.String()))
 	}
 	return true
@@ -324,7 +325,7 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 		case err != nil && ctx.Err() != nil: // cut short by the stop
 			return deleted, false
 		case err != nil:
-			r.d.reportError("retention of "+string(status)+" rows failed", r.wrap(status, err))
+			r.d.report.Error("retention of "+string(status)+" rows failed", r.wrap(status, err))
 			if !ranOutOfTime(err) || dr.limit == 1 {
 				delete(r.drains, status)
 				return deleted, false
@@ -347,11 +348,11 @@ func (r *retention) purge(ctx context.Context, status outbox.Status, age time.Du
 }
 
 // counter is the Stats counter of the rows of status deleted.
-func (r *retention) counter(status outbox.Status) *metered {
+func (r *retention) counter(status outbox.Status) *report.Metered {
 	if status == outbox.StatusFailed {
-		return &r.d.stats.retentionFailed
+		return &r.d.report.Counters.RetentionFailed
 	}
-	return &r.d.stats.retentionSent
+	return &r.d.report.Counters.RetentionSent
 }
 
 // batch runs one bounded DELETE.

@@ -70,7 +70,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
-	d.flushAllRepeats()
+	d.report.FlushAllRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "cause", cause)
 	return err
 }
@@ -332,7 +332,7 @@ func (d *Dispatcher) releaseItems(items []*held.Item, failed string) {
 	ctx, cancel := d.opContext()
 	defer cancel()
 	if err := d.completer.release(ctx, items); err != nil {
-		d.reportError(failed, err)
+		d.report.Error(failed, err)
 		d.held.Remove(items)
 	}
 }

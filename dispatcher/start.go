@@ -222,9 +222,9 @@ func (d *Dispatcher) markOnce() (again bool) {
 	defer cancel()
 	res, err := writeRefs(&d.leaseWrites, &d.refSize, len(refs), func(per int) (lease.RefResult, error) {
 		return d.store.StartIn(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce, per)
-	}, func(err error) { d.reportError("start marks ran out of time; marking in smaller statements", err) })
+	}, func(err error) { d.report.Error("start marks ran out of time; marking in smaller statements", err) })
 	if err != nil {
-		d.reportError("start marks failed, will retry", err)
+		d.report.Error("start marks failed, will retry", err)
 		res = lease.RefResult{Busy: refs}
 	}
 	return d.held.Marked(items, res)

@@ -141,7 +141,7 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 	})
 	if err != nil {
 		if stop.Err() == nil {
-			d.reportError("count of events waiting for a type this dispatcher does not claim failed", err)
+			d.report.Error("count of events waiting for a type this dispatcher does not claim failed", err)
 		}
 		return
 	}
@@ -153,7 +153,7 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 }
 
 // waitingTypes holds the latest count of waiting events per type and when
-// each type was last logged. Not the reporter's logLimited: its 10s
+// each type was last logged. Not the report's rate limit (report.RepeatLogInterval): its 10s
 // interval would log each waiting type at every count (every
 // RecoverEvery-th poll, 10s by default), where one line per type every
 // waitingWarnEvery says enough about a state that lasts.

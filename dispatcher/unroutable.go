@@ -52,7 +52,7 @@ func (d *Dispatcher) releaseUnroutable(items []*held.Item) {
 	for _, it := range items {
 		byType[it.Event.Type]++
 	}
-	d.stats.unroutable.Add(uint64(len(items)))
+	d.report.Counters.Unroutable.Add(uint64(len(items)))
 	for _, typ := range d.unroutable.add(byType, time.Now()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
 			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -258,19 +259,19 @@ func (d *Dispatcher) runHandler(it *held.Item, h outbox.Handler) (res held.Resul
 // fails with code panic). The context ends when h returns.
 func (d *Dispatcher) callHandler(it *held.Item, h outbox.Handler) (res held.Result) {
 	defer it.Cancel(errHandlerReturned)
-	span := noSpan
+	span := report.NoSpan
 	var ran time.Duration // measured once the handler returned
 	defer func() {
 		if p := recover(); p != nil {
 			res = held.Result{Err: fmt.Errorf("handler panic: %v", p), Code: outbox.CodePanic}
-			d.logPanic("handler", it.Event.Type, it.Event.ID, res.Err)
+			d.report.Panic("handler", it.Event.Type, it.Event.ID, res.Err)
 		}
 		res.Ran = ran
 		d.endHandlerCall(it, span, res)
 	}()
-	d.metrics.started(it) // it.startedAt was set by begin, on this goroutine
+	d.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt()) // it.startedAt was set by begin, on this goroutine
 	var ctx context.Context
-	ctx, span = d.spans.handlerSpan(it.Context(), it.Event)
+	ctx, span = d.report.Spans().HandlerSpan(it.Context(), it.Event)
 	err := h(ctx, *it.Event)
 	ran = max(time.Since(it.StartedAt()), time.Nanosecond)
 	d.noteHandlerTime(ran)
@@ -332,7 +333,7 @@ func (d *Dispatcher) beginPublish(items []*held.Item) []*held.Item {
 	started := ready[:0]
 	for _, it := range d.markStarted(ready) {
 		if d.held.Begin(it, 0) {
-			d.metrics.started(it)
+			d.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt())
 			started = append(started, it)
 		}
 	}
@@ -370,10 +371,10 @@ func (d *Dispatcher) publish(items []*held.Item) {
 	ctx, cancel := publishContext(items[0].Batch.Ctx, d.cfg.PublishTimeout)
 	defer cancel()
 	d.held.CallStarts(items, time.Now().Add(d.cfg.PublishTimeout), held.PhasePublish)
-	spanCtx, endSpans := d.spans.publishSpan(ctx, msgs)
+	spanCtx, endSpans := d.report.Spans().PublishSpan(ctx, msgs)
 	start := time.Now()
 	errs := d.callPublisher(spanCtx, msgs)
-	d.metrics.published(time.Since(start))
+	d.report.Metrics().Published(time.Since(start))
 	endSpans(errs)
 	outage := d.judgePublish(ctx, errs)
 	for i, it := range items {
@@ -400,13 +401,13 @@ func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (
 	defer func() {
 		if p := recover(); p != nil {
 			errs = fill(len(msgs), fmt.Errorf("publisher panic: %v", p))
-			d.logPanic("publisher", "", msgs[0].Event.ID, errs[0])
+			d.report.Panic("publisher", "", msgs[0].Event.ID, errs[0])
 		}
 	}()
 	errs = d.cfg.Publisher.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
 		err := fmt.Errorf("pgoutbox: the publisher returned %d results for %d messages", len(errs), len(msgs))
-		d.reportError("publisher broke its contract", err)
+		d.report.Error("publisher broke its contract", err)
 		return fill(len(msgs), err)
 	}
 	return errs
@@ -433,6 +434,6 @@ func fill(n int, err error) []error {
 // lost meanwhile is let go and reported as outbox.ErrLockLost.
 func (d *Dispatcher) finish(it *held.Item, res held.Result) {
 	if d.held.Finish(it, res) {
-		d.reportLost(it.Event.ID)
+		d.report.Lost(it.Event.ID)
 	}
 }

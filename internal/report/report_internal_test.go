@@ -1,8 +1,7 @@
-package dispatcher
+package report
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -21,7 +21,7 @@ import (
 // logBundle is a reporter whose log is kept as JSON lines and whose
 // limiter reads a clock the test moves.
 type logBundle struct {
-	r   *reporter
+	r   *Reporter
 	buf bytes.Buffer
 	at  time.Time
 	err int // errors passed to OnError
@@ -31,8 +31,9 @@ func newLogBundle(t *testing.T) *logBundle {
 	t.Helper()
 	b := &logBundle{at: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	logger := slog.New(slog.NewJSONHandler(&b.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.r = newReporter(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }}.withDefaults())
-	b.r.now = func() time.Time { return b.at }
+	b.r = New(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }, Table: "public.outbox_events",
+		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(), PublishCode: publishCode,
+		Now: func() time.Time { return b.at }})
 	return b
 }
 
@@ -61,7 +62,7 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	b := newLogBundle(t)
 	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()}
 	for _, id := range ids {
-		b.r.reportLost(id)
+		b.r.Lost(id)
 	}
 	require.Equal(t, 5, b.err)
 	lines := b.lines(t)
@@ -71,12 +72,12 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	require.Contains(t, lines[0]["msg"], "lease lost")
 	require.Contains(t, lines[0]["error"], "pgoutbox: lease lost: event "+ids[0].String())
 
-	b.at = b.at.Add(repeatLogInterval / 2)
-	b.r.flushRepeats()
+	b.at = b.at.Add(RepeatLogInterval / 2)
+	b.r.FlushRepeats()
 	require.Empty(t, b.lines(t), "no summary before the interval has passed")
 
-	b.at = b.at.Add(repeatLogInterval / 2)
-	b.r.flushRepeats()
+	b.at = b.at.Add(RepeatLogInterval / 2)
+	b.r.FlushRepeats()
 	lines = b.lines(t)
 	require.Len(t, lines, 1)
 	require.Equal(t, "pgoutbox: similar lines suppressed", lines[0]["msg"])
@@ -85,10 +86,10 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	require.InDelta(t, 4, lines[0]["repeats_not_logged"], 0)
 	require.NotContains(t, lines[0], "event_id", "a summary names no single event")
 
-	b.at = b.at.Add(2 * repeatLogInterval)
-	b.r.flushRepeats()
+	b.at = b.at.Add(2 * RepeatLogInterval)
+	b.r.FlushRepeats()
 	require.Empty(t, b.lines(t), "a count is summarised once")
-	b.r.reportLost(ids[0])
+	b.r.Lost(ids[0])
 	lines = b.lines(t)
 	require.Len(t, lines, 1)
 	require.NotContains(t, lines[0], "repeats_not_logged")
@@ -108,11 +109,11 @@ func TestContinuingRepeatsStillLogLines(t *testing.T) {
 			text = "HTTP 500"
 		}
 		if i%6 == 0 { // a retry every 3s
-			b.r.logRetry(Outcome{Event: outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}, Code: outbox.CodeHandlerError,
-				Err: errors.New(text)}, false)
+			b.r.Retry(&outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}, outbox.CodeHandlerError, time.Time{},
+				errors.New(text), false)
 		}
 		if i%2 == 1 { // the coordinator's poll, every 1s
-			b.r.flushRepeats()
+			b.r.FlushRepeats()
 		}
 		for _, l := range b.lines(t) {
 			if l["msg"] == "pgoutbox: similar lines suppressed" {
@@ -136,16 +137,16 @@ func TestEndOfRunSummarisesEveryCount(t *testing.T) {
 	t.Parallel()
 	b := newLogBundle(t)
 	for range 50 {
-		b.r.reportLost(uuid.New())
+		b.r.Lost(uuid.New())
 	}
 	require.Len(t, b.lines(t), 1)
 	b.at = b.at.Add(time.Second)
-	b.r.flushAllRepeats()
+	b.r.FlushAllRepeats()
 	lines := b.lines(t)
 	require.Len(t, lines, 1, "the 49 held-back lost leases are summarised when Run ends")
 	require.Equal(t, "pgoutbox: similar lines suppressed", lines[0]["msg"])
 	require.InDelta(t, 49, lines[0]["repeats_not_logged"], 0)
-	b.r.flushAllRepeats()
+	b.r.FlushAllRepeats()
 	require.Empty(t, b.lines(t), "a count is summarised once")
 }
 
@@ -155,17 +156,17 @@ func TestLoggedErrorTextBounded(t *testing.T) {
 	t.Parallel()
 	b := newLogBundle(t)
 	long := errors.New(strings.Repeat("é", 5000))
-	o := Outcome{Event: outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}, Code: outbox.CodeHandlerError, Err: long}
-	b.r.logRetry(o, false)
-	b.r.reportFailed(context.Background(), o)
-	b.r.logPanic("handler", "a", o.Event.ID, long)
+	e := &outbox.Event{ID: uuid.New(), Type: "a", Attempt: 2}
+	b.r.Retry(e, outbox.CodeHandlerError, time.Time{}, long, false)
+	b.r.Failed(e, outbox.CodeHandlerError, long)
+	b.r.Panic("handler", "a", e.ID, long)
 	lines := b.lines(t)
 	require.Len(t, lines, 3)
 	for _, l := range lines {
 		require.Equal(t, lease.CleanMessage(long.Error()), l["error"], l["msg"])
 		require.LessOrEqual(t, len(l["error"].(string)), 2048)
 	}
-	require.Contains(t, lines[2]["stack"], "logPanic", "the panic line has the stack")
+	require.Contains(t, lines[2]["stack"], "(*Reporter).Panic", "the panic line has the stack")
 }
 
 // Making room in the limiter never drops a count of held-back lines
@@ -183,18 +184,18 @@ func TestLimiterEvictionKeepsCounts(t *testing.T) {
 		}
 	}
 	for range 3 {
-		b.r.reportError("quiet", errors.New("x"))
+		b.r.Error("quiet", errors.New("x"))
 	}
-	b.at = b.at.Add(repeatLogInterval)
+	b.at = b.at.Add(RepeatLogInterval)
 	for range 3 {
-		b.r.reportError("recent", errors.New("x"))
+		b.r.Error("recent", errors.New("x"))
 	}
 	for i := range maxLimitedLines + 1 {
-		b.r.reportError("distinct", fmt.Errorf("error %d", i))
+		b.r.Error("distinct", fmt.Errorf("error %d", i))
 	}
 	collect()
 	require.InDelta(t, 2, summarised["pgoutbox: quiet"], 0, "the due count is summarised when room is made")
-	b.r.flushAllRepeats()
+	b.r.FlushAllRepeats()
 	collect()
 	require.InDelta(t, 2, summarised["pgoutbox: recent"], 0, "the count not yet due is not lost")
 }
@@ -206,8 +207,8 @@ func TestRetriesLoggedAtBoundedRate(t *testing.T) {
 	t.Parallel()
 	b := newLogBundle(t)
 	retry := func(typ string, code outbox.Code, snooze bool) {
-		b.r.logRetry(Outcome{Event: outbox.Event{ID: uuid.New(), Type: typ, Attempt: 2}, Code: code,
-			Err: errors.New("handler said no")}, snooze)
+		b.r.Retry(&outbox.Event{ID: uuid.New(), Type: typ, Attempt: 2}, code, time.Time{},
+			errors.New("handler said no"), snooze)
 	}
 	for range 3 {
 		retry("a", outbox.CodeHandlerError, false)
@@ -225,32 +226,35 @@ func TestRetriesLoggedAtBoundedRate(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"INFO": 3, "DEBUG": 1}, levels)
 
-	b.at = b.at.Add(repeatLogInterval)
+	b.at = b.at.Add(RepeatLogInterval)
 	retry("a", outbox.CodeHandlerError, false)
 	lines = b.lines(t)
 	require.Len(t, lines, 1)
 	require.InDelta(t, 2, lines[0]["repeats_not_logged"], 0)
 }
 
-// A recovery is logged at WARN with its counts and at most maxLoggedIDs
+// A recovery is logged at WARN with its counts and at most MaxLoggedIDs
 // ids of each kind.
 func TestRecoveryLogged(t *testing.T) {
 	t.Parallel()
 	b := newLogBundle(t)
-	b.r.reportRecovered(lease.RecoverResult{})
+	b.r.Recovered(lease.RecoverResult{})
 	require.Empty(t, b.lines(t), "a recovery that found nothing is not logged")
 
 	res := lease.RecoverResult{Failed: []outbox.Event{{ID: uuid.New()}}}
-	for range maxLoggedIDs + 5 {
+	for range MaxLoggedIDs + 5 {
 		res.Pending = append(res.Pending, uuid.New())
 	}
-	b.r.reportRecovered(res)
+	b.r.Recovered(res)
 	lines := b.lines(t)
 	require.Len(t, lines, 1)
 	require.Equal(t, "WARN", lines[0]["level"])
-	require.InDelta(t, maxLoggedIDs+5, lines[0]["pending"], 0)
-	require.Len(t, lines[0]["pending_ids"], maxLoggedIDs+1, "the first ids and a mark for the rest")
-	require.Equal(t, "…", lines[0]["pending_ids"].([]any)[maxLoggedIDs])
+	require.InDelta(t, MaxLoggedIDs+5, lines[0]["pending"], 0)
+	require.Len(t, lines[0]["pending_ids"], MaxLoggedIDs+1, "the first ids and a mark for the rest")
+	require.Equal(t, "…", lines[0]["pending_ids"].([]any)[MaxLoggedIDs])
 	require.InDelta(t, 1, lines[0]["failed_worker_lost"], 0)
 	require.Equal(t, []any{res.Failed[0].ID.String()}, lines[0]["failed_ids"])
 }
+
+// publishCode is the tests' code of a failed publish.
+func publishCode(error) outbox.Code { return outbox.CodePublishError }
