@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/internal/waker"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -298,7 +299,7 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 		}
 		d.reportError("recovery failed", err)
 		switch {
-		case statementTimedOut(err): // the server ended it: a smaller batch fits
+		case stmtsize.TimedOut(err): // the server ended it: a smaller batch fits
 			return 0, max(1, limit/2), true
 		case ranOutOfTime(err): // no answer in time: smaller next time, no retry now
 			return 0, max(1, limit/2), false

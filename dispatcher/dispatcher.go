@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -99,9 +100,9 @@ type Dispatcher struct {
 	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
 	// refSize bounds the statements of renewals and start marks (refs
-	// per statement), shrunk by statement timeouts (see writeRefs).
+	// per statement), shrunk by statement timeouts (see stmtsize.WriteRefs).
 	// Guarded by leaseWrites.
-	refSize claimSize
+	refSize stmtsize.Size
 
 	// mu guards the fields below. It is never held while heldSet.mu or
 	// leaseWrites is taken, nor taken while they are held.
@@ -183,7 +184,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		reporter:       newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           newHeldSet(clock, cfg.LeaseDuration),
-		refSize:        newClaimSize(lease.MaxRefsPerStatement),
+		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
 // heartbeat renews every held lease about every third of the lease
@@ -19,8 +20,8 @@ type heartbeat struct {
 	held        *heldSet
 	store       *lease.Store
 	pool        *pgxpool.Pool
-	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
-	refSize     *claimSize  // see Dispatcher.refSize
+	leaseWrites *sync.Mutex    // see Dispatcher.leaseWrites
+	refSize     *stmtsize.Size // see Dispatcher.refSize
 	report      *reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
@@ -78,7 +79,7 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 }
 
 // renew renews items in one round trip (more when a statement timeout
-// makes it shrink its statements, see writeRefs) and returns those whose
+// makes it shrink its statements, see stmtsize.WriteRefs) and returns those whose
 // rows were busy.
 func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	refs := make([]lease.Ref, len(items))
@@ -88,7 +89,7 @@ func (h *heartbeat) renew(items []*item) (busy []*item, err error) {
 	ctx, cancel := context.WithTimeout(h.ctx, opTimeout(h.lease))
 	defer cancel()
 	var sentAt time.Time
-	res, err := writeRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
+	res, err := stmtsize.WriteRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
 		sentAt = h.now()
 		return h.store.RenewIn(ctx, h.pool, refs, h.lease, per)
 	}, func(err error) {
