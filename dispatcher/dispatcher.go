@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -80,7 +81,7 @@ type Dispatcher struct {
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
 	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
-	workers   *workers        // goroutines for handler calls
+	workers   *workers.Pool   // goroutines for handler calls
 	completer *completer
 
 	// handlerTime is the running average of handler durations in
