@@ -354,7 +354,7 @@ func (d *Dispatcher) probeClaimed(p claimPlan, batch context.Context) {
 
 // reportCircuit counts and logs a transition of the circuit: WARN when it
 // opens (with the cause), INFO when it closes, each at most once per
-// repeatLogInterval with a count of the lines held back.
+// loglimit.Interval with a count of the lines held back.
 func (r *reporter) reportCircuit(ch circuitChange, cause error) {
 	if ch.to == CircuitClosed {
 		r.logLimited(slog.LevelInfo, "circuit closed", "pgoutbox: publisher reachable again; circuit closed", nil,

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/loglimit"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -22,7 +22,7 @@ import (
 // of the dispatcher) held.
 type reporter struct {
 	stats     counters
-	logLimit  logLimiter
+	logLimit  loglimit.Limiter
 	logger    *slog.Logger
 	onError   func(error)
 	onOutcome func(context.Context, Outcome)
@@ -156,7 +156,7 @@ func (r *reporter) reportFailed(ctx context.Context, o Outcome) {
 
 // logRetry logs an event that failed and will be retried at INFO (a
 // snooze at DEBUG), at a bounded rate for each event type and code: one
-// line per repeatLogInterval, naming the event it saw, then a count of
+// line per loglimit.Interval, naming the event it saw, then a count of
 // those not logged.
 func (r *reporter) logRetry(o Outcome, snooze bool) {
 	level, msg := slog.LevelInfo, "pgoutbox: event failed; it will be retried"
@@ -179,7 +179,7 @@ func errorText(err error) any {
 }
 
 // logLimited logs msg at level with the table, owner and group attributes
-// and the line's own (detail) at most once per repeatLogInterval for one
+// and the line's own (detail) at most once per loglimit.Interval for one
 // key; a line logged after repeats were held back counts them
 // (repeats_not_logged), and flushRepeats logs the count of those held
 // back when no line followed them.
@@ -198,8 +198,8 @@ func (r *reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 	}
 	args := append([]any{"table", r.table, "owner", r.owner}, group...)
 	now := r.now()
-	r.summarise(r.logLimit.evict(now))
-	suppressed, ok := r.logLimit.allow(key, now, heldLine{level: level, msg: msg, args: args})
+	r.summarise(r.logLimit.Evict(now))
+	suppressed, ok := r.logLimit.Allow(key, now, loglimit.Held{Level: level, Msg: msg, Args: args})
 	if ok && suppressed > 0 {
 		args = append(args, "repeats_not_logged", suppressed)
 	}
@@ -207,34 +207,34 @@ func (r *reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 }
 
 // flushRepeats logs, for each line whose repeats were held back and that
-// has not recurred for a whole repeatLogInterval, one summary: "similar
+// has not recurred for a whole loglimit.Interval, one summary: "similar
 // lines suppressed" with the line's message, group attributes and count.
 // The coordinator calls it every poll, so no count waits for a repeat
 // that may never come; a line that keeps recurring is not summarised: its
 // next logged line carries the count (repeats_not_logged).
 func (r *reporter) flushRepeats() {
-	r.summarise(r.logLimit.due(r.now(), false))
+	r.summarise(r.logLimit.Due(r.now(), false))
 }
 
 // flushAllRepeats summarises every count of held-back repeats, however
 // recent. Run calls it when it ends: no line follows.
 func (r *reporter) flushAllRepeats() {
-	r.summarise(r.logLimit.due(r.now(), true))
+	r.summarise(r.logLimit.Due(r.now(), true))
 }
 
 // summarise logs one "similar lines suppressed" line for each of held.
-func (r *reporter) summarise(held []heldLine) {
+func (r *reporter) summarise(held []loglimit.Held) {
 	for _, h := range held {
-		args := append([]any{"message", h.msg}, h.args...)
-		r.logger.Log(context.Background(), h.level, "pgoutbox: similar lines suppressed",
-			append(args, "repeats_not_logged", h.suppressed)...)
+		args := append([]any{"message", h.Msg}, h.Args...)
+		r.logger.Log(context.Background(), h.Level, "pgoutbox: similar lines suppressed",
+			append(args, "repeats_not_logged", h.Suppressed)...)
 	}
 }
 
 // logPanic logs, at ERROR, a panic of a handler (of eventType) or of the
 // publisher that was recovered, with the stack of the goroutine that
 // panicked: the event's outcome and hooks carry the panic's value but not
-// where it happened. One line per repeatLogInterval for each of them, and
+// where it happened. One line per loglimit.Interval for each of them, and
 // per event type for handlers. Call it from the deferred recover.
 func (r *reporter) logPanic(who, eventType string, id uuid.UUID, err error) {
 	group := []any{"panicked", who}
@@ -283,104 +283,4 @@ func idList(ids []uuid.UUID) []string {
 		out = append(out, id.String())
 	}
 	return out
-}
-
-// repeatLogInterval is the least time between two log lines of one
-// repeated error.
-const repeatLogInterval = 10 * time.Second
-
-// logLimiter lets each distinct line through at most once per
-// repeatLogInterval, counting the repeats it held back.
-type logLimiter struct {
-	mu    sync.Mutex
-	lines map[string]*limitedLine
-}
-
-type limitedLine struct {
-	logged     time.Time // when the line was last logged
-	lastSeen   time.Time // when the line last came, logged or not
-	suppressed int
-	held       heldLine // the line to summarise the repeats with
-}
-
-// heldLine is what a summary of held-back repeats says: their level,
-// message and group attributes, and how many there were.
-type heldLine struct {
-	level      slog.Level
-	msg        string
-	args       []any
-	suppressed int
-}
-
-// due returns the lines whose repeats were held back and that have not
-// come for a whole repeatLogInterval at now (with force, all lines with
-// repeats held back), and forgets their count. A line that comes again
-// after its summary is logged in full.
-func (l *logLimiter) due(now time.Time, force bool) []heldLine {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dueLocked(now, force)
-}
-
-func (l *logLimiter) dueLocked(now time.Time, force bool) []heldLine {
-	var out []heldLine
-	for _, line := range l.lines {
-		if line.suppressed > 0 && (force || now.Sub(line.lastSeen) >= repeatLogInterval) {
-			h := line.held
-			h.suppressed, line.suppressed = line.suppressed, 0
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-// maxLimitedLines bounds the distinct lines the limiter remembers.
-const maxLimitedLines = 1000
-
-// evict makes room when the limiter remembers more than maxLimitedLines
-// lines, never losing a count of held-back repeats: it returns the lines
-// due for a summary (see due) and forgets the lines with none held back
-// that were last logged an interval ago. When that is not enough, it
-// returns every count held back to be summarised and forgets every line.
-func (l *logLimiter) evict(now time.Time) []heldLine {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.lines) <= maxLimitedLines {
-		return nil
-	}
-	out := l.dueLocked(now, false)
-	for k, line := range l.lines {
-		if line.suppressed == 0 && now.Sub(line.logged) >= repeatLogInterval {
-			delete(l.lines, k)
-		}
-	}
-	if len(l.lines) > maxLimitedLines {
-		out = append(out, l.dueLocked(now, true)...)
-		clear(l.lines)
-	}
-	return out
-}
-
-// allow reports whether the line with this key may be logged at now, and
-// how many repeats were held back since it was last logged; held is what
-// a summary of the repeats it holds back would say.
-func (l *logLimiter) allow(key string, now time.Time, held heldLine) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lines == nil {
-		l.lines = map[string]*limitedLine{}
-	}
-	line := l.lines[key]
-	if line == nil {
-		l.lines[key] = &limitedLine{logged: now, lastSeen: now}
-		return 0, true
-	}
-	line.lastSeen = now
-	if now.Sub(line.logged) < repeatLogInterval {
-		line.suppressed++
-		line.held = held
-		return 0, false
-	}
-	suppressed, line.suppressed, line.logged = line.suppressed, 0, now
-	return suppressed, true
 }
