@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
@@ -79,12 +80,12 @@ func (c *claims) fill() {
 		if limit == 0 {
 			return
 		}
-		plan, ok := c.d.circuit.plan(&c.d.kinds, limit)
+		plan, ok := c.d.circuit.Plan(c.d.kinds.circuitTypes(), limit)
 		if !ok {
 			return // the circuit is open: its timer wakes the coordinator
 		}
 		c.inflight++
-		c.reserved += plan.limit
+		c.reserved += plan.Limit
 		c.wanted = false
 		go func() { c.results <- c.d.claim(plan) }()
 	}
@@ -176,10 +177,10 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 	return min(d.cfg.BatchSize, free)
 }
 
-// claim takes up to p.limit events of p's types (see types.go and
+// claim takes up to p.Limit events of p's types (see types.go and
 // circuit.go) and starts them.
-func (d *Dispatcher) claim(p claimPlan) claimResult {
-	limit := p.limit
+func (d *Dispatcher) claim(p circuit.Plan) claimResult {
+	limit := p.Limit
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.now()
@@ -187,7 +188,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	starts, slots := d.startsFor(limit)
 	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
-		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
+		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.Types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.stuck(),
 		SkipSuspects: skipSuspects,
 		ByType:       d.cfg.OrderScope == ScopeKeyAndType,

@@ -197,7 +197,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	if !d.wakeupsActive.Load() {
 		return
 	}
-	types, ok := d.circuit.dueTypes(&d.kinds)
+	types, ok := d.circuit.DueTypes(d.kinds.circuitTypes())
 	if !ok {
 		return // the circuit allows no claim: its own timer wakes the coordinator
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
@@ -58,7 +59,7 @@ type Dispatcher struct {
 	unroutable unroutableTypes
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
-	circuit *circuit
+	circuit *circuit.Circuit
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -253,7 +254,8 @@ func (d *Dispatcher) Stats() Stats {
 	s := d.stats.snapshot(d.held.len())
 	s.Overrunning, _ = d.held.overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
-	s.Circuit, _ = d.circuit.snapshot()
+	state, _ := d.circuit.Snapshot()
+	s.Circuit = CircuitState(state)
 	d.kinds.waiting.fill(&s)
 	d.unroutable.fill(&s)
 	d.peers.fill(&s)

@@ -187,7 +187,8 @@ func (d *Dispatcher) Health() Health {
 	d.mu.Unlock()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
-	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
+	circuitState, since := d.circuit.Snapshot()
+	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
 	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
 	if ns := d.stats.lastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)

@@ -38,7 +38,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer d.observeCircuit()()       // the circuit gauge, while Run runs
 	defer d.observeOverruns()()      // the overrun gauge, while Run runs
 	defer d.observeModeConflicts()() // the mode-conflict gauge, while Run runs
-	defer d.circuit.stop()
+	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = workers.New(quit.Done(), clock.New(d.cfg.now))
