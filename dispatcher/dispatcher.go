@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -77,7 +78,7 @@ type Dispatcher struct {
 	// health is what Health reports (see health.go).
 	health healthState
 	// peers are the other dispatchers of the table heard (see peers.go).
-	peers peerSet
+	peers peers.Set
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
@@ -258,7 +259,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.Circuit = CircuitState(state)
 	d.kinds.waiting.fill(&s)
 	d.unroutable.fill(&s)
-	d.peers.fill(&s)
+	d.fillPeers(&s)
 	return s
 }
 

@@ -189,7 +189,7 @@ func (d *Dispatcher) Health() Health {
 	h.State, h.Err = state, result
 	circuitState, since := d.circuit.Snapshot()
 	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
-	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
+	h.ModeConflicts, _ = d.modeConflicts(time.Now())
 	if ns := d.stats.lastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}
