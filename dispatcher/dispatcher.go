@@ -17,6 +17,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
+	"github.com/pgoutbox/pgoutbox/internal/tally"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -57,7 +58,7 @@ type Dispatcher struct {
 	kinds kinds    // what it claims and publishes (see types.go)
 	// unroutable counts the events it claimed and could not route (see
 	// unroutable.go).
-	unroutable unroutableTypes
+	unroutable tally.Unroutable
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
 	circuit *circuit.Circuit
@@ -257,8 +258,13 @@ func (d *Dispatcher) Stats() Stats {
 	s.WakeupsActive = d.wakeupsActive.Load()
 	state, _ := d.circuit.Snapshot()
 	s.Circuit = CircuitState(state)
-	d.kinds.waiting.fill(&s)
-	d.unroutable.fill(&s)
+	if byType, total := d.kinds.waiting.Counts(); byType != nil {
+		s.WaitingUnhandledByType = byType
+		s.WaitingUnhandled += total
+	}
+	if byType := d.unroutable.Counts(); byType != nil {
+		s.UnroutableByType = byType
+	}
 	d.fillPeers(&s)
 	return s
 }
