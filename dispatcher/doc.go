@@ -266,4 +266,5 @@
 //	internal/circuit   the circuit's states and what the next claim takes (circuit.go)
 //	internal/peers     the other dispatchers heard, and when they are forgotten (peers.go)
 //	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
+//	internal/tally     per-type counts of waiting and unroutable events (types.go, unroutable.go)
 package dispatcher
