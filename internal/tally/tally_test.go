@@ -9,6 +9,24 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
+// TestUnroutableCountsAndBoundsTypes adds counts, warns of a type once per
+// WarnEvery, and keeps at most MaxTypes types.
+func TestUnroutableCountsAndBoundsTypes(t *testing.T) {
+	t.Parallel()
+	var u Unroutable
+	require.Nil(t, u.Counts())
+	at := time.Unix(1_000, 0)
+	require.Equal(t, []string{"a"}, u.Add(map[string]int64{"a": 2}, at))
+	require.Empty(t, u.Add(map[string]int64{"a": 1}, at.Add(time.Minute)))
+	require.Equal(t, map[string]uint64{"a": 3}, u.Counts())
+	many := map[string]int64{}
+	for i := range MaxTypes + 10 {
+		many[time.Duration(i).String()] = 1
+	}
+	u.Add(many, at.Add(2*time.Minute))
+	require.Len(t, u.Counts(), MaxTypes)
+}
+
 // TestWaitingWarnsOncePerInterval keeps the latest counts, warns of a type
 // once per WarnEvery, and forgets a type that stopped waiting.
 func TestWaitingWarnsOncePerInterval(t *testing.T) {
@@ -28,22 +46,4 @@ func TestWaitingWarnsOncePerInterval(t *testing.T) {
 	byType, total = w.Counts()
 	require.Nil(t, byType)
 	require.Zero(t, total)
-}
-
-// TestUnroutableCountsAndBoundsTypes adds counts, warns of a type once per
-// WarnEvery, and keeps at most MaxTypes types.
-func TestUnroutableCountsAndBoundsTypes(t *testing.T) {
-	t.Parallel()
-	var u Unroutable
-	require.Nil(t, u.Counts())
-	at := time.Unix(1_000, 0)
-	require.Equal(t, []string{"a"}, u.Add(map[string]int64{"a": 2}, at))
-	require.Empty(t, u.Add(map[string]int64{"a": 1}, at.Add(time.Minute)))
-	require.Equal(t, map[string]uint64{"a": 3}, u.Counts())
-	many := map[string]int64{}
-	for i := range MaxTypes + 10 {
-		many[time.Duration(i).String()] = 1
-	}
-	u.Add(many, at.Add(2*time.Minute))
-	require.Len(t, u.Counts(), MaxTypes)
 }
