@@ -134,7 +134,7 @@ func (p *Set) Conflicts(now time.Time) ([]Conflict, uint64) {
 // the dispatcher's public ModeConflict has the same fields (and converts
 // from it).
 type Conflict struct {
-	Owner                            string
-	Ordering, HeadPolicy, OrderScope string
-	Since, LastHeard                 time.Time
+	Owner                            string    // its Config.Owner
+	Ordering, HeadPolicy, OrderScope string    // its configuration, as its hello named it
+	Since, LastHeard                 time.Time // when it was first and last heard (local time)
 }
