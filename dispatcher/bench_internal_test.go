@@ -10,7 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -29,7 +31,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	d.dbCtx, d.workCtx = context.Background(), context.Background()
 	quit := make(chan struct{})
 	defer close(quit)
-	d.workers = newWorkers(quit)
+	d.workers = workers.New(quit, clock.Real())
 	d.completer = newCompleter(context.Background(), d)
 	events := make([]outbox.Event, batch)
 	for i := range events {

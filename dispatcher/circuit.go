@@ -3,9 +3,9 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -50,16 +50,18 @@ import (
 // CircuitState is the state of the publisher's circuit.
 type CircuitState int
 
+// The values are those of internal/circuit's State, which implements the
+// circuit; the dispatcher converts at the boundary.
 const (
 	// CircuitClosed: the publisher is used as usual (also a dispatcher
 	// without a Publisher).
-	CircuitClosed CircuitState = iota
+	CircuitClosed = CircuitState(circuit.Closed)
 	// CircuitOpen: the last publish found the destination unavailable;
 	// nothing that needs the publisher is claimed until the backoff ends.
-	CircuitOpen
+	CircuitOpen = CircuitState(circuit.Open)
 	// CircuitProbing: the backoff ended; one small claim (the probe) may
 	// go through, and its publish closes or opens the circuit.
-	CircuitProbing
+	CircuitProbing = CircuitState(circuit.Probing)
 )
 
 // String names the state: "closed", "open" or "probing".
@@ -73,166 +75,21 @@ func (s CircuitState) String() string {
 	return "closed"
 }
 
-// circuit is the publisher's circuit state, under its own lock (a leaf:
-// nothing else is locked or called while it is held, but the test hook).
-type circuit struct {
-	min, max  time.Duration
-	probeSize int
-	wake      func()             // asks for a claim (Dispatcher.Trigger)
-	onChange  func(CircuitState) // test hook, called under mu
-
-	mu        sync.Mutex
-	state     CircuitState
-	backoff   time.Duration // of the current opening
-	reopenAt  time.Time     // when an open circuit starts probing
-	openSince time.Time     // when it left CircuitClosed; zero while closed
-	probing   bool          // a probe claim is out
-	probeID   uint64        // the latest probe
-	timer     *time.Timer   // wakes the coordinator at reopenAt
-}
-
-func newCircuit(cfg Config, wake func()) *circuit {
-	return &circuit{min: cfg.CircuitMinBackoff, max: cfg.CircuitMaxBackoff, probeSize: cfg.CircuitProbeSize,
-		wake: wake, onChange: cfg.onCircuit}
-}
-
-// claimPlan is what the next claim takes.
-type claimPlan struct {
-	types []string // nil: every type
-	limit int
-	probe uint64 // non-zero: this claim is that probe
-}
-
-// plan returns the next claim of at most limit events, and false when the
-// circuit allows none.
-func (c *circuit) plan(k *kinds, limit int) (claimPlan, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitOpen && !time.Now().Before(c.reopenAt) {
-		c.setLocked(CircuitProbing)
-		c.probing = false
+// newCircuit returns the circuit of a dispatcher of cfg, which wake asks
+// for a claim. It reads the wall clock, as it always has (Config.now
+// replaces only the lease deadlines' clock).
+func newCircuit(cfg Config, wake func()) *circuit.Circuit {
+	var onChange func(circuit.State)
+	if cfg.onCircuit != nil {
+		onChange = func(s circuit.State) { cfg.onCircuit(CircuitState(s)) }
 	}
-	switch {
-	case c.state == CircuitClosed:
-		return claimPlan{types: k.claimTypes(), limit: limit}, true
-	case c.state == CircuitProbing && !c.probing:
-		c.probing = true
-		c.probeID++
-		return claimPlan{types: k.publishedTypes(), limit: min(limit, c.probeSize), probe: c.probeID}, true
-	}
-	types := k.handlerOnlyTypes()
-	return claimPlan{types: types, limit: limit}, len(types) > 0
+	return circuit.New(circuit.Config{MinBackoff: cfg.CircuitMinBackoff, MaxBackoff: cfg.CircuitMaxBackoff,
+		ProbeSize: cfg.CircuitProbeSize, WakeFunc: wake, OnChangeFunc: onChange, Clock: clock.Real()})
 }
 
-// dueTypes is the types whose next due time matters now (see armDue), and
-// false when none does: the circuit allows no claim.
-func (c *circuit) dueTypes(k *kinds) ([]string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitClosed {
-		return k.claimTypes(), true
-	}
-	types := k.handlerOnlyTypes()
-	return types, len(types) > 0
-}
-
-// probeEnded notes that the probe id ended without a verdict (it claimed
-// nothing, or its events ended without a publish), so that the next
-// wake-up may send another; with again, it asks for that wake-up now. A
-// probe that claimed nothing waits for the next poll or wake-up instead,
-// so that a table with nothing to publish is not claimed in a loop.
-func (c *circuit) probeEnded(id uint64, again bool) {
-	c.mu.Lock()
-	ended := c.state == CircuitProbing && c.probing && c.probeID == id
-	if ended {
-		c.probing = false
-	}
-	c.mu.Unlock()
-	if ended && again {
-		c.wake()
-	}
-}
-
-// circuitChange is a transition of the circuit, for the report.
-type circuitChange struct {
-	to      CircuitState
-	from    CircuitState
-	backoff time.Duration
-	since   time.Time // when it opened
-}
-
-// outage opens the circuit after a publish found the destination
-// unavailable: from closed with CircuitMinBackoff, after a failed probe
-// with twice the last backoff. A circuit open already stays as it is (a
-// call that began before it opened). It returns the change, if any.
-func (c *circuit) outage() (circuitChange, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	from := c.state
-	switch from {
-	case CircuitOpen:
-		return circuitChange{}, false
-	case CircuitClosed:
-		c.backoff, c.openSince = c.min, time.Now()
-	default:
-		c.backoff = min(2*c.backoff, c.max)
-	}
-	c.probing = false
-	c.reopenAt = time.Now().Add(c.backoff)
-	c.setLocked(CircuitOpen)
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.backoff, c.wake)
-	} else {
-		c.timer.Reset(c.backoff)
-	}
-	return circuitChange{to: CircuitOpen, from: from, backoff: c.backoff, since: c.openSince}, true
-}
-
-// reachable closes the circuit after a publish reached the destination.
-func (c *circuit) reachable() (circuitChange, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitClosed {
-		return circuitChange{}, false
-	}
-	change := circuitChange{to: CircuitClosed, from: c.state, since: c.openSince}
-	c.probing, c.openSince = false, time.Time{}
-	c.setLocked(CircuitClosed)
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	return change, true
-}
-
-func (c *circuit) setLocked(s CircuitState) {
-	c.state = s
-	if c.onChange != nil {
-		c.onChange(s)
-	}
-}
-
-// isOpen reports whether the circuit is open (not probing).
-func (c *circuit) isOpen() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state == CircuitOpen
-}
-
-// snapshot returns the state and when the circuit opened (zero while
-// closed).
-func (c *circuit) snapshot() (CircuitState, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state, c.openSince
-}
-
-// stop stops the backoff timer.
-func (c *circuit) stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
+// circuitTypes is what the circuit needs of the claimed types.
+func (k *kinds) circuitTypes() circuit.Types {
+	return circuit.Types{Claim: k.claimTypes(), Published: k.publishedTypes(), HandlerOnly: k.handlerOnlyTypes()}
 }
 
 // publishedTypes is the types a probe claims: those of PublishTypes that
@@ -278,10 +135,10 @@ func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage boo
 		return false
 	}
 	if outage {
-		if ch, ok := d.circuit.outage(); ok {
+		if ch, ok := d.circuit.Outage(); ok {
 			reportCircuit(d.report, ch, cause)
 		}
-	} else if ch, ok := d.circuit.reachable(); ok {
+	} else if ch, ok := d.circuit.Reachable(); ok {
 		reportCircuit(d.report, ch, nil)
 	}
 	return outage
@@ -294,7 +151,7 @@ func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage boo
 // published (and, if the destination is still down, FAILED): their
 // handler may have run, and running it again could repeat it.
 func (d *Dispatcher) heldBack(items []*held.Item) bool {
-	if d.cfg.Delivery == AtMostOnce || !d.circuit.isOpen() {
+	if d.cfg.Delivery == AtMostOnce || !d.circuit.IsOpen() {
 		return false
 	}
 	d.report.Counters.OutageReturned.Add(uint64(len(items)))
@@ -340,26 +197,26 @@ func (d *Dispatcher) publishFailure(it *held.Item, ctx context.Context, err erro
 // probeClaimed follows a probe claim: one that claimed nothing ends at
 // once; otherwise the probe ends when its batch does (every event let
 // go), unless a publish decided first.
-func (d *Dispatcher) probeClaimed(p claimPlan, batch context.Context) {
-	if p.probe == 0 {
+func (d *Dispatcher) probeClaimed(p circuit.Plan, batch context.Context) {
+	if p.Probe == 0 {
 		return
 	}
 	if batch == nil {
-		d.circuit.probeEnded(p.probe, false)
+		d.circuit.ProbeEnded(p.Probe, false)
 		return
 	}
-	context.AfterFunc(batch, func() { d.circuit.probeEnded(p.probe, true) })
+	context.AfterFunc(batch, func() { d.circuit.ProbeEnded(p.Probe, true) })
 }
 
 // reportCircuit counts and logs, through r, a transition of the circuit:
 // WARN when it opens (with the cause), INFO when it closes, each at most
-// once per report.RepeatLogInterval with a count of the lines held back.
-func reportCircuit(r *report.Reporter, ch circuitChange, cause error) {
-	if ch.to == CircuitClosed {
-		r.CircuitClosed(ch.since)
+// once per loglimit.Interval with a count of the lines held back.
+func reportCircuit(r *report.Reporter, ch circuit.Change, cause error) {
+	if ch.To == circuit.Closed {
+		r.CircuitClosed(ch.Since)
 		return
 	}
-	r.CircuitOpened(ch.from == CircuitClosed, ch.from == CircuitProbing, ch.backoff, cause)
+	r.CircuitOpened(ch.From == circuit.Closed, ch.From == circuit.Probing, ch.Backoff, cause)
 }
 
 // observeCircuit registers the circuit state gauge (pgoutbox.circuit.state:
@@ -370,5 +227,5 @@ func (d *Dispatcher) observeCircuit() (unregister func()) {
 		return func() {}
 	}
 	return d.report.ObserveGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
-		func() int64 { state, _ := d.circuit.snapshot(); return int64(state) })
+		func() int64 { state, _ := d.circuit.Snapshot(); return int64(state) })
 }

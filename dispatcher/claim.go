@@ -5,8 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
-	"github.com/pgoutbox/pgoutbox/internal/pgerr"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
 // claims runs the claims of one coordinator: up to Claimers at once, each
@@ -31,8 +32,8 @@ type claims struct {
 	waiting  bool // retry is armed
 	// size bounds the claims: halved by each claim that runs out of time
 	// (a statement_timeout, or the operation timeout), grown back by full
-	// ones (see claimSize), up to BatchSize.
-	size claimSize
+	// ones (see stmtsize.Size), up to BatchSize.
+	size stmtsize.Size
 }
 
 // firstClaimRetry is the wait after the first failed claim in a row.
@@ -48,7 +49,7 @@ type claimResult struct {
 func newClaims(d *Dispatcher) *claims {
 	return &claims{
 		d: d, results: make(chan claimResult, d.cfg.Claimers),
-		retry: stoppedTimer(), size: newClaimSize(d.cfg.BatchSize),
+		retry: stoppedTimer(), size: stmtsize.New(d.cfg.BatchSize),
 	}
 }
 
@@ -75,16 +76,16 @@ func (c *claims) roomFreed() {
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
 	for !c.waiting && c.inflight < c.d.claimers() && (c.wanted || c.backlog) {
-		limit := min(c.d.claimLimit(c.reserved), c.size.size)
+		limit := min(c.d.claimLimit(c.reserved), c.size.Limit())
 		if limit == 0 {
 			return
 		}
-		plan, ok := c.d.circuit.plan(&c.d.kinds, limit)
+		plan, ok := c.d.circuit.Plan(c.d.kinds.circuitTypes(), limit)
 		if !ok {
 			return // the circuit is open: its timer wakes the coordinator
 		}
 		c.inflight++
-		c.reserved += plan.limit
+		c.reserved += plan.Limit
 		c.wanted = false
 		go func() { c.results <- c.d.claim(plan) }()
 	}
@@ -103,7 +104,7 @@ func (c *claims) finished(r claimResult) bool {
 	} else {
 		c.failures = 0
 		if c.backlog {
-			c.size.full(r.limit)
+			c.size.Full(r.limit)
 		}
 	}
 	if c.backlog || c.wanted {
@@ -116,7 +117,7 @@ func (c *claims) finished(r claimResult) bool {
 // below the one that ran out of time.
 func (c *claims) failed(r claimResult) {
 	if ranOutOfTime(r.err) {
-		c.size.ranOutOfTime(r.limit)
+		c.size.RanOutOfTime(r.limit)
 	}
 	c.failures++
 	wait := min(firstClaimRetry<<min(c.failures-1, 20), c.d.cfg.PollInterval)
@@ -134,14 +135,7 @@ func (c *claims) retryNow() {
 // statement_timeout (or any cancellation by the server) or the
 // operation's own timeout.
 func ranOutOfTime(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || statementTimedOut(err)
-}
-
-// statementTimedOut reports whether the server ended a statement
-// (statement_timeout, or a cancel request): it answers, and a smaller
-// statement may fit.
-func statementTimedOut(err error) bool {
-	return pgerr.Code(err) == pgerr.QueryCanceled
+	return errors.Is(err, context.DeadlineExceeded) || stmtsize.TimedOut(err)
 }
 
 // settled reports whether no claim is in flight, wanted or backing off and
@@ -183,10 +177,10 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 	return min(d.cfg.BatchSize, free)
 }
 
-// claim takes up to p.limit events of p's types (see types.go and
+// claim takes up to p.Limit events of p's types (see types.go and
 // circuit.go) and starts them.
-func (d *Dispatcher) claim(p claimPlan) claimResult {
-	limit := p.limit
+func (d *Dispatcher) claim(p circuit.Plan) claimResult {
+	limit := p.Limit
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.now()
@@ -194,7 +188,7 @@ func (d *Dispatcher) claim(p claimPlan) claimResult {
 	starts, slots := d.startsFor(limit)
 	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
-		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.types,
+		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.Types,
 		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
 		SkipSuspects: skipSuspects,
 		ByType:       d.cfg.OrderScope == ScopeKeyAndType,

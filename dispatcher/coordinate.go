@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
+	"github.com/pgoutbox/pgoutbox/internal/waker"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // coordinate is the one loop that decides when to claim: at start, on every
 // poll, on a trigger (manual or a notification) and its follow-ups (see
-// waker), when slots free up while a backlog remains, when a claim comes
+// waker.Waker), when slots free up while a backlog remains, when a claim comes
 // back full, and (while wake-ups work) when the next retry becomes due. Up
 // to Claimers claims run at once.
 // Polls recover expired leases every RecoverEvery-th time. It returns when
@@ -28,7 +30,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	defer c.wait()
 	wakeTimer := stoppedTimer()
 	defer wakeTimer.Stop()
-	w := newWaker(d.cfg, func(wait time.Duration) { wakeTimer.Reset(wait) })
+	w := waker.New(waker.Config{Cooldown: d.cfg.WakeupCooldown, BatchSize: d.cfg.BatchSize, ArmFunc: func(wait time.Duration) { wakeTimer.Reset(wait) }})
 	if ctx.Err() != nil || d.stopRequested() {
 		return
 	}
@@ -47,11 +49,11 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			c.wake()
 			p.next(d.wakeupsActive.Load(), d.report.Counters.Claimed.Load())
 		case <-d.trigger:
-			if w.wakeup(time.Now(), c.inflight > 0) {
+			if w.Wakeup(time.Now(), c.inflight > 0) {
 				c.wake()
 			}
 		case <-wakeTimer.C:
-			if w.fired(time.Now(), c.inflight > 0) {
+			if w.Fired(time.Now(), c.inflight > 0) {
 				c.wake()
 			}
 		case <-d.held.Freed():
@@ -77,7 +79,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 				p.unstretch()
 			}
 			settled := c.finished(r)
-			if w.finished(time.Now(), r.got, c.inflight > 0) {
+			if w.Finished(time.Now(), r.got, c.inflight > 0) {
 				c.wake()
 				settled = false
 			}
@@ -195,7 +197,7 @@ func (d *Dispatcher) armDue(p *poller) {
 	if !d.wakeupsActive.Load() {
 		return
 	}
-	types, ok := d.circuit.dueTypes(&d.kinds)
+	types, ok := d.circuit.DueTypes(d.kinds.circuitTypes())
 	if !ok {
 		return // the circuit allows no claim: its own timer wakes the coordinator
 	}
@@ -297,7 +299,7 @@ func (d *Dispatcher) recoverExpired(stop context.Context, limit int) (got, next 
 		}
 		d.report.Error("recovery failed", err)
 		switch {
-		case statementTimedOut(err): // the server ended it: a smaller batch fits
+		case stmtsize.TimedOut(err): // the server ended it: a smaller batch fits
 			return 0, max(1, limit/2), true
 		case ranOutOfTime(err): // no answer in time: smaller next time, no retry now
 			return 0, max(1, limit/2), false

@@ -13,9 +13,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
+	"github.com/pgoutbox/pgoutbox/internal/tally"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -55,10 +60,10 @@ type Dispatcher struct {
 	kinds  kinds            // what it claims and publishes (see types.go)
 	// unroutable counts the events it claimed and could not route (see
 	// unroutable.go).
-	unroutable unroutableTypes
+	unroutable tally.Unroutable
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
-	circuit *circuit
+	circuit *circuit.Circuit
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
@@ -76,12 +81,12 @@ type Dispatcher struct {
 	// health is what Health reports (see health.go).
 	health healthState
 	// peers are the other dispatchers of the table heard (see peers.go).
-	peers peerSet
+	peers peers.Set
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
 	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
-	workers   *workers        // goroutines for handler calls
+	workers   *workers.Pool   // goroutines for handler calls
 	completer *completer
 
 	// handlerTime is the running average of handler durations in
@@ -101,9 +106,9 @@ type Dispatcher struct {
 	// mu is taken, nor taken while they are held.
 	leaseWrites sync.Mutex
 	// refSize bounds the statements of renewals and start marks (refs
-	// per statement), shrunk by statement timeouts (see writeRefs).
+	// per statement), shrunk by statement timeouts (see stmtsize.WriteRefs).
 	// Guarded by leaseWrites.
-	refSize claimSize
+	refSize stmtsize.Size
 
 	// mu guards the fields below. It is never held while held.Set.mu or
 	// leaseWrites is taken, nor taken while they are held.
@@ -185,7 +190,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		report:         newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           held.NewSet(clock, cfg.LeaseDuration),
-		refSize:        newClaimSize(lease.MaxRefsPerStatement),
+		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		slots:          make(chan struct{}, cfg.Concurrency),
@@ -255,10 +260,16 @@ func (d *Dispatcher) Stats() Stats {
 	s := statsOf(&d.report.Counters, d.held.Len())
 	s.Overrunning, _ = d.held.Overrunning(time.Now())
 	s.WakeupsActive = d.wakeupsActive.Load()
-	s.Circuit, _ = d.circuit.snapshot()
-	d.kinds.waiting.fill(&s)
-	d.unroutable.fill(&s)
-	d.peers.fill(&s)
+	state, _ := d.circuit.Snapshot()
+	s.Circuit = CircuitState(state)
+	if byType, total := d.kinds.waiting.Counts(); byType != nil {
+		s.WaitingUnhandledByType = byType
+		s.WaitingUnhandled += total
+	}
+	if byType := d.unroutable.Counts(); byType != nil {
+		s.UnroutableByType = byType
+	}
+	d.fillPeers(&s)
 	return s
 }
 

@@ -258,4 +258,15 @@
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection that turns notifications into triggers
 //	peers.go       hellos on the wake-up channel: replicas of another ordering mode
+//
+// Leaf packages the dispatcher wires (each with a doc.go):
+//
+//	internal/clock     the one clock for timing decisions
+//	internal/waker     when wake-ups start claims (coordinate.go)
+//	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
+//	internal/workers   reused goroutines for handler calls (work.go: a batch's workers)
+//	internal/circuit   the circuit's states and what the next claim takes (circuit.go)
+//	internal/peers     the other dispatchers heard, and when they are forgotten (peers.go)
+//	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
+//	internal/tally     per-type counts of waiting and unroutable events (types.go, unroutable.go)
 package dispatcher

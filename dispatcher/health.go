@@ -187,8 +187,9 @@ func (d *Dispatcher) Health() Health {
 	d.mu.Unlock()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
-	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
-	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
+	circuitState, since := d.circuit.Snapshot()
+	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
+	h.ModeConflicts, _ = d.modeConflicts(time.Now())
 	if ns := d.report.Counters.LastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}

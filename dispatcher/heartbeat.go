@@ -10,6 +10,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
 // heartbeat renews every held lease about every third of the lease
@@ -22,7 +23,7 @@ type heartbeat struct {
 	store       *lease.Store
 	pool        *pgxpool.Pool
 	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
-	refSize     *claimSize  // see Dispatcher.refSize
+	refSize     *stmtsize.Size  // see Dispatcher.refSize
 	report      *report.Reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
@@ -80,7 +81,7 @@ func (h *heartbeat) beat(quit <-chan struct{}) {
 }
 
 // renew renews items in one round trip (more when a statement timeout
-// makes it shrink its statements, see writeRefs) and returns those whose
+// makes it shrink its statements, see stmtsize.WriteRefs) and returns those whose
 // rows were busy.
 func (h *heartbeat) renew(items []*held.Item) (busy []*held.Item, err error) {
 	refs := make([]lease.Ref, len(items))
@@ -90,7 +91,7 @@ func (h *heartbeat) renew(items []*held.Item) (busy []*held.Item, err error) {
 	ctx, cancel := context.WithTimeout(h.ctx, opTimeout(h.lease))
 	defer cancel()
 	var sentAt time.Time
-	res, err := writeRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
+	res, err := stmtsize.WriteRefs(h.leaseWrites, h.refSize, len(refs), func(per int) (lease.RefResult, error) {
 		sentAt = h.now()
 		return h.store.RenewIn(ctx, h.pool, refs, h.lease, per)
 	}, func(err error) {

@@ -13,10 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -37,10 +39,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer d.observeCircuit()()       // the circuit gauge, while Run runs
 	defer d.observeOverruns()()      // the overrun gauge, while Run runs
 	defer d.observeModeConflicts()() // the mode-conflict gauge, while Run runs
-	defer d.circuit.stop()
+	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
-	d.workers = newWorkers(quit.Done())
+	d.workers = workers.New(quit.Done(), clock.New(d.cfg.now))
 	var helpers sync.WaitGroup
 	d.completer = newCompleter(d.dbCtx, d)
 	helpers.Go(func() { d.completer.run(quit.Done()) })

@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -55,7 +57,7 @@ func TestSpawnerStopsWaitingOnceEveryItemIsTaken(t *testing.T) {
 	require.NoError(t, err)
 	quit := make(chan struct{})
 	defer close(quit)
-	d.workers = newWorkers(quit)
+	d.workers = workers.New(quit, clock.Real())
 
 	e0 := outbox.Event{ID: uuid.New(), Type: "x"}
 	e1 := outbox.Event{ID: uuid.New(), Type: "x"}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
 // Start marks. Recovery charges a recovery (the poison budget, see
@@ -220,7 +221,7 @@ func (d *Dispatcher) markOnce() (again bool) {
 	}
 	ctx, cancel := d.opContext()
 	defer cancel()
-	res, err := writeRefs(&d.leaseWrites, &d.refSize, len(refs), func(per int) (lease.RefResult, error) {
+	res, err := stmtsize.WriteRefs(&d.leaseWrites, &d.refSize, len(refs), func(per int) (lease.RefResult, error) {
 		return d.store.StartIn(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce, per)
 	}, func(err error) { d.report.Error("start marks ran out of time; marking in smaller statements", err) })
 	if err != nil {

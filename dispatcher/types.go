@@ -4,10 +4,10 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/tally"
 )
 
 // Which events a dispatcher claims. A dispatcher delivers only what it
@@ -29,16 +29,12 @@ import (
 // RecoverEvery-th poll a dispatcher that is not a catch-all counts the
 // events of the types it does not claim that have been due for
 // waitingDueFor, reports them in Stats (WaitingUnhandled) and logs a
-// WARN per type at most every waitingWarnEvery.
+// WARN per type at most every tally.WarnEvery. One count looks at
+// tally.MaxTypes distinct PENDING types at the most, the dispatcher's own
+// included.
 const (
 	// waitingPerType bounds the events counted per type.
 	waitingPerType = 1000
-	// waitingMaxTypes bounds the distinct PENDING types one count looks
-	// at, the dispatcher's own included.
-	waitingMaxTypes = 1000
-	// waitingWarnEvery is the shortest time between two WARNs for one
-	// type.
-	waitingWarnEvery = 5 * time.Minute
 	// minWaitingDueFor is the least time an event of a type this
 	// dispatcher does not claim must have been due to count as waiting:
 	// a replica that claims it normally does well within it.
@@ -56,7 +52,7 @@ type kinds struct {
 	all   bool
 	types []string
 
-	waiting waitingTypes
+	waiting tally.Waiting
 }
 
 // publishSet is Config.PublishTypes as a set; nil when unset.
@@ -127,7 +123,7 @@ func (d *Dispatcher) waitingDueFor() time.Duration {
 
 // checkWaiting counts the events of types this dispatcher does not claim
 // that have waited past waitingDueFor, keeps the counts for Stats and
-// logs the types not logged in the last waitingWarnEvery. A catch-all
+// logs the types not logged in the last tally.WarnEvery. A catch-all
 // claims every type and has nothing to count.
 func (d *Dispatcher) checkWaiting(stop context.Context) {
 	if d.kinds.all {
@@ -137,7 +133,7 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 	defer cancel()
 	dueFor := d.waitingDueFor()
 	counts, err := d.store.Waiting(ctx, d.pool, lease.WaitingParams{
-		Except: d.kinds.types, DueFor: dueFor, PerType: waitingPerType, MaxTypes: waitingMaxTypes,
+		Except: d.kinds.types, DueFor: dueFor, PerType: waitingPerType, MaxTypes: tally.MaxTypes,
 	})
 	if err != nil {
 		if stop.Err() == nil {
@@ -145,54 +141,9 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 		}
 		return
 	}
-	for _, c := range d.kinds.waiting.update(counts, time.Now()) {
+	for _, c := range d.kinds.waiting.Update(counts, time.Now()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher does not claim have waited long; "+
 			"no dispatcher that claims it may be running, or it is behind", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", c.Type,
 			"waiting", c.Count, "at_least", c.Count >= waitingPerType, "due_for_more_than", dueFor.String())
-	}
-}
-
-// waitingTypes holds the latest count of waiting events per type and when
-// each type was last logged. Not the report's rate limit (report.RepeatLogInterval): its 10s
-// interval would log each waiting type at every count (every
-// RecoverEvery-th poll, 10s by default), where one line per type every
-// waitingWarnEvery says enough about a state that lasts.
-type waitingTypes struct {
-	mu     sync.Mutex
-	counts map[string]int64
-	warned map[string]time.Time
-}
-
-// update keeps counts and returns those to log now: their type was not
-// logged in the last waitingWarnEvery. Types no longer waiting are
-// forgotten, so that one that waits again is logged at once.
-func (w *waitingTypes) update(counts []lease.TypeCount, now time.Time) (warn []lease.TypeCount) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.counts = make(map[string]int64, len(counts))
-	warned := make(map[string]time.Time, len(counts))
-	for _, c := range counts {
-		w.counts[c.Type] = c.Count
-		last, ok := w.warned[c.Type]
-		if !ok || now.Sub(last) >= waitingWarnEvery {
-			warn = append(warn, c)
-			last = now
-		}
-		warned[c.Type] = last
-	}
-	w.warned = warned
-	return warn
-}
-
-// fill sets the waiting counts of s.
-func (w *waitingTypes) fill(s *Stats) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.counts) == 0 {
-		return
-	}
-	s.WaitingUnhandledByType = maps.Clone(w.counts)
-	for _, n := range w.counts {
-		s.WaitingUnhandled += n
 	}
 }

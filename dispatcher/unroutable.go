@@ -1,8 +1,6 @@
 package dispatcher
 
 import (
-	"maps"
-	"sync"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
@@ -35,7 +33,7 @@ import (
 //
 // Each such event is counted (Stats.Unroutable, by type in
 // UnroutableByType) and each type logged at WARN at most every
-// waitingWarnEvery, as events of types no running dispatcher claims are.
+// tally.WarnEvery, as events of types no running dispatcher claims are.
 const (
 	unroutableMinDelay = time.Second
 	unroutableMaxDelay = 5 * time.Minute
@@ -53,55 +51,12 @@ func (d *Dispatcher) releaseUnroutable(items []*held.Item) {
 		byType[it.Event.Type]++
 	}
 	d.report.Counters.Unroutable.Add(uint64(len(items)))
-	for _, typ := range d.unroutable.add(byType, time.Now()) {
+	for _, typ := range d.unroutable.Add(byType, time.Now()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
 			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+
 			"(and list it in PublishTypes, when set) or register a handler, or run a replica that does",
 			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", typ, "released", byType[typ],
 			"publish_types", d.cfg.PublishTypes, "due_again_in", "a tenth of the event's age, "+
 				unroutableMinDelay.String()+" to "+unroutableMaxDelay.String())
-	}
-}
-
-// unroutableTypes counts, per type, the events released as unroutable
-// and when each type was last logged.
-type unroutableTypes struct {
-	mu     sync.Mutex
-	counts map[string]uint64
-	warned map[string]time.Time
-}
-
-// add counts events by type and returns the types to log now: those not
-// logged in the last waitingWarnEvery. At most waitingMaxTypes types are
-// kept; events of further types are counted in Stats.Unroutable only.
-func (u *unroutableTypes) add(byType map[string]int64, now time.Time) (warn []string) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.counts == nil {
-		u.counts, u.warned = map[string]uint64{}, map[string]time.Time{}
-	}
-	for typ, n := range byType {
-		if _, ok := u.counts[typ]; ok || len(u.counts) < waitingMaxTypes {
-			u.counts[typ] += uint64(n)
-		}
-		if last, ok := u.warned[typ]; !ok || now.Sub(last) >= waitingWarnEvery {
-			u.warned[typ] = now
-			warn = append(warn, typ)
-		}
-	}
-	for typ, at := range u.warned {
-		if now.Sub(at) >= 2*waitingWarnEvery {
-			delete(u.warned, typ) // bounded by the types of the last ten minutes
-		}
-	}
-	return warn
-}
-
-// fill sets the unroutable counts of s.
-func (u *unroutableTypes) fill(s *Stats) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if len(u.counts) > 0 {
-		s.UnroutableByType = maps.Clone(u.counts)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/loglimit"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -47,7 +48,7 @@ type Config struct {
 type Reporter struct {
 	// Counters are the live values behind the dispatcher's Stats.
 	Counters Counters
-	logLimit logLimiter
+	logLimit loglimit.Limiter
 	logger   *slog.Logger
 	onError  func(error)
 	table    string
@@ -172,7 +173,7 @@ func (r *Reporter) Failed(e *outbox.Event, code outbox.Code, err error) {
 
 // Retry logs an event that failed with code and err and will be retried
 // at next at INFO (a snooze at DEBUG), at a bounded rate for each event
-// type and code: one line per RepeatLogInterval, naming the event it saw,
+// type and code: one line per loglimit.Interval, naming the event it saw,
 // then a count of those not logged.
 func (r *Reporter) Retry(e *outbox.Event, code outbox.Code, next time.Time, err error, snooze bool) {
 	level, msg := slog.LevelInfo, "pgoutbox: event failed; it will be retried"
@@ -185,7 +186,7 @@ func (r *Reporter) Retry(e *outbox.Event, code outbox.Code, next time.Time, err 
 }
 
 // CircuitClosed logs, at INFO, that the publisher's circuit closed
-// again, open since since, at most once per RepeatLogInterval with a
+// again, open since since, at most once per loglimit.Interval with a
 // count of the lines held back.
 func (r *Reporter) CircuitClosed(since time.Time) {
 	r.logLimited(slog.LevelInfo, "circuit closed", "pgoutbox: publisher reachable again; circuit closed", nil,
@@ -194,7 +195,7 @@ func (r *Reporter) CircuitClosed(since time.Time) {
 
 // CircuitOpened counts (fromClosed: not a failed probe's reopening) and
 // logs, at WARN with its cause, that the publisher's circuit opened, to
-// probe again in probeIn; at most once per RepeatLogInterval with a count
+// probe again in probeIn; at most once per loglimit.Interval with a count
 // of the lines held back.
 func (r *Reporter) CircuitOpened(fromClosed, afterProbe bool, probeIn time.Duration, cause error) {
 	if fromClosed {
@@ -217,7 +218,7 @@ func ErrorText(err error) any {
 }
 
 // logLimited logs msg at level with the table, owner and group attributes
-// and the line's own (detail) at most once per RepeatLogInterval for one
+// and the line's own (detail) at most once per loglimit.Interval for one
 // key; a line logged after repeats were held back counts them
 // (repeats_not_logged), and FlushRepeats logs the count of those held
 // back when no line followed them.
@@ -236,8 +237,8 @@ func (r *Reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 	}
 	args := append([]any{"table", r.table, "owner", r.owner}, group...)
 	now := r.now()
-	r.summarise(r.logLimit.evict(now))
-	suppressed, ok := r.logLimit.allow(key, now, heldLine{level: level, msg: msg, args: args})
+	r.summarise(r.logLimit.Evict(now))
+	suppressed, ok := r.logLimit.Allow(key, now, loglimit.Held{Level: level, Msg: msg, Args: args})
 	if ok && suppressed > 0 {
 		args = append(args, "repeats_not_logged", suppressed)
 	}
@@ -245,34 +246,34 @@ func (r *Reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 }
 
 // FlushRepeats logs, for each line whose repeats were held back and that
-// has not recurred for a whole RepeatLogInterval, one summary: "similar
+// has not recurred for a whole loglimit.Interval, one summary: "similar
 // lines suppressed" with the line's message, group attributes and count.
 // The coordinator calls it every poll, so no count waits for a repeat
 // that may never come; a line that keeps recurring is not summarised: its
 // next logged line carries the count (repeats_not_logged).
 func (r *Reporter) FlushRepeats() {
-	r.summarise(r.logLimit.due(r.now(), false))
+	r.summarise(r.logLimit.Due(r.now(), false))
 }
 
 // FlushAllRepeats summarises every count of held-back repeats, however
 // recent. Run calls it when it ends: no line follows.
 func (r *Reporter) FlushAllRepeats() {
-	r.summarise(r.logLimit.due(r.now(), true))
+	r.summarise(r.logLimit.Due(r.now(), true))
 }
 
 // summarise logs one "similar lines suppressed" line for each of held.
-func (r *Reporter) summarise(held []heldLine) {
+func (r *Reporter) summarise(held []loglimit.Held) {
 	for _, h := range held {
-		args := append([]any{"message", h.msg}, h.args...)
-		r.logger.Log(context.Background(), h.level, "pgoutbox: similar lines suppressed",
-			append(args, "repeats_not_logged", h.suppressed)...)
+		args := append([]any{"message", h.Msg}, h.Args...)
+		r.logger.Log(context.Background(), h.Level, "pgoutbox: similar lines suppressed",
+			append(args, "repeats_not_logged", h.Suppressed)...)
 	}
 }
 
 // Panic logs, at ERROR, a panic of a handler (of eventType) or of the
 // publisher that was recovered, with the stack of the goroutine that
 // panicked: the event's outcome and hooks carry the panic's value but not
-// where it happened. One line per RepeatLogInterval for each of them, and
+// where it happened. One line per loglimit.Interval for each of them, and
 // per event type for handlers. Call it from the deferred recover.
 func (r *Reporter) Panic(who, eventType string, id uuid.UUID, err error) {
 	group := []any{"panicked", who}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/loglimit"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -72,11 +73,11 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	require.Contains(t, lines[0]["msg"], "lease lost")
 	require.Contains(t, lines[0]["error"], "pgoutbox: lease lost: event "+ids[0].String())
 
-	b.at = b.at.Add(RepeatLogInterval / 2)
+	b.at = b.at.Add(loglimit.Interval / 2)
 	b.r.FlushRepeats()
 	require.Empty(t, b.lines(t), "no summary before the interval has passed")
 
-	b.at = b.at.Add(RepeatLogInterval / 2)
+	b.at = b.at.Add(loglimit.Interval / 2)
 	b.r.FlushRepeats()
 	lines = b.lines(t)
 	require.Len(t, lines, 1)
@@ -86,7 +87,7 @@ func TestLogRepeatsSummarised(t *testing.T) {
 	require.InDelta(t, 4, lines[0]["repeats_not_logged"], 0)
 	require.NotContains(t, lines[0], "event_id", "a summary names no single event")
 
-	b.at = b.at.Add(2 * RepeatLogInterval)
+	b.at = b.at.Add(2 * loglimit.Interval)
 	b.r.FlushRepeats()
 	require.Empty(t, b.lines(t), "a count is summarised once")
 	b.r.Lost(ids[0])
@@ -186,11 +187,11 @@ func TestLimiterEvictionKeepsCounts(t *testing.T) {
 	for range 3 {
 		b.r.Error("quiet", errors.New("x"))
 	}
-	b.at = b.at.Add(RepeatLogInterval)
+	b.at = b.at.Add(loglimit.Interval)
 	for range 3 {
 		b.r.Error("recent", errors.New("x"))
 	}
-	for i := range maxLimitedLines + 1 {
+	for i := range loglimit.MaxLines + 1 {
 		b.r.Error("distinct", fmt.Errorf("error %d", i))
 	}
 	collect()
@@ -226,7 +227,7 @@ func TestRetriesLoggedAtBoundedRate(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"INFO": 3, "DEBUG": 1}, levels)
 
-	b.at = b.at.Add(RepeatLogInterval)
+	b.at = b.at.Add(loglimit.Interval)
 	retry("a", outbox.CodeHandlerError, false)
 	lines = b.lines(t)
 	require.Len(t, lines, 1)

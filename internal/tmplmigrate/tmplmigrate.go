@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -147,19 +148,10 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 	}
 }
 
-// Sleep waits for d, or returns ctx's cause if it ends first: the one
+// Sleep waits for d, or returns ctx's cause if it ends first: the
 // context-bounded pause of the migrations and of the dispatcher's build
-// of the order index.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
+// of the order index, on the wall clock (see clock.Clock.Sleep).
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Real().Sleep(ctx, d) }
 
 // load renders the templates of s into m. Migrate and Render both go
 // through it, so they produce the same SQL.

@@ -1,10 +1,15 @@
-package dispatcher
+package stmtsize
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 )
 
 // timeoutShare runs claims against a model of a table under a
@@ -12,16 +17,16 @@ import (
 // comes back full), where a claim of more rows than fits(i) runs out of
 // time. It returns the share of claims that timed out.
 func timeoutShare(batchSize, claims int, fits func(i int) int) float64 {
-	s := newClaimSize(batchSize)
+	s := New(batchSize)
 	timedOut := 0
 	for i := range claims {
 		limit := s.size
 		if limit > fits(i) {
 			timedOut++
-			s.ranOutOfTime(limit)
+			s.RanOutOfTime(limit)
 			continue
 		}
-		s.full(limit)
+		s.Full(limit)
 	}
 	return float64(timedOut) / float64(claims)
 }
@@ -56,11 +61,20 @@ func TestClaimSizeGrowsBackSlowlyAfterATimeout(t *testing.T) {
 	}
 	// Without a timeout, claims double back at once (a full claim of a
 	// limit the room allowed says twice that may fit).
-	s := newClaimSize(10_000)
-	s.ranOutOfTime(10_000)
-	s.full(5_000)
+	s := New(10_000)
+	s.RanOutOfTime(10_000)
+	s.Full(5_000)
 	require.Less(t, s.size, 10_000, "no doubling right after a timeout")
-	s = newClaimSize(10_000)
-	s.full(100)
+	s = New(10_000)
+	s.Full(100)
 	require.Equal(t, 10_000, s.size, "never timed out: no limit below BatchSize")
+}
+
+// TestTimedOut checks that a statement the server cancelled (57014) counts
+// as timed out, and other errors do not.
+func TestTimedOut(t *testing.T) {
+	t.Parallel()
+	require.True(t, TimedOut(fmt.Errorf("claim: %w", &pgconn.PgError{Code: pgerr.QueryCanceled})))
+	require.False(t, TimedOut(&pgconn.PgError{Code: "40001"}))
+	require.False(t, TimedOut(errors.New("connection reset")))
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package waker
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // wakerBundle drives a waker on a clock of its own: now is the time of the
 // next call, and timer when its timer fires (zero: not armed).
 type wakerBundle struct {
-	w     *waker
+	w     *Waker
 	start time.Time
 	timer time.Time
 	now   time.Time
@@ -20,10 +20,9 @@ type wakerBundle struct {
 // BatchSize (100: busy from 50 events within a cooldown).
 func newWakerBundle(t *testing.T) *wakerBundle {
 	t.Helper()
-	cfg := Config{WakeupCooldown: 20 * time.Millisecond, BatchSize: 100}
 	b := &wakerBundle{start: time.Unix(1_000, 0)}
 	b.now = b.start
-	b.w = newWaker(cfg, func(d time.Duration) { b.timer = b.now.Add(d) })
+	b.w = New(Config{Cooldown: 20 * time.Millisecond, BatchSize: 100, ArmFunc: func(d time.Duration) { b.timer = b.now.Add(d) }})
 	return b
 }
 
@@ -47,15 +46,15 @@ func (b *wakerBundle) fire(t *testing.T, inflight bool) bool {
 	t.Helper()
 	require.False(t, b.timer.IsZero(), "the timer is not armed")
 	b.now, b.timer = b.timer, time.Time{}
-	return b.w.fired(b.now, inflight)
+	return b.w.Fired(b.now, inflight)
 }
 
 // wakeAndFind sends a wake-up at ms that must claim at once, and ends its
 // claim 1ms later with got events found.
 func (b *wakerBundle) wakeAndFind(t *testing.T, ms float64, got int) {
 	t.Helper()
-	require.True(t, b.w.wakeup(b.at(ms), false), "the wake-up at %vms claims at once", ms)
-	require.False(t, b.w.finished(b.at(ms+1), got, false))
+	require.True(t, b.w.Wakeup(b.at(ms), false), "the wake-up at %vms claims at once", ms)
+	require.False(t, b.w.Finished(b.at(ms+1), got, false))
 }
 
 func TestWaker(t *testing.T) {
@@ -66,12 +65,12 @@ func TestWaker(t *testing.T) {
 		b := newWakerBundle(t)
 		b.wakeAndFind(t, 0, 60) // 60 events in a cooldown: busy
 		for _, ms := range []float64{2, 5, 9, 14} {
-			require.False(t, b.w.wakeup(b.at(ms), false), "a wake-up at %vms waits out the cooldown", ms)
+			require.False(t, b.w.Wakeup(b.at(ms), false), "a wake-up at %vms waits out the cooldown", ms)
 		}
 		require.Equal(t, 20.0, b.timerAt(), "one claim at the end of the cooldown")
 		require.True(t, b.fire(t, false))
 		require.Equal(t, 40.0, b.timerAt(), "the wake-up at 14ms gets a trailing claim a cooldown after its claim")
-		require.False(t, b.w.finished(b.at(21), 60, false))
+		require.False(t, b.w.Finished(b.at(21), 60, false))
 		require.True(t, b.fire(t, false))
 		require.Equal(t, -1.0, b.timerAt(), "a claim began a cooldown after the last wake-up: no more")
 	})
@@ -84,13 +83,13 @@ func TestWaker(t *testing.T) {
 	t.Run("FollowUpClaimsEndACooldownAfterTheLastWakeup", func(t *testing.T) {
 		t.Parallel()
 		b := newWakerBundle(t)
-		require.True(t, b.w.wakeup(b.at(0), false))
+		require.True(t, b.w.Wakeup(b.at(0), false))
 		var claims []float64
 		for b.timerAt() >= 0 {
 			ms := b.timerAt()
 			require.True(t, b.fire(t, false), "follow-up at %vms", ms)
 			claims = append(claims, ms)
-			require.False(t, b.w.finished(b.now, 0, false))
+			require.False(t, b.w.Finished(b.now, 0, false))
 		}
 		require.Equal(t, []float64{4, 8, 12, 16, 20}, claims, "every fifth of the cooldown, until one a cooldown after the wake-up")
 	})
@@ -99,8 +98,8 @@ func TestWaker(t *testing.T) {
 		b := newWakerBundle(t)
 		b.w.cooldown = 0
 		for ms := range 5 {
-			require.True(t, b.w.wakeup(b.at(float64(ms)), ms%2 == 1))
-			require.False(t, b.w.finished(b.at(float64(ms)+0.5), 100, false))
+			require.True(t, b.w.Wakeup(b.at(float64(ms)), ms%2 == 1))
+			require.False(t, b.w.Finished(b.at(float64(ms)+0.5), 100, false))
 		}
 		require.Equal(t, -1.0, b.timerAt(), "no follow-up claims")
 	})
@@ -108,37 +107,37 @@ func TestWaker(t *testing.T) {
 		t.Parallel()
 		b := newWakerBundle(t)
 		b.wakeAndFind(t, 0, 60)
-		require.False(t, b.w.wakeup(b.at(5), false), "busy")
+		require.False(t, b.w.Wakeup(b.at(5), false), "busy")
 		require.True(t, b.fire(t, false))
-		require.False(t, b.w.finished(b.at(22), 3, false))
-		require.True(t, b.w.wakeup(b.at(45), false), "the 60 events are older than a cooldown: quiet, claims at once")
+		require.False(t, b.w.Finished(b.at(22), 3, false))
+		require.True(t, b.w.Wakeup(b.at(45), false), "the 60 events are older than a cooldown: quiet, claims at once")
 	})
 	t.Run("StaleTimerFiringIsIgnored", func(t *testing.T) {
 		t.Parallel()
 		b := newWakerBundle(t)
-		require.True(t, b.w.wakeup(b.at(0), false))
-		require.True(t, b.w.wakeup(b.at(3), false))
-		require.False(t, b.w.fired(b.at(4), false), "the timer was re-armed for 7ms")
+		require.True(t, b.w.Wakeup(b.at(0), false))
+		require.True(t, b.w.Wakeup(b.at(3), false))
+		require.False(t, b.w.Fired(b.at(4), false), "the timer was re-armed for 7ms")
 		require.Equal(t, 7.0, b.timerAt())
 	})
 	t.Run("TimerDuringClaimOwesOneClaimAfterIt", func(t *testing.T) {
 		t.Parallel()
 		b := newWakerBundle(t)
-		require.True(t, b.w.wakeup(b.at(0), false))
+		require.True(t, b.w.Wakeup(b.at(0), false))
 		require.False(t, b.fire(t, true), "a claim is in flight at 4ms")
-		require.True(t, b.w.finished(b.at(6), 2, false), "the follow-up runs when it ends")
-		require.False(t, b.w.finished(b.at(7), 0, false))
+		require.True(t, b.w.Finished(b.at(6), 2, false), "the follow-up runs when it ends")
+		require.False(t, b.w.Finished(b.at(7), 0, false))
 	})
 	t.Run("WakeupsDuringClaimCauseExactlyOneMore", func(t *testing.T) {
 		t.Parallel()
 		b := newWakerBundle(t)
-		require.True(t, b.w.wakeup(b.at(0), false))
+		require.True(t, b.w.Wakeup(b.at(0), false))
 		for i := range 10 {
-			require.False(t, b.w.wakeup(b.at(0.1*float64(i+1)), true), "wake-up %d during the claim", i)
+			require.False(t, b.w.Wakeup(b.at(0.1*float64(i+1)), true), "wake-up %d during the claim", i)
 		}
-		require.False(t, b.w.finished(b.at(1.5), 1, true), "another claim is still in flight")
-		require.True(t, b.w.finished(b.at(1.6), 1, false), "one claim once none is in flight")
-		require.False(t, b.w.finished(b.at(2), 1, false), "and only one")
+		require.False(t, b.w.Finished(b.at(1.5), 1, true), "another claim is still in flight")
+		require.True(t, b.w.Finished(b.at(1.6), 1, false), "one claim once none is in flight")
+		require.False(t, b.w.Finished(b.at(2), 1, false), "and only one")
 	})
 }
 
@@ -150,7 +149,7 @@ func TestWakerFoundIsBoundedWithoutWakeups(t *testing.T) {
 	t.Parallel()
 	b := newWakerBundle(t)
 	for i := range 100_000 {
-		require.False(t, b.w.finished(b.at(float64(i)), 1, false)) // a claim a millisecond, each finding one event
+		require.False(t, b.w.Finished(b.at(float64(i)), 1, false)) // a claim a millisecond, each finding one event
 	}
 	require.LessOrEqual(t, len(b.w.found), 21, "found holds the claims of the last cooldown only")
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package workers
 
 import (
 	"runtime"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 )
 
 // TestWorkersRunEveryTaskAndEndAtQuit runs more tasks at once than there
@@ -18,7 +20,7 @@ import (
 func TestWorkersRunEveryTaskAndEndAtQuit(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	quit := make(chan struct{})
-	w := newWorkers(quit)
+	w := New(quit, clock.Real())
 	var ran atomic.Int64
 	var wg sync.WaitGroup
 	for round := range 3 {
@@ -38,7 +40,7 @@ func TestWorkersRunEveryTaskAndEndAtQuit(t *testing.T) {
 func TestWorkersReuseIdleGoroutines(t *testing.T) {
 	quit := make(chan struct{})
 	defer close(quit)
-	w := newWorkers(quit)
+	w := New(quit, clock.Real())
 	ran := make(chan string)
 	seen := map[string]bool{}
 	for range 100 {

@@ -1,10 +1,10 @@
-package dispatcher
+package waker
 
 import "time"
 
-// waker decides when wake-ups (notifications and Trigger) start claims.
+// Waker decides when wake-ups (notifications and Trigger) start claims.
 // Only the coordinator goroutine calls it, with the time and whether a
-// claim is in flight; it arms its timer through arm.
+// claim is in flight; it arms its timer through Config.ArmFunc.
 //
 // While the dispatcher is quiet (the claims of the last WakeupCooldown
 // found fewer than busyAt events), a wake-up claims at once, and wake-ups
@@ -19,10 +19,10 @@ import "time"
 // WakeupCooldown: 2,500 events/s at the defaults), claims started by
 // wake-ups are WakeupCooldown apart, and the wake-ups in between coalesce
 // into the claim at its end, so that each claim takes many events.
-type waker struct {
+type Waker struct {
 	cooldown time.Duration // 0: NoWakeupCooldown, a claim per wake-up
 	busyAt   int
-	arm      func(time.Duration) // (re)arms the timer that calls fired
+	arm      func(time.Duration) // (re)arms the timer that calls Fired
 
 	last    time.Time // when the last claim the waker asked for started
 	hot     time.Time // the last wake-up
@@ -38,16 +38,30 @@ type foundAt struct {
 	n  int
 }
 
-func newWaker(cfg Config, arm func(time.Duration)) *waker {
-	return &waker{cooldown: cfg.WakeupCooldown, busyAt: max(1, cfg.BatchSize/2), arm: arm}
+// Config is what a Waker needs from the dispatcher's configuration.
+type Config struct {
+	// Cooldown is the dispatcher's WakeupCooldown; 0 (NoWakeupCooldown)
+	// makes every wake-up claim.
+	Cooldown time.Duration
+	// BatchSize is the dispatcher's BatchSize: the dispatcher is busy from
+	// half of it found within a cooldown.
+	BatchSize int
+	// ArmFunc (re)arms the timer whose firing the coordinator passes to
+	// Fired, to fire after the given duration.
+	ArmFunc func(time.Duration)
+}
+
+// New returns a Waker for cfg, quiet and with no timer armed.
+func New(cfg Config) *Waker {
+	return &Waker{cooldown: cfg.Cooldown, busyAt: max(1, cfg.BatchSize/2), arm: cfg.ArmFunc}
 }
 
 // followEvery is the time between follow-up claims while the dispatcher is
 // quiet.
-func (w *waker) followEvery() time.Duration { return w.cooldown / 5 }
+func (w *Waker) followEvery() time.Duration { return w.cooldown / 5 }
 
-// wakeup takes a wake-up at now and reports whether to claim now.
-func (w *waker) wakeup(now time.Time, inflight bool) bool {
+// Wakeup takes a wake-up at now and reports whether to claim now.
+func (w *Waker) Wakeup(now time.Time, inflight bool) bool {
 	if w.cooldown == 0 {
 		return true
 	}
@@ -55,8 +69,8 @@ func (w *waker) wakeup(now time.Time, inflight bool) bool {
 	return w.due(now, inflight, w.gap(now))
 }
 
-// fired takes the timer's firing and reports whether to claim now.
-func (w *waker) fired(now time.Time, inflight bool) bool {
+// Fired takes the timer's firing and reports whether to claim now.
+func (w *Waker) Fired(now time.Time, inflight bool) bool {
 	if w.next.IsZero() || now.Before(w.next) {
 		return false // a stale firing of a timer re-armed since
 	}
@@ -64,10 +78,10 @@ func (w *waker) fired(now time.Time, inflight bool) bool {
 	return w.due(now, inflight, 0)
 }
 
-// finished takes the end of a claim that found got events and reports
+// Finished takes the end of a claim that found got events and reports
 // whether to claim now: the one claim owed to wake-ups that arrived while
 // claims were in flight, once none is.
-func (w *waker) finished(now time.Time, got int, inflight bool) bool {
+func (w *Waker) Finished(now time.Time, got int, inflight bool) bool {
 	if got > 0 && w.cooldown > 0 {
 		w.found = append(w.found, foundAt{at: now, n: got})
 		w.sum += got
@@ -83,7 +97,7 @@ func (w *waker) finished(now time.Time, got int, inflight bool) bool {
 // due claims now when no claim is in flight and the last began at least
 // gap ago; otherwise it owes one claim, when the claims in flight end or
 // when gap has passed.
-func (w *waker) due(now time.Time, inflight bool, gap time.Duration) bool {
+func (w *Waker) due(now time.Time, inflight bool, gap time.Duration) bool {
 	if inflight {
 		w.pending = true
 		return false
@@ -99,7 +113,7 @@ func (w *waker) due(now time.Time, inflight bool, gap time.Duration) bool {
 
 // follow arms the next follow-up claim, until one has started
 // WakeupCooldown after the last wake-up.
-func (w *waker) follow(now time.Time) {
+func (w *Waker) follow(now time.Time) {
 	if !w.last.Before(w.hot.Add(w.cooldown)) {
 		return
 	}
@@ -111,14 +125,14 @@ func (w *waker) follow(now time.Time) {
 }
 
 // schedule arms the timer to fire at at.
-func (w *waker) schedule(now, at time.Time) {
+func (w *Waker) schedule(now, at time.Time) {
 	w.next = at
 	w.arm(at.Sub(now))
 }
 
 // gap is the least time between two claims started by wake-ups: none
 // while the dispatcher is quiet, WakeupCooldown while it is busy.
-func (w *waker) gap(now time.Time) time.Duration {
+func (w *Waker) gap(now time.Time) time.Duration {
 	if w.busy(now) {
 		return w.cooldown
 	}
@@ -127,7 +141,7 @@ func (w *waker) gap(now time.Time) time.Duration {
 
 // busy reports whether the claims that ended within the last
 // WakeupCooldown found busyAt events or more.
-func (w *waker) busy(now time.Time) bool {
+func (w *Waker) busy(now time.Time) bool {
 	cut := now.Add(-w.cooldown)
 	i := 0
 	for i < len(w.found) && !w.found[i].at.After(cut) {

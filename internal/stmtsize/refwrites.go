@@ -1,4 +1,4 @@
-package dispatcher
+package stmtsize
 
 import (
 	"sync"
@@ -6,17 +6,17 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 )
 
-// writeRefs runs write, a renewal or a start mark of n refs in statements
+// WriteRefs runs write, a renewal or a start mark of n refs in statements
 // of at most per refs each (one round trip, one transaction), under mu
 // (Dispatcher.leaseWrites), which also guards size. When the server ends a
 // statement for lack of time (a statement_timeout), the whole round trip
 // rolled back and changed nothing: write runs again at once with
 // statements half as large, down to one ref each, and later writes stay
-// that small until full ones have succeeded for a while (see claimSize),
+// that small until full ones have succeeded for a while (see Size),
 // so that a renewal shrinks within its beat as claims and completions
 // shrink, rather than lose every lease it held. timedOut is told of each
 // statement timeout that is retried.
-func writeRefs(mu *sync.Mutex, size *claimSize, n int, write func(per int) (lease.RefResult, error), timedOut func(error)) (lease.RefResult, error) {
+func WriteRefs(mu *sync.Mutex, size *Size, n int, write func(per int) (lease.RefResult, error), timedOut func(error)) (lease.RefResult, error) {
 	for {
 		res, again, err := writeRefsOnce(mu, size, n, write)
 		if !again {
@@ -26,9 +26,9 @@ func writeRefs(mu *sync.Mutex, size *claimSize, n int, write func(per int) (leas
 	}
 }
 
-// writeRefsOnce is one try of writeRefs; again reports a statement
+// writeRefsOnce is one try of WriteRefs; again reports a statement
 // timeout that a smaller statement may fit.
-func writeRefsOnce(mu *sync.Mutex, size *claimSize, n int, write func(per int) (lease.RefResult, error)) (res lease.RefResult, again bool, err error) {
+func writeRefsOnce(mu *sync.Mutex, size *Size, n int, write func(per int) (lease.RefResult, error)) (res lease.RefResult, again bool, err error) {
 	mu.Lock()
 	defer mu.Unlock()
 	per := size.size
@@ -36,10 +36,10 @@ func writeRefsOnce(mu *sync.Mutex, size *claimSize, n int, write func(per int) (
 	switch {
 	case err == nil:
 		if n >= per {
-			size.full(per)
+			size.Full(per)
 		}
-	case statementTimedOut(err) && per > 1:
-		size.ranOutOfTime(per)
+	case TimedOut(err) && per > 1:
+		size.RanOutOfTime(per)
 		return res, true, err
 	}
 	return res, false, err

@@ -1,0 +1,43 @@
+package clock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestZeroClockIsTheWallClock checks that the zero Clock and Real read the
+// wall clock.
+func TestZeroClockIsTheWallClock(t *testing.T) {
+	t.Parallel()
+	before := time.Now()
+	got := Clock{}.Now()
+	require.False(t, got.Before(before))
+	require.False(t, Real().Now().Before(got))
+}
+
+// TestReplacedNow reads Now, Since and Until from the function given to New.
+func TestReplacedNow(t *testing.T) {
+	t.Parallel()
+	c := New(thousand)
+	require.Equal(t, thousand(), c.Now())
+	require.Equal(t, 3*time.Second, c.Since(thousand().Add(-3*time.Second)))
+	require.Equal(t, 2*time.Second, c.Until(thousand().Add(2*time.Second)))
+}
+
+// thousand is a stopped clock, 1,000s after the Unix epoch.
+func thousand() time.Time { return time.Unix(1_000, 0) }
+
+// TestSleepEndsWithItsContext returns the context's cause at once, and
+// nil after a short wait.
+func TestSleepEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("stop")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	require.ErrorIs(t, Real().Sleep(ctx, time.Hour), cause)
+	require.NoError(t, Real().Sleep(context.Background(), time.Millisecond))
+}
