@@ -22,8 +22,8 @@ type heartbeat struct {
 	held        *held.Set
 	store       *lease.Store
 	pool        *pgxpool.Pool
-	leaseWrites *sync.Mutex // see Dispatcher.leaseWrites
-	refSize     *stmtsize.Size  // see Dispatcher.refSize
+	leaseWrites *sync.Mutex    // see Dispatcher.leaseWrites
+	refSize     *stmtsize.Size // see Dispatcher.refSize
 	report      *report.Reporter
 	now         func() time.Time // the clock of local deadlines (Config.now, set by tests)
 	lease       time.Duration    // LeaseDuration
