@@ -40,9 +40,9 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.helloLoop(quit) })
 	switch {
 	case listener != nil:
-		helpers.Go(func() { d.listenLoop(quit, listener) })
+		helpers.Go(func() { d.wakeups().Run(quit, listener) })
 	case d.cfg.Wakeup == WakeupAuto:
-		helpers.Go(func() { d.autoWakeups(quit) })
+		helpers.Go(func() { d.wakeups().Run(quit, nil) })
 	}
 	d.health.begin(time.Now())
 
