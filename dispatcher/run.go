@@ -127,7 +127,7 @@ func (d *Dispatcher) startChecks() *startcheck.Checker {
 		PerKey: d.cfg.Ordering == PerKey, DeleteSent: d.cfg.DeleteSent, KeepSent: d.cfg.KeepSent,
 		RetainFailed: d.cfg.RetainFailed, SkipVerify: d.cfg.SkipVerify, PollInterval: d.cfg.PollInterval,
 		OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: time.Now,
-		EnsurePartitionsFunc: d.ensurePartitionsAtStart, UnverifiedFunc: d.health.skipVerify,
+		EnsurePartitionsFunc: d.retention().EnsureAtStart, UnverifiedFunc: d.health.skipVerify,
 	})
 }
 
