@@ -36,7 +36,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	helpers.Go(func() { d.retain(ctx, quit) })
-	helpers.Go(func() { backlog.run(quit) })
+	helpers.Go(func() { backlog.Run(quit) })
 	helpers.Go(func() { d.helloLoop(quit) })
 	switch {
 	case listener != nil:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry/telemetrytest"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -127,7 +128,7 @@ func (panickingSpan) End(...trace.SpanEndOption) { panic("span processor panic")
 func TestHandlerSpanPanicIsRecovered(t *testing.T) {
 	t.Parallel()
 	for _, atEnd := range []bool{false, true} {
-		d, err := New(silentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
+		d, err := New(testdb.SilentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancelCause(context.Background())
