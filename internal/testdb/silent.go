@@ -10,15 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// SilentPool is a pool of a server that accepts connections and never
-// answers; the server and the pool end with the test.
-func SilentPool(t *testing.T) *pgxpool.Pool {
+// SilentServer accepts TCP connections on loopback and never answers, like
+// a database host that hangs. It returns its address; it
+// closes, with the connections it accepted, when the test ends.
+func SilentServer(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	var conns []net.Conn
 	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -30,13 +33,21 @@ func SilentPool(t *testing.T) *pgxpool.Pool {
 		}
 	}()
 	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	})
-	pool, err := pgxpool.New(context.Background(), "postgres://x@"+ln.Addr().String()+"/x?connect_timeout=30")
+	return ln.Addr().String()
+}
+
+// SilentPool is a pool of a server that accepts connections and never
+// answers (SilentServer); the pool closes when the test ends.
+func SilentPool(t *testing.T) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), "postgres://x@"+SilentServer(t)+"/x?connect_timeout=30")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
