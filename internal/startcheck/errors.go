@@ -49,6 +49,8 @@ type PrivilegeError struct {
 	Columns []string
 }
 
+// Error names the privilege, the table (or function), what needs it, and
+// the GRANT that fixes it.
 func (e *PrivilegeError) Error() string {
 	if e.Function != "" {
 		return fmt.Sprintf("pgoutbox: missing privilege: the dispatcher's role lacks EXECUTE on function %s, needed for %s (GRANT EXECUTE ON FUNCTION %s TO the role; see migrations.RenderGrants)",
@@ -97,6 +99,8 @@ type OrderIndexError struct {
 	Cause error
 }
 
+// Error names the index and the table, whether the index is missing or
+// INVALID, how to build it, and why Start's own build failed.
 func (e *OrderIndexError) Error() string {
 	state, fix := "missing", "run "+e.Create
 	if e.Invalid {
