@@ -251,12 +251,13 @@
 //	               under its own lock (its doc.go documents the lock order)
 //	heartbeat.go   the heartbeat: renews every held lease
 //	overrun.go     calls running past their timeout: WARN, counts, no renewal
-//	run.go         dispatching: the start-up checks, start the services, coordinate, drain
+//	run.go         dispatching: the start-up checks (internal/startcheck), start the services, coordinate, drain
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      OnOutcome calls, and the outcomes of held events, through
 //	               internal/report: counters, logs, OnError, metrics and spans
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
-//	listen.go      the LISTEN connection that turns notifications into triggers
+//	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
+//	retention.go   the retention job (internal/retention): strays, partitions, old rows
 //	peers.go       hellos on the wake-up channel: replicas of another ordering mode
 //
 // Leaf packages the dispatcher wires (each with a doc.go):

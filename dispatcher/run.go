@@ -2,25 +2,15 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/clock"
-	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/held"
-	"github.com/pgoutbox/pgoutbox/internal/pgerr"
-	"github.com/pgoutbox/pgoutbox/internal/sqlname"
+	"github.com/pgoutbox/pgoutbox/internal/startcheck"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
-	"github.com/pgoutbox/pgoutbox/migrations"
-	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // run dispatches: start the helpers, coordinate until told to stop, then
@@ -49,13 +39,13 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	helpers.Go(func() { d.retain(ctx, quit) })
-	helpers.Go(func() { backlog.run(quit) })
+	helpers.Go(func() { backlog.Run(quit) })
 	helpers.Go(func() { d.helloLoop(quit) })
 	switch {
 	case listener != nil:
-		helpers.Go(func() { d.listenLoop(quit, listener) })
+		helpers.Go(func() { d.wakeups().Run(quit, listener) })
 	case d.cfg.Wakeup == WakeupAuto:
-		helpers.Go(func() { d.autoWakeups(quit) })
+		helpers.Go(func() { d.wakeups().Run(quit, nil) })
 	}
 	d.health.begin(time.Now())
 
@@ -98,7 +88,7 @@ func (d *Dispatcher) stopCause(ctx context.Context) string {
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := d.untilStop(ctx)
 	defer cancel()
-	err := d.checkTableRetrying(ctx)
+	err := d.startChecks().Run(ctx)
 	var listener *pgx.Conn
 	if err == nil {
 		listener, err = d.requireWakeups(ctx)
@@ -132,173 +122,16 @@ func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
 	return ctx.Err() != nil || d.stopRequested()
 }
 
-// startRetryFor bounds how long the start-up checks try again after the
-// connection was lost (a server restarting, a backend terminated); other
-// errors are not tried again.
-const startRetryFor = 10 * time.Second
-
-// checkTableRetrying runs checkTable, and again after a connection lost
-// under it, waiting 50ms doubling up to PollInterval between tries, for at
-// most startRetryFor: a database that restarts, or a pooler that drops a
-// server connection, as the dispatcher starts must not fail the start
-// (a replica restarted during an outage would otherwise exit again).
-func (d *Dispatcher) checkTableRetrying(ctx context.Context) error {
-	deadline := time.Now().Add(startRetryFor)
-	wait := 50 * time.Millisecond
-	lost := false // a connection was lost: the server may be restarting
-	for {
-		err := d.checkTable(ctx)
-		lost = lost || err != nil && connectionLost(err)
-		if err == nil || !connectionLost(err) && !(lost && notMade(err)) {
-			return err
-		}
-		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		d.cfg.Logger.Warn("pgoutbox: start-up check lost its connection; trying again",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err, "in", wait)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, max(d.cfg.PollInterval, 50*time.Millisecond))
-	}
-}
-
-// connectionLost reports whether err says that an established connection
-// to the server was lost: a connection exception (class 08), the server
-// shutting down or terminating the backend (57P01, 57P02), the
-// connection breaking under a statement, or nothing sent on it. A
-// connection that could not be made (a wrong password, a refused port)
-// is not tried again, unless the server said it is starting up (57P03)
-// or reset the connection while it was being made (a server shutting
-// down): a start must report a bad configuration at once. The checks read,
-// and the order index's build (PerKey only) is idempotent, so trying them
-// again is safe.
-func connectionLost(err error) bool {
-	code := pgerr.Code(err)
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return code == "57P03" || code == "" && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF))
-	}
-	var netErr net.Error
-	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" ||
-		pgconn.SafeToRetry(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// notMade reports whether err is a connection that could not be made with
-// no word from the server (refused, unreachable): after a lost connection
-// that is a server restarting, and the start tries again; a wrong
-// password or a missing database has a code and is never tried again.
-func notMade(err error) bool {
-	var connectErr *pgconn.ConnectError
-	return errors.As(err, &connectErr) && pgerr.Code(err) == ""
-}
-
-// checkTable fails fast when the outbox table or its schema is missing,
-// when the schema does not match what this version needs (Verify, unless
-// SkipVerify), when the table lacks a column this version uses (a
-// migration not yet run), when Ordering PerKey finds no valid order index
-// (checkOrderIndex), or when the role lacks a privilege the
-// configuration needs or its transactions do not start at READ COMMITTED
-// (checkAccess), rather than logging the same claim error every poll.
-func (d *Dispatcher) checkTable(ctx context.Context) error {
-	names, err := sqlname.For(d.cfg.Table)
-	if err != nil {
-		return err
-	}
-	var exists bool
-	err = d.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", names.Qualified).Scan(&exists)
-	if err != nil {
-		return errtext.Wrap(err, "dispatcher: check table")
-	}
-	if !exists {
-		return errtext.WrapHint(outbox.ErrMissingTable, "is it the Table given to migrations.Migrate?",
-			"dispatcher: %s", d.store.Table())
-	}
-	err = d.verify(ctx)
-	timedOut := ranOutOfTime(err) && ctx.Err() == nil
-	if err != nil && !timedOut {
-		return err
-	}
-	// The column check ran out of time only under a statement_timeout
-	// shorter than a catalog read: it is skipped then (statement timeouts
-	// must never stop progress), and a missing column shows in the
-	// claims' errors instead.
-	if err := d.store.CheckColumns(ctx, d.pool); err != nil && !(ranOutOfTime(err) && ctx.Err() == nil) {
-		return err
-	}
-	if err := d.checkOrderIndex(ctx, names); err != nil {
-		return err
-	}
-	if err := d.checkAccess(ctx); err != nil {
-		return err
-	}
-	d.ensurePartitionsAtStart(ctx, names)
-	if timedOut { // once more, with a fresh timeout
-		return d.verifyAgain(ctx)
-	}
-	return nil
-}
-
-// verifyAgain runs the schema check a second time after the first ran out
-// of time. When this one runs out of time too it logs a warning that says
-// how to fix it, notes it in Health, and lets the start go on: statement
-// timeouts must never stop progress.
-func (d *Dispatcher) verifyAgain(ctx context.Context) error {
-	err := d.verify(ctx)
-	if !ranOutOfTime(err) || ctx.Err() != nil {
-		return err
-	}
-	d.health.skipVerify()
-	d.cfg.Logger.Warn("pgoutbox: could not verify the outbox schema in time; starting without that check",
-		"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "error", err,
-		"fix", "raise statement_timeout for the dispatcher's role, or set Config.SkipVerify")
-	return nil
-}
-
-// verify compares the table's schema with what this version needs
-// (migrations.Verify), bounded like the dispatcher's own statements. A
-// schema version newer than this library knows is no reason to refuse: a
-// later release migrated the table (a rolling upgrade). Then only an
-// object this version relies on that is missing refuses the start; the
-// definitions that differ are logged at INFO. Nor is a check that ran out
-// of time (a statement_timeout, a lock held on the table): statement
-// timeouts must never stop progress, so checkTable checks the columns the
-// dispatcher uses, tries once more, and then goes on without it (see
-// verifyAgain).
-func (d *Dispatcher) verify(parent context.Context) error {
-	if d.cfg.SkipVerify {
-		return nil
-	}
-	ctx, cancel := d.opContextFrom(parent)
-	defer cancel()
-	err := migrations.Verify(ctx, d.pool, migrations.Config{Table: d.cfg.Table})
-	var mismatch *migrations.VerifyError
-	switch {
-	case errors.As(err, &mismatch) && mismatch.NewerCompatible():
-		d.cfg.Logger.Info("pgoutbox: the outbox schema is newer than this version of pgoutbox; dispatching on it",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "schema", mismatch.Problems[len(mismatch.Problems)-1].Actual,
-			"differences", newerDifferences(mismatch))
-		return nil
-	case mismatch != nil:
-		return errtext.WrapHint(err, "Config.SkipVerify starts without this check", "")
-	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
-		return errtext.WrapHint(err, "the dispatcher's role needs SELECT on the version table, as "+
-			"migrations.RenderGrants grants, or set Config.SkipVerify", "")
-	}
-	return err
-}
-
-// newerDifferences lists the definitions of a newer schema that differ
-// from what this version expects (all problems but the version's, last).
-func newerDifferences(e *migrations.VerifyError) []string {
-	diffs := make([]string, 0, len(e.Problems)-1)
-	for _, p := range e.Problems[:len(e.Problems)-1] {
-		diffs = append(diffs, p.String())
-	}
-	return diffs
+// startChecks returns the start-up checks of this dispatcher (the table,
+// its schema, the order index, the role's privileges, the isolation).
+func (d *Dispatcher) startChecks() *startcheck.Checker {
+	return startcheck.New(startcheck.Config{
+		Pool: d.pool, Store: d.store, Table: d.cfg.Table, Owner: d.cfg.Owner, Logger: d.cfg.Logger,
+		PerKey: d.cfg.Ordering == PerKey, DeleteSent: d.cfg.DeleteSent, KeepSent: d.cfg.KeepSent,
+		RetainFailed: d.cfg.RetainFailed, SkipVerify: d.cfg.SkipVerify, PollInterval: d.cfg.PollInterval,
+		OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: time.Now,
+		EnsurePartitionsFunc: d.retention().EnsureAtStart, UnverifiedFunc: d.health.skipVerify,
+	})
 }
 
 // drain stops handlers from starting, releases unstarted claims, waits for

@@ -3,10 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,39 +20,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// silentServer accepts TCP connections on loopback and never answers, like
-// a database host that hangs. It returns its address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // silentConfig is a connection config for the silent server at addr.
 func silentConfig(t *testing.T, addr string) *pgx.ConnConfig {
@@ -72,7 +37,7 @@ func TestStopDuringStartUp(t *testing.T) {
 	db := testdb.NewMigrated(t)
 
 	silentPool := func(t *testing.T) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + silentServer(t) + "/postgres?sslmode=disable")
+		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + testdb.SilentServer(t) + "/postgres?sslmode=disable")
 		require.NoError(t, err)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
@@ -94,14 +59,14 @@ func TestStopDuringStartUp(t *testing.T) {
 			cfg := baseConfig(db)
 			cfg.Wakeup = dispatcher.WakeupRequired
 			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+			cfg.ListenerConnConfig = silentConfig(t, testdb.SilentServer(t))
 			return db.Pool, cfg
 		}},
 		{"cancel while probing wake-ups", true, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
 			cfg := baseConfig(db)
 			cfg.Wakeup = dispatcher.WakeupRequired
 			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+			cfg.ListenerConnConfig = silentConfig(t, testdb.SilentServer(t))
 			return db.Pool, cfg
 		}},
 	}
@@ -308,7 +273,7 @@ func TestStartInterrupted(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.Wakeup = dispatcher.WakeupRequired
 	cfg.WakeupProbeTimeout = time.Minute
-	cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+	cfg.ListenerConnConfig = silentConfig(t, testdb.SilentServer(t))
 	cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
 
 	t.Run("ByStop", func(t *testing.T) {

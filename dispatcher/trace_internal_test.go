@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -51,7 +52,7 @@ func (panickingSpan) End(...trace.SpanEndOption) { panic("span processor panic")
 func TestHandlerSpanPanicIsRecovered(t *testing.T) {
 	t.Parallel()
 	for _, atEnd := range []bool{false, true} {
-		d, err := New(silentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
+		d, err := New(testdb.SilentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		it := begunItem(t, &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1}, false)
