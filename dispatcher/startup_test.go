@@ -24,14 +24,16 @@ import (
 )
 
 // silentServer accepts TCP connections on loopback and never answers, like
-// a database host that hangs. It returns its address.
-func silentServer(t *testing.T) string {
+// a database host that hangs. It returns its address and a channel closed
+// once it accepted a first connection.
+func silentServer(t *testing.T) (addr string, reached <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
-	done := make(chan struct{})
+	done, accepted := make(chan struct{}), make(chan struct{})
+	noteAccepted := sync.OnceFunc(func() { close(accepted) })
 	go func() {
 		defer close(done)
 		for {
@@ -42,6 +44,7 @@ func silentServer(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			noteAccepted()
 		}
 	}()
 	t.Cleanup(func() {
@@ -53,7 +56,7 @@ func silentServer(t *testing.T) string {
 			_ = c.Close()
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), accepted
 }
 
 // silentConfig is a connection config for the silent server at addr.
@@ -71,44 +74,41 @@ func TestStopDuringStartUp(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 
-	silentPool := func(t *testing.T) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + silentServer(t) + "/postgres?sslmode=disable")
+	silentPool := func(t *testing.T) (*pgxpool.Pool, <-chan struct{}) {
+		addr, reached := silentServer(t)
+		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/postgres?sslmode=disable")
 		require.NoError(t, err)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		return pool
+		return pool, reached
+	}
+	silentListener := func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{}) {
+		addr, reached := silentServer(t)
+		cfg := baseConfig(db)
+		cfg.Wakeup = dispatcher.WakeupRequired
+		cfg.WakeupProbeTimeout = time.Minute
+		cfg.ListenerConnConfig = silentConfig(t, addr)
+		return db.Pool, cfg, reached
+	}
+	silentTable := func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{}) {
+		pool, reached := silentPool(t)
+		return pool, baseConfig(db), reached
 	}
 	cases := []struct {
 		name   string
 		cancel bool // cancel Run's ctx instead of calling Stop
-		setup  func(t *testing.T) (*pgxpool.Pool, dispatcher.Config)
+		setup  func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{})
 	}{
-		{"stop while checking the table", false, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			return silentPool(t), baseConfig(db)
-		}},
-		{"cancel while checking the table", true, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			return silentPool(t), baseConfig(db)
-		}},
-		{"stop while probing wake-ups", false, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			cfg := baseConfig(db)
-			cfg.Wakeup = dispatcher.WakeupRequired
-			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
-			return db.Pool, cfg
-		}},
-		{"cancel while probing wake-ups", true, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			cfg := baseConfig(db)
-			cfg.Wakeup = dispatcher.WakeupRequired
-			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
-			return db.Pool, cfg
-		}},
+		{"stop while checking the table", false, silentTable},
+		{"cancel while checking the table", true, silentTable},
+		{"stop while probing wake-ups", false, silentListener},
+		{"cancel while probing wake-ups", true, silentListener},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool, cfg := tc.setup(t)
+			pool, cfg, reached := tc.setup(t)
 			cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
 			d, err := dispatcher.New(pool, cfg)
 			require.NoError(t, err)
@@ -116,7 +116,7 @@ func TestStopDuringStartUp(t *testing.T) {
 			defer cancel()
 			errc := make(chan error, 1)
 			go func() { errc <- d.Run(ctx) }()
-			time.Sleep(200 * time.Millisecond) // let it reach the silent server
+			receive(t, "Run to reach the silent server", reached)
 
 			if tc.cancel {
 				cancel()
@@ -308,7 +308,8 @@ func TestStartInterrupted(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.Wakeup = dispatcher.WakeupRequired
 	cfg.WakeupProbeTimeout = time.Minute
-	cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+	addr, _ := silentServer(t)
+	cfg.ListenerConnConfig = silentConfig(t, addr)
 	cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
 
 	t.Run("ByStop", func(t *testing.T) {
