@@ -411,6 +411,10 @@ type Config struct {
 	// the poll cycle's number, the statements it ran and the rows they
 	// returned; only this package's tests set it (export_test.go).
 	onRecoverPass func(poll uint64, statements, rows int)
+	// suspectWait, when set, replaces LeaseDuration as how long a suspect
+	// waits for the turn before it is released; only this package's tests
+	// set it (export_test.go).
+	suspectWait time.Duration
 }
 
 func (c Config) withDefaults() Config {
