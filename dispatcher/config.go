@@ -415,6 +415,11 @@ type Config struct {
 	// waits for the turn before it is released; only this package's tests
 	// set it (export_test.go).
 	suspectWait time.Duration
+	// onFollowUpsOver, when set, is called on the coordinator goroutine
+	// when the waker starts a claim and arms no follow-up after it: the
+	// follow-up claims of the last wake-up are over once that claim
+	// ends; only this package's tests set it (export_test.go).
+	onFollowUpsOver func()
 }
 
 func (c Config) withDefaults() Config {

@@ -48,3 +48,8 @@ func SetRecoverHook(c *Config, f func(poll uint64, statements, rows int)) { c.on
 // can keep leases long (none lapses however loaded the machine) and still
 // see the release soon.
 func SetSuspectWait(c *Config, wait time.Duration) { c.suspectWait = wait }
+
+// SetFollowUpsOverHook makes the dispatcher built from c call f, on its
+// coordinator goroutine, when its waker starts a claim and arms no
+// follow-up after it (f must not block).
+func SetFollowUpsOverHook(c *Config, f func()) { c.onFollowUpsOver = f }

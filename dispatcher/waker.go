@@ -23,6 +23,7 @@ type waker struct {
 	cooldown time.Duration // 0: NoWakeupCooldown, a claim per wake-up
 	busyAt   int
 	arm      func(time.Duration) // (re)arms the timer that calls fired
+	over     func()              // Config.onFollowUpsOver (tests), or nil
 
 	last    time.Time // when the last claim the waker asked for started
 	hot     time.Time // the last wake-up
@@ -39,7 +40,7 @@ type foundAt struct {
 }
 
 func newWaker(cfg Config, arm func(time.Duration)) *waker {
-	return &waker{cooldown: cfg.WakeupCooldown, busyAt: max(1, cfg.BatchSize/2), arm: arm}
+	return &waker{cooldown: cfg.WakeupCooldown, busyAt: max(1, cfg.BatchSize/2), arm: arm, over: cfg.onFollowUpsOver}
 }
 
 // followEvery is the time between follow-up claims while the dispatcher is
@@ -101,6 +102,9 @@ func (w *waker) due(now time.Time, inflight bool, gap time.Duration) bool {
 // WakeupCooldown after the last wake-up.
 func (w *waker) follow(now time.Time) {
 	if !w.last.Before(w.hot.Add(w.cooldown)) {
+		if w.over != nil {
+			w.over()
+		}
 		return
 	}
 	gap := w.gap(now)
