@@ -472,9 +472,10 @@ func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
 		d, h := startListening(t, db, cfg)
 		started.Store(d)
 		quiet := func() {
-			time.Sleep(3 * time.Second) // long enough for polls to stretch, if they do
+			// Five idle polls: enough for polls to stretch, if they do
+			// (doubling from the first idle one, 3s in all), then one more.
 			polls := d.Stats().PollCycles
-			waitFor(t, "a poll", func() bool { return d.Stats().PollCycles > polls })
+			waitFor(t, "idle polls", func() bool { return d.Stats().PollCycles >= polls+5 })
 		}
 		quiet()
 		wakeups := d.Stats().Wakeups
