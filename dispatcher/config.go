@@ -411,6 +411,15 @@ type Config struct {
 	// the poll cycle's number, the statements it ran and the rows they
 	// returned; only this package's tests set it (export_test.go).
 	onRecoverPass func(poll uint64, statements, rows int)
+	// suspectWait, when set, replaces LeaseDuration as how long a suspect
+	// waits for the turn before it is released; only this package's tests
+	// set it (export_test.go).
+	suspectWait time.Duration
+	// onFollowUpsOver, when set, is called on the coordinator goroutine
+	// when the waker starts a claim and arms no follow-up after it: the
+	// follow-up claims of the last wake-up are over once that claim
+	// ends; only this package's tests set it (export_test.go).
+	onFollowUpsOver func()
 }
 
 func (c Config) withDefaults() Config {

@@ -30,7 +30,8 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	defer c.wait()
 	wakeTimer := stoppedTimer()
 	defer wakeTimer.Stop()
-	w := waker.New(waker.Config{Cooldown: d.cfg.WakeupCooldown, BatchSize: d.cfg.BatchSize, ArmFunc: func(wait time.Duration) { wakeTimer.Reset(wait) }})
+	w := waker.New(waker.Config{Cooldown: d.cfg.WakeupCooldown, BatchSize: d.cfg.BatchSize, ArmFunc: func(wait time.Duration) { wakeTimer.Reset(wait) },
+		FollowUpsOver: d.cfg.onFollowUpsOver})
 	if ctx.Err() != nil || d.stopRequested() {
 		return
 	}

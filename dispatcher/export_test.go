@@ -42,3 +42,14 @@ func SetClaimHook(c *Config, f func(events []outbox.Event)) { c.onClaimed = f }
 // recovery pass with the poll cycle's number, the recovery statements it
 // ran and the rows they returned (PENDING or FAILED).
 func SetRecoverHook(c *Config, f func(poll uint64, statements, rows int)) { c.onRecoverPass = f }
+
+// SetSuspectWait makes the dispatcher built from c release a suspect kept
+// waiting for the turn after wait instead of LeaseDuration, so that a test
+// can keep leases long (none lapses however loaded the machine) and still
+// see the release soon.
+func SetSuspectWait(c *Config, wait time.Duration) { c.suspectWait = wait }
+
+// SetFollowUpsOverHook makes the dispatcher built from c call f, on its
+// coordinator goroutine, when its waker starts a claim and arms no
+// follow-up after it (f must not block).
+func SetFollowUpsOverHook(c *Config, f func()) { c.onFollowUpsOver = f }

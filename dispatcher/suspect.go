@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ func (d *Dispatcher) suspectsHeldEnough() bool {
 // when the item is let go first, or when LeaseDuration passes first: then
 // the item is released unstarted.
 func (d *Dispatcher) takeSuspectTurn(it *held.Item) bool {
-	wait := time.NewTimer(d.cfg.LeaseDuration)
+	wait := time.NewTimer(cmp.Or(d.cfg.suspectWait, d.cfg.LeaseDuration))
 	defer wait.Stop()
 	select {
 	case d.suspects <- struct{}{}:

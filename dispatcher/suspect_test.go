@@ -100,14 +100,18 @@ func runSuspects(t *testing.T, publish bool) []string {
 // return (it ignores its context) holds the suspect turn, but the other
 // events of its dispatcher still run, and the suspects waiting for the
 // turn are released unstarted after LeaseDuration, uncharged, instead of
-// being held under renewed leases.
+// being held under renewed leases. The wait for the turn is shortened to
+// 1s under a lease of a minute: with a lease of 1s, a machine loaded past
+// two thirds of a second between beats let a lease lapse, and its
+// recovery charged a suspect (or gave the stuck one's turn back).
 func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
 	cfg := baseConfig(db)
 	cfg.Concurrency, cfg.BatchSize = 4, 10
-	cfg.LeaseDuration = time.Second
+	cfg.LeaseDuration = time.Minute
+	dispatcher.SetSuspectWait(&cfg, time.Second)
 	d := runStuckSuspect(t, db, cfg, "t", "other")
 	waiting := insertSuspects(t, db, "t", 3)
 	others := insertEvents(t, db, "other", 2)

@@ -120,6 +120,36 @@ func startListening(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (*dispat
 	return d, h
 }
 
+// followUps tells a test when the follow-up claims of a dispatcher's
+// wake-ups are over (see dispatcher.SetFollowUpsOverHook).
+type followUps struct {
+	mu   sync.Mutex
+	ends []time.Time // when the waker armed no further follow-up
+}
+
+// watchFollowUps sets cfg's hook that records the ends of follow-ups.
+func watchFollowUps(cfg *dispatcher.Config) *followUps {
+	f := &followUps{}
+	dispatcher.SetFollowUpsOverHook(cfg, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.ends = append(f.ends, time.Now())
+	})
+	return f
+}
+
+// waitOver waits until the follow-ups have ended n times and the claim
+// started by the last end (the last follow-up) has succeeded, so that no
+// claim of theirs is still to come.
+func (f *followUps) waitOver(t *testing.T, d *dispatcher.Dispatcher, n int) {
+	t.Helper()
+	waitFor(t, "the follow-up claims to end", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.ends) >= n && d.Health().LastClaim.After(f.ends[len(f.ends)-1])
+	})
+}
+
 func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -137,6 +167,7 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	cfg, down, app := wakeupConfig(t, db)
+	follow := watchFollowUps(&cfg)
 	d, h := startListening(t, db, cfg)
 
 	down.Store(true)
@@ -145,10 +176,10 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
 	require.Equal(t, 1, killed)
 	waitFor(t, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
-	// Let the follow-up claims of the last wake-up (for one WakeupCooldown,
-	// 20ms, after it) pass, so that only the reconnect can find the next
-	// event.
-	time.Sleep(100 * time.Millisecond)
+	// Wait for the follow-up claims of the last wake-up (the listener's
+	// connect, for one WakeupCooldown after it) to end, so that only the
+	// reconnect can find the next event.
+	follow.waitOver(t, d, 1)
 	whileDown := emitOne(t, db, "x")
 	waitFor(t, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
 	require.Equal(t, outbox.StatusPending, readRow(t, db, whileDown).Status, "nothing woke the dispatcher yet")
@@ -336,8 +367,9 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	const window = 500 * time.Millisecond // wide, so that a loaded machine commits within it
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.WakeupCooldown = window
+	follow := watchFollowUps(&cfg)
 	d, h := startListening(t, db, cfg)
-	time.Sleep(2 * window) // the start-up wake-up and its follow-up claims are over
+	follow.waitOver(t, d, 1) // the start-up wake-up and its follow-up claims are over
 	wakeups, claims := d.Stats().Wakeups, d.Stats().ClaimCycles
 
 	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
@@ -358,7 +390,7 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	}
 	require.Zero(t, h.wait(t, second), "the second, found by a follow-up claim, before any poll")
 	require.Equal(t, wakeups+1, d.Stats().Wakeups, "one notification for both")
-	time.Sleep(2 * window)
+	follow.waitOver(t, d, 2)
 	after := d.Stats().ClaimCycles
 	// The wake-up's claim and its follow-ups, a fifth of the cooldown
 	// apart, until one began a cooldown after it: five, or fewer when
@@ -440,9 +472,10 @@ func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
 		d, h := startListening(t, db, cfg)
 		started.Store(d)
 		quiet := func() {
-			time.Sleep(3 * time.Second) // long enough for polls to stretch, if they do
+			// Five idle polls: enough for polls to stretch, if they do
+			// (doubling from the first idle one, 3s in all), then one more.
 			polls := d.Stats().PollCycles
-			waitFor(t, "a poll", func() bool { return d.Stats().PollCycles > polls })
+			waitFor(t, "idle polls", func() bool { return d.Stats().PollCycles >= polls+5 })
 		}
 		quiet()
 		wakeups := d.Stats().Wakeups

@@ -11,15 +11,17 @@ import (
 )
 
 // SilentServer accepts TCP connections on loopback and never answers, like
-// a database host that hangs. It returns its address; it
+// a database host that hangs. It returns its address and a channel closed
+// once it accepted a first connection; it
 // closes, with the connections it accepted, when the test ends.
-func SilentServer(t *testing.T) string {
+func SilentServer(t *testing.T) (addr string, reached <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
-	done := make(chan struct{})
+	done, accepted := make(chan struct{}), make(chan struct{})
+	noteAccepted := sync.OnceFunc(func() { close(accepted) })
 	go func() {
 		defer close(done)
 		for {
@@ -30,6 +32,7 @@ func SilentServer(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			noteAccepted()
 		}
 	}()
 	t.Cleanup(func() {
@@ -41,13 +44,14 @@ func SilentServer(t *testing.T) string {
 			_ = c.Close()
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), accepted
 }
 
 // SilentPool is a pool of a server that accepts connections and never
 // answers (SilentServer); the pool closes when the test ends.
 func SilentPool(t *testing.T) *pgxpool.Pool {
-	pool, err := pgxpool.New(context.Background(), "postgres://x@"+SilentServer(t)+"/x?connect_timeout=30")
+	addr, _ := SilentServer(t)
+	pool, err := pgxpool.New(context.Background(), "postgres://x@"+addr+"/x?connect_timeout=30")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool

@@ -23,6 +23,7 @@ type Waker struct {
 	cooldown time.Duration // 0: NoWakeupCooldown, a claim per wake-up
 	busyAt   int
 	arm      func(time.Duration) // (re)arms the timer that calls Fired
+	over     func()              // Config.FollowUpsOver (tests), or nil
 
 	last    time.Time // when the last claim the waker asked for started
 	hot     time.Time // the last wake-up
@@ -49,11 +50,14 @@ type Config struct {
 	// ArmFunc (re)arms the timer whose firing the coordinator passes to
 	// Fired, to fire after the given duration.
 	ArmFunc func(time.Duration)
+	// FollowUpsOver, when set, is called when the waker starts a claim and
+	// arms no follow-up after it (a test signal).
+	FollowUpsOver func()
 }
 
 // New returns a Waker for cfg, quiet and with no timer armed.
 func New(cfg Config) *Waker {
-	return &Waker{cooldown: cfg.Cooldown, busyAt: max(1, cfg.BatchSize/2), arm: cfg.ArmFunc}
+	return &Waker{cooldown: cfg.Cooldown, busyAt: max(1, cfg.BatchSize/2), arm: cfg.ArmFunc, over: cfg.FollowUpsOver}
 }
 
 // followEvery is the time between follow-up claims while the dispatcher is
@@ -115,6 +119,9 @@ func (w *Waker) due(now time.Time, inflight bool, gap time.Duration) bool {
 // WakeupCooldown after the last wake-up.
 func (w *Waker) follow(now time.Time) {
 	if !w.last.Before(w.hot.Add(w.cooldown)) {
+		if w.over != nil {
+			w.over()
+		}
 		return
 	}
 	gap := w.gap(now)
