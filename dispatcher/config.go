@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -480,7 +480,7 @@ func (c Config) validate() error {
 		option string
 		reason string
 	}{
-		{pgtext.Problem(c.Owner, maxOwnerLen) == "", "Owner", "must be at most 200 bytes of UTF-8 without NUL"},
+		{pgvalue.TextProblem(c.Owner, maxOwnerLen) == "", "Owner", "must be at most 200 bytes of UTF-8 without NUL"},
 		{between(c.BatchSize, 1, 10_000), "BatchSize", "must be between 1 and 10000"},
 		{between(c.Concurrency, 1, 100_000), "Concurrency", "must be between 1 and 100000"},
 		{between(c.Claimers, 1, 16), "Claimers", "must be between 1 and 16"},
@@ -569,5 +569,5 @@ const maxTypeLen = 255
 
 // badType reports whether t cannot be an event type.
 func badType(t string) bool {
-	return strings.TrimSpace(t) == "" || pgtext.Problem(t, maxTypeLen) != ""
+	return strings.TrimSpace(t) == "" || pgvalue.TextProblem(t, maxTypeLen) != ""
 }

@@ -65,7 +65,7 @@ func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) erro
 // advisory locks while it runs, one keyed by the table's qualified name and
 // tern's own, so that concurrent callers migrate one at a time and the
 // later ones find nothing to do; it waits at most s.LockWait for them and
-// then returns a *outbox.MigrationLockError naming the backend that holds
+// then returns a *LockError naming the backend that holds
 // the lock. It creates the schema when it is missing, before tern creates
 // its version table in it. tern runs each migration in a transaction of
 // its own; one that gives up waiting for a lock (SQLSTATE 55P03, after the

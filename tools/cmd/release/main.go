@@ -1,13 +1,13 @@
 // Command release keeps the published modules installable the way users
 // install them (see docs/releasing.md). Run from anywhere in the repository:
 //
-//	go run ./integration/cmd/release check   # make release-check
-//	go run ./integration/cmd/release build   # in make build
-//	go run ./integration/cmd/release tidy    # in make lint: fails if a go.mod or go.sum is not tidy
-//	go run ./integration/cmd/release tidy -w # make tidy: writes the tidied files
-//	go run ./integration/cmd/release pack DIR
-//	go run ./integration/cmd/release bump vX.Y.Z
-//	go run ./integration/cmd/release work    # make work/replace
+//	go run ./tools/cmd/release check   # make release-check
+//	go run ./tools/cmd/release build   # in make build
+//	go run ./tools/cmd/release tidy    # in make lint: fails if a go.mod or go.sum is not tidy
+//	go run ./tools/cmd/release tidy -w # make tidy: writes the tidied files
+//	go run ./tools/cmd/release pack DIR
+//	go run ./tools/cmd/release bump vX.Y.Z
+//	go run ./tools/cmd/release work    # make work/replace
 //
 // check enforces the version rules: VERSION is a semantic version, every
 // publisher requires the core at it, no published go.mod has a replace
@@ -31,7 +31,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/release"
+	"github.com/pgoutbox/pgoutbox/tools/internal/release"
 )
 
 const usage = `usage: release check | build | tidy [-w] | pack DIR | bump vX.Y.Z | work

@@ -1,4 +1,4 @@
-package pgtext
+package pgvalue
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"unicode/utf8"
 )
 
-// Problem says why s cannot be stored as text of at most max bytes, or ""
+// TextProblem says why s cannot be stored as text of at most max bytes, or ""
 // when it can. An empty s is fine here; callers that need a value check
 // that themselves.
-func Problem(s string, max int) string {
+func TextProblem(s string, max int) string {
 	switch {
 	case len(s) > max:
 		return fmt.Sprintf("is longer than %d bytes", max)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/release"
+	"github.com/pgoutbox/pgoutbox/tools/internal/release"
 )
 
 // TestCheckRepository runs make release-check's rules on this repository.

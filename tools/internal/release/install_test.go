@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/release"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/tools/internal/release"
 )
 
 // TestInstall installs pgoutbox as a user does, outside the repository

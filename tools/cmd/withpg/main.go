@@ -1,7 +1,7 @@
 // Command withpg runs a command with PGOUTBOX_TEST_DATABASE_URL set, so
 // that the tests it runs have a PostgreSQL:
 //
-//	go run ./integration/cmd/withpg -- go test ./...
+//	go run ./tools/cmd/withpg -- go test ./...
 //
 // The variable is passed on as it is when already set. Otherwise it points
 // at the PostgreSQL answering on 127.0.0.1:5432, or, when none answers and
@@ -21,8 +21,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/pgenv"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/tools/pgenv"
 )
 
 // startTimeout bounds pulling and starting the PostgreSQL image.

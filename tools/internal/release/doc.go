@@ -8,8 +8,8 @@
 // module under publishers/. Each publisher requires the core at the version
 // in the VERSION file, and no published go.mod has a replace directive.
 // Development resolves the core from the working tree through the
-// committed go.work; the other modules (benchmarks, examples, integration)
-// are never published and may keep replace directives.
+// committed go.work; the other modules (benchmarks, examples, integration,
+// tools) are never published and may keep replace directives.
 //
 // # What it offers
 //
@@ -24,6 +24,6 @@
 //   - [Repo.Bump]: a new version written to VERSION and to every
 //     requirement of our modules.
 //
-// The command integration/cmd/release runs these for the Makefile; the
+// The command tools/cmd/release runs these for the Makefile; the
 // package's TestInstall builds a fresh consumer module against the proxy.
 package release

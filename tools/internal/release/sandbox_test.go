@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/release"
+	"github.com/pgoutbox/pgoutbox/tools/internal/release"
 )
 
 // A go command stopped by its context says why (the context's cause),

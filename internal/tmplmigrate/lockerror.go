@@ -1,11 +1,13 @@
-package outbox
+package tmplmigrate
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// MigrationLockError is what migrations.Migrate and inbox.Migrate return
+// LockError is what migrations.Migrate and inbox.Migrate return
 // when the advisory lock that serializes migrations stayed held by another
 // session for longer than the configured wait (migrations.Config.LockTimeout;
 // inbox.Migrate always waits the default, one minute).
@@ -13,9 +15,11 @@ import (
 // still running elsewhere from a lock left behind, for example by an idle
 // server connection of a transaction-mode pooler that ran Migrate once.
 // Such a session is ended with SELECT pg_terminate_backend(PID).
-type MigrationLockError struct {
+// Users meet it as migrations.LockError, an alias: it is defined here
+// because Migrate builds it and package migrations imports this one.
+type LockError struct {
 	// Table is the table being migrated.
-	Table Table
+	Table outbox.Table
 	// Lock names the advisory lock: "pgoutbox" for the lock keyed by the
 	// table's name, "tern" for the one every tern migration in the database
 	// takes.
@@ -40,7 +44,7 @@ type MigrationLockError struct {
 
 // Error implements error. It names the holder and how to end it, and
 // contains no credentials.
-func (e *MigrationLockError) Error() string {
+func (e *LockError) Error() string {
 	msg := fmt.Sprintf("pgoutbox: migrate %s: the %s advisory lock was held by another session for %s", e.Table, e.Lock, e.Waited)
 	if e.PID == 0 {
 		return msg + " (released since; run Migrate again)"
@@ -51,4 +55,4 @@ func (e *MigrationLockError) Error() string {
 }
 
 // Unwrap returns the database's lock_timeout error.
-func (e *MigrationLockError) Unwrap() error { return e.Err }
+func (e *LockError) Unwrap() error { return e.Err }
