@@ -64,7 +64,7 @@ func (c *claims) wake() {
 // wake-up is waiting for room, or when suspects were left for later and
 // fewer wait for the suspect turn now.
 func (c *claims) roomFreed() {
-	if c.suspectsLeft && !c.d.suspectsHeldEnough() {
+	if c.suspectsLeft && !c.d.skipSuspects() {
 		c.suspectsLeft, c.wanted = false, true
 	}
 	if c.backlog || c.wanted {
@@ -75,7 +75,7 @@ func (c *claims) roomFreed() {
 // fill starts claims while a claimer is free and there is room: one for a
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
-	for !c.waiting && c.inflight < c.d.claimers() && (c.wanted || c.backlog) {
+	for !c.waiting && c.inflight < c.d.mode.Claimers() && (c.wanted || c.backlog) {
 		limit := min(c.d.claimLimit(c.reserved), c.size.Limit())
 		if limit == 0 {
 			return
@@ -166,10 +166,7 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 	if stopping {
 		return 0
 	}
-	if d.cfg.Ordering != PerKey {
-		held -= min(suspects, d.suspectsAhead()) // they wait for the suspect turn without a slot (see suspect.go)
-	}
-	used := held + reserved
+	used := d.mode.Room(held, suspects) + reserved
 	free := d.cfg.Concurrency + d.cfg.Claimers*d.cfg.BatchSize - used
 	if free < max(1, d.cfg.BatchSize/2) && used > 0 {
 		return 0
@@ -185,17 +182,17 @@ func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 	defer cancel()
 	sentAt := d.cfg.now()
 	d.report.Counters.ClaimCycles.Add(1)
-	starts, slots := d.startsFor(limit)
-	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
+	starts, slots := d.mode.StartsFor(limit)
+	skipSuspects := d.skipSuspects()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.Types,
-		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
+		Ordered: d.mode.Ordered(), BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
 		SkipSuspects: skipSuspects,
 		ByType:       d.cfg.OrderScope == ScopeKeyAndType,
 	})
 	d.health.claimed(err)
 	if err != nil {
-		d.releaseSlots(slots)
+		d.mode.ReleaseSlots(slots)
 		d.report.Error("claim failed", err)
 		return claimResult{limit: limit, err: err}
 	}
@@ -207,7 +204,7 @@ func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 		d.report.Counters.Claimed.Add(uint64(len(b.Events)))
 		batch = d.dispatch(b, sentAt, slots)
 	} else {
-		d.releaseSlots(slots)
+		d.mode.ReleaseSlots(slots)
 	}
 	d.probeClaimed(p, batch)
 	return claimResult{limit: limit, got: len(b.Events), skippedSuspects: skipSuspects}
@@ -220,12 +217,13 @@ func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 // has been let go.
 func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) context.Context {
 	items, given := d.held.Add(d.workCtx, b, sentAt, slots)
-	d.releaseSlots(slots - given)
-	if d.inClaimOrder() {
-		prev, done := d.turns.take()
-		go d.runInTurn(items, prev, done)
-		return items[0].Batch.Ctx
-	}
-	go d.runBatch(items)
-	return items[0].Batch.Ctx
+	d.mode.ReleaseSlots(slots - given)
+	return d.mode.Dispatch(items)
+}
+
+// skipSuspects reports whether the next claim leaves suspects out (see
+// internal/run/suspect.go).
+func (d *Dispatcher) skipSuspects() bool {
+	_, suspects, _ := d.held.Room()
+	return d.mode.SkipSuspects(suspects)
 }
