@@ -21,7 +21,7 @@ type claims struct {
 	reserved int  // room promised to claims in flight
 	backlog  bool // the last claim came back full
 	wanted   bool // a wake-up asked for a claim that has not started yet
-	// suspectsLeft: a claim left suspects for later (see suspectsAhead);
+	// suspectsLeft: a claim left suspects for later (see internal/run/suspect.go);
 	// one is claimed again as soon as fewer wait for the suspect turn.
 	suspectsLeft bool
 
@@ -160,7 +160,7 @@ func (c *claims) wait() {
 // dispatcher holds at most Concurrency + Claimers × BatchSize events:
 // batches are claimed ahead while Concurrency handlers run, so that
 // claiming and dispatching overlap. Suspects waiting for their turn, up to
-// suspectsAhead of them, take no room (see suspect.go).
+// a batch of them, take no room (the mode's Room; see internal/run/suspect.go).
 func (d *Dispatcher) claimLimit(reserved int) int {
 	held, suspects, stopping := d.held.Room()
 	if stopping {
@@ -175,7 +175,7 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 }
 
 // claim takes up to p.Limit events of p's types (see types.go and
-// circuit.go) and starts them.
+// circuit.go) and has the mode run them.
 func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 	limit := p.Limit
 	ctx, cancel := d.opContext()
@@ -211,7 +211,7 @@ func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 }
 
 // dispatch holds a claimed batch sent at sentAt and runs it. slots is
-// the number of handler slots startsFor took for the claim: the marked
+// the number of handler slots the mode's StartsFor took for the claim: the marked
 // events among the first slots start in them, and the rest are given back.
 // It returns the batch's context, which ends when every event of the batch
 // has been let go.

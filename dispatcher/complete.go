@@ -240,7 +240,7 @@ func (c *completer) failure(it *held.Item) lease.Failure {
 // marked it started).
 //
 // Items the dispatcher could not route are released with a back-off
-// (see unroutable.go), the others due as they were.
+// (see internal/run/unroutable.go), the others due as they were.
 func (c *completer) release(ctx context.Context, items []*held.Item) error {
 	var now, later []*held.Item
 	for _, it := range items {
