@@ -1,28 +1,10 @@
 package run
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/pgoutbox/pgoutbox/internal/held"
 )
-
-// scheduler is the claimer's Scheduler as the phase-2 contract states it
-// (internal/claim declares it): every mode implements it.
-type scheduler interface {
-	Claimers() int
-	Room(held, suspectsWaiting int) int
-	SkipSuspects(suspectsWaiting int) bool
-	Ordered() bool
-	StartsFor(limit int) (starts, slots int)
-	ReleaseSlots(n int)
-	Dispatch(items []*held.Item) context.Context
-	WakeOnRetry() bool
-}
-
-var _ = []scheduler{&unordered{}, &inClaimOrder{}, &byKey{}}
 
 // NewMode picks per key under PerKey whatever the slots, claim order with
 // one slot, unordered otherwise; each answers the claimer as its mode
