@@ -31,7 +31,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	d.dbCtx, d.workCtx = context.Background(), context.Background()
 	quit := make(chan struct{})
 	defer close(quit)
-	d.workers = workers.New(quit, clock.Real())
+	d.startRunner(workers.New(quit, clock.Real()))
 	d.completer = newCompleter(context.Background(), d)
 	events := make([]outbox.Event, batch)
 	for i := range events {

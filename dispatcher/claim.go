@@ -21,7 +21,7 @@ type claims struct {
 	reserved int  // room promised to claims in flight
 	backlog  bool // the last claim came back full
 	wanted   bool // a wake-up asked for a claim that has not started yet
-	// suspectsLeft: a claim left suspects for later (see suspectsAhead);
+	// suspectsLeft: a claim left suspects for later (see internal/run/suspect.go);
 	// one is claimed again as soon as fewer wait for the suspect turn.
 	suspectsLeft bool
 
@@ -64,7 +64,7 @@ func (c *claims) wake() {
 // wake-up is waiting for room, or when suspects were left for later and
 // fewer wait for the suspect turn now.
 func (c *claims) roomFreed() {
-	if c.suspectsLeft && !c.d.suspectsHeldEnough() {
+	if c.suspectsLeft && !c.d.skipSuspects() {
 		c.suspectsLeft, c.wanted = false, true
 	}
 	if c.backlog || c.wanted {
@@ -75,7 +75,7 @@ func (c *claims) roomFreed() {
 // fill starts claims while a claimer is free and there is room: one for a
 // wake-up, and while a backlog remains as many as Claimers allows.
 func (c *claims) fill() {
-	for !c.waiting && c.inflight < c.d.claimers() && (c.wanted || c.backlog) {
+	for !c.waiting && c.inflight < c.d.mode.Claimers() && (c.wanted || c.backlog) {
 		limit := min(c.d.claimLimit(c.reserved), c.size.Limit())
 		if limit == 0 {
 			return
@@ -160,16 +160,13 @@ func (c *claims) wait() {
 // dispatcher holds at most Concurrency + Claimers × BatchSize events:
 // batches are claimed ahead while Concurrency handlers run, so that
 // claiming and dispatching overlap. Suspects waiting for their turn, up to
-// suspectsAhead of them, take no room (see suspect.go).
+// a batch of them, take no room (the mode's Room; see internal/run/suspect.go).
 func (d *Dispatcher) claimLimit(reserved int) int {
 	held, suspects, stopping := d.held.Room()
 	if stopping {
 		return 0
 	}
-	if d.cfg.Ordering != PerKey {
-		held -= min(suspects, d.suspectsAhead()) // they wait for the suspect turn without a slot (see suspect.go)
-	}
-	used := held + reserved
+	used := d.mode.Room(held, suspects) + reserved
 	free := d.cfg.Concurrency + d.cfg.Claimers*d.cfg.BatchSize - used
 	if free < max(1, d.cfg.BatchSize/2) && used > 0 {
 		return 0
@@ -178,24 +175,24 @@ func (d *Dispatcher) claimLimit(reserved int) int {
 }
 
 // claim takes up to p.Limit events of p's types (see types.go and
-// circuit.go) and starts them.
+// circuit.go) and has the mode run them.
 func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 	limit := p.Limit
 	ctx, cancel := d.opContext()
 	defer cancel()
 	sentAt := d.cfg.now()
 	d.report.Counters.ClaimCycles.Add(1)
-	starts, slots := d.startsFor(limit)
-	skipSuspects := d.cfg.Ordering != PerKey && d.suspectsHeldEnough()
+	starts, slots := d.mode.StartsFor(limit)
+	skipSuspects := d.skipSuspects()
 	b, err := d.store.Claim(ctx, d.pool, lease.ClaimParams{
 		Owner: d.cfg.Owner, Limit: limit, Lease: d.cfg.LeaseDuration, Start: starts, Types: p.Types,
-		Ordered: d.cfg.Ordering == PerKey, BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
+		Ordered: d.mode.Ordered(), BlockFailed: d.cfg.HeadPolicy == BlockKey, Skip: d.held.Stuck(),
 		SkipSuspects: skipSuspects,
 		ByType:       d.cfg.OrderScope == ScopeKeyAndType,
 	})
 	d.health.claimed(err)
 	if err != nil {
-		d.releaseSlots(slots)
+		d.mode.ReleaseSlots(slots)
 		d.report.Error("claim failed", err)
 		return claimResult{limit: limit, err: err}
 	}
@@ -207,25 +204,26 @@ func (d *Dispatcher) claim(p circuit.Plan) claimResult {
 		d.report.Counters.Claimed.Add(uint64(len(b.Events)))
 		batch = d.dispatch(b, sentAt, slots)
 	} else {
-		d.releaseSlots(slots)
+		d.mode.ReleaseSlots(slots)
 	}
 	d.probeClaimed(p, batch)
 	return claimResult{limit: limit, got: len(b.Events), skippedSuspects: skipSuspects}
 }
 
 // dispatch holds a claimed batch sent at sentAt and runs it. slots is
-// the number of handler slots startsFor took for the claim: the marked
+// the number of handler slots the mode's StartsFor took for the claim: the marked
 // events among the first slots start in them, and the rest are given back.
 // It returns the batch's context, which ends when every event of the batch
 // has been let go.
 func (d *Dispatcher) dispatch(b lease.Batch, sentAt time.Time, slots int) context.Context {
 	items, given := d.held.Add(d.workCtx, b, sentAt, slots)
-	d.releaseSlots(slots - given)
-	if d.inClaimOrder() {
-		prev, done := d.turns.take()
-		go d.runInTurn(items, prev, done)
-		return items[0].Batch.Ctx
-	}
-	go d.runBatch(items)
-	return items[0].Batch.Ctx
+	d.mode.ReleaseSlots(slots - given)
+	return d.mode.Dispatch(items)
+}
+
+// skipSuspects reports whether the next claim leaves suspects out (see
+// internal/run/suspect.go).
+func (d *Dispatcher) skipSuspects() bool {
+	_, suspects, _ := d.held.Room()
+	return d.mode.SkipSuspects(suspects)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -239,7 +240,7 @@ func (c *completer) failure(it *held.Item) lease.Failure {
 // marked it started).
 //
 // Items the dispatcher could not route are released with a back-off
-// (see unroutable.go), the others due as they were.
+// (see internal/run/unroutable.go), the others due as they were.
 func (c *completer) release(ctx context.Context, items []*held.Item) error {
 	var now, later []*held.Item
 	for _, it := range items {
@@ -253,7 +254,7 @@ func (c *completer) release(ctx context.Context, items []*held.Item) error {
 		return err
 	}
 	return c.releaseWith(ctx, later, func(ctx context.Context, db lease.DB, refs []lease.Ref) (lease.RefResult, error) {
-		return c.store.ReleaseLater(ctx, db, refs, unroutableMinDelay, unroutableMaxDelay)
+		return c.store.ReleaseLater(ctx, db, refs, run.UnroutableMinDelay, run.UnroutableMaxDelay)
 	})
 }
 

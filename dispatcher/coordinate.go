@@ -61,7 +61,7 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 			c.roomFreed()
 		case <-d.retryScheduled:
 			switch {
-			case d.cfg.Ordering == PerKey:
+			case d.mode.WakeOnRetry():
 				// An outcome or release of a key's event was written: the
 				// key's next event may be its head now. Claim at once,
 				// wake-ups or not; a claim that finds nothing settles and
@@ -228,7 +228,7 @@ func (d *Dispatcher) armDue(p *poller) {
 // work, and counting them woke a claim at every cooldown for as long as
 // the key stayed blocked.
 func (d *Dispatcher) nextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
-	if d.cfg.Ordering == PerKey {
+	if d.mode.Ordered() {
 		return d.store.NextHeadDue(ctx, d.pool, types, d.cfg.HeadPolicy == BlockKey, d.cfg.OrderScope == ScopeKeyAndType)
 	}
 	return d.store.NextDue(ctx, d.pool, types)

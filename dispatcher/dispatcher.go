@@ -18,9 +18,8 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
-	"github.com/pgoutbox/pgoutbox/internal/tally"
-	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -33,7 +32,7 @@ var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight ha
 
 // errHardStop is the cancel cause of handler contexts after the drain
 // timeout.
-var errHardStop = errors.New("pgoutbox: dispatcher stopped")
+var errHardStop = run.ErrHardStop
 
 // ErrStarted is returned by Handle after Start or Run: handlers are fixed
 // once the dispatcher starts.
@@ -58,9 +57,11 @@ type Dispatcher struct {
 	report *report.Reporter // counts, logs, metrics and spans (internal/report)
 	held   *held.Set        // the events held, and every change of their state
 	kinds  kinds            // what it claims and publishes (see types.go)
-	// unroutable counts the events it claimed and could not route (see
-	// unroutable.go).
-	unroutable tally.Unroutable
+	// mode is the scheduling mode, chosen once by New (internal/run's
+	// Mode): the claims ask it how to claim, and it runs their batches.
+	mode run.Mode
+	// runner runs the claimed batches: handlers, publishes (internal/run).
+	runner *run.Runner
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
 	circuit *circuit.Circuit
@@ -70,9 +71,6 @@ type Dispatcher struct {
 
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
-	slots          chan struct{} // one token per running handler call, Concurrency in all
-	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
-	turns          turns         // batches in claim order, with Concurrency 1 (see claimorder.go)
 	stopCh         chan struct{} // Stop was called
 	hardStopped    atomic.Bool   // the drain timed out and cancelled the calls still running
 	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
@@ -86,19 +84,7 @@ type Dispatcher struct {
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
 	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
-	workers   *workers.Pool   // goroutines for handler calls
 	completer *completer
-
-	// handlerTime is the running average of handler durations in
-	// nanoseconds; 0 before the first call returns (see start.go). Every
-	// handler call writes it: it has a cache line of its own, away from
-	// the fields every call reads or locks (held, report, mu).
-	_           [64]byte
-	handlerTime atomic.Int64
-	_           [56]byte
-	// slowUntil is when handlers stop counting as slow (monotonic
-	// nanoseconds since clockStart; see start.go).
-	slowUntil atomic.Int64
 
 	// leaseWrites keeps this dispatcher's renewals, start marks and
 	// releases from running at once: they skip rows locked elsewhere, and
@@ -193,16 +179,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
-		slots:          make(chan struct{}, cfg.Concurrency),
-		suspects:       make(chan struct{}, 1),
 		stopCh:         make(chan struct{}),
 		done:           make(chan struct{}),
 		handlers:       make(map[string]outbox.Handler),
 	}
-	if cfg.Ordering == PerKey {
-		d.held.RunInWaves()
-	}
 	d.circuit = newCircuit(cfg, d.Trigger)
+	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
+	d.runner = d.newRunner()
 	return d, nil
 }
 
@@ -266,7 +249,7 @@ func (d *Dispatcher) Stats() Stats {
 		s.WaitingUnhandledByType = byType
 		s.WaitingUnhandled += total
 	}
-	if byType := d.unroutable.Counts(); byType != nil {
+	if byType := d.runner.Unroutable(); byType != nil {
 		s.UnroutableByType = byType
 	}
 	d.fillPeers(&s)

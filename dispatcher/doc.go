@@ -16,7 +16,7 @@
 //
 // The dispatcher holds at most Concurrency + Claimers × BatchSize events
 // (and, after a crash, up to a batch more suspects waiting for their turn,
-// see suspect.go):
+// see internal/run/suspect.go):
 // while Concurrency handlers run, up to Claimers claims (two by default) run
 // at once on their own connections, and their batches wait for handler
 // slots, keeping their leases, so that claiming, dispatching and recording
@@ -58,7 +58,7 @@
 // it does not publish) and whose type has no handler, is not attempted
 // and never FAILED: it is released unstarted and uncharged, due again
 // after a short back-off, for a replica that routes it (a rolling deploy
-// that adds a route; see unroutable.go). It is counted
+// that adds a route; see internal/run/unroutable.go). It is counted
 // (Stats.Unroutable) and its type logged at WARN. no_handler is no
 // longer written; rows FAILED with it by earlier versions keep it. Outcomes are written by one completer
 // goroutine that batches whatever has finished since its last write.
@@ -77,7 +77,7 @@
 // no running dispatcher claims are counted (Stats.WaitingUnhandled, once
 // due for over a minute) and logged, never dead-lettered. See types.go.
 // A catch-all publisher that claims an event its RouteFunc does not route
-// releases it the same way (Stats.Unroutable; see unroutable.go).
+// releases it the same way (Stats.Unroutable; see internal/run/unroutable.go).
 //
 // # Hooks and middleware
 //
@@ -137,10 +137,10 @@
 // speed. Only an event whose attempt had started counts a recovery, and
 // one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
-// handler or publish starts (see start.go), so the events a dying worker
+// handler or publish starts (see internal/run/slots.go), so the events a dying worker
 // had claimed ahead come back as they were. An event recovered before (a
 // suspect) is marked right before its handler, never by a claim, and runs
-// alone among suspects (see suspect.go), so that a poison event does not
+// alone among suspects (see internal/run/suspect.go), so that a poison event does not
 // take the events claimed with it down with it; suspects waiting for
 // their turn do not hold up the events due behind them.
 //
@@ -237,11 +237,13 @@
 //
 //	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
 //	types.go       which event types it claims; the count of those left waiting
-//	unroutable.go  claimed events it cannot route: released uncharged, counted
-//	claim.go       the claim statement; its events join the held set and runBatch starts
-//	start.go       before a handler starts: its handler slot and its start mark
-//	suspect.go     an event recovered before: the suspect turn, one at a time
-//	work.go        begin, the handler (in its middleware), the publish, finish
+//	claim.go       the claim statement; its events join the held set and the mode runs them
+//	internal/run   the run of a batch in the scheduling mode New chose (its doc.go walks it):
+//	               unroutable.go (released uncharged), slots.go (the handler slot and
+//	               start mark), suspect.go (the suspect turn), work.go (begin, the handler
+//	               in its middleware, the publish, finish), circuit.go (a publish judged);
+//	               claimorder.go and ordered.go, the claim-order and per-key modes
+//	start.go       the marker: the start marks a claim did not write
 //	complete.go    the completer: take the finished outcomes, write them, report, let go
 //	outcome.go     what OnOutcome receives
 //
@@ -255,7 +257,6 @@
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      OnOutcome calls, and the outcomes of held events, through
 //	               internal/report: counters, logs, OnError, metrics and spans
-//	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
 //	retention.go   the retention job (internal/retention): strays, partitions, old rows
 //	peers.go       hellos on the wake-up channel: replicas of another ordering mode
@@ -265,9 +266,9 @@
 //	internal/clock     the one clock for timing decisions
 //	internal/waker     when wake-ups start claims (coordinate.go)
 //	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
-//	internal/workers   reused goroutines for handler calls (work.go: a batch's workers)
-//	internal/circuit   the circuit's states and what the next claim takes (circuit.go)
+//	internal/workers   reused goroutines for handler calls (internal/run/work.go: a batch's workers)
+//	internal/circuit   the circuit's states and what the next claim takes (circuit.go, internal/run/circuit.go)
 //	internal/peers     the other dispatchers heard, and when they are forgotten (peers.go)
 //	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
-//	internal/tally     per-type counts of waiting and unroutable events (types.go, unroutable.go)
+//	internal/tally     per-type counts of waiting and unroutable events (types.go, internal/run/unroutable.go)
 package dispatcher

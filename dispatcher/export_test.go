@@ -14,11 +14,11 @@ func SetClock(c *Config, now func() time.Time) { c.now = now }
 
 // HandlersTiny reports whether the dispatcher runs its handlers as tiny
 // ones, a few workers per batch (see handlersTiny).
-func (d *Dispatcher) HandlersTiny() bool { return d.handlersTiny() }
+func (d *Dispatcher) HandlersTiny() bool { return d.runner.HandlersTiny() }
 
 // SetHandlerTime sets the running average of handler durations, as if the
 // handlers so far had taken avg each.
-func (d *Dispatcher) SetHandlerTime(avg time.Duration) { d.handlerTime.Store(int64(avg)) }
+func (d *Dispatcher) SetHandlerTime(avg time.Duration) { d.runner.SetHandlerTime(avg) }
 
 // SetRetentionHook makes the dispatcher built from c call f after each
 // retention batch with the batch's status, its limit, the rows it deleted

@@ -7,9 +7,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
+
+// testTraceparent is a W3C traceparent header, sampled.
+const testTraceparent = "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
 
 // BenchmarkInstrumentsNoProvider measures what the metrics and spans add
 // to one event's dispatch when the application installed no provider (the
@@ -34,7 +37,7 @@ func BenchmarkInstrumentsNoProvider(b *testing.B) {
 				d.report.Metrics().Started(it.Event, it.Suspect, time.Now())
 				_, span := d.report.Spans().HandlerSpan(ctx, it.Event)
 				d.report.Metrics().Handled(it.Event.Type, it.StartedAt(), 0, "")
-				endHandlerSpan(span, held.Result{})
+				report.EndHandlerSpan(span, nil, "") // a handler call that succeeded
 				d.report.Metrics().Completed(it.Event.Type, outbox.StatusSent, false, "")
 				d.report.Counters.Claimed.Add(1)
 			}

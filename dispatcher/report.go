@@ -8,6 +8,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -18,7 +19,7 @@ import (
 func newReporter(cfg Config) *report.Reporter {
 	return report.New(report.Config{
 		Logger: cfg.Logger, OnError: cfg.OnError, Table: cfg.Table.String(), Owner: cfg.Owner,
-		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, PublishCode: publishCode,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, PublishCode: run.PublishCode,
 	})
 }
 

@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/startcheck"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
 )
@@ -32,7 +35,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
-	d.workers = workers.New(quit.Done(), clock.New(d.cfg.now))
+	d.startRunner(workers.New(quit.Done(), clock.New(d.cfg.now)))
 	var helpers sync.WaitGroup
 	d.completer = newCompleter(d.dbCtx, d)
 	helpers.Go(func() { d.completer.run(quit.Done()) })
@@ -158,6 +161,31 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 // PENDING. Called once the dispatcher is stopping, so none can start now.
 func (d *Dispatcher) releaseUnstarted() {
 	d.releaseItems(d.held.Unstarted(), "release at stop failed; the leases will expire and be recovered")
+}
+
+// newRunner returns the runner of the dispatcher's batches (see
+// internal/run), in its scheduling mode. Its clock is the wall clock, as
+// it always was (Config.now replaces only the lease deadlines' clock).
+func (d *Dispatcher) newRunner() *run.Runner {
+	cfg := d.cfg
+	return run.New(run.Config{
+		Mode: d.mode, Held: d.held, Report: d.report, Circuit: d.circuit, Clock: clock.Real(),
+		Logger: cfg.Logger, Table: cfg.Table.String(), Owner: cfg.Owner,
+		Publisher: cfg.Publisher, RouteFunc: cfg.RouteFunc, PublishTypes: cfg.PublishTypes, PublishSet: d.kinds.publish,
+		AtMostOnce: cfg.Delivery == AtMostOnce, HandlerTimeout: cfg.HandlerTimeout, PublishTimeout: cfg.PublishTimeout,
+		MaxSnoozes: cfg.MaxSnoozes, SkipFailed: cfg.HeadPolicy == SkipFailed, ByType: cfg.OrderScope == ScopeKeyAndType,
+		SuspectWait: cmp.Or(cfg.suspectWait, cfg.LeaseDuration), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
+		Release:      d.releaseItems,
+		FinalFailure: func(it *held.Item) bool { return d.completer.failure(it).Final },
+	})
+}
+
+// startRunner gives the runner its workers and the handlers, fixed now
+// (Handle refuses new ones once the dispatcher started).
+func (d *Dispatcher) startRunner(w *workers.Pool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.runner.Start(w, maps.Clone(d.handlers), d.defaultHandler)
 }
 
 // releaseItems returns held items that never started to PENDING,

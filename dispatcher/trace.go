@@ -2,39 +2,14 @@ package dispatcher
 
 import (
 	"context"
-	"fmt"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// endHandlerSpan ends a handler call's span with the call's result: a
-// failure (a panic included, but no snooze but the one past MaxSnoozes)
-// sets its status to error.
-func endHandlerSpan(span trace.Span, res held.Result) {
-	var failure error
-	if res.Err != nil && !res.Snooze && !res.Release {
-		failure = res.Err
-	}
-	report.EndHandlerSpan(span, failure, res.Code)
-}
-
-// endHandlerCall records a handler call's duration and ends its span,
-// recovering a panic of the instruments': the result stands.
-func (d *Dispatcher) endHandlerCall(it *held.Item, span trace.Span, res held.Result) {
-	defer func() {
-		if p := recover(); p != nil {
-			d.report.Panic("instrumentation", it.Event.Type, it.Event.ID, fmt.Errorf("ending the handler's span: %v", p))
-		}
-	}()
-	d.report.Metrics().Handled(it.Event.Type, it.StartedAt(), res.Ran, res.Code)
-	endHandlerSpan(span, res)
-}
 
 // TracingMiddleware returns a middleware that runs each handler call in an
 // OpenTelemetry span of kind consumer named "handle <event type>", the

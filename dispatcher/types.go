@@ -18,7 +18,7 @@ import (
 //   - a catch-all dispatcher claims every type: one with a DefaultHandler,
 //     or a Publisher without PublishTypes (its router publishes every
 //     type it gives a destination, and the events it gives none, with no
-//     handler, are released for other replicas: see unroutable.go);
+//     handler, are released for other replicas: see internal/run/unroutable.go);
 //   - any other claims only its handlers' types (Handle) and, with a
 //     Publisher, its PublishTypes, with a claim that reads only those
 //     types' rows (see internal/lease: a backlog of other types costs it

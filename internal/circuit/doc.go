@@ -10,7 +10,7 @@
 //
 // The design of the circuit as a whole (which calls count as an outage,
 // what happens to events claimed before it opened, AtMostOnce) is in
-// dispatcher/circuit.go, which holds the glue that judges publish calls
+// internal/run/circuit.go, which holds the glue that judges publish calls
 // and reports transitions. This package decides only what the next claim
 // takes (Plan, DueTypes: all claimed types while closed, a probe of the
 // published ones, the handler-only ones while open) from the types it is

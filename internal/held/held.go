@@ -39,11 +39,11 @@ type Set struct {
 	count    int
 	latest   map[uuid.UUID]*Item // the newest held item of each event id
 	outcomes []*Item             // outcomes waiting for the completer
-	toMark   []*Item             // items waiting for the marker (see start.go)
+	toMark   []*Item             // items waiting for the marker (see dispatcher/start.go)
 	stopping bool                // no handler may start any more
 	idle     chan struct{}       // closed when the set empties while stopping
 
-	// inWaves: batches run in waves (Ordering PerKey, see ordered.go),
+	// inWaves: batches run in waves (Ordering PerKey, see internal/run/ordered.go),
 	// each waiting for every call of the one before, suspects included;
 	// otherwise a batch's publish waits for its handlers and publishes
 	// but not its suspects, and its queued events wait for a slot only.
@@ -51,7 +51,7 @@ type Set struct {
 	inWaves bool
 
 	// suspectsWaiting counts the held suspects that have not taken the
-	// suspect turn (see suspect.go), lostHeld the held items whose lease
+	// suspect turn (see internal/run/suspect.go), lostHeld the held items whose lease
 	// was lost (see stuck).
 	suspectsWaiting, lostHeld int
 }
@@ -143,10 +143,10 @@ type Item struct {
 	// marked). Guarded.
 	marking chan struct{}
 	// Key is the order key the claim read (ordered claims only; "" for
-	// none, see lease.Batch.Keys). Set before runBatch starts.
+	// none, see lease.Batch.Keys). Set before the run of its batch starts.
 	Key string
 	// Dest is the event's destination (Config.RouteFunc; "" when it is
-	// not published), routed once by runBatch before anything reads it.
+	// not published), routed once by the run of its batch (internal/run) before anything reads it.
 	Dest string
 	// Waited is how long the event had been due when the claim took it
 	// (database clock).
@@ -186,11 +186,11 @@ type Item struct {
 	// have taken effect (its reply was lost). Guarded; written by the
 	// completer only.
 	maybeWritten bool
-	// marked: the row shows that this attempt started (see start.go).
+	// marked: the row shows that this attempt started (see internal/run/slots.go).
 	// Guarded.
 	marked bool
 	// HasSlot: the claim took a handler slot for this item (see
-	// startsFor). Set before runBatch starts; read by it only.
+	// internal/run/slots.go, startsFor). Set before the run of its batch starts; read by it only.
 	HasSlot bool
 	// Suspect: the row was recovered before (see lease.Batch.Suspect);
 	// set by add, read only after.
@@ -204,7 +204,7 @@ type Item struct {
 	// rowGone: the lease was lost and the row no longer shows this
 	// attempt (recovery returned it, or a later claim took it), so a
 	// suspect's call that still runs no longer needs the suspect turn
-	// (see runSuspect). Guarded.
+	// (see internal/run/suspect.go). Guarded.
 	rowGone bool
 }
 
@@ -415,7 +415,7 @@ func (s *Set) Finish(it *Item, res Result) (lost bool) {
 // ReleaseQueued hands the completer, to be released unstarted (no
 // attempt spent), those of items still held whose handler never began
 // and whose lease is not lost: the rest of a key's run that stopped (see
-// ordered.go). It returns how many it handed over.
+// internal/run/ordered.go). It returns how many it handed over.
 func (s *Set) ReleaseQueued(items []*Item) (n int) {
 	return s.GiveBack(items, Result{Release: true})
 }
@@ -1036,7 +1036,7 @@ type Result struct {
 	Err        error         // nil on success
 	Code       outbox.Code   // reason of a failure; empty for a snooze
 	Release    bool          // return unstarted-equivalent work to PENDING
-	Unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see unroutable.go)
+	Unroutable bool          // a release of an event it cannot deliver: due again after a back-off (see internal/run/unroutable.go)
 	Snooze     bool          // the handler gave the event back (outbox.Snooze)
 	Delay      time.Duration // the snooze's delay
 	// ran is how long the handler ran, when it returned (0: not measured,

@@ -4,7 +4,8 @@
 //
 // The dispatcher builds one Pool per run (dispatcher/run.go), ending with
 // the run's quit channel, and its batches start their workers on it
-// (dispatcher/work.go). Its inputs are that channel and the clock that
+// (internal/run/work.go). Its inputs are that channel and the clock that
 // times a goroutine's idle wait (Idle). It bounds nothing itself: each
-// call holds a handler slot, which the dispatcher takes before Go.
+// call holds a handler slot, which the runner (internal/run) takes
+// before Go.
 package workers

@@ -1,4 +1,4 @@
-package dispatcher
+package run
 
 import (
 	"time"
@@ -14,8 +14,8 @@ import (
 // replicas route) is never attempted and never dead-lettered: it is
 // released, unstarted and uncharged (no attempt, no recovery, no start
 // mark), PENDING again, due after a back-off (lease.ReleaseLater): a
-// tenth of its age, at least unroutableMinDelay and at most
-// unroutableMaxDelay.
+// tenth of its age, at least UnroutableMinDelay and at most
+// UnroutableMaxDelay.
 //
 // Why a back-off and not a claim that leaves the type out: the route is
 // decided per event, not per type, so a type cannot be left out without
@@ -23,7 +23,7 @@ import (
 // would scan past every one of them that is due, a cost that grows with
 // a backlog nobody delivers. With the back-off, a new event that this
 // replica happens to claim first reaches a replica that routes it within
-// about unroutableMinDelay; an event no replica routes is claimed again
+// about UnroutableMinDelay; an event no replica routes is claimed again
 // less and less often (a tenth of its age), so that it costs each
 // replica at most a tenth of such events' number per unit of their age.
 //
@@ -35,28 +35,32 @@ import (
 // UnroutableByType) and each type logged at WARN at most every
 // tally.WarnEvery, as events of types no running dispatcher claims are.
 const (
-	unroutableMinDelay = time.Second
-	unroutableMaxDelay = 5 * time.Minute
+	// UnroutableMinDelay is the least an unroutable event waits before it
+	// is due again (the completer's lease.ReleaseLater).
+	UnroutableMinDelay = time.Second
+	// UnroutableMaxDelay is the most an unroutable event waits before it
+	// is due again.
+	UnroutableMaxDelay = 5 * time.Minute
 )
 
 // releaseUnroutable releases items this dispatcher claimed and cannot
 // deliver (see above), counts them and logs their types.
-func (d *Dispatcher) releaseUnroutable(items []*held.Item) {
+func (r *Runner) releaseUnroutable(items []*held.Item) {
 	if len(items) == 0 {
 		return
 	}
-	d.held.GiveBack(items, held.Result{Release: true, Unroutable: true})
+	r.held.GiveBack(items, held.Result{Release: true, Unroutable: true})
 	byType := make(map[string]int64)
 	for _, it := range items {
 		byType[it.Event.Type]++
 	}
-	d.report.Counters.Unroutable.Add(uint64(len(items)))
-	for _, typ := range d.unroutable.Add(byType, time.Now()) {
-		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
+	r.report.Counters.Unroutable.Add(uint64(len(items)))
+	for _, typ := range r.unroutable.Add(byType, r.clock.Now()) {
+		r.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
 			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+
 			"(and list it in PublishTypes, when set) or register a handler, or run a replica that does",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", typ, "released", byType[typ],
-			"publish_types", d.cfg.PublishTypes, "due_again_in", "a tenth of the event's age, "+
-				unroutableMinDelay.String()+" to "+unroutableMaxDelay.String())
+			"table", r.cfg.Table, "owner", r.cfg.Owner, "type", typ, "released", byType[typ],
+			"publish_types", r.cfg.PublishTypes, "due_again_in", "a tenth of the event's age, "+
+				UnroutableMinDelay.String()+" to "+UnroutableMaxDelay.String())
 	}
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package run
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -21,22 +22,20 @@ import (
 // each worker holding one handler slot, so with Concurrency 1 the handlers
 // of one batch run in claim order.
 //
-// Under Ordering PerKey, runOrdered runs the batch instead.
-func (d *Dispatcher) runBatch(items []*held.Item) {
-	if d.cfg.Ordering == PerKey {
-		d.runOrdered(items)
-		return
-	}
+// This is how the unordered mode runs a batch; the per-key mode runs
+// runOrdered instead, and the claim-order mode runInSegments (see
+// mode.go).
+func (r *Runner) runBatch(items []*held.Item) {
 	var wg sync.WaitGroup
 	var publishOnly, unroutable []*held.Item
 	var suspects []handledItem
 	q := &batchQueue{allTaken: make(chan struct{}), items: make([]handledItem, 0, len(items))}
-	lookup := d.handlerLookup()
+	lookup := r.handlerLookup()
 	for _, it := range items {
 		h := lookup(it.Event.Type)
-		it.Dest = d.destination(it.Event)
+		it.Dest = r.destination(it.Event)
 		if h == nil && it.HasSlot {
-			d.releaseSlots(1) // taken for a handler it does not have
+			r.releaseSlots(1) // taken for a handler it does not have
 			it.HasSlot = false
 		}
 		switch {
@@ -50,16 +49,16 @@ func (d *Dispatcher) runBatch(items []*held.Item) {
 			q.items = append(q.items, handledItem{it, h})
 		}
 	}
-	d.releaseUnroutable(unroutable)
+	r.releaseUnroutable(unroutable)
 	if len(publishOnly) > 0 {
-		wg.Go(func() { d.publish(d.beginPublish(publishOnly)) })
+		wg.Go(func() { r.publish(r.beginPublish(publishOnly)) })
 	}
 	for _, hi := range suspects {
-		go d.runSuspect(hi) // not waited for: the batch's publish must not wait for a suspect's turn
+		go r.runSuspect(hi) // not waited for: the batch's publish must not wait for a suspect's turn
 	}
-	d.work(q, &wg)
+	r.work(q, &wg)
 	wg.Wait()
-	d.publish(d.dropLost(q.toPublish))
+	r.publish(r.dropLost(q.toPublish))
 }
 
 // work runs the queue's handlers. Each item that the claim gave a slot
@@ -69,30 +68,30 @@ func (d *Dispatcher) runBatch(items []*held.Item) {
 // doubling waves, spawnPause apart, while items still wait, so that a few
 // workers run a batch of tiny handlers and a stall of all of them (a
 // downstream outage) still has every item started within a dozen pauses.
-func (d *Dispatcher) work(q *batchQueue, wg *sync.WaitGroup) {
+func (r *Runner) work(q *batchQueue, wg *sync.WaitGroup) {
 	worker := func() {
 		defer wg.Done()
-		defer d.releaseSlots(1)
+		defer r.releaseSlots(1)
 		for hi := q.next(); hi != nil; hi = q.next() {
-			if res, publish, record := d.runHandler(hi.item, hi.h); publish {
+			if res, publish, record := r.runHandler(hi.item, hi.h); publish {
 				q.published(hi.item)
 			} else if record {
-				d.finish(hi.item, res)
+				r.finish(hi.item, res)
 			}
 		}
 	}
 	for _, hi := range q.items {
 		if hi.item.HasSlot {
 			wg.Add(1)
-			d.workers.Go(worker)
+			r.workers.Go(worker)
 		}
 	}
 	wave := 1
-	for spawned := 0; q.waiting() && d.acquireSlot(q.batch(), q.allTaken); {
+	for spawned := 0; q.waiting() && r.acquireSlot(q.batch(), q.allTaken); {
 		wg.Add(1)
-		d.workers.Go(worker)
-		if spawned++; spawned >= wave && d.handlersTiny() {
-			q.pause()
+		r.workers.Go(worker)
+		if spawned++; spawned >= wave && r.handlersTiny() {
+			q.pause(r.clock)
 			spawned, wave = 0, 2*wave
 		}
 	}
@@ -127,8 +126,8 @@ func (q *batchQueue) next() *handledItem {
 
 // pause waits spawnPause, or less when the workers take every item or
 // the batch ends first.
-func (q *batchQueue) pause() {
-	t := time.NewTimer(spawnPause)
+func (q *batchQueue) pause(clk clock.Clock) {
+	t := clk.NewTimer(spawnPause)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -158,25 +157,23 @@ type handledItem struct {
 
 // handler returns the handler of an event type, wrapped in its
 // middleware: the one registered for the type, else DefaultHandler, else
-// nil.
-func (d *Dispatcher) handler(eventType string) outbox.Handler {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if h := d.handlers[eventType]; h != nil {
+// nil. The handlers are fixed at Start.
+func (r *Runner) handler(eventType string) outbox.Handler {
+	if h := r.handlers[eventType]; h != nil {
 		return h
 	}
-	return d.defaultHandler
+	return r.fallback
 }
 
 // handlerLookup returns a handler function for one batch: it remembers
-// the last event type it looked up, so that a batch of one type takes
-// d.mu once, not once per event.
-func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
+// the last event type it looked up, so that a batch of one type looks the
+// map up once, not once per event.
+func (r *Runner) handlerLookup() func(eventType string) outbox.Handler {
 	var lastType string
 	var last outbox.Handler
 	return func(eventType string) outbox.Handler {
 		if last == nil || eventType != lastType {
-			lastType, last = eventType, d.handler(eventType)
+			lastType, last = eventType, r.handler(eventType)
 		}
 		return last
 	}
@@ -184,11 +181,11 @@ func (d *Dispatcher) handlerLookup() func(eventType string) outbox.Handler {
 
 // destination is where the publisher sends e: RouteFunc's answer, for an
 // event of one of PublishTypes (when set); "" when it is not published.
-func (d *Dispatcher) destination(e *outbox.Event) string {
-	if d.cfg.Publisher == nil || d.kinds.publish != nil && !d.kinds.publish[e.Type] {
+func (r *Runner) destination(e *outbox.Event) string {
+	if r.cfg.Publisher == nil || r.cfg.PublishSet != nil && !r.cfg.PublishSet[e.Type] {
 		return ""
 	}
-	return d.cfg.RouteFunc(*e)
+	return r.cfg.RouteFunc(*e)
 }
 
 // await reports whether an item may start once no older item of the same
@@ -198,15 +195,16 @@ func (d *Dispatcher) destination(e *outbox.Event) string {
 // item's own context ends first.
 //
 // An older call still running (its lease lost, it ignores its context,
-// see overrun.go) may never return. Claims leave such events out
+// see dispatcher/overrun.go) may never return. Claims leave such events out
 // (lease.ClaimParams.Skip), but one may come back to this process still:
 // an ordered claim takes it, or the claim was sent before the older lease
 // was found lost. It is then given up at once, unstarted, rather than
 // held behind that call: released to PENDING (uncharged; the claims of
-// this process now leave it out, so another replica takes it), or under
-// Ordering PerKey, whose claims cannot leave it out and whose releases
-// wake a claim at once, let go with its lease left to expire.
-func (d *Dispatcher) await(it *held.Item) bool {
+// this process now leave it out, so another replica takes it), or in the
+// per-key mode, whose claims cannot leave it out and whose releases
+// wake a claim at once, let go with its lease left to expire (the mode's
+// letGoBehindCall).
+func (r *Runner) await(it *held.Item) bool {
 	if it.OlderDone == nil {
 		return true
 	}
@@ -214,7 +212,7 @@ func (d *Dispatcher) await(it *held.Item) bool {
 		select {
 		case <-it.OlderDone:
 			return true
-		case <-d.held.LetGo(it):
+		case <-r.held.LetGo(it):
 			return false
 		case <-it.Batch.Ctx.Done():
 			return false
@@ -225,12 +223,14 @@ func (d *Dispatcher) await(it *held.Item) bool {
 		return true
 	default:
 	}
-	if d.cfg.Ordering == PerKey {
-		d.held.Remove([]*held.Item{it})
-	} else {
-		d.releaseItems([]*held.Item{it}, "release of an event whose earlier call still runs failed; its lease will expire")
-	}
+	r.mode.letGoBehindCall(it)
 	return false
+}
+
+// releaseBehindCall releases to PENDING an item whose older call still
+// runs (see await).
+func (r *Runner) releaseBehindCall(it *held.Item) {
+	r.cfg.Release([]*held.Item{it}, "release of an event whose earlier call still runs failed; its lease will expire")
 }
 
 // runHandler starts the handler of an item that holds a slot, once its
@@ -242,50 +242,50 @@ func (d *Dispatcher) await(it *held.Item) bool {
 // it.marked is read without the lock: it is set before runBatch starts
 // (by the claim) or by the marker after markStarted queued the item, never
 // while this reads it.
-func (d *Dispatcher) runHandler(it *held.Item, h outbox.Handler) (res held.Result, publish, record bool) {
-	if !d.await(it) || !it.Marked() && len(d.markStarted([]*held.Item{it})) == 0 || !d.held.Begin(it, d.cfg.HandlerTimeout) {
+func (r *Runner) runHandler(it *held.Item, h outbox.Handler) (res held.Result, publish, record bool) {
+	if !r.await(it) || !it.Marked() && len(r.markStarted([]*held.Item{it})) == 0 || !r.held.Begin(it, r.cfg.HandlerTimeout) {
 		return held.Result{}, false, false
 	}
-	res = d.callHandler(it, h)
+	res = r.callHandler(it, h)
 	if res.Err != nil || it.Dest == "" {
 		return res, false, true
 	}
-	d.held.CallStarts([]*held.Item{it}, time.Time{}, held.PhaseAwaitPublish) // no timeout of its own (see held.Set.Live)
+	r.held.CallStarts([]*held.Item{it}, time.Time{}, held.PhaseAwaitPublish) // no timeout of its own (see held.Set.Live)
 	return held.Result{}, true, false
 }
 
 // callHandler runs h in the item's context, recovering a panic, its
 // instruments' included (a sampler's or a span processor's: the call then
 // fails with code panic). The context ends when h returns.
-func (d *Dispatcher) callHandler(it *held.Item, h outbox.Handler) (res held.Result) {
+func (r *Runner) callHandler(it *held.Item, h outbox.Handler) (res held.Result) {
 	defer it.Cancel(errHandlerReturned)
 	span := report.NoSpan
 	var ran time.Duration // measured once the handler returned
 	defer func() {
 		if p := recover(); p != nil {
 			res = held.Result{Err: fmt.Errorf("handler panic: %v", p), Code: outbox.CodePanic}
-			d.report.Panic("handler", it.Event.Type, it.Event.ID, res.Err)
+			r.report.Panic("handler", it.Event.Type, it.Event.ID, res.Err)
 		}
 		res.Ran = ran
-		d.endHandlerCall(it, span, res)
+		r.endHandlerCall(it, span, res)
 	}()
-	d.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt()) // it.startedAt was set by begin, on this goroutine
+	r.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt()) // it.startedAt was set by begin, on this goroutine
 	var ctx context.Context
-	ctx, span = d.report.Spans().HandlerSpan(it.Context(), it.Event)
+	ctx, span = r.report.Spans().HandlerSpan(it.Context(), it.Event)
 	err := h(ctx, *it.Event)
-	ran = max(time.Since(it.StartedAt()), time.Nanosecond)
-	d.noteHandlerTime(ran)
+	ran = max(r.clock.Since(it.StartedAt()), time.Nanosecond)
+	r.noteHandlerTime(ran)
 	if err == nil {
 		return held.Result{}
 	}
 	if delay, ok := outbox.SnoozeDelay(err); ok && !outbox.IsPermanent(err) {
-		return d.snoozed(it, err, delay)
+		return r.snoozed(it, err, delay)
 	}
 	code := outbox.CodeHandlerError
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = outbox.CodeTimeout // a timeout of the handler's own, or a middleware's
 	}
-	return d.classify(it, it.Context(), err, code)
+	return r.classify(it, it.Context(), err, code)
 }
 
 // errHandlerReturned is the cause that ends a handler's context when the
@@ -296,8 +296,8 @@ var errHandlerReturned = errors.New("pgoutbox: the handler returned")
 // snooze, or a final failure with snooze_limit once the event has snoozed
 // MaxSnoozes times. A snooze is honoured even at the hard stop or past
 // the handler timeout: the handler said it did nothing.
-func (d *Dispatcher) snoozed(it *held.Item, err error, delay time.Duration) held.Result {
-	if it.Event.Snoozes >= d.cfg.MaxSnoozes {
+func (r *Runner) snoozed(it *held.Item, err error, delay time.Duration) held.Result {
+	if it.Event.Snoozes >= r.cfg.MaxSnoozes {
 		return held.Result{Code: outbox.CodeSnoozeLimit, Err: fmt.Errorf(
 			"the event has snoozed %d times, the most MaxSnoozes allows: %w", it.Event.Snoozes, err)}
 	}
@@ -311,8 +311,8 @@ func (d *Dispatcher) snoozed(it *held.Item, err error, delay time.Duration) held
 // The hard stop is read from the batch's context, which carries no
 // deadline: an item's own context may have passed its handler timeout
 // before the stop, and the work is still released rather than charged.
-func (d *Dispatcher) classify(it *held.Item, ctx context.Context, err error, code outbox.Code) held.Result {
-	if errors.Is(context.Cause(it.Batch.Ctx), errHardStop) && d.cfg.Delivery == AtLeastOnce {
+func (r *Runner) classify(it *held.Item, ctx context.Context, err error, code outbox.Code) held.Result {
+	if errors.Is(context.Cause(it.Batch.Ctx), ErrHardStop) && !r.cfg.AtMostOnce {
 		return held.Result{Err: err, Release: true}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -323,17 +323,17 @@ func (d *Dispatcher) classify(it *held.Item, ctx context.Context, err error, cod
 
 // beginPublish marks and begins the items that only need publishing, and
 // returns those that may be published.
-func (d *Dispatcher) beginPublish(items []*held.Item) []*held.Item {
+func (r *Runner) beginPublish(items []*held.Item) []*held.Item {
 	var ready []*held.Item
 	for _, it := range items {
-		if d.await(it) {
+		if r.await(it) {
 			ready = append(ready, it)
 		}
 	}
 	started := ready[:0]
-	for _, it := range d.markStarted(ready) {
-		if d.held.Begin(it, 0) {
-			d.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt())
+	for _, it := range r.markStarted(ready) {
+		if r.held.Begin(it, 0) {
+			r.report.Metrics().Started(it.Event, it.Suspect, it.StartedAt())
 			started = append(started, it)
 		}
 	}
@@ -345,11 +345,11 @@ func (d *Dispatcher) beginPublish(items []*held.Item) []*held.Item {
 // as lost, so that they are not published after another replica may have
 // taken them over. Like begin, it reads the deadline on the clock rather
 // than wait for the timer.
-func (d *Dispatcher) dropLost(items []*held.Item) []*held.Item {
+func (r *Runner) dropLost(items []*held.Item) []*held.Item {
 	kept := items[:0]
 	for _, it := range items {
-		if d.held.LoseIfExpired(it) {
-			d.finish(it, held.Result{})
+		if r.held.LoseIfExpired(it) {
+			r.finish(it, held.Result{})
 			continue
 		}
 		kept = append(kept, it)
@@ -360,29 +360,29 @@ func (d *Dispatcher) dropLost(items []*held.Item) []*held.Item {
 // publish sends the started items to the publisher in one call and finishes
 // each with its own outcome; a call that found the destination unavailable
 // returns them to PENDING and opens the circuit (see circuit.go).
-func (d *Dispatcher) publish(items []*held.Item) {
-	if len(items) == 0 || d.heldBack(items) {
+func (r *Runner) publish(items []*held.Item) {
+	if len(items) == 0 || r.heldBack(items) {
 		return
 	}
 	msgs := make([]outbox.Message, len(items))
 	for i, it := range items {
 		msgs[i] = outbox.Message{Destination: it.Dest, Event: *it.Event}
 	}
-	ctx, cancel := publishContext(items[0].Batch.Ctx, d.cfg.PublishTimeout)
+	ctx, cancel := publishContext(items[0].Batch.Ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	d.held.CallStarts(items, time.Now().Add(d.cfg.PublishTimeout), held.PhasePublish)
-	spanCtx, endSpans := d.report.Spans().PublishSpan(ctx, msgs)
-	start := time.Now()
-	errs := d.callPublisher(spanCtx, msgs)
-	d.report.Metrics().Published(time.Since(start))
+	r.held.CallStarts(items, r.clock.Now().Add(r.cfg.PublishTimeout), held.PhasePublish)
+	spanCtx, endSpans := r.report.Spans().PublishSpan(ctx, msgs)
+	start := r.clock.Now()
+	errs := r.callPublisher(spanCtx, msgs)
+	r.report.Metrics().Published(r.clock.Since(start))
 	endSpans(errs)
-	outage := d.judgePublish(ctx, errs)
+	outage := r.judgePublish(ctx, errs)
 	for i, it := range items {
 		if errs[i] == nil {
-			d.finish(it, held.Result{})
+			r.finish(it, held.Result{})
 			continue
 		}
-		d.finish(it, d.publishFailure(it, ctx, errs[i], outage))
+		r.finish(it, r.publishFailure(it, ctx, errs[i], outage))
 	}
 }
 
@@ -397,25 +397,25 @@ func publishContext(parent context.Context, timeout time.Duration) (context.Cont
 
 // callPublisher calls Publish, recovering a panic and checking that it
 // returned one error per message.
-func (d *Dispatcher) callPublisher(ctx context.Context, msgs []outbox.Message) (errs []error) {
+func (r *Runner) callPublisher(ctx context.Context, msgs []outbox.Message) (errs []error) {
 	defer func() {
 		if p := recover(); p != nil {
 			errs = fill(len(msgs), fmt.Errorf("publisher panic: %v", p))
-			d.report.Panic("publisher", "", msgs[0].Event.ID, errs[0])
+			r.report.Panic("publisher", "", msgs[0].Event.ID, errs[0])
 		}
 	}()
-	errs = d.cfg.Publisher.Publish(ctx, msgs)
+	errs = r.cfg.Publisher.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
 		err := fmt.Errorf("pgoutbox: the publisher returned %d results for %d messages", len(errs), len(msgs))
-		d.report.Error("publisher broke its contract", err)
+		r.report.Error("publisher broke its contract", err)
 		return fill(len(msgs), err)
 	}
 	return errs
 }
 
-// publishCode is the code of a publisher's error: invalid_event when the
+// PublishCode is the code of a publisher's error: invalid_event when the
 // publisher cannot carry the event as it is, else publish_error.
-func publishCode(err error) outbox.Code {
+func PublishCode(err error) outbox.Code {
 	if errors.Is(err, outbox.ErrInvalidEvent) {
 		return outbox.CodeInvalidEvent
 	}
@@ -432,8 +432,8 @@ func fill(n int, err error) []error {
 
 // finish hands an item's result to the completer. An item whose lease was
 // lost meanwhile is let go and reported as outbox.ErrLockLost.
-func (d *Dispatcher) finish(it *held.Item, res held.Result) {
-	if d.held.Finish(it, res) {
-		d.report.Lost(it.Event.ID)
+func (r *Runner) finish(it *held.Item, res held.Result) {
+	if r.held.Finish(it, res) {
+		r.report.Lost(it.Event.ID)
 	}
 }

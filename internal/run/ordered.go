@@ -1,4 +1,4 @@
-package dispatcher
+package run
 
 import (
 	"context"
@@ -43,20 +43,20 @@ import (
 // events over 100 keys at Concurrency 4 (one round trip per event and
 // wave), so a crash charges them too and they come back as suspects.
 
-// runOrdered runs a batch under Ordering PerKey, wave by wave.
-func (d *Dispatcher) runOrdered(items []*held.Item) {
-	runs := d.publishesKeysInOrder()
-	chains := d.chains(items)
+// runOrdered runs a batch in the per-key mode, wave by wave.
+func (r *Runner) runOrdered(items []*held.Item) {
+	runs := r.publishesKeysInOrder()
+	chains := r.chains(items)
 	for len(chains) > 0 {
 		steps := make([][]handledItem, len(chains))
 		for i, c := range chains {
 			steps[i] = nextStep(c, runs)
 		}
-		d.runWave(steps)
+		r.runWave(steps)
 		going := chains[:0]
 		for i, c := range chains {
-			if stop := d.stopsAt(steps[i]); stop >= 0 {
-				d.releaseRest(c[stop+1:])
+			if stop := r.stopsAt(steps[i]); stop >= 0 {
+				r.releaseRest(c[stop+1:])
 			} else if len(c) > len(steps[i]) {
 				going = append(going, c[len(steps[i]):])
 			}
@@ -67,8 +67,8 @@ func (d *Dispatcher) runOrdered(items []*held.Item) {
 
 // publishesKeysInOrder reports whether the publisher keeps the order of
 // each key within a call (outbox.KeyOrderedPublisher).
-func (d *Dispatcher) publishesKeysInOrder() bool {
-	p, ok := d.cfg.Publisher.(outbox.KeyOrderedPublisher)
+func (r *Runner) publishesKeysInOrder() bool {
+	p, ok := r.cfg.Publisher.(outbox.KeyOrderedPublisher)
 	return ok && p.PublishesKeysInOrder()
 }
 
@@ -78,18 +78,18 @@ func (d *Dispatcher) publishesKeysInOrder() bool {
 // order), with the handler and destination of each item. A
 // chain of a key comes where the key's first item is in the batch; an
 // item without a key is a chain of its own.
-func (d *Dispatcher) chains(items []*held.Item) [][]handledItem {
-	lookup := d.handlerLookup()
+func (r *Runner) chains(items []*held.Item) [][]handledItem {
+	lookup := r.handlerLookup()
 	var chains [][]handledItem
 	byKey := make(map[string]int)
 	for _, it := range items {
 		if it.HasSlot { // no claim gives one under PerKey (see startsFor); never kept
-			d.releaseSlots(1)
+			r.releaseSlots(1)
 			it.HasSlot = false
 		}
-		it.Dest = d.destination(it.Event)
+		it.Dest = r.destination(it.Event)
 		hi := handledItem{it, lookup(it.Event.Type)}
-		if k := d.chainKey(it); k != "" {
+		if k := r.chainKey(it); k != "" {
 			if i, ok := byKey[k]; ok {
 				chains[i] = append(chains[i], hi)
 				continue
@@ -103,8 +103,8 @@ func (d *Dispatcher) chains(items []*held.Item) [][]handledItem {
 
 // chainKey is what orders it among the batch's items: its order key, and
 // under ScopeKeyAndType its type too; "" for none.
-func (d *Dispatcher) chainKey(it *held.Item) string {
-	if it.Key == "" || d.cfg.OrderScope != ScopeKeyAndType {
+func (r *Runner) chainKey(it *held.Item) string {
+	if it.Key == "" || !r.cfg.ByType {
 		return it.Key
 	}
 	return it.Key + "\x00" + it.Event.Type
@@ -128,7 +128,7 @@ func publishOnly(hi handledItem) bool { return hi.h == nil && hi.item.Dest != ""
 // then every event of the wave whose handler succeeded, or that has no
 // handler, is published in one call. runWave returns once each event's
 // result is known.
-func (d *Dispatcher) runWave(steps [][]handledItem) {
+func (r *Runner) runWave(steps [][]handledItem) {
 	var wg sync.WaitGroup
 	q := &batchQueue{allTaken: make(chan struct{})}
 	var toMark, unroutable []*held.Item
@@ -147,7 +147,7 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 				toMark = append(toMark, p.item)
 			}
 		case hi.item.Suspect:
-			wg.Go(func() { d.runSuspect(hi) }) // marks itself, alone among suspects
+			wg.Go(func() { r.runSuspect(hi) }) // marks itself, alone among suspects
 		default:
 			q.items = append(q.items, hi)
 			if !hi.item.BehindCall { // else runHandler marks it if it starts at all
@@ -155,17 +155,17 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 			}
 		}
 	}
-	d.releaseUnroutable(unroutable)
+	r.releaseUnroutable(unroutable)
 	if len(toMark) > 0 {
-		d.markStarted(toMark) // one statement for the wave; what may not start fails begin
+		r.markStarted(toMark) // one statement for the wave; what may not start fails begin
 	}
-	d.work(q, &wg)
+	r.work(q, &wg)
 	wg.Wait()
 	var toPublish []*held.Item
 	for _, st := range publishRuns {
-		toPublish = append(toPublish, d.beginRun(st)...)
+		toPublish = append(toPublish, r.beginRun(st)...)
 	}
-	d.publish(append(toPublish, d.dropLost(q.toPublish)...))
+	r.publish(append(toPublish, r.dropLost(q.toPublish)...))
 }
 
 // beginRun begins a run of publish-only items of one key in order, up to
@@ -175,14 +175,14 @@ func (d *Dispatcher) runWave(steps [][]handledItem) {
 // likely let go by await, and must then carry no start mark, which would
 // cost the event a recovery when its lease expires although nothing ran;
 // it is marked here if it starts after all.
-func (d *Dispatcher) beginRun(run []handledItem) []*held.Item {
+func (r *Runner) beginRun(run []handledItem) []*held.Item {
 	var begun []*held.Item
 	for _, hi := range run {
 		it := hi.item
-		if !d.await(it) || !it.Marked() && len(d.markStarted([]*held.Item{it})) == 0 || !d.held.Begin(it, 0) {
+		if !r.await(it) || !it.Marked() && len(r.markStarted([]*held.Item{it})) == 0 || !r.held.Begin(it, 0) {
 			break
 		}
-		d.report.Metrics().Started(hi.item.Event, hi.item.Suspect, hi.item.StartedAt())
+		r.report.Metrics().Started(hi.item.Event, hi.item.Suspect, hi.item.StartedAt())
 		begun = append(begun, hi.item)
 	}
 	return begun
@@ -190,10 +190,10 @@ func (d *Dispatcher) beginRun(run []handledItem) []*held.Item {
 
 // stopsAt returns the index of the first event of a chain's step that
 // stops the chain (see passes), or -1 when the chain goes on.
-func (d *Dispatcher) stopsAt(step []handledItem) int {
+func (r *Runner) stopsAt(step []handledItem) int {
 	for i, hi := range step {
-		res, ok := d.held.Outcome(hi.item)
-		if !ok || !d.passes(hi.item, res) {
+		res, ok := r.held.Outcome(hi.item)
+		if !ok || !r.passes(hi.item, res) {
 			return i
 		}
 	}
@@ -202,36 +202,36 @@ func (d *Dispatcher) stopsAt(step []handledItem) int {
 
 // passes reports whether an event whose attempt ended with res lets the
 // later events of its key go on.
-func (d *Dispatcher) passes(it *held.Item, res held.Result) bool {
+func (r *Runner) passes(it *held.Item, res held.Result) bool {
 	switch {
 	case res.Release || res.Snooze:
 		return false
 	case res.Err == nil:
 		return true
 	}
-	return d.cfg.HeadPolicy == SkipFailed && d.completer.failure(it).Final
+	return r.cfg.SkipFailed && r.cfg.FinalFailure(it)
 }
 
 // releaseRest releases the rest of a chain that stopped, those of its
 // events that never began, through the completer (no attempt spent), and
 // counts them. (A run's events that a KeyOrderedPublisher did not attempt
 // were released by publish.)
-func (d *Dispatcher) releaseRest(rest []handledItem) {
+func (r *Runner) releaseRest(rest []handledItem) {
 	items := make([]*held.Item, len(rest))
 	for i, hi := range rest {
 		items[i] = hi.item
 	}
-	d.report.Counters.OrderReleased.Add(uint64(d.held.ReleaseQueued(items)))
+	r.report.Counters.OrderReleased.Add(uint64(r.held.ReleaseQueued(items)))
 }
 
 // publishResult is the result of a message the publisher did not
 // deliver: a release, uncharged, when the error wraps
 // outbox.ErrNotAttempted (a KeyOrderedPublisher did not try it, since an
 // earlier message of its key failed), else a failed attempt.
-func (d *Dispatcher) publishResult(it *held.Item, ctx context.Context, err error) held.Result {
+func (r *Runner) publishResult(it *held.Item, ctx context.Context, err error) held.Result {
 	if errors.Is(err, outbox.ErrNotAttempted) {
-		d.report.Counters.OrderReleased.Add(1)
+		r.report.Counters.OrderReleased.Add(1)
 		return held.Result{Err: err, Release: true}
 	}
-	return d.classify(it, ctx, err, publishCode(err))
+	return r.classify(it, ctx, err, PublishCode(err))
 }

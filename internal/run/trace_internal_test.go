@@ -1,9 +1,7 @@
-package dispatcher
+package run
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/google/uuid"
@@ -11,12 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
-
-// testTraceparent is a W3C traceparent header, sampled.
-const testTraceparent = "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
 
 // panicking is a TracerProvider whose spans panic when started or, with
 // atEnd, when ended.
@@ -52,10 +46,8 @@ func (panickingSpan) End(...trace.SpanEndOption) { panic("span processor panic")
 func TestHandlerSpanPanicIsRecovered(t *testing.T) {
 	t.Parallel()
 	for _, atEnd := range []bool{false, true} {
-		d, err := New(testdb.SilentPool(t), Config{TracerProvider: panicking{atEnd: atEnd}, OnError: func(error) {},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		require.NoError(t, err)
-		it := begunItem(t, &outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1}, false)
+		d := testRunner(t, Config{Report: testReporter(panicking{atEnd: atEnd})})
+		it := heldItem(t, d, outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Attempt: 1})
 		called := false
 		res := d.callHandler(it, func(context.Context, outbox.Event) error { called = true; return nil })
 		if atEnd {

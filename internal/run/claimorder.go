@@ -1,4 +1,4 @@
-package dispatcher
+package run
 
 import (
 	"sync"
@@ -15,20 +15,6 @@ import (
 // batch, publish-only events wait for the handlers of the events claimed
 // before them (see runInSegments). Claims still run ahead of the
 // handlers: a batch is claimed while the one before runs.
-
-// inClaimOrder reports whether the dispatcher hands out its events in
-// claim order across batches (see above).
-func (d *Dispatcher) inClaimOrder() bool {
-	return d.cfg.Concurrency == 1 && d.cfg.Ordering == Unordered
-}
-
-// claimers is how many claims may be in flight at once.
-func (d *Dispatcher) claimers() int {
-	if d.inClaimOrder() {
-		return 1
-	}
-	return d.cfg.Claimers
-}
 
 // turns lines the batches of a dispatcher up in claim order.
 type turns struct {
@@ -49,12 +35,12 @@ func (t *turns) take() (prev <-chan struct{}, done chan struct{}) {
 // runInTurn runs a batch once the batch claimed before it has handed out
 // its events. The batch holds no handler slot while it waits: no claim
 // takes one in this mode (see startsFor).
-func (d *Dispatcher) runInTurn(items []*held.Item, prev <-chan struct{}, done chan struct{}) {
+func (r *Runner) runInTurn(items []*held.Item, prev <-chan struct{}, done chan struct{}) {
 	defer close(done)
 	if prev != nil {
 		<-prev
 	}
-	d.runInSegments(items)
+	r.runInSegments(items)
 }
 
 // runInSegments runs a batch in claim order as runBatch would, a segment
@@ -62,15 +48,15 @@ func (d *Dispatcher) runInTurn(items []*held.Item, prev <-chan struct{}, done ch
 // (one publish call) or of other events. runBatch alone publishes a
 // batch's publish-only events at once, ahead of the handlers of the
 // events claimed before them.
-func (d *Dispatcher) runInSegments(items []*held.Item) {
-	lookup := d.handlerLookup()
-	publishOnly := func(it *held.Item) bool { return lookup(it.Event.Type) == nil && d.destination(it.Event) != "" }
+func (r *Runner) runInSegments(items []*held.Item) {
+	lookup := r.handlerLookup()
+	publishOnly := func(it *held.Item) bool { return lookup(it.Event.Type) == nil && r.destination(it.Event) != "" }
 	for len(items) > 0 {
 		n, first := 1, publishOnly(items[0])
 		for n < len(items) && publishOnly(items[n]) == first {
 			n++
 		}
-		d.runBatch(items[:n])
+		r.runBatch(items[:n])
 		items = items[n:]
 	}
 }

@@ -1,9 +1,7 @@
-package dispatcher
+package run
 
 import (
-	"cmp"
 	"sync"
-	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
 )
@@ -11,7 +9,7 @@ import (
 // Suspects. An event recovered before (recoveries > 0: a worker died, or
 // lost its lease, during one of its attempts) is a suspect: it may be the
 // poison event that killed the worker. No claim marks a suspect started
-// (see start.go); runSuspect runs each suspect alone among suspects,
+// (see slots.go); runSuspect runs each suspect alone among suspects,
 // marked right before its handler and holding the dispatcher's suspect
 // turn from before its mark until its outcome is written, so that no
 // other suspect shows a started attempt meanwhile.
@@ -58,28 +56,28 @@ import (
 // suspects' one-at-a-time drain instead of waiting for it. Ordered claims
 // cannot leave them out: under Ordering PerKey waiting suspects count
 // against the room like any event.
-func (d *Dispatcher) suspectsAhead() int { return d.cfg.BatchSize }
+func (r *Runner) suspectsAhead() int { return r.cfg.BatchSize }
 
-// suspectsHeldEnough reports whether the next claim leaves suspects out
-// (see suspectsAhead).
-func (d *Dispatcher) suspectsHeldEnough() bool {
-	_, suspects, _ := d.held.Room()
-	return suspects >= d.suspectsAhead()
+// roomBesideSuspects is how many of held events count against the room
+// of the next claim, suspects of them waiting for their turn: those
+// beyond suspectsAhead (they wait for the suspect turn without a slot).
+func (r *Runner) roomBesideSuspects(held, suspects int) int {
+	return held - min(suspects, r.suspectsAhead())
 }
 
 // takeSuspectTurn waits for the suspect turn. It returns false without it
 // when the item is let go first, or when LeaseDuration passes first: then
 // the item is released unstarted.
-func (d *Dispatcher) takeSuspectTurn(it *held.Item) bool {
-	wait := time.NewTimer(cmp.Or(d.cfg.suspectWait, d.cfg.LeaseDuration))
+func (r *Runner) takeSuspectTurn(it *held.Item) bool {
+	wait := r.clock.NewTimer(r.cfg.SuspectWait)
 	defer wait.Stop()
 	select {
-	case d.suspects <- struct{}{}:
+	case r.suspects <- struct{}{}:
 		return true
-	case <-d.held.LetGo(it):
+	case <-r.held.LetGo(it):
 	case <-it.Batch.Ctx.Done():
 	case <-wait.C:
-		d.releaseItems([]*held.Item{it}, "release of a suspect kept waiting failed; its lease will expire and be recovered")
+		r.cfg.Release([]*held.Item{it}, "release of a suspect kept waiting failed; its lease will expire and be recovered")
 	}
 	return false
 }
@@ -88,21 +86,22 @@ func (d *Dispatcher) takeSuspectTurn(it *held.Item) bool {
 // its own, publishes it alone if it has a destination, and gives the turn
 // back once its outcome is written (the item let go) or the batch ends.
 // Each suspect of a batch runs on a goroutine of its own, so that each
-// waits for the turn on its own clock. Run does not wait for these
-// goroutines, and need not: its drain waits until the held set is empty,
+// waits for the turn on its own clock. The dispatcher's Run does not
+// wait for these goroutines, and need not: its drain waits until the held
+// set is empty,
 // and each wait here but the handler call ends when the item is let go
 // (released at stop, lost, or its outcome written) or its batch ends.
-func (d *Dispatcher) runSuspect(hi handledItem) {
+func (r *Runner) runSuspect(hi handledItem) {
 	it := hi.item
-	if !d.await(it) || !d.takeSuspectTurn(it) {
+	if !r.await(it) || !r.takeSuspectTurn(it) {
 		return
 	}
-	d.held.TookTurn(it)
+	r.held.TookTurn(it)
 	// The turn is given back when the suspect is done, or earlier once
 	// its lease was lost and its row no longer shows its attempt (a call
 	// that ignores its context past its timeout, whose row recovery
 	// returned): the rule needs no more, and such a call may never return.
-	turnBack := sync.OnceFunc(func() { <-d.suspects })
+	turnBack := sync.OnceFunc(func() { <-r.suspects })
 	defer turnBack()
 	ended := make(chan struct{})
 	defer close(ended)
@@ -112,22 +111,22 @@ func (d *Dispatcher) runSuspect(hi handledItem) {
 			turnBack()
 		case <-ended:
 		}
-	}(d.held.RowGoneSignal(it))
-	if !d.acquireSlot(it.Batch, d.held.LetGo(it)) {
+	}(r.held.RowGoneSignal(it))
+	if !r.acquireSlot(it.Batch, r.held.LetGo(it)) {
 		return
 	}
-	res, publish, record := d.runHandler(it, hi.h)
-	d.releaseSlots(1)
+	res, publish, record := r.runHandler(it, hi.h)
+	r.releaseSlots(1)
 	switch {
 	case publish:
-		d.publish(d.dropLost([]*held.Item{it}))
+		r.publish(r.dropLost([]*held.Item{it}))
 	case record:
-		d.finish(it, res)
+		r.finish(it, res)
 	default:
 		return // let go, or the batch ended, before it started
 	}
 	select {
-	case <-d.held.LetGo(it):
+	case <-r.held.LetGo(it):
 	case <-it.Batch.Ctx.Done():
 	}
 }

@@ -1,16 +1,13 @@
-package dispatcher
+package run
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/clock"
@@ -47,30 +44,24 @@ func (p *recPublisher) count() int {
 // runBatch is called directly.
 func TestSpawnerStopsWaitingOnceEveryItemIsTaken(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
-	require.NoError(t, err)
-	defer pool.Close()
 	pub := &recPublisher{}
-	d, err := New(pool, Config{Concurrency: 2, Publisher: pub,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := testRunner(t, Config{Concurrency: 2, Publisher: pub,
 		RouteFunc: func(outbox.Event) string { return "topic" }})
-	require.NoError(t, err)
 	quit := make(chan struct{})
 	defer close(quit)
-	d.workers = workers.New(quit, clock.Real())
 
 	e0 := outbox.Event{ID: uuid.New(), Type: "x"}
 	e1 := outbox.Event{ID: uuid.New(), Type: "x"}
 	gate, entered := make(chan struct{}), make(chan struct{})
 	var ran atomic.Int32
-	require.NoError(t, d.Handle("x", func(_ context.Context, e outbox.Event) error {
+	d.Start(workers.New(quit, clock.Real()), map[string]outbox.Handler{"x": func(_ context.Context, e outbox.Event) error {
 		if e.ID == e0.ID {
 			close(entered)
 			<-gate
 		}
 		ran.Add(1)
 		return nil
-	}))
+	}}, nil)
 
 	d.slots <- struct{}{} // a long handler of another batch holds one slot
 	d.slots <- struct{}{} // the claim took the other one for e0 (startsFor)
