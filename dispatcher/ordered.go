@@ -209,7 +209,7 @@ func (d *Dispatcher) passes(it *held.Item, res held.Result) bool {
 	case res.Err == nil:
 		return true
 	}
-	return d.cfg.HeadPolicy == SkipFailed && d.completer.failure(it).Final
+	return d.cfg.HeadPolicy == SkipFailed && d.completer.Final(it)
 }
 
 // releaseRest releases the rest of a chain that stopped, those of its

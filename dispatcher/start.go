@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
-	"github.com/pgoutbox/pgoutbox/internal/lease"
-	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
 // Start marks. Recovery charges a recovery (the poison budget, see
@@ -53,9 +51,6 @@ const (
 	slowSlotWait = 10 * time.Millisecond
 	slowHandler  = 100 * time.Millisecond
 	slowFor      = 200 * time.Millisecond
-	// busyRetry is how soon the marker tries again an event whose row was
-	// locked elsewhere.
-	busyRetry = 20 * time.Millisecond
 )
 
 // startsFor is how many of the next claim's events (at most limit) it
@@ -195,38 +190,4 @@ func (d *Dispatcher) markStarted(items []*held.Item) []*held.Item {
 		}
 	}
 	return d.held.Startable(items)
-}
-
-// markLoop is the marker: it writes the start marks that handler slots
-// wait for, all waiting ones in one statement.
-func (d *Dispatcher) markLoop(quit <-chan struct{}) {
-	serveLoop(quit, d.held.MarksWanted(), func() time.Duration {
-		if d.markOnce() {
-			return busyRetry
-		}
-		return 0
-	})
-}
-
-// markOnce writes the waiting marks. It reports whether some must be
-// tried again (their rows were busy, or the write failed).
-func (d *Dispatcher) markOnce() (again bool) {
-	items := d.held.TakeMarks()
-	if len(items) == 0 {
-		return false
-	}
-	refs := make([]lease.Ref, len(items))
-	for i, it := range items {
-		refs[i] = it.Ref()
-	}
-	ctx, cancel := d.opContext()
-	defer cancel()
-	res, err := stmtsize.WriteRefs(&d.leaseWrites, &d.refSize, len(refs), func(per int) (lease.RefResult, error) {
-		return d.store.StartIn(ctx, d.pool, refs, d.cfg.Delivery == AtLeastOnce, per)
-	}, func(err error) { d.report.Error("start marks ran out of time; marking in smaller statements", err) })
-	if err != nil {
-		d.report.Error("start marks failed, will retry", err)
-		res = lease.RefResult{Busy: refs}
-	}
-	return d.held.Marked(items, res)
 }
