@@ -34,10 +34,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.workers = workers.New(quit.Done(), clock.New(d.cfg.now))
 	var helpers sync.WaitGroup
-	keeper := newKeeper(d.dbCtx, d)
-	d.completer = newCompleter(d.dbCtx, d, keeper.LeaseWrites())
+	leases := newKeeper(d.dbCtx, d)
+	d.completer = newCompleter(d.dbCtx, d, leases.LeaseWrites())
 	helpers.Go(func() { d.completer.Run(quit) })
-	helpers.Go(func() { keeper.Run(quit) })
+	helpers.Go(func() { leases.Run(quit) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.Run(quit) })
 	helpers.Go(func() { d.helloLoop(quit) })
