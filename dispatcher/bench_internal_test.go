@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	quit := make(chan struct{})
 	defer close(quit)
 	d.startRunner(workers.New(quit, clock.Real()))
-	d.completer = newCompleter(context.Background(), d)
+	d.completer = newCompleter(context.Background(), d, &sync.Mutex{})
 	events := make([]outbox.Event, batch)
 	for i := range events {
 		events[i] = outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Payload: []byte(`{}`), Attempt: 1}
@@ -48,7 +49,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 			<-d.held.OutcomesReady()
 		}
 		items, _, _ := d.held.TakeOutcomes(0)
-		if _, params := d.completer.params(items); len(params.Sent) != batch {
+		if _, params := d.completer.Params(items); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}
 		d.held.Remove(items)

@@ -14,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/internal/run"
-	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -82,22 +82,13 @@ type Dispatcher struct {
 	peers peers.Set
 
 	// Set by start before any goroutine starts; read-only after.
-	dbCtx     context.Context // the dispatcher's own statements: never cancelled
-	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
-	completer *completer
-
-	// leaseWrites keeps this dispatcher's renewals, start marks and
-	// releases from running at once: they skip rows locked elsewhere, and
-	// must not find each other's. It is never held while held.Set.mu or
-	// mu is taken, nor taken while they are held.
-	leaseWrites sync.Mutex
-	// refSize bounds the statements of renewals and start marks (refs
-	// per statement), shrunk by statement timeouts (see stmtsize.WriteRefs).
-	// Guarded by leaseWrites.
-	refSize stmtsize.Size
+	dbCtx     context.Context     // the dispatcher's own statements: never cancelled
+	workCtx   context.Context     // handlers and publishes: cancelled at the hard stop
+	completer *complete.Completer // see internal/complete
 
 	// mu guards the fields below. It is never held while held.Set.mu or
-	// leaseWrites is taken, nor taken while they are held.
+	// the keeper's lease-writes lock (see internal/keeper) is taken, nor
+	// taken while they are held.
 	mu       sync.Mutex
 	state    State
 	result   error                     // dispatching's result, once stateStopped
@@ -176,7 +167,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		report:         newReporter(cfg),
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           held.NewSet(clock, cfg.LeaseDuration),
-		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		stopCh:         make(chan struct{}),

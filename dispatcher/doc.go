@@ -146,36 +146,21 @@
 //
 // # Writes that fail
 //
-// The completer splits a write the database refuses to record the other
-// outcomes, retries each refused outcome on its own backoff, and after a
-// bounded number of refusals records the event FAILED with code
-// outcome_refused (ERROR log, OnError matching outbox.ErrOutcomeRefused,
-// OnOutcome FAILED), in a fenced UPDATE of the status, error and lease
-// alone that spends no attempt: a write that succeeds where the refused
-// one did not (a DELETE without the privilege, a trigger refusing an
-// attempt's outcome, a constraint on a column the outcome sets). Why
-// FAILED rather than keep the lease until a later release: the database
-// gave no sign that it would ever take the outcome, the handler may have
-// succeeded (a re-run would deliver it twice) or failed (a re-run would
-// meet the same refusal), and letting the lease expire ran the event
-// again until recovery made it FAILED with worker_lost, a code that
-// blamed a worker that never died. FAILED stops every re-run, names the
-// refused outcome and the database's reason in last_error, and waits for
-// an operator: fix the cause, then replay (the handler may run again) or
-// skip. Only a refused release (of an event that never ran) and a
-// fallback write that fails too leave the lease to expire as before.
-// The fallback is one statement per refused event, written by the
-// completer: a trigger that refuses every outcome of a busy type costs a
-// round trip per event until it is fixed, and a fallback whose reply is
-// lost is reported as let go although the row may show it FAILED.
-// A write whose reply was lost is retried, and when it finds its rows no
-// longer held it reads them back: an outcome the row shows was recorded
-// under its claim's token (the row's outcome_token, which later claims do
-// not overwrite, or its attempt-log entry) is reported as its own, even
-// after another replica claimed or completed the event since; one the row
-// can no longer tell about as outbox.ErrOutcomeUnknown; outbox.ErrLockLost
-// only when the row proves the lease was lost before the write (see
-// complete.go and internal/lease, "Lost replies").
+// An outcome the database refuses to record (a DELETE without the
+// privilege, a trigger's exception, a constraint on a column the outcome
+// sets) is retried on its own backoff while the other outcomes of the
+// same write are recorded; after five refusals the event is recorded
+// FAILED with code outcome_refused (ERROR log, OnError matching
+// outbox.ErrOutcomeRefused, OnOutcome FAILED), spending no attempt, and
+// waits for an operator: fix the cause, then replay (the handler may run
+// again) or skip. A write whose reply was lost is retried and, when it
+// finds its rows no longer held, reads them back: an outcome recorded
+// under its claim's token is reported as its own, even after another
+// replica claimed or completed the event since; one the row can no longer
+// tell about as outbox.ErrOutcomeUnknown; outbox.ErrLockLost only when the
+// row proves the lease was lost before the write. internal/complete
+// documents the design (why FAILED rather than letting the lease expire,
+// the fallback write, lost replies).
 //
 // # Starting
 //
@@ -244,19 +229,21 @@
 //	               in its middleware, the publish, finish), circuit.go (a publish judged);
 //	               claimorder.go and ordered.go, the claim-order and per-key modes
 //	start.go       the marker: the start marks a claim did not write
-//	complete.go    the completer: take the finished outcomes, write them, report, let go
+//	complete.go    the completer (internal/complete): take the finished outcomes, write them,
+//	               report, let go; OnOutcome's Outcome made of each
 //	outcome.go     what OnOutcome receives
 //
 // Beside the walk:
 //
 //	internal/held  the held set: every event held and every change of its state,
 //	               under its own lock (its doc.go documents the lock order)
-//	heartbeat.go   the heartbeat: renews every held lease
-//	overrun.go     calls running past their timeout: WARN, counts, no renewal
+//	keeper.go      the keeper (internal/keeper): the heartbeat renewing every held lease,
+//	               the start marks, and the WARN of calls running past their timeout
+//	overrun.go     calls running past their timeout: the gauge, Health's limit, DrainTimeoutError
 //	run.go         dispatching: the start-up checks (internal/startcheck), start the services, coordinate, drain
 //	health.go      what Health reports: claims, outcome writes, the listener
-//	report.go      OnOutcome calls, and the outcomes of held events, through
-//	               internal/report: counters, logs, OnError, metrics and spans
+//	report.go      the reporter (internal/report: counters, logs, OnError, metrics and
+//	               spans), and recovery's FAILED events to OnOutcome
 //	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
 //	retention.go   the retention job (internal/retention): strays, partitions, old rows
 //	peers.go       hellos on the wake-up channel: replicas of another ordering mode

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/wakeup"
 )
@@ -37,7 +38,7 @@ func (d *Dispatcher) wakeups() *wakeup.Listener {
 		Auto: d.cfg.Wakeup == WakeupAuto, ConnectTimeout: opTimeout(d.cfg.LeaseDuration),
 		ProbeTimeout: d.cfg.WakeupProbeTimeout, PingAfter: listenerPing,
 		Table: d.cfg.Table.String(), Owner: d.cfg.Owner, Logger: d.cfg.Logger,
-		NotifyFunc: d.notified, StateFunc: d.listenerChanged, ErrorFunc: d.report.Error, RefusedFunc: refused,
+		NotifyFunc: d.notified, StateFunc: d.listenerChanged, ErrorFunc: d.report.Error, RefusedFunc: complete.Refused,
 	})
 }
 
@@ -61,17 +62,5 @@ func (d *Dispatcher) listenerChanged(ctx context.Context, s wakeup.State) {
 		d.health.setListener(ListenerReconnecting)
 	case wakeup.Unavailable:
 		d.health.setListener(ListenerUnavailable)
-	}
-}
-
-// sleep waits for d or until done closes; it reports whether d passed.
-func sleep(done <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
 	}
 }

@@ -37,10 +37,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
 	d.startRunner(workers.New(quit.Done(), clock.New(d.cfg.now)))
 	var helpers sync.WaitGroup
-	d.completer = newCompleter(d.dbCtx, d)
-	helpers.Go(func() { d.completer.run(quit.Done()) })
-	helpers.Go(func() { newHeartbeat(d.dbCtx, d).run(quit.Done()) })
-	helpers.Go(func() { d.markLoop(quit.Done()) })
+	leases := newKeeper(d.dbCtx, d)
+	d.completer = newCompleter(d.dbCtx, d, leases.LeaseWrites())
+	helpers.Go(func() { d.completer.Run(quit) })
+	helpers.Go(func() { leases.Run(quit) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.Run(quit) })
 	helpers.Go(func() { d.helloLoop(quit) })
@@ -176,7 +176,7 @@ func (d *Dispatcher) newRunner() *run.Runner {
 		MaxSnoozes: cfg.MaxSnoozes, SkipFailed: cfg.HeadPolicy == SkipFailed, ByType: cfg.OrderScope == ScopeKeyAndType,
 		SuspectWait: cmp.Or(cfg.suspectWait, cfg.LeaseDuration), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
 		Release:      d.releaseItems,
-		FinalFailure: func(it *held.Item) bool { return d.completer.failure(it).Final },
+		FinalFailure: func(it *held.Item) bool { return d.completer.Final(it) },
 	})
 }
 
@@ -192,12 +192,7 @@ func (d *Dispatcher) startRunner(w *workers.Pool) {
 // uncharged. When the release fails it reports failed and lets them go
 // all the same: their leases expire and recovery returns them.
 func (d *Dispatcher) releaseItems(items []*held.Item, failed string) {
-	ctx, cancel := d.opContext()
-	defer cancel()
-	if err := d.completer.release(ctx, items); err != nil {
-		d.report.Error(failed, err)
-		d.held.Remove(items)
-	}
+	d.completer.Release(items, failed)
 }
 
 // opContext bounds one database operation of the dispatcher's own.
@@ -213,25 +208,6 @@ func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, con
 // opTimeout is how long one of the dispatcher's own database operations
 // may take: half the lease, at most 30s.
 func opTimeout(lease time.Duration) time.Duration { return min(lease/2, 30*time.Second) }
-
-// serveLoop is the loop of a background writer (the completer, the
-// marker): until quit, it runs once on each signal, and again when the
-// wait once returned (0: none) has passed.
-func serveLoop(quit, signal <-chan struct{}, once func() (wait time.Duration)) {
-	retry := stoppedTimer()
-	defer retry.Stop()
-	for {
-		select {
-		case <-quit:
-			return
-		case <-signal:
-		case <-retry.C:
-		}
-		if wait := once(); wait > 0 {
-			retry.Reset(wait)
-		}
-	}
-}
 
 func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)

@@ -34,6 +34,9 @@ func (c Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 // NewTimer returns a timer that fires once d has passed in real time.
 func (c Clock) NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
 
+// NewTicker returns a ticker that ticks every d in real time.
+func (c Clock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
+
 // AfterFunc calls f on its own goroutine once d has passed in real time;
 // the returned timer stops or resets it.
 func (c Clock) AfterFunc(d time.Duration, f func()) *time.Timer { return time.AfterFunc(d, f) }
@@ -47,5 +50,25 @@ func (c Clock) Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	}
+}
+
+// Serve is the loop of a background writer (the completer, the start
+// marker): until quit ends, it runs once on each signal, and again when
+// the wait once returned (0: none) has passed.
+func (c Clock) Serve(quit context.Context, signal <-chan struct{}, once func() (wait time.Duration)) {
+	retry := c.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-quit.Done():
+			return
+		case <-signal:
+		case <-retry.C:
+		}
+		if wait := once(); wait > 0 {
+			retry.Reset(wait)
+		}
 	}
 }

@@ -41,3 +41,32 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	require.ErrorIs(t, Real().Sleep(ctx, time.Hour), cause)
 	require.NoError(t, Real().Sleep(context.Background(), time.Millisecond))
 }
+
+// TestServe runs once on each signal and again after the wait once
+// returned, and returns when quit ends.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	quit, cancel := context.WithCancel(context.Background())
+	signal := make(chan struct{}, 1)
+	runs := make(chan int, 4)
+	n := 0
+	returned := make(chan struct{})
+	go func() {
+		Real().Serve(quit, signal, func() time.Duration {
+			n++
+			runs <- n
+			if n == 1 {
+				return time.Millisecond // run again without a signal
+			}
+			return 0
+		})
+		close(returned)
+	}()
+	signal <- struct{}{}
+	require.Equal(t, 1, <-runs)
+	require.Equal(t, 2, <-runs, "the wait once returned ran it again")
+	signal <- struct{}{}
+	require.Equal(t, 3, <-runs)
+	cancel()
+	<-returned
+}

@@ -11,7 +11,7 @@
 // expiry time stored in rows; this clock decides only what the process does
 // locally.
 //
-// A replaced Now moves Now, Since and Until only: timers and sleeps wait
-// real durations, since what they wait for (a goroutine going idle, a
-// cooldown passing) happens in real time.
+// A replaced Now moves Now, Since and Until only: timers, tickers, sleeps
+// and Serve wait real durations, since what they wait for (a goroutine
+// going idle, a cooldown passing) happens in real time.
 package clock

@@ -35,9 +35,9 @@
 // OnError); the only calls out are cancel functions of the set's own
 // contexts and non-blocking sends on its signal channels, and the judge
 // the completer gives WriteFailed, which only reads and updates the item.
-// Whoever needs another lock as well (Dispatcher.mu, leaseWrites, the log
-// limiter) takes it before or after, never around, a held-set call, so no
-// order between them arises.
+// Whoever needs another lock as well (Dispatcher.mu, the keeper's
+// lease-writes lock, the log limiter) takes it before or after, never
+// around, a held-set call, so no order between them arises.
 //
 // The package boundary keeps that discipline: an Item's fields that the
 // lock guards are unexported, changed only by the Set's methods; what

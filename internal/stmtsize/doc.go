@@ -4,12 +4,12 @@
 // (Size). WriteRefs runs renewals and start marks in statements of that
 // size and retries at once, smaller, when one times out.
 //
-// Its callers are in the dispatcher: each claim coordinator keeps a Size
-// of claims (dispatcher/claim.go, starting at BatchSize), and the
-// dispatcher keeps one Size of ref writes (lease.MaxRefsPerStatement)
-// shared by the heartbeat's renewals (dispatcher/heartbeat.go) and the
-// start marks (dispatcher/start.go) under its leaseWrites mutex, which
-// WriteRefs takes around each try. TimedOut is the one test of "the server
+// Its callers: each claim coordinator keeps a Size of claims
+// (dispatcher/claim.go, starting at BatchSize), and the keeper
+// (internal/keeper) keeps one Size of ref writes
+// (lease.MaxRefsPerStatement) shared by its heartbeat's renewals and its
+// start marks under its lease-writes mutex, which WriteRefs takes around
+// each try. TimedOut is the one test of "the server
 // ended this statement", which the claim path also uses to shrink its
 // claims.
 //

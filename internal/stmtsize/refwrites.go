@@ -8,8 +8,8 @@ import (
 
 // WriteRefs runs write, a renewal or a start mark of n refs in statements
 // of at most per refs each (one round trip, one transaction), under mu
-// (Dispatcher.leaseWrites), which also guards size. When the server ends a
-// statement for lack of time (a statement_timeout), the whole round trip
+// (the keeper's lease-writes lock, see internal/keeper), which also
+// guards size. When the server ends a statement for lack of time (a statement_timeout), the whole round trip
 // rolled back and changed nothing: write runs again at once with
 // statements half as large, down to one ref each, and later writes stay
 // that small until full ones have succeeded for a while (see Size),

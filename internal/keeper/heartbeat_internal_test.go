@@ -1,16 +1,22 @@
-package dispatcher
+package keeper
 
 import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -22,12 +28,12 @@ import (
 // given up.
 func TestHeartbeatBeat(t *testing.T) {
 	t.Parallel()
-	db, d, clock, batch := claimedOnClock(t, 1)
+	db, b, clock, batch := claimedOnClock(t, 1)
 	ctx := context.Background()
 	stale := lease.Batch{Token: uuid.New(), Events: batch.Events, Started: []bool{true}}
-	old, _ := d.held.Add(context.Background(), stale, clock.Now(), 0)
-	held, _ := d.held.Add(context.Background(), batch, clock.Now(), 0)
-	require.True(t, d.held.Begin(old[0], 0))
+	old, _ := b.held.Add(context.Background(), stale, clock.Now(), 0)
+	held, _ := b.held.Add(context.Background(), batch, clock.Now(), 0)
+	require.True(t, b.held.Begin(old[0], 0))
 
 	leaseUntil := func() time.Time {
 		var at time.Time
@@ -37,49 +43,48 @@ func TestHeartbeatBeat(t *testing.T) {
 	before := leaseUntil()
 	clock.add(5 * time.Second)
 	time.Sleep(10 * time.Millisecond) // the database clock moves on too
-	newHeartbeat(ctx, d).beat(nil)
+	b.keeper(0).beat(context.Background())
 
 	require.True(t, leaseUntil().After(before), "the lease was renewed")
-	deadline, lost := d.held.Lease(held[0])
+	deadline, lost := b.held.Lease(held[0])
 	require.Equal(t, clock.Now().Add(8*time.Second), deadline)
 	require.False(t, lost)
-	_, lost = d.held.Lease(old[0])
+	_, lost = b.held.Lease(old[0])
 	require.True(t, lost, "the stale claim was credited")
 	require.ErrorIs(t, context.Cause(old[0].Context()), outbox.ErrLockLost)
 }
 
-// run beats every third of the lease duration and returns when quit
-// closes.
+// Run beats every third of the lease duration and returns when quit
+// ends.
 func TestHeartbeatRun(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) VALUES (gen_random_uuid(), 'x', '\x7b7d')`)
 	require.NoError(t, err)
-	d, err := New(db.Pool, Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 1500 * time.Millisecond})
+	b := newBundle(t, db.Pool, db.Table(), nil, 1500*time.Millisecond)
+	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 1500 * time.Millisecond, Start: 1})
 	require.NoError(t, err)
-	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 1, Lease: 1500 * time.Millisecond, Start: 1})
-	require.NoError(t, err)
-	items, _ := d.held.Add(context.Background(), batch, time.Now(), 0)
-	require.True(t, d.held.Begin(items[0], 0))
-	first, _ := d.held.Lease(items[0])
-	quit := make(chan struct{})
+	items, _ := b.held.Add(context.Background(), batch, time.Now(), 0)
+	require.True(t, b.held.Begin(items[0], 0))
+	first, _ := b.held.Lease(items[0])
+	quit, stop := context.WithCancel(context.Background())
 	returned := make(chan struct{})
 	go func() {
-		newHeartbeat(ctx, d).run(quit)
+		b.keeper(0).Run(quit)
 		close(returned)
 	}()
 	testctx.Await(t, "a beat to renew the lease", func() bool {
-		deadline, _ := d.held.Lease(items[0])
+		deadline, _ := b.held.Lease(items[0])
 		return deadline.After(first)
 	})
-	_, lost := d.held.Lease(items[0]) // under the lock: its deadline timer writes it
-	close(quit)
+	_, lost := b.held.Lease(items[0]) // under the lock: its deadline timer writes it
+	stop()
 	budget := testctx.New(t)
 	select {
 	case <-returned:
 	case <-budget.Done():
-		t.Fatal("run did not return when quit closed")
+		t.Fatal("Run did not return when quit ended")
 	}
 	require.False(t, lost)
 }
@@ -104,9 +109,9 @@ func TestHeartbeatRetriesBusyRows(t *testing.T) {
 }
 
 func retryBusyRows(t *testing.T, loseBetweenTries bool) {
-	db, d, clock, batch := claimedOnClock(t, 2)
+	db, b, clock, batch := claimedOnClock(t, 2)
 	ctx := context.Background()
-	held, _ := d.held.Add(context.Background(), batch, clock.Now(), 0)
+	held, _ := b.held.Add(context.Background(), batch, clock.Now(), 0)
 	free, locked := batch.Events[0].ID, batch.Events[1].ID
 	renewed := func(id uuid.UUID) bool {
 		var yes bool
@@ -121,16 +126,15 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	require.NoError(t, err)
 	clock.add(5 * time.Second)
 	beaten := make(chan struct{})
-	h := newHeartbeat(ctx, d)
-	h.busyRetry = time.Second // time enough to see the first try and let go of the row
+	k := b.keeper(time.Second) // time enough to see the first try and let go of the row
 	go func() {
-		h.beat(nil)
+		k.beat(context.Background())
 		close(beaten)
 	}()
 	testctx.Await(t, "the free row renewed", func() bool { return renewed(free) })
 	require.False(t, renewed(locked))
 	if loseBetweenTries {
-		d.held.Renewed(held[1:2], lease.RefResult{}, clock.Now()) // neither renewed nor busy: lost
+		b.held.Renewed(held[1:2], lease.RefResult{}, clock.Now()) // neither renewed nor busy: lost
 	}
 	require.NoError(t, tx.Rollback(ctx))
 	budget := testctx.New(t)
@@ -141,34 +145,85 @@ func retryBusyRows(t *testing.T, loseBetweenTries bool) {
 	}
 	if loseBetweenTries {
 		require.False(t, renewed(locked), "the retry renewed a lost item's row")
-		_, lost := d.held.Lease(held[1])
+		_, lost := b.held.Lease(held[1])
 		require.True(t, lost)
 		held = held[:1]
 	} else {
 		require.True(t, renewed(locked), "the busy row was left to the next beat")
 	}
 	for _, it := range held {
-		deadline, lost := d.held.Lease(it)
+		deadline, lost := b.held.Lease(it)
 		require.False(t, lost)
 		require.Equal(t, clock.Now().Add(8*time.Second), deadline)
 	}
 }
 
-// claimedOnClock is a dispatcher with a 10s lease on a fake clock, and
-// its claim of n new events, all marked started.
-func claimedOnClock(t *testing.T, n int) (*testdb.DB, *Dispatcher, *fakeClock, lease.Batch) {
+// bundle is what a Keeper under test works with: a held set on the
+// test's lease clock, the lease store and pool, and a reporter.
+type bundle struct {
+	held   *held.Set
+	store  *lease.Store
+	pool   *pgxpool.Pool
+	report *report.Reporter
+	now    func() time.Time // the lease clock; nil: time.Now
+	lease  time.Duration
+}
+
+// newBundle is a bundle on pool for table, whose local lease deadlines
+// read now (nil: the wall clock).
+func newBundle(t *testing.T, pool *pgxpool.Pool, table outbox.Table, now func() time.Time, leaseDuration time.Duration) *bundle {
+	t.Helper()
+	table = table.WithDefaults()
+	store, err := lease.New(table)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := report.New(report.Config{Logger: logger, Table: table.String(), Owner: "t",
+		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(),
+		PublishCode: func(error) outbox.Code { return outbox.CodePublishError }})
+	return &bundle{held: held.NewSet(now, leaseDuration), store: store, pool: pool, report: r, now: now, lease: leaseDuration}
+}
+
+// keeper is a Keeper of the bundle, trying busy rows again after
+// busyRetry (0: BusyRetry).
+func (b *bundle) keeper(busyRetry time.Duration) *Keeper {
+	return New(Config{
+		Ctx: context.Background(), Held: b.held, Store: b.store, Pool: b.pool, Report: b.report,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Table: "outbox_events", Owner: "t",
+		Clock: clock.Real(), LeaseClock: clock.New(b.now), Lease: b.lease,
+		OpTimeout: min(b.lease/2, 30*time.Second), AtLeastOnce: true, BusyRetry: busyRetry,
+	})
+}
+
+// claimedOnClock is a bundle with a 10s lease on a fake clock, and its
+// claim of n new events, all marked started.
+func claimedOnClock(t *testing.T, n int) (*testdb.DB, *bundle, *fakeClock, lease.Batch) {
 	t.Helper()
 	db := testdb.NewMigrated(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, $1)`, n)
 	require.NoError(t, err)
 	clock := &fakeClock{now: time.Now()}
-	cfg := Config{Table: db.Table(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LeaseDuration: 10 * time.Second}
-	SetClock(&cfg, clock.Now)
-	d, err := New(db.Pool, cfg)
-	require.NoError(t, err)
-	batch, err := d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: 10 * time.Second, Start: n})
+	b := newBundle(t, db.Pool, db.Table(), clock.Now, 10*time.Second)
+	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: 10 * time.Second, Start: n})
 	require.NoError(t, err)
 	require.Len(t, batch.Events, n)
-	return db, d, clock, batch
+	return db, b, clock, batch
+}
+
+// fakeClock is a local clock that moves only when told.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }

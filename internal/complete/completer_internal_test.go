@@ -1,4 +1,4 @@
-package dispatcher
+package complete
 
 import (
 	"context"
@@ -13,43 +13,93 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 type completerBundle struct {
-	d        *Dispatcher
-	c        *completer
+	held     *held.Set
+	store    *lease.Store
+	report   *report.Reporter
+	c        *Completer
+	health   healthLog
 	mu       sync.Mutex
 	outcomes []Outcome
 	errs     []error
 	errAt    []time.Time
 }
 
-// setupCompleter returns a completer writing through pool, with its
-// dispatcher's held set, recording what it reports.
+// healthLog is what the completer tells Health: the successful writes,
+// and the failed ones since the last success or since no outcome was
+// left failing.
+type healthLog struct {
+	mu       sync.Mutex
+	ok       int
+	failures int
+}
+
+func (h *healthLog) completed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.ok, h.failures = h.ok+1, 0
+		return
+	}
+	h.failures++
+}
+
+func (h *healthLog) settled() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failures = 0
+}
+
+// counts returns the successful writes and the failing ones since.
+func (h *healthLog) counts() (ok, failures int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok, h.failures
+}
+
+// setupCompleter returns a completer writing through pool, with a held
+// set of its own, recording what it reports (the dispatcher's defaults,
+// MaxAttempts 5).
 func setupCompleter(t *testing.T, pool *pgxpool.Pool, table outbox.Table) *completerBundle {
 	t.Helper()
 	b := &completerBundle{}
-	d, err := New(pool, Config{
-		Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 5,
-		OnOutcome: func(_ context.Context, o Outcome) {
-			b.mu.Lock()
-			b.outcomes = append(b.outcomes, o)
-			b.mu.Unlock()
-		},
+	table = table.WithDefaults()
+	store, err := lease.New(table)
+	require.NoError(t, err)
+	b.store, b.held = store, held.NewSet(nil, 30*time.Second)
+	b.report = report.New(report.Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Table: table.String(), Owner: "t",
+		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(),
+		PublishCode: func(error) outbox.Code { return outbox.CodePublishError },
 		OnError: func(err error) {
 			b.mu.Lock()
 			b.errs, b.errAt = append(b.errs, err), append(b.errAt, time.Now())
 			b.mu.Unlock()
 		},
 	})
-	require.NoError(t, err)
-	b.d, b.c = d, newCompleter(context.Background(), d)
+	b.c = New(Config{
+		Ctx: context.Background(), Held: b.held, Store: store, Pool: pool, Report: b.report,
+		Clock: clock.Real(), LeaseWrites: &sync.Mutex{}, RetryScheduled: make(chan struct{}, 1),
+		CompletedFunc: b.health.completed, SettledFunc: b.health.settled,
+		OutcomeFunc: func(_ context.Context, o Outcome) {
+			b.mu.Lock()
+			b.outcomes = append(b.outcomes, o)
+			b.mu.Unlock()
+		},
+		OpTimeout: 15 * time.Second, MaxAttempts: 5, Backoff: outbox.Backoff{}.WithDefaults(),
+		UnroutableMinDelay: time.Second, UnroutableMaxDelay: 5 * time.Minute,
+	})
 	return b
 }
 
@@ -57,10 +107,10 @@ func setupCompleter(t *testing.T, pool *pgxpool.Pool, table outbox.Table) *compl
 // returns how long run took to return.
 func (b *completerBundle) run(t *testing.T) (stop func() time.Duration) {
 	t.Helper()
-	quit := make(chan struct{})
+	quit, cancel := context.WithCancel(context.Background())
 	returned := make(chan time.Time, 1)
 	go func() {
-		b.c.run(quit)
+		b.c.Run(quit)
 		returned <- time.Now()
 	}()
 	var once sync.Once
@@ -68,7 +118,7 @@ func (b *completerBundle) run(t *testing.T) (stop func() time.Duration) {
 		var took time.Duration
 		once.Do(func() {
 			asked := time.Now()
-			close(quit)
+			cancel()
 			took = (<-returned).Sub(asked)
 		})
 		return took
@@ -81,10 +131,10 @@ func (b *completerBundle) run(t *testing.T) (stop func() time.Duration) {
 // order.
 func (b *completerBundle) finishAll(t *testing.T, batch lease.Batch, results ...held.Result) []*held.Item {
 	t.Helper()
-	items, _ := b.d.held.Add(context.Background(), batch, time.Now(), 0)
+	items, _ := b.held.Add(context.Background(), batch, time.Now(), 0)
 	for i, it := range items {
-		require.True(t, b.d.held.Begin(it, 0))
-		require.False(t, b.d.held.Finish(it, results[i]))
+		require.True(t, b.held.Begin(it, 0))
+		require.False(t, b.held.Finish(it, results[i]))
 	}
 	return items
 }
@@ -102,12 +152,12 @@ func TestCompleter(t *testing.T) {
 			SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 3)`)
 		require.NoError(t, err)
 		b := setupCompleter(t, db.Pool, db.Table())
-		batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 3, Lease: time.Minute, Start: 3})
+		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 3, Lease: time.Minute, Start: 3})
 		require.NoError(t, err)
 		require.Len(t, batch.Events, 3)
 		stop := b.run(t)
 		b.finishAll(t, batch, held.Result{}, held.Result{Err: errors.New("boom"), Code: outbox.CodeHandlerError}, held.Result{Release: true})
-		testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
+		testctx.Await(t, "held emptied", func() bool { return b.held.Len() == 0 })
 		stop() // items leave held a moment before they are reported
 		var statuses []string
 		require.NoError(t, pgxRows(ctx, db.Pool, db.Table(), batch, &statuses))
@@ -117,7 +167,7 @@ func TestCompleter(t *testing.T) {
 		require.Len(t, b.outcomes, 2)
 		require.Equal(t, outbox.StatusSent, b.outcomes[0].Status)
 		require.Equal(t, outbox.StatusPending, b.outcomes[1].Status)
-		require.Equal(t, uint64(1), b.d.report.Counters.Released.Load())
+		require.Equal(t, uint64(1), b.report.Counters.Released.Load())
 		require.Empty(t, b.errs)
 	})
 
@@ -149,7 +199,7 @@ func TestCompleter(t *testing.T) {
 		require.GreaterOrEqual(t, gaps[0], firstRetry-slack)
 		require.GreaterOrEqual(t, gaps[1], 2*firstRetry-slack)
 		require.Less(t, b.errAt[0].Sub(begun), firstRetry, "the first try is at once")
-		require.Equal(t, 1, b.d.held.Len(), "the outcome waits, held, for its next try")
+		require.Equal(t, 1, b.held.Len(), "the outcome waits, held, for its next try")
 	})
 }
 
@@ -167,7 +217,7 @@ func TestCompleterManyRefusalsCostTheOthersNothing(t *testing.T) {
 		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, $1::int)`, n)
 	require.NoError(t, err)
 	b := setupCompleter(t, db.Pool, db.Table())
-	batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: time.Minute, Start: n})
+	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: n, Lease: time.Minute, Start: n})
 	require.NoError(t, err)
 	require.Len(t, batch.Events, n)
 	bad := map[uuid.UUID]bool{}
@@ -202,14 +252,14 @@ END $$`)
 		defer b.mu.Unlock()
 		return len(b.outcomes) >= n
 	})
-	testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
+	testctx.Await(t, "held emptied", func() bool { return b.held.Len() == 0 })
 	stop()
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	require.Len(t, b.outcomes, n, "every outcome is recorded")
 	for _, o := range b.outcomes {
-		if bad[o.Event.ID] {
+		if bad[o.Item.Event.ID] {
 			require.Equal(t, outbox.CodeOutcomeRefused, o.Code, "a refused outcome is recorded FAILED outcome_refused")
 			require.Equal(t, outbox.StatusFailed, o.Status)
 		} else {
@@ -267,7 +317,7 @@ func TestCompleterRefusalsGivenUpEndTheFailingRun(t *testing.T) {
 		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
 	require.NoError(t, err)
 	b := setupCompleter(t, db.Pool, db.Table())
-	batch, err := b.d.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
+	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
 	require.NoError(t, err)
 	require.Len(t, batch.Events, 2)
 	_, err = db.Pool.Exec(ctx, `
@@ -279,13 +329,13 @@ END $$`)
 	db.OnOutcomes(t, "refuse_outcome")
 	b.finishAll(t, batch, held.Result{}, held.Result{}) // both finished before the completer runs: one write
 	stop := b.run(t)
-	testctx.Await(t, "held emptied", func() bool { return b.d.held.Len() == 0 })
+	testctx.Await(t, "held emptied", func() bool { return b.held.Len() == 0 })
 	testctx.Await(t, "the run of failed writes to end once nothing waits to be written",
-		func() bool { return b.d.health.snapshot().FailingSince.IsZero() })
+		func() bool { _, failures := b.health.counts(); return failures == 0 })
 	stop()
-	h := b.d.health.snapshot()
-	require.Zero(t, h.CompletionErrors)
-	require.True(t, h.LastCompletion.IsZero(), "no write succeeded")
+	ok, failures := b.health.counts()
+	require.Zero(t, failures)
+	require.Zero(t, ok, "no write succeeded")
 }
 
 // A write whose items were all let go meanwhile (their leases lost) runs
@@ -297,8 +347,9 @@ func TestCompleterWriteOfNothingIsNoSuccess(t *testing.T) {
 	t.Cleanup(pool.Close)
 	b := setupCompleter(t, pool, outbox.Table{})
 	items := b.finishAll(t, lease.Batch{Token: uuid.New(), Events: []outbox.Event{{ID: uuid.New(), Attempt: 1}}, Started: []bool{true}}, held.Result{})
-	b.d.held.Remove(items)
+	b.held.Remove(items)
 	budget := maxWritesPerRound
 	b.c.writeSplitting(items, &budget)
-	require.True(t, b.d.health.snapshot().LastCompletion.IsZero())
+	ok, _ := b.health.counts()
+	require.Zero(t, ok)
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package complete
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 func TestNoPartitionIsNoRefusal(t *testing.T) {
 	check := &pgconn.PgError{Code: "23514", ConstraintName: "outbox_events_sent_check"}
 	noPart := &pgconn.PgError{Code: "23514", Message: `no partition of relation "outbox_events_sent" found for row`}
-	require.True(t, refused(fmt.Errorf("complete: %w", check)))
-	require.False(t, refused(fmt.Errorf("complete: %w", noPart)))
-	require.False(t, refused(&pgconn.PgError{Code: "40P01"}))
+	require.True(t, Refused(fmt.Errorf("complete: %w", check)))
+	require.False(t, Refused(fmt.Errorf("complete: %w", noPart)))
+	require.False(t, Refused(&pgconn.PgError{Code: "40P01"}))
 }
