@@ -80,8 +80,9 @@ type Dispatcher struct {
 
 	// health is what Health reports (see health.go).
 	health healthState
-	// peers are the other dispatchers of the table heard (see peers.go).
-	peers peers.Set
+	// greeter says hello to the other dispatchers of the table and keeps
+	// those heard (see peers.go).
+	greeter *peers.Greeter
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context // the dispatcher's own statements: never cancelled
@@ -203,6 +204,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		d.held.RunInWaves()
 	}
 	d.circuit = newCircuit(cfg, d.Trigger)
+	d.greeter = newGreeter(cfg, pool, d.report, d.Trigger)
 	return d, nil
 }
 
@@ -269,7 +271,8 @@ func (d *Dispatcher) Stats() Stats {
 	if byType := d.unroutable.Counts(); byType != nil {
 		s.UnroutableByType = byType
 	}
-	d.fillPeers(&s)
+	conflicts, hellos := d.greeter.Conflicts()
+	s.ModeConflicts, s.Hellos = len(conflicts), hellos
 	return s
 }
 

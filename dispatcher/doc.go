@@ -258,7 +258,7 @@
 //	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
 //	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
 //	retention.go   the retention job (internal/retention): strays, partitions, old rows
-//	peers.go       hellos on the wake-up channel: replicas of another ordering mode
+//	peers.go       replicas of another ordering mode (ModeConflict), heard through internal/peers
 //
 // Leaf packages the dispatcher wires (each with a doc.go):
 //
@@ -267,7 +267,7 @@
 //	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
 //	internal/workers   reused goroutines for handler calls (work.go: a batch's workers)
 //	internal/circuit   the circuit's states and what the next claim takes (circuit.go)
-//	internal/peers     the other dispatchers heard, and when they are forgotten (peers.go)
+//	internal/peers     hellos on the wake-up channel: the other dispatchers heard, when they are forgotten (peers.go)
 //	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
 //	internal/tally     per-type counts of waiting and unroutable events (types.go, unroutable.go)
 package dispatcher

@@ -189,7 +189,8 @@ func (d *Dispatcher) Health() Health {
 	h.State, h.Err = state, result
 	circuitState, since := d.circuit.Snapshot()
 	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
-	h.ModeConflicts, _ = d.modeConflicts(time.Now())
+	heard, _ := d.greeter.Conflicts()
+	h.ModeConflicts = modeConflicts(heard)
 	if ns := d.report.Counters.LastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}

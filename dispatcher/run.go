@@ -26,9 +26,9 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer hardStop(nil)
 	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
 	defer unregister()
-	defer d.observeCircuit()()       // the circuit gauge, while Run runs
-	defer d.observeOverruns()()      // the overrun gauge, while Run runs
-	defer d.observeModeConflicts()() // the mode-conflict gauge, while Run runs
+	defer d.observeCircuit()()  // the circuit gauge, while Run runs
+	defer d.observeOverruns()() // the overrun gauge, while Run runs
+	defer d.greeter.Observe()() // the mode-conflict gauge, while Run runs
 	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
@@ -40,7 +40,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { d.markLoop(quit.Done()) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.Run(quit) })
-	helpers.Go(func() { d.helloLoop(quit) })
+	helpers.Go(func() { d.greeter.Run(quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.wakeups().Run(quit, listener) })
