@@ -252,6 +252,7 @@
 //	heartbeat.go   the heartbeat: renews every held lease
 //	overrun.go     calls running past their timeout: WARN, counts, no renewal
 //	run.go         dispatching: the start-up checks (internal/startcheck), start the services, coordinate, drain
+//	life.go        where the dispatcher is in its life (State): start, Stop, Done, Err
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      OnOutcome calls, and the outcomes of held events, through
 //	               internal/report: counters, logs, OnError, metrics and spans

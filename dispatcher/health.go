@@ -182,9 +182,7 @@ func (h Health) lastPollOrStart() time.Time {
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
 func (d *Dispatcher) Health() Health {
-	d.mu.Lock()
-	state, result := d.state, d.result
-	d.mu.Unlock()
+	state, result := d.life.snapshot()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
 	circuitState, since := d.circuit.Snapshot()

@@ -58,7 +58,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	cause := d.stopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"cause", cause, "ran_for", time.Since(started).Round(time.Millisecond).String())
-	d.setState(StateStopping)
+	d.life.setState(StateStopping)
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
@@ -71,7 +71,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 // called, or the context given to Start or Run ended (with its cause, so
 // that a short-lived context passed by mistake shows in the log).
 func (d *Dispatcher) stopCause(ctx context.Context) string {
-	if d.stopRequested() {
+	if d.life.stopRequested() {
 		return "Stop was called"
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -86,7 +86,7 @@ func (d *Dispatcher) stopCause(ctx context.Context) string {
 // database that does not answer. A stop or a cancelled ctx during
 // start-up gives errInterrupted.
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := d.untilStop(ctx)
+	ctx, cancel := d.life.untilStop(ctx)
 	defer cancel()
 	err := d.startChecks().Run(ctx)
 	var listener *pgx.Conn
@@ -100,26 +100,6 @@ func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 		return nil, errInterrupted
 	}
 	return listener, err
-}
-
-// untilStop returns a context that ends with ctx or when Stop is called;
-// call cancel when done with it.
-func (d *Dispatcher) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-d.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
-
-// stoppedStarting reports whether the dispatcher was asked to stop (ctx ended or Stop
-// was called) before it started dispatching.
-func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
-	return ctx.Err() != nil || d.stopRequested()
 }
 
 // startChecks returns the start-up checks of this dispatcher (the table,
