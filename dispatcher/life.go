@@ -160,3 +160,16 @@ func (l *life) untilStop(ctx context.Context) (context.Context, context.CancelFu
 	}()
 	return ctx, cancel
 }
+
+// stopCause says why dispatching ended, for the stop logs: Stop was
+// called, or the context given to Start or Run ended (with its cause, so
+// that a short-lived context passed by mistake shows in the log).
+func (l *life) stopCause(ctx context.Context) string {
+	if l.stopRequested() {
+		return "Stop was called"
+	}
+	if err := context.Cause(ctx); err != nil {
+		return "the context given to Start or Run ended: " + err.Error()
+	}
+	return "unknown"
+}

@@ -55,7 +55,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 		"order_scope", d.cfg.OrderScope.String())
 	started := time.Now()
 	d.coordinate(ctx)
-	cause := d.stopCause(ctx)
+	cause := d.life.stopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"cause", cause, "ran_for", time.Since(started).Round(time.Millisecond).String())
 	d.life.setState(StateStopping)
@@ -65,19 +65,6 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	d.report.FlushAllRepeats()
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopped", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "cause", cause)
 	return err
-}
-
-// stopCause says why dispatching ended, for the stop logs: Stop was
-// called, or the context given to Start or Run ended (with its cause, so
-// that a short-lived context passed by mistake shows in the log).
-func (d *Dispatcher) stopCause(ctx context.Context) string {
-	if d.life.stopRequested() {
-		return "Stop was called"
-	}
-	if err := context.Cause(ctx); err != nil {
-		return "the context given to Start or Run ended: " + err.Error()
-	}
-	return "unknown"
 }
 
 // startUp runs the start-up checks (the table, its schema, and in
