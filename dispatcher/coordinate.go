@@ -21,7 +21,7 @@ import (
 func (d *Dispatcher) coordinate(ctx context.Context) {
 	// Recoveries run in this loop: a stop must end one that waits for the
 	// database (it rolls back, and the next dispatcher does it).
-	stopCtx, cancel := d.untilStop(ctx)
+	stopCtx, cancel := d.life.untilStop(ctx)
 	defer cancel()
 	p := newPoller(d.cfg)
 	defer p.stop()
@@ -32,18 +32,18 @@ func (d *Dispatcher) coordinate(ctx context.Context) {
 	defer wakeTimer.Stop()
 	w := waker.New(waker.Config{Cooldown: d.cfg.WakeupCooldown, BatchSize: d.cfg.BatchSize, ArmFunc: func(wait time.Duration) { wakeTimer.Reset(wait) },
 		FollowUpsOver: d.cfg.onFollowUpsOver})
-	if ctx.Err() != nil || d.stopRequested() {
+	if ctx.Err() != nil || d.life.stopRequested() {
 		return
 	}
 	c.wake()
 	for {
-		if ctx.Err() != nil || d.stopRequested() {
+		if ctx.Err() != nil || d.life.stopRequested() {
 			return // before any other ready case: a stop is never put off
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.stopCh:
+		case <-d.life.stopCh:
 			return
 		case <-p.poll.C:
 			d.pollCycle(stopCtx, p)
@@ -274,7 +274,7 @@ func (d *Dispatcher) recoverLeases(ctx context.Context, p *poller, poll uint64) 
 			timeouts++
 		}
 		more := p.recoverBacklog || timedOut && timeouts < maxRecoverTries && next < limit
-		if !more || ctx.Err() != nil || d.stopRequested() || d.cfg.now().Sub(start) >= d.cfg.recoverBudget() {
+		if !more || ctx.Err() != nil || d.life.stopRequested() || d.cfg.now().Sub(start) >= d.cfg.recoverBudget() {
 			break
 		}
 	}

@@ -71,15 +71,15 @@ type Dispatcher struct {
 
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
-	stopCh         chan struct{} // Stop was called
 	hardStopped    atomic.Bool   // the drain timed out and cancelled the calls still running
-	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
-	stopOnce       sync.Once
+	// life is where it is in its life, and how it ended (see life.go).
+	life *life
 
 	// health is what Health reports (see health.go).
 	health healthState
-	// peers are the other dispatchers of the table heard (see peers.go).
-	peers peers.Set
+	// greeter says hello to the other dispatchers of the table and keeps
+	// those heard (see peers.go).
+	greeter *peers.Greeter
 
 	// Set by start before any goroutine starts; read-only after.
 	dbCtx     context.Context     // the dispatcher's own statements: never cancelled
@@ -88,11 +88,9 @@ type Dispatcher struct {
 
 	// mu guards the fields below. It is never held while held.Set.mu or
 	// the keeper's lease-writes lock (see internal/keeper) is taken, nor
-	// taken while they are held.
+	// taken while they are held; life.mu may be taken while it is held
+	// (Handle), never the other way round.
 	mu       sync.Mutex
-	state    State
-	result   error                     // dispatching's result, once stateStopped
-	ran      bool                      // dispatching began (a stop before it is a clean stop for Run)
 	handlers map[string]outbox.Handler // wrapped in their middleware
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
@@ -169,13 +167,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		held:           held.NewSet(clock, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
-		stopCh:         make(chan struct{}),
-		done:           make(chan struct{}),
+		life:           newLife(),
 		handlers:       make(map[string]outbox.Handler),
 	}
 	d.circuit = newCircuit(cfg, d.Trigger)
 	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
 	d.runner = d.newRunner()
+	d.greeter = newGreeter(cfg, pool, d.report, d.Trigger)
 	return d, nil
 }
 
@@ -204,13 +202,12 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	switch {
-	case d.handlers[eventType] != nil:
+	if d.handlers[eventType] != nil {
 		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
-	case d.state != StateNew:
+	}
+	if !d.life.ifNew(func() { d.handlers[eventType] = wrapped }) {
 		return ErrStarted
 	}
-	d.handlers[eventType] = wrapped
 	return nil
 }
 
@@ -242,7 +239,8 @@ func (d *Dispatcher) Stats() Stats {
 	if byType := d.runner.Unroutable(); byType != nil {
 		s.UnroutableByType = byType
 	}
-	d.fillPeers(&s)
+	conflicts, hellos := d.greeter.Conflicts()
+	s.ModeConflicts, s.Hellos = len(conflicts), hellos
 	return s
 }
 
@@ -288,7 +286,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	go func() { _ = d.dispatchUntilStop(ctx, listener) }() // its result reaches Stop, Err and Health
+	go func() { _ = d.life.ended(d.run(ctx, listener)) }() // its result reaches Stop, Err and Health
 	return nil
 }
 
@@ -311,7 +309,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	return d.dispatchUntilStop(ctx, listener)
+	return d.life.ended(d.run(ctx, listener))
 }
 
 // errInterrupted is start's error when a stop (ctx ending, or Stop)
@@ -320,68 +318,20 @@ var errInterrupted = errors.New("pgoutbox: dispatcher start interrupted")
 
 // start moves a new dispatcher to starting and runs the start-up checks.
 // When they fail it goes back to new, unless a stop came meanwhile.
+// (Start and Run then dispatch until ctx ends or Stop is called, drain,
+// and record the result: life.ended.)
 func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
-	d.mu.Lock()
-	switch d.state {
-	case StateNew:
-		d.state = StateStarting
-	case StateStopped:
-		ran := d.ran
-		d.mu.Unlock()
-		if !ran { // stopped before it started: as a stop during the checks
-			return nil, errInterrupted
-		}
-		return nil, ErrStopped
-	case StateStopping:
-		d.mu.Unlock()
-		return nil, ErrStopped
-	default:
-		d.mu.Unlock()
-		return nil, ErrRunning
+	if err := d.life.begin(); err != nil {
+		return nil, err
 	}
-	d.mu.Unlock()
 	listener, err := d.startUp(ctx)
-	if err == nil && d.stoppedStarting(ctx) {
+	if err == nil && d.life.stoppedStarting(ctx) {
 		if listener != nil {
 			_ = listener.Close(context.WithoutCancel(ctx))
 		}
 		err = errInterrupted
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case err == nil:
-		d.state, d.ran = StateRunning, true
-	case errors.Is(err, errInterrupted) || d.stopRequested():
-		d.stopped(nil)
-		err = errInterrupted // the stop was taken: a failed check is no reason to retry
-	default:
-		d.state = StateNew
-	}
-	return listener, err
-}
-
-// dispatchUntilStop dispatches until ctx ends or Stop is called, drains,
-// and records the result.
-func (d *Dispatcher) dispatchUntilStop(ctx context.Context, listener *pgx.Conn) error {
-	err := d.run(ctx, listener)
-	d.mu.Lock()
-	d.stopped(err)
-	d.mu.Unlock()
-	return err
-}
-
-// stopped records the end; d.mu must be held.
-func (d *Dispatcher) stopped(result error) {
-	d.result, d.state = result, StateStopped
-	close(d.done)
-}
-
-// setState records a change of state.
-func (d *Dispatcher) setState(s State) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.state = s
+	return listener, d.life.started(err)
 }
 
 // Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
@@ -393,14 +343,9 @@ func (d *Dispatcher) setState(s State) {
 // before, it stops the dispatcher (Start then returns ErrStopped, and Run
 // nil: a clean stop).
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.stopOnce.Do(func() { close(d.stopCh) })
-	d.mu.Lock()
-	if d.state == StateNew {
-		d.stopped(nil)
-	}
-	d.mu.Unlock()
+	d.life.stop()
 	select {
-	case <-d.done:
+	case <-d.life.done:
 		return d.Err()
 	case <-ctx.Done():
 		return d.stopCutShort(ctx)
@@ -410,23 +355,9 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 // Done returns a channel that is closed when the dispatcher has stopped:
 // dispatching ended (Stop, or the end of Start's ctx) and drained, or Stop
 // came before a start. A start that failed does not close it.
-func (d *Dispatcher) Done() <-chan struct{} { return d.done }
+func (d *Dispatcher) Done() <-chan struct{} { return d.life.done }
 
 // Err returns the result of dispatching once Done is closed: nil after a
 // clean stop, ErrDrainTimeout when handlers had to be cancelled. It
 // returns nil before.
-func (d *Dispatcher) Err() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.result
-}
-
-// stopRequested reports whether Stop was called.
-func (d *Dispatcher) stopRequested() bool {
-	select {
-	case <-d.stopCh:
-		return true
-	default:
-		return false
-	}
-}
+func (d *Dispatcher) Err() error { return d.life.err() }

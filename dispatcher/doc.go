@@ -241,12 +241,13 @@
 //	               the start marks, and the WARN of calls running past their timeout
 //	overrun.go     calls running past their timeout: the gauge, Health's limit, DrainTimeoutError
 //	run.go         dispatching: the start-up checks (internal/startcheck), start the services, coordinate, drain
+//	life.go        where the dispatcher is in its life (State): start, Stop, Done, Err
 //	health.go      what Health reports: claims, outcome writes, the listener
 //	report.go      the reporter (internal/report: counters, logs, OnError, metrics and
 //	               spans), and recovery's FAILED events to OnOutcome
 //	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
 //	retention.go   the retention job (internal/retention): strays, partitions, old rows
-//	peers.go       hellos on the wake-up channel: replicas of another ordering mode
+//	peers.go       replicas of another ordering mode (ModeConflict), heard through internal/peers
 //
 // Leaf packages the dispatcher wires (each with a doc.go):
 //
@@ -255,7 +256,7 @@
 //	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
 //	internal/workers   reused goroutines for handler calls (internal/run/work.go: a batch's workers)
 //	internal/circuit   the circuit's states and what the next claim takes (circuit.go, internal/run/circuit.go)
-//	internal/peers     the other dispatchers heard, and when they are forgotten (peers.go)
+//	internal/peers     hellos on the wake-up channel: the other dispatchers heard, when they are forgotten (peers.go)
 //	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
 //	internal/tally     per-type counts of waiting and unroutable events (types.go, internal/run/unroutable.go)
 package dispatcher

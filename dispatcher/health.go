@@ -182,14 +182,13 @@ func (h Health) lastPollOrStart() time.Time {
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
 func (d *Dispatcher) Health() Health {
-	d.mu.Lock()
-	state, result := d.state, d.result
-	d.mu.Unlock()
+	state, result := d.life.snapshot()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
 	circuitState, since := d.circuit.Snapshot()
 	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
-	h.ModeConflicts, _ = d.modeConflicts(time.Now())
+	heard, _ := d.greeter.Conflicts()
+	h.ModeConflicts = modeConflicts(heard)
 	if ns := d.report.Counters.LastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}

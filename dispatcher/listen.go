@@ -38,7 +38,7 @@ func (d *Dispatcher) wakeups() *wakeup.Listener {
 		Auto: d.cfg.Wakeup == WakeupAuto, ConnectTimeout: opTimeout(d.cfg.LeaseDuration),
 		ProbeTimeout: d.cfg.WakeupProbeTimeout, PingAfter: listenerPing,
 		Table: d.cfg.Table.String(), Owner: d.cfg.Owner, Logger: d.cfg.Logger,
-		NotifyFunc: d.notified, StateFunc: d.listenerChanged, ErrorFunc: d.report.Error, RefusedFunc: complete.Refused,
+		NotifyFunc: d.greeter.Notified, StateFunc: d.listenerChanged, ErrorFunc: d.report.Error, RefusedFunc: complete.Refused,
 	})
 }
 
@@ -55,7 +55,7 @@ func (d *Dispatcher) listenerChanged(ctx context.Context, s wakeup.State) {
 		d.health.setListener(ListenerActive)
 		d.report.Counters.ListenerConnects.Add(1)
 		d.Trigger()
-		d.sayHello(ctx, false) // see peers.go
+		d.greeter.Say(ctx) // see peers.go
 	case wakeup.Closed:
 		d.wakeupsActive.Store(false)
 	case wakeup.Reconnecting:

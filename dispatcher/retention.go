@@ -11,7 +11,7 @@ import (
 // ends or Stop is called; a pass cut short ends with its current batch
 // cancelled.
 func (d *Dispatcher) retain(runCtx, quit context.Context) {
-	ctx, cancel := d.untilStop(quit)
+	ctx, cancel := d.life.untilStop(quit)
 	defer cancel()
 	defer context.AfterFunc(runCtx, cancel)()
 	d.retention().Run(ctx)

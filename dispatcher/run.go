@@ -29,9 +29,9 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer hardStop(nil)
 	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
 	defer unregister()
-	defer d.observeCircuit()()       // the circuit gauge, while Run runs
-	defer d.observeOverruns()()      // the overrun gauge, while Run runs
-	defer d.observeModeConflicts()() // the mode-conflict gauge, while Run runs
+	defer d.observeCircuit()()  // the circuit gauge, while Run runs
+	defer d.observeOverruns()() // the overrun gauge, while Run runs
+	defer d.greeter.Observe()() // the mode-conflict gauge, while Run runs
 	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
@@ -43,7 +43,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	helpers.Go(func() { leases.Run(quit) })
 	helpers.Go(func() { d.retain(ctx, quit) })
 	helpers.Go(func() { backlog.Run(quit) })
-	helpers.Go(func() { d.helloLoop(quit) })
+	helpers.Go(func() { d.greeter.Run(quit) })
 	switch {
 	case listener != nil:
 		helpers.Go(func() { d.wakeups().Run(quit, listener) })
@@ -58,10 +58,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 		"order_scope", d.cfg.OrderScope.String())
 	started := time.Now()
 	d.coordinate(ctx)
-	cause := d.stopCause(ctx)
+	cause := d.life.stopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"cause", cause, "ran_for", time.Since(started).Round(time.Millisecond).String())
-	d.setState(StateStopping)
+	d.life.setState(StateStopping)
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
@@ -70,26 +70,13 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	return err
 }
 
-// stopCause says why dispatching ended, for the stop logs: Stop was
-// called, or the context given to Start or Run ended (with its cause, so
-// that a short-lived context passed by mistake shows in the log).
-func (d *Dispatcher) stopCause(ctx context.Context) string {
-	if d.stopRequested() {
-		return "Stop was called"
-	}
-	if err := context.Cause(ctx); err != nil {
-		return "the context given to Start or Run ended: " + err.Error()
-	}
-	return "unknown"
-}
-
 // startUp runs the start-up checks (the table, its schema, and in
 // WakeupRequired mode the wake-up probe) under a context that ends with
 // ctx or when Stop is called, so that a stop is never kept waiting by a
 // database that does not answer. A stop or a cancelled ctx during
 // start-up gives errInterrupted.
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := d.untilStop(ctx)
+	ctx, cancel := d.life.untilStop(ctx)
 	defer cancel()
 	err := d.startChecks().Run(ctx)
 	var listener *pgx.Conn
@@ -103,26 +90,6 @@ func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 		return nil, errInterrupted
 	}
 	return listener, err
-}
-
-// untilStop returns a context that ends with ctx or when Stop is called;
-// call cancel when done with it.
-func (d *Dispatcher) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-d.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
-
-// stoppedStarting reports whether the dispatcher was asked to stop (ctx ended or Stop
-// was called) before it started dispatching.
-func (d *Dispatcher) stoppedStarting(ctx context.Context) bool {
-	return ctx.Err() != nil || d.stopRequested()
 }
 
 // startChecks returns the start-up checks of this dispatcher (the table,
