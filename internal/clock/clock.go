@@ -6,12 +6,20 @@ import (
 )
 
 // Clock tells the time and waits. The zero Clock is the wall clock.
+//
+// It has two readings. Now is the time of decisions: when a local lease
+// deadline passes. A test replaces it (New) to freeze or step that time.
+// Mono is the time of measurements: how long a handler ran, how long a
+// call has overrun, when a log line may repeat. It is always the real
+// time, so that a test's frozen Now does not make every handler look
+// instant. Since and Until measure by Now, Elapsed by Mono; never mix a
+// reading of one with a reading of the other.
 type Clock struct {
 	now func() time.Time // nil: time.Now
 }
 
-// New returns a Clock that reads the time from now; nil gives the wall
-// clock.
+// New returns a Clock whose Now reads now; nil gives the wall clock. Mono
+// stays the real time either way.
 func New(now func() time.Time) Clock { return Clock{now: now} }
 
 // Real returns the wall clock, the same as the zero Clock.
@@ -23,6 +31,23 @@ func (c Clock) Now() time.Time {
 		return time.Now()
 	}
 	return c.now()
+}
+
+// Mono returns the real time, for measured durations; a replaced Now
+// does not move it.
+func (c Clock) Mono() time.Time { return time.Now() }
+
+// Elapsed returns the real time passed since start, a Mono reading.
+func (c Clock) Elapsed(start time.Time) time.Duration { return time.Since(start) }
+
+// Read returns Now and Mono. Unless Now is replaced they are one reading
+// of the wall clock, so that a caller needing both reads it once.
+func (c Clock) Read() (now, mono time.Time) {
+	mono = time.Now()
+	if c.now == nil {
+		return mono, mono
+	}
+	return c.now(), mono
 }
 
 // Since returns the time elapsed since t, by Now.

@@ -41,3 +41,24 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	require.ErrorIs(t, Real().Sleep(ctx, time.Hour), cause)
 	require.NoError(t, Real().Sleep(context.Background(), time.Millisecond))
 }
+
+// TestReplacedNowLeavesMonoReal keeps Mono, Elapsed and Read's second
+// reading on the real time when Now is replaced.
+func TestReplacedNowLeavesMonoReal(t *testing.T) {
+	t.Parallel()
+	c := New(thousand)
+	before := time.Now()
+	require.False(t, c.Mono().Before(before))
+	require.Less(t, c.Elapsed(before), time.Hour)
+	now, mono := c.Read()
+	require.Equal(t, thousand(), now)
+	require.False(t, mono.Before(before))
+}
+
+// TestReadOnTheWallClock reads Now and Mono once: the same time.
+func TestReadOnTheWallClock(t *testing.T) {
+	t.Parallel()
+	now, mono := Real().Read()
+	require.Equal(t, now, mono)
+	require.GreaterOrEqual(t, Real().Elapsed(mono), time.Duration(0))
+}

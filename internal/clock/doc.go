@@ -11,7 +11,9 @@
 // expiry time stored in rows; this clock decides only what the process does
 // locally.
 //
-// A replaced Now moves Now, Since and Until only: timers and sleeps wait
-// real durations, since what they wait for (a goroutine going idle, a
-// cooldown passing) happens in real time.
+// A replaced Now moves Now, Since and Until only. Mono and Elapsed, the
+// reading of measured durations (how long a handler ran, an overrun, the
+// log limiter's windows), always read the real time, and so do timers and
+// sleeps, since what they wait for (a goroutine going idle, a cooldown
+// passing) happens in real time.
 package clock
