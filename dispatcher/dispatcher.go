@@ -8,12 +8,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
@@ -55,6 +55,10 @@ type Dispatcher struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	store  *lease.Store
+	// clock is the one clock of its timing decisions (internal/clock): its
+	// Now the local clock of lease deadlines (Config.now, set by tests),
+	// its Mono the real time of measured durations.
+	clock  clock.Clock
 	report *report.Reporter // counts, logs, metrics and spans (internal/report)
 	held   *held.Set        // the events held, and every change of their state
 	kinds  kinds            // what it claims and publishes (see types.go)
@@ -163,7 +167,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
-	clock := cfg.now // nil: time.Now, which the held set reads once where it can
+	clk := clock.New(cfg.now) // nil: the wall clock, which the held set reads once where it can
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -186,10 +190,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		}
 	}
 	d := &Dispatcher{
-		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		report:         newReporter(cfg),
+		cfg: cfg, clock: clk, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
+		report:         newReporter(cfg, clk),
 		kinds:          kinds{publish: publishSet(cfg)},
-		held:           held.NewSet(clock, cfg.LeaseDuration),
+		held:           held.NewSet(clk, cfg.LeaseDuration),
 		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
@@ -258,7 +262,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
 	s := statsOf(&d.report.Counters, d.held.Len())
-	s.Overrunning, _ = d.held.Overrunning(time.Now())
+	s.Overrunning, _ = d.held.Overrunning(d.clock.Mono())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	state, _ := d.circuit.Snapshot()
 	s.Circuit = CircuitState(state)

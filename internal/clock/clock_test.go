@@ -62,3 +62,15 @@ func TestReadOnTheWallClock(t *testing.T) {
 	require.Equal(t, now, mono)
 	require.GreaterOrEqual(t, Real().Elapsed(mono), time.Duration(0))
 }
+
+// TestNewAllReplacesMono reads Now, Mono and Elapsed from the function
+// given to NewAll.
+func TestNewAllReplacesMono(t *testing.T) {
+	t.Parallel()
+	c := NewAll(thousand)
+	require.Equal(t, thousand(), c.Mono())
+	require.Equal(t, time.Second, c.Elapsed(thousand().Add(-time.Second)))
+	now, mono := c.Read()
+	require.Equal(t, thousand(), now)
+	require.Equal(t, thousand(), mono)
+}
