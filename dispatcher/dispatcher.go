@@ -52,9 +52,9 @@ var ErrStopped = errors.New("pgoutbox: dispatcher was stopped; create a new one 
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	store  *lease.Store
+	cfg   Config
+	pool  *pgxpool.Pool
+	store *lease.Store
 	// clock is the one clock of its timing decisions (internal/clock): its
 	// Now the local clock of lease deadlines (Config.now, set by tests),
 	// its Mono the real time of measured durations.

@@ -335,7 +335,8 @@ func (s *Set) Begin(it *Item, timeout time.Duration) bool {
 	if s.stopping || it.lost || it.state != Queued {
 		return false
 	}
-	now, startedAt := s.clock.Read() // one reading unless a test replaced Now
+	// One reading of the clock for both, unless a test replaced Now.
+	now, startedAt := s.clock.Read()
 	if !now.Before(it.deadline) { // expired
 		s.loseLocked(it)
 		return false
