@@ -192,6 +192,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: cfg, clock: clk, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		report:         newReporter(cfg, clk),
+		health:         healthState{clock: clk},
 		kinds:          kinds{publish: publishSet(cfg)},
 		held:           held.NewSet(clk, cfg.LeaseDuration),
 		refSize:        stmtsize.New(lease.MaxRefsPerStatement),

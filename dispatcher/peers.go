@@ -87,7 +87,7 @@ func (d *Dispatcher) helloLoop(quit context.Context) {
 	if d.cfg.Wakeup == WakeupDisabled {
 		d.sayHello(quit, false)
 	}
-	t := time.NewTicker(d.helloEvery())
+	t := d.clock.NewTicker(d.helloEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -95,7 +95,7 @@ func (d *Dispatcher) helloLoop(quit context.Context) {
 			return
 		case <-t.C:
 			d.sayHello(quit, false)
-			d.forgetSilent(time.Now())
+			d.forgetSilent(d.clock.Mono())
 		}
 	}
 }
@@ -122,7 +122,7 @@ func (d *Dispatcher) heard(quit context.Context, payload string) {
 	if h.ID == mine.ID || h.Table != mine.Table {
 		return
 	}
-	p, isNew := d.peers.Note(h, conflicts(mine, h), time.Now())
+	p, isNew := d.peers.Note(h, conflicts(mine, h), d.clock.Mono())
 	if !isNew || !p.Conflict {
 		return
 	}
@@ -160,7 +160,7 @@ func (d *Dispatcher) modeConflicts(now time.Time) ([]ModeConflict, uint64) {
 
 // fillPeers sets the Stats of mixed modes.
 func (d *Dispatcher) fillPeers(s *Stats) {
-	conflicts, hellos := d.modeConflicts(time.Now())
+	conflicts, hellos := d.modeConflicts(d.clock.Mono())
 	s.ModeConflicts, s.Hellos = len(conflicts), hellos
 }
 
@@ -170,5 +170,5 @@ func (d *Dispatcher) fillPeers(s *Stats) {
 func (d *Dispatcher) observeModeConflicts() (unregister func()) {
 	return d.report.ObserveGauge("pgoutbox.mode_conflicts", "{dispatcher}",
 		"Other dispatchers of the table heard with another ordering mode",
-		func() int64 { conflicts, _ := d.peers.Conflicts(time.Now()); return int64(len(conflicts)) })
+		func() int64 { conflicts, _ := d.peers.Conflicts(d.clock.Mono()); return int64(len(conflicts)) })
 }

@@ -51,7 +51,7 @@ func (d *Dispatcher) releaseUnroutable(items []*held.Item) {
 		byType[it.Event.Type]++
 	}
 	d.report.Counters.Unroutable.Add(uint64(len(items)))
-	for _, typ := range d.unroutable.Add(byType, time.Now()) {
+	for _, typ := range d.unroutable.Add(byType, d.clock.Mono()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
 			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+
 			"(and list it in PublishTypes, when set) or register a handler, or run a replica that does",

@@ -9,10 +9,12 @@ import (
 //
 // It has two readings. Now is the time of decisions: when a local lease
 // deadline passes. A test replaces it (New) to freeze or step that time.
-// Mono is the time of measurements: how long a handler ran, how long a
-// call has overrun, when a log line may repeat. It is always the real
-// time, so that a test's frozen Now does not make every handler look
-// instant. Since and Until measure by Now, Elapsed by Mono; never mix a
+// Mono is the time of measurements and of everything else the
+// dispatcher times in real time: how long a handler ran, how long a call
+// has overrun, when a log line may repeat, when a peer fell silent, since
+// when writes fail. It is the real time unless a test of measurements
+// replaces it too (NewAll), so that a test's frozen Now does not make
+// every handler look instant. Since and Until measure by Now, Elapsed by Mono; never mix a
 // reading of one with a reading of the other.
 type Clock struct {
 	now  func() time.Time // nil: time.Now
@@ -71,6 +73,9 @@ func (c Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // NewTimer returns a timer that fires once d has passed in real time.
 func (c Clock) NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
+
+// NewTicker returns a ticker that ticks every d of real time.
+func (c Clock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
 
 // AfterFunc calls f on its own goroutine once d has passed in real time;
 // the returned timer stops or resets it.

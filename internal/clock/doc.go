@@ -13,7 +13,8 @@
 //
 // A replaced Now moves Now, Since and Until only. Mono and Elapsed, the
 // reading of measured durations (how long a handler ran, an overrun, the
-// log limiter's windows), always read the real time, and so do timers and
+// log limiter's windows, a peer's silence, Health's times), read the real
+// time (unless a test replaces both, NewAll), and so do timers and
 // sleeps, since what they wait for (a goroutine going idle, a cooldown
 // passing) happens in real time.
 package clock
