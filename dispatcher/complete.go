@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/run"
 )
@@ -15,7 +14,7 @@ import (
 func newCompleter(ctx context.Context, d *Dispatcher, leaseWrites sync.Locker) *complete.Completer {
 	return complete.New(complete.Config{
 		Ctx: ctx, Held: d.held, Store: d.store, Pool: d.pool, Report: d.report,
-		Clock: clock.Real(), LeaseWrites: leaseWrites, RetryScheduled: d.retryScheduled,
+		Clock: d.clock, LeaseWrites: leaseWrites, RetryScheduled: d.retryScheduled,
 		SignalAllWrites: d.mode.WakeOnRetry(),
 		CompletedFunc:   d.health.completed, SettledFunc: d.health.completionsSettled,
 		OutcomeFunc: d.outcomeFunc(), OpTimeout: opTimeout(d.cfg.LeaseDuration),

@@ -391,9 +391,11 @@ type Config struct {
 	// never waits for it). Defaults to 30s; 1s to 1h.
 	BacklogSampleInterval time.Duration
 
-	// now replaces time.Now for the dispatcher's local lease deadlines;
-	// only this package's tests set it (export_test.go). The database
-	// clock still decides every due and expiry time.
+	// now replaces time.Now for the dispatcher's local lease deadlines:
+	// New builds the dispatcher's clock (d.clock) with it as its Now, and
+	// its measured durations keep the real time (clock.Clock.Mono); only
+	// this package's tests set it (export_test.go). The database clock
+	// still decides every due and expiry time.
 	now func() time.Time
 	// onCircuit, when set, is called with each new state of the circuit,
 	// under the circuit's lock; only this package's tests set it

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
@@ -51,9 +51,13 @@ var ErrStopped = errors.New("pgoutbox: dispatcher was stopped; create a new one 
 // them to local handlers and/or a publisher. Any number of dispatchers, in
 // any number of processes, may serve the same table.
 type Dispatcher struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	store  *lease.Store
+	cfg   Config
+	pool  *pgxpool.Pool
+	store *lease.Store
+	// clock is the one clock of its timing decisions (internal/clock): its
+	// Now the local clock of lease deadlines (Config.now, set by tests),
+	// its Mono the real time of measured durations.
+	clock  clock.Clock
 	report *report.Reporter // counts, logs, metrics and spans (internal/report)
 	held   *held.Set        // the events held, and every change of their state
 	kinds  kinds            // what it claims and publishes (see types.go)
@@ -138,7 +142,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
-	clock := cfg.now // nil: time.Now, which the held set reads once where it can
+	clk := clock.New(cfg.now) // nil: the wall clock, which the held set reads once where it can
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -161,10 +165,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		}
 	}
 	d := &Dispatcher{
-		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		report:         newReporter(cfg),
+		cfg: cfg, clock: clk, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
+		report:         newReporter(cfg, clk),
+		health:         healthState{clock: clk},
 		kinds:          kinds{publish: publishSet(cfg)},
-		held:           held.NewSet(clock, cfg.LeaseDuration),
+		held:           held.NewSet(clk, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		life:           newLife(),
@@ -228,7 +233,7 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
 	s := statsOf(&d.report.Counters, d.held.Len())
-	s.Overrunning, _ = d.held.Overrunning(time.Now())
+	s.Overrunning, _ = d.held.Overrunning(d.clock.Mono())
 	s.WakeupsActive = d.wakeupsActive.Load()
 	state, _ := d.circuit.Snapshot()
 	s.Circuit = CircuitState(state)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -17,7 +18,7 @@ import (
 // call sees it (suspect: recovered before).
 func begunItem(t testing.TB, e *outbox.Event, suspect bool) *held.Item {
 	t.Helper()
-	s := held.NewSet(nil, time.Minute)
+	s := held.NewSet(clock.Real(), time.Minute)
 	items, _ := s.Add(context.Background(), lease.Batch{Token: uuid.New(), Events: []outbox.Event{*e},
 		Started: []bool{true}, Suspect: []bool{suspect}}, time.Now(), 0)
 	require.True(t, s.Begin(items[0], 0))

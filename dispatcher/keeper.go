@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 
-	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/keeper"
 )
 
@@ -14,7 +13,7 @@ func newKeeper(ctx context.Context, d *Dispatcher) *keeper.Keeper {
 	return keeper.New(keeper.Config{
 		Ctx: ctx, Held: d.held, Store: d.store, Pool: d.pool, Report: d.report,
 		Logger: d.cfg.Logger, Table: d.cfg.Table.String(), Owner: d.cfg.Owner,
-		Clock: clock.Real(), LeaseClock: clock.New(d.cfg.now), Lease: d.cfg.LeaseDuration,
+		Clock: d.clock, Lease: d.cfg.LeaseDuration,
 		OpTimeout: opTimeout(d.cfg.LeaseDuration), AtLeastOnce: d.cfg.Delivery == AtLeastOnce,
 	})
 }

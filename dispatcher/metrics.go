@@ -1,8 +1,6 @@
 package dispatcher
 
 import (
-	"time"
-
 	"github.com/pgoutbox/pgoutbox/internal/backlog"
 )
 
@@ -18,6 +16,6 @@ const BacklogLimit = backlog.Limit
 func (d *Dispatcher) observeBacklog() (s *backlog.Sampler, unregister func()) {
 	m := d.report.Metrics()
 	return backlog.Observe(backlog.Config{Pool: d.pool, Table: d.cfg.Table, Interval: d.cfg.BacklogSampleInterval,
-		Meter: m.Meter(), Attrs: m.Table(), OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: time.Now,
+		Meter: m.Meter(), Attrs: m.Table(), OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: d.clock.Mono,
 		ErrorFunc: d.report.Error})
 }

@@ -23,7 +23,7 @@ func (d *Dispatcher) retention() *retention.Job {
 	return retention.New(retention.Config{
 		Pool: d.pool, Table: d.cfg.Table, RetainSent: d.cfg.RetainSent, RetainFailed: d.cfg.RetainFailed,
 		RetentionInterval: d.cfg.RetentionInterval, KeepSent: d.cfg.KeepSent, DeleteSent: d.cfg.DeleteSent,
-		RetentionBatchSize: d.cfg.RetentionBatchSize, OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: d.cfg.now,
+		RetentionBatchSize: d.cfg.RetentionBatchSize, OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: d.clock.Now,
 		Logger: d.cfg.Logger, ErrorFunc: d.report.Error,
 		PassFunc:    func() { d.report.Counters.RetentionPasses.Add(1) },
 		SkippedFunc: func() { d.report.Counters.RetentionSkipped.Add(1) },

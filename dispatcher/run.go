@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/startcheck"
@@ -35,7 +34,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
-	d.startRunner(workers.New(quit.Done(), clock.New(d.cfg.now)))
+	d.startRunner(workers.New(quit.Done(), d.clock))
 	var helpers sync.WaitGroup
 	leases := newKeeper(d.dbCtx, d)
 	d.completer = newCompleter(d.dbCtx, d, leases.LeaseWrites())
@@ -50,17 +49,17 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	case d.cfg.Wakeup == WakeupAuto:
 		helpers.Go(func() { d.wakeups().Run(quit, nil) })
 	}
-	d.health.begin(time.Now())
+	d.health.begin(d.clock.Mono())
 
 	d.cfg.Logger.Info("pgoutbox: dispatcher started", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency, "delivery", d.cfg.Delivery.String(),
 		"wakeups", d.cfg.Wakeup.String(), "ordering", d.cfg.Ordering.String(), "head_policy", d.cfg.HeadPolicy.String(),
 		"order_scope", d.cfg.OrderScope.String())
-	started := time.Now()
+	started := d.clock.Mono()
 	d.coordinate(ctx)
 	cause := d.life.stopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
-		"cause", cause, "ran_for", time.Since(started).Round(time.Millisecond).String())
+		"cause", cause, "ran_for", d.clock.Elapsed(started).Round(time.Millisecond).String())
 	d.life.setState(StateStopping)
 	err := d.drain(hardStop)
 	stopHelpers()
@@ -99,7 +98,7 @@ func (d *Dispatcher) startChecks() *startcheck.Checker {
 		Pool: d.pool, Store: d.store, Table: d.cfg.Table, Owner: d.cfg.Owner, Logger: d.cfg.Logger,
 		PerKey: d.cfg.Ordering == PerKey, DeleteSent: d.cfg.DeleteSent, KeepSent: d.cfg.KeepSent,
 		RetainFailed: d.cfg.RetainFailed, SkipVerify: d.cfg.SkipVerify, PollInterval: d.cfg.PollInterval,
-		OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: time.Now,
+		OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: d.clock.Mono,
 		EnsurePartitionsFunc: d.retention().EnsureAtStart, UnverifiedFunc: d.health.skipVerify,
 	})
 }
@@ -108,7 +107,7 @@ func (d *Dispatcher) startChecks() *startcheck.Checker {
 // in-flight work up to DrainTimeout, then cancels it and waits for it to
 // end.
 func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
-	timer := time.NewTimer(d.cfg.DrainTimeout)
+	timer := d.clock.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
 	idle := d.held.Stop()
 	d.releaseUnstarted()
@@ -136,7 +135,7 @@ func (d *Dispatcher) releaseUnstarted() {
 func (d *Dispatcher) newRunner() *run.Runner {
 	cfg := d.cfg
 	return run.New(run.Config{
-		Mode: d.mode, Held: d.held, Report: d.report, Circuit: d.circuit, Clock: clock.Real(),
+		Mode: d.mode, Held: d.held, Report: d.report, Circuit: d.circuit, Clock: d.clock,
 		Logger: cfg.Logger, Table: cfg.Table.String(), Owner: cfg.Owner,
 		Publisher: cfg.Publisher, RouteFunc: cfg.RouteFunc, PublishTypes: cfg.PublishTypes, PublishSet: d.kinds.publish,
 		AtMostOnce: cfg.Delivery == AtMostOnce, HandlerTimeout: cfg.HandlerTimeout, PublishTimeout: cfg.PublishTimeout,

@@ -141,7 +141,7 @@ func (d *Dispatcher) checkWaiting(stop context.Context) {
 		}
 		return
 	}
-	for _, c := range d.kinds.waiting.Update(counts, time.Now()) {
+	for _, c := range d.kinds.waiting.Update(counts, d.clock.Mono()) {
 		d.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher does not claim have waited long; "+
 			"no dispatcher that claims it may be running, or it is behind", "table", d.cfg.Table.String(), "owner", d.cfg.Owner, "type", c.Type,
 			"waiting", c.Count, "at_least", c.Count >= waitingPerType, "due_for_more_than", dueFor.String())

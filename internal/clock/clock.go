@@ -6,13 +6,30 @@ import (
 )
 
 // Clock tells the time and waits. The zero Clock is the wall clock.
+//
+// It has two readings. Now is the time of decisions: when a local lease
+// deadline passes. A test replaces it (New) to freeze or step that time.
+// Mono is the time of measurements and of everything else the
+// dispatcher times in real time: how long a handler ran, how long a call
+// has overrun, when a log line may repeat, when a peer fell silent, since
+// when writes fail. It is the real time unless a test of measurements
+// replaces it too (NewAll), so that a test's frozen Now does not make
+// every handler look instant. Since and Until measure by Now, Elapsed by Mono; never mix a
+// reading of one with a reading of the other.
 type Clock struct {
-	now func() time.Time // nil: time.Now
+	now  func() time.Time // nil: time.Now
+	mono func() time.Time // nil: time.Now; set by NewAll only
 }
 
-// New returns a Clock that reads the time from now; nil gives the wall
-// clock.
+// New returns a Clock whose Now reads now; nil gives the wall clock. Mono
+// stays the real time either way: the replaced Now is the one a test of
+// lease deadlines freezes or steps.
 func New(now func() time.Time) Clock { return Clock{now: now} }
+
+// NewAll returns a Clock whose every reading, Now and Mono alike, is now:
+// for a test of measurements (a log limiter's window, a run time) that
+// steps the time it measures by. Timers and Sleep still wait real time.
+func NewAll(now func() time.Time) Clock { return Clock{now: now, mono: now} }
 
 // Real returns the wall clock, the same as the zero Clock.
 func Real() Clock { return Clock{} }
@@ -23,6 +40,29 @@ func (c Clock) Now() time.Time {
 		return time.Now()
 	}
 	return c.now()
+}
+
+// Mono returns the real time, for measured durations; a replaced Now
+// does not move it.
+func (c Clock) Mono() time.Time {
+	if c.mono == nil {
+		return time.Now()
+	}
+	return c.mono()
+}
+
+// Elapsed returns the time passed since start by Mono (start is a Mono
+// reading): a measured duration.
+func (c Clock) Elapsed(start time.Time) time.Duration { return c.Mono().Sub(start) }
+
+// Read returns Now and Mono. Unless Now is replaced they are one reading
+// of the wall clock, so that a caller needing both reads it once.
+func (c Clock) Read() (now, mono time.Time) {
+	mono = c.Mono()
+	if c.now == nil {
+		return mono, mono
+	}
+	return c.now(), mono
 }
 
 // Since returns the time elapsed since t, by Now.

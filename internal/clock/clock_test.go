@@ -70,3 +70,36 @@ func TestServe(t *testing.T) {
 	cancel()
 	<-returned
 }
+
+// TestReplacedNowLeavesMonoReal keeps Mono, Elapsed and Read's second
+// reading on the real time when Now is replaced.
+func TestReplacedNowLeavesMonoReal(t *testing.T) {
+	t.Parallel()
+	c := New(thousand)
+	before := time.Now()
+	require.False(t, c.Mono().Before(before))
+	require.Less(t, c.Elapsed(before), time.Hour)
+	now, mono := c.Read()
+	require.Equal(t, thousand(), now)
+	require.False(t, mono.Before(before))
+}
+
+// TestReadOnTheWallClock reads Now and Mono once: the same time.
+func TestReadOnTheWallClock(t *testing.T) {
+	t.Parallel()
+	now, mono := Real().Read()
+	require.Equal(t, now, mono)
+	require.GreaterOrEqual(t, Real().Elapsed(mono), time.Duration(0))
+}
+
+// TestNewAllReplacesMono reads Now, Mono and Elapsed from the function
+// given to NewAll.
+func TestNewAllReplacesMono(t *testing.T) {
+	t.Parallel()
+	c := NewAll(thousand)
+	require.Equal(t, thousand(), c.Mono())
+	require.Equal(t, time.Second, c.Elapsed(thousand().Add(-time.Second)))
+	now, mono := c.Read()
+	require.Equal(t, thousand(), now)
+	require.Equal(t, thousand(), mono)
+}

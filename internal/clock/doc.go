@@ -11,7 +11,10 @@
 // expiry time stored in rows; this clock decides only what the process does
 // locally.
 //
-// A replaced Now moves Now, Since and Until only: timers, tickers, sleeps
-// and Serve wait real durations, since what they wait for (a goroutine
-// going idle, a cooldown passing) happens in real time.
+// A replaced Now moves Now, Since and Until only. Mono and Elapsed, the
+// reading of measured durations (how long a handler ran, an overrun, the
+// log limiter's windows, a peer's silence, Health's times), read the real
+// time (unless a test replaces both, NewAll), and so do timers, tickers,
+// sleeps and Serve, since what they wait for (a goroutine going idle, a cooldown
+// passing) happens in real time.
 package clock

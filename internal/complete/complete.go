@@ -30,8 +30,8 @@ type Config struct {
 	Pool  *pgxpool.Pool
 	// Report counts and reports the outcomes and the errors.
 	Report *report.Reporter
-	// Clock is the wall clock of retry times (held.Set.TakeOutcomes
-	// compares them with the wall clock too).
+	// Clock is the dispatcher's clock; retry times read its real time
+	// (Mono), which held.Set.TakeOutcomes compares them with.
 	Clock clock.Clock
 	// LeaseWrites is the keeper's lock (keeper.Keeper.LeaseWrites): a
 	// release never runs beside this dispatcher's renewals and start
@@ -415,7 +415,7 @@ func itemsByID(items []*held.Item) map[uuid.UUID]*held.Item {
 // the round's budget left unsplit says nothing about each of them.
 func (c *Completer) retryLater(items []*held.Item, err error) {
 	isRefusal := Refused(err) && len(items) == 1
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Clock.Mono()
 	givenUp := c.cfg.Held.WriteFailed(items, func(it *held.Item, expired bool) held.WriteVerdict {
 		r := it.Record()
 		r.Tries++

@@ -77,7 +77,7 @@ func setupCompleter(t *testing.T, pool *pgxpool.Pool, table outbox.Table) *compl
 	table = table.WithDefaults()
 	store, err := lease.New(table)
 	require.NoError(t, err)
-	b.store, b.held = store, held.NewSet(nil, 30*time.Second)
+	b.store, b.held = store, held.NewSet(clock.Real(), 30*time.Second)
 	b.report = report.New(report.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Table: table.String(), Owner: "t",
 		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(),

@@ -2,8 +2,9 @@
 // yet let go. It is the one place where an event's state in this process
 // changes, under one lock.
 //
-// The dispatcher makes one Set (NewSet: the local clock of lease
-// deadlines and the lease duration) and hands it to its services: the
+// The dispatcher makes one Set (NewSet: its clock, whose Now is the
+// local clock of lease deadlines and whose Mono measures start times, run
+// times and overruns, and the lease duration) and hands it to its services: the
 // claim adds each claim's events (Add); the run pipeline begins them,
 // finishes them and gives back the ones it does not run (Begin, Finish,
 // GiveBack, ReleaseQueued, CallStarts); the marker marks their starts

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -19,11 +20,11 @@ import (
 // named for the transition (the diagram and the lock order are in the
 // package doc). Its lock, mu, is a leaf.
 type Set struct {
-	now func() time.Time // the local clock of lease deadlines (the dispatcher's Config.now, set by tests)
-	// realClock: now is time.Now, so that begin reads the clock once for
-	// the start time and the deadline.
-	realClock bool
-	trust     time.Duration // how long a claim or renewal is trusted: 4/5 of LeaseDuration
+	// clock: its Now is the local clock of lease deadlines (the
+	// dispatcher's Config.now, set by tests); its Mono measures start
+	// times, run times and overruns.
+	clock clock.Clock
+	trust time.Duration // how long a claim or renewal is trusted: 4/5 of LeaseDuration
 
 	// outcomesReady is signalled when an outcome waits for the completer;
 	// freed when an event is let go (room for claims).
@@ -56,18 +57,14 @@ type Set struct {
 	suspectsWaiting, lostHeld int
 }
 
-// NewSet returns an empty set whose lease deadlines are on now's
-// clock; nil means time.Now.
-func NewSet(now func() time.Time, leaseDuration time.Duration) *Set {
-	s := &Set{
-		now: now, trust: leaseDuration - leaseDuration/5,
+// NewSet returns an empty set whose lease deadlines are on clk's Now, and
+// whose start times, run times and overruns are on its Mono.
+func NewSet(clk clock.Clock, leaseDuration time.Duration) *Set {
+	return &Set{
+		clock: clk, trust: leaseDuration - leaseDuration/5,
 		outcomesReady: make(chan struct{}, 1), freed: make(chan struct{}, 1), marksWanted: make(chan struct{}, 1),
 		batches: make(map[*Batch]struct{}), latest: make(map[uuid.UUID]*Item),
 	}
-	if now == nil {
-		s.now, s.realClock = time.Now, true
-	}
-	return s
 }
 
 // all yields every item held. The caller holds s.mu.
@@ -275,7 +272,7 @@ func (s *Set) deadlineFrom(sentAt time.Time) time.Time { return sentAt.Add(s.tru
 // handler slot each (hasSlot); add returns the items and how many slots
 // it gave.
 func (s *Set) Add(parent context.Context, b lease.Batch, sentAt time.Time, slots int) (items []*Item, given int) {
-	hb := &Batch{token: b.Token, ClaimedAt: time.Now()}
+	hb := &Batch{token: b.Token, ClaimedAt: s.clock.Mono()}
 	hb.Ctx, hb.cancel = context.WithCancelCause(parent)
 	items = make([]*Item, len(b.Events))
 	store := make([]Item, len(b.Events)) // one allocation for the batch
@@ -321,7 +318,7 @@ func (s *Set) Add(parent context.Context, b lease.Batch, sentAt time.Time, slots
 	hb.items, hb.remaining = items, len(items)
 	s.count += len(items)
 	s.batches[hb] = struct{}{}
-	hb.timer = time.AfterFunc(deadline.Sub(s.now()), func() { s.loseExpired(hb) })
+	hb.timer = s.clock.AfterFunc(s.clock.Until(deadline), func() { s.loseExpired(hb) })
 	return items, given
 }
 
@@ -338,11 +335,8 @@ func (s *Set) Begin(it *Item, timeout time.Duration) bool {
 	if s.stopping || it.lost || it.state != Queued {
 		return false
 	}
-	startedAt := time.Now()
-	now := startedAt
-	if !s.realClock {
-		now = s.now()
-	}
+	// One reading of the clock for both, unless a test replaced Now.
+	now, startedAt := s.clock.Read()
 	if !now.Before(it.deadline) { // expired
 		s.loseLocked(it)
 		return false
@@ -404,7 +398,7 @@ func (s *Set) Finish(it *Item, res Result) (lost bool) {
 	}
 	it.state, it.result = Finished, res
 	if it.ran = res.Ran; it.ran == 0 && !it.startedAt.IsZero() {
-		it.ran = time.Since(it.startedAt)
+		it.ran = s.clock.Elapsed(it.startedAt)
 	}
 	s.outcomes = append(s.outcomes, it)
 	s.mu.Unlock()
@@ -457,7 +451,7 @@ func (s *Set) Outcome(it *Item) (res Result, ok bool) {
 func (s *Set) TakeOutcomes(limit int) (items, dropped []*Item, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Mono()
 	var later []*Item
 	items = make([]*Item, 0, len(s.outcomes)) // most are taken: one allocation
 	for _, it := range s.outcomes {
@@ -562,7 +556,7 @@ func (s *Set) keep(items []*Item, ok func(*Item) bool) []*Item {
 func (s *Set) Live() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Mono()
 	var stalled map[*Batch]bool // batches whose publish waits for a call past its timeout
 	for it := range s.all() {
 		if overran(it, now) && (!it.Suspect || s.inWaves) {
@@ -652,7 +646,7 @@ func (s *Set) Overruns(now time.Time, warnFirst, warnMax time.Duration) (due []O
 func (s *Set) Running(limit int) (calls []RunningCall, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Mono()
 	for it := range s.all() {
 		if it.state == Running {
 			n++
@@ -745,13 +739,13 @@ func (s *Set) loseExpired(b *Batch) {
 		}
 	}
 	if !next.IsZero() {
-		b.timer.Reset(max(next.Sub(s.now()), time.Millisecond))
+		b.timer.Reset(max(s.clock.Until(next), time.Millisecond))
 	}
 }
 
 // expired reports whether the item's local deadline has passed. The
 // caller holds s.mu.
-func (s *Set) expired(it *Item) bool { return !s.now().Before(it.deadline) }
+func (s *Set) expired(it *Item) bool { return !s.clock.Now().Before(it.deadline) }
 
 // completerHolds reports whether the completer decides the fate of an
 // item's lease: its outcome is being written, or an earlier write of it

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -32,8 +33,8 @@ type heldBundle struct {
 // fake clock.
 func setupHeld(t *testing.T) *heldBundle {
 	t.Helper()
-	clock := &fakeClock{start: time.Now()}
-	return &heldBundle{set: NewSet(clock.Now, 10*time.Second), clock: clock}
+	fake := &fakeClock{start: time.Now()}
+	return &heldBundle{set: NewSet(clock.New(fake.Now), 10*time.Second), clock: fake}
 }
 
 // claim adds a claim of events with the given ids, all marked started,

@@ -63,7 +63,7 @@ func (k *Keeper) renew(items []*held.Item) (busy []*held.Item, err error) {
 	defer cancel()
 	var sentAt time.Time
 	res, err := stmtsize.WriteRefs(&k.leaseWrites, &k.refSize, len(refs), func(per int) (lease.RefResult, error) {
-		sentAt = k.cfg.LeaseClock.Now()
+		sentAt = k.cfg.Clock.Now()
 		return k.cfg.Store.RenewIn(ctx, k.cfg.Pool, refs, k.cfg.Lease, per)
 	}, func(err error) {
 		k.cfg.Report.Error("lease renewal ran out of time; renewing in smaller statements", err)

@@ -180,7 +180,7 @@ func newBundle(t *testing.T, pool *pgxpool.Pool, table outbox.Table, now func() 
 	r := report.New(report.Config{Logger: logger, Table: table.String(), Owner: "t",
 		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(),
 		PublishCode: func(error) outbox.Code { return outbox.CodePublishError }})
-	return &bundle{held: held.NewSet(now, leaseDuration), store: store, pool: pool, report: r, now: now, lease: leaseDuration}
+	return &bundle{held: held.NewSet(clock.New(now), leaseDuration), store: store, pool: pool, report: r, now: now, lease: leaseDuration}
 }
 
 // keeper is a Keeper of the bundle, trying busy rows again after
@@ -189,7 +189,7 @@ func (b *bundle) keeper(busyRetry time.Duration) *Keeper {
 	return New(Config{
 		Ctx: context.Background(), Held: b.held, Store: b.store, Pool: b.pool, Report: b.report,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Table: "outbox_events", Owner: "t",
-		Clock: clock.Real(), LeaseClock: clock.New(b.now), Lease: b.lease,
+		Clock: clock.New(b.now), Lease: b.lease,
 		OpTimeout: min(b.lease/2, 30*time.Second), AtLeastOnce: true, BusyRetry: busyRetry,
 	})
 }

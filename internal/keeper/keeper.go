@@ -33,12 +33,12 @@ type Config struct {
 	Logger *slog.Logger
 	Table  string
 	Owner  string
-	// Clock is the wall clock: the beats, the retries of busy rows, and
-	// the overruns (the held set times handler calls by it).
+	// Clock is the dispatcher's clock (the held set's): a renewal credits
+	// the time it was sent by its Now (the local lease deadlines, which
+	// tests replace); the overruns read its real time (Mono), as the held
+	// set times handler calls; beats and retries of busy rows wait real
+	// time.
 	Clock clock.Clock
-	// LeaseClock is the clock of local lease deadlines (the held set's,
-	// which tests replace): a renewal credits the time it was sent by it.
-	LeaseClock clock.Clock
 	// Lease is the dispatcher's LeaseDuration: each renewal extends the
 	// leases by it, and the heartbeat beats every third of it.
 	Lease time.Duration

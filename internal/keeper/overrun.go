@@ -41,7 +41,7 @@ const warnMax = time.Hour
 // watchOverruns logs the overruns whose WARN is due and counts the new
 // ones. The heartbeat calls it before each beat.
 func (k *Keeper) watchOverruns() {
-	due := k.cfg.Held.Overruns(k.cfg.Clock.Now(), k.cfg.Lease, max(warnMax, k.cfg.Lease))
+	due := k.cfg.Held.Overruns(k.cfg.Clock.Mono(), k.cfg.Lease, max(warnMax, k.cfg.Lease))
 	for _, c := range due {
 		if c.First {
 			k.cfg.Report.Counters.Overruns.Add(1)

@@ -21,7 +21,8 @@
 //
 // Config: the logger, OnError, the table's name and the owner (on every
 // line), the providers, the code of a failed publish (for its span), and
-// the clock (Now) that the log limiter and the handler durations read.
+// the clock (internal/clock) whose Mono the log limiter and the handler
+// durations read: real time, which a test's replaced Now does not freeze.
 //
 // # Locks
 //

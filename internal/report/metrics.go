@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/telemetry"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -22,7 +23,7 @@ type Metrics struct {
 	sent, retried, snoozed, failed  metric.Int64Counter
 	handlerTime, publishTime, delay metric.Float64Histogram
 	meter                           metric.Meter
-	now                             func() time.Time
+	clock                           clock.Clock // measures by Mono
 }
 
 // counterNames name the metered Stats counters, whose attributes are the
@@ -47,7 +48,7 @@ func counterNames(c *Counters) map[string]*Metered {
 func newMetrics(cfg Config, c *Counters) (*Metrics, error) {
 	meter := cfg.MeterProvider.Meter(telemetry.Scope)
 	sets := telemetry.NewSets(cfg.Table)
-	m := &Metrics{sets: sets, table: sets.Table(), meter: meter, now: cfg.Now}
+	m := &Metrics{sets: sets, table: sets.Table(), meter: meter, clock: cfg.Clock}
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		ctr, err := meter.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
@@ -164,7 +165,7 @@ func (m *Metrics) Handled(eventType string, startedAt time.Time, ran time.Durati
 	}
 	took := ran
 	if took == 0 {
-		took = m.now().Sub(startedAt)
+		took = m.clock.Elapsed(startedAt)
 	}
 	m.handlerTime.Record(context.Background(), took.Seconds(), m.sets.Of(eventType, string(code)))
 }

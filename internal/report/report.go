@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/loglimit"
@@ -36,9 +37,10 @@ type Config struct {
 	// PublishCode is the code a failed publish records, which its span's
 	// status carries. Required.
 	PublishCode func(error) outbox.Code
-	// Now is the log limiter's and the measurements' clock. Defaults to
-	// time.Now.
-	Now func() time.Time
+	// Clock is the log limiter's and the measurements' clock; they read
+	// its Mono (real time, which a test's replaced Now does not freeze).
+	// The zero Clock is the wall clock.
+	Clock clock.Clock
 }
 
 // Reporter counts what happens and tells the user: the Stats counters,
@@ -53,7 +55,7 @@ type Reporter struct {
 	onError  func(error)
 	table    string
 	owner    string
-	now      func() time.Time // the log limiter's clock
+	clock    clock.Clock // the log limiter's clock (its Mono)
 	metrics  *Metrics
 	spans    Spans
 }
@@ -61,12 +63,9 @@ type Reporter struct {
 // New returns the Reporter of cfg. A metric an SDK refused is logged; it
 // measures nothing.
 func New(cfg Config) *Reporter {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	r := &Reporter{
 		logger: cfg.Logger, onError: cfg.OnError,
-		table: cfg.Table, owner: cfg.Owner, now: cfg.Now,
+		table: cfg.Table, owner: cfg.Owner, clock: cfg.Clock,
 	}
 	m, err := newMetrics(cfg, &r.Counters)
 	if err != nil {
@@ -190,7 +189,7 @@ func (r *Reporter) Retry(e *outbox.Event, code outbox.Code, next time.Time, err 
 // count of the lines held back.
 func (r *Reporter) CircuitClosed(since time.Time) {
 	r.logLimited(slog.LevelInfo, "circuit closed", "pgoutbox: publisher reachable again; circuit closed", nil,
-		"open_for", r.now().Sub(since).Round(time.Millisecond).String())
+		"open_for", r.clock.Elapsed(since).Round(time.Millisecond).String())
 }
 
 // CircuitOpened counts (fromClosed: not a failed probe's reopening) and
@@ -236,7 +235,7 @@ func (r *Reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 		return nil, false
 	}
 	args := append([]any{"table", r.table, "owner", r.owner}, group...)
-	now := r.now()
+	now := r.clock.Mono()
 	r.summarise(r.logLimit.Evict(now))
 	suppressed, ok := r.logLimit.Allow(key, now, loglimit.Held{Level: level, Msg: msg, Args: args})
 	if ok && suppressed > 0 {
@@ -252,13 +251,13 @@ func (r *Reporter) limit(level slog.Level, key, msg string, group []any) ([]any,
 // that may never come; a line that keeps recurring is not summarised: its
 // next logged line carries the count (repeats_not_logged).
 func (r *Reporter) FlushRepeats() {
-	r.summarise(r.logLimit.Due(r.now(), false))
+	r.summarise(r.logLimit.Due(r.clock.Mono(), false))
 }
 
 // FlushAllRepeats summarises every count of held-back repeats, however
 // recent. Run calls it when it ends: no line follows.
 func (r *Reporter) FlushAllRepeats() {
-	r.summarise(r.logLimit.Due(r.now(), true))
+	r.summarise(r.logLimit.Due(r.clock.Mono(), true))
 }
 
 // summarise logs one "similar lines suppressed" line for each of held.

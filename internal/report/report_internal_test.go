@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/loglimit"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -34,7 +35,7 @@ func newLogBundle(t *testing.T) *logBundle {
 	logger := slog.New(slog.NewJSONHandler(&b.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.r = New(Config{Logger: logger, Owner: "o", OnError: func(error) { b.err++ }, Table: "public.outbox_events",
 		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(), PublishCode: publishCode,
-		Now: func() time.Time { return b.at }})
+		Clock: clock.NewAll(func() time.Time { return b.at })})
 	return b
 }
 

@@ -94,7 +94,7 @@ func TestPublishSpansWhenTheBatchIsSampledOut(t *testing.T) {
 func TestStartDelaySkipsSuspects(t *testing.T) {
 	t.Parallel()
 	mp := &telemetrytest.MeterProvider{}
-	m, err := newMetrics(Config{MeterProvider: mp, Table: "public.outbox_events", Now: time.Now}, &Counters{})
+	m, err := newMetrics(Config{MeterProvider: mp, Table: "public.outbox_events"}, &Counters{})
 	require.NoError(t, err)
 	e := outbox.Event{Type: "x", Attempt: 1, CreatedAt: time.Now().Add(-time.Minute)}
 	m.Started(&e, true, time.Now())

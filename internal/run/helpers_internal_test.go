@@ -14,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/report"
@@ -33,7 +34,7 @@ func testRunner(t testing.TB, cfg Config) *Runner {
 		cfg.Report = testReporter(nil)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Held = held.NewSet(nil, time.Minute)
+	cfg.Held = held.NewSet(clock.Real(), time.Minute)
 	cfg.Circuit = circuit.New(circuit.Config{MinBackoff: time.Second, MaxBackoff: time.Minute, ProbeSize: 1, WakeFunc: func() {}})
 	cfg.Claimers, cfg.BatchSize, cfg.SuspectWait = 1, 10, time.Minute
 	if cfg.Mode == nil {

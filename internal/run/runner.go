@@ -29,7 +29,7 @@ type Config struct {
 	Held    *held.Set        // the events held; required
 	Report  *report.Reporter // counts, logs, metrics and spans; required
 	Circuit *circuit.Circuit // the publisher's circuit; required
-	Clock   clock.Clock      // handler times and slot waits
+	Clock   clock.Clock      // handler times and slot waits: its real-time reading (Mono, Elapsed)
 	Logger  *slog.Logger     // the unroutable warnings; required
 	Table   string           // for the unroutable warnings
 	Owner   string           // for the unroutable warnings
@@ -106,7 +106,7 @@ func New(cfg Config) *Runner {
 		slots:    make(chan struct{}, cfg.Concurrency),
 		suspects: make(chan struct{}, 1),
 	}
-	r.started = r.clock.Now()
+	r.started = r.clock.Mono()
 	if r.mode.Ordered() {
 		r.held.RunInWaves()
 	}

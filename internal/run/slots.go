@@ -92,7 +92,7 @@ func (r *Runner) handlersQuick() bool {
 		return true
 	}
 	avg := time.Duration(r.handlerTime.Load())
-	return avg > 0 && avg <= quickHandler && int64(r.clock.Since(r.started)) > r.slowUntil.Load()
+	return avg > 0 && avg <= quickHandler && int64(r.clock.Elapsed(r.started)) > r.slowUntil.Load()
 }
 
 // handlersTiny reports whether handlers are quick (see handlersQuick: so
@@ -162,7 +162,7 @@ func (r *Runner) acquireSlot(b *held.Batch, allTaken <-chan struct{}) bool {
 // for the next slowFor. (A wait behind quick handlers is only the
 // scheduler or the database being busy.)
 func (r *Runner) noteSlowSlot() {
-	now := r.clock.Now()
+	now := r.clock.Mono()
 	if r.held.RunningSince(now.Add(-slowHandler)) {
 		r.slowUntil.Store(int64(now.Add(slowFor).Sub(r.started)))
 	}

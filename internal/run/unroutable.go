@@ -55,7 +55,7 @@ func (r *Runner) releaseUnroutable(items []*held.Item) {
 		byType[it.Event.Type]++
 	}
 	r.report.Counters.Unroutable.Add(uint64(len(items)))
-	for _, typ := range r.unroutable.Add(byType, r.clock.Now()) {
+	for _, typ := range r.unroutable.Add(byType, r.clock.Mono()) {
 		r.cfg.Logger.Warn("pgoutbox: events of a type this dispatcher cannot deliver were left for other replicas: "+
 			"RouteFunc gives them no destination and no handler is registered for the type; route the type "+
 			"(and list it in PublishTypes, when set) or register a handler, or run a replica that does",

@@ -273,7 +273,7 @@ func (r *Runner) callHandler(it *held.Item, h outbox.Handler) (res held.Result) 
 	var ctx context.Context
 	ctx, span = r.report.Spans().HandlerSpan(it.Context(), it.Event)
 	err := h(ctx, *it.Event)
-	ran = max(r.clock.Since(it.StartedAt()), time.Nanosecond)
+	ran = max(r.clock.Elapsed(it.StartedAt()), time.Nanosecond)
 	r.noteHandlerTime(ran)
 	if err == nil {
 		return held.Result{}
@@ -370,11 +370,11 @@ func (r *Runner) publish(items []*held.Item) {
 	}
 	ctx, cancel := publishContext(items[0].Batch.Ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	r.held.CallStarts(items, r.clock.Now().Add(r.cfg.PublishTimeout), held.PhasePublish)
+	r.held.CallStarts(items, r.clock.Mono().Add(r.cfg.PublishTimeout), held.PhasePublish)
 	spanCtx, endSpans := r.report.Spans().PublishSpan(ctx, msgs)
-	start := r.clock.Now()
+	start := r.clock.Mono()
 	errs := r.callPublisher(spanCtx, msgs)
-	r.report.Metrics().Published(r.clock.Since(start))
+	r.report.Metrics().Published(r.clock.Elapsed(start))
 	endSpans(errs)
 	outage := r.judgePublish(ctx, errs)
 	for i, it := range items {
