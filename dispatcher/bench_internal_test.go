@@ -32,7 +32,7 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	d.dbCtx, d.workCtx = context.Background(), context.Background()
 	quit := make(chan struct{})
 	defer close(quit)
-	d.startRunner(workers.New(quit, clock.Real()))
+	startRunner(d, workers.New(quit, clock.Real()))
 	d.completer = newCompleter(context.Background(), d, &sync.Mutex{})
 	events := make([]outbox.Event, batch)
 	for i := range events {

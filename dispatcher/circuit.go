@@ -99,14 +99,3 @@ func (d *Dispatcher) probeClaimed(p circuit.Plan, batch context.Context) {
 	}
 	context.AfterFunc(batch, func() { d.circuit.ProbeEnded(p.Probe, true) })
 }
-
-// observeCircuit registers the circuit state gauge (pgoutbox.circuit.state:
-// 0 closed, 1 open, 2 probing) of a dispatcher with a Publisher, and
-// returns its unregistration.
-func (d *Dispatcher) observeCircuit() (unregister func()) {
-	if d.cfg.Publisher == nil {
-		return func() {}
-	}
-	return d.report.ObserveGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
-		func() int64 { state, _ := d.circuit.Snapshot(); return int64(state) })
-}

@@ -17,7 +17,7 @@ func newCompleter(ctx context.Context, d *Dispatcher, leaseWrites sync.Locker) *
 		Clock: d.clock, LeaseWrites: leaseWrites, RetryScheduled: d.retryScheduled,
 		SignalAllWrites: d.mode.WakeOnRetry(),
 		CompletedFunc:   d.health.completed, SettledFunc: d.health.completionsSettled,
-		OutcomeFunc: d.outcomeFunc(), OpTimeout: opTimeout(d.cfg.LeaseDuration),
+		OutcomeFunc: outcomeFunc(d.cfg.OnOutcome), OpTimeout: opTimeout(d.cfg.LeaseDuration),
 		DeleteSent: d.cfg.DeleteSent, AtMostOnce: d.cfg.Delivery == AtMostOnce,
 		MaxAttempts: d.cfg.MaxAttempts, Backoff: d.cfg.Backoff,
 		UnroutableMinDelay: run.UnroutableMinDelay, UnroutableMaxDelay: run.UnroutableMaxDelay,
@@ -26,8 +26,7 @@ func newCompleter(ctx context.Context, d *Dispatcher, leaseWrites sync.Locker) *
 
 // outcomeFunc passes the completer's outcomes to Config.OnOutcome as
 // Outcomes; nil without OnOutcome.
-func (d *Dispatcher) outcomeFunc() func(context.Context, complete.Outcome) {
-	hook := d.cfg.OnOutcome
+func outcomeFunc(hook func(context.Context, Outcome)) func(context.Context, complete.Outcome) {
 	if hook == nil {
 		return nil
 	}

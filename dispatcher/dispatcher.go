@@ -177,7 +177,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	d.circuit = newCircuit(cfg, d.Trigger)
 	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
-	d.runner = d.newRunner()
+	d.runner = newRunner(d)
 	d.greeter = newGreeter(cfg, pool, d.report, d.Trigger)
 	return d, nil
 }
@@ -353,7 +353,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	case <-d.life.done:
 		return d.Err()
 	case <-ctx.Done():
-		return d.stopCutShort(ctx)
+		return stopCutShort(ctx, d.held, d.hardStopped.Load())
 	}
 }
 

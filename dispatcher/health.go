@@ -196,7 +196,7 @@ func (d *Dispatcher) Health() Health {
 	}
 	h.PollInterval = max(time.Duration(d.report.Counters.PollInterval.Load()), d.cfg.PollInterval)
 	h.Overrunning, h.OverrunningSince = d.held.Overrunning(d.clock.Mono())
-	h.OverrunLimit = d.overrunLimit()
+	h.OverrunLimit = d.cfg.overrunLimit()
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/wakeup"
@@ -15,24 +13,13 @@ import (
 // when the start-up self-probe shows that notifications do not arrive.
 var ErrWakeupUnavailable = wakeup.ErrUnavailable
 
-// requireWakeups is the start-up check of WakeupRequired mode: it opens
-// the listener connection and proves with a self-probe that notifications
-// reach it (internal/wakeup). It returns the listening connection, or nil
-// in other modes.
-func (d *Dispatcher) requireWakeups(ctx context.Context) (*pgx.Conn, error) {
-	if d.cfg.Wakeup != WakeupRequired {
-		return nil, nil
-	}
-	return d.wakeups().Require(ctx)
-}
-
 // listenerPing is how long the listener waits for a notification before it
 // checks that its connection is alive.
 const listenerPing = 30 * time.Second
 
-// wakeups returns the LISTEN connection's service (internal/wakeup) of
+// newListener returns the LISTEN connection's service (internal/wakeup) of
 // this dispatcher.
-func (d *Dispatcher) wakeups() *wakeup.Listener {
+func newListener(d *Dispatcher) *wakeup.Listener {
 	return wakeup.New(wakeup.Config{
 		ConnConfig: d.listenerConfig, Pool: d.pool, Channel: sqlname.Names{Table: d.cfg.Table}.Channel(),
 		Auto: d.cfg.Wakeup == WakeupAuto, ConnectTimeout: opTimeout(d.cfg.LeaseDuration),

@@ -7,24 +7,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 )
 
 // Overruns: the keeper finds the calls running past their timeout, logs
 // and counts them (see internal/keeper, overrun.go, for the whole rule);
 // the gauge, Health's limit and the DrainTimeoutError are here.
 
-// observeOverruns registers the gauge of the calls running past their
-// timeout now (pgoutbox.handlers.overrunning), and returns its
-// unregistration.
-func (d *Dispatcher) observeOverruns() (unregister func()) {
-	return d.report.ObserveGauge("pgoutbox.handlers.overrunning", "{call}",
-		"Handler and publish calls running past their timeout now, ignoring their cancelled context",
-		func() int64 { n, _ := d.held.Overrunning(time.Now()); return int64(n) })
-}
-
 // overrunLimit is how many calls running past their timeout make Health
 // unhealthy: half the handler slots, at least one.
-func (d *Dispatcher) overrunLimit() int { return max(1, d.cfg.Concurrency/2) }
+func (c Config) overrunLimit() int { return max(1, c.Concurrency/2) }
 
 // RunningEvent is an event whose handler or publish was still running
 // when a stop gave up waiting for it (see DrainTimeoutError).
@@ -56,10 +48,10 @@ func (e *DrainTimeoutError) Error() string {
 	return ErrDrainTimeout.Error() + "; " + runningList(e.Running, e.Count)
 }
 
-// running lists up to limit of the calls running now, oldest first, and
-// how many run in all (see held.Set.Running).
-func (d *Dispatcher) running(limit int) (calls []RunningEvent, n int) {
-	running, n := d.held.Running(limit)
+// runningEvents lists up to limit of the calls running now, oldest first,
+// and how many run in all (see held.Set.Running).
+func runningEvents(h *held.Set, limit int) (calls []RunningEvent, n int) {
+	running, n := h.Running(limit)
 	for _, c := range running {
 		calls = append(calls, RunningEvent(c))
 	}
@@ -86,19 +78,20 @@ func runningList(running []RunningEvent, count int) string {
 // Is makes the error match ErrDrainTimeout.
 func (e *DrainTimeoutError) Is(target error) bool { return target == ErrDrainTimeout }
 
-// drainTimedOut is the DrainTimeoutError naming the calls running now.
-func (d *Dispatcher) drainTimedOut() *DrainTimeoutError {
-	running, n := d.running(drainListMax)
+// drainTimedOut is the DrainTimeoutError naming the calls of h running
+// now.
+func drainTimedOut(h *held.Set) *DrainTimeoutError {
+	running, n := runningEvents(h, drainListMax)
 	return &DrainTimeoutError{Running: running, Count: n}
 }
 
 // stopCutShort is what Stop returns when its ctx ends before the
 // dispatcher has stopped: ctx's error, naming the calls still running
-// (a DrainTimeoutError once the drain timed out).
-func (d *Dispatcher) stopCutShort(ctx context.Context) error {
-	running, n := d.running(drainListMax)
+// (a DrainTimeoutError once the drain timed out: hardStopped).
+func stopCutShort(ctx context.Context, h *held.Set, hardStopped bool) error {
+	running, n := runningEvents(h, drainListMax)
 	switch {
-	case d.hardStopped.Load():
+	case hardStopped:
 		return fmt.Errorf("%w: %w", ctx.Err(), &DrainTimeoutError{Running: running, Count: n})
 	case n > 0:
 		return fmt.Errorf("%w: waiting for the drain; %s", ctx.Err(), runningList(running, n))

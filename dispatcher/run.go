@@ -26,28 +26,25 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 	workCtx, hardStop := context.WithCancelCause(d.dbCtx)
 	d.workCtx = workCtx
 	defer hardStop(nil)
-	backlog, unregister := d.observeBacklog() // the backlog gauges, while Run runs
+	backlog, unregister := d.observe() // the gauges, while Run runs
 	defer unregister()
-	defer d.observeCircuit()()  // the circuit gauge, while Run runs
-	defer d.observeOverruns()() // the overrun gauge, while Run runs
-	defer d.greeter.Observe()() // the mode-conflict gauge, while Run runs
 	defer d.circuit.Stop()
 
 	quit, stopHelpers := context.WithCancel(d.dbCtx)
-	d.startRunner(workers.New(quit.Done(), d.clock))
+	startRunner(d, workers.New(quit.Done(), d.clock))
 	var helpers sync.WaitGroup
 	leases := newKeeper(d.dbCtx, d)
 	d.completer = newCompleter(d.dbCtx, d, leases.LeaseWrites())
 	helpers.Go(func() { d.completer.Run(quit) })
 	helpers.Go(func() { leases.Run(quit) })
-	helpers.Go(func() { d.retain(ctx, quit) })
+	helpers.Go(func() { retain(newRetention(d), d.life, ctx, quit) })
 	helpers.Go(func() { backlog.Run(quit) })
 	helpers.Go(func() { d.greeter.Run(quit) })
 	switch {
 	case listener != nil:
-		helpers.Go(func() { d.wakeups().Run(quit, listener) })
+		helpers.Go(func() { newListener(d).Run(quit, listener) })
 	case d.cfg.Wakeup == WakeupAuto:
-		helpers.Go(func() { d.wakeups().Run(quit, nil) })
+		helpers.Go(func() { newListener(d).Run(quit, nil) })
 	}
 	d.health.begin(d.clock.Mono())
 
@@ -77,10 +74,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := d.life.untilStop(ctx)
 	defer cancel()
-	err := d.startChecks().Run(ctx)
+	err := newStartChecks(d).Run(ctx)
 	var listener *pgx.Conn
-	if err == nil {
-		listener, err = d.requireWakeups(ctx)
+	if err == nil && d.cfg.Wakeup == WakeupRequired {
+		listener, err = newListener(d).Require(ctx)
 	}
 	if ctx.Err() != nil {
 		if listener != nil {
@@ -93,13 +90,13 @@ func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
 
 // startChecks returns the start-up checks of this dispatcher (the table,
 // its schema, the order index, the role's privileges, the isolation).
-func (d *Dispatcher) startChecks() *startcheck.Checker {
+func newStartChecks(d *Dispatcher) *startcheck.Checker {
 	return startcheck.New(startcheck.Config{
 		Pool: d.pool, Store: d.store, Table: d.cfg.Table, Owner: d.cfg.Owner, Logger: d.cfg.Logger,
 		PerKey: d.cfg.Ordering == PerKey, DeleteSent: d.cfg.DeleteSent, KeepSent: d.cfg.KeepSent,
 		RetainFailed: d.cfg.RetainFailed, SkipVerify: d.cfg.SkipVerify, PollInterval: d.cfg.PollInterval,
 		OpTimeout: opTimeout(d.cfg.LeaseDuration), Now: d.clock.Mono,
-		EnsurePartitionsFunc: d.retention().EnsureAtStart, UnverifiedFunc: d.health.skipVerify,
+		EnsurePartitionsFunc: newRetention(d).EnsureAtStart, UnverifiedFunc: d.health.skipVerify,
 	})
 }
 
@@ -110,29 +107,25 @@ func (d *Dispatcher) drain(hardStop context.CancelCauseFunc) error {
 	timer := d.clock.NewTimer(d.cfg.DrainTimeout)
 	defer timer.Stop()
 	idle := d.held.Stop()
-	d.releaseUnstarted()
+	// Nothing can start now: the events whose handler never started go
+	// back to PENDING.
+	d.completer.Release(d.held.Unstarted(), "release at stop failed; the leases will expire and be recovered")
 	select {
 	case <-idle:
 		return nil
 	case <-timer.C:
 	}
-	err := d.drainTimedOut()
+	err := drainTimedOut(d.held)
 	d.hardStopped.Store(true)
 	hardStop(errHardStop)
 	<-idle
 	return err
 }
 
-// releaseUnstarted returns the held events whose handler never started to
-// PENDING. Called once the dispatcher is stopping, so none can start now.
-func (d *Dispatcher) releaseUnstarted() {
-	d.releaseItems(d.held.Unstarted(), "release at stop failed; the leases will expire and be recovered")
-}
-
-// newRunner returns the runner of the dispatcher's batches (see
-// internal/run), in its scheduling mode. Its clock is the wall clock, as
-// it always was (Config.now replaces only the lease deadlines' clock).
-func (d *Dispatcher) newRunner() *run.Runner {
+// newRunner returns the runner of d's batches (see internal/run), in its
+// scheduling mode. It reads the clock's real time (handler run times, slot
+// waits), which Config.now does not replace.
+func newRunner(d *Dispatcher) *run.Runner {
 	cfg := d.cfg
 	return run.New(run.Config{
 		Mode: d.mode, Held: d.held, Report: d.report, Circuit: d.circuit, Clock: d.clock,
@@ -141,24 +134,17 @@ func (d *Dispatcher) newRunner() *run.Runner {
 		AtMostOnce: cfg.Delivery == AtMostOnce, HandlerTimeout: cfg.HandlerTimeout, PublishTimeout: cfg.PublishTimeout,
 		MaxSnoozes: cfg.MaxSnoozes, SkipFailed: cfg.HeadPolicy == SkipFailed, ByType: cfg.OrderScope == ScopeKeyAndType,
 		SuspectWait: cmp.Or(cfg.suspectWait, cfg.LeaseDuration), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
-		Release:      d.releaseItems,
+		Release:      func(items []*held.Item, failed string) { d.completer.Release(items, failed) },
 		FinalFailure: func(it *held.Item) bool { return d.completer.Final(it) },
 	})
 }
 
 // startRunner gives the runner its workers and the handlers, fixed now
 // (Handle refuses new ones once the dispatcher started).
-func (d *Dispatcher) startRunner(w *workers.Pool) {
+func startRunner(d *Dispatcher, w *workers.Pool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.runner.Start(w, maps.Clone(d.handlers), d.defaultHandler)
-}
-
-// releaseItems returns held items that never started to PENDING,
-// uncharged. When the release fails it reports failed and lets them go
-// all the same: their leases expire and recovery returns them.
-func (d *Dispatcher) releaseItems(items []*held.Item, failed string) {
-	d.completer.Release(items, failed)
 }
 
 // opContext bounds one database operation of the dispatcher's own.
