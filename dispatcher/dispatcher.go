@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/claim"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
@@ -56,12 +57,15 @@ type Dispatcher struct {
 	store  *lease.Store
 	report *report.Reporter // counts, logs, metrics and spans (internal/report)
 	held   *held.Set        // the events held, and every change of their state
-	kinds  kinds            // what it claims and publishes (see types.go)
+	// publish is Config.PublishTypes as a set; nil when unset.
+	publish map[string]bool
 	// mode is the scheduling mode, chosen once by New (internal/run's
 	// Mode): the claims ask it how to claim, and it runs their batches.
 	mode run.Mode
 	// runner runs the claimed batches: handlers, publishes (internal/run).
 	runner *run.Runner
+	// claimer decides when to claim, claims and recovers (internal/claim).
+	claimer *claim.Claimer
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
 	circuit *circuit.Circuit
@@ -174,7 +178,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		report:         newReporter(cfg),
-		kinds:          kinds{publish: publishSet(cfg)},
+		publish:        claim.PublishSet(cfg.PublishTypes),
 		held:           held.NewSet(clock, cfg.LeaseDuration),
 		refSize:        stmtsize.New(lease.MaxRefsPerStatement),
 		trigger:        make(chan struct{}, 1),
@@ -186,6 +190,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	d.circuit = newCircuit(cfg, d.Trigger)
 	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
 	d.runner = d.newRunner()
+	d.claimer = d.newClaimer()
 	return d, nil
 }
 
@@ -245,7 +250,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.WakeupsActive = d.wakeupsActive.Load()
 	state, _ := d.circuit.Snapshot()
 	s.Circuit = CircuitState(state)
-	if byType, total := d.kinds.waiting.Counts(); byType != nil {
+	if byType, total := d.claimer.Waiting(); byType != nil {
 		s.WaitingUnhandledByType = byType
 		s.WaitingUnhandled += total
 	}
