@@ -28,7 +28,7 @@ type Scheduler interface {
 	// Ordered reports whether claims take each key's run from its head (per key).
 	Ordered() bool
 	// StartsFor is how many of the next claim's events (at most limit) it marks
-	// started, and how many handler slots it took for them (see start.go).
+	// started, and how many handler slots it took for them (see internal/run/slots.go).
 	StartsFor(limit int) (starts, slots int)
 	// ReleaseSlots gives back n handler slots taken by StartsFor and not used.
 	ReleaseSlots(n int)

@@ -5,7 +5,7 @@
 // size and retries at once, smaller, when one times out.
 //
 // Its callers are in the dispatcher: each claim coordinator keeps a Size
-// of claims (dispatcher/claim.go, starting at BatchSize), and the
+// of claims (internal/claim/claims.go, starting at BatchSize), and the
 // dispatcher keeps one Size of ref writes (lease.MaxRefsPerStatement)
 // shared by the heartbeat's renewals (dispatcher/heartbeat.go) and the
 // start marks (dispatcher/start.go) under its leaseWrites mutex, which
