@@ -11,8 +11,11 @@ import (
 // newClaimer returns the claimer of the dispatcher (see internal/claim):
 // the coordinator loop, its claims and recovery passes. It asks the
 // scheduling mode how to claim, and hands the mode the claimed batches.
-// Its lease-deadline clock is Config.now; the wake-up cooldowns and the
-// recovery cadence read the wall clock, as they always have.
+// Events that recovery made FAILED (their lease expired once too often,
+// or under AtMostOnce) are reported as any other FAILED outcome, with
+// CodeWorkerLost. Its lease-deadline clock is Config.now; the wake-up
+// cooldowns and the recovery cadence read the wall clock, as they always
+// have.
 func (d *Dispatcher) newClaimer() *claim.Claimer {
 	cfg := d.cfg
 	return claim.New(claim.Config{
@@ -25,15 +28,12 @@ func (d *Dispatcher) newClaimer() *claim.Claimer {
 		WakeupCooldown: cfg.WakeupCooldown, BlockFailed: cfg.HeadPolicy == BlockKey, ByType: cfg.OrderScope == ScopeKeyAndType,
 		Publish: d.publish, ClaimedTypesFunc: d.ClaimedTypes,
 		Trigger: d.trigger, RetryScheduled: d.retryScheduled, Stop: d.stopCh,
-		WakeupsActiveFunc: d.wakeupsActive.Load, ClaimedFunc: d.health.claimed, FailedFunc: d.recoveredFailed,
+		WakeupsActiveFunc: d.wakeupsActive.Load, ClaimedFunc: d.health.claimed,
+		FailedFunc: func(e outbox.Event) {
+			reportFailed(d.dbCtx, d.report, cfg.OnOutcome, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: claim.ErrWorkerLost})
+		},
 		ClaimHook: cfg.onClaimed, RecoverPassHook: cfg.onRecoverPass, FollowUpsOverHook: cfg.onFollowUpsOver,
 	})
-}
-
-// recoveredFailed reports an event that recovery made FAILED: its lease
-// expired once too often (MaxRecoveries), or under AtMostOnce.
-func (d *Dispatcher) recoveredFailed(e outbox.Event) {
-	reportFailed(d.dbCtx, d.report, d.cfg.OnOutcome, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: claim.ErrWorkerLost})
 }
 
 // ClaimedTypes returns the event types the dispatcher claims, sorted, or

@@ -35,8 +35,9 @@
 //
 // Every RecoverEvery-th poll (or after RecoverEvery plain intervals, or
 // at once when the last pass left expired leases behind) a recovery pass
-// returns expired leases of every type to PENDING, or FAILED past
-// MaxRecoveries and under AtMostOnce (reported through FailedFunc with
+// returns expired leases of every type to PENDING, or FAILED when their
+// attempt had started and they were recovered MaxRecoveries times
+// already, or under AtMostOnce (reported through FailedFunc with
 // ErrWorkerLost). A pass runs statements of up to RecoverBatchSize rows
 // while they come back full, for half a poll interval at most, halving
 // the limit after one that runs out of time; then it counts the events of
