@@ -1,8 +1,6 @@
 package dispatcher
 
 import (
-	"context"
-
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/clock"
 )
@@ -40,62 +38,13 @@ func (s CircuitState) String() string {
 }
 
 // newCircuit returns the circuit of a dispatcher of cfg, which wake asks
-// for a claim. It reads the wall clock, as it always has (Config.now
-// replaces only the lease deadlines' clock).
-func newCircuit(cfg Config, wake func()) *circuit.Circuit {
+// for a claim. It times its backoffs by the clock's real time (Mono),
+// which Config.now does not replace.
+func newCircuit(cfg Config, clk clock.Clock, wake func()) *circuit.Circuit {
 	var onChange func(circuit.State)
 	if cfg.onCircuit != nil {
 		onChange = func(s circuit.State) { cfg.onCircuit(CircuitState(s)) }
 	}
 	return circuit.New(circuit.Config{MinBackoff: cfg.CircuitMinBackoff, MaxBackoff: cfg.CircuitMaxBackoff,
-		ProbeSize: cfg.CircuitProbeSize, WakeFunc: wake, OnChangeFunc: onChange, Clock: clock.Real()})
-}
-
-// circuitTypes is what the circuit needs of the claimed types.
-func (k *kinds) circuitTypes() circuit.Types {
-	return circuit.Types{Claim: k.claimTypes(), Published: k.publishedTypes(), HandlerOnly: k.handlerOnlyTypes()}
-}
-
-// publishedTypes is the types a probe claims: those of PublishTypes that
-// the dispatcher claims, or nil (every type) for a catch-all.
-func (k *kinds) publishedTypes() []string {
-	if k.all || k.publish == nil {
-		return nil
-	}
-	var types []string
-	for _, t := range k.types {
-		if k.publish[t] {
-			types = append(types, t)
-		}
-	}
-	return types
-}
-
-// handlerOnlyTypes is the claimed types that never need the publisher:
-// none for a catch-all (it cannot claim "every type but these").
-func (k *kinds) handlerOnlyTypes() []string {
-	if k.all {
-		return nil
-	}
-	var types []string
-	for _, t := range k.types {
-		if !k.publish[t] {
-			types = append(types, t)
-		}
-	}
-	return types
-}
-
-// probeClaimed follows a probe claim: one that claimed nothing ends at
-// once; otherwise the probe ends when its batch does (every event let
-// go), unless a publish decided first.
-func (d *Dispatcher) probeClaimed(p circuit.Plan, batch context.Context) {
-	if p.Probe == 0 {
-		return
-	}
-	if batch == nil {
-		d.circuit.ProbeEnded(p.Probe, false)
-		return
-	}
-	context.AfterFunc(batch, func() { d.circuit.ProbeEnded(p.Probe, true) })
+		ProbeSize: cfg.CircuitProbeSize, WakeFunc: wake, OnChangeFunc: onChange, Clock: clk})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/claim"
 	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/held"
@@ -60,12 +61,15 @@ type Dispatcher struct {
 	clock  clock.Clock
 	report *report.Reporter // counts, logs, metrics and spans (internal/report)
 	held   *held.Set        // the events held, and every change of their state
-	kinds  kinds            // what it claims and publishes (see types.go)
+	// publish is Config.PublishTypes as a set; nil when unset.
+	publish map[string]bool
 	// mode is the scheduling mode, chosen once by New (internal/run's
 	// Mode): the claims ask it how to claim, and it runs their batches.
 	mode run.Mode
 	// runner runs the claimed batches: handlers, publishes (internal/run).
 	runner *run.Runner
+	// claimer decides when to claim, claims and recovers (internal/claim).
+	claimer *claim.Claimer
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
 	circuit *circuit.Circuit
@@ -168,17 +172,18 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		cfg: cfg, clock: clk, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
 		report:         newReporter(cfg, clk),
 		health:         healthState{clock: clk},
-		kinds:          kinds{publish: publishSet(cfg)},
+		publish:        claim.PublishSet(cfg.PublishTypes),
 		held:           held.NewSet(clk, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
 		life:           newLife(),
 		handlers:       make(map[string]outbox.Handler),
 	}
-	d.circuit = newCircuit(cfg, d.Trigger)
+	d.circuit = newCircuit(cfg, clk, d.Trigger)
 	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
 	d.runner = newRunner(d)
 	d.greeter = newGreeter(cfg, pool, d.report, d.Trigger)
+	d.claimer = newClaimer(d)
 	return d, nil
 }
 
@@ -237,7 +242,7 @@ func (d *Dispatcher) Stats() Stats {
 	s.WakeupsActive = d.wakeupsActive.Load()
 	state, _ := d.circuit.Snapshot()
 	s.Circuit = CircuitState(state)
-	if byType, total := d.kinds.waiting.Counts(); byType != nil {
+	if byType, total := d.claimer.Waiting(); byType != nil {
 		s.WaitingUnhandledByType = byType
 		s.WaitingUnhandled += total
 	}

@@ -75,7 +75,7 @@
 // without PublishTypes, makes it claim every type (ClaimedTypes). Events
 // of other types stay PENDING for the dispatchers that handle them; those
 // no running dispatcher claims are counted (Stats.WaitingUnhandled, once
-// due for over a minute) and logged, never dead-lettered. See types.go.
+// due for over a minute) and logged, never dead-lettered. See internal/claim/types.go.
 // A catch-all publisher that claims an event its RouteFunc does not route
 // releases it the same way (Stats.Unroutable; see internal/run/unroutable.go).
 //
@@ -220,9 +220,11 @@
 //
 // One event's walk, file by file, in the order it happens:
 //
-//	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
-//	types.go       which event types it claims; the count of those left waiting
-//	claim.go       the claim statement; its events join the held set and the mode runs them
+//	internal/claim the claimer (its doc.go): claimer.go, when to claim (polls,
+//	               triggers, room, due retries); claims.go, the claim statement, whose
+//	               events join the held set and the mode runs; types.go, which event
+//	               types it claims and the count of those left waiting; recover.go,
+//	               expired leases taken back
 //	internal/run   the run of a batch in the scheduling mode New chose (its doc.go walks it):
 //	               unroutable.go (released uncharged), slots.go (the handler slot and
 //	               start mark), suspect.go (the suspect turn), work.go (begin, the handler
@@ -252,11 +254,11 @@
 // Leaf packages the dispatcher wires (each with a doc.go):
 //
 //	internal/clock     the one clock for timing decisions
-//	internal/waker     when wake-ups start claims (coordinate.go)
+//	internal/waker     when wake-ups start claims (internal/claim/claimer.go)
 //	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
 //	internal/workers   reused goroutines for handler calls (internal/run/work.go: a batch's workers)
 //	internal/circuit   the circuit's states and what the next claim takes (circuit.go, internal/run/circuit.go)
 //	internal/peers     hellos on the wake-up channel: the other dispatchers heard, when they are forgotten (peers.go)
 //	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
-//	internal/tally     per-type counts of waiting and unroutable events (types.go, internal/run/unroutable.go)
+//	internal/tally     per-type counts of waiting and unroutable events (internal/claim/types.go, internal/run/unroutable.go)
 package dispatcher

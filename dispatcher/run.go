@@ -12,6 +12,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/startcheck"
+	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
 )
 
@@ -53,7 +54,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 		"wakeups", d.cfg.Wakeup.String(), "ordering", d.cfg.Ordering.String(), "head_policy", d.cfg.HeadPolicy.String(),
 		"order_scope", d.cfg.OrderScope.String())
 	started := d.clock.Mono()
-	d.coordinate(ctx)
+	d.claimer.Run(ctx, d.workCtx)
 	cause := d.life.stopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"cause", cause, "ran_for", d.clock.Elapsed(started).Round(time.Millisecond).String())
@@ -130,7 +131,7 @@ func newRunner(d *Dispatcher) *run.Runner {
 	return run.New(run.Config{
 		Mode: d.mode, Held: d.held, Report: d.report, Circuit: d.circuit, Clock: d.clock,
 		Logger: cfg.Logger, Table: cfg.Table.String(), Owner: cfg.Owner,
-		Publisher: cfg.Publisher, RouteFunc: cfg.RouteFunc, PublishTypes: cfg.PublishTypes, PublishSet: d.kinds.publish,
+		Publisher: cfg.Publisher, RouteFunc: cfg.RouteFunc, PublishTypes: cfg.PublishTypes, PublishSet: d.publish,
 		AtMostOnce: cfg.Delivery == AtMostOnce, HandlerTimeout: cfg.HandlerTimeout, PublishTimeout: cfg.PublishTimeout,
 		MaxSnoozes: cfg.MaxSnoozes, SkipFailed: cfg.HeadPolicy == SkipFailed, ByType: cfg.OrderScope == ScopeKeyAndType,
 		SuspectWait: cmp.Or(cfg.suspectWait, cfg.LeaseDuration), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
@@ -160,6 +161,10 @@ func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, con
 // opTimeout is how long one of the dispatcher's own database operations
 // may take: half the lease, at most 30s.
 func opTimeout(lease time.Duration) time.Duration { return min(lease/2, 30*time.Second) }
+
+// ranOutOfTime reports whether a statement failed for lack of time (see
+// stmtsize.RanOutOfTime); the completer's splits ask it.
+func ranOutOfTime(err error) bool { return stmtsize.RanOutOfTime(err) }
 
 func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)

@@ -57,7 +57,8 @@ type Config struct {
 	// circuit's lock, in order (a test hook: it must not call the
 	// circuit).
 	OnChangeFunc func(State)
-	// Clock times the backoff; the zero Clock is the wall clock.
+	// Clock times the backoff by its real time (Mono); the zero Clock is
+	// the wall clock.
 	Clock clock.Clock
 }
 
@@ -93,7 +94,7 @@ type Plan struct {
 func (c *Circuit) Plan(types Types, limit int) (Plan, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == Open && !c.clock.Now().Before(c.reopenAt) {
+	if c.state == Open && !c.clock.Mono().Before(c.reopenAt) {
 		c.setLocked(Probing)
 		c.probing = false
 	}
@@ -157,12 +158,12 @@ func (c *Circuit) Outage() (Change, bool) {
 	case Open:
 		return Change{}, false
 	case Closed:
-		c.backoff, c.openSince = c.min, c.clock.Now()
+		c.backoff, c.openSince = c.min, c.clock.Mono()
 	default:
 		c.backoff = min(2*c.backoff, c.max)
 	}
 	c.probing = false
-	c.reopenAt = c.clock.Now().Add(c.backoff)
+	c.reopenAt = c.clock.Mono().Add(c.backoff)
 	c.setLocked(Open)
 	if c.timer == nil {
 		c.timer = c.clock.AfterFunc(c.backoff, c.wake)

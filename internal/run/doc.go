@@ -45,7 +45,7 @@
 //
 // # The walk of a batch
 //
-//	claim (dispatcher) → held.Set.Add → Mode.Dispatch
+//	claim (internal/claim) → held.Set.Add → Mode.Dispatch
 //	  → runBatch / runInTurn+runInSegments / runOrdered+runWave
 //	  → unroutable: released uncharged (releaseUnroutable)
 //	  → suspects: runSuspect, one at a time (takeSuspectTurn)

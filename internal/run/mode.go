@@ -3,11 +3,12 @@ package run
 import (
 	"context"
 
+	"github.com/pgoutbox/pgoutbox/internal/claim"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 )
 
 // Mode is a dispatcher's scheduling mode, chosen once by NewMode: how its
-// claims are made (the claimer asks it through the methods below) and how
+// claims are made (the claimer asks it through claim.Scheduler) and how
 // a claimed batch runs. There are three:
 //
 //   - unordered: a batch's handlers run concurrently, its publish-only
@@ -18,34 +19,10 @@ import (
 //   - per key (Ordering PerKey): each key's run is delivered in order,
 //     wave by wave (see ordered.go).
 type Mode interface {
-	// Claimers is how many claims may be in flight at once (1 in claim
-	// order, else Config.Claimers).
-	Claimers() int
-	// Room is how many of the held events count against the room of the
-	// next claim (held minus waiting suspects up to a batch, except per
-	// key: all of them; see suspect.go).
-	Room(held, suspectsWaiting int) int
-	// SkipSuspects reports whether the next claim leaves suspects out
-	// (never per key; see suspect.go).
-	SkipSuspects(suspectsWaiting int) bool
-	// Ordered reports whether claims take each key's run from its head
-	// (per key).
-	Ordered() bool
-	// StartsFor is how many of the next claim's events (at most limit) it
-	// marks started, and how many handler slots it took for them (see
-	// slots.go).
-	StartsFor(limit int) (starts, slots int)
-	// ReleaseSlots gives back n handler slots taken by StartsFor and not
-	// used.
-	ReleaseSlots(n int)
-	// Dispatch runs a claimed batch (its items already in the held set)
-	// in the background and returns the batch's context (ends when every
-	// item is let go).
-	Dispatch(items []*held.Item) context.Context
-	// WakeOnRetry reports whether a scheduled retry asks for a claim at
-	// once (per key: a released head may unblock its key) rather than
-	// arming the due timer.
-	WakeOnRetry() bool
+	// The claimer's questions, and Dispatch (see claim.Scheduler, which
+	// documents what each promises; slots.go and suspect.go are their
+	// rules).
+	claim.Scheduler
 
 	// bind gives the mode the runner that runs its batches (New).
 	bind(r *Runner)

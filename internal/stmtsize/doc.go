@@ -5,7 +5,7 @@
 // size and retries at once, smaller, when one times out.
 //
 // Its callers: each claim coordinator keeps a Size of claims
-// (dispatcher/claim.go, starting at BatchSize), and the keeper
+// (internal/claim/claims.go, starting at BatchSize), and the keeper
 // (internal/keeper) keeps one Size of ref writes
 // (lease.MaxRefsPerStatement) shared by its heartbeat's renewals and its
 // start marks under its lease-writes mutex, which WriteRefs takes around

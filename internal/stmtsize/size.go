@@ -1,6 +1,11 @@
 package stmtsize
 
-import "github.com/pgoutbox/pgoutbox/internal/pgerr"
+import (
+	"context"
+	"errors"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
+)
 
 // Size bounds the claims of one coordinator (or the renewals and start
 // marks of one dispatcher) under a statement timeout. A claim that runs out of time (a statement_timeout, or the
@@ -69,4 +74,11 @@ func (s *Size) RanOutOfTime(limit int) {
 // statement may fit.
 func TimedOut(err error) bool {
 	return pgerr.Code(err) == pgerr.QueryCanceled
+}
+
+// RanOutOfTime reports whether a statement failed for lack of time: a
+// statement_timeout (or any cancellation by the server) or the
+// operation's own timeout.
+func RanOutOfTime(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || TimedOut(err)
 }

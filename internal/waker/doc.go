@@ -4,7 +4,7 @@
 // events whose emitters sent no notification.
 //
 // It is pure logic and owns no goroutine or timer. Its only caller is the
-// dispatcher's coordinator loop (dispatcher/coordinate.go), which passes
+// dispatcher's coordinator loop (internal/claim/claimer.go), which passes
 // each wake-up (a notification or Trigger), each firing of its timer and
 // each end of a claim, with the time (from the dispatcher's clock) and
 // whether a claim is in flight; the Waker answers whether to claim now and
