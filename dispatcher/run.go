@@ -12,7 +12,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/startcheck"
-	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
 )
 
@@ -148,29 +147,9 @@ func startRunner(d *Dispatcher, w *workers.Pool) {
 	d.runner.Start(w, maps.Clone(d.handlers), d.defaultHandler)
 }
 
-// opContext bounds one database operation of the dispatcher's own.
-func (d *Dispatcher) opContext() (context.Context, context.CancelFunc) {
-	return d.opContextFrom(d.dbCtx)
-}
-
-// opContextFrom bounds one database operation under parent.
-func (d *Dispatcher) opContextFrom(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(parent, opTimeout(d.cfg.LeaseDuration))
-}
-
 // opTimeout is how long one of the dispatcher's own database operations
 // may take: half the lease, at most 30s.
 func opTimeout(lease time.Duration) time.Duration { return min(lease/2, 30*time.Second) }
-
-// ranOutOfTime reports whether a statement failed for lack of time (see
-// stmtsize.RanOutOfTime); the completer's splits ask it.
-func ranOutOfTime(err error) bool { return stmtsize.RanOutOfTime(err) }
-
-func stoppedTimer() *time.Timer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}
 
 // signal does a non-blocking send on a coalescing channel.
 func signal(ch chan struct{}) {

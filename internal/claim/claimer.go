@@ -54,10 +54,10 @@ type Config struct {
 	// of its leases' trust) and the budget of a recovery pass; its real
 	// time (Mono) decides the wake-up cooldowns, how long ago the last
 	// recovery ran and when a waiting type was last logged.
-	Clock clock.Clock
-	Logger    *slog.Logger
-	Table     string // for the logs
-	Owner     string // the claims' lease owner
+	Clock  clock.Clock
+	Logger *slog.Logger
+	Table  string // for the logs
+	Owner  string // the claims' lease owner
 
 	BatchSize, Concurrency, Claimers int
 	PollInterval, IdlePollInterval   time.Duration
