@@ -424,6 +424,10 @@ type Config struct {
 	onFollowUpsOver func()
 }
 
+// suspectTurnWait is how long a suspect waits for the suspect turn before
+// it is released unstarted: LeaseDuration, unless a test shortened it.
+func (c Config) suspectTurnWait() time.Duration { return cmp.Or(c.suspectWait, c.LeaseDuration) }
+
 func (c Config) withDefaults() Config {
 	c.Table = c.Table.WithDefaults()
 	c.Owner = cmp.Or(c.Owner, defaultOwner())

@@ -218,47 +218,42 @@
 //
 // # Where to read
 //
-// One event's walk, file by file, in the order it happens:
+// docs/architecture.md draws the services, their inputs, the walk of one
+// event and the lock order. This package keeps the public API and wires
+// the services, each a package under internal/ with a doc.go of its own:
 //
-//	internal/claim the claimer (its doc.go): claimer.go, when to claim (polls,
-//	               triggers, room, due retries); claims.go, the claim statement, whose
-//	               events join the held set and the mode runs; types.go, which event
-//	               types it claims and the count of those left waiting; recover.go,
-//	               expired leases taken back
-//	internal/run   the run of a batch in the scheduling mode New chose (its doc.go walks it):
-//	               unroutable.go (released uncharged), slots.go (the handler slot and
-//	               start mark), suspect.go (the suspect turn), work.go (begin, the handler
-//	               in its middleware, the publish, finish), circuit.go (a publish judged);
-//	               claimorder.go and ordered.go, the claim-order and per-key modes
-//	start.go       the marker: the start marks a claim did not write
-//	complete.go    the completer (internal/complete): take the finished outcomes, write them,
-//	               report, let go; OnOutcome's Outcome made of each
-//	outcome.go     what OnOutcome receives
+//	dispatcher.go  Dispatcher, New (the mode is chosen here, once), Handle, Trigger, Stats,
+//	               Start, Run, Stop; config.go the Config with its defaults and ranges
+//	run.go         dispatching: the start-up checks, the services started and stopped, the drain
+//	life.go        where the dispatcher is in its life (State): start, Stop, Done, Err
+//	claim.go       the claimer's wiring, and ClaimedTypes
+//	complete.go    the completer's wiring, and OnOutcome's Outcome (outcome.go) made of each
+//	keeper.go      the keeper's wiring: renewals, start marks, overruns
+//	health.go      what Health reports; overrun.go DrainTimeoutError and Health's overrun limit
+//	report.go      the reporter's wiring, and recovery's FAILED events to OnOutcome
+//	listen.go      the LISTEN connection's wiring: notifications into triggers
+//	retention.go, peers.go, metrics.go, circuit.go, trace.go  the other services' wiring
+//
+// One event's walk, package by package, in the order it happens:
+//
+//	internal/claim     when to claim (claimer.go) and the claim (claims.go): the events
+//	                   join the held set and the mode's Dispatch takes the batch
+//	internal/run       the run of a batch in the scheduling mode (work.go; claimorder.go,
+//	                   ordered.go and suspect.go for the other modes and suspects): the
+//	                   handler slot, the start mark, the handler, the publish, Finish
+//	internal/complete  the completer: take the finished outcomes, write them, report, let go
 //
 // Beside the walk:
 //
-//	internal/held  the held set: every event held and every change of its state,
-//	               under its own lock (its doc.go documents the lock order)
-//	keeper.go      the keeper (internal/keeper): the heartbeat renewing every held lease,
-//	               the start marks, and the WARN of calls running past their timeout
-//	overrun.go     calls running past their timeout: the gauge, Health's limit, DrainTimeoutError
-//	run.go         dispatching: the start-up checks (internal/startcheck), start the services, coordinate, drain
-//	life.go        where the dispatcher is in its life (State): start, Stop, Done, Err
-//	health.go      what Health reports: claims, outcome writes, the listener
-//	report.go      the reporter (internal/report: counters, logs, OnError, metrics and
-//	               spans), and recovery's FAILED events to OnOutcome
-//	listen.go      the LISTEN connection (internal/wakeup): notifications into triggers
-//	retention.go   the retention job (internal/retention): strays, partitions, old rows
-//	peers.go       replicas of another ordering mode (ModeConflict), heard through internal/peers
+//	internal/held      the held set: every event held and every change of its state,
+//	                   under its own lock (its doc.go documents the lock order)
+//	internal/keeper    the heartbeat renewing every held lease, the start marks, overruns
+//	internal/lease     every statement that moves a row in or out of PROCESSING
+//	internal/report    counters, logs, OnError, metrics and spans
+//	internal/wakeup, internal/peers, internal/retention, internal/backlog,
+//	internal/startcheck  the LISTEN connection, the hellos, retention, the backlog
+//	                   gauges, the start-up checks
 //
-// Leaf packages the dispatcher wires (each with a doc.go):
-//
-//	internal/clock     the one clock for timing decisions
-//	internal/waker     when wake-ups start claims (internal/claim/claimer.go)
-//	internal/stmtsize  statement sizes shrunk by statement timeouts (claims, renewals, start marks)
-//	internal/workers   reused goroutines for handler calls (internal/run/work.go: a batch's workers)
-//	internal/circuit   the circuit's states and what the next claim takes (circuit.go, internal/run/circuit.go)
-//	internal/peers     hellos on the wake-up channel: the other dispatchers heard, when they are forgotten (peers.go)
-//	internal/loglimit  log lines of repeated errors, at most one per interval (report.go)
-//	internal/tally     per-type counts of waiting and unroutable events (internal/claim/types.go, internal/run/unroutable.go)
+// Leaves the services share: internal/clock (the one clock), waker,
+// stmtsize, workers, circuit, loglimit, tally.
 package dispatcher

@@ -24,3 +24,14 @@ func begunItem(t testing.TB, e *outbox.Event, suspect bool) *held.Item {
 	require.True(t, s.Begin(items[0], 0))
 	return items[0]
 }
+
+// TestSuspectsWaitALeaseForTheTurn: without the test hook, a suspect waits
+// LeaseDuration for the suspect turn (TestStuckSuspectHoldsUpNoOtherEvent
+// shortens it under a longer lease).
+func TestSuspectsWaitALeaseForTheTurn(t *testing.T) {
+	t.Parallel()
+	cfg := Config{LeaseDuration: 7 * time.Second}
+	require.Equal(t, 7*time.Second, cfg.suspectTurnWait())
+	SetSuspectWait(&cfg, time.Second)
+	require.Equal(t, time.Second, cfg.suspectTurnWait())
+}

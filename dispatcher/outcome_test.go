@@ -175,7 +175,6 @@ func TestAtMostOnceNeverRunsTwice(t *testing.T) {
 	log := newCallLog()
 	started, recovered := make(chan struct{}, 1), make(chan struct{})
 	letReturn := sync.OnceFunc(func() { close(recovered) })
-	t.Cleanup(letReturn) // before the dispatcher's Stop, should the test fail
 	cfg := baseConfig(db)
 	cfg.Delivery = dispatcher.AtMostOnce
 	cfg.RecoverEvery = 1
@@ -190,6 +189,7 @@ func TestAtMostOnceNeverRunsTwice(t *testing.T) {
 		return nil
 	}))
 	runDispatcher(t, d)
+	t.Cleanup(letReturn) // runs before runDispatcher's Stop (last in, first out), should the test fail
 	<-started
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"maps"
 	"sync"
@@ -133,7 +132,7 @@ func newRunner(d *Dispatcher) *run.Runner {
 		Publisher: cfg.Publisher, RouteFunc: cfg.RouteFunc, PublishTypes: cfg.PublishTypes, PublishSet: d.publish,
 		AtMostOnce: cfg.Delivery == AtMostOnce, HandlerTimeout: cfg.HandlerTimeout, PublishTimeout: cfg.PublishTimeout,
 		MaxSnoozes: cfg.MaxSnoozes, SkipFailed: cfg.HeadPolicy == SkipFailed, ByType: cfg.OrderScope == ScopeKeyAndType,
-		SuspectWait: cmp.Or(cfg.suspectWait, cfg.LeaseDuration), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
+		SuspectWait: cfg.suspectTurnWait(), Concurrency: cfg.Concurrency, Claimers: cfg.Claimers, BatchSize: cfg.BatchSize,
 		Release:      func(items []*held.Item, failed string) { d.completer.Release(items, failed) },
 		FinalFailure: func(it *held.Item) bool { return d.completer.Final(it) },
 	})

@@ -99,7 +99,8 @@ func runSuspects(t *testing.T, publish bool) []string {
 // TestStuckSuspectHoldsUpNoOtherEvent: a suspect whose handler does not
 // return (it ignores its context) holds the suspect turn, but the other
 // events of its dispatcher still run, and the suspects waiting for the
-// turn are released unstarted after LeaseDuration, uncharged, instead of
+// turn are released unstarted after LeaseDuration (TestSuspectsWaitALeaseForTheTurn
+// checks that default), uncharged, instead of
 // being held under renewed leases. The wait for the turn is shortened to
 // 1s under a lease of a minute: with a lease of 1s, a machine loaded past
 // two thirds of a second between beats let a lease lapse, and its

@@ -138,9 +138,17 @@ func watchFollowUps(cfg *dispatcher.Config) *followUps {
 	return f
 }
 
-// waitOver waits until the follow-ups have ended n times and the claim
-// started by the last end (the last follow-up) has succeeded, so that no
-// claim of theirs is still to come.
+// count is how many times the follow-ups have ended so far.
+func (f *followUps) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.ends)
+}
+
+// waitOver waits until the follow-ups have ended n times in all and the
+// claim started by the last end (the last follow-up) has succeeded, so
+// that no claim of theirs is still to come. Take n from count before what
+// starts the follow-ups waited for, plus one.
 func (f *followUps) waitOver(t *testing.T, d *dispatcher.Dispatcher, n int) {
 	t.Helper()
 	waitFor(t, "the follow-up claims to end", func() bool {
@@ -370,7 +378,7 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	follow := watchFollowUps(&cfg)
 	d, h := startListening(t, db, cfg)
 	follow.waitOver(t, d, 1) // the start-up wake-up and its follow-up claims are over
-	wakeups, claims := d.Stats().Wakeups, d.Stats().ClaimCycles
+	wakeups, claims, ends := d.Stats().Wakeups, d.Stats().ClaimCycles, follow.count()
 
 	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
 	require.NoError(t, err)
@@ -390,7 +398,7 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	}
 	require.Zero(t, h.wait(t, second), "the second, found by a follow-up claim, before any poll")
 	require.Equal(t, wakeups+1, d.Stats().Wakeups, "one notification for both")
-	follow.waitOver(t, d, 2)
+	follow.waitOver(t, d, ends+1)
 	after := d.Stats().ClaimCycles
 	// The wake-up's claim and its follow-ups, a fifth of the cooldown
 	// apart, until one began a cooldown after it: five, or fewer when

@@ -79,7 +79,7 @@ func (cl *claims) fill() {
 		if limit == 0 {
 			return
 		}
-		plan, ok := cl.c.cfg.Circuit.Plan(cl.c.kinds.circuitTypes(), limit)
+		plan, ok := cl.c.cfg.Circuit.Plan(cl.c.kinds.circuit, limit)
 		if !ok {
 			return // the circuit is open: its timer wakes the coordinator
 		}

@@ -112,7 +112,7 @@ func (c *Claimer) armDue(p *poller) {
 	if !c.cfg.WakeupsActiveFunc() {
 		return
 	}
-	types, ok := c.cfg.Circuit.DueTypes(c.kinds.circuitTypes())
+	types, ok := c.cfg.Circuit.DueTypes(c.kinds.circuit)
 	if !ok {
 		return // the circuit allows no claim: its own timer wakes the coordinator
 	}

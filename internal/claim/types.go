@@ -53,6 +53,9 @@ type kinds struct {
 	// every type, or types (sorted, never nil).
 	all   bool
 	types []string
+	// circuit is what the circuit needs of them (circuitTypes), set with
+	// them: every claim and due-time check passes it.
+	circuit circuit.Types
 
 	waiting tally.Waiting
 }
@@ -107,6 +110,7 @@ func (k *kinds) claimTypes() []string {
 // Handle call succeeds after), and logs it.
 func (c *Claimer) fixClaimedTypes() {
 	c.kinds.types, c.kinds.all = c.cfg.ClaimedTypesFunc()
+	c.kinds.circuit = c.kinds.circuitTypes()
 	switch {
 	case c.kinds.all:
 		c.cfg.Logger.Info("pgoutbox: dispatcher claims events of every type", "table", c.cfg.Table)
