@@ -16,7 +16,7 @@ func TestOpenProbeAndClose(t *testing.T) {
 	now := time.Unix(1_000, 0)
 	var states []State
 	c := New(Config{MinBackoff: time.Hour, MaxBackoff: 3 * time.Hour, ProbeSize: 5, WakeFunc: func() {},
-		OnChangeFunc: func(s State) { states = append(states, s) }, Clock: clock.New(func() time.Time { return now })})
+		OnChangeFunc: func(s State) { states = append(states, s) }, Clock: clock.NewAll(func() time.Time { return now })})
 	defer c.Stop()
 	types := Types{Claim: []string{"a", "b"}, Published: []string{"a"}, HandlerOnly: []string{"b"}}
 
