@@ -32,6 +32,7 @@ func newClaimer(d *Dispatcher) *claim.Claimer {
 			reportFailed(d.dbCtx, d.report, cfg.OnOutcome, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: claim.ErrWorkerLost})
 		},
 		ClaimHook: cfg.onClaimed, RecoverPassHook: cfg.onRecoverPass, FollowUpsOverHook: cfg.onFollowUpsOver,
+		DueProbeHook: cfg.onDueProbe,
 	})
 }
 

@@ -422,6 +422,11 @@ type Config struct {
 	// follow-up claims of the last wake-up are over once that claim
 	// ends; only this package's tests set it (export_test.go).
 	onFollowUpsOver func()
+	// onDueProbe, when set, is called on the coordinator goroutine after
+	// each next-due probe run once claims have settled, with how long
+	// until the next due event and whether there is one; only this
+	// package's tests set it (export_test.go).
+	onDueProbe func(wait time.Duration, found bool)
 }
 
 // suspectTurnWait is how long a suspect waits for the suspect turn before

@@ -53,3 +53,11 @@ func SetSuspectWait(c *Config, wait time.Duration) { c.suspectWait = wait }
 // coordinator goroutine, when its waker starts a claim and arms no
 // follow-up after it (f must not block).
 func SetFollowUpsOverHook(c *Config, f func()) { c.onFollowUpsOver = f }
+
+// SetDueProbeHook makes the dispatcher built from c call f, on its
+// coordinator goroutine, after each next-due probe it runs once claims
+// have settled (while wake-ups work), with how long until the next due
+// event and whether there is one; the due timer is armed from them
+// (when the wait is shorter than the poll interval) after f returns
+// (f must not block).
+func SetDueProbeHook(c *Config, f func(wait time.Duration, found bool)) { c.onDueProbe = f }

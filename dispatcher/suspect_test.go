@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
-	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -122,15 +121,19 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
-	for budget := testctx.New(t); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
-		if budget.Err() != nil {
-			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM `+testdb.AllRows(db.Table())+` AS e`)
-			require.NoError(t, err)
-			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			t.Fatalf("the waiting suspects were not released: %+v %v", d.Stats(), state)
+	awaiting := true // the dump below is for a failure of this wait
+	t.Cleanup(func() {
+		if !awaiting || !t.Failed() {
+			return
 		}
-	}
+		rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM `+testdb.AllRows(db.Table())+` AS e`)
+		require.NoError(t, err)
+		state, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		t.Logf("the waiting suspects were not released: %+v %v", d.Stats(), state)
+	})
+	waitFor(t, "the waiting suspects released", func() bool { return d.Stats().Released >= uint64(len(waiting)) })
+	awaiting = false
 	var charged int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
 	require.Zero(t, charged, "a suspect released unstarted was charged")

@@ -158,6 +158,85 @@ func (f *followUps) waitOver(t *testing.T, d *dispatcher.Dispatcher, n int) {
 	})
 }
 
+// last is when the follow-ups last ended (the waker started a claim and
+// armed no follow-up after it).
+func (f *followUps) last() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ends[len(f.ends)-1]
+}
+
+// dueProbes records the next-due probes a dispatcher runs once its claims
+// have settled (see dispatcher.SetDueProbeHook): after the last claim of
+// an idle dispatcher, the probe is what could still start another (by
+// arming the due timer).
+type dueProbes struct {
+	mu     sync.Mutex
+	probes []dueProbe
+}
+
+// dueProbe is one next-due probe: when it ran and whether it armed the
+// due timer.
+type dueProbe struct {
+	at    time.Time
+	armed bool
+}
+
+// watchDueProbes sets cfg's hook that records the next-due probes. A
+// probe arms the due timer when it finds an event due within cfg's
+// PollInterval (IdlePollInterval left at its default: polls are not
+// stretched).
+func watchDueProbes(cfg *dispatcher.Config) *dueProbes {
+	p := &dueProbes{}
+	poll := cfg.PollInterval
+	dispatcher.SetDueProbeHook(cfg, func(wait time.Duration, found bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.probes = append(p.probes, dueProbe{at: time.Now(), armed: found && wait < poll})
+	})
+	return p
+}
+
+// next waits for the first probe at or after since, past the first skip
+// such probes, and returns it.
+func (p *dueProbes) next(t *testing.T, since time.Time, skip int) dueProbe {
+	t.Helper()
+	var got dueProbe
+	waitFor(t, "a next-due probe once the claims settled", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := 0
+		for _, q := range p.probes {
+			if !q.at.Before(since) {
+				if n == skip {
+					got = q
+					return true
+				}
+				n++
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// untilIdle waits for what could start a claim once the claims from since
+// on have settled: the next-due probe they settle on, and while a probe
+// armed the due timer, the claim that timer starts and the probe it
+// settles on. It calls check after each probe, and returns once a probe
+// armed nothing (then nothing is left to start a claim, polls aside).
+func (p *dueProbes) untilIdle(t *testing.T, d *dispatcher.Dispatcher, since time.Time, check func()) {
+	t.Helper()
+	for i := 0; ; i++ {
+		q := p.next(t, since, i)
+		check()
+		if !q.armed {
+			return
+		}
+		waitFor(t, "the claim the due timer starts", func() bool { return d.Health().LastClaim.After(q.at) })
+	}
+}
+
 func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -376,6 +455,7 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.WakeupCooldown = window
 	follow := watchFollowUps(&cfg)
+	probes := watchDueProbes(&cfg)
 	d, h := startListening(t, db, cfg)
 	follow.waitOver(t, d, 1) // the start-up wake-up and its follow-up claims are over
 	wakeups, claims, ends := d.Stats().Wakeups, d.Stats().ClaimCycles, follow.count()
@@ -404,8 +484,12 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	// apart, until one began a cooldown after it: five, or fewer when
 	// a loaded machine runs them late.
 	require.LessOrEqual(t, after, claims+6, "at most five follow-ups")
-	time.Sleep(window)
-	require.Equal(t, after, d.Stats().ClaimCycles, "no claim a cooldown after the last follow-up")
+	// What could claim a cooldown after the last follow-up: the waker
+	// armed no timer (its follow-ups are over), so only the due timer
+	// armed once the claims settled.
+	probes.untilIdle(t, d, follow.last(), func() {
+		require.Equal(t, after, d.Stats().ClaimCycles, "no claim a cooldown after the last follow-up")
+	})
 }
 
 // With polls stretched, an event emitted with a delay runs when the delay

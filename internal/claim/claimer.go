@@ -99,10 +99,14 @@ type Config struct {
 	// each recovery pass with the poll cycle's number, the statements it
 	// ran and the rows they returned; FollowUpsOverHook on the coordinator
 	// goroutine when the waker starts a claim and arms no follow-up after
-	// it.
+	// it; DueProbeHook on the coordinator goroutine after each next-due
+	// probe that claims settled on (see armDue), with how long until the
+	// next due event and whether there is one, before the due timer is
+	// armed from them.
 	ClaimHook         func(events []outbox.Event)
 	RecoverPassHook   func(poll uint64, statements, rows int)
 	FollowUpsOverHook func()
+	DueProbeHook      func(wait time.Duration, found bool)
 }
 
 // Claimer decides when to claim and claims: the coordinator loop of a

@@ -123,6 +123,9 @@ func (c *Claimer) armDue(p *poller) {
 		c.cfg.Report.Error("next due time", err)
 		return
 	}
+	if c.cfg.DueProbeHook != nil {
+		c.cfg.DueProbeHook(wait, ok)
+	}
 	p.due.Stop()
 	switch {
 	case !ok:
