@@ -53,7 +53,12 @@ func (c Clock) Mono() time.Time {
 
 // Elapsed returns the time passed since start by Mono (start is a Mono
 // reading): a measured duration.
-func (c Clock) Elapsed(start time.Time) time.Duration { return c.Mono().Sub(start) }
+func (c Clock) Elapsed(start time.Time) time.Duration {
+	if c.mono == nil {
+		return time.Since(start) // the monotonic reading alone: cheaper than a whole time.Now
+	}
+	return c.mono().Sub(start)
+}
 
 // Read returns Now and Mono. Unless Now is replaced they are one reading
 // of the wall clock, so that a caller needing both reads it once.
@@ -66,10 +71,20 @@ func (c Clock) Read() (now, mono time.Time) {
 }
 
 // Since returns the time elapsed since t, by Now.
-func (c Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c Clock) Since(t time.Time) time.Duration {
+	if c.now == nil {
+		return time.Since(t)
+	}
+	return c.now().Sub(t)
+}
 
 // Until returns the duration until t, by Now.
-func (c Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+func (c Clock) Until(t time.Time) time.Duration {
+	if c.now == nil {
+		return time.Until(t)
+	}
+	return t.Sub(c.now())
+}
 
 // NewTimer returns a timer that fires once d has passed in real time.
 func (c Clock) NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
