@@ -8,14 +8,14 @@ SHELL := /bin/bash
 MODULES := $(patsubst $(CURDIR)/%,./%,$(patsubst $(CURDIR),.,$(shell go list -m -f '{{.Dir}}')))
 # Packs the published modules (the root and publishers/*) at VERSION into a
 # local module proxy and checks them as users meet them: see docs/releasing.md.
-RELEASE := go run ./integration/cmd/release
+RELEASE := go run ./tools/cmd/release
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 # Runs a command with PGOUTBOX_TEST_DATABASE_URL set: as given, else the
 # local 127.0.0.1:5432, else a testcontainers PostgreSQL (needs Docker).
-WITHPG := go run ./integration/cmd/withpg --
+WITHPG := go run ./tools/cmd/withpg --
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 # Extra `go test` flags, e.g. TESTFLAGS=-count=1 or TESTFLAGS='-run TestEmit -v'.

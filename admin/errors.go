@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -34,7 +34,7 @@ func inputErr(field, format string, args ...any) error {
 // be valid UTF-8 without NUL, which is all PostgreSQL text can hold. The
 // reason never quotes the value.
 func checkText(param, value string) error {
-	if reason := pgtext.Problem(value, math.MaxInt); reason != "" {
+	if reason := pgvalue.TextProblem(value, math.MaxInt); reason != "" {
 		return inputErr(param, "%s", reason)
 	}
 	return nil

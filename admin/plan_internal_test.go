@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
@@ -274,11 +274,11 @@ func TestOperatorPlansOnAMillionRows(t *testing.T) {
 		page, err := a.BlockedKeys(ctx, BlockedParams{Limit: 3})
 		require.NoError(t, err)
 		ids := []uuid.UUID{page.Keys[0].HeadID, page.Keys[1].HeadID, page.Keys[2].HeadID}
-		check(t, db.Pool, "skip dry run", a.sql.skip.dry, pguuid.ArrayOf(ids))
+		check(t, db.Pool, "skip dry run", a.sql.skip.dry, pgvalue.UUIDs(ids))
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		checkWrite(t, tx, 30, "skip", a.sql.skip.run, pguuid.ArrayOf(ids), len(ids))
+		checkWrite(t, tx, 30, "skip", a.sql.skip.run, pgvalue.UUIDs(ids), len(ids))
 	})
 
 	t.Run("Replay", func(t *testing.T) {

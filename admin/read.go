@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -420,7 +420,7 @@ type Detail struct {
 func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	var d Detail
 	var headers, log []byte
-	err := a.db.QueryRow(ctx, a.sql.inspect, pguuid.Of(id)).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
+	err := a.db.QueryRow(ctx, a.sql.inspect, pgvalue.UUID(id)).Scan(append(d.targets(), &d.Payload, &headers, &log)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Detail{}, &notFoundError{id: id.String(), table: a.table.String()}
 	}

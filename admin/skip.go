@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -125,7 +125,7 @@ func (a *Admin) SkipHeads(ctx context.Context, p SkipParams) (SkipResult, error)
 		return SkipResult{}, err
 	}
 	if p.DryRun {
-		rows, err := a.db.Query(ctx, a.sql.skip.dry, pguuid.ArrayOf(ids))
+		rows, err := a.db.Query(ctx, a.sql.skip.dry, pgvalue.UUIDs(ids))
 		if err != nil {
 			return SkipResult{}, errtext.Wrap(err, "admin: skip in %s (dry run)", a.table)
 		}
@@ -133,7 +133,7 @@ func (a *Admin) SkipHeads(ctx context.Context, p SkipParams) (SkipResult, error)
 	}
 	var res SkipResult
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, a.sql.skip.run, pguuid.ArrayOf(ids), len(ids))
+		rows, err := tx.Query(ctx, a.sql.skip.run, pgvalue.UUIDs(ids), len(ids))
 		if err != nil {
 			return err
 		}

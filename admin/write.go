@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -151,7 +151,7 @@ func (a *Admin) replayArgs(p ReplayParams) (write, []any, error) {
 		if len(p.IDs) > MaxReplayLimit {
 			return write{}, nil, inputErr("IDs", "names %d rows, at most %d per call", len(p.IDs), MaxReplayLimit)
 		}
-		return a.sql.replayIDs, []any{pguuid.ArrayOf(p.IDs), len(p.IDs)}, nil
+		return a.sql.replayIDs, []any{pgvalue.UUIDs(p.IDs), len(p.IDs)}, nil
 	}
 	if p.IDs != nil {
 		return write{}, nil, inputErr("IDs", "is empty; leave it nil to replay by filter")

@@ -4,13 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/workers"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -29,8 +32,8 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	d.dbCtx, d.workCtx = context.Background(), context.Background()
 	quit := make(chan struct{})
 	defer close(quit)
-	d.workers = newWorkers(quit)
-	d.completer = newCompleter(context.Background(), d)
+	startRunner(d, workers.New(quit, clock.Real()))
+	d.completer = newCompleter(context.Background(), d, &sync.Mutex{})
 	events := make([]outbox.Event, batch)
 	for i := range events {
 		events[i] = outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: "x", Payload: []byte(`{}`), Attempt: 1}
@@ -41,15 +44,18 @@ func BenchmarkDispatchInProcess(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d.dispatch(lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
-		for d.held.outcomeCount() < batch {
-			<-d.held.outcomesReady
+		// What the claimer does with a claimed batch (internal/claim's
+		// dispatch), with no slots taken.
+		items, _ := d.held.Add(d.workCtx, lease.Batch{Token: uuid.New(), Events: events, Started: started}, time.Now(), 0)
+		d.mode.Dispatch(items)
+		for d.held.Waiting() < batch {
+			<-d.held.OutcomesReady()
 		}
-		items, _, _ := d.held.takeOutcomes(0)
-		if _, params := d.completer.params(items); len(params.Sent) != batch {
+		done, _, _ := d.held.TakeOutcomes(0)
+		if _, params := d.completer.Params(done); len(params.Sent) != batch {
 			b.Fatalf("%d sent outcomes, want %d", len(params.Sent), batch)
 		}
-		d.held.remove(items)
+		d.held.Remove(done)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
 }
@@ -68,11 +74,4 @@ func offlineDispatcher(b *testing.B, cfg Config) *Dispatcher {
 		b.Fatal(err)
 	}
 	return d
-}
-
-// outcomeCount is how many outcomes wait for the completer.
-func (s *heldSet) outcomeCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.outcomes)
 }

@@ -1,66 +1,29 @@
 package dispatcher
 
 import (
-	"context"
-	"errors"
-	"log/slog"
-	"sync"
-	"time"
-
-	"go.opentelemetry.io/otel/metric"
-
-	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 )
 
-// The publisher's circuit. A publisher reports an outage by wrapping its
-// errors with outbox.Unavailable; the dispatcher judges each Publish call:
-//
-//   - an outage: every message of the call failed, each with an error that
-//     matches outbox.ErrUnavailable and none marked permanent (a
-//     key-ordered publisher's outbox.ErrNotAttempted counts for neither). The events
-//     go back to PENDING as they were (due time, attempts, attempt log and
-//     recoveries unchanged: the release path of a stop), and the circuit
-//     opens;
-//   - reachable: at least one message succeeded or failed for another
-//     reason. Failed messages are recorded as always (an unavailable one
-//     among them spends an attempt: the destination answered for the
-//     others, and only the backoff of a retry keeps a message that keeps
-//     failing from looping), and an open circuit closes;
-//   - neither: the call was cut short by the dispatcher's own stop.
-//
-// While the circuit is open the dispatcher makes no Publish call: events
-// claimed before it opened that reach the publish step go back to PENDING
-// unpublished (at-least-once; see heldBack). It claims nothing that needs
-// the publisher: a dispatcher that claims only some types (see ClaimedTypes)
-// keeps claiming its handler-only types (those not in PublishTypes); one
-// that claims every type claims nothing. After the backoff one probe goes
-// through: a claim of at most CircuitProbeSize events that need the
-// publisher. Its publish decides: reachable closes the circuit, an outage
-// opens it again with twice the backoff (up to CircuitMaxBackoff). A probe
-// that found nothing to publish decides nothing: one that claimed only
-// events whose route is empty asks for another at once, one that claimed
-// nothing leaves it to the next poll or wake-up.
-//
-// Under AtMostOnce the events of an outage call still become FAILED, as any
-// failed attempt does in that mode: a publisher cannot prove that a message
-// of a call that timed out did not reach the broker, and publishing it again
-// could deliver it twice. The circuit opens all the same, so that an outage
-// costs the events of the calls already under way and one probe per backoff
-// (CircuitProbeSize events), not the whole backlog.
+// The publisher's circuit: its rules (what an outage is, what is held
+// back while it is open, the probe) are in internal/run/circuit.go, where
+// each publish call is judged; internal/circuit keeps its state.
 
 // CircuitState is the state of the publisher's circuit.
 type CircuitState int
 
+// The values are those of internal/circuit's State, which implements the
+// circuit; the dispatcher converts at the boundary.
 const (
 	// CircuitClosed: the publisher is used as usual (also a dispatcher
 	// without a Publisher).
-	CircuitClosed CircuitState = iota
+	CircuitClosed = CircuitState(circuit.Closed)
 	// CircuitOpen: the last publish found the destination unavailable;
 	// nothing that needs the publisher is claimed until the backoff ends.
-	CircuitOpen
+	CircuitOpen = CircuitState(circuit.Open)
 	// CircuitProbing: the backoff ended; one small claim (the probe) may
 	// go through, and its publish closes or opens the circuit.
-	CircuitProbing
+	CircuitProbing = CircuitState(circuit.Probing)
 )
 
 // String names the state: "closed", "open" or "probing".
@@ -74,325 +37,14 @@ func (s CircuitState) String() string {
 	return "closed"
 }
 
-// circuit is the publisher's circuit state, under its own lock (a leaf:
-// nothing else is locked or called while it is held, but the test hook).
-type circuit struct {
-	min, max  time.Duration
-	probeSize int
-	wake      func()             // asks for a claim (Dispatcher.Trigger)
-	onChange  func(CircuitState) // test hook, called under mu
-
-	mu        sync.Mutex
-	state     CircuitState
-	backoff   time.Duration // of the current opening
-	reopenAt  time.Time     // when an open circuit starts probing
-	openSince time.Time     // when it left CircuitClosed; zero while closed
-	probing   bool          // a probe claim is out
-	probeID   uint64        // the latest probe
-	timer     *time.Timer   // wakes the coordinator at reopenAt
-}
-
-func newCircuit(cfg Config, wake func()) *circuit {
-	return &circuit{min: cfg.CircuitMinBackoff, max: cfg.CircuitMaxBackoff, probeSize: cfg.CircuitProbeSize,
-		wake: wake, onChange: cfg.onCircuit}
-}
-
-// claimPlan is what the next claim takes.
-type claimPlan struct {
-	types []string // nil: every type
-	limit int
-	probe uint64 // non-zero: this claim is that probe
-}
-
-// plan returns the next claim of at most limit events, and false when the
-// circuit allows none.
-func (c *circuit) plan(k *kinds, limit int) (claimPlan, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitOpen && !time.Now().Before(c.reopenAt) {
-		c.setLocked(CircuitProbing)
-		c.probing = false
+// newCircuit returns the circuit of a dispatcher of cfg, which wake asks
+// for a claim. It times its backoffs by the clock's real time (Mono),
+// which Config.now does not replace.
+func newCircuit(cfg Config, clk clock.Clock, wake func()) *circuit.Circuit {
+	var onChange func(circuit.State)
+	if cfg.onCircuit != nil {
+		onChange = func(s circuit.State) { cfg.onCircuit(CircuitState(s)) }
 	}
-	switch {
-	case c.state == CircuitClosed:
-		return claimPlan{types: k.claimTypes(), limit: limit}, true
-	case c.state == CircuitProbing && !c.probing:
-		c.probing = true
-		c.probeID++
-		return claimPlan{types: k.publishedTypes(), limit: min(limit, c.probeSize), probe: c.probeID}, true
-	}
-	types := k.handlerOnlyTypes()
-	return claimPlan{types: types, limit: limit}, len(types) > 0
-}
-
-// dueTypes is the types whose next due time matters now (see armDue), and
-// false when none does: the circuit allows no claim.
-func (c *circuit) dueTypes(k *kinds) ([]string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitClosed {
-		return k.claimTypes(), true
-	}
-	types := k.handlerOnlyTypes()
-	return types, len(types) > 0
-}
-
-// probeEnded notes that the probe id ended without a verdict (it claimed
-// nothing, or its events ended without a publish), so that the next
-// wake-up may send another; with again, it asks for that wake-up now. A
-// probe that claimed nothing waits for the next poll or wake-up instead,
-// so that a table with nothing to publish is not claimed in a loop.
-func (c *circuit) probeEnded(id uint64, again bool) {
-	c.mu.Lock()
-	ended := c.state == CircuitProbing && c.probing && c.probeID == id
-	if ended {
-		c.probing = false
-	}
-	c.mu.Unlock()
-	if ended && again {
-		c.wake()
-	}
-}
-
-// circuitChange is a transition of the circuit, for the reporter.
-type circuitChange struct {
-	to      CircuitState
-	from    CircuitState
-	backoff time.Duration
-	since   time.Time // when it opened
-}
-
-// outage opens the circuit after a publish found the destination
-// unavailable: from closed with CircuitMinBackoff, after a failed probe
-// with twice the last backoff. A circuit open already stays as it is (a
-// call that began before it opened). It returns the change, if any.
-func (c *circuit) outage() (circuitChange, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	from := c.state
-	switch from {
-	case CircuitOpen:
-		return circuitChange{}, false
-	case CircuitClosed:
-		c.backoff, c.openSince = c.min, time.Now()
-	default:
-		c.backoff = min(2*c.backoff, c.max)
-	}
-	c.probing = false
-	c.reopenAt = time.Now().Add(c.backoff)
-	c.setLocked(CircuitOpen)
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.backoff, c.wake)
-	} else {
-		c.timer.Reset(c.backoff)
-	}
-	return circuitChange{to: CircuitOpen, from: from, backoff: c.backoff, since: c.openSince}, true
-}
-
-// reachable closes the circuit after a publish reached the destination.
-func (c *circuit) reachable() (circuitChange, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == CircuitClosed {
-		return circuitChange{}, false
-	}
-	change := circuitChange{to: CircuitClosed, from: c.state, since: c.openSince}
-	c.probing, c.openSince = false, time.Time{}
-	c.setLocked(CircuitClosed)
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	return change, true
-}
-
-func (c *circuit) setLocked(s CircuitState) {
-	c.state = s
-	if c.onChange != nil {
-		c.onChange(s)
-	}
-}
-
-// isOpen reports whether the circuit is open (not probing).
-func (c *circuit) isOpen() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state == CircuitOpen
-}
-
-// snapshot returns the state and when the circuit opened (zero while
-// closed).
-func (c *circuit) snapshot() (CircuitState, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state, c.openSince
-}
-
-// stop stops the backoff timer.
-func (c *circuit) stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-}
-
-// publishedTypes is the types a probe claims: those of PublishTypes that
-// the dispatcher claims, or nil (every type) for a catch-all.
-func (k *kinds) publishedTypes() []string {
-	if k.all || k.publish == nil {
-		return nil
-	}
-	var types []string
-	for _, t := range k.types {
-		if k.publish[t] {
-			types = append(types, t)
-		}
-	}
-	return types
-}
-
-// handlerOnlyTypes is the claimed types that never need the publisher:
-// none for a catch-all (it cannot claim "every type but these").
-func (k *kinds) handlerOnlyTypes() []string {
-	if k.all {
-		return nil
-	}
-	var types []string
-	for _, t := range k.types {
-		if !k.publish[t] {
-			types = append(types, t)
-		}
-	}
-	return types
-}
-
-// judgePublish reports a publish call's results to the circuit, and
-// whether the call was an outage (see above). ctx is the call's context:
-// a call cancelled by the dispatcher's stop says nothing of the
-// destination.
-func (d *Dispatcher) judgePublish(ctx context.Context, errs []error) (outage bool) {
-	if context.Cause(ctx) != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return false
-	}
-	outage, reached, cause := verdict(errs)
-	if !outage && !reached {
-		return false
-	}
-	if outage {
-		if ch, ok := d.circuit.outage(); ok {
-			d.reportCircuit(ch, cause)
-		}
-	} else if ch, ok := d.circuit.reachable(); ok {
-		d.reportCircuit(ch, nil)
-	}
-	return outage
-}
-
-// heldBack returns items to PENDING without calling the publisher while
-// the circuit is open (at-least-once only), and reports whether it did:
-// events claimed before the circuit opened reach the publish step after,
-// and must not hammer the destination. Under AtMostOnce they are
-// published (and, if the destination is still down, FAILED): their
-// handler may have run, and running it again could repeat it.
-func (d *Dispatcher) heldBack(items []*item) bool {
-	if d.cfg.Delivery == AtMostOnce || !d.circuit.isOpen() {
-		return false
-	}
-	d.stats.outageReturned.Add(uint64(len(items)))
-	for _, it := range items {
-		d.finish(it, result{err: errCircuitOpen, release: true})
-	}
-	return true
-}
-
-// errCircuitOpen is the error of the events heldBack returned.
-var errCircuitOpen = errors.New("the publisher's circuit is open")
-
-// verdict reads the errors of a call: an outage when every message a
-// publisher attempted failed unavailable (cause is one of them), reached
-// when one succeeded or failed for another reason, neither when nothing
-// was attempted. outbox.ErrNotAttempted (a key-ordered publisher's later
-// message of a key that failed) says nothing either way.
-func verdict(errs []error) (outage, reached bool, cause error) {
-	for _, err := range errs {
-		switch {
-		case errors.Is(err, outbox.ErrNotAttempted):
-		case !outbox.IsUnavailable(err):
-			return false, true, nil
-		default:
-			cause = err
-		}
-	}
-	return cause != nil, false, cause
-}
-
-// publishFailure is the result of a message that failed to publish:
-// returned to PENDING without an attempt when its call was an outage
-// (at-least-once only; see above), else as classify says.
-func (d *Dispatcher) publishFailure(it *item, ctx context.Context, err error, outage bool) result {
-	res := d.publishResult(it, ctx, err)
-	if !outage || res.release || d.cfg.Delivery == AtMostOnce {
-		return res
-	}
-	d.stats.outageReturned.Add(1)
-	return result{err: err, release: true}
-}
-
-// probeClaimed follows a probe claim: one that claimed nothing ends at
-// once; otherwise the probe ends when its batch does (every event let
-// go), unless a publish decided first.
-func (d *Dispatcher) probeClaimed(p claimPlan, batch context.Context) {
-	if p.probe == 0 {
-		return
-	}
-	if batch == nil {
-		d.circuit.probeEnded(p.probe, false)
-		return
-	}
-	context.AfterFunc(batch, func() { d.circuit.probeEnded(p.probe, true) })
-}
-
-// reportCircuit counts and logs a transition of the circuit: WARN when it
-// opens (with the cause), INFO when it closes, each at most once per
-// repeatLogInterval with a count of the lines held back.
-func (r *reporter) reportCircuit(ch circuitChange, cause error) {
-	if ch.to == CircuitClosed {
-		r.logLimited(slog.LevelInfo, "circuit closed", "pgoutbox: publisher reachable again; circuit closed", nil,
-			"open_for", time.Since(ch.since).Round(time.Millisecond).String())
-		return
-	}
-	if ch.from == CircuitClosed {
-		r.stats.circuitOpens.Add(1)
-	}
-	r.logLimited(slog.LevelWarn, "circuit open",
-		"pgoutbox: publisher unavailable; circuit open: events go back to PENDING without spending attempts, "+
-			"and publishing pauses until a probe succeeds", nil,
-		"after_probe", ch.from == CircuitProbing, "probe_in", ch.backoff.String(), "error", errorText(cause))
-}
-
-// observeCircuit registers the circuit state gauge (pgoutbox.circuit.state:
-// 0 closed, 1 open, 2 probing) of a dispatcher with a Publisher, and
-// returns its unregistration.
-func (d *Dispatcher) observeCircuit() (unregister func()) {
-	if d.cfg.Publisher == nil {
-		return func() {}
-	}
-	return d.observeGauge("pgoutbox.circuit.state", "1", "State of the publisher's circuit: 0 closed, 1 open, 2 probing",
-		func() int64 { state, _ := d.circuit.snapshot(); return int64(state) })
-}
-
-// circuitCounters attaches the circuit's counters to their metrics:
-// pgoutbox.circuit.opens and pgoutbox.events.outage_returned.
-func circuitCounters(meter metric.Meter, c *counters, table metric.MeasurementOption) error {
-	opens, err1 := meter.Int64Counter("pgoutbox.circuit.opens", metric.WithUnit("{open}"),
-		metric.WithDescription("Times the publisher's circuit opened (from closed)"))
-	returned, err2 := meter.Int64Counter("pgoutbox.events.outage_returned", metric.WithUnit("{event}"),
-		metric.WithDescription("Events returned to PENDING without an attempt because the publisher was unavailable"))
-	if opens != nil {
-		c.circuitOpens.m, c.circuitOpens.attrs = opens, []metric.AddOption{table}
-	}
-	if returned != nil {
-		c.outageReturned.m, c.outageReturned.attrs = returned, []metric.AddOption{table}
-	}
-	return joinErrors([]error{err1, err2})
+	return circuit.New(circuit.Config{MinBackoff: cfg.CircuitMinBackoff, MaxBackoff: cfg.CircuitMaxBackoff,
+		ProbeSize: cfg.CircuitProbeSize, WakeFunc: wake, OnChangeFunc: onChange, Clock: clk})
 }

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/internal/purge"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -391,9 +391,11 @@ type Config struct {
 	// never waits for it). Defaults to 30s; 1s to 1h.
 	BacklogSampleInterval time.Duration
 
-	// now replaces time.Now for the dispatcher's local lease deadlines;
-	// only this package's tests set it (export_test.go). The database
-	// clock still decides every due and expiry time.
+	// now replaces time.Now for the dispatcher's local lease deadlines:
+	// New builds the dispatcher's clock (d.clock) with it as its Now, and
+	// its measured durations keep the real time (clock.Clock.Mono); only
+	// this package's tests set it (export_test.go). The database clock
+	// still decides every due and expiry time.
 	now func() time.Time
 	// onCircuit, when set, is called with each new state of the circuit,
 	// under the circuit's lock; only this package's tests set it
@@ -411,7 +413,25 @@ type Config struct {
 	// the poll cycle's number, the statements it ran and the rows they
 	// returned; only this package's tests set it (export_test.go).
 	onRecoverPass func(poll uint64, statements, rows int)
+	// suspectWait, when set, replaces LeaseDuration as how long a suspect
+	// waits for the turn before it is released; only this package's tests
+	// set it (export_test.go).
+	suspectWait time.Duration
+	// onFollowUpsOver, when set, is called on the coordinator goroutine
+	// when the waker starts a claim and arms no follow-up after it: the
+	// follow-up claims of the last wake-up are over once that claim
+	// ends; only this package's tests set it (export_test.go).
+	onFollowUpsOver func()
+	// onDueProbe, when set, is called on the coordinator goroutine after
+	// each next-due probe run once claims have settled, with how long
+	// until the next due event and whether there is one; only this
+	// package's tests set it (export_test.go).
+	onDueProbe func(wait time.Duration, found bool)
 }
+
+// suspectTurnWait is how long a suspect waits for the suspect turn before
+// it is released unstarted: LeaseDuration, unless a test shortened it.
+func (c Config) suspectTurnWait() time.Duration { return cmp.Or(c.suspectWait, c.LeaseDuration) }
 
 func (c Config) withDefaults() Config {
 	c.Table = c.Table.WithDefaults()
@@ -471,7 +491,7 @@ func (c Config) validate() error {
 		option string
 		reason string
 	}{
-		{pgtext.Problem(c.Owner, maxOwnerLen) == "", "Owner", "must be at most 200 bytes of UTF-8 without NUL"},
+		{pgvalue.TextProblem(c.Owner, maxOwnerLen) == "", "Owner", "must be at most 200 bytes of UTF-8 without NUL"},
 		{between(c.BatchSize, 1, 10_000), "BatchSize", "must be between 1 and 10000"},
 		{between(c.Concurrency, 1, 100_000), "Concurrency", "must be between 1 and 100000"},
 		{between(c.Claimers, 1, 16), "Claimers", "must be between 1 and 16"},
@@ -560,5 +580,5 @@ const maxTypeLen = 255
 
 // badType reports whether t cannot be an event type.
 func badType(t string) bool {
-	return strings.TrimSpace(t) == "" || pgtext.Problem(t, maxTypeLen) != ""
+	return strings.TrimSpace(t) == "" || pgvalue.TextProblem(t, maxTypeLen) != ""
 }

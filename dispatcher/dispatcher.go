@@ -8,12 +8,19 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/claim"
+	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/internal/complete"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/peers"
+	"github.com/pgoutbox/pgoutbox/internal/report"
+	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -26,7 +33,7 @@ var ErrDrainTimeout = errors.New("pgoutbox: drain timeout exceeded, in-flight ha
 
 // errHardStop is the cancel cause of handler contexts after the drain
 // timeout.
-var errHardStop = errors.New("pgoutbox: dispatcher stopped")
+var errHardStop = run.ErrHardStop
 
 // ErrStarted is returned by Handle after Start or Run: handlers are fixed
 // once the dispatcher starts.
@@ -48,67 +55,50 @@ type Dispatcher struct {
 	cfg   Config
 	pool  *pgxpool.Pool
 	store *lease.Store
-	*reporter
-	held  *heldSet // the events held, and every change of their state
-	kinds kinds    // what it claims and publishes (see types.go)
-	// unroutable counts the events it claimed and could not route (see
-	// unroutable.go).
-	unroutable unroutableTypes
+	// clock is the one clock of its timing decisions (internal/clock): its
+	// Now the local clock of lease deadlines (Config.now, set by tests),
+	// its Mono the real time of measured durations.
+	clock  clock.Clock
+	report *report.Reporter // counts, logs, metrics and spans (internal/report)
+	held   *held.Set        // the events held, and every change of their state
+	// publish is Config.PublishTypes as a set; nil when unset.
+	publish map[string]bool
+	// mode is the scheduling mode, chosen once by New (internal/run's
+	// Mode): the claims ask it how to claim, and it runs their batches.
+	mode run.Mode
+	// runner runs the claimed batches: handlers, publishes (internal/run).
+	runner *run.Runner
+	// claimer decides when to claim, claims and recovers (internal/claim).
+	claimer *claim.Claimer
 	// circuit pauses publishing while the destination is unavailable (see
 	// circuit.go).
-	circuit *circuit
+	circuit *circuit.Circuit
 
 	listenerConfig *pgx.ConnConfig // the dedicated LISTEN connection
 	wakeupsActive  atomic.Bool     // the listener is connected and listening
 
 	trigger        chan struct{} // manual and notify wake-ups, coalesced
 	retryScheduled chan struct{} // the completer scheduled a retry: the next due time moved
-	slots          chan struct{} // one token per running handler call, Concurrency in all
-	suspects       chan struct{} // one token: the suspect turn (see suspect.go)
-	turns          turns         // batches in claim order, with Concurrency 1 (see claimorder.go)
-	stopCh         chan struct{} // Stop was called
 	hardStopped    atomic.Bool   // the drain timed out and cancelled the calls still running
-	done           chan struct{} // stopped: dispatching ended, or Stop came before a start
-	stopOnce       sync.Once
+	// life is where it is in its life, and how it ended (see life.go).
+	life *life
 
 	// health is what Health reports (see health.go).
 	health healthState
-	// peers are the other dispatchers of the table heard (see peers.go).
-	peers peerSet
+	// greeter says hello to the other dispatchers of the table and keeps
+	// those heard (see peers.go).
+	greeter *peers.Greeter
 
 	// Set by start before any goroutine starts; read-only after.
-	dbCtx     context.Context // the dispatcher's own statements: never cancelled
-	workCtx   context.Context // handlers and publishes: cancelled at the hard stop
-	workers   *workers        // goroutines for handler calls
-	completer *completer
+	dbCtx     context.Context     // the dispatcher's own statements: never cancelled
+	workCtx   context.Context     // handlers and publishes: cancelled at the hard stop
+	completer *complete.Completer // see internal/complete
 
-	// handlerTime is the running average of handler durations in
-	// nanoseconds; 0 before the first call returns (see start.go). Every
-	// handler call writes it: it has a cache line of its own, away from
-	// the fields every call reads or locks (held, reporter, mu).
-	_           [64]byte
-	handlerTime atomic.Int64
-	_           [56]byte
-	// slowUntil is when handlers stop counting as slow (monotonic
-	// nanoseconds since clockStart; see start.go).
-	slowUntil atomic.Int64
-
-	// leaseWrites keeps this dispatcher's renewals, start marks and
-	// releases from running at once: they skip rows locked elsewhere, and
-	// must not find each other's. It is never held while heldSet.mu or
-	// mu is taken, nor taken while they are held.
-	leaseWrites sync.Mutex
-	// refSize bounds the statements of renewals and start marks (refs
-	// per statement), shrunk by statement timeouts (see writeRefs).
-	// Guarded by leaseWrites.
-	refSize claimSize
-
-	// mu guards the fields below. It is never held while heldSet.mu or
-	// leaseWrites is taken, nor taken while they are held.
+	// mu guards the fields below. It is never held while held.Set.mu or
+	// the keeper's lease-writes lock (see internal/keeper) is taken, nor
+	// taken while they are held; life.mu may be taken while it is held
+	// (Handle), never the other way round.
 	mu       sync.Mutex
-	state    State
-	result   error                     // dispatching's result, once stateStopped
-	ran      bool                      // dispatching began (a stop before it is a clean stop for Run)
 	handlers map[string]outbox.Handler // wrapped in their middleware
 	// defaultHandler is Config.DefaultHandler wrapped in Config.Middleware;
 	// nil when unset.
@@ -156,7 +146,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, &outbox.InputError{Field: "pool", Reason: "must not be nil"}
 	}
-	clock := cfg.now // nil: time.Now, which the held set reads once where it can
+	clk := clock.New(cfg.now) // nil: the wall clock, which the held set reads once where it can
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -179,21 +169,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		}
 	}
 	d := &Dispatcher{
-		cfg: cfg, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
-		reporter:       newReporter(cfg),
-		kinds:          kinds{publish: publishSet(cfg)},
-		held:           newHeldSet(clock, cfg.LeaseDuration),
-		refSize:        newClaimSize(lease.MaxRefsPerStatement),
+		cfg: cfg, clock: clk, pool: pool, store: store, listenerConfig: listenerConfig, defaultHandler: defaultHandler,
+		report:         newReporter(cfg, clk),
+		health:         healthState{clock: clk},
+		publish:        claim.PublishSet(cfg.PublishTypes),
+		held:           held.NewSet(clk, cfg.LeaseDuration),
 		trigger:        make(chan struct{}, 1),
 		retryScheduled: make(chan struct{}, 1),
-		slots:          make(chan struct{}, cfg.Concurrency),
-		suspects:       make(chan struct{}, 1),
-		stopCh:         make(chan struct{}),
-		done:           make(chan struct{}),
+		life:           newLife(),
 		handlers:       make(map[string]outbox.Handler),
 	}
-	d.held.inWaves = cfg.Ordering == PerKey
-	d.circuit = newCircuit(cfg, d.Trigger)
+	d.circuit = newCircuit(cfg, clk, d.Trigger)
+	d.mode = run.NewMode(cfg.Ordering == PerKey, cfg.Concurrency)
+	d.runner = newRunner(d)
+	d.greeter = newGreeter(cfg, pool, d.report, d.Trigger)
+	d.claimer = newClaimer(d)
 	return d, nil
 }
 
@@ -222,13 +212,12 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	switch {
-	case d.handlers[eventType] != nil:
+	if d.handlers[eventType] != nil {
 		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
-	case d.state != StateNew:
+	}
+	if !d.life.ifNew(func() { d.handlers[eventType] = wrapped }) {
 		return ErrStarted
 	}
-	d.handlers[eventType] = wrapped
 	return nil
 }
 
@@ -248,13 +237,20 @@ func (d *Dispatcher) Trigger() { signal(d.trigger) }
 
 // Stats returns a snapshot of the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	s := d.stats.snapshot(d.held.len())
-	s.Overrunning, _ = d.held.overrunning(time.Now())
+	s := statsOf(&d.report.Counters, d.held.Len())
+	s.Overrunning, _ = d.held.Overrunning(d.clock.Mono())
 	s.WakeupsActive = d.wakeupsActive.Load()
-	s.Circuit, _ = d.circuit.snapshot()
-	d.kinds.waiting.fill(&s)
-	d.unroutable.fill(&s)
-	d.peers.fill(&s)
+	state, _ := d.circuit.Snapshot()
+	s.Circuit = CircuitState(state)
+	if byType, total := d.claimer.Waiting(); byType != nil {
+		s.WaitingUnhandledByType = byType
+		s.WaitingUnhandled += total
+	}
+	if byType := d.runner.Unroutable(); byType != nil {
+		s.UnroutableByType = byType
+	}
+	conflicts, hellos := d.greeter.Conflicts()
+	s.ModeConflicts, s.Hellos = len(conflicts), hellos
 	return s
 }
 
@@ -300,7 +296,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	go func() { _ = d.dispatchUntilStop(ctx, listener) }() // its result reaches Stop, Err and Health
+	go func() { _ = d.life.ended(d.run(ctx, listener)) }() // its result reaches Stop, Err and Health
 	return nil
 }
 
@@ -323,7 +319,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	return d.dispatchUntilStop(ctx, listener)
+	return d.life.ended(d.run(ctx, listener))
 }
 
 // errInterrupted is start's error when a stop (ctx ending, or Stop)
@@ -332,68 +328,20 @@ var errInterrupted = errors.New("pgoutbox: dispatcher start interrupted")
 
 // start moves a new dispatcher to starting and runs the start-up checks.
 // When they fail it goes back to new, unless a stop came meanwhile.
+// (Start and Run then dispatch until ctx ends or Stop is called, drain,
+// and record the result: life.ended.)
 func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
-	d.mu.Lock()
-	switch d.state {
-	case StateNew:
-		d.state = StateStarting
-	case StateStopped:
-		ran := d.ran
-		d.mu.Unlock()
-		if !ran { // stopped before it started: as a stop during the checks
-			return nil, errInterrupted
-		}
-		return nil, ErrStopped
-	case StateStopping:
-		d.mu.Unlock()
-		return nil, ErrStopped
-	default:
-		d.mu.Unlock()
-		return nil, ErrRunning
+	if err := d.life.begin(); err != nil {
+		return nil, err
 	}
-	d.mu.Unlock()
 	listener, err := d.startUp(ctx)
-	if err == nil && d.stoppedStarting(ctx) {
+	if err == nil && d.life.stoppedStarting(ctx) {
 		if listener != nil {
 			_ = listener.Close(context.WithoutCancel(ctx))
 		}
 		err = errInterrupted
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case err == nil:
-		d.state, d.ran = StateRunning, true
-	case errors.Is(err, errInterrupted) || d.stopRequested():
-		d.stopped(nil)
-		err = errInterrupted // the stop was taken: a failed check is no reason to retry
-	default:
-		d.state = StateNew
-	}
-	return listener, err
-}
-
-// dispatchUntilStop dispatches until ctx ends or Stop is called, drains,
-// and records the result.
-func (d *Dispatcher) dispatchUntilStop(ctx context.Context, listener *pgx.Conn) error {
-	err := d.run(ctx, listener)
-	d.mu.Lock()
-	d.stopped(err)
-	d.mu.Unlock()
-	return err
-}
-
-// stopped records the end; d.mu must be held.
-func (d *Dispatcher) stopped(result error) {
-	d.result, d.state = result, StateStopped
-	close(d.done)
-}
-
-// setState records a change of state.
-func (d *Dispatcher) setState(s State) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.state = s
+	return listener, d.life.started(err)
 }
 
 // Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
@@ -405,40 +353,21 @@ func (d *Dispatcher) setState(s State) {
 // before, it stops the dispatcher (Start then returns ErrStopped, and Run
 // nil: a clean stop).
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.stopOnce.Do(func() { close(d.stopCh) })
-	d.mu.Lock()
-	if d.state == StateNew {
-		d.stopped(nil)
-	}
-	d.mu.Unlock()
+	d.life.stop()
 	select {
-	case <-d.done:
+	case <-d.life.done:
 		return d.Err()
 	case <-ctx.Done():
-		return d.stopCutShort(ctx)
+		return stopCutShort(ctx, d.held, d.hardStopped.Load())
 	}
 }
 
 // Done returns a channel that is closed when the dispatcher has stopped:
 // dispatching ended (Stop, or the end of Start's ctx) and drained, or Stop
 // came before a start. A start that failed does not close it.
-func (d *Dispatcher) Done() <-chan struct{} { return d.done }
+func (d *Dispatcher) Done() <-chan struct{} { return d.life.done }
 
 // Err returns the result of dispatching once Done is closed: nil after a
 // clean stop, ErrDrainTimeout when handlers had to be cancelled. It
 // returns nil before.
-func (d *Dispatcher) Err() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.result
-}
-
-// stopRequested reports whether Stop was called.
-func (d *Dispatcher) stopRequested() bool {
-	select {
-	case <-d.stopCh:
-		return true
-	default:
-		return false
-	}
-}
+func (d *Dispatcher) Err() error { return d.life.err() }

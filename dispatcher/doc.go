@@ -16,7 +16,7 @@
 //
 // The dispatcher holds at most Concurrency + Claimers × BatchSize events
 // (and, after a crash, up to a batch more suspects waiting for their turn,
-// see suspect.go):
+// see internal/run/suspect.go):
 // while Concurrency handlers run, up to Claimers claims (two by default) run
 // at once on their own connections, and their batches wait for handler
 // slots, keeping their leases, so that claiming, dispatching and recording
@@ -58,7 +58,7 @@
 // it does not publish) and whose type has no handler, is not attempted
 // and never FAILED: it is released unstarted and uncharged, due again
 // after a short back-off, for a replica that routes it (a rolling deploy
-// that adds a route; see unroutable.go). It is counted
+// that adds a route; see internal/run/unroutable.go). It is counted
 // (Stats.Unroutable) and its type logged at WARN. no_handler is no
 // longer written; rows FAILED with it by earlier versions keep it. Outcomes are written by one completer
 // goroutine that batches whatever has finished since its last write.
@@ -75,9 +75,9 @@
 // without PublishTypes, makes it claim every type (ClaimedTypes). Events
 // of other types stay PENDING for the dispatchers that handle them; those
 // no running dispatcher claims are counted (Stats.WaitingUnhandled, once
-// due for over a minute) and logged, never dead-lettered. See types.go.
+// due for over a minute) and logged, never dead-lettered. See internal/claim/types.go.
 // A catch-all publisher that claims an event its RouteFunc does not route
-// releases it the same way (Stats.Unroutable; see unroutable.go).
+// releases it the same way (Stats.Unroutable; see internal/run/unroutable.go).
 //
 // # Hooks and middleware
 //
@@ -137,45 +137,30 @@
 // speed. Only an event whose attempt had started counts a recovery, and
 // one recovered more than MaxRecoveries times becomes FAILED with
 // worker_lost. Each attempt is marked started in the database before its
-// handler or publish starts (see start.go), so the events a dying worker
+// handler or publish starts (see internal/run/slots.go), so the events a dying worker
 // had claimed ahead come back as they were. An event recovered before (a
 // suspect) is marked right before its handler, never by a claim, and runs
-// alone among suspects (see suspect.go), so that a poison event does not
+// alone among suspects (see internal/run/suspect.go), so that a poison event does not
 // take the events claimed with it down with it; suspects waiting for
 // their turn do not hold up the events due behind them.
 //
 // # Writes that fail
 //
-// The completer splits a write the database refuses to record the other
-// outcomes, retries each refused outcome on its own backoff, and after a
-// bounded number of refusals records the event FAILED with code
-// outcome_refused (ERROR log, OnError matching outbox.ErrOutcomeRefused,
-// OnOutcome FAILED), in a fenced UPDATE of the status, error and lease
-// alone that spends no attempt: a write that succeeds where the refused
-// one did not (a DELETE without the privilege, a trigger refusing an
-// attempt's outcome, a constraint on a column the outcome sets). Why
-// FAILED rather than keep the lease until a later release: the database
-// gave no sign that it would ever take the outcome, the handler may have
-// succeeded (a re-run would deliver it twice) or failed (a re-run would
-// meet the same refusal), and letting the lease expire ran the event
-// again until recovery made it FAILED with worker_lost, a code that
-// blamed a worker that never died. FAILED stops every re-run, names the
-// refused outcome and the database's reason in last_error, and waits for
-// an operator: fix the cause, then replay (the handler may run again) or
-// skip. Only a refused release (of an event that never ran) and a
-// fallback write that fails too leave the lease to expire as before.
-// The fallback is one statement per refused event, written by the
-// completer: a trigger that refuses every outcome of a busy type costs a
-// round trip per event until it is fixed, and a fallback whose reply is
-// lost is reported as let go although the row may show it FAILED.
-// A write whose reply was lost is retried, and when it finds its rows no
-// longer held it reads them back: an outcome the row shows was recorded
-// under its claim's token (the row's outcome_token, which later claims do
-// not overwrite, or its attempt-log entry) is reported as its own, even
-// after another replica claimed or completed the event since; one the row
-// can no longer tell about as outbox.ErrOutcomeUnknown; outbox.ErrLockLost
-// only when the row proves the lease was lost before the write (see
-// complete.go and internal/lease, "Lost replies").
+// An outcome the database refuses to record (a DELETE without the
+// privilege, a trigger's exception, a constraint on a column the outcome
+// sets) is retried on its own backoff while the other outcomes of the
+// same write are recorded; after five refusals the event is recorded
+// FAILED with code outcome_refused (ERROR log, OnError matching
+// outbox.ErrOutcomeRefused, OnOutcome FAILED), spending no attempt, and
+// waits for an operator: fix the cause, then replay (the handler may run
+// again) or skip. A write whose reply was lost is retried and, when it
+// finds its rows no longer held, reads them back: an outcome recorded
+// under its claim's token is reported as its own, even after another
+// replica claimed or completed the event since; one the row can no longer
+// tell about as outbox.ErrOutcomeUnknown; outbox.ErrLockLost only when the
+// row proves the lease was lost before the write. internal/complete
+// documents the design (why FAILED rather than letting the lease expire,
+// the fallback write, lost replies).
 //
 // # Starting
 //
@@ -233,28 +218,42 @@
 //
 // # Where to read
 //
-// One event's walk, file by file, in the order it happens:
+// docs/architecture.md draws the services, their inputs, the walk of one
+// event and the lock order. This package keeps the public API and wires
+// the services, each a package under internal/ with a doc.go of its own:
 //
-//	coordinate.go  when to claim: polls, triggers, room, due retries, recovery
-//	types.go       which event types it claims; the count of those left waiting
-//	unroutable.go  claimed events it cannot route: released uncharged, counted
-//	claim.go       the claim statement; its events join the held set and runBatch starts
-//	start.go       before a handler starts: its handler slot and its start mark
-//	suspect.go     an event recovered before: the suspect turn, one at a time
-//	work.go        begin, the handler (in its middleware), the publish, finish
-//	complete.go    the completer: take the finished outcomes, write them, report, let go
-//	outcome.go     what OnOutcome receives
+//	dispatcher.go  Dispatcher, New (the mode is chosen here, once), Handle, Trigger, Stats,
+//	               Start, Run, Stop; config.go the Config with its defaults and ranges
+//	run.go         dispatching: the start-up checks, the services started and stopped, the drain
+//	life.go        where the dispatcher is in its life (State): start, Stop, Done, Err
+//	claim.go       the claimer's wiring, and ClaimedTypes
+//	complete.go    the completer's wiring, and OnOutcome's Outcome (outcome.go) made of each
+//	keeper.go      the keeper's wiring: renewals, start marks, overruns
+//	health.go      what Health reports; overrun.go DrainTimeoutError and Health's overrun limit
+//	report.go      the reporter's wiring, and recovery's FAILED events to OnOutcome
+//	listen.go      the LISTEN connection's wiring: notifications into triggers
+//	retention.go, peers.go, metrics.go, circuit.go, trace.go  the other services' wiring
+//
+// One event's walk, package by package, in the order it happens:
+//
+//	internal/claim     when to claim (claimer.go) and the claim (claims.go): the events
+//	                   join the held set and the mode's Dispatch takes the batch
+//	internal/run       the run of a batch in the scheduling mode (work.go; claimorder.go,
+//	                   ordered.go and suspect.go for the other modes and suspects): the
+//	                   handler slot, the start mark, the handler, the publish, Finish
+//	internal/complete  the completer: take the finished outcomes, write them, report, let go
 //
 // Beside the walk:
 //
-//	held.go        the held set: every event held and every change of its state,
-//	               under its own lock (the lock order is documented there)
-//	heartbeat.go   the heartbeat: renews every held lease
-//	overrun.go     calls running past their timeout: WARN, counts, no renewal
-//	run.go         dispatching: the start-up checks, start the services, coordinate, drain
-//	health.go      what Health reports: claims, outcome writes, the listener
-//	report.go      counters, logs, OnError and OnOutcome calls
-//	workers.go     reused goroutines for handler calls (work.go: a batch's workers)
-//	listen.go      the LISTEN connection that turns notifications into triggers
-//	peers.go       hellos on the wake-up channel: replicas of another ordering mode
+//	internal/held      the held set: every event held and every change of its state,
+//	                   under its own lock (its doc.go documents the lock order)
+//	internal/keeper    the heartbeat renewing every held lease, the start marks, overruns
+//	internal/lease     every statement that moves a row in or out of PROCESSING
+//	internal/report    counters, logs, OnError, metrics and spans
+//	internal/wakeup, internal/peers, internal/retention, internal/backlog,
+//	internal/startcheck  the LISTEN connection, the hellos, retention, the backlog
+//	                   gauges, the start-up checks
+//
+// Leaves the services share: internal/clock (the one clock), waker,
+// stmtsize, workers, circuit, loglimit, tally.
 package dispatcher

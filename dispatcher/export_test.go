@@ -14,11 +14,11 @@ func SetClock(c *Config, now func() time.Time) { c.now = now }
 
 // HandlersTiny reports whether the dispatcher runs its handlers as tiny
 // ones, a few workers per batch (see handlersTiny).
-func (d *Dispatcher) HandlersTiny() bool { return d.handlersTiny() }
+func (d *Dispatcher) HandlersTiny() bool { return d.runner.HandlersTiny() }
 
 // SetHandlerTime sets the running average of handler durations, as if the
 // handlers so far had taken avg each.
-func (d *Dispatcher) SetHandlerTime(avg time.Duration) { d.handlerTime.Store(int64(avg)) }
+func (d *Dispatcher) SetHandlerTime(avg time.Duration) { d.runner.SetHandlerTime(avg) }
 
 // SetRetentionHook makes the dispatcher built from c call f after each
 // retention batch with the batch's status, its limit, the rows it deleted
@@ -42,3 +42,22 @@ func SetClaimHook(c *Config, f func(events []outbox.Event)) { c.onClaimed = f }
 // recovery pass with the poll cycle's number, the recovery statements it
 // ran and the rows they returned (PENDING or FAILED).
 func SetRecoverHook(c *Config, f func(poll uint64, statements, rows int)) { c.onRecoverPass = f }
+
+// SetSuspectWait makes the dispatcher built from c release a suspect kept
+// waiting for the turn after wait instead of LeaseDuration, so that a test
+// can keep leases long (none lapses however loaded the machine) and still
+// see the release soon.
+func SetSuspectWait(c *Config, wait time.Duration) { c.suspectWait = wait }
+
+// SetFollowUpsOverHook makes the dispatcher built from c call f, on its
+// coordinator goroutine, when its waker starts a claim and arms no
+// follow-up after it (f must not block).
+func SetFollowUpsOverHook(c *Config, f func()) { c.onFollowUpsOver = f }
+
+// SetDueProbeHook makes the dispatcher built from c call f, on its
+// coordinator goroutine, after each next-due probe it runs once claims
+// have settled (while wake-ups work), with how long until the next due
+// event and whether there is one; the due timer is armed from them
+// (when the wait is shorter than the poll interval) after f returns
+// (f must not block).
+func SetDueProbeHook(c *Config, f func(wait time.Duration, found bool)) { c.onDueProbe = f }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 )
 
 // ListenerState is the state of the LISTEN connection that wakes the
@@ -151,7 +153,7 @@ func (h Health) Healthy(maxAge time.Duration) error {
 	switch {
 	case h.State != StateRunning:
 		return fmt.Errorf("%w: %s", ErrUnhealthy, h.State)
-	case !h.FailingSince.IsZero() && time.Since(h.FailingSince) > maxAge:
+	case !h.FailingSince.IsZero() && clock.Real().Elapsed(h.FailingSince) > maxAge:
 		return fmt.Errorf("%w: claims or outcome writes failing since %s (%d claims, %d writes in a row)",
 			ErrUnhealthy, h.FailingSince.Format(time.RFC3339), h.ClaimErrors, h.CompletionErrors)
 	case h.stalled(maxAge):
@@ -169,7 +171,7 @@ func (h Health) Healthy(maxAge time.Duration) error {
 // than maxAge plus the poll interval.
 func (h Health) stalled(maxAge time.Duration) bool {
 	last := h.lastPollOrStart()
-	return !last.IsZero() && time.Since(last) > maxAge+h.PollInterval
+	return !last.IsZero() && clock.Real().Elapsed(last) > maxAge+h.PollInterval
 }
 
 // lastPollOrStart is LastPoll, or Started before the first poll.
@@ -182,19 +184,19 @@ func (h Health) lastPollOrStart() time.Time {
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
 func (d *Dispatcher) Health() Health {
-	d.mu.Lock()
-	state, result := d.state, d.result
-	d.mu.Unlock()
+	state, result := d.life.snapshot()
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
-	h.Circuit, h.CircuitOpenSince = d.circuit.snapshot()
-	h.ModeConflicts, _ = d.peers.conflicts(time.Now())
-	if ns := d.stats.lastPoll.Load(); ns != 0 {
+	circuitState, since := d.circuit.Snapshot()
+	h.Circuit, h.CircuitOpenSince = CircuitState(circuitState), since
+	heard, _ := d.greeter.Conflicts()
+	h.ModeConflicts = modeConflicts(heard)
+	if ns := d.report.Counters.LastPoll.Load(); ns != 0 {
 		h.LastPoll = time.Unix(0, ns)
 	}
-	h.PollInterval = max(time.Duration(d.stats.pollInterval.Load()), d.cfg.PollInterval)
-	h.Overrunning, h.OverrunningSince = d.held.overrunning(time.Now())
-	h.OverrunLimit = d.overrunLimit()
+	h.PollInterval = max(time.Duration(d.report.Counters.PollInterval.Load()), d.cfg.PollInterval)
+	h.Overrunning, h.OverrunningSince = d.held.Overrunning(d.clock.Mono())
+	h.OverrunLimit = d.cfg.overrunLimit()
 	if state != StateRunning && state != StateStopping {
 		h.Listener = ListenerOff
 	}
@@ -204,6 +206,7 @@ func (d *Dispatcher) Health() Health {
 // healthState is the live state behind Health, under its own lock. Only
 // claims and outcome writes update it, once per statement.
 type healthState struct {
+	clock      clock.Clock // its Mono times the writes (set by New)
 	mu         sync.Mutex
 	started    time.Time
 	claim      runOfWrites
@@ -240,14 +243,14 @@ func (h *healthState) begin(now time.Time) {
 func (h *healthState) claimed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.claim.note(err, time.Now())
+	h.claim.note(err, h.clock.Mono())
 }
 
 // completed notes the end of an outcome write.
 func (h *healthState) completed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.completion.note(err, time.Now())
+	h.completion.note(err, h.clock.Mono())
 }
 
 // completionsSettled ends the run of failed outcome writes once no outcome

@@ -301,8 +301,13 @@ func TestConcurrencyBoundsHandlersAndStopReleasesWaiters(t *testing.T) {
 			<-started
 			waitFor(t, "batches claimed ahead", func() bool { return d.Stats().InFlight == held })
 			for range 20 { // claims keep coming back full: the bound must hold
+				polls := d.Stats().PollCycles
 				d.Trigger()
-				time.Sleep(5 * time.Millisecond)
+				// The trigger and a poll (every 20ms) each ask for a claim;
+				// once the poll after the next one has begun, both have
+				// been handled (one coordinator goroutine), and any claim
+				// they started has had a poll interval to come back.
+				waitFor(t, "the trigger and a poll handled", func() bool { return d.Stats().PollCycles >= polls+2 })
 				require.Equal(t, held, d.Stats().InFlight)
 			}
 			require.Equal(t, int32(concurrency), most.Load(), "no more than Concurrency handlers at once")

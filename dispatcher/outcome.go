@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -41,12 +42,12 @@ type Outcome struct {
 }
 
 // outcomeOf is the Outcome of a completed item that reached status.
-func outcomeOf(it *item, status outbox.Status) Outcome {
+func outcomeOf(it *held.Item, status outbox.Status) Outcome {
 	o := Outcome{
-		Event: *it.event, Status: status, Err: it.result.err, Code: it.result.code,
-		QueueWait:   max(0, it.waited+it.startedAt.Sub(it.batch.claimedAt)),
-		RunDuration: it.ran,
+		Event: *it.Event, Status: status, Err: it.Result().Err, Code: it.Result().Code,
+		QueueWait:   max(0, it.Waited+it.StartedAt().Sub(it.Batch.ClaimedAt)),
+		RunDuration: it.Ran(),
 	}
-	o.Snoozed = it.result.snooze
+	o.Snoozed = it.Result().Snooze
 	return o
 }

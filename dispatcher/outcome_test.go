@@ -173,7 +173,8 @@ func TestAtMostOnceNeverRunsTwice(t *testing.T) {
 	db := testdb.NewMigrated(t)
 	id := insertEvents(t, db, "x", 1)[0]
 	log := newCallLog()
-	started := make(chan struct{}, 1)
+	started, recovered := make(chan struct{}, 1), make(chan struct{})
+	letReturn := sync.OnceFunc(func() { close(recovered) })
 	cfg := baseConfig(db)
 	cfg.Delivery = dispatcher.AtMostOnce
 	cfg.RecoverEvery = 1
@@ -184,14 +185,16 @@ func TestAtMostOnceNeverRunsTwice(t *testing.T) {
 		log.enter(e.ID)
 		defer log.exit(e.ID)
 		started <- struct{}{}
-		time.Sleep(200 * time.Millisecond) // outlives the lease we expire below
+		<-recovered // outlives the lease we expire below, and its recovery
 		return nil
 	}))
 	runDispatcher(t, d)
+	t.Cleanup(letReturn) // runs before runDispatcher's Stop (last in, first out), should the test fail
 	<-started
 	_, err = db.Pool.Exec(context.Background(), `UPDATE outbox_events SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
 	waitFor(t, "FAILED", func() bool { return readRow(t, db, id).Status == outbox.StatusFailed })
+	letReturn()
 	// Give a wrong second run the chance to happen: recovery runs in every
 	// poll cycle, and a claim follows it.
 	cycles := d.Stats().ClaimCycles

@@ -7,94 +7,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/pgoutbox/pgoutbox/internal/held"
 )
 
-// Overruns. A handler (or a publish) that runs past its timeout has had
-// its context cancelled; one that ignores it keeps running, and nothing
-// can stop it. The dispatcher makes it visible and keeps it from holding
-// its event:
-//
-//   - the heartbeat finds it within a beat (LeaseDuration/3) of its
-//     timeout and logs a WARN naming the event, its type and how long
-//     the call has run, and again LeaseDuration later, then at doubling
-//     intervals up to warnMax, for as long as it runs;
-//   - Stats.Overrunning counts the calls running past their timeout now,
-//     Stats.Overruns (and the pgoutbox.events.overrun counter) every call
-//     found so, and Health reports them: Healthy fails while half the
-//     handler slots (at least one) are held by such calls;
-//   - the heartbeat renews no call past its timeout: its lease runs out
-//     (the local deadline passes first, cancelling the call's context
-//     with outbox.ErrLockLost), recovery returns the event to PENDING,
-//     and this dispatcher's claims leave it out while the call still runs
-//     (lease.ClaimParams.Skip), so that another replica delivers it. The
-//     stuck call is abandoned: if it ever returns, its outcome is fenced
-//     out and reported as outbox.ErrLockLost. That is the at-least-once
-//     price: the other replica runs the event while the stuck call may
-//     still be running.
-//   - the events of its batch (under PerKey, of its wave) whose handler
-//     succeeded and that wait for the batch's publish, which waits for
-//     the stuck call, are no longer renewed either (phaseAwaitPublish):
-//     they go to another replica the same way, their handlers run again
-//     there, rather than being held for as long as the call runs; and
-//     under PerKey the batch's later waves, which wait for the stuck
-//     one, are let go unstarted and uncharged at their local deadline.
-//
-// A call with no timeout (NoHandlerTimeout) is never an overrun, and is
-// renewed for as long as it runs.
-
-// callPhase is the call an item is in, as an overrun's WARN names it
-// (String): none, its handler, its publish, or waiting for its batch's
-// publish.
-type callPhase uint8
-
-// The phases of a call.
-const (
-	phaseNone callPhase = iota
-	phaseHandler
-	phasePublish
-	// phaseAwaitPublish is no call: the handler succeeded and the event
-	// waits for its batch's publish, which waits for every handler (and
-	// publish) of the batch (under PerKey, of the wave). It has no
-	// timeout of its own, and it is renewed unless one of those calls
-	// overruns (see heldSet.live).
-	phaseAwaitPublish
-)
-
-var phaseNames = [...]string{phaseNone: "", phaseHandler: "handler", phasePublish: "publish",
-	phaseAwaitPublish: "awaiting its batch's publish"}
-
-func (p callPhase) String() string { return phaseNames[p] }
-
-// warnMax is the longest wait between two WARNs of one overrun.
-const warnMax = time.Hour
-
-// watchOverruns logs the overruns whose WARN is due and counts the new
-// ones. The heartbeat calls it before each beat.
-func (d *Dispatcher) watchOverruns() {
-	due := d.held.overruns(time.Now(), d.cfg.LeaseDuration, max(warnMax, d.cfg.LeaseDuration))
-	for _, c := range due {
-		if c.first {
-			d.stats.overruns.Add(1)
-		}
-		d.cfg.Logger.Warn("pgoutbox: a "+c.phase+" is running past its timeout and ignores its cancelled context; "+
-			"its lease is no longer renewed, so that another replica delivers the event",
-			"table", d.cfg.Table.String(), "owner", d.cfg.Owner, "event_id", c.id, "event_type", c.eventType, "call", c.phase,
-			"running", c.running.Round(time.Millisecond), "past_timeout", c.over.Round(time.Millisecond))
-	}
-}
-
-// observeOverruns registers the gauge of the calls running past their
-// timeout now (pgoutbox.handlers.overrunning), and returns its
-// unregistration.
-func (d *Dispatcher) observeOverruns() (unregister func()) {
-	return d.observeGauge("pgoutbox.handlers.overrunning", "{call}",
-		"Handler and publish calls running past their timeout now, ignoring their cancelled context",
-		func() int64 { n, _ := d.held.overrunning(time.Now()); return int64(n) })
-}
+// Overruns: the keeper finds the calls running past their timeout, logs
+// and counts them (see internal/keeper, overrun.go, for the whole rule);
+// the gauge, Health's limit and the DrainTimeoutError are here.
 
 // overrunLimit is how many calls running past their timeout make Health
 // unhealthy: half the handler slots, at least one.
-func (d *Dispatcher) overrunLimit() int { return max(1, d.cfg.Concurrency/2) }
+func (c Config) overrunLimit() int { return max(1, c.Concurrency/2) }
 
 // RunningEvent is an event whose handler or publish was still running
 // when a stop gave up waiting for it (see DrainTimeoutError).
@@ -126,6 +48,16 @@ func (e *DrainTimeoutError) Error() string {
 	return ErrDrainTimeout.Error() + "; " + runningList(e.Running, e.Count)
 }
 
+// runningEvents lists up to limit of the calls running now, oldest first,
+// and how many run in all (see held.Set.Running).
+func runningEvents(h *held.Set, limit int) (calls []RunningEvent, n int) {
+	running, n := h.Running(limit)
+	for _, c := range running {
+		calls = append(calls, RunningEvent(c))
+	}
+	return calls, n
+}
+
 // runningList names running events: "n still running: id (type, running
 // d), ... and m more".
 func runningList(running []RunningEvent, count int) string {
@@ -146,19 +78,20 @@ func runningList(running []RunningEvent, count int) string {
 // Is makes the error match ErrDrainTimeout.
 func (e *DrainTimeoutError) Is(target error) bool { return target == ErrDrainTimeout }
 
-// drainTimedOut is the DrainTimeoutError naming the calls running now.
-func (d *Dispatcher) drainTimedOut() *DrainTimeoutError {
-	running, n := d.held.running(drainListMax)
+// drainTimedOut is the DrainTimeoutError naming the calls of h running
+// now.
+func drainTimedOut(h *held.Set) *DrainTimeoutError {
+	running, n := runningEvents(h, drainListMax)
 	return &DrainTimeoutError{Running: running, Count: n}
 }
 
 // stopCutShort is what Stop returns when its ctx ends before the
 // dispatcher has stopped: ctx's error, naming the calls still running
-// (a DrainTimeoutError once the drain timed out).
-func (d *Dispatcher) stopCutShort(ctx context.Context) error {
-	running, n := d.held.running(drainListMax)
+// (a DrainTimeoutError once the drain timed out: hardStopped).
+func stopCutShort(ctx context.Context, h *held.Set, hardStopped bool) error {
+	running, n := runningEvents(h, drainListMax)
 	switch {
-	case d.hardStopped.Load():
+	case hardStopped:
 		return fmt.Errorf("%w: %w", ctx.Err(), &DrainTimeoutError{Running: running, Count: n})
 	case n > 0:
 		return fmt.Errorf("%w: waiting for the drain; %s", ctx.Err(), runningList(running, n))

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -58,31 +57,9 @@ func TestSlotsAreGivenBack(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	testctx.Await(t, "nothing in flight", func() bool { return d.Stats().InFlight == 0 })
-	require.Zero(t, len(d.slots), "handler slots held with nothing in flight")
+	require.Zero(t, d.runner.SlotsTaken(), "handler slots held with nothing in flight")
 	require.NoError(t, d.Stop(context.Background()))
 	require.NoError(t, <-errc)
-	require.Zero(t, len(d.slots))
+	require.Zero(t, d.runner.SlotsTaken())
 	require.Equal(t, int64(600), pub.n.Load())
-}
-
-// A dispatcher whose only handler is DefaultHandler counts as quick only
-// by its handlers' durations: it once counted as having no handlers (and
-// so as quick) whatever they took, and its claims marked every event
-// started, charging a crash's recovery to events that never ran.
-func TestDefaultHandlerIsTimedLikeOthers(t *testing.T) {
-	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
-	require.NoError(t, err)
-	defer pool.Close()
-	d, err := New(pool, Config{
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DefaultHandler: func(context.Context, outbox.Event) error { return nil },
-	})
-	require.NoError(t, err)
-	d.noteHandlerTime(2 * time.Second)
-	require.False(t, d.handlersQuick(), "2s handlers count as quick")
-	require.False(t, d.handlersTiny())
-	starts, slots := d.startsFor(10)
-	require.Equal(t, starts, slots, "behind slow handlers a claim marks only events it has a handler slot for")
-	d.releaseSlots(slots)
 }

@@ -22,6 +22,7 @@ func TestLockedDueRowDoesNotSpinClaims(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
 	cfg, _, _ := wakeupConfig(t, db)
+	follow := watchFollowUps(&cfg)
 	id := emitOne(t, db, "x")
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -30,9 +31,9 @@ func TestLockedDueRowDoesNotSpinClaims(t *testing.T) {
 	require.NoError(t, err)
 
 	d, h := startListening(t, db, cfg)
-	time.Sleep(200 * time.Millisecond)
+	follow.waitOver(t, d, 1) // the start-up wake-up's follow-ups are over
 	before := d.Stats().ClaimCycles
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the window of the measured rate
 	claims := d.Stats().ClaimCycles - before
 	t.Logf("claim cycles in 1s with one locked due row: %d", claims)
 	require.NoError(t, tx.Rollback(ctx))

@@ -3,10 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,39 +21,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// silentServer accepts TCP connections on loopback and never answers, like
-// a database host that hangs. It returns its address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // silentConfig is a connection config for the silent server at addr.
 func silentConfig(t *testing.T, addr string) *pgx.ConnConfig {
 	t.Helper()
@@ -71,44 +36,41 @@ func TestStopDuringStartUp(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 
-	silentPool := func(t *testing.T) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + silentServer(t) + "/postgres?sslmode=disable")
+	silentPool := func(t *testing.T) (*pgxpool.Pool, <-chan struct{}) {
+		addr, reached := testdb.SilentServer(t)
+		cfg, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/postgres?sslmode=disable")
 		require.NoError(t, err)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		return pool
+		return pool, reached
+	}
+	silentListener := func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{}) {
+		addr, reached := testdb.SilentServer(t)
+		cfg := baseConfig(db)
+		cfg.Wakeup = dispatcher.WakeupRequired
+		cfg.WakeupProbeTimeout = time.Minute
+		cfg.ListenerConnConfig = silentConfig(t, addr)
+		return db.Pool, cfg, reached
+	}
+	silentTable := func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{}) {
+		pool, reached := silentPool(t)
+		return pool, baseConfig(db), reached
 	}
 	cases := []struct {
 		name   string
 		cancel bool // cancel Run's ctx instead of calling Stop
-		setup  func(t *testing.T) (*pgxpool.Pool, dispatcher.Config)
+		setup  func(t *testing.T) (*pgxpool.Pool, dispatcher.Config, <-chan struct{})
 	}{
-		{"stop while checking the table", false, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			return silentPool(t), baseConfig(db)
-		}},
-		{"cancel while checking the table", true, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			return silentPool(t), baseConfig(db)
-		}},
-		{"stop while probing wake-ups", false, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			cfg := baseConfig(db)
-			cfg.Wakeup = dispatcher.WakeupRequired
-			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
-			return db.Pool, cfg
-		}},
-		{"cancel while probing wake-ups", true, func(t *testing.T) (*pgxpool.Pool, dispatcher.Config) {
-			cfg := baseConfig(db)
-			cfg.Wakeup = dispatcher.WakeupRequired
-			cfg.WakeupProbeTimeout = time.Minute
-			cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
-			return db.Pool, cfg
-		}},
+		{"stop while checking the table", false, silentTable},
+		{"cancel while checking the table", true, silentTable},
+		{"stop while probing wake-ups", false, silentListener},
+		{"cancel while probing wake-ups", true, silentListener},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool, cfg := tc.setup(t)
+			pool, cfg, reached := tc.setup(t)
 			cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
 			d, err := dispatcher.New(pool, cfg)
 			require.NoError(t, err)
@@ -116,7 +78,7 @@ func TestStopDuringStartUp(t *testing.T) {
 			defer cancel()
 			errc := make(chan error, 1)
 			go func() { errc <- d.Run(ctx) }()
-			time.Sleep(200 * time.Millisecond) // let it reach the silent server
+			receive(t, "Run to reach the silent server", reached)
 
 			if tc.cancel {
 				cancel()
@@ -308,7 +270,8 @@ func TestStartInterrupted(t *testing.T) {
 	cfg := baseConfig(db)
 	cfg.Wakeup = dispatcher.WakeupRequired
 	cfg.WakeupProbeTimeout = time.Minute
-	cfg.ListenerConnConfig = silentConfig(t, silentServer(t))
+	addr, _ := testdb.SilentServer(t)
+	cfg.ListenerConnConfig = silentConfig(t, addr)
 	cfg.LeaseDuration = time.Minute // operations may take 30s: longer than the test waits
 
 	t.Run("ByStop", func(t *testing.T) {

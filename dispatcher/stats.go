@@ -1,8 +1,9 @@
 package dispatcher
 
 import (
-	"sync/atomic"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/report"
 )
 
 // Stats is a point-in-time snapshot of a dispatcher's counters and gauges.
@@ -142,42 +143,21 @@ type Stats struct {
 	UnroutableByType map[string]uint64
 }
 
-// counters are the live values behind Stats.
-// The metered ones add to their OpenTelemetry counter too (see
-// counterNames); the others are counted by metrics with attributes of
-// their own, or are not metrics.
-type counters struct {
-	sent, retried, snoozed, failed        atomic.Uint64
-	claimed, lockLost, outcomeUnknown     metered
-	recovered, released, orderReleased    metered
-	overruns                              metered
-	recoveredFailed, errors               atomic.Uint64
-	pollCycles, claimCycles               atomic.Uint64
-	wakeups, listenerConnects, dueWakeups atomic.Uint64
-	lastPoll, pollInterval                atomic.Int64
-	retentionSent, retentionFailed        metered
-	circuitOpens, outageReturned          metered
-	retentionPasses, retentionSkipped     atomic.Uint64
-	unroutable                            atomic.Uint64
-}
-
-// atomicCounter is the Stats counter inside a metered one.
-type atomicCounter = atomic.Uint64
-
-func (c *counters) snapshot(inFlight int) Stats {
+// statsOf is the snapshot of the counters c, with inFlight events held.
+func statsOf(c *report.Counters, inFlight int) Stats {
 	s := Stats{
-		Claimed: c.claimed.Load(), Sent: c.sent.Load(), Retried: c.retried.Load(), Snoozed: c.snoozed.Load(),
-		Failed: c.failed.Load(), LockLost: c.lockLost.Load(), OutcomeUnknown: c.outcomeUnknown.Load(), Recovered: c.recovered.Load(),
-		RecoveredFailed: c.recoveredFailed.Load(), Released: c.released.Load(), OrderReleased: c.orderReleased.Load(),
-		Errors: c.errors.Load(), PollCycles: c.pollCycles.Load(), ClaimCycles: c.claimCycles.Load(),
-		Wakeups: c.wakeups.Load(), ListenerConnects: c.listenerConnects.Load(), DueWakeups: c.dueWakeups.Load(),
-		RetentionSent: c.retentionSent.Load(), RetentionFailed: c.retentionFailed.Load(),
-		RetentionPasses: c.retentionPasses.Load(), RetentionSkipped: c.retentionSkipped.Load(),
-		CircuitOpens: c.circuitOpens.Load(), OutageReturned: c.outageReturned.Load(), Overruns: c.overruns.Load(),
-		Unroutable: c.unroutable.Load(),
-		InFlight:   inFlight, PollInterval: time.Duration(c.pollInterval.Load()),
+		Claimed: c.Claimed.Load(), Sent: c.Sent.Load(), Retried: c.Retried.Load(), Snoozed: c.Snoozed.Load(),
+		Failed: c.Failed.Load(), LockLost: c.LockLost.Load(), OutcomeUnknown: c.OutcomeUnknown.Load(), Recovered: c.Recovered.Load(),
+		RecoveredFailed: c.RecoveredFailed.Load(), Released: c.Released.Load(), OrderReleased: c.OrderReleased.Load(),
+		Errors: c.Errors.Load(), PollCycles: c.PollCycles.Load(), ClaimCycles: c.ClaimCycles.Load(),
+		Wakeups: c.Wakeups.Load(), ListenerConnects: c.ListenerConnects.Load(), DueWakeups: c.DueWakeups.Load(),
+		RetentionSent: c.RetentionSent.Load(), RetentionFailed: c.RetentionFailed.Load(),
+		RetentionPasses: c.RetentionPasses.Load(), RetentionSkipped: c.RetentionSkipped.Load(),
+		CircuitOpens: c.CircuitOpens.Load(), OutageReturned: c.OutageReturned.Load(), Overruns: c.Overruns.Load(),
+		Unroutable: c.Unroutable.Load(),
+		InFlight:   inFlight, PollInterval: time.Duration(c.PollInterval.Load()),
 	}
-	if ns := c.lastPoll.Load(); ns != 0 {
+	if ns := c.LastPoll.Load(); ns != 0 {
 		s.LastPoll = time.Unix(0, ns)
 	}
 	return s

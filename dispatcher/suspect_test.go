@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
-	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -99,15 +98,20 @@ func runSuspects(t *testing.T, publish bool) []string {
 // TestStuckSuspectHoldsUpNoOtherEvent: a suspect whose handler does not
 // return (it ignores its context) holds the suspect turn, but the other
 // events of its dispatcher still run, and the suspects waiting for the
-// turn are released unstarted after LeaseDuration, uncharged, instead of
-// being held under renewed leases.
+// turn are released unstarted after LeaseDuration (TestSuspectsWaitALeaseForTheTurn
+// checks that default), uncharged, instead of
+// being held under renewed leases. The wait for the turn is shortened to
+// 1s under a lease of a minute: with a lease of 1s, a machine loaded past
+// two thirds of a second between beats let a lease lapse, and its
+// recovery charged a suspect (or gave the stuck one's turn back).
 func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
 	cfg := baseConfig(db)
 	cfg.Concurrency, cfg.BatchSize = 4, 10
-	cfg.LeaseDuration = time.Second
+	cfg.LeaseDuration = time.Minute
+	dispatcher.SetSuspectWait(&cfg, time.Second)
 	d := runStuckSuspect(t, db, cfg, "t", "other")
 	waiting := insertSuspects(t, db, "t", 3)
 	others := insertEvents(t, db, "other", 2)
@@ -117,15 +121,19 @@ func TestStuckSuspectHoldsUpNoOtherEvent(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND status = 'SENT'`, others).Scan(&sent))
 		return sent == len(others)
 	})
-	for budget := testctx.New(t); d.Stats().Released < uint64(len(waiting)); time.Sleep(10 * time.Millisecond) {
-		if budget.Err() != nil {
-			rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM `+testdb.AllRows(db.Table())+` AS e`)
-			require.NoError(t, err)
-			state, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			t.Fatalf("the waiting suspects were not released: %+v %v", d.Stats(), state)
+	awaiting := true // the dump below is for a failure of this wait
+	t.Cleanup(func() {
+		if !awaiting || !t.Failed() {
+			return
 		}
-	}
+		rows, err := db.Pool.Query(ctx, `SELECT event_type || ' ' || status || ' ' || recoveries || ' ' || coalesce(lock_owner, '') FROM `+testdb.AllRows(db.Table())+` AS e`)
+		require.NoError(t, err)
+		state, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		t.Logf("the waiting suspects were not released: %+v %v", d.Stats(), state)
+	})
+	waitFor(t, "the waiting suspects released", func() bool { return d.Stats().Released >= uint64(len(waiting)) })
+	awaiting = false
 	var charged int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e WHERE id = ANY($1) AND (recoveries <> 1 OR attempts <> 0 OR status <> 'PENDING' AND status <> 'PROCESSING')`, waiting).Scan(&charged))
 	require.Zero(t, charged, "a suspect released unstarted was charged")

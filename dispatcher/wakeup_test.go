@@ -120,6 +120,123 @@ func startListening(t *testing.T, db *testdb.DB, cfg dispatcher.Config) (*dispat
 	return d, h
 }
 
+// followUps tells a test when the follow-up claims of a dispatcher's
+// wake-ups are over (see dispatcher.SetFollowUpsOverHook).
+type followUps struct {
+	mu   sync.Mutex
+	ends []time.Time // when the waker armed no further follow-up
+}
+
+// watchFollowUps sets cfg's hook that records the ends of follow-ups.
+func watchFollowUps(cfg *dispatcher.Config) *followUps {
+	f := &followUps{}
+	dispatcher.SetFollowUpsOverHook(cfg, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.ends = append(f.ends, time.Now())
+	})
+	return f
+}
+
+// count is how many times the follow-ups have ended so far.
+func (f *followUps) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.ends)
+}
+
+// waitOver waits until the follow-ups have ended n times in all and the
+// claim started by the last end (the last follow-up) has succeeded, so
+// that no claim of theirs is still to come. Take n from count before what
+// starts the follow-ups waited for, plus one.
+func (f *followUps) waitOver(t *testing.T, d *dispatcher.Dispatcher, n int) {
+	t.Helper()
+	waitFor(t, "the follow-up claims to end", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.ends) >= n && d.Health().LastClaim.After(f.ends[len(f.ends)-1])
+	})
+}
+
+// last is when the follow-ups last ended (the waker started a claim and
+// armed no follow-up after it).
+func (f *followUps) last() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ends[len(f.ends)-1]
+}
+
+// dueProbes records the next-due probes a dispatcher runs once its claims
+// have settled (see dispatcher.SetDueProbeHook): after the last claim of
+// an idle dispatcher, the probe is what could still start another (by
+// arming the due timer).
+type dueProbes struct {
+	mu     sync.Mutex
+	probes []dueProbe
+}
+
+// dueProbe is one next-due probe: when it ran and whether it armed the
+// due timer.
+type dueProbe struct {
+	at    time.Time
+	armed bool
+}
+
+// watchDueProbes sets cfg's hook that records the next-due probes. A
+// probe arms the due timer when it finds an event due within cfg's
+// PollInterval (IdlePollInterval left at its default: polls are not
+// stretched).
+func watchDueProbes(cfg *dispatcher.Config) *dueProbes {
+	p := &dueProbes{}
+	poll := cfg.PollInterval
+	dispatcher.SetDueProbeHook(cfg, func(wait time.Duration, found bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.probes = append(p.probes, dueProbe{at: time.Now(), armed: found && wait < poll})
+	})
+	return p
+}
+
+// next waits for the first probe at or after since, past the first skip
+// such probes, and returns it.
+func (p *dueProbes) next(t *testing.T, since time.Time, skip int) dueProbe {
+	t.Helper()
+	var got dueProbe
+	waitFor(t, "a next-due probe once the claims settled", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := 0
+		for _, q := range p.probes {
+			if !q.at.Before(since) {
+				if n == skip {
+					got = q
+					return true
+				}
+				n++
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// untilIdle waits for what could start a claim once the claims from since
+// on have settled: the next-due probe they settle on, and while a probe
+// armed the due timer, the claim that timer starts and the probe it
+// settles on. It calls check after each probe, and returns once a probe
+// armed nothing (then nothing is left to start a claim, polls aside).
+func (p *dueProbes) untilIdle(t *testing.T, d *dispatcher.Dispatcher, since time.Time, check func()) {
+	t.Helper()
+	for i := 0; ; i++ {
+		q := p.next(t, since, i)
+		check()
+		if !q.armed {
+			return
+		}
+		waitFor(t, "the claim the due timer starts", func() bool { return d.Health().LastClaim.After(q.at) })
+	}
+}
+
 func TestWakeupDeliversWithoutWaitingForPoll(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -137,6 +254,7 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
 	cfg, down, app := wakeupConfig(t, db)
+	follow := watchFollowUps(&cfg)
 	d, h := startListening(t, db, cfg)
 
 	down.Store(true)
@@ -145,10 +263,10 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
 	require.Equal(t, 1, killed)
 	waitFor(t, "the listener to notice", func() bool { return !d.Stats().WakeupsActive })
-	// Let the follow-up claims of the last wake-up (for one WakeupCooldown,
-	// 20ms, after it) pass, so that only the reconnect can find the next
-	// event.
-	time.Sleep(100 * time.Millisecond)
+	// Wait for the follow-up claims of the last wake-up (the listener's
+	// connect, for one WakeupCooldown after it) to end, so that only the
+	// reconnect can find the next event.
+	follow.waitOver(t, d, 1)
 	whileDown := emitOne(t, db, "x")
 	waitFor(t, "a failed reconnect", func() bool { return d.Stats().Errors >= 2 })
 	require.Equal(t, outbox.StatusPending, readRow(t, db, whileDown).Status, "nothing woke the dispatcher yet")
@@ -336,9 +454,11 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	const window = 500 * time.Millisecond // wide, so that a loaded machine commits within it
 	cfg, _, _ := wakeupConfig(t, db)
 	cfg.WakeupCooldown = window
+	follow := watchFollowUps(&cfg)
+	probes := watchDueProbes(&cfg)
 	d, h := startListening(t, db, cfg)
-	time.Sleep(2 * window) // the start-up wake-up and its follow-up claims are over
-	wakeups, claims := d.Stats().Wakeups, d.Stats().ClaimCycles
+	follow.waitOver(t, d, 1) // the start-up wake-up and its follow-up claims are over
+	wakeups, claims, ends := d.Stats().Wakeups, d.Stats().ClaimCycles, follow.count()
 
 	e, err := emitter.New(emitter.Config{Table: db.Table(), NotifyInterval: 10 * time.Second})
 	require.NoError(t, err)
@@ -358,14 +478,18 @@ func TestFollowUpClaimFindsEventsWithoutNotify(t *testing.T) {
 	}
 	require.Zero(t, h.wait(t, second), "the second, found by a follow-up claim, before any poll")
 	require.Equal(t, wakeups+1, d.Stats().Wakeups, "one notification for both")
-	time.Sleep(2 * window)
+	follow.waitOver(t, d, ends+1)
 	after := d.Stats().ClaimCycles
 	// The wake-up's claim and its follow-ups, a fifth of the cooldown
 	// apart, until one began a cooldown after it: five, or fewer when
 	// a loaded machine runs them late.
 	require.LessOrEqual(t, after, claims+6, "at most five follow-ups")
-	time.Sleep(window)
-	require.Equal(t, after, d.Stats().ClaimCycles, "no claim a cooldown after the last follow-up")
+	// What could claim a cooldown after the last follow-up: the waker
+	// armed no timer (its follow-ups are over), so only the due timer
+	// armed once the claims settled.
+	probes.untilIdle(t, d, follow.last(), func() {
+		require.Equal(t, after, d.Stats().ClaimCycles, "no claim a cooldown after the last follow-up")
+	})
 }
 
 // With polls stretched, an event emitted with a delay runs when the delay
@@ -440,9 +564,10 @@ func TestSkippedNotifyWaitsAtMostPollInterval(t *testing.T) {
 		d, h := startListening(t, db, cfg)
 		started.Store(d)
 		quiet := func() {
-			time.Sleep(3 * time.Second) // long enough for polls to stretch, if they do
+			// Five idle polls: enough for polls to stretch, if they do
+			// (doubling from the first idle one, 3s in all), then one more.
 			polls := d.Stats().PollCycles
-			waitFor(t, "a poll", func() bool { return d.Stats().PollCycles > polls })
+			waitFor(t, "idle polls", func() bool { return d.Stats().PollCycles >= polls+5 })
 		}
 		quiet()
 		wakeups := d.Stats().Wakeups

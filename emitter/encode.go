@@ -6,7 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -23,8 +23,8 @@ type columns struct {
 	payloadBytes int               // total size of the payloads
 
 	// The INSERT's arrays, nil until fill.
-	callerIDs     []uuid.UUID  // the ids the caller set (not generated)
-	idArgs        pguuid.Array // the ids as parameters (see pguuid)
+	callerIDs     []uuid.UUID       // the ids the caller set (not generated)
+	idArgs        pgvalue.UUIDArray // the ids as parameters (see pgvalue)
 	types         []string
 	aggTypes      []string
 	aggIDs        []string
@@ -82,13 +82,13 @@ func delayMicros(d time.Duration) int64 {
 func (c *columns) fill() {
 	n := len(c.events)
 	c.callerIDs = callerIDs(c.events, c.ids)
-	c.idArgs = make(pguuid.Array, n)
+	c.idArgs = make(pgvalue.UUIDArray, n)
 	c.types, c.aggTypes, c.aggIDs = make([]string, n), make([]string, n), make([]string, n)
 	c.partitionKeys, c.idemKeys, c.contentTypes = make([]string, n), make([]string, n), make([]string, n)
 	c.payloads, c.headers, c.delays = make([][]byte, n), make([]string, n), make([]int64, n)
 	for i := range c.events {
 		ev := &c.events[i]
-		c.idArgs[i] = pguuid.Of(c.ids[i])
+		c.idArgs[i] = pgvalue.UUID(c.ids[i])
 		c.types[i] = ev.Type
 		c.aggTypes[i] = ev.AggregateType
 		c.aggIDs[i] = ev.AggregateID

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -41,7 +41,7 @@ func (e *Emitter) validateEvent(i int, ev *outbox.Event) error {
 		{"ContentType", ev.ContentType, maxTypeLen},
 	}
 	for _, t := range texts {
-		if reason := pgtext.Problem(t.value, t.max); reason != "" {
+		if reason := pgvalue.TextProblem(t.value, t.max); reason != "" {
 			return invalid(i, t.field, reason)
 		}
 	}
@@ -67,7 +67,7 @@ func typeProblem(t string) string {
 	if t == "" {
 		return "is empty"
 	}
-	if reason := pgtext.Problem(t, maxTypeLen); reason != "" {
+	if reason := pgvalue.TextProblem(t, maxTypeLen); reason != "" {
 		return reason
 	}
 	first, _ := utf8.DecodeRuneInString(t)

@@ -39,7 +39,9 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 // version, keeping its version in <table>_schema_version. It is idempotent
 // and safe when several processes call it at once: it holds a session
 // advisory lock keyed by the table's qualified name while it runs, so one
-// caller migrates and the others wait and then find nothing to do. It needs
+// caller migrates and the others wait and then find nothing to do; a lock
+// held for longer than a minute gives a *[migrations.LockError] naming the
+// backend that holds it, and nothing is touched. It needs
 // a direct connection, not one behind a transaction-mode pooler: conn is
 // a *pgx.Conn, or a *pgxpool.Pool to acquire one from for the call (see
 // [migrations.Conn]). A nil conn gives an *outbox.InputError naming "conn",

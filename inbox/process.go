@@ -13,8 +13,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
-	"github.com/pgoutbox/pgoutbox/internal/pgtext"
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -68,7 +67,7 @@ func (ib *Inbox) Process(ctx context.Context, tx pgx.Tx, consumer string, e outb
 	}
 	if err := work(ctx, tx); err != nil {
 		// Best effort: in an aborted tx this fails, and so will commit.
-		_, _ = tx.Exec(ctx, ib.sql.forget, consumer, pguuid.Of(e.ID))
+		_, _ = tx.Exec(ctx, ib.sql.forget, consumer, pgvalue.UUID(e.ID))
 		return Result{}, err
 	}
 	return res, nil
@@ -97,7 +96,7 @@ func (ib *Inbox) Record(ctx context.Context, tx pgx.Tx, consumer string, e outbo
 // record tries the insert once and, on conflict, compares with the stored
 // row. done is false when that row was gone by the time it was read.
 func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, hash []byte) (res Result, done bool, err error) {
-	err = tx.QueryRow(ctx, ib.sql.insert, consumer, pguuid.Of(id), hash).Scan(&res.ProcessedAt)
+	err = tx.QueryRow(ctx, ib.sql.insert, consumer, pgvalue.UUID(id), hash).Scan(&res.ProcessedAt)
 	if err == nil {
 		return res, true, nil
 	}
@@ -107,7 +106,7 @@ func (ib *Inbox) record(ctx context.Context, tx pgx.Tx, consumer string, id uuid
 	// A new statement, so in READ COMMITTED a fresh snapshot: it sees the
 	// row of the transaction the insert waited for.
 	var stored []byte
-	err = tx.QueryRow(ctx, ib.sql.lookup, consumer, pguuid.Of(id)).Scan(&stored, &res.ProcessedAt)
+	err = tx.QueryRow(ctx, ib.sql.lookup, consumer, pgvalue.UUID(id)).Scan(&stored, &res.ProcessedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Result{}, false, nil
@@ -151,7 +150,7 @@ func consumerProblem(name string) string {
 	if name == "" {
 		return "is empty"
 	}
-	return pgtext.Problem(name, MaxConsumerLen)
+	return pgvalue.TextProblem(name, MaxConsumerLen)
 }
 
 // queryError reports an unusable tx as an InputError, a missing inbox

@@ -11,15 +11,13 @@ require (
 	github.com/pgoutbox/pgoutbox v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
+	github.com/pgoutbox/pgoutbox/tools v0.1.0
 	github.com/rs/zerolog v1.28.0
 	github.com/stretchr/testify v1.12.1
-	github.com/testcontainers/testcontainers-go v0.45.0
-	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
-	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.24.0
 )
 
@@ -95,6 +93,8 @@ require (
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/spf13/cast v1.7.0 // indirect
+	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
+	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
@@ -116,3 +116,5 @@ replace github.com/pgoutbox/pgoutbox => ../
 replace github.com/pgoutbox/pgoutbox/publishers/natspub => ../publishers/natspub
 
 replace github.com/pgoutbox/pgoutbox/publishers/kafkapub => ../publishers/kafkapub
+
+replace github.com/pgoutbox/pgoutbox/tools => ../tools

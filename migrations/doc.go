@@ -24,8 +24,8 @@
 // <table>_schema_version. tern takes a lock of its own, one key for every
 // tern migration in the database (so migrations run one at a time), and
 // Migrate takes that one too before tern does. It waits at most
-// [Config].LockTimeout for the two, then returns an
-// *outbox.MigrationLockError naming the backend that holds the lock (a
+// [Config].LockTimeout for the two, then returns a
+// *[LockError] naming the backend that holds the lock (a
 // lock left behind by an idle pooled connection is ended with
 // pg_terminate_backend).
 //

@@ -43,7 +43,7 @@ type Config struct {
 	// LockTimeout bounds how long [Migrate] waits for the advisory locks
 	// that serialize migrations (one keyed by Table, and tern's, which
 	// every tern migration in the database takes). When another session
-	// holds one for longer, Migrate returns an *outbox.MigrationLockError
+	// holds one for longer, Migrate returns a *[LockError]
 	// naming that session's backend, and changes nothing. Zero means one
 	// minute, longer than a migration that retries a locked table takes;
 	// a negative value, or one above [MaxLockTimeout], gives an
@@ -90,7 +90,7 @@ type Config struct {
 // documentation), waiting at most cfg.LockTimeout (default one minute) for
 // them; a lock held longer, for example by an idle server connection of a
 // transaction-mode pooler that once ran Migrate, gives an
-// *outbox.MigrationLockError naming the holding backend (pid,
+// *[LockError] naming the holding backend (pid,
 // application_name, client address, state), which
 // SELECT pg_terminate_backend(pid) ends. It creates the schema only when
 // it is missing, so a migrator that owns an existing schema needs no

@@ -123,7 +123,7 @@ func TestMigrateNamesTheHolderOfItsLock(t *testing.T) {
 			err := migrations.Migrate(ctx, conn, cfg)
 			require.NoError(t, holder.Close(ctx))
 
-			var lockErr *outbox.MigrationLockError
+			var lockErr *migrations.LockError
 			require.ErrorAs(t, err, &lockErr)
 			require.Equal(t, tt.lock, lockErr.Lock)
 			require.Equal(t, holder.PgConn().PID(), uint32(lockErr.PID))
@@ -156,7 +156,7 @@ func TestMigrateNamesTheHolderToAnUnprivilegedMigrator(t *testing.T) {
 	holder := holdLock(t, db, "hashtextextended('pgoutbox.migrate:"+cfg.Table.String()+"', 0)")
 
 	err := migrations.Migrate(context.Background(), conn, cfg)
-	var lockErr *outbox.MigrationLockError
+	var lockErr *migrations.LockError
 	require.ErrorAs(t, err, &lockErr)
 	require.Equal(t, holder.PgConn().PID(), uint32(lockErr.PID))
 	require.Equal(t, "pgotest-lock-holder", lockErr.ApplicationName)

@@ -21,8 +21,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pgoutbox/pgoutbox/integration/internal/pgenv"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/tools/pgenv"
 )
 
 // DB is one test's schema and a pool bound to it.

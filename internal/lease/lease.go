@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -43,7 +43,7 @@ type ClaimParams struct {
 	// the due index, whose plan does not depend on the number of types;
 	// the claim walks past the due rows of other types before its own
 	// (see the package doc, "Claim"). nil claims due events of every
-	// type. Each type must be valid PostgreSQL text (see pgtext);
+	// type. Each type must be valid PostgreSQL text (see pgvalue);
 	// duplicates are allowed.
 	Types []string
 	// Ordered claims per order key (coalesce(partition_key,
@@ -134,7 +134,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 	if p.Types != nil && len(p.Types) == 0 {
 		return Batch{Token: token}, nil
 	}
-	forms, args := s.claimForms(p), []any{p.Limit, pguuid.Of(token), p.Owner, micros(p.Lease)}
+	forms, args := s.claimForms(p), []any{p.Limit, pgvalue.UUID(token), p.Owner, micros(p.Lease)}
 	sql := forms.none
 	switch {
 	case p.Start == p.Limit:
@@ -146,7 +146,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error) 
 		args = append(args, p.Types)
 	}
 	if !p.Ordered {
-		args = append(args, pguuid.ArrayOf(p.Skip), p.SkipSuspects) // never NULL: "id <> ALL (NULL)" is never true
+		args = append(args, pgvalue.UUIDs(p.Skip), p.SkipSuspects) // never NULL: "id <> ALL (NULL)" is never true
 	}
 	b := Batch{Token: token}
 	claimed := make([]claimedRow, 0, min(p.Limit, 1024)) // not BatchSize rows for every empty poll
@@ -268,7 +268,7 @@ func inClaimOrder(b *Batch, rows []claimedRow, now time.Time, ordered, byType bo
 func (s *Store) releaseToken(ctx context.Context, db DB, token uuid.UUID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _ = db.Exec(ctx, s.sql.releaseToken, pguuid.Of(token))
+	_, _ = db.Exec(ctx, s.sql.releaseToken, pgvalue.UUID(token))
 }
 
 // scanned holds the columns of a row that nextEvent converts: the id as
@@ -411,9 +411,9 @@ func (s *Store) changeRefs(ctx context.Context, db DB, settings, sql string, ref
 	}
 	batch := &pgx.Batch{}
 	for chunk := range slices.Chunk(refs, per) {
-		ids, tokens := make(pguuid.Array, len(chunk)), make(pguuid.Array, len(chunk))
+		ids, tokens := make(pgvalue.UUIDArray, len(chunk)), make(pgvalue.UUIDArray, len(chunk))
 		for i, r := range chunk {
-			ids[i], tokens[i] = pguuid.Of(r.ID), pguuid.Of(r.Token)
+			ids[i], tokens[i] = pgvalue.UUID(r.ID), pgvalue.UUID(r.Token)
 		}
 		batch.Queue(sql, append([]any{ids, tokens}, args...)...)
 	}
@@ -445,8 +445,8 @@ const MaxRefsPerStatement = 1000
 // tokenGroup is up to MaxRefsPerStatement ids held under one token, with
 // their positions in the caller's slice.
 type tokenGroup struct {
-	token pgtype.UUID  // pgtype: pgx encodes it in binary, or in text
-	ids   pguuid.Array // where it must pick the type itself (see pguuid)
+	token pgtype.UUID       // pgtype: pgx encodes it in binary, or in text
+	ids   pgvalue.UUIDArray // where it must pick the type itself (see pgvalue)
 	index []int
 }
 
@@ -458,11 +458,11 @@ func groupByToken(refs []Ref) []tokenGroup {
 	for i, r := range refs {
 		g, ok := open[r.Token]
 		if !ok || len(groups[g].ids) == MaxRefsPerStatement {
-			groups = append(groups, tokenGroup{token: pguuid.Of(r.Token)})
+			groups = append(groups, tokenGroup{token: pgvalue.UUID(r.Token)})
 			g = len(groups) - 1
 			open[r.Token] = g
 		}
-		groups[g].ids = append(groups[g].ids, pguuid.Of(r.ID))
+		groups[g].ids = append(groups[g].ids, pgvalue.UUID(r.ID))
 		groups[g].index = append(groups[g].index, i)
 	}
 	return groups

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pgoutbox/pgoutbox/internal/pguuid"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -57,7 +57,7 @@ RETURNING o.id`, t, outbox.CodeOutcomeRefused, recorded,
 // It reports whether the row was changed (false: no longer held under
 // ref's token), and the error of the second statement when both failed.
 func (s *Store) Refused(ctx context.Context, db DB, ref Ref, message string) (bool, error) {
-	args := []any{pguuid.Array{pguuid.Of(ref.ID)}, pguuid.Of(ref.Token), CleanMessage(message)}
+	args := []any{pgvalue.UUIDArray{pgvalue.UUID(ref.ID)}, pgvalue.UUID(ref.Token), CleanMessage(message)}
 	tag, err := db.Exec(ctx, refusedSQL(s.names), args...)
 	if err == nil {
 		return tag.RowsAffected() == 1, nil

@@ -5,6 +5,7 @@
 package pgerr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -95,4 +96,11 @@ func IsNil(v any) bool {
 	}
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// RanOutOfTime reports whether a statement failed for lack of time: a
+// statement_timeout (or any cancellation by the server) or the
+// operation's own timeout.
+func RanOutOfTime(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || Code(err) == QueryCanceled
 }

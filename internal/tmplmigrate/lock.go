@@ -70,7 +70,7 @@ func lockAll(ctx context.Context, conn *pgx.Conn, table outbox.Table, ls []advis
 // left: it sets lock_timeout for one transaction around pg_advisory_lock
 // (a session lock outlives the transaction it was taken in), so the
 // caller's session settings stay as they were. When the wait runs out it
-// returns a *outbox.MigrationLockError naming the backend that holds l;
+// returns a *LockError naming the backend that holds l;
 // waited is what the error reports as the whole wait.
 func lockWithin(ctx context.Context, conn *pgx.Conn, table outbox.Table, l advisoryLock, left, waited time.Duration) error {
 	tx, err := conn.Begin(ctx)
@@ -112,7 +112,7 @@ LIMIT 1`
 // holderError is the error for a lock l that stayed held for waited,
 // naming its holder as pg_locks and pg_stat_activity show it.
 func holderError(ctx context.Context, conn *pgx.Conn, table outbox.Table, l advisoryLock, waited time.Duration, cause error) error {
-	e := &outbox.MigrationLockError{Table: table, Lock: l.name, Waited: waited, Err: cause}
+	e := &LockError{Table: table, Lock: l.name, Waited: waited, Err: cause}
 	err := conn.QueryRow(ctx, holderSQL, l.key).Scan(&e.PID, &e.ApplicationName, &e.ClientAddr, &e.User, &e.State)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (looking up the holder: %w)", e, err)

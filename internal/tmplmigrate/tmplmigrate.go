@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
@@ -64,7 +65,7 @@ func WithConn[C Conn](ctx context.Context, conn C, f func(*pgx.Conn) error) erro
 // advisory locks while it runs, one keyed by the table's qualified name and
 // tern's own, so that concurrent callers migrate one at a time and the
 // later ones find nothing to do; it waits at most s.LockWait for them and
-// then returns a *outbox.MigrationLockError naming the backend that holds
+// then returns a *LockError naming the backend that holds
 // the lock. It creates the schema when it is missing, before tern creates
 // its version table in it. tern runs each migration in a transaction of
 // its own; one that gives up waiting for a lock (SQLSTATE 55P03, after the
@@ -147,19 +148,10 @@ func migrateRetrying(ctx context.Context, m *migrate.Migrator, table outbox.Tabl
 	}
 }
 
-// Sleep waits for d, or returns ctx's cause if it ends first: the one
+// Sleep waits for d, or returns ctx's cause if it ends first: the
 // context-bounded pause of the migrations and of the dispatcher's build
-// of the order index.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
+// of the order index, on the wall clock (see clock.Clock.Sleep).
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Real().Sleep(ctx, d) }
 
 // load renders the templates of s into m. Migrate and Render both go
 // through it, so they produce the same SQL.
