@@ -476,9 +476,6 @@ func (c Config) withDefaults() Config {
 	c.MeterProvider = cmp.Or(c.MeterProvider, otel.GetMeterProvider())
 	c.TracerProvider = cmp.Or(c.TracerProvider, otel.GetTracerProvider())
 	c.BacklogSampleInterval = cmp.Or(c.BacklogSampleInterval, 30*time.Second)
-	if c.now == nil {
-		c.now = time.Now
-	}
 	return c
 }
 

@@ -194,6 +194,10 @@ func TestStuckSuspectGivesBackTheTurnOnceRecovered(t *testing.T) {
 	stuck := insertSuspects(t, db, "stuck", 1)[0]
 	cfg := baseConfig(db)
 	cfg.LeaseDuration, cfg.HandlerTimeout, cfg.RecoverEvery, cfg.MaxRecoveries = time.Second, 100*time.Millisecond, 1, 10
+	// The waiting suspect waits for the turn longer than a loaded machine
+	// may take to see the stuck row recovered (a heartbeat finds it gone),
+	// so that a release counts only when the turn was not given back.
+	dispatcher.SetSuspectWait(&cfg, 10*time.Second)
 	a, err := dispatcher.New(db.NewPool(t, 4), cfg)
 	require.NoError(t, err)
 	started, unblock := make(chan struct{}), make(chan struct{})
