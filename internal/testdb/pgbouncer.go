@@ -186,7 +186,12 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 		default:
 		}
 		if listening(logPath, addr) {
-			tb.Cleanup(stop)
+			tb.Cleanup(func() {
+				if tb.Failed() { // say whether PgBouncer was still up, and what it logged
+					logTail(tb, logPath, addr, exited, &waitErr)
+				}
+				stop()
+			})
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -196,6 +201,21 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// logTail logs, for a failed test, whether the PgBouncer on addr had
+// exited (with its error) and the end of its log: a replica refused a
+// connection to a PgBouncer that had been listening once
+// (TestChaosPgBouncer, seen once), and only this says why.
+func logTail(tb testing.TB, logPath, addr string, exited <-chan struct{}, waitErr *error) {
+	state := "still running"
+	select {
+	case <-exited:
+		state = fmt.Sprintf("exited before the test ended (%v)", *waitErr)
+	default:
+	}
+	out, _ := os.ReadFile(logPath)
+	tb.Logf("testdb: pgbouncer on %s was %s; the end of its log:\n%s", addr, state, out[max(0, len(out)-4096):])
 }
 
 // listening reports whether the PgBouncer logging to logPath says it
