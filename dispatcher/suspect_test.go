@@ -314,7 +314,13 @@ func TestPoisonEventTakesNoInnocentDown(t *testing.T) {
 	for death := range 4 { // one claim, then one per recovery
 		kp := newKillablePool(t, db)
 		cfg := baseConfig(db)
-		cfg.LeaseDuration, cfg.RecoverEvery, cfg.Owner = time.Second, 1, kp.app
+		// A lease of 3s: a victim trusts it for 4/5 of that after its claim,
+		// and a suspect's start mark and turn come in between. With 1s, a
+		// machine loaded by three CI runs at once let the trust lapse before
+		// the poison event's handler began: it never started, its start mark
+		// charged a fourth recovery, and the loop waited for a start that
+		// could not come.
+		cfg.LeaseDuration, cfg.RecoverEvery, cfg.Owner = 3*time.Second, 1, kp.app
 		d, err := dispatcher.New(kp.Pool, cfg)
 		require.NoError(t, err)
 		started := make(chan struct{}, 3)
