@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
@@ -115,7 +116,7 @@ func (cl *claims) finished(r claimResult) bool {
 // failed backs claiming off after a failed claim, and shrinks the claims
 // below the one that ran out of time.
 func (cl *claims) failed(r claimResult) {
-	if stmtsize.RanOutOfTime(r.err) {
+	if pgerr.RanOutOfTime(r.err) {
 		cl.size.RanOutOfTime(r.limit)
 	}
 	cl.failures++

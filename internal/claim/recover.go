@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 )
 
@@ -77,7 +78,7 @@ func (c *Claimer) recoverExpired(stop context.Context, limit int) (got, next int
 		switch {
 		case stmtsize.TimedOut(err): // the server ended it: a smaller batch fits
 			return 0, max(1, limit/2), true
-		case stmtsize.RanOutOfTime(err): // no answer in time: smaller next time, no retry now
+		case pgerr.RanOutOfTime(err): // no answer in time: smaller next time, no retry now
 			return 0, max(1, limit/2), false
 		}
 		return 0, limit, false

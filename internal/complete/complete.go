@@ -12,6 +12,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/keeper"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -175,8 +176,8 @@ func (c *Completer) writeSplitting(items []*held.Item, budget *int) {
 	if !Refused(err) && !unsent(err) {
 		c.cfg.Held.MayHaveWritten(items)
 	}
-	if len(items) > 1 && (Refused(err) || ranOutOfTime(err)) && *budget >= 2 {
-		if ranOutOfTime(err) {
+	if len(items) > 1 && (Refused(err) || pgerr.RanOutOfTime(err)) && *budget >= 2 {
+		if pgerr.RanOutOfTime(err) {
 			c.writeLimit = max(1, len(items)/2)
 		}
 		half := len(items) / 2

@@ -1,7 +1,6 @@
 package complete
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/report"
-	"github.com/pgoutbox/pgoutbox/internal/stmtsize"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -93,10 +91,4 @@ func noPartition(err error) bool {
 func unsent(err error) bool {
 	var connectErr *pgconn.ConnectError
 	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr)
-}
-
-// ranOutOfTime reports whether a write failed for lack of time: the
-// server ended it, or its operation timeout passed.
-func ranOutOfTime(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || stmtsize.TimedOut(err)
 }

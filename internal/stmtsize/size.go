@@ -1,9 +1,6 @@
 package stmtsize
 
 import (
-	"context"
-	"errors"
-
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 )
 
@@ -74,11 +71,4 @@ func (s *Size) RanOutOfTime(limit int) {
 // statement may fit.
 func TimedOut(err error) bool {
 	return pgerr.Code(err) == pgerr.QueryCanceled
-}
-
-// RanOutOfTime reports whether a statement failed for lack of time: a
-// statement_timeout (or any cancellation by the server) or the
-// operation's own timeout.
-func RanOutOfTime(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || TimedOut(err)
 }
