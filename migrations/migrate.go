@@ -23,6 +23,24 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+//go:embed log/*.sql
+var logEmbed embed.FS
+
+// logFiles is the log kind's templates (outbox.KindLog), at the root of
+// their own file system as tern reads them.
+var logFiles = func() fs.FS {
+	sub, err := fs.Sub(logEmbed, "log")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}()
+
+// LogFS is the log kind's migration templates (outbox.KindLog), as [FS]
+// is the outbox's: they version on their own, in the log's own
+// <table>_schema_version.
+var LogFS fs.FS = logFiles
+
 // FS is the migration templates as tern reads them: NNN_name.sql files whose
 // names in double braces are filled in by [Migrate] or [Render].
 var FS fs.FS = files
@@ -71,6 +89,13 @@ type Config struct {
 	// upgrade to version 12 if any dispatcher uses PerKey; [Render] writes
 	// version 12 for one choice or the other.
 	KeyOrder bool
+	// Kind says which schema Table gets: outbox.KindOutbox (the default),
+	// the dispatcher's outbox table with its dead letters and SENT
+	// history, or outbox.KindLog, the relay's append-only log with its
+	// ticks, cursors and parked events (docs/relay.md). The two kinds
+	// version independently; one database may hold both, under different
+	// table names. KeyOrder applies to the outbox kind only.
+	Kind outbox.TableKind
 }
 
 // Migrate creates or upgrades the outbox schema on conn to the latest
@@ -126,6 +151,9 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error {
 		if err := tmplmigrate.Migrate(ctx, c, set); err != nil {
 			return err
+		}
+		if cfg.Kind == outbox.KindLog {
+			return nil
 		}
 		if cfg.KeyOrder {
 			if err := ensureKeyOrder(ctx, c, set.Names); err != nil {
@@ -208,6 +236,13 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	}
 	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
 		return tmplmigrate.Set{}, err
+	}
+	switch cfg.Kind {
+	case outbox.KindOutbox:
+	case outbox.KindLog:
+		return tmplmigrate.Set{FS: logFiles, Names: names, Data: logTemplateData(names), LockWait: cfg.LockTimeout}, nil
+	default:
+		return tmplmigrate.Set{}, &outbox.ConfigError{Field: "Kind", Reason: fmt.Sprintf("is %s, want outbox.KindOutbox or outbox.KindLog", cfg.Kind)}
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names, cfg.KeyOrder), LockWait: cfg.LockTimeout}, nil
 }
@@ -316,3 +351,27 @@ func templateData(n sqlname.Names, keyOrder bool) map[string]any {
 
 // literal is s as an SQL string literal (standard_conforming_strings).
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// logTemplateData is what the log kind's templates see: every name
+// quoted, the literals baked into its functions' bodies, and the width of
+// a part.
+func logTemplateData(n sqlname.Names) map[string]any {
+	return map[string]any{
+		"schema":         n.Schema,
+		"log":            n.Qualified,
+		"log_xid_idx":    n.Quoted(sqlname.SuffixLogXidIndex),
+		"ticks":          n.Log(sqlname.SuffixTicks),
+		"ticker":         n.Log(sqlname.SuffixTicker),
+		"cursors":        n.Log(sqlname.SuffixCursors),
+		"parked":         n.Log(sqlname.SuffixParked),
+		"parked_keys":    n.Log(sqlname.SuffixParkedKeys),
+		"parked_key_idx": n.Quoted(sqlname.SuffixParkedKeyIdx),
+		"tick":           n.Function(sqlname.SuffixTick),
+		"part_add":       n.Function(sqlname.SuffixPartAdd),
+		"part_truncate":  n.Function(sqlname.SuffixPartTruncate),
+		"part_xids":      sqlname.LogPartXids,
+		"log_lit":        literal(n.Qualified),
+		"schema_lit":     literal(n.Table.Schema),
+		"name_lit":       literal(n.Table.Name),
+	}
+}
