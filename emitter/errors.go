@@ -2,6 +2,7 @@ package emitter
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -13,6 +14,14 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
+
+// ErrDelayOnLog is the cause of the *outbox.ValidationError (Field
+// "Delay") that Emit returns for an event with a Delay into a log
+// (Config.Kind outbox.KindLog): the relay has no due times, it publishes
+// events in commit order. It wraps [outbox.ErrInvalidEvent], as the
+// ValidationError does: nothing was written and the transaction is still
+// usable.
+var ErrDelayOnLog = fmt.Errorf("%w: a log has no due times (Event.Delay must be zero)", outbox.ErrInvalidEvent)
 
 // sendError classifies an error of the insert or COPY: a finished or
 // aborted tx is reported like a nil one (matching ErrInvalidInput and
@@ -41,6 +50,9 @@ func (e *Emitter) sendError(err error, callerIDs []uuid.UUID) error {
 
 // migrateHint says how to create the emitter's table.
 func (e *Emitter) migrateHint() string {
+	if e.cfg.Kind == outbox.KindLog {
+		return "create it with migrations.Migrate (Config.Kind outbox.KindLog)"
+	}
 	return "create it with migrations.Migrate, or: outboxctl migrate -schema " + e.names.Table.Schema +
 		" -table " + e.names.Table.Name
 }
