@@ -373,3 +373,88 @@ func TestRenderGrantsLog(t *testing.T) {
 	_, err = migrations.RenderGrants(migrations.Config{Kind: 9}, migrations.Roles{})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }
+
+// logGrant is one privilege of a role and work that needs it.
+type logGrant struct {
+	privilege, object, role string
+	work                    func() error
+}
+
+// Every privilege RenderGrants gives the roles of a log is needed: with
+// any one of them revoked, the role's work fails (and works again once it
+// is back).
+func TestLogGrantsAreMinimal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newLogRoles(t)
+	n, err := sqlname.For(env.cfg.Table)
+	require.NoError(t, err)
+	schema := "SCHEMA " + pgx.Identifier{env.cfg.Table.Schema}.Sanitize()
+	log, version := "TABLE "+n.Qualified, "TABLE "+n.VersionTable
+	ticks, ticker := "TABLE "+n.Log(sqlname.SuffixTicks), "TABLE "+n.Log(sqlname.SuffixTicker)
+	cursors, keys, parked := "TABLE "+n.Log(sqlname.SuffixCursors), "TABLE "+n.Log(sqlname.SuffixParkedKeys), "TABLE "+n.Log(sqlname.SuffixParked)
+	partAdd := "FUNCTION " + n.Function(sqlname.SuffixPartAdd) + "(xid8)"
+	exec := func(c *pgx.Conn, sql string) func() error {
+		return func() error {
+			_, err := c.Exec(ctx, sql)
+			return err
+		}
+	}
+	// groupWork writes and reads a group's rows as role c, leaving none.
+	groupWork := func(c *pgx.Conn, stmts ...string) func() error {
+		return func() error {
+			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				for _, s := range stmts {
+					if _, err := tx.Exec(ctx, s); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	insertCursor := "INSERT INTO " + n.Log(sqlname.SuffixCursors) + " (grp, last_tick) VALUES ('m', 1)"
+	insertKey := "INSERT INTO " + n.Log(sqlname.SuffixParkedKeys) + " (grp, key) VALUES ('m', 'k')"
+	insertParked := "INSERT INTO " + n.Log(sqlname.SuffixParked) + " (grp, seq, xid, id, event_type, created_at) VALUES ('m', 1, '1', gen_random_uuid(), 't', now())"
+	far := fmt.Sprint(uint64(1<<41) / sqlname.LogPartXids * sqlname.LogPartXids)
+	tests := []logGrant{
+		{"USAGE", schema, env.roles.Producer, func() error { return env.emit(ctx, 1) }},
+		{"INSERT", log, env.roles.Producer, func() error { return env.emit(ctx, 1) }},
+		{"INSERT", log, env.roles.Producer, func() error { return env.emit(ctx, 5000) }},
+	}
+	for _, r := range []struct {
+		role string
+		conn *pgx.Conn
+	}{{env.roles.Relay, env.relay}, {env.roles.Operator, env.operat}} {
+		tests = append(tests, []logGrant{
+			{"USAGE", schema, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Log(sqlname.SuffixTicks))},
+			{"SELECT", log, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Qualified)},
+			{"SELECT", ticks, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Log(sqlname.SuffixTicks))},
+			{"SELECT", version, r.role, func() error { return migrations.Verify(ctx, r.conn, env.cfg) }},
+			{"SELECT", ticker, r.role, exec(r.conn, "SELECT * FROM "+n.Log(sqlname.SuffixTicker))},
+			{"INSERT", cursors, r.role, groupWork(r.conn, insertCursor, "DELETE FROM "+n.Log(sqlname.SuffixCursors))},
+			{"SELECT", cursors, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Log(sqlname.SuffixCursors))},
+			{"UPDATE", cursors, r.role, exec(r.conn, "UPDATE "+n.Log(sqlname.SuffixCursors)+" SET batch_tick = NULL")},
+			{"DELETE", cursors, r.role, exec(r.conn, "DELETE FROM "+n.Log(sqlname.SuffixCursors))},
+			{"INSERT", keys, r.role, groupWork(r.conn, insertKey, "DELETE FROM "+n.Log(sqlname.SuffixParkedKeys))},
+			{"SELECT", keys, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Log(sqlname.SuffixParkedKeys))},
+			{"UPDATE", keys, r.role, exec(r.conn, "UPDATE "+n.Log(sqlname.SuffixParkedKeys)+" SET replay_requested_at = NULL")},
+			{"DELETE", keys, r.role, exec(r.conn, "DELETE FROM "+n.Log(sqlname.SuffixParkedKeys))},
+			{"INSERT", parked, r.role, groupWork(r.conn, insertParked, "DELETE FROM "+n.Log(sqlname.SuffixParked))},
+			{"SELECT", parked, r.role, exec(r.conn, "SELECT count(*) FROM "+n.Log(sqlname.SuffixParked))},
+			{"UPDATE", parked, r.role, exec(r.conn, "UPDATE "+n.Log(sqlname.SuffixParked)+" SET error = NULL")},
+			{"DELETE", parked, r.role, exec(r.conn, "DELETE FROM "+n.Log(sqlname.SuffixParked))},
+			{"EXECUTE", partAdd, r.role, exec(r.conn, "SELECT "+n.Function(sqlname.SuffixPartAdd)+"('"+far+"')")},
+		}...)
+	}
+	tests = append(tests, logGrant{"UPDATE", ticker, env.roles.Relay, exec(env.relay, "UPDATE "+n.Log(sqlname.SuffixTicker)+" SET heartbeat_at = now()")})
+
+	for _, tt := range tests {
+		on := tt.privilege + " ON " + tt.object + " TO/FROM " + tt.role
+		require.NoError(t, tt.work(), "with every grant: %s", on)
+		role := pgx.Identifier{tt.role}.Sanitize()
+		mustExec(t, env.super, "REVOKE "+tt.privilege+" ON "+tt.object+" FROM "+role)
+		require.Error(t, tt.work(), "without %s", on)
+		mustExec(t, env.super, "GRANT "+tt.privilege+" ON "+tt.object+" TO "+role)
+	}
+}
