@@ -40,12 +40,28 @@ func (e *Emitter) sendError(err error, callerIDs []uuid.UUID) error {
 	case pgerr.OwnMissingTable(err):
 		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, ""), e.migrateHint(),
 			"emit into %s", e.names.Table)
+	case e.noPart(err):
+		return errtext.WrapHint(err, "the log has no part for this transaction's id: the relay's ticker keeps parts ahead; add one with "+
+			e.names.Object(sqlname.SuffixPartAdd)+"(xid8), and see migrations.Verify", "emit into %s", e.names.Table)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation &&
 		pgErr.SchemaName == e.names.Table.Schema && pgErr.ConstraintName == e.names.Object(sqlname.SuffixPkey):
 		return errtext.Wrap(errtext.Because(outbox.ErrDuplicateID, err), "emit into %s: event %s",
 			e.names.Table, duplicateID(pgErr.Detail, callerIDs))
 	}
 	return errtext.Wrap(err, "emit into %s", e.names.Table)
+}
+
+// checkViolation is the SQLSTATE of PostgreSQL's "no partition of
+// relation ... found for row".
+const checkViolation = "23514"
+
+// noPart reports whether err is the log's refusal of a row whose xid no
+// part holds (the parts ahead ran out).
+func (e *Emitter) noPart(err error) bool {
+	var pgErr *pgconn.PgError
+	return e.cfg.Kind == outbox.KindLog && errors.As(err, &pgErr) && pgErr.Code == checkViolation &&
+		pgErr.SchemaName == e.names.Table.Schema && pgErr.TableName == e.names.Table.Name &&
+		strings.HasPrefix(pgErr.Message, "no partition of relation")
 }
 
 // migrateHint says how to create the emitter's table.

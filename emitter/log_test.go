@@ -181,3 +181,26 @@ func TestEmitLogRoundTripsAndNoNotify(t *testing.T) {
 	_, copies = emitCounting(t, b.emitter, conn, counter, manyEvents(5000, 0))
 	require.Equal(t, 1, copies)
 }
+
+// A log with no part for the transaction's xid refuses the row, by INSERT
+// and by COPY; the error says what to do.
+func TestEmitLogWithoutPart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupKind(t, outbox.KindLog, emitter.Config{})
+	log := pgx.Identifier{b.db.Schema, outbox.DefaultTable}.Sanitize()
+	rows, err := b.db.Pool.Query(ctx, `SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = $1::regclass`, log)
+	require.NoError(t, err)
+	parts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, p := range parts {
+		_, err := b.db.Pool.Exec(ctx, "ALTER TABLE "+log+" DETACH PARTITION "+p)
+		require.NoError(t, err)
+	}
+	for _, n := range []int{1, 5000} {
+		tx := b.begin(t)
+		_, err := b.emitter.Emit(ctx, tx, manyEvents(n, 0)...)
+		require.ErrorContains(t, err, "no part for this transaction's id", "%d events", n)
+		require.ErrorContains(t, err, "outbox_events_part_add(xid8)")
+	}
+}
