@@ -61,7 +61,9 @@
 // due times. No pg_notify is sent: the relay's ticker polls, and a notify
 // per transaction would serialise commits on the notify queue's lock. The
 // kind is declared, not read from the catalog; migrations.Verify and the
-// relay's start check catch a table of the other kind. A log has no
+// relay's start check catch a table of the other kind. A transaction
+// whose xid no part holds (the parts ahead ran out) gets an error saying
+// how to add one. A log has no
 // primary key: a caller-set ID emitted twice is stored twice (consumers
 // dedupe on the ID).
 //
