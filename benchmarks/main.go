@@ -74,6 +74,7 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"latency":   runLatency,
 	"claim":     runClaim,
 	"minimal":   runMinimal,
+	"log":       runLog,
 	"walcost":   runWALCost,
 	"sustained": runSustained,
 	"operators": runOperators,
@@ -101,7 +102,7 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost, sustained, operators or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, log, river, watermill, latency, claim, walcost, sustained, operators or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -70,6 +71,36 @@ func BenchmarkEmit(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// BenchmarkEmitLog is BenchmarkEmit into a log (Kind outbox.KindLog):
+// Emit of 1 and 1,000 events (INSERT) and of 5,000 (COPY), each call in
+// its own committed transaction, beside the outbox's for comparison.
+func BenchmarkEmitLog(b *testing.B) {
+	ctx := context.Background()
+	for _, kind := range []outbox.TableKind{outbox.KindOutbox, outbox.KindLog} {
+		db := testdb.New(b)
+		if err := migrations.Migrate(ctx, db.Pool, migrations.Config{Table: db.Table(), Kind: kind}); err != nil {
+			b.Fatal(err)
+		}
+		e, err := New(Config{Table: db.Table(), Kind: kind, DisableNotify: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 1000, copyMinEvents} {
+			events := benchEvents(n)
+			b.Run(kind.String()+"/"+strconv.Itoa(n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					benchTx(b, db, true, func(tx pgx.Tx) error {
+						_, err := e.Emit(ctx, tx, events...)
+						return err
+					})
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// Emitter writes events into one outbox table inside transactions its caller
-// owns. It holds no connection and starts no goroutine; it is safe for
+// Emitter writes events into one outbox table (or one log, Config.Kind)
+// inside transactions its caller owns. It holds no connection and starts no goroutine; it is safe for
 // concurrent use and cheap to keep for the life of the program.
 type Emitter struct {
 	cfg        Config
@@ -48,7 +48,10 @@ func New(cfg Config) (*Emitter, error) {
 		insertSQL: insertSQL(names.Qualified),
 		copyTable: pgx.Identifier{cfg.Table.Schema, cfg.Table.Name},
 	}
-	if !cfg.DisableNotify {
+	if cfg.Kind == outbox.KindLog {
+		e.insertSQL = insertLogSQL(names.Qualified)
+	}
+	if !cfg.DisableNotify && cfg.Kind == outbox.KindOutbox {
 		e.notifySQL = notifySQL
 		e.notifyArgs = []any{names.Channel()}
 	}
@@ -201,8 +204,12 @@ func databaseOf(tx pgx.Tx) string {
 // send runs the insert and (when notify) the notify in one batch.
 func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
 	b := &pgx.Batch{}
-	b.Queue(e.insertSQL, c.idArgs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
-		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
+	args := []any{c.idArgs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
+		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays}
+	if e.cfg.Kind == outbox.KindLog {
+		args = args[:len(args)-1] // a log has no due time
+	}
+	b.Queue(e.insertSQL, args...)
 	if notify {
 		b.Queue(e.notifySQL, e.notifyArgs...)
 	}

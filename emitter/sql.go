@@ -15,6 +15,21 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 	content_type, payload, headers, delay_us)`
 }
 
+// insertLogSQL is insertSQL for a log (outbox.KindLog): the same arrays
+// without the delays; xid, seq and created_at come from the log's
+// defaults, and each row is routed to the part of its transaction's xid.
+func insertLogSQL(qualifiedTable string) string {
+	return `INSERT INTO ` + qualifiedTable + ` (id, event_type, aggregate_type, aggregate_id,
+	partition_key, idempotency_key, content_type, payload, headers)
+SELECT u.id, u.event_type, NULLIF(u.aggregate_type, ''), NULLIF(u.aggregate_id, ''),
+	NULLIF(u.partition_key, ''), NULLIF(u.idempotency_key, ''), NULLIF(u.content_type, ''),
+	u.payload, u.headers::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+	$7::text[], $8::bytea[], $9::text[])
+	AS u(id, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
+	content_type, payload, headers)`
+}
+
 // notifySQL wakes the dispatchers listening on the channel. PostgreSQL
 // delivers it at commit and folds identical ones of a transaction into one.
 const notifySQL = `SELECT pg_notify($1, '')`

@@ -99,7 +99,9 @@ type Config struct {
 }
 
 // Migrate creates or upgrades the outbox schema on conn to the latest
-// version. It is idempotent, and safe when several processes call it at
+// version (a log's, [LatestLog], when cfg.Kind is outbox.KindLog: see
+// the package documentation; what follows about the SENT history and the
+// order index is the outbox's only). It is idempotent, and safe when several processes call it at
 // once (see the package documentation). It needs a direct connection, not
 // one behind a transaction-mode pooler.
 //
@@ -211,7 +213,9 @@ func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
-// when it has never been migrated.
+// when it has never been migrated. It reads a log (cfg.Kind
+// outbox.KindLog) the same way: each kind keeps its version in
+// <table>_schema_version; compare it with [LatestFor] of the kind.
 func Version[C Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
@@ -225,10 +229,11 @@ func Version[C Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	return v, err
 }
 
-// Latest returns the newest schema version this library ships.
+// Latest returns the newest schema version of the outbox kind this
+// library ships; [LatestLog] is the log's, and [LatestFor] either.
 func Latest() int32 { return tmplmigrate.Latest(files) }
 
-// migrationSet is the outbox's templates with cfg's names filled in.
+// migrationSet is the templates of cfg's kind with cfg's names filled in.
 func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
@@ -237,12 +242,11 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
 		return tmplmigrate.Set{}, err
 	}
-	switch cfg.Kind {
-	case outbox.KindOutbox:
-	case outbox.KindLog:
+	if err := checkKind(cfg.Kind); err != nil {
+		return tmplmigrate.Set{}, err
+	}
+	if cfg.Kind == outbox.KindLog {
 		return tmplmigrate.Set{FS: logFiles, Names: names, Data: logTemplateData(names), LockWait: cfg.LockTimeout}, nil
-	default:
-		return tmplmigrate.Set{}, &outbox.ConfigError{Field: "Kind", Reason: fmt.Sprintf("is %s, want outbox.KindOutbox or outbox.KindLog", cfg.Kind)}
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names, cfg.KeyOrder), LockWait: cfg.LockTimeout}, nil
 }
@@ -275,6 +279,15 @@ func ensurePartitions(ctx context.Context, c *pgx.Conn, names sqlname.Names, old
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// checkKind rejects a Config.Kind that is neither outbox.KindOutbox nor
+// outbox.KindLog.
+func checkKind(k outbox.TableKind) error {
+	if k != outbox.KindOutbox && k != outbox.KindLog {
+		return &outbox.ConfigError{Field: "Kind", Reason: fmt.Sprintf("is %s, want outbox.KindOutbox or outbox.KindLog", k)}
+	}
+	return nil
 }
 
 // MaxLockTimeout is the longest Config.LockTimeout: PostgreSQL's largest
