@@ -47,6 +47,7 @@ type lane struct {
 	start  int              // the queue the next wave starts with (round robin)
 	wave   []int32          // the items of the current call
 	msgs   []outbox.Message
+	failed map[string]bool // keys that failed in the current call
 
 	published, retries int
 	parked             []batch.Parked
@@ -177,6 +178,7 @@ func (ln *lane) publish(ctx context.Context) (errs []error, timedOut bool) {
 // item is done, a not-attempted one stays pending, and a failed one is
 // retried or parked with its key.
 func (ln *lane) settle(errs []error, timedOut bool, probe uint64) {
+	ln.checkNotAttempted(errs)
 	outage, reached, cause := verdict(errs)
 	switch {
 	case outage:
@@ -201,6 +203,34 @@ func (ln *lane) settle(errs []error, timedOut bool, probe uint64) {
 	}
 	ln.advance()
 }
+
+// checkNotAttempted turns an outbox.ErrNotAttempted that no earlier
+// failure of its key in the call explains into a failure (a publisher
+// that breaks its contract so is not trusted with a loop of calls that
+// charge nothing).
+func (ln *lane) checkNotAttempted(errs []error) {
+	clear(ln.failed)
+	for k, i := range ln.wave {
+		err := errs[k]
+		if err == nil {
+			continue
+		}
+		key := ln.items[i].ev.Key()
+		if errors.Is(err, outbox.ErrNotAttempted) && (key == "" || !ln.failed[key]) {
+			errs[k] = errUnexplained
+		}
+		if key != "" {
+			if ln.failed == nil {
+				ln.failed = make(map[string]bool)
+			}
+			ln.failed[key] = true
+		}
+	}
+}
+
+// errUnexplained is the failure of a message reported not attempted
+// without an earlier failure of its key in the call.
+var errUnexplained = errors.New("pgoutbox: the publisher did not attempt a message without an earlier failure of its key")
 
 // fail schedules an item's retry, or parks its key when the error is
 // permanent or the retries are spent.

@@ -185,7 +185,8 @@ func TestOutageSpendsNothing(t *testing.T) {
 			}
 		}
 	}}
-	l := newLanes(t, Config{Publisher: pub, Lanes: 4, ProbeSize: 2, OnCircuit: func(ch circuit.Change, cause error) {
+	// KeyRetries 1: an event that an outage call charged twice would be parked.
+	l := newLanes(t, Config{Publisher: pub, Lanes: 4, ProbeSize: 2, KeyRetries: 1, OnCircuit: func(ch circuit.Change, cause error) {
 		if ch.To == circuit.Open {
 			require.ErrorIs(t, cause, outbox.ErrUnavailable)
 			opened.Add(1)
@@ -475,4 +476,23 @@ func TestOtherKeysGoOnWhileOneRetries(t *testing.T) {
 	require.Equal(t, 50, res.Published)
 	require.Positive(t, res.Retries)
 	requireOrdered(t, f)
+}
+
+// TestUnexplainedNotAttempted: a publisher that reports a key's first
+// message of a call not attempted is charged a failure for it, not
+// trusted with calls that charge nothing.
+func TestUnexplainedNotAttempted(t *testing.T) {
+	t.Parallel()
+	l := newLanes(t, Config{Publisher: notAttemptingPub{}, KeyRetries: 2})
+	res, err := l.Publish(t.Context(), events(1, 3, keyMod(2)), nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Retries)
+	require.Equal(t, []string{"k0", "k1"}, res.NewKeys)
+	require.Len(t, res.Parked, 3)
+}
+
+type notAttemptingPub struct{}
+
+func (notAttemptingPub) Publish(_ context.Context, msgs []outbox.Message) []error {
+	return fill(len(msgs), outbox.ErrNotAttempted)
 }
