@@ -23,6 +23,7 @@ const CodeKeyParked outbox.Code = "key_parked"
 // scheduled, or its key parked. Its text holds no payload (the
 // publisher's error text is the publisher's promise).
 type PublishError struct {
+	// Seq and ID are the event's log seq and event id.
 	Seq int64
 	ID  uuid.UUID
 	// Code is what the group records if the event is parked:

@@ -496,3 +496,40 @@ type notAttemptingPub struct{}
 func (notAttemptingPub) Publish(_ context.Context, msgs []outbox.Message) []error {
 	return fill(len(msgs), outbox.ErrNotAttempted)
 }
+
+// TestHooksAndParkedAcrossBatches: OnPublish sees every call; a key
+// parked by one batch, passed as parked to the next, is parked there
+// unpublished while the key's earlier events stay acked once.
+func TestHooksAndParkedAcrossBatches(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	f.decide = func(m outbox.Message) error {
+		if seqOf(m) == 3 {
+			return outbox.Permanent(errors.New("not authorised"))
+		}
+		return nil
+	}
+	var calls, msgs atomic.Int64
+	l := newLanes(t, Config{Publisher: f.publisher(), Lanes: 2, OnPublish: func(n int, _ time.Duration) {
+		calls.Add(1)
+		msgs.Add(int64(n))
+	}})
+	res, err := l.Publish(t.Context(), events(1, 10, keyMod(3)), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"k0"}, res.NewKeys)
+	parked := map[string]bool{}
+	for _, k := range res.NewKeys {
+		parked[k] = true
+	}
+	res2, err := l.Publish(t.Context(), events(11, 10, keyMod(3)), parked)
+	require.NoError(t, err)
+	require.Empty(t, res2.NewKeys)
+	for _, p := range res2.Parked {
+		require.Equal(t, "k0", p.Key)
+	}
+	require.Len(t, res2.Parked, 3) // seqs 12, 15, 18
+	require.Equal(t, int64(res.Published+res2.Published+1), msgs.Load(), "every message went through OnPublish once")
+	require.Positive(t, calls.Load())
+	require.Empty(t, f.acked["k0"])
+	requireOrdered(t, f)
+}
