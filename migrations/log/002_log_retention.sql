@@ -75,6 +75,13 @@ REVOKE EXECUTE ON FUNCTION {{.part_truncate}}() FROM PUBLIC;
 -- ticks and every newer one stay. No group: nothing is deleted. It
 -- returns how many it deleted; the caller calls it again while that is
 -- p_limit. SECURITY DEFINER: callers need no DELETE on the ticks.
+--
+-- It first locks the cursors in SHARE mode, NOWAIT (busy: it deletes
+-- nothing and returns 0; the next pass tries again), so that no cursor
+-- is written between reading the smallest last_tick and the delete: a
+-- group created meanwhile at the oldest tick (which it reads FOR KEY
+-- SHARE) would otherwise be left on a deleted tick. Cursor moves wait
+-- for the one short delete.
 CREATE FUNCTION {{.tick_trim}}(p_limit integer) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -86,6 +93,11 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'pgoutbox: invalid limit %: want at least 1', p_limit USING ERRCODE = '22023';
     END IF;
+    BEGIN
+        LOCK TABLE {{.cursors}} IN SHARE MODE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;
+    END;
     SELECT min(last_tick) INTO keep FROM {{.cursors}};
     IF keep IS NULL THEN
         RETURN 0;

@@ -5,7 +5,9 @@
 // rule themselves: <log>_part_truncate empties the parts of the log below
 // every group's cursor (a part another session holds is busy, skipped
 // without waiting and tried again next pass), and <log>_tick_trim
-// deletes, in batches, the ticks below every group's cursor tick. Then,
+// deletes, in batches, the ticks below every group's cursor tick (under
+// a NOWAIT lock on the cursors, so that a group being created is never
+// left on a deleted tick: busy, it deletes nothing this pass). Then,
 // when the pass's role owns the log, it detaches (CONCURRENTLY, in
 // autocommit) and drops the empty retired parts; otherwise it counts them
 // as waiting for an owner (outboxctl relay maintain, run as the owner,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"testing"
 	"time"
 
@@ -315,5 +316,65 @@ func TestNewChecksConfig(t *testing.T) {
 	var ce *outbox.ConfigError
 	if _, err := New(Config{}); !errors.As(err, &ce) || ce.Field != "DB" {
 		t.Errorf("no DB: %v", err)
+	}
+}
+
+// TestMigrationDownAndUp applies 002's down part (the retention
+// functions go) and its up part again, as rendered for psql.
+func TestMigrationDownAndUp(t *testing.T) {
+	l := newLog(t)
+	files, err := migrations.Render(migrations.Config{Table: l.names.Table, Kind: outbox.KindLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	functions := func() int {
+		var n int
+		l.scan(t, `SELECT (to_regprocedure($1) IS NOT NULL)::int + (to_regprocedure($2) IS NOT NULL)::int`, &n,
+			l.names.Function(sqlname.SuffixPartTruncate)+"()", l.names.Function(sqlname.SuffixTickTrim)+"(integer)")
+		return n
+	}
+	for _, step := range []struct {
+		file string
+		want int
+	}{{"002_log_retention.down.sql", 0}, {"002_log_retention.up.sql", 2}} {
+		sql, err := fs.ReadFile(files, step.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.exec(t, string(sql))
+		if got := functions(); got != step.want {
+			t.Fatalf("after %s: %d retention functions, want %d", step.file, got, step.want)
+		}
+	}
+}
+
+// TestTickTrimWaitsForNoCursorWrite: while a transaction writes a cursor
+// (here, creating a group at the oldest tick), the trim deletes nothing
+// and does not wait; afterwards the new group's tick is kept.
+func TestTickTrimWaitsForNoCursorWrite(t *testing.T) {
+	l := newLog(t)
+	l.tick(t, 2, 2)
+	l.tick(t, 3, 3)
+	l.cursor(t, "a", 3)
+	ctx := context.Background()
+	tx, err := l.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO `+l.names.Log(sqlname.SuffixCursors)+` (grp, last_tick)
+		SELECT 'old', tick_id FROM (SELECT tick_id FROM `+l.names.Log(sqlname.SuffixTicks)+`
+			ORDER BY tick_id LIMIT 1 FOR KEY SHARE) t`); err != nil {
+		t.Fatal(err)
+	}
+	s := l.service(t, 0, Config{})
+	if p := pass(t, s); p.TicksDeleted != 0 {
+		t.Fatalf("deleted %d ticks while a cursor was being written", p.TicksDeleted)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := pass(t, s); p.TicksDeleted != 0 || fmt.Sprint(l.ticks(t)) != "[1 2 3]" {
+		t.Fatalf("deleted %d, ticks left %v; want the new group's tick 1 and newer kept", p.TicksDeleted, l.ticks(t))
 	}
 }
