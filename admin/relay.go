@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,7 +75,7 @@ func (e *relayError) Error() string {
 	if e.key != "" || errors.Is(e.err, ErrUnknownKey) {
 		s += " key " + strconv.Quote(e.key)
 	}
-	return s + " in " + e.log + ": " + errtext.Trim(e.err.Error())[len("admin: "):]
+	return s + " in " + e.log + ": " + strings.TrimPrefix(errtext.Trim(e.err.Error()), "admin: ")
 }
 
 func (e *relayError) Unwrap() error { return e.err }
