@@ -382,6 +382,7 @@ func logTemplateData(n sqlname.Names) map[string]any {
 		"tick":           n.Function(sqlname.SuffixTick),
 		"part_add":       n.Function(sqlname.SuffixPartAdd),
 		"part_truncate":  n.Function(sqlname.SuffixPartTruncate),
+		"tick_trim":      n.Function(sqlname.SuffixTickTrim),
 		"part_xids":      sqlname.LogPartXids,
 		"log_lit":        literal(n.Qualified),
 		"schema_lit":     literal(n.Table.Schema),

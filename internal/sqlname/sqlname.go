@@ -94,7 +94,7 @@ const (
 // Suffixes of a log table's objects (outbox.KindLog, issue 27): its one
 // index, the ticks and the ticker's lease row, the consumer groups'
 // cursors, the parked keys and events, and the SECURITY DEFINER functions
-// that tick and add and truncate parts. A part is named SuffixLogPart and
+// that tick, add and truncate parts and trim ticks. A part is named SuffixLogPart and
 // its number (lower bound / LogPartXids) as 10 hex digits (Names.LogPart).
 const (
 	SuffixLogXidIndex  = "_xid_idx"
@@ -107,6 +107,7 @@ const (
 	SuffixTick         = "_tick"
 	SuffixPartAdd      = "_part_add"
 	SuffixPartTruncate = "_part_truncate"
+	SuffixTickTrim     = "_tick_trim"
 	SuffixLogPart      = "_x"
 )
 
