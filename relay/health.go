@@ -79,13 +79,13 @@ func (h Health) Healthy() error {
 
 // Health returns a snapshot of the relay's health (see Health.Healthy).
 func (r *Relay) Health() Health {
-	state, result := r.life.snapshot()
+	state, result := r.life.Snapshot()
 	h := r.rec.health()
-	h.State, h.Err = state, result
+	h.State, h.Err = State(state), result
 	r.mu.Lock()
 	h.Started = r.started
 	r.mu.Unlock()
-	if state == StateRunning || state == StateStopping {
+	if h.State == StateRunning || h.State == StateStopping {
 		h.TickerHeld = call(r.svc.tickerHeld)
 		h.GroupHeld = call(r.svc.groupHeld)
 	}

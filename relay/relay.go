@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 )
 
 // Relay publishes the events of one log table for one consumer group, in
@@ -19,7 +20,9 @@ type Relay struct {
 	clock clock.Clock
 	rec   *recorder
 	svc   services
-	life  *life
+	// life is where it is in its life and how it ended: the dispatcher's
+	// (internal/lifecycle).
+	life *lifecycle.Life
 
 	// hardStop is closed when the drain must end at once: DrainTimeout
 	// passed, or the ctx of a Stop call ended.
@@ -33,19 +36,21 @@ type Relay struct {
 // State is where a relay is in its life (see Health).
 type State int
 
+// The values are those of internal/lifecycle's State, which the relay
+// shares with the dispatcher.
 const (
 	// StateNew is a relay not started yet, or whose start failed (it may
 	// be started again).
-	StateNew State = iota
+	StateNew = State(lifecycle.StateNew)
 	// StateStarting is a relay running its start-up checks.
-	StateStarting
+	StateStarting = State(lifecycle.StateStarting)
 	// StateRunning is a relay relaying.
-	StateRunning
+	StateRunning = State(lifecycle.StateRunning)
 	// StateStopping is a relay finishing the batch in flight and stopping
 	// its services.
-	StateStopping
+	StateStopping = State(lifecycle.StateStopping)
 	// StateStopped is a relay that stopped: it cannot run again.
-	StateStopped
+	StateStopped = State(lifecycle.StateStopped)
 )
 
 // String names the state: "new", "starting", "running", "stopping" or
@@ -98,7 +103,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	clk := clock.Real()
-	r := &Relay{cfg: cfg, clock: clk, rec: newRecorder(cfg, clk), life: newLife(), hardStop: make(chan struct{})}
+	r := &Relay{cfg: cfg, clock: clk, rec: newRecorder(cfg, clk), life: lifecycle.New(ErrRunning, ErrStopped), hardStop: make(chan struct{})}
 	build := newServices
 	if cfg.newServices != nil {
 		build = cfg.newServices
@@ -134,7 +139,7 @@ func New(cfg Config) (*Relay, error) {
 func (r *Relay) Start(ctx context.Context) error {
 	err := r.start(ctx)
 	switch {
-	case errors.Is(err, errInterrupted):
+	case errors.Is(err, lifecycle.ErrInterrupted):
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -142,7 +147,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	go func() { _ = r.life.ended(r.run(ctx)) }() // its result reaches Stop, Err and Health
+	go func() { _ = r.life.Ended(r.run(ctx)) }() // its result reaches Stop, Err and Health
 	return nil
 }
 
@@ -158,36 +163,36 @@ func (r *Relay) Start(ctx context.Context) error {
 func (r *Relay) Run(ctx context.Context) error {
 	err := r.start(ctx)
 	switch {
-	case errors.Is(err, errInterrupted):
+	case errors.Is(err, lifecycle.ErrInterrupted):
 		return nil
 	case err != nil:
 		return err
 	}
-	return r.life.ended(r.run(ctx))
+	return r.life.Ended(r.run(ctx))
 }
 
 // start moves a new relay to starting and runs the start-up checks.
 func (r *Relay) start(ctx context.Context) error {
-	if err := r.life.begin(); err != nil {
+	if err := r.life.Begin(); err != nil {
 		return err
 	}
 	err := r.startUp(ctx)
-	if err == nil && (ctx.Err() != nil || r.life.stopRequested()) {
-		err = errInterrupted
+	if err == nil && (ctx.Err() != nil || r.life.StopRequested()) {
+		err = lifecycle.ErrInterrupted
 	}
 	if err == nil {
 		r.mu.Lock()
 		r.started = r.clock.Now()
 		r.mu.Unlock()
 	}
-	return r.life.started(err)
+	return r.life.Started(err)
 }
 
 // startUp runs the start-up checks under a context that ends with ctx or
 // when Stop is called; a stop or a cancelled ctx meanwhile gives
-// errInterrupted.
+// lifecycle.ErrInterrupted.
 func (r *Relay) startUp(ctx context.Context) error {
-	ctx, cancel := r.life.untilStop(ctx)
+	ctx, cancel := r.life.UntilStop(ctx)
 	defer cancel()
 	var err error
 	if r.svc.verify != nil && !r.cfg.SkipVerify {
@@ -197,7 +202,7 @@ func (r *Relay) startUp(ctx context.Context) error {
 		err = r.svc.check(ctx)
 	}
 	if ctx.Err() != nil {
-		return errInterrupted
+		return lifecycle.ErrInterrupted
 	}
 	return err
 }
@@ -212,9 +217,9 @@ func (r *Relay) startUp(ctx context.Context) error {
 // or Run: before, it stops the relay (Start then returns ErrStopped, Run
 // nil).
 func (r *Relay) Stop(ctx context.Context) error {
-	r.life.stop()
+	r.life.Stop()
 	select {
-	case <-r.life.done:
+	case <-r.life.Done():
 		return r.Err()
 	case <-ctx.Done():
 		r.cut()
@@ -228,11 +233,8 @@ func (r *Relay) cut() { r.hardStopOnce.Do(func() { close(r.hardStop) }) }
 // Done returns a channel that is closed when the relay has stopped:
 // relaying ended, or Stop came before a start. A start that failed does
 // not close it.
-func (r *Relay) Done() <-chan struct{} { return r.life.done }
+func (r *Relay) Done() <-chan struct{} { return r.life.Done() }
 
 // Err returns the result of relaying once Done is closed (see Run); nil
 // before.
-func (r *Relay) Err() error {
-	_, err := r.life.snapshot()
-	return err
-}
+func (r *Relay) Err() error { return r.life.Err() }

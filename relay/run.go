@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 )
 
 // running is a service while it runs.
@@ -35,18 +37,18 @@ func (r *Relay) run(ctx context.Context) error {
 	r.cfg.Logger.Info("pgoutbox: relay started", "table", r.cfg.Log.String(), "group", r.cfg.Group, "owner", r.cfg.Owner,
 		"lanes", r.cfg.Lanes, "max_batch", r.cfg.MaxBatch, "ticker", !r.cfg.NoTicker, "retention", !r.cfg.NoRetention)
 
-	stopCtx, cancel := r.life.untilStop(ctx)
+	stopCtx, cancel := r.life.UntilStop(ctx)
 	defer cancel()
 	var cause error
 	why := ""
 	select {
 	case <-stopCtx.Done():
-		why = r.life.stopCause(ctx)
+		why = r.life.StopCause(ctx)
 	case s := <-ended:
 		cause = r.endedOnItsOwn(s)
 		why = s.name + " ended: " + cause.Error()
 	}
-	r.life.setState(StateStopping)
+	r.life.SetState(lifecycle.StateStopping)
 	r.cfg.Logger.Info("pgoutbox: relay stopping", "table", r.cfg.Log.String(), "group", r.cfg.Group, "cause", why)
 	timer := time.AfterFunc(r.cfg.DrainTimeout, r.cut)
 	defer timer.Stop()
