@@ -196,6 +196,7 @@ func (r *recorder) OnHeadroom(xids uint64) {
 func (r *recorder) OnError(err error) {
 	r.errs.Add(1)
 	now := r.clock.Mono()
+	r.summarise(r.logLimit.Evict(now))
 	msg := "pgoutbox: relay error"
 	args := []any{"table", r.table, "group", r.group}
 	if suppressed, ok := r.logLimit.Allow(err.Error(), now, loglimit.Held{Level: slog.LevelWarn, Msg: msg, Args: args}); ok {
@@ -206,6 +207,22 @@ func (r *recorder) OnError(err error) {
 	}
 	if r.onError != nil {
 		r.onError(err)
+	}
+}
+
+// flushRepeats logs one summary for each error whose repeats were held
+// back: those not seen for a loglimit.Interval, or all of them with
+// force (when Run ends).
+func (r *recorder) flushRepeats(force bool) {
+	r.summarise(r.logLimit.Due(r.clock.Mono(), force))
+}
+
+// summarise logs "similar lines suppressed" for each of held.
+func (r *recorder) summarise(held []loglimit.Held) {
+	for _, h := range held {
+		args := append([]any{"message", h.Msg}, h.Args...)
+		r.logger.Log(context.Background(), h.Level, "pgoutbox: similar lines suppressed",
+			append(args, "repeats_not_logged", h.Suppressed)...)
 	}
 }
 
@@ -284,6 +301,7 @@ func (r *recorder) sampler(read func(context.Context) (sample, error), every, ti
 			default:
 				r.sampled(s)
 			}
+			r.flushRepeats(false)
 			select {
 			case <-ctx.Done():
 				return nil

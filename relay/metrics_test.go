@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +91,27 @@ func values(points []telemetrytest.Point) []float64 {
 		out[i] = p.Value
 	}
 	return out
+}
+
+// Every error reaches OnError and is counted; the log gets one line per
+// error text per loglimit.Interval, and a summary of the repeats held
+// back when Run ends.
+func TestErrorsLoggedAtABoundedRate(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var hooked int
+	cfg := validConfig(t, newFakes())
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	cfg.OnError = func(error) { hooked++ }
+	cfg = cfg.withDefaults()
+	rec := newRecorder(cfg, clock.Real())
+	for range 3 {
+		rec.OnError(errBoom)
+	}
+	require.Equal(t, 3, hooked)
+	require.Equal(t, uint64(3), rec.errs.Load())
+	require.Equal(t, 1, strings.Count(buf.String(), "pgoutbox: relay error"))
+	rec.flushRepeats(true)
+	require.Contains(t, buf.String(), "similar lines suppressed")
+	require.Contains(t, buf.String(), "repeats_not_logged=2")
 }

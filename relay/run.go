@@ -56,6 +56,7 @@ func (r *Relay) run(ctx context.Context) error {
 	if r.svc.close != nil {
 		r.svc.close()
 	}
+	r.rec.flushRepeats(true)
 	r.cfg.Logger.Info("pgoutbox: relay stopped", "table", r.cfg.Log.String(), "group", r.cfg.Group, "cause", why)
 	return cmp.Or(cause, err)
 }
