@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 )
 
@@ -43,6 +44,11 @@ type Health struct {
 	SampledAt  time.Time
 	// KeysParked is the group's parked keys in the last sample.
 	KeysParked int64
+	// SampleErrors counts the lag samples that failed in a row since
+	// FailingSince (zero after one that succeeded): the database does not
+	// answer the relay, or refuses it.
+	SampleErrors int
+	FailingSince time.Time
 	// HeadroomXids is how many transaction ids the log's attached parts
 	// still hold above the current one, as retention last found it;
 	// HeadroomKnown is false before.
@@ -62,17 +68,21 @@ type Health struct {
 // partition); add parts with outboxctl relay parts --add.
 const LowHeadroomXids = 4 * sqlname.LogPartXids
 
-// Healthy returns nil when the relay is running and its group has not
-// stopped; otherwise an error matching ErrUnhealthy that says why. A
-// degraded relay (see Degraded) is healthy: an open circuit, a slow ticker
-// or low head-room are not cured by a restart; alert on Degraded or the
-// gauges instead.
-func (h Health) Healthy() error {
+// Healthy returns nil when the relay is running, its group has not
+// stopped, and its reads of the database (the lag sample, every second)
+// have not kept failing for longer than maxAge; otherwise an error
+// matching ErrUnhealthy that says why. A degraded relay (see Degraded) is
+// healthy: an open circuit, a late ticker or low head-room are not cured
+// by a restart; alert on Degraded or the gauges instead.
+func (h Health) Healthy(maxAge time.Duration) error {
 	switch {
 	case h.StoppedGroup != "":
 		return fmt.Errorf("%w: group %q stopped: %s", ErrUnhealthy, h.StoppedGroup, h.StopReason)
 	case h.State != StateRunning:
 		return fmt.Errorf("%w: %s", ErrUnhealthy, h.State)
+	case !h.FailingSince.IsZero() && clock.Real().Elapsed(h.FailingSince) > maxAge:
+		return fmt.Errorf("%w: database reads failing since %s (%d in a row)",
+			ErrUnhealthy, h.FailingSince.Format(time.RFC3339), h.SampleErrors)
 	}
 	return nil
 }
@@ -125,6 +135,7 @@ func (r *recorder) health() Health {
 		LastBatch: r.lastBatch, LastTick: r.lastTick,
 		LagEvents: r.lastSample.LagEvents, LagSeconds: r.lastSample.LagSeconds, TickAge: r.lastSample.TickAge,
 		KeysParked: r.lastSample.KeysParked, SampledAt: r.sampledAt,
+		SampleErrors: r.sampleFailures, FailingSince: r.sampleFailingSince,
 		HeadroomXids: r.headroom, HeadroomKnown: r.headroomKnown,
 	}
 	if r.stopped != nil {

@@ -27,7 +27,7 @@ func TestHealthAndStats(t *testing.T) {
 	h := r.Health()
 	require.Equal(t, StateNew, h.State)
 	require.False(t, h.TickerHeld, "no lease before running")
-	require.ErrorIs(t, h.Healthy(), ErrUnhealthy)
+	require.ErrorIs(t, h.Healthy(time.Minute), ErrUnhealthy)
 	require.Empty(t, h.Degraded)
 
 	require.NoError(t, r.Start(testctx.New(t)))
@@ -43,7 +43,7 @@ func TestHealthAndStats(t *testing.T) {
 
 	h = r.Health()
 	require.Equal(t, StateRunning, h.State)
-	require.NoError(t, h.Healthy(), "degraded is healthy")
+	require.NoError(t, h.Healthy(time.Minute), "degraded is healthy")
 	require.True(t, h.TickerHeld)
 	require.True(t, h.GroupHeld)
 	require.False(t, h.LastBatch.IsZero())
@@ -90,4 +90,31 @@ func TestStrings(t *testing.T) {
 	err := &StopError{Group: "g", Reason: "database changed", Err: ErrDatabaseChanged}
 	require.Equal(t, `pgoutbox: relay: group "g" stopped: database changed: `+ErrDatabaseChanged.Error(), err.Error())
 	require.ErrorIs(t, err, ErrDatabaseChanged)
+}
+
+// Lag samples that keep failing make the relay unhealthy past maxAge; one
+// that succeeds ends the run of failures.
+func TestHealthySamplesFailing(t *testing.T) {
+	t.Parallel()
+	fs := newFakes()
+	fs.sampleErr = errBoom
+	cfg := validConfig(t, fs)
+	cfg.sampleEvery = time.Millisecond
+	r := newRelay(t, cfg)
+	require.NoError(t, r.Start(testctx.New(t)))
+	testctx.Await(t, "two failed samples", func() bool { return r.Health().SampleErrors >= 2 })
+	h := r.Health()
+	require.False(t, h.FailingSince.IsZero())
+	require.NoError(t, h.Healthy(time.Hour), "not for longer than maxAge")
+	require.ErrorIs(t, h.Healthy(0), ErrUnhealthy)
+	require.ErrorContains(t, h.Healthy(0), "database reads failing since")
+	require.GreaterOrEqual(t, r.Stats().Errors, uint64(2))
+
+	fs.mu.Lock()
+	fs.sampleErr = nil
+	fs.mu.Unlock()
+	testctx.Await(t, "a sample that succeeds", func() bool { return r.Health().SampleErrors == 0 })
+	require.True(t, r.Health().FailingSince.IsZero())
+	require.NoError(t, r.Health().Healthy(0))
+	require.NoError(t, stop(t, r))
 }

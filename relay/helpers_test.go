@@ -62,6 +62,7 @@ type fakes struct {
 	drained    chan struct{} // closed when the reader is asked to drain
 	drainOnce  sync.Once
 	sample     sample
+	sampleErr  error
 	circuit    circuit.State
 	openSince  time.Time
 	closed     bool
@@ -129,7 +130,7 @@ func (f *fakes) build(_ Config, rec *recorder) (services, error) {
 		sample: func(context.Context) (sample, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			return f.sample, nil
+			return f.sample, f.sampleErr
 		},
 		tickerHeld: func() bool { return true },
 		groupHeld:  func() bool { return true },

@@ -80,7 +80,7 @@ func TestRunReturnsAServiceError(t *testing.T) {
 	require.Equal(t, "g1", h.StoppedGroup)
 	require.Equal(t, "snapshot went backwards", h.StopReason)
 	require.ErrorIs(t, h.Err, ErrSnapshotBackwards)
-	require.ErrorIs(t, h.Healthy(), ErrUnhealthy)
+	require.ErrorIs(t, h.Healthy(time.Minute), ErrUnhealthy)
 	require.Contains(t, h.Degraded, `group "g1" stopped: snapshot went backwards`)
 	require.ErrorIs(t, stop(t, r), ErrSnapshotBackwards, "Stop returns the result of relaying")
 }

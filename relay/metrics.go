@@ -68,6 +68,10 @@ type recorder struct {
 	lastTick      time.Time
 	lastSample    sample
 	sampledAt     time.Time
+	// sampleFailures counts the lag samples that failed in a row, since
+	// sampleFailingSince; zero after one that succeeded.
+	sampleFailures     int
+	sampleFailingSince time.Time
 	headroom      uint64
 	headroomKnown bool
 	stopped       *StopError
@@ -238,6 +242,17 @@ func (r *recorder) sampled(s sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastSample, r.sampledAt = s, r.clock.Mono()
+	r.sampleFailures, r.sampleFailingSince = 0, time.Time{}
+}
+
+// sampleFailed records a lag sample that failed now.
+func (r *recorder) sampleFailed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sampleFailures == 0 {
+		r.sampleFailingSince = r.clock.Mono()
+	}
+	r.sampleFailures++
 }
 
 // observe registers the gauges, observed from the last sample, for the
@@ -297,6 +312,7 @@ func (r *recorder) sampler(read func(context.Context) (sample, error), every, ti
 			case ctx.Err() != nil:
 				return nil
 			case err != nil:
+				r.sampleFailed()
 				r.OnError(fmt.Errorf("pgoutbox: relay: lag sample: %w", err))
 			default:
 				r.sampled(s)
