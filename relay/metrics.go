@@ -63,18 +63,18 @@ type recorder struct {
 	spanAttrs                             []attribute.KeyValue
 	logLimit                              loglimit.Limiter
 
-	mu            sync.Mutex
-	lastBatch     time.Time
-	lastTick      time.Time
-	lastSample    sample
-	sampledAt     time.Time
+	mu         sync.Mutex
+	lastBatch  time.Time
+	lastTick   time.Time
+	lastSample sample
+	sampledAt  time.Time
 	// sampleFailures counts the lag samples that failed in a row, since
 	// sampleFailingSince; zero after one that succeeded.
 	sampleFailures     int
 	sampleFailingSince time.Time
-	headroom      uint64
-	headroomKnown bool
-	stopped       *StopError
+	headroom           uint64
+	headroomKnown      bool
+	stopped            *StopError
 }
 
 // newRecorder returns the recorder of cfg (defaults applied). A metric an
