@@ -65,7 +65,6 @@ type fakes struct {
 	sampleErr  error
 	circuit    circuit.State
 	openSince  time.Time
-	closed     bool
 }
 
 func newFakes() *fakes {
