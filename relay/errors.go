@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The relay's sentinel errors. Match them with errors.Is. Those the store
+// returns are declared here so that callers need not import an internal
+// package; they are the same values as the store's (aliased at merge).
+var (
+	// ErrSnapshotBackwards: a tick's snapshot is older than its
+	// predecessor's, or than the snapshot this relay last read (a restore
+	// of an older backup, a lossy failover). The group stops, publishing
+	// nothing: events committed after the restore point could be skipped
+	// otherwise. See docs/relay.md, "Restore and failover".
+	ErrSnapshotBackwards = errors.New("pgoutbox: relay: snapshot went backwards")
+	// ErrDatabaseChanged: the cluster's system identifier differs from the
+	// one the group's cursor tick recorded (a logical dump restored into
+	// another cluster). The group stops, publishing nothing.
+	ErrDatabaseChanged = errors.New("pgoutbox: relay: database changed (system identifier differs)")
+	// ErrGroupBusy: another relay holds the group's lease. Run waits for
+	// it; CreateGroup and DropGroup do not return it.
+	ErrGroupBusy = errors.New("pgoutbox: relay: consumer group is held by another relay")
+	// ErrNoGroup: the consumer group does not exist; create it with
+	// CreateGroup (or outboxctl relay group create) first.
+	ErrNoGroup = errors.New("pgoutbox: relay: consumer group does not exist")
+	// ErrGroupExists: CreateGroup was given a group that exists already.
+	ErrGroupExists = errors.New("pgoutbox: relay: consumer group exists already")
+	// ErrGroupStopped: the group was stopped (its cursor row holds a
+	// reason) and stays stopped until an operator acts; see StopError.
+	ErrGroupStopped = errors.New("pgoutbox: relay: consumer group is stopped")
+	// ErrRunning is returned by Start and Run when the relay is already
+	// starting or running: a relay runs once.
+	ErrRunning = errors.New("pgoutbox: relay is already running")
+	// ErrStopped is returned by Start and Run when the relay was stopped
+	// (by Stop, or by the end of the context its Start or Run was given):
+	// create a new one with New.
+	ErrStopped = errors.New("pgoutbox: relay was stopped; create a new one with New")
+	// ErrDrainTimeout is returned by Run, Stop and Err when the batch in
+	// flight did not finish within DrainTimeout (or before the ctx of a
+	// Stop call ended) and was cancelled: its cursor did not move, and the
+	// group's next holder publishes it again (at-least-once).
+	ErrDrainTimeout = errors.New("pgoutbox: relay: drain timeout exceeded, the batch in flight was cancelled")
+	// ErrUnhealthy is matched by the errors Health.Healthy returns.
+	ErrUnhealthy = errors.New("pgoutbox: relay unhealthy")
+)
+
+// errNotWired is newServices' error until the relay's services are wired
+// in (the store, ticker, reader, lanes and retention packages).
+var errNotWired = errors.New("pgoutbox: relay: services not wired")
+
+// StopError says why a consumer group stopped: Run (and Stop, Err) return
+// it when the relay ended because its group stopped, and Health reports
+// it. The group's cursor row keeps Reason until an operator acts
+// (outboxctl relay rebase); nothing was published past the cursor.
+type StopError struct {
+	// Group is the consumer group that stopped.
+	Group string
+	// Reason says why, as the cursor row's stopped_reason holds it.
+	Reason string
+	// Err is the cause: ErrSnapshotBackwards, ErrDatabaseChanged,
+	// ErrGroupStopped (stopped before this relay took it), or another.
+	Err error
+}
+
+// Error implements error.
+func (e *StopError) Error() string {
+	msg := fmt.Sprintf("pgoutbox: relay: group %q stopped: %s", e.Group, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the cause.
+func (e *StopError) Unwrap() error { return e.Err }
