@@ -142,6 +142,7 @@ var allLogFunctions = []logFunction{
 	{functionSpec{sqlname.SuffixPartAdd, "p_lo xid8"}, "part_add", "xid8", true, true},
 	{functionSpec{sqlname.SuffixTick, "p_token uuid, p_idle interval"}, "tick", "uuid, interval", true, false},
 	{functionSpec{sqlname.SuffixPartTruncate, ""}, "part_truncate", "", true, true},
+	{functionSpec{sqlname.SuffixTickTrim, "p_limit integer"}, "tick_trim", "integer", true, true},
 }
 
 // createdFunction finds the template keys of the functions a template
