@@ -1,0 +1,113 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// env is one test's schema with a migrated log, a Store on it and the
+// ticker's lease held by ticker.
+type env struct {
+	db     *testdb.DB
+	store  *store.Store
+	ticker uuid.UUID
+}
+
+const logName = "relay_log"
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	db := testdb.New(t)
+	table := outbox.Table{Schema: db.Schema, Name: logName}
+	conn := db.Conn(t)
+	require.NoError(t, migrations.Migrate(t.Context(), conn, migrations.Config{Table: table, Kind: outbox.KindLog}))
+	s, err := store.New(db.Pool, table)
+	require.NoError(t, err)
+	e := env{db: db, store: s, ticker: uuid.New()}
+	held, err := s.TakeTicker(t.Context(), "test", e.ticker, time.Hour)
+	require.NoError(t, err)
+	require.True(t, held)
+	return e
+}
+
+// tick records a tick whether needed or not and returns its id.
+func (e env) tick(t *testing.T) int64 {
+	t.Helper()
+	id, made, err := e.store.Tick(t.Context(), e.ticker, 0)
+	require.NoError(t, err)
+	require.True(t, made)
+	return id
+}
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// emit inserts n events of key into the log on q and returns their ids.
+func emit(t *testing.T, q querier, key string, n int) []uuid.UUID {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `INSERT INTO `+logName+` (id, event_type, partition_key, payload, headers)
+		SELECT gen_random_uuid(), 'test.event', nullif($1, ''), '\x01'::bytea, '{"h":"v"}'::jsonb
+		FROM generate_series(1, $2) RETURNING id::text`, key, n)
+	require.NoError(t, err)
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	ids := make([]uuid.UUID, len(texts))
+	for i, s := range texts {
+		ids[i] = uuid.MustParse(s)
+	}
+	return ids
+}
+
+// begin starts a transaction on a connection of its own.
+func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// group creates group (Latest) and takes it for a new token.
+func (e env) group(t *testing.T, name string) (batch.Cursor, uuid.UUID) {
+	t.Helper()
+	require.NoError(t, e.store.CreateGroup(t.Context(), name, store.Latest))
+	token := uuid.New()
+	cur, err := e.store.TakeGroup(t.Context(), name, "test", token, time.Hour)
+	require.NoError(t, err)
+	return cur, token
+}
+
+// drain reads and moves batches of maxBatch until none is left and
+// returns the ids read, in order, and the batches.
+func (e env) drain(t *testing.T, token uuid.UUID, cur batch.Cursor, maxBatch int) ([]uuid.UUID, []batch.Batch, batch.Cursor) {
+	t.Helper()
+	var ids []uuid.UUID
+	var batches []batch.Batch
+	for {
+		b, ok, err := e.store.NextBatch(t.Context(), token, cur, maxBatch)
+		require.NoError(t, err)
+		if !ok {
+			return ids, batches, cur
+		}
+		for _, ev := range b.Events {
+			ids = append(ids, ev.Event.ID)
+		}
+		batches = append(batches, b)
+		cur, err = e.store.Move(t.Context(), token, cur, b, nil, nil)
+		require.NoError(t, err)
+	}
+}
