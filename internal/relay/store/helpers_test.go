@@ -11,10 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
+	"github.com/pgoutbox/pgoutbox/internal/relay/relaytest"
 	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
-	"github.com/pgoutbox/pgoutbox/migrations"
-	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // env is one test's schema with a migrated log, a Store on it and the
@@ -25,14 +24,11 @@ type env struct {
 	ticker uuid.UUID
 }
 
-const logName = "relay_log"
+const logName = relaytest.LogName
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	db := testdb.New(t)
-	table := outbox.Table{Schema: db.Schema, Name: logName}
-	conn := db.Conn(t)
-	require.NoError(t, migrations.Migrate(t.Context(), conn, migrations.Config{Table: table, Kind: outbox.KindLog}))
+	db, table := relaytest.NewLog(t)
 	s, err := store.New(db.Pool, table)
 	require.NoError(t, err)
 	e := env{db: db, store: s, ticker: uuid.New()}
@@ -51,25 +47,10 @@ func (e env) tick(t *testing.T) int64 {
 	return id
 }
 
-// querier is a pool, a connection or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// emit inserts n events of key into the log on q and returns their ids.
-func emit(t *testing.T, q querier, key string, n int) []uuid.UUID {
+// emit inserts n events of key on q and returns their ids.
+func emit(t *testing.T, q relaytest.Querier, key string, n int) []uuid.UUID {
 	t.Helper()
-	rows, err := q.Query(context.Background(), `INSERT INTO `+logName+` (id, event_type, partition_key, payload, headers)
-		SELECT gen_random_uuid(), 'test.event', nullif($1, ''), '\x01'::bytea, '{"h":"v"}'::jsonb
-		FROM generate_series(1, $2) RETURNING id::text`, key, n)
-	require.NoError(t, err)
-	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	ids := make([]uuid.UUID, len(texts))
-	for i, s := range texts {
-		ids[i] = uuid.MustParse(s)
-	}
-	return ids
+	return relaytest.Emit(t, q, key, n)
 }
 
 // begin starts a transaction on a connection of its own.
