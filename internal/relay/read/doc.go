@@ -17,13 +17,17 @@
 // the lease again: the events of that batch are published again by
 // whoever holds the group next (at-least-once; the event id dedupes).
 //
-// # Order
+// # Order and reading ahead
 //
-// One batch at a time: the next batch is read after the cursor moved
-// (Move), so that a restart resumes exactly the cursor's batch. Reading
-// the next batch while one publishes (the design's InFlightBatches) is not
-// done yet: its open-batch record would have to be written by the
-// previous batch's move.
+// Batches are published one after the other, each once the previous one
+// moved. While a batch publishes, the next one is read (store.ReadBatch
+// from the cursor its move will give, store.Next), and that move records
+// its target as the open batch (store.MoveOpen), so a restart resumes
+// exactly the batch read ahead: at most two batches are in memory (the
+// design's InFlightBatches of 2; Config.NoReadAhead turns it off). A
+// batch read ahead is not published before the move of the one before it
+// committed, and a failed read ahead is only dropped: the next batch is
+// then read (and its failure reported) as without read ahead.
 //
 // # Stopping
 //

@@ -61,6 +61,9 @@ type Config struct {
 	// PollInterval is the wait for a new tick when the group is caught up
 	// (Wake ends it early). Defaults to 100ms.
 	PollInterval time.Duration
+	// NoReadAhead turns off reading the next batch while one publishes
+	// (two batches are then never in memory at once). Defaults to false.
+	NoReadAhead bool
 	// Wake, when not nil, says a tick was recorded (the ticker in the
 	// same process).
 	Wake <-chan struct{}
@@ -195,8 +198,9 @@ func (r *Reader) hold(ctx context.Context, cur batch.Cursor) error {
 	if err != nil {
 		return err
 	}
+	var ahead batch.Batch
 	for {
-		next, more, err := r.once(held, cur, parked)
+		next, more, err := r.once(held, cur, parked, &ahead)
 		if err != nil {
 			if cause := context.Cause(held); held.Err() != nil && ctx.Err() == nil {
 				return cause
@@ -244,30 +248,41 @@ func (r *Reader) renew(held context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// once reads, publishes and moves one batch. more says another batch
-// may wait at once (this one was not empty of ticks).
-func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]bool) (batch.Cursor, bool, error) {
+// once publishes and moves one batch: *ahead when a batch was read ahead
+// (the previous move recorded its target), else the next batch read now.
+// While the batch publishes it reads the one after (unless NoReadAhead)
+// into *ahead. more says another batch may wait at once.
+func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]bool, ahead *batch.Batch) (batch.Cursor, bool, error) {
 	start := r.cfg.Clock.Mono()
-	b, ok, err := r.cfg.Store.NextBatch(ctx, r.token, cur, r.cfg.MaxBatch)
-	switch {
-	case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
-		return cur, false, r.stop(ctx, err)
-	case errors.Is(err, store.ErrLeaseLost):
-		return cur, false, err
-	case err != nil:
-		r.report(ctx, err)
-		return cur, false, nil // wait and try again
-	case !ok:
-		return cur, false, nil
+	b := *ahead
+	*ahead = batch.Batch{}
+	if b.To.ID == 0 {
+		var ok bool
+		var err error
+		b, ok, err = r.cfg.Store.NextBatch(ctx, r.token, cur, r.cfg.MaxBatch)
+		switch {
+		case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
+			return cur, false, r.stop(ctx, err)
+		case errors.Is(err, store.ErrLeaseLost):
+			return cur, false, err
+		case err != nil:
+			r.report(ctx, err)
+			return cur, false, nil // wait and try again
+		case !ok:
+			return cur, false, nil
+		}
 	}
+	read := r.readAhead(ctx, store.Next(cur, b))
 	res, err := r.cfg.Lanes.Publish(ctx, b.Events, parked)
+	next := <-read
 	if err != nil {
 		return cur, false, errtext.Wrap(err, "publish batch of %q", r.cfg.Group)
 	}
-	next, err := r.cfg.Store.Move(ctx, r.token, cur, b, res.Parked, newKeys(res))
+	moved, err := r.cfg.Store.MoveOpen(ctx, r.token, cur, b, res.Parked, newKeys(res), next)
 	if err != nil {
 		return cur, false, err
 	}
+	*ahead = next
 	for _, k := range res.NewKeys {
 		parked[k] = true
 	}
@@ -275,7 +290,27 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 		r.cfg.OnBatch(BatchStats{From: b.From.ID, To: b.To.ID, Events: len(b.Events), Published: res.Published,
 			Parked: len(res.Parked), Partial: b.Partial, Took: r.cfg.Clock.Elapsed(start)})
 	}
-	return next, true, nil
+	return moved, true, nil
+}
+
+// readAhead reads the batch from cur on a goroutine of its own; the
+// channel gives it, or a zero batch when there is none yet, read ahead
+// is off, or the read failed (the next NextBatch reads it again and
+// reports what failed).
+func (r *Reader) readAhead(ctx context.Context, cur batch.Cursor) <-chan batch.Batch {
+	out := make(chan batch.Batch, 1)
+	if r.cfg.NoReadAhead {
+		out <- batch.Batch{}
+		return out
+	}
+	go func() {
+		b, ok, err := r.cfg.Store.ReadBatch(ctx, cur, r.cfg.MaxBatch)
+		if err != nil || !ok {
+			b = batch.Batch{}
+		}
+		out <- b
+	}()
+	return out
 }
 
 // newKeys returns res's new keys with the code and text of the first

@@ -155,6 +155,14 @@ func waitPublished(t *testing.T, pub *fakePub, n int) {
 
 func TestReaderDeliversEachCommittedEventOnceInKeyOrder(t *testing.T) {
 	t.Parallel()
+	t.Run("read ahead", func(t *testing.T) { t.Parallel(); testDelivery(t, false) })
+	t.Run("one batch at a time", func(t *testing.T) { t.Parallel(); testDelivery(t, true) })
+}
+
+// testDelivery: writers of five keys commit and roll back at random
+// moments; the reader publishes every committed event once, each key's
+// in order, and the cursor does not move while a batch publishes.
+func testDelivery(t *testing.T, noReadAhead bool) {
 	e := newEnv(t)
 	pub := newFake()
 	type pos struct{ last, batchTick int64 }
@@ -169,7 +177,7 @@ func TestReaderDeliversEachCommittedEventOnceInKeyOrder(t *testing.T) {
 	}
 	var stats []read.BatchStats
 	var statsMu sync.Mutex
-	e.runReader(t, pub, read.Config{MaxBatch: 7, OnBatch: func(s read.BatchStats) {
+	e.runReader(t, pub, read.Config{MaxBatch: 7, NoReadAhead: noReadAhead, OnBatch: func(s read.BatchStats) {
 		statsMu.Lock()
 		stats = append(stats, s)
 		statsMu.Unlock()
@@ -241,18 +249,21 @@ func TestReaderParksAndLoadsParkedKeys(t *testing.T) {
 	e := newEnv(t)
 	pub := newFake()
 	pub.park["bad"] = true
-	stop, _ := e.runReader(t, pub, read.Config{})
+	moved := make(chan read.BatchStats, 100)
+	stop, res := e.runReader(t, pub, read.Config{OnBatch: func(s read.BatchStats) { moved <- s }})
 	relaytest.Emit(t, e.db.Pool, "bad", 2)
 	relaytest.Emit(t, e.db.Pool, "good", 1)
-	waitPublished(t, pub, 1)
-	require.Eventually(t, func() bool { // the move that parked commits after the publish returned
-		keys, err := e.store.ParkedKeys(t.Context(), "g")
-		return err == nil && keys["bad"]
-	}, time.Minute, time.Millisecond)
+	for parked := 0; parked < 2; { // the moves that park commit after the publish returned
+		parked += (<-moved).Parked
+	}
+	keys, err := e.store.ParkedKeys(t.Context(), "g")
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"bad": true}, keys)
 	var parked int
 	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+relaytest.LogName+`_parked`).Scan(&parked))
 	require.Equal(t, 2, parked)
 	stop()
+	require.NoError(t, <-res) // released
 
 	// A new reader loads the parked keys at take and passes them on.
 	pub2 := newFake()
@@ -339,4 +350,3 @@ func TestTwoReadersOneGroup(t *testing.T) {
 	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT owner FROM `+relaytest.LogName+`_cursors`).Scan(&owner))
 	require.Equal(t, "b", owner)
 }
-

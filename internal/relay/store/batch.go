@@ -26,6 +26,25 @@ import (
 // there is no tick after the cursor's. ErrSnapshotBackwards or
 // ErrDatabaseChanged when the ticks went backwards.
 func (s *Store) NextBatch(ctx context.Context, token uuid.UUID, cur batch.Cursor, maxBatch int) (b batch.Batch, ok bool, err error) {
+	b, ok, err = s.ReadBatch(ctx, cur, maxBatch)
+	if err != nil || !ok || cur.BatchTick != 0 {
+		return b, ok, err
+	}
+	tag, err := s.db.Exec(ctx, s.sql.openBatch, cur.Group, token.String(), b.From.ID, b.To.ID)
+	if err != nil {
+		return batch.Batch{}, false, errtext.Wrap(err, "open batch of %q", cur.Group)
+	}
+	if tag.RowsAffected() == 0 {
+		return batch.Batch{}, false, ErrLeaseLost
+	}
+	return b, true, nil
+}
+
+// ReadBatch is NextBatch without recording the target: the read ahead of
+// a reader whose cursor will be cur once the batch it publishes moves
+// (Next predicts it). Pass the batch to MoveOpen with that move, which
+// records its target.
+func (s *Store) ReadBatch(ctx context.Context, cur batch.Cursor, maxBatch int) (b batch.Batch, ok bool, err error) {
 	if maxBatch < 1 {
 		return batch.Batch{}, false, fmt.Errorf("pgoutbox: next batch: maxBatch %d, want at least 1", maxBatch)
 	}
@@ -33,21 +52,22 @@ func (s *Store) NextBatch(ctx context.Context, token uuid.UUID, cur batch.Cursor
 	if err != nil || t.ID == 0 {
 		return batch.Batch{}, false, err
 	}
-	if cur.BatchTick == 0 {
-		tag, err := s.db.Exec(ctx, s.sql.openBatch, cur.Group, token.String(), c.ID, t.ID)
-		if err != nil {
-			return batch.Batch{}, false, errtext.Wrap(err, "open batch of %q", cur.Group)
-		}
-		if tag.RowsAffected() == 0 {
-			return batch.Batch{}, false, ErrLeaseLost
-		}
-	}
 	b = batch.Batch{From: c, To: t, AfterSeq: cur.BatchSeq}
 	b.Events, b.Partial, err = s.events(ctx, c, t, cur.BatchSeq, maxBatch)
 	if err != nil {
 		return batch.Batch{}, false, errtext.Wrap(err, "read batch of %q", cur.Group)
 	}
 	return b, true, nil
+}
+
+// Next returns the cursor that moving b from cur gives: b's target when
+// b is whole, else cur's tick with b's target and last seq as the open
+// batch.
+func Next(cur batch.Cursor, b batch.Batch) batch.Cursor {
+	if b.Partial && len(b.Events) > 0 {
+		return batch.Cursor{Group: cur.Group, LastTick: cur.LastTick, BatchTick: b.To.ID, BatchSeq: b.Events[len(b.Events)-1].Seq}
+	}
+	return batch.Cursor{Group: cur.Group, LastTick: b.To.ID}
 }
 
 // events reads the events of c → t after afterSeq, at most maxBatch;
@@ -119,17 +139,36 @@ func decodeHeaders(raw string) map[string]string {
 
 // Move records that every event of b was published or parked: the
 // cursor moves to b.To, or, for a partial batch, records b.To and the
-// last seq of b as the open batch. parked events and newKeys are written
-// in the same transaction. The move matches token, an unexpired lease
-// and the position b was read from (cur's tick, b's target and
-// b.AfterSeq); ErrLeaseLost and nothing written otherwise. It returns
-// the new cursor.
+// last seq of b as the open batch (see Next). parked events and newKeys
+// are written in the same transaction. The move matches token, an
+// unexpired lease and the position b was read from (cur's tick, b's
+// target and b.AfterSeq); ErrLeaseLost and nothing written otherwise. It
+// returns the new cursor.
 func (s *Store) Move(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, parked []batch.Parked, newKeys []ParkedKey) (batch.Cursor, error) {
-	next := batch.Cursor{Group: cur.Group, LastTick: b.To.ID}
+	return s.MoveOpen(ctx, token, cur, b, parked, newKeys, batch.Batch{})
+}
+
+// MoveOpen is Move that also records ahead, a batch read (ReadBatch)
+// from Next(cur, b), as the open batch: a restart then resumes exactly
+// it. A zero ahead (To.ID 0) records nothing more; so does an ahead
+// that continues a partial b (same target), whose target is b's.
+func (s *Store) MoveOpen(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, parked []batch.Parked,
+	newKeys []ParkedKey, ahead batch.Batch,
+) (batch.Cursor, error) {
+	next := Next(cur, b)
+	switch {
+	case ahead.To.ID == 0 || next.BatchTick != 0:
+	case ahead.From.ID != next.LastTick || ahead.AfterSeq != 0:
+		return cur, fmt.Errorf("pgoutbox: move cursor of %q: the batch read ahead is from tick %d, not %d", cur.Group, ahead.From.ID, next.LastTick)
+	default:
+		next.BatchTick = ahead.To.ID
+	}
 	var batchTick, batchSeq *int64
-	if b.Partial && len(b.Events) > 0 {
-		next = batch.Cursor{Group: cur.Group, LastTick: cur.LastTick, BatchTick: b.To.ID, BatchSeq: b.Events[len(b.Events)-1].Seq}
-		batchTick, batchSeq = &next.BatchTick, &next.BatchSeq
+	if next.BatchTick != 0 {
+		batchTick = &next.BatchTick
+	}
+	if next.BatchSeq != 0 {
+		batchSeq = &next.BatchSeq
 	}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, s.sql.move, cur.Group, token.String(), cur.LastTick, b.To.ID,

@@ -360,3 +360,46 @@ func TestConcurrentWritersNoneSkippedNoneTwice(t *testing.T) {
 	}
 	require.Len(t, seen, len(committed), "every committed event read")
 }
+
+// TestMoveOpenRecordsTheBatchReadAhead reads the next batch while one
+// is published and records its target with the move: a restart resumes
+// that batch, not a larger one merged from newer ticks.
+func TestMoveOpenRecordsTheBatchReadAhead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	cur, token := e.group(t, "g")
+	first := emit(t, e.db.Pool, "k", 2)
+	e.tick(t)
+	b, ok, err := e.store.NextBatch(ctx, token, cur, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, first, ids(b.Events))
+	second := emit(t, e.db.Pool, "k", 2)
+	aheadTick := e.tick(t)
+
+	ahead, ok, err := e.store.ReadBatch(ctx, store.Next(cur, b), 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, second, ids(ahead.Events))
+	emit(t, e.db.Pool, "k", 1)
+	e.tick(t) // within maxBatch of neither; merging would change nothing, but a restart must not re-pick
+
+	_, err = e.store.MoveOpen(ctx, token, cur, b, nil, nil, batch.Batch{From: batch.Tick{ID: 99}, To: batch.Tick{ID: 100}})
+	require.Error(t, err, "a batch read ahead from elsewhere")
+	next, err := e.store.MoveOpen(ctx, token, cur, b, nil, nil, ahead)
+	require.NoError(t, err)
+	require.Equal(t, batch.Cursor{Group: "g", LastTick: b.To.ID, BatchTick: aheadTick}, next)
+
+	require.NoError(t, e.store.ReleaseGroup(ctx, "g", token))
+	token2 := uuid.New()
+	cur2, err := e.store.TakeGroup(ctx, "g", "other", token2, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, next, cur2)
+	again, ok, err := e.store.NextBatch(ctx, token2, cur2, 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, second, ids(again.Events), "the batch read ahead, as recorded")
+	_, err = e.store.Move(ctx, token2, cur2, again, nil, nil)
+	require.NoError(t, err)
+}

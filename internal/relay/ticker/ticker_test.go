@@ -186,6 +186,10 @@ func TestThreeTickersRecordEachTickOnce(t *testing.T) {
 		case <-t.Context().Done():
 		}
 	}
+	for _, r := range runs {
+		r.stop()
+		<-r.done
+	}
 	var ticks int
 	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+relaytest.LogName+`_ticks`).Scan(&ticks))
 	require.Equal(t, int64(ticks-1), runs[0].ticks.Load()+runs[1].ticks.Load()+runs[2].ticks.Load())
