@@ -92,3 +92,11 @@ func (e env) drain(t *testing.T, token uuid.UUID, cur batch.Cursor, maxBatch int
 		require.NoError(t, err)
 	}
 }
+
+// drainAll is drain with a large batch, for tests that need only the
+// cursor moved.
+func (e env) drainAll(t *testing.T, token uuid.UUID, cur batch.Cursor) batch.Cursor {
+	t.Helper()
+	_, _, cur = e.drain(t, token, cur, 1000)
+	return cur
+}

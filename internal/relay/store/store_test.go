@@ -148,3 +148,25 @@ func TestTickSnapshotsNeverGoBack(t *testing.T) {
 	require.Equal(t, 3*30, ticks, "every tick made, ids without gaps")
 	require.Zero(t, bad)
 }
+
+func TestLag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	_, err := e.store.Lag(ctx, "g")
+	require.ErrorIs(t, err, store.ErrNoGroup)
+	cur, token := e.group(t, "g")
+	emit(t, e.db.Pool, "k", 3)
+	e.tick(t)
+	lag, err := e.store.Lag(ctx, "g")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), lag.Events)
+	require.Greater(t, lag.Seconds, 0.0)
+	require.GreaterOrEqual(t, lag.TickAge, time.Duration(0))
+
+	e.drainAll(t, token, cur)
+	lag, err = e.store.Lag(ctx, "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Events)
+	require.Zero(t, lag.Seconds)
+}
