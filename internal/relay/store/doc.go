@@ -46,6 +46,14 @@
 // ErrSnapshotBackwards or ErrDatabaseChanged; the reader then stops the
 // group (StopGroup records the reason) and publishes nothing.
 //
+// # Privileges
+//
+// The ticker needs UPDATE on <log>_ticker and EXECUTE on <log>_tick and
+// <log>_part_add; a reader SELECT on the log and <log>_ticks, UPDATE on
+// <log>_cursors, SELECT and INSERT on <log>_parked_keys and INSERT on
+// <log>_parked. CreateGroup and DropGroup (an operator's) need INSERT and
+// DELETE on <log>_cursors and DELETE on the parked tables.
+//
 // Every value is passed as text (xid8, pg_snapshot, uuid), so that every
 // pgx exec mode and a transaction-mode pooler work.
 package store
