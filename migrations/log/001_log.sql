@@ -156,7 +156,88 @@ INSERT INTO {{.ticks}} (tick_id, snapshot, last_seq, sysid)
 SELECT 1, pg_current_snapshot(), 0, (pg_control_system()).system_identifier;
 INSERT INTO {{.ticker}} (next_tick) VALUES (2);
 
+-- {{.tick}}(p_token, p_idle) records a tick when one is needed and
+-- returns its id (made) or the last tick's (not made). The caller must
+-- hold the ticker's lease: the ticker row is locked where the token
+-- matches an unexpired lease, else SQLSTATE PGR01 (lease lost). The
+-- snapshot is taken by a later statement than that lock, so under READ
+-- COMMITTED it is newer than any tick committed before: a tick's snapshot
+-- is never older than the tick before it. A snapshot whose xmax is below
+-- the last tick's raises PGR02 (snapshot went backwards), another
+-- cluster's system identifier PGR03 (database changed). A tick is needed
+-- when the seq sequence moved, when p_idle passed since the last, or when
+-- events became visible whose insert did not move the sequence past the
+-- last tick: a transaction that was running at the last tick (in its xip,
+-- or at or above its xmax: a snapshot's xmax is the newest finished xid
+-- plus one, so a running transaction above it is not in its xip) and has
+-- committed since. That probe reads the xid index over the ids that began
+-- since the last tick's xmax and the finished ones of its xip.
+CREATE FUNCTION {{.tick}}(p_token uuid, p_idle interval, OUT tick_id bigint, OUT made boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $pgoutbox_fn$
+DECLARE
+    v_next  bigint;
+    v_last  record;
+    v_snap  pg_snapshot;
+    v_seq   bigint;
+    v_sysid bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgoutbox: tick needs READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = '25001';
+    END IF;
+    SELECT t.next_tick INTO v_next FROM {{.ticker}} AS t
+    WHERE t.token = p_token AND t.lease_until > clock_timestamp()
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgoutbox: ticker lease lost' USING ERRCODE = 'PGR01';
+    END IF;
+    -- A new statement: a new snapshot, taken after the lock was granted.
+    SELECT k.tick_id, k.snapshot, k.tick_time, k.last_seq, k.sysid,
+           pg_current_snapshot() AS snap,
+           coalesce(pg_sequence_last_value(pg_get_serial_sequence({{.log_lit}}, 'seq')), 0) AS seq,
+           (pg_control_system()).system_identifier AS sysid_now
+    INTO v_last
+    FROM {{.ticks}} AS k ORDER BY k.tick_id DESC LIMIT 1;
+    v_snap := v_last.snap;
+    v_seq := v_last.seq;
+    v_sysid := v_last.sysid_now;
+    IF v_sysid <> v_last.sysid THEN
+        RAISE EXCEPTION 'pgoutbox: database changed: system identifier % at tick %, now %', v_last.sysid, v_last.tick_id, v_sysid
+            USING ERRCODE = 'PGR03';
+    END IF;
+    IF pg_snapshot_xmax(v_snap) < pg_snapshot_xmax(v_last.snapshot) THEN
+        RAISE EXCEPTION 'pgoutbox: snapshot went backwards: xmax % below tick %''s %',
+            pg_snapshot_xmax(v_snap), v_last.tick_id, pg_snapshot_xmax(v_last.snapshot)
+            USING ERRCODE = 'PGR02';
+    END IF;
+    IF v_seq <= v_last.last_seq
+       AND clock_timestamp() - v_last.tick_time < p_idle
+       AND NOT EXISTS (
+           SELECT 1 FROM {{.log}} AS e
+           WHERE ((e.xid >= pg_snapshot_xmax(v_last.snapshot) AND e.xid < pg_snapshot_xmax(v_snap))
+                  OR e.xid = ANY (ARRAY(
+                      SELECT pg_snapshot_xip(v_last.snapshot)
+                      EXCEPT SELECT pg_snapshot_xip(v_snap))))
+             AND pg_visible_in_snapshot(e.xid, v_snap)
+           LIMIT 1) THEN
+        tick_id := v_last.tick_id;
+        made := false;
+        RETURN;
+    END IF;
+    INSERT INTO {{.ticks}} (tick_id, snapshot, tick_time, last_seq, sysid)
+    VALUES (v_next, v_snap, clock_timestamp(), v_seq, v_sysid);
+    UPDATE {{.ticker}} SET next_tick = v_next + 1, heartbeat_at = clock_timestamp() WHERE one;
+    tick_id := v_next;
+    made := true;
+END
+$pgoutbox_fn$;
+REVOKE EXECUTE ON FUNCTION {{.tick}}(uuid, interval) FROM PUBLIC;
+
 ---- create above / drop below ----
+
+DROP FUNCTION {{.tick}}(uuid, interval);
 
 DROP FUNCTION {{.part_add}}(xid8);
 DROP TABLE {{.parked}};

@@ -1,0 +1,39 @@
+// Package read runs one consumer group's reader of the log relay (issue
+// 27, docs/relay-design.md sections 3 and 4): it holds the group's cursor
+// lease, reads the batch between the cursor tick and a later tick
+// (internal/relay/store), hands it to the publishing engine
+// (internal/relay/lanes, through Publisher) and moves the cursor once every
+// event of the batch is published or parked, with the parked events and
+// keys in the same transaction.
+//
+// # Leases
+//
+// Run takes the group's lease (trying again every third of Lease while
+// another reader holds it) and renews it every third of Lease on a
+// goroutine of its own. It trusts the lease until Lease after the start
+// of the last renewal that succeeded. When a renewal or a move finds the
+// lease lost, or the trust runs out, the batch being published is
+// abandoned (its context is cancelled), nothing is moved, and Run takes
+// the lease again: the events of that batch are published again by
+// whoever holds the group next (at-least-once; the event id dedupes).
+//
+// # Order and reading ahead
+//
+// Batches are published one after the other, each once the previous one
+// moved. While a batch publishes, the next one is read (store.ReadBatch
+// from the cursor its move will give, store.Next), and that move records
+// its target as the open batch (store.MoveOpen), so a restart resumes
+// exactly the batch read ahead: at most two batches are in memory (the
+// design's InFlightBatches of 2; Config.NoReadAhead turns it off). A
+// batch read ahead is not published before the move of the one before it
+// committed, and a failed read ahead is only dropped: the next batch is
+// then read (and its failure reported) as without read ahead.
+//
+// # Stopping
+//
+// A snapshot that went backwards or a changed database (store's
+// ErrSnapshotBackwards, ErrDatabaseChanged), at lease acquisition or
+// before a batch, stops the group: StopGroup records the reason, nothing
+// of that batch is published, and Run returns a *StopError. A group found
+// stopped already gives a *StopError too.
+package read

@@ -1,0 +1,364 @@
+package read
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultMaxBatch     = 5000
+	DefaultPollInterval = 100 * time.Millisecond
+)
+
+// Result is what the publisher did with a batch: the fields of
+// lanes.Result the reader needs.
+type Result struct {
+	// Published counts the events acknowledged.
+	Published int
+	// Parked is the events set aside, in seq order.
+	Parked []batch.Parked
+	// NewKeys is the keys this batch parked; the first event of Parked
+	// with each key carries the failure's code and text.
+	NewKeys []string
+}
+
+// Publisher delivers a batch's events (seq order) and returns when each
+// is acked or parked, or with an error when ctx ends (then nothing may
+// be moved). parked is the keys parked already. internal/relay/lanes is
+// the production one.
+type Publisher interface {
+	Publish(ctx context.Context, events []batch.Event, parked map[string]bool) (Result, error)
+}
+
+// Config configures a Reader.
+type Config struct {
+	// Store is the log's store. Required.
+	Store *store.Store
+	// Lanes publishes the batches. Required.
+	Lanes Publisher
+	// Group is the consumer group read. Required.
+	Group string
+	// Owner names this relay in the cursor row.
+	Owner string
+	// Lease is the group lease's length, renewed every third of it.
+	// Defaults to 30s.
+	Lease time.Duration
+	// MaxBatch bounds the events of a batch. Defaults to 5,000.
+	MaxBatch int
+	// PollInterval is the wait for a new tick when the group is caught up
+	// (Wake ends it early). Defaults to 100ms.
+	PollInterval time.Duration
+	// NoReadAhead turns off reading the next batch while one publishes
+	// (two batches are then never in memory at once). Defaults to false.
+	NoReadAhead bool
+	// Wake, when not nil, says a tick was recorded (the ticker in the
+	// same process).
+	Wake <-chan struct{}
+	// Clock tells the time; the zero Clock is the wall clock.
+	Clock clock.Clock
+	// OnBatch is called after each cursor move. May be nil.
+	OnBatch func(BatchStats)
+	// OnError is called with each error the reader goes on after (a
+	// failed statement, a lease lost). May be nil.
+	OnError func(error)
+}
+
+// BatchStats describes one batch whose cursor move committed.
+type BatchStats struct {
+	// From and To are the batch's cursor and target ticks.
+	From, To int64
+	// Events is the batch's size, Published and Parked what became of
+	// its events.
+	Events, Published, Parked int
+	// Partial says the batch was cut at MaxBatch.
+	Partial bool
+	// Took is the time from the read to the committed move.
+	Took time.Duration
+}
+
+// StopError is Run's error when the group stopped: its snapshots went
+// backwards, its database changed, or an operator's stop was found.
+type StopError struct {
+	Group, Reason string
+	Err           error
+}
+
+func (e *StopError) Error() string {
+	return fmt.Sprintf("pgoutbox: consumer group %q stopped: %s", e.Group, errtext.Trim(e.Reason))
+}
+
+// Unwrap returns the cause (store.ErrSnapshotBackwards,
+// store.ErrDatabaseChanged or store.ErrGroupStopped).
+func (e *StopError) Unwrap() error { return e.Err }
+
+// Reader reads one consumer group.
+type Reader struct {
+	cfg   Config
+	token uuid.UUID
+}
+
+// New returns a Reader with cfg's defaults applied. It panics when Store,
+// Lanes or Group is missing.
+func New(cfg Config) *Reader {
+	if cfg.Store == nil || cfg.Lanes == nil || cfg.Group == "" {
+		panic("read: Config needs Store, Lanes and Group")
+	}
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	return &Reader{cfg: cfg, token: uuid.New()}
+}
+
+// errLeaseLost is the cause of a held context's end when the lease was
+// lost or its trust ran out.
+var errLeaseLost = store.ErrLeaseLost
+
+// Run reads the group until ctx ends (then it releases the lease and
+// returns nil) or the group stops (a *StopError). ErrNoGroup is returned
+// as is.
+func (r *Reader) Run(ctx context.Context) error {
+	for {
+		cur, err := r.take(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		err = r.hold(ctx, cur)
+		if ctx.Err() != nil {
+			r.release()
+			return nil
+		}
+		var stop *StopError
+		if errors.As(err, &stop) {
+			return err
+		}
+		r.report(ctx, err) // the lease was lost: take it again
+	}
+}
+
+// take takes the group's lease, trying again every third of Lease while
+// another reader holds it.
+func (r *Reader) take(ctx context.Context) (batch.Cursor, error) {
+	for {
+		cur, err := r.cfg.Store.TakeGroup(ctx, r.cfg.Group, r.cfg.Owner, r.token, r.cfg.Lease)
+		switch {
+		case err == nil:
+			return cur, nil
+		case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
+			return batch.Cursor{}, r.stop(ctx, err)
+		case errors.Is(err, store.ErrGroupStopped):
+			return batch.Cursor{}, &StopError{Group: r.cfg.Group, Reason: err.Error(), Err: err}
+		case errors.Is(err, store.ErrNoGroup):
+			return batch.Cursor{}, err
+		case !errors.Is(err, store.ErrGroupBusy):
+			r.report(ctx, err)
+		}
+		if err := r.cfg.Clock.Sleep(ctx, r.cfg.Lease/3); err != nil {
+			return batch.Cursor{}, err
+		}
+	}
+}
+
+// stop records err as the group's stop reason and returns the
+// *StopError.
+func (r *Reader) stop(ctx context.Context, err error) error {
+	if serr := r.cfg.Store.StopGroup(ctx, r.cfg.Group, r.token, err.Error()); serr != nil {
+		r.report(ctx, serr)
+	}
+	return &StopError{Group: r.cfg.Group, Reason: err.Error(), Err: err}
+}
+
+// hold reads batches while the lease is held: it returns when ctx ends,
+// the lease is lost (an error) or the group stops (a *StopError).
+func (r *Reader) hold(ctx context.Context, cur batch.Cursor) error {
+	held, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.renew(held, cancel) }()
+	defer wg.Wait()
+	defer cancel(nil)
+
+	parked, err := r.cfg.Store.ParkedKeys(held, r.cfg.Group)
+	if err != nil {
+		return err
+	}
+	var ahead batch.Batch
+	for {
+		next, more, err := r.once(held, cur, parked, &ahead)
+		if err != nil {
+			if cause := context.Cause(held); held.Err() != nil && ctx.Err() == nil {
+				return cause
+			}
+			return err
+		}
+		cur = next
+		if more {
+			continue
+		}
+		if err := r.wait(held); err != nil {
+			return err
+		}
+	}
+}
+
+// renew renews the lease every third of Lease until held ends; when the
+// lease is lost, or not renewed for Lease, it ends held with
+// errLeaseLost.
+func (r *Reader) renew(held context.Context, cancel context.CancelCauseFunc) {
+	trustUntil := r.cfg.Clock.Now().Add(r.cfg.Lease)
+	every := r.cfg.Clock.NewTicker(r.cfg.Lease / 3)
+	defer every.Stop()
+	for {
+		select {
+		case <-held.Done():
+			return
+		case <-every.C:
+		}
+		start := r.cfg.Clock.Now()
+		err := r.cfg.Store.RenewGroup(held, r.cfg.Group, r.token, r.cfg.Lease)
+		switch {
+		case err == nil:
+			trustUntil = start.Add(r.cfg.Lease)
+		case errors.Is(err, store.ErrLeaseLost):
+			cancel(errtext.Wrap(errLeaseLost, "renew consumer group %q", r.cfg.Group))
+			return
+		default:
+			r.report(held, err)
+		}
+		if !r.cfg.Clock.Now().Before(trustUntil) {
+			cancel(errtext.Wrap(errLeaseLost, "consumer group %q: lease not renewed in time", r.cfg.Group))
+			return
+		}
+	}
+}
+
+// once publishes and moves one batch: *ahead when a batch was read ahead
+// (the previous move recorded its target), else the next batch read now.
+// While the batch publishes it reads the one after (unless NoReadAhead)
+// into *ahead. more says another batch may wait at once.
+func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]bool, ahead *batch.Batch) (batch.Cursor, bool, error) {
+	start := r.cfg.Clock.Mono()
+	b := *ahead
+	*ahead = batch.Batch{}
+	if b.To.ID == 0 {
+		var ok bool
+		var err error
+		b, ok, err = r.cfg.Store.NextBatch(ctx, r.token, cur, r.cfg.MaxBatch)
+		switch {
+		case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
+			return cur, false, r.stop(ctx, err)
+		case errors.Is(err, store.ErrLeaseLost):
+			return cur, false, err
+		case err != nil:
+			r.report(ctx, err)
+			return cur, false, nil // wait and try again
+		case !ok:
+			return cur, false, nil
+		}
+	}
+	read := r.readAhead(ctx, store.Next(cur, b))
+	res, err := r.cfg.Lanes.Publish(ctx, b.Events, parked)
+	next := <-read
+	if err != nil {
+		return cur, false, errtext.Wrap(err, "publish batch of %q", r.cfg.Group)
+	}
+	moved, err := r.cfg.Store.MoveOpen(ctx, r.token, cur, b, res.Parked, newKeys(res), next)
+	if err != nil {
+		return cur, false, err
+	}
+	*ahead = next
+	for _, k := range res.NewKeys {
+		parked[k] = true
+	}
+	if r.cfg.OnBatch != nil {
+		r.cfg.OnBatch(BatchStats{From: b.From.ID, To: b.To.ID, Events: len(b.Events), Published: res.Published,
+			Parked: len(res.Parked), Partial: b.Partial, Took: r.cfg.Clock.Elapsed(start)})
+	}
+	return moved, true, nil
+}
+
+// readAhead reads the batch from cur on a goroutine of its own; the
+// channel gives it, or a zero batch when there is none yet, read ahead
+// is off, or the read failed (the next NextBatch reads it again and
+// reports what failed).
+func (r *Reader) readAhead(ctx context.Context, cur batch.Cursor) <-chan batch.Batch {
+	out := make(chan batch.Batch, 1)
+	if r.cfg.NoReadAhead {
+		out <- batch.Batch{}
+		return out
+	}
+	go func() {
+		b, ok, err := r.cfg.Store.ReadBatch(ctx, cur, r.cfg.MaxBatch)
+		if err != nil || !ok {
+			b = batch.Batch{}
+		}
+		out <- b
+	}()
+	return out
+}
+
+// newKeys returns res's new keys with the code and text of the first
+// parked event of each.
+func newKeys(res Result) []store.ParkedKey {
+	if len(res.NewKeys) == 0 {
+		return nil
+	}
+	first := make(map[string]batch.Parked, len(res.NewKeys))
+	for _, p := range res.Parked {
+		if _, ok := first[p.Key]; !ok {
+			first[p.Key] = p
+		}
+	}
+	out := make([]store.ParkedKey, len(res.NewKeys))
+	for i, k := range res.NewKeys {
+		out[i] = store.ParkedKey{Key: k, Code: first[k].Code, Err: first[k].Err}
+	}
+	return out
+}
+
+// wait waits for Wake or PollInterval, or ctx's end (its cause).
+func (r *Reader) wait(ctx context.Context) error {
+	t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-r.cfg.Wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// release gives the lease up so that another reader takes the group at
+// once.
+func (r *Reader) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.cfg.Store.ReleaseGroup(ctx, r.cfg.Group, r.token); err != nil && r.cfg.OnError != nil {
+		r.cfg.OnError(err)
+	}
+}
+
+// report passes err to OnError unless it is only ctx ending.
+func (r *Reader) report(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil || r.cfg.OnError == nil {
+		return
+	}
+	r.cfg.OnError(err)
+}

@@ -1,0 +1,59 @@
+// Package store holds every SQL statement of the log relay (issue 27,
+// docs/relay-design.md): the ticker's lease and its tick call, the parts
+// kept ahead of the current transaction id, the consumer groups' cursors
+// under token-fenced leases, the batch read and the cursor move with its
+// parked events. The ticker (internal/relay/ticker) and the group reader
+// (internal/relay/read) drive it; nothing else of the relay writes SQL.
+//
+// # Ticks
+//
+// A tick is a row of <log>_ticks holding pg_current_snapshot() of the
+// SECURITY DEFINER function <log>_tick, which the ticker lease's holder
+// calls (migrations/log/001_log.sql). The function locks the lease row
+// first and takes the snapshot in a later statement, so a tick's snapshot
+// is never older than the tick before it; it refuses a snapshot whose
+// xmax went backwards (SQLSTATE PGR02) or a cluster with another system
+// identifier (PGR03), and answers PGR01 when the lease is not held.
+//
+// # Batches
+//
+// For the cursor tick c and a target tick t, a batch is every event whose
+// xid is visible in t's snapshot and not in c's, in seq order. The
+// candidates are the xids in [xmax_c, xmax_t) and those in c's xip but
+// not t's (done, computed here from the snapshots' text, see snap.go),
+// so a transaction open across many ticks is read once, in the batch of
+// the first tick that sees it committed, and its age costs nothing. The
+// target is the newest tick whose last_seq is within maxBatch of c's (at
+// least the next tick: ticks merge when the reader is behind). The target
+// is written to the cursor (batch_tick) before the events are returned,
+// and a batch cut at maxBatch is recorded as (batch_tick, batch_seq) by
+// Move, so that a restart resumes the same set.
+//
+// # Fencing
+//
+// Every write to the ticker or a cursor matches the holder's token and an
+// unexpired lease (lease_until, from the database clock), as in
+// internal/lease; a cursor move also matches the position it moves from.
+// A writer that lost its lease changes nothing and gets ErrLeaseLost.
+//
+// # Going backwards
+//
+// TakeGroup and NextBatch check that the target tick is after the cursor
+// tick with an xmax and xmin not below it and the same system identifier,
+// and that the newest tick is not behind the newest this Store has seen
+// (a restore of an older backup rolls ticks and cursors back together;
+// only the running process remembers). A failed check returns
+// ErrSnapshotBackwards or ErrDatabaseChanged; the reader then stops the
+// group (StopGroup records the reason) and publishes nothing.
+//
+// # Privileges
+//
+// The ticker needs UPDATE on <log>_ticker and EXECUTE on <log>_tick and
+// <log>_part_add; a reader SELECT on the log and <log>_ticks, UPDATE on
+// <log>_cursors, SELECT and INSERT on <log>_parked_keys and INSERT on
+// <log>_parked. CreateGroup and DropGroup (an operator's) need INSERT and
+// DELETE on <log>_cursors and DELETE on the parked tables.
+//
+// Every value is passed as text (xid8, pg_snapshot, uuid), so that every
+// pgx exec mode and a transaction-mode pooler work.
+package store
