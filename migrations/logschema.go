@@ -140,7 +140,7 @@ type logFunction struct {
 // its line here.
 var allLogFunctions = []logFunction{
 	{functionSpec{sqlname.SuffixPartAdd, "p_lo xid8"}, "part_add", "xid8", true, true},
-	{functionSpec{sqlname.SuffixTick, "p_token uuid, p_idle interval"}, "tick", "uuid, interval", true, false},
+	{functionSpec{sqlname.SuffixTick, "p_token uuid, p_idle interval, OUT tick_id bigint, OUT made boolean"}, "tick", "uuid, interval", true, false},
 	{functionSpec{sqlname.SuffixPartTruncate, ""}, "part_truncate", "", true, true},
 	{functionSpec{sqlname.SuffixTickTrim, "p_limit integer"}, "tick_trim", "integer", true, true},
 }

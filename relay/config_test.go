@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -137,12 +136,4 @@ func TestConfigDefaults(t *testing.T) {
 	c = Config{KeyRetryMin: 2 * time.Minute, CircuitMinBackoff: 2 * time.Minute}.withDefaults()
 	require.Equal(t, 2*time.Minute, c.KeyRetryMax, "at least KeyRetryMin")
 	require.Equal(t, 2*time.Minute, c.CircuitMaxBackoff, "at least CircuitMinBackoff")
-}
-
-// Until the services are wired in, New refuses a valid Config with
-// errNotWired.
-func TestNewNotWired(t *testing.T) {
-	t.Parallel()
-	_, err := New(validConfig(t, nil))
-	require.True(t, errors.Is(err, errNotWired), "%v", err)
 }

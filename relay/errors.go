@@ -3,33 +3,35 @@ package relay
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 )
 
-// The relay's sentinel errors. Match them with errors.Is. Those the store
-// returns are declared here so that callers need not import an internal
-// package; they are the same values as the store's (aliased at merge).
+// The relay's sentinel errors. Match them with errors.Is. Those the
+// relay's store returns are the same values, declared here so that
+// callers need not import an internal package.
 var (
 	// ErrSnapshotBackwards: a tick's snapshot is older than its
 	// predecessor's, or than the snapshot this relay last read (a restore
 	// of an older backup, a lossy failover). The group stops, publishing
 	// nothing: events committed after the restore point could be skipped
 	// otherwise. See docs/relay.md, "Restore and failover".
-	ErrSnapshotBackwards = errors.New("pgoutbox: relay: snapshot went backwards")
+	ErrSnapshotBackwards = store.ErrSnapshotBackwards
 	// ErrDatabaseChanged: the cluster's system identifier differs from the
 	// one the group's cursor tick recorded (a logical dump restored into
 	// another cluster). The group stops, publishing nothing.
-	ErrDatabaseChanged = errors.New("pgoutbox: relay: database changed (system identifier differs)")
+	ErrDatabaseChanged = store.ErrDatabaseChanged
 	// ErrGroupBusy: another relay holds the group's lease. Run waits for
 	// it; CreateGroup and DropGroup do not return it.
-	ErrGroupBusy = errors.New("pgoutbox: relay: consumer group is held by another relay")
+	ErrGroupBusy = store.ErrGroupBusy
 	// ErrNoGroup: the consumer group does not exist; create it with
 	// CreateGroup (or outboxctl relay group create) first.
-	ErrNoGroup = errors.New("pgoutbox: relay: consumer group does not exist")
+	ErrNoGroup = store.ErrNoGroup
 	// ErrGroupExists: CreateGroup was given a group that exists already.
-	ErrGroupExists = errors.New("pgoutbox: relay: consumer group exists already")
+	ErrGroupExists = store.ErrGroupExists
 	// ErrGroupStopped: the group was stopped (its cursor row holds a
 	// reason) and stays stopped until an operator acts; see StopError.
-	ErrGroupStopped = errors.New("pgoutbox: relay: consumer group is stopped")
+	ErrGroupStopped = store.ErrGroupStopped
 	// ErrRunning is returned by Start and Run when the relay is already
 	// starting or running: a relay runs once.
 	ErrRunning = errors.New("pgoutbox: relay is already running")
@@ -45,10 +47,6 @@ var (
 	// ErrUnhealthy is matched by the errors Health.Healthy returns.
 	ErrUnhealthy = errors.New("pgoutbox: relay unhealthy")
 )
-
-// errNotWired is newServices' error until the relay's services are wired
-// in (the store, ticker, reader, lanes and retention packages).
-var errNotWired = errors.New("pgoutbox: relay: services not wired")
 
 // StopError says why a consumer group stopped: Run (and Stop, Err) return
 // it when the relay ended because its group stopped, and Health reports

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -44,7 +45,7 @@ func CreateGroup(ctx context.Context, pool *pgxpool.Pool, log outbox.Table, grou
 	if err != nil {
 		return err
 	}
-	if err := st.CreateGroup(ctx, group, from); err != nil {
+	if err := st.CreateGroup(ctx, group, store.From(from)); err != nil {
 		return errtext.Wrap(err, "relay: create group %q in %s", group, log)
 	}
 	return nil

@@ -2,11 +2,20 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
+	"github.com/pgoutbox/pgoutbox/internal/relay/lanes"
+	"github.com/pgoutbox/pgoutbox/internal/relay/read"
+	"github.com/pgoutbox/pgoutbox/internal/relay/retention"
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
+	"github.com/pgoutbox/pgoutbox/internal/relay/ticker"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -70,39 +79,123 @@ type services struct {
 	close func()
 }
 
-// newServices builds the relay's services for cfg, reporting through rec.
-// wired at merge: until then it returns errNotWired. The wiring is:
-//
-//	st, err := store.New(cfg.Pool, cfg.Log)
-//	ln, err := lanes.New(lanes.Config{Publisher: cfg.Publisher, Route: cfg.RouteFunc, Lanes: cfg.Lanes,
-//		KeyRetries: cfg.KeyRetries, RetryMin: cfg.KeyRetryMin, RetryMax: cfg.KeyRetryMax,
-//		PublishTimeout: cfg.PublishTimeout, CircuitMinBackoff: cfg.CircuitMinBackoff,
-//		CircuitMaxBackoff: cfg.CircuitMaxBackoff, ProbeSize: cfg.CircuitProbeSize,
-//		OnPublish: rec.OnPublish, OnError: rec.OnError})
-//	tk := ticker.New(ticker.Config{Store: st, Owner: cfg.Owner, Interval: cfg.TickInterval,
-//		Idle: cfg.IdleTick, Lease: cfg.TickerLease, OnTick: rec.OnTick, OnError: rec.OnError})
-//	rd := read.New(read.Config{Store: st, Lanes: ln, Group: cfg.Group, Owner: cfg.Owner,
-//		Lease: cfg.GroupLease, MaxBatch: cfg.MaxBatch, PollInterval: cfg.TickInterval,
-//		OnBatch: func(b read.BatchStats) { rec.OnBatch(batchReport{...}) }, OnError: rec.OnError})
-//	rt := retention.New(...) // unless cfg.NoRetention; reports rec.OnHeadroom
-//	return services{verify: migrations.Verify(ctx, cfg.Pool, migrations.Config{Table: cfg.Log, Kind: outbox.KindLog}),
-//		parts: [ticker (unless NoTicker), retention, reader], sample: st.Lag + st.ParkedKeys,
-//		tickerHeld: tk.Held, circuit: ln.Circuit, close: ln.Close}, nil
+// newServices builds the relay's services for cfg, reporting through
+// rec: the store (the relay's SQL), the lanes (publishing), the ticker
+// (unless NoTicker), retention (unless NoRetention; it runs only while
+// this relay holds the ticker lease) and the reader of cfg.Group. A tick
+// recorded by this process's ticker wakes its reader at once.
 func newServices(cfg Config, rec *recorder) (services, error) {
-	_, _ = cfg, rec
-	return services{}, errNotWired
+	st, err := store.New(cfg.Pool, cfg.Log)
+	if err != nil {
+		return services{}, err
+	}
+	ln, err := lanes.New(lanes.Config{Publisher: cfg.Publisher, Route: cfg.RouteFunc, Lanes: cfg.Lanes,
+		KeyRetries: cfg.KeyRetries, RetryMin: cfg.KeyRetryMin, RetryMax: cfg.KeyRetryMax,
+		PublishTimeout: cfg.PublishTimeout, CircuitMinBackoff: cfg.CircuitMinBackoff,
+		CircuitMaxBackoff: cfg.CircuitMaxBackoff, ProbeSize: cfg.CircuitProbeSize,
+		OnPublish: rec.OnPublish, OnError: rec.OnError})
+	if err != nil {
+		return services{}, err
+	}
+	wake := make(chan struct{}, 1)
+	svc := services{
+		verify: func(ctx context.Context) error {
+			return migrations.Verify(ctx, cfg.Pool, migrations.Config{Table: cfg.Log, Kind: outbox.KindLog})
+		},
+		check:   func(ctx context.Context) error { return checkGroup(ctx, st, cfg.Group) },
+		sample:  func(ctx context.Context) (sample, error) { return sampleGroup(ctx, st, cfg.Group) },
+		circuit: ln.Circuit,
+		close:   ln.Close,
+	}
+	if !cfg.NoTicker {
+		tk := ticker.New(ticker.Config{Store: st, Owner: cfg.Owner, Interval: cfg.TickInterval, Idle: cfg.IdleTick,
+			Lease: cfg.TickerLease, OnError: rec.OnError,
+			OnTick:  func(id int64) { rec.OnTick(id); poke(wake) },
+			OnParts: func(_ int, headroom uint64) { rec.OnHeadroom(headroom) }})
+		svc.tickerHeld = tk.Held
+		svc.parts = append(svc.parts, service{name: "ticker", run: tk.Run})
+		if !cfg.NoRetention {
+			rt, err := retention.New(retention.Config{DB: cfg.Pool, Log: cfg.Log, Interval: cfg.RetentionInterval,
+				Held: tk.Held, OnError: rec.OnError})
+			if err != nil {
+				return services{}, err
+			}
+			svc.parts = append(svc.parts, service{name: "retention", run: rt.Run})
+		}
+	}
+	rd := read.New(read.Config{Store: st, Lanes: lanesPublisher{ln}, Group: cfg.Group, Owner: cfg.Owner,
+		Lease: cfg.GroupLease, MaxBatch: cfg.MaxBatch, PollInterval: cfg.TickInterval, Wake: wake,
+		OnBatch: func(b read.BatchStats) { rec.OnBatch(batchOf(b)) }, OnError: rec.OnError})
+	svc.groupHeld = rd.Held
+	svc.parts = append(svc.parts, service{name: "reader", run: readerRun(rd), drain: rd.Drain})
+	return svc, nil
+}
+
+// poke wakes whoever waits on ch, without blocking when a wake-up is
+// pending already.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// readerRun runs rd, giving the relay's *StopError for the reader's.
+func readerRun(rd *read.Reader) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := rd.Run(ctx)
+		var stop *read.StopError
+		if errors.As(err, &stop) {
+			return &StopError{Group: stop.Group, Reason: stop.Reason, Err: stop.Err}
+		}
+		return err
+	}
+}
+
+// batchOf is the recorder's view of a batch the reader recorded.
+func batchOf(b read.BatchStats) batchReport {
+	return batchReport{From: b.From, To: b.To, Events: b.Events, Published: b.Published, Parked: b.Parked,
+		NewKeys: b.NewKeys, Retries: b.Retries, Duration: b.Took}
+}
+
+// lanesPublisher is the lanes as the reader's Publisher.
+type lanesPublisher struct{ ln *lanes.Lanes }
+
+// Publish publishes events through the lanes.
+func (p lanesPublisher) Publish(ctx context.Context, events []batch.Event, parked map[string]bool) (read.Result, error) {
+	res, err := p.ln.Publish(ctx, events, parked)
+	return read.Result{Published: res.Published, Parked: res.Parked, NewKeys: res.NewKeys, Retries: res.Retries}, err
+}
+
+// checkGroup refuses to start without the group: Run would wait for it
+// forever otherwise.
+func checkGroup(ctx context.Context, st *store.Store, group string) error {
+	if _, err := st.Lag(ctx, group); err != nil {
+		return errtext.Wrap(err, "relay: consumer group %q (create it with relay.CreateGroup or outboxctl relay group create)", group)
+	}
+	return nil
+}
+
+// sampleGroup reads the group's lag and parked keys.
+func sampleGroup(ctx context.Context, st *store.Store, group string) (sample, error) {
+	lag, err := st.Lag(ctx, group)
+	if err != nil {
+		return sample{}, err
+	}
+	keys, err := st.ParkedKeys(ctx, group)
+	if err != nil {
+		return sample{}, err
+	}
+	return sample{LagEvents: lag.Events, LagSeconds: lag.Seconds, TickAge: lag.TickAge, KeysParked: int64(len(keys))}, nil
 }
 
 // groupStore creates and drops consumer groups: store.Store's methods.
 type groupStore interface {
-	CreateGroup(ctx context.Context, group string, from From) error
+	CreateGroup(ctx context.Context, group string, from store.From) error
 	DropGroup(ctx context.Context, group string) error
 }
 
 // newGroupStore returns the group store of log through pool.
-// wired at merge: store.New(pool, log), with From converted to
-// store.From (the same values). Until then it returns errNotWired.
 func newGroupStore(pool *pgxpool.Pool, log outbox.Table) (groupStore, error) {
-	_, _ = pool, log
-	return nil, errNotWired
+	return store.New(pool, log)
 }

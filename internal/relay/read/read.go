@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,9 @@ type Result struct {
 	// NewKeys is the keys this batch parked; the first event of Parked
 	// with each key carries the failure's code and text.
 	NewKeys []string
+	// Retries counts the messages published again after a transient
+	// failure.
+	Retries int
 }
 
 // Publisher delivers a batch's events (seq order) and returns when each
@@ -83,6 +87,9 @@ type BatchStats struct {
 	// Events is the batch's size, Published and Parked what became of
 	// its events.
 	Events, Published, Parked int
+	// NewKeys is how many keys the batch parked; Retries how many
+	// messages it published again after a transient failure.
+	NewKeys, Retries int
 	// Partial says the batch was cut at MaxBatch.
 	Partial bool
 	// Took is the time from the read to the committed move.
@@ -108,6 +115,12 @@ func (e *StopError) Unwrap() error { return e.Err }
 type Reader struct {
 	cfg   Config
 	token uuid.UUID
+	// held says the reader holds the group's lease now.
+	held atomic.Bool
+	// drain is closed by Drain: Run returns once the batch in flight
+	// is recorded.
+	drain     chan struct{}
+	drainOnce sync.Once
 }
 
 // New returns a Reader with cfg's defaults applied. It panics when Store,
@@ -119,8 +132,19 @@ func New(cfg Config) *Reader {
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
-	return &Reader{cfg: cfg, token: uuid.New()}
+	return &Reader{cfg: cfg, token: uuid.New(), drain: make(chan struct{})}
 }
+
+// Held reports whether the reader holds its group's lease now.
+func (r *Reader) Held() bool { return r.held.Load() }
+
+// Drain asks Run to return once the batch in flight (if any) is
+// published and its cursor moved, releasing the lease; it does not wait.
+// Run still returns at once when its ctx ends.
+func (r *Reader) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
+
+// errDrained ends hold when Drain was called.
+var errDrained = errors.New("read: drained")
 
 // errLeaseLost is the cause of a held context's end when the lease was
 // lost or its trust ran out.
@@ -133,13 +157,15 @@ func (r *Reader) Run(ctx context.Context) error {
 	for {
 		cur, err := r.take(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, errDrained) {
 				return nil
 			}
 			return err
 		}
+		r.held.Store(true)
 		err = r.hold(ctx, cur)
-		if ctx.Err() != nil {
+		r.held.Store(false)
+		if ctx.Err() != nil || errors.Is(err, errDrained) {
 			r.release()
 			return nil
 		}
@@ -168,7 +194,7 @@ func (r *Reader) take(ctx context.Context) (batch.Cursor, error) {
 		case !errors.Is(err, store.ErrGroupBusy):
 			r.report(ctx, err)
 		}
-		if err := r.cfg.Clock.Sleep(ctx, r.cfg.Lease/3); err != nil {
+		if err := r.pause(ctx, r.cfg.Lease/3); err != nil {
 			return batch.Cursor{}, err
 		}
 	}
@@ -208,6 +234,11 @@ func (r *Reader) hold(ctx context.Context, cur batch.Cursor) error {
 			return err
 		}
 		cur = next
+		select {
+		case <-r.drain:
+			return errDrained
+		default:
+		}
 		if more {
 			continue
 		}
@@ -288,7 +319,8 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 	}
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(BatchStats{From: b.From.ID, To: b.To.ID, Events: len(b.Events), Published: res.Published,
-			Parked: len(res.Parked), Partial: b.Partial, Took: r.cfg.Clock.Elapsed(start)})
+			Parked: len(res.Parked), NewKeys: len(res.NewKeys), Retries: res.Retries, Partial: b.Partial,
+			Took: r.cfg.Clock.Elapsed(start)})
 	}
 	return moved, true, nil
 }
@@ -339,10 +371,27 @@ func (r *Reader) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	case <-r.drain:
+		return errDrained
 	case <-r.cfg.Wake:
 	case <-t.C:
 	}
 	return nil
+}
+
+// pause waits d, or until ctx ends (its cause) or Drain is called
+// (errDrained).
+func (r *Reader) pause(ctx context.Context, d time.Duration) error {
+	t := r.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-r.drain:
+		return errDrained
+	case <-t.C:
+		return nil
+	}
 }
 
 // release gives the lease up so that another reader takes the group at

@@ -1,0 +1,104 @@
+package relay_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/emitter"
+	"github.com/pgoutbox/pgoutbox/internal/relay/relaytest"
+	"github.com/pgoutbox/pgoutbox/internal/testctx"
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/relay"
+)
+
+// recording is a publisher that acks every message and records it.
+type recording struct {
+	mu   sync.Mutex
+	msgs []outbox.Message
+	seen map[uuid.UUID]int
+}
+
+func (p *recording) Publish(_ context.Context, msgs []outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = map[uuid.UUID]int{}
+	}
+	for _, m := range msgs {
+		p.msgs = append(p.msgs, m)
+		p.seen[m.Event.ID]++
+	}
+	return make([]error, len(msgs))
+}
+
+func (p *recording) distinct() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.seen)
+}
+
+// TestRelayEndToEnd emits events of several keys through the emitter
+// into a log, in transactions committed one after another and some
+// rolled back, and checks that a relay publishes every committed event
+// once, none rolled back, each key's events in emit order, and moves its
+// cursor to the end.
+func TestRelayEndToEnd(t *testing.T) {
+	t.Parallel()
+	ctx := testctx.New(t)
+	db, log := relaytest.NewLog(t)
+	pool := db.NewPool(t, 8)
+	require.NoError(t, relay.CreateGroup(ctx, pool, log, "g", relay.Latest))
+
+	pub := &recording{}
+	r, err := relay.New(relay.Config{Pool: pool, Log: log, Group: "g", Owner: "e2e", Publisher: pub,
+		TickInterval: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+
+	em, err := emitter.New(emitter.Config{Table: log, Kind: outbox.KindLog})
+	require.NoError(t, err)
+	const keys, perKey = 5, 40
+	var committed []outbox.Event
+	for i := range perKey {
+		for k := range keys {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			e := outbox.Event{Type: "test.e2e", PartitionKey: fmt.Sprintf("k%d", k), Payload: []byte(fmt.Sprint(i))}
+			e.ID = uuid.Must(uuid.NewV7())
+			_, err = em.Emit(ctx, tx, e)
+			require.NoError(t, err)
+			if i%7 == 3 && k == 0 {
+				require.NoError(t, tx.Rollback(ctx))
+				continue
+			}
+			require.NoError(t, tx.Commit(ctx))
+			committed = append(committed, e)
+		}
+	}
+	testctx.Await(t, "every committed event published", func() bool { return pub.distinct() >= len(committed) })
+	require.NoError(t, r.Stop(ctx))
+
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Len(t, pub.seen, len(committed), "nothing rolled back published")
+	for _, e := range committed {
+		require.Equal(t, 1, pub.seen[e.ID], "published once: %s", e.ID)
+	}
+	last := map[string]string{}
+	for _, m := range pub.msgs {
+		k := m.Event.PartitionKey
+		require.Less(t, last[k], m.Event.ID.String(), "key %s in emit order", k)
+		last[k] = m.Event.ID.String()
+	}
+	st := r.Stats()
+	require.EqualValues(t, len(committed), st.Published)
+}
