@@ -277,38 +277,85 @@ func (c *relayCheck) duplicates() []RelayDuplicate {
 }
 
 // explain says whether a documented window explains the delivery cur of
-// an event after prev: the token prev was published under had not moved
-// the cursor past the event before cur (its batch's move did not
+// an event after prev. Either the token prev was published under had not
+// moved the cursor past the event before cur (its batch's move did not
 // happen; the same token may move it after publishing it again), and
 // between the two its replica was killed, lost the group's lease, or the
-// server was out.
+// server was out; or cur was published under a token that had lost the
+// group already and never moved past the event (a relay paused past its
+// lease publishes what it held before it learns of the loss: its move is
+// fenced off).
 func (c *relayCheck) explain(prev, cur Delivery) (bool, string) {
 	tok, takenAt, ok := c.token(prev)
 	if !ok {
 		return false, fmt.Sprintf("%s published it at %s without having taken the group", prev.Replica, stamp(prev.At))
 	}
-	if mv, moved := c.firstCover(prev.ID, tok); moved && mv.At.Before(cur.At) {
+	mv, moved := c.firstCover(prev.ID, tok)
+	moved = moved && mv.At.Before(cur.At)
+	if !moved {
+		if cause, ok := c.fault(prev, cur, tok, takenAt); ok {
+			return true, cause
+		}
+	}
+	if cause, ok := c.zombie(cur); ok {
+		return true, cause
+	}
+	if moved {
 		return false, fmt.Sprintf("%s's token moved the cursor past it (%d → %d at %s), yet %s published it again at %s",
 			prev.Replica, mv.OldLastTick, max(mv.NewLastTick, mv.NewBatchTick), stamp(mv.At), cur.Replica, stamp(cur.At))
 	}
+	return false, fmt.Sprintf("the cursor move after %s's ack is absent, but no kill, lease loss or outage came before %s published it again at %s",
+		prev.Replica, cur.Replica, stamp(cur.At))
+}
+
+// fault returns the fault between prev and cur that cut the move of
+// prev's batch by token tok (taken at takenAt): a kill of prev's replica,
+// a take of the group by another token, a server outage.
+func (c *relayCheck) fault(prev, cur Delivery, tok uuid.UUID, takenAt time.Time) (string, bool) {
 	for _, k := range c.in.Kills {
 		if k.Replica == prev.Replica && !k.At.Before(prev.At) && !k.At.After(cur.At) {
-			return true, "kill of " + prev.Replica + " between the ack and the cursor move"
+			return "kill of " + prev.Replica + " between the ack and the cursor move", true
 		}
 	}
-	for _, e := range c.cursor {
-		if e.Take() && e.NewToken != tok && e.At.After(takenAt) && !e.At.After(cur.At) {
-			return true, fmt.Sprintf("lease of %s lost before the cursor move (group taken by %s at %s)",
-				prev.Replica, e.NewOwner, stamp(e.At))
-		}
+	if e, ok := c.takenFrom(tok, takenAt, cur.At); ok {
+		return fmt.Sprintf("lease of %s lost before the cursor move (group taken by %s at %s)",
+			prev.Replica, e.NewOwner, stamp(e.At)), true
 	}
 	for _, o := range c.in.Outages {
 		if !o.To.Before(prev.At) && !o.From.After(cur.At) {
-			return true, "server outage between the ack and the cursor move"
+			return "server outage between the ack and the cursor move", true
 		}
 	}
-	return false, fmt.Sprintf("the cursor move after %s's ack is absent, but no kill, lease loss or outage came before %s published it again at %s",
-		prev.Replica, cur.Replica, stamp(cur.At))
+	return "", false
+}
+
+// zombie explains cur when its token had lost the group before cur and
+// never moved the cursor past the event.
+func (c *relayCheck) zombie(cur Delivery) (string, bool) {
+	tok, takenAt, ok := c.token(cur)
+	if !ok {
+		return "", false
+	}
+	if _, moved := c.firstCover(cur.ID, tok); moved {
+		return "", false
+	}
+	e, lost := c.takenFrom(tok, takenAt, cur.At)
+	if !lost {
+		return "", false
+	}
+	return fmt.Sprintf("lease of %s lost before it published again (group taken by %s at %s); its move was fenced off",
+		cur.Replica, e.NewOwner, stamp(e.At)), true
+}
+
+// takenFrom returns the first take of the group by a token other than
+// tok after tok's take at takenAt and no later than until.
+func (c *relayCheck) takenFrom(tok uuid.UUID, takenAt, until time.Time) (CursorEntry, bool) {
+	for _, e := range c.cursor {
+		if e.Take() && e.NewToken != tok && e.At.After(takenAt) && !e.At.After(until) {
+			return e, true
+		}
+	}
+	return CursorEntry{}, false
 }
 
 // token returns the group lease token d was published under, and when it

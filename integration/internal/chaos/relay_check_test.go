@@ -358,3 +358,30 @@ func TestDeliveryRecordsRoundTrip(t *testing.T) {
 	require.Equal(t, tok, ds[1].Token)
 	require.False(t, ds[1].At.Before(ds[0].At))
 }
+
+func TestCheckRelayDuplicateByZombie(t *testing.T) {
+	t.Parallel()
+	r := newRelayRun()
+	t2 := uuid.New()
+	// r1 took the group and was paused past its lease holding a; r2 took
+	// it, published everything and moved; r1 woke and published a before
+	// learning of the loss (its move was fenced off).
+	r.in.Cursor = []chaos.CursorEntry{r.in.Cursor[0], r.in.Cursor[1], take("r2", r.t1, t2, 1, 15), move("r2", t2, 1, 3, 40)}
+	r.in.Deliveries = []chaos.Delivery{
+		{ID: r.a, Key: "k1", V: 1, Replica: "r2", At: at(20)},
+		{ID: r.b, Key: "k1", V: 2, Replica: "r2", At: at(21)},
+		{ID: r.c, Key: "k2", V: 1, Replica: "r2", At: at(22)},
+		{ID: r.a, Key: "k1", V: 1, Replica: "r1", At: at(50)},
+	}
+	rep, v := violations(t, r.in)
+	require.Empty(t, v, rep.String())
+	require.Contains(t, rep.Duplicates[0].Cause, "lease of r1 lost before it published again (group taken by r2")
+
+	// Without r2's take, r1 published all three, moved past them, and
+	// published a again under the same token: unexplained.
+	r.in.Cursor = []chaos.CursorEntry{r.in.Cursor[0], r.in.Cursor[1], move("r1", r.t1, 1, 3, 40)}
+	r.in.Deliveries[0].Replica, r.in.Deliveries[1].Replica, r.in.Deliveries[2].Replica = "r1", "r1", "r1"
+	rep, v = violations(t, r.in)
+	require.Equal(t, 1, rep.Unexplained(), rep.String())
+	require.Contains(t, v, "r1's token moved the cursor past it (1 → 3")
+}
