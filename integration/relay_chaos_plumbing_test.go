@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/integration/internal/chaos"
@@ -241,20 +239,7 @@ func (r *fakeReader) next(ctx context.Context) (cur, to int64, err error) {
 // publish reads the batch cur → to and publishes it in one call; it
 // returns how many events it held.
 func (r *fakeReader) publish(ctx context.Context, cur, to int64) (int, error) {
-	ticks := r.h.names.Log(sqlname.SuffixTicks)
-	rows, err := r.h.pool.Query(ctx, `SELECT e.id, e.event_type, e.aggregate_id, e.payload
-		FROM `+r.h.names.Qualified+` AS e, `+ticks+` AS c, `+ticks+` AS t
-		WHERE c.tick_id = $1 AND t.tick_id = $2
-		  AND pg_visible_in_snapshot(e.xid, t.snapshot) AND NOT pg_visible_in_snapshot(e.xid, c.snapshot)
-		ORDER BY e.seq`, cur, to)
-	if err != nil {
-		return 0, err
-	}
-	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Message, error) {
-		var m outbox.Message
-		err := row.Scan(&m.Event.ID, &m.Event.Type, &m.Event.AggregateID, &m.Event.Payload)
-		return m, err
-	})
+	msgs, err := readFakeBatch(ctx, r.h.pool, r.h.names, cur, to)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
@@ -266,18 +251,9 @@ func (r *fakeReader) publish(ctx context.Context, cur, to int64) (int, error) {
 	return len(msgs), nil
 }
 
-// errFenced is a move refused: the token no longer holds the group.
-var errFenced = errors.New("fake reader: lease lost")
-
 // move moves the cursor from cur to to under the reader's token.
 func (r *fakeReader) move(ctx context.Context, cur, to int64) error {
-	tag, err := r.h.pool.Exec(ctx, `UPDATE `+r.h.names.Log(sqlname.SuffixCursors)+`
-		SET last_tick = $4, moved_at = now()
-		WHERE grp = $1 AND token = $2 AND lease_until > now() AND last_tick = $3`, r.group, r.token, cur, to)
-	if err == nil && tag.RowsAffected() != 1 {
-		err = errFenced
-	}
-	return err
+	return moveFakeCursor(ctx, r.h.pool, r.h.names, r.group, r.token, cur, to, time.Minute)
 }
 
 // TestSwitchBrokerRefusesWhileDown: the broker scenario's switch.
@@ -311,7 +287,7 @@ func TestCursorLogRecordsMoves(t *testing.T) {
 		_, err := db.Pool.Exec(ctx, sql, args...)
 		require.NoError(t, err)
 	}
-	exec(`INSERT INTO `+cursors+` (grp, last_tick) VALUES ('g', 1)`)
+	exec(`INSERT INTO ` + cursors + ` (grp, last_tick) VALUES ('g', 1)`)
 	conn, err := db.Pool.Acquire(ctx) // a session named r1 takes the group
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SET application_name = 'r1'`)
@@ -321,9 +297,9 @@ func TestCursorLogRecordsMoves(t *testing.T) {
 	_, err = conn.Exec(ctx, `RESET application_name`)
 	require.NoError(t, err)
 	conn.Release()
-	exec(`UPDATE `+cursors+` SET lease_until = now() + interval '2 minutes', heartbeat_at = now() WHERE grp = 'g'`) // a renewal
-	exec(`UPDATE `+cursors+` SET last_tick = 2 WHERE grp = 'g'`)
-	exec(`UPDATE `+cursors+` SET batch_tick = 5, batch_seq = 40 WHERE grp = 'g'`)
+	exec(`UPDATE ` + cursors + ` SET lease_until = now() + interval '2 minutes', heartbeat_at = now() WHERE grp = 'g'`) // a renewal
+	exec(`UPDATE ` + cursors + ` SET last_tick = 2 WHERE grp = 'g'`)
+	exec(`UPDATE ` + cursors + ` SET batch_tick = 5, batch_seq = 40 WHERE grp = 'g'`)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `UPDATE `+cursors+` SET last_tick = 9 WHERE grp = 'g'`)
