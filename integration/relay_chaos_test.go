@@ -157,7 +157,7 @@ func runRelayChaos(t *testing.T, sc relayScenario) chaos.RelayReport {
 	writerPool := chaosPool(t, ctx, cluster.URL, "writers")
 	writeCtx, stopWriters := context.WithCancel(ctx)
 	writers := h.startWriters(writeCtx, writerPool, sc.writers, 0)
-	long := rc.holdLong(writeCtx, writerPool)
+	long := rc.holdLong(ctx, writerPool) // not cut by the faults' end: it retries until one commits
 	sc.inject(faultCtx, rc)
 	stopWriters()
 	writers.Wait()
@@ -178,7 +178,8 @@ func runRelayChaos(t *testing.T, sc relayScenario) chaos.RelayReport {
 
 // holdLong commits, when the scenario asks for it, one transaction held
 // open across 100 ticks, trying again after a failure (a server restart)
-// until one commits or ctx ends; the channel says whether one did.
+// until one commits or ctx ends, also after the faults ended; the
+// channel says whether one did.
 func (rc *relayChaos) holdLong(ctx context.Context, pool *pgxpool.Pool) <-chan bool {
 	done := make(chan bool, 1)
 	if !rc.sc.longTx {
