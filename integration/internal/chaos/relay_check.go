@@ -236,9 +236,11 @@ func (c *relayCheck) firstCover(id, tok uuid.UUID) (CursorEntry, bool) {
 	return CursorEntry{}, false
 }
 
-// fencing checks the cursor log's moves: forward only, under the token
-// that held the row, in a statement begun before its lease ended, and
-// never while the group was stopped.
+// fencing checks the cursor log's moves: forward only, never while the
+// group was stopped, under the token that held the row, written by a
+// session of the owner that held it (when sessions are named after the
+// owners), and in a transaction begun before the lease ended (so that
+// no test of the lease, whichever clock it reads, could pass).
 func (c *relayCheck) fencing() []string {
 	var out []string
 	for _, e := range c.cursor {
@@ -246,16 +248,22 @@ func (c *relayCheck) fencing() []string {
 			continue
 		}
 		what := fmt.Sprintf("move %d → %d by %s at %s", e.OldLastTick, max(e.NewLastTick, e.NewBatchTick), e.Writer, stamp(e.At))
+		began := e.XactAt
+		if began.IsZero() {
+			began = e.StatementAt
+		}
 		switch {
 		case e.NewLastTick < e.OldLastTick:
 			out = append(out, what+": the cursor went backwards")
-		case e.OldToken == uuid.Nil || e.OldToken != e.NewToken:
-			out = append(out, what+": not under the token that held the group")
-		case !e.StatementAt.Before(e.OldLeaseUntil):
-			out = append(out, fmt.Sprintf("%s: its statement began %v after the lease ended", what,
-				e.StatementAt.Sub(e.OldLeaseUntil).Round(time.Millisecond)))
 		case e.NewStopped != "":
 			out = append(out, what+": the group was stopped ("+e.NewStopped+")")
+		case e.OldToken == uuid.Nil || e.OldToken != e.NewToken:
+			out = append(out, what+": not under the token that held the group")
+		case e.Writer != "" && e.OldOwner != "" && e.Writer != e.OldOwner:
+			out = append(out, what+": "+e.OldOwner+" held the group")
+		case !began.Before(e.OldLeaseUntil):
+			out = append(out, fmt.Sprintf("%s: its transaction began %v after the lease ended", what,
+				began.Sub(e.OldLeaseUntil).Round(time.Millisecond)))
 		}
 	}
 	return out

@@ -58,7 +58,7 @@ func take(owner string, prev, tok uuid.UUID, last int64, ms int) chaos.CursorEnt
 // token tok at ms, within its lease.
 func move(owner string, tok uuid.UUID, c, t int64, ms int) chaos.CursorEntry {
 	return chaos.CursorEntry{Op: "UPDATE", Group: "g", OldLastTick: c, NewLastTick: t, OldToken: tok, NewToken: tok,
-		OldOwner: owner, NewOwner: owner, OldLeaseUntil: at(ms + 10000), StatementAt: at(ms), At: at(ms), Writer: owner}
+		OldOwner: owner, NewOwner: owner, OldLeaseUntil: at(ms + 10000), StatementAt: at(ms), XactAt: at(ms), At: at(ms), Writer: owner}
 }
 
 // violations checks in and returns the report and its violations as one
@@ -291,11 +291,14 @@ func TestCheckRelayCursorFencing(t *testing.T) {
 	other.OldToken = uuid.New()
 	stopped := move("r1", r.t1, 3, 4, 47)
 	stopped.NewStopped = "snapshot went backwards"
-	r.in.Cursor = append(r.in.Cursor[:3:3], late, back, other, stopped)
+	intruder := move("r1", r.t1, 3, 4, 48)
+	intruder.Writer = "r2"
+	r.in.Cursor = append(r.in.Cursor[:3:3], late, back, other, stopped, intruder)
 	rep, v := violations(t, r.in)
-	require.Len(t, rep.Cursor, 4, rep.String())
+	require.Len(t, rep.Cursor, 5, rep.String())
 	require.Contains(t, v, "cursor: move 2 → 3 by r1")
-	require.Contains(t, v, "its statement began 10ms after the lease ended")
+	require.Contains(t, v, "its transaction began 10ms after the lease ended")
+	require.Contains(t, v, "move 3 → 4 by r2 at Dec  1 12:00:00.048000: r1 held the group")
 	require.Contains(t, v, "the cursor went backwards")
 	require.Contains(t, v, "not under the token that held the group")
 	require.Contains(t, v, "the group was stopped (snapshot went backwards)")

@@ -39,6 +39,7 @@ CREATE TABLE %[1]s.chaos_cursor_log (
 	new_stopped     text,
 	at              timestamptz NOT NULL,
 	statement_at    timestamptz NOT NULL,
+	xact_at         timestamptz NOT NULL DEFAULT now(),
 	writer          text        NOT NULL
 );
 CREATE FUNCTION %[1]s.chaos_log_cursor() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -106,7 +107,7 @@ func ReadCursorLog(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Cu
 	rows, err := pool.Query(ctx, `SELECT op, grp, coalesce(old_last_tick, 0), coalesce(new_last_tick, 0),
 		coalesce(old_batch_tick, 0), coalesce(new_batch_tick, 0), coalesce(old_batch_seq, 0), coalesce(new_batch_seq, 0),
 		old_token, new_token, coalesce(old_owner, ''), coalesce(new_owner, ''), old_lease_until,
-		coalesce(new_stopped, ''), at, statement_at, writer
+		coalesce(new_stopped, ''), at, statement_at, xact_at, writer
 		FROM `+pgx.Identifier{schema, "chaos_cursor_log"}.Sanitize()+` ORDER BY n`)
 	if err != nil {
 		return nil, err
@@ -117,7 +118,7 @@ func ReadCursorLog(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Cu
 		var lease *time.Time
 		err := r.Scan(&e.Op, &e.Group, &e.OldLastTick, &e.NewLastTick, &e.OldBatchTick, &e.NewBatchTick,
 			&e.OldBatchSeq, &e.NewBatchSeq, &oldTok, &newTok, &e.OldOwner, &e.NewOwner, &lease,
-			&e.NewStopped, &e.At, &e.StatementAt, &e.Writer)
+			&e.NewStopped, &e.At, &e.StatementAt, &e.XactAt, &e.Writer)
 		if oldTok != nil {
 			e.OldToken = *oldTok
 		}

@@ -71,8 +71,9 @@ type CursorEntry struct {
 	// NewStopped is stopped_reason after the change.
 	NewStopped string
 	// At is clock_timestamp() at the change; StatementAt is the writing
-	// statement's start, no later than its test of the lease.
-	At, StatementAt time.Time
+	// statement's start and XactAt its transaction's (now()), no later
+	// than the writer's test of the lease, whichever clock it reads.
+	At, StatementAt, XactAt time.Time
 	// Writer is the writing session's application_name.
 	Writer string
 }
