@@ -136,7 +136,9 @@ type RelayInput struct {
 	// Parked names the events found in the log's parked table at the end.
 	Parked []uuid.UUID
 	// Kills, Pauses and Outages are the faults injected; Faults counts
-	// every fault by kind, for the report.
+	// every fault by kind, for the report. Kills and Outages explain
+	// duplicates; a pause explains none by itself: the take of the group
+	// by another token that it allowed, in Cursor, does.
 	Kills   []Kill
 	Pauses  []Pause
 	Outages []Outage
