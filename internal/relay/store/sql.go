@@ -10,6 +10,8 @@ type statements struct {
 
 	createGroup, dropGroup, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
 	ticks, openBatch, events, move, park, parkKeys, parkedKeys, lag                    string
+
+	requests, parkedEvents, fence, unpark string
 }
 
 // lease is lease_until for a lease of $n microseconds from now, on the
@@ -103,6 +105,32 @@ func newStatements(n sqlname.Names) statements {
 			SELECT $1, k.key, nullif(k.code, ''), left(k.error, 2048) FROM unnest($2::text[], $3::text[], $4::text[]) AS k(key, code, error)
 			ON CONFLICT (grp, key) DO NOTHING`,
 		parkedKeys: `SELECT key FROM ` + parkedKeys + ` WHERE grp = $1`,
+		// requests: a group's pending replay and skip requests, oldest
+		// first (the primary key's (grp, key) prefix finds the group's
+		// few rows).
+		requests: `SELECT key, skip_requested_at IS NOT NULL FROM ` + parkedKeys + `
+			WHERE grp = $1 AND (replay_requested_at IS NOT NULL OR skip_requested_at IS NOT NULL)
+			ORDER BY coalesce(replay_requested_at, skip_requested_at), key LIMIT $2`,
+		// parkedEvents: the parked events of keys $2, in seq order, with
+		// the events statement's columns.
+		parkedEvents: `SELECT e.seq, e.xid::text, e.id::text, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''),
+				coalesce(e.partition_key, ''), coalesce(e.idempotency_key, ''), coalesce(e.content_type, ''),
+				e.headers::text, e.payload, e.created_at
+			FROM ` + parked + ` AS e WHERE e.grp = $1 AND e.key = ANY ($2::text[]) ORDER BY e.seq`,
+		// fence locks the cursor row where token holds an unexpired lease
+		// and the cursor is where the caller saw it: a write without a
+		// move (Settle) is fenced as a move is.
+		fence: `SELECT 1 FROM ` + cursors + `
+			WHERE grp = $1 AND token = $2::uuid AND lease_until > clock_timestamp() AND stopped_reason IS NULL
+				AND last_tick = $3 AND coalesce(batch_tick, 0) = $4 AND coalesce(batch_seq, 0) = $5
+			FOR NO KEY UPDATE`,
+		// unpark deletes the parked events and key rows of keys $2 (a
+		// replay or skip carried out) and clears the requests of keys $3
+		// (keys the reader had not parked).
+		unpark: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1 AND key = ANY ($2::text[])),
+			c AS (UPDATE ` + parkedKeys + ` SET replay_requested_at = NULL, skip_requested_at = NULL
+				WHERE grp = $1 AND key = ANY ($3::text[]))
+			DELETE FROM ` + parkedKeys + ` WHERE grp = $1 AND key = ANY ($2::text[])`,
 		lag: `SELECT n.last_seq - c.last_seq, extract(epoch FROM clock_timestamp() - n.tick_time)::float8,
 				coalesce((SELECT extract(epoch FROM clock_timestamp() - f.tick_time)::float8 FROM ` + ticks + ` AS f
 					WHERE f.tick_id > c.tick_id AND f.last_seq > c.last_seq ORDER BY f.tick_id LIMIT 1), 0)
