@@ -4,6 +4,8 @@
 // under token-fenced leases, the batch read and the cursor move with its
 // parked events. The ticker (internal/relay/ticker) and the group reader
 // (internal/relay/read) drive it; nothing else of the relay writes SQL.
+// Package admin calls it too where an operator does what the relay does
+// (CreateGroup, DropGroup, Groups and their lag, PartsState, AddParts).
 //
 // # Ticks
 //

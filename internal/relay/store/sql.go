@@ -9,7 +9,7 @@ type statements struct {
 	takeTicker, releaseTicker, tick, addParts, parts, xmax string
 
 	createGroup, dropGroup, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, move, park, parkKeys, parkedKeys, lag                    string
+	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                 string
 
 	requests, parkedEvents, fence, unpark string
 }
@@ -45,6 +45,9 @@ func newStatements(n sqlname.Names) statements {
 		parts: `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
 			WHERE i.inhparent = $1::regclass`,
 
+		// createGroup: the newest tick ($2) or the oldest kept. No FOR
+		// KEY SHARE on the tick: it needs UPDATE on the ticks, which
+		// neither the relay's nor the operator's role has.
 		createGroup: `INSERT INTO ` + cursors + ` (grp, last_tick)
 			SELECT $1, CASE WHEN $2::boolean THEN max(tick_id) ELSE min(tick_id) END FROM ` + ticks + `
 			ON CONFLICT (grp) DO NOTHING`,
@@ -132,12 +135,21 @@ func newStatements(n sqlname.Names) statements {
 			c AS (UPDATE ` + parkedKeys + ` SET replay_requested_at = NULL, skip_requested_at = NULL
 				WHERE grp = $1 AND key = ANY ($3::text[]))
 			DELETE FROM ` + parkedKeys + ` WHERE grp = $1 AND key = ANY ($2::text[])`,
-		lag: `SELECT n.last_seq - c.last_seq, extract(epoch FROM clock_timestamp() - n.tick_time)::float8,
+		// groups: every group ($1 '') or one, with its lag: events is
+		// the newest tick's last_seq less the cursor tick's; seconds the
+		// age of the first tick after the cursor that holds events (0
+		// when caught up); then the newest tick's age.
+		groups: `SELECT g.grp, g.last_tick, coalesce(g.batch_tick, 0), coalesce(g.batch_seq, 0), coalesce(g.owner, ''),
+				coalesce(g.lease_until > clock_timestamp(), false), g.lease_until, coalesce(g.stopped_reason, ''),
+				g.created_at, g.moved_at, c.tick_id IS NOT NULL,
+				coalesce(n.last_seq - c.last_seq, 0),
 				coalesce((SELECT extract(epoch FROM clock_timestamp() - f.tick_time)::float8 FROM ` + ticks + ` AS f
-					WHERE f.tick_id > c.tick_id AND f.last_seq > c.last_seq ORDER BY f.tick_id LIMIT 1), 0)
+					WHERE f.tick_id > c.tick_id AND f.last_seq > c.last_seq ORDER BY f.tick_id LIMIT 1), 0),
+				coalesce(extract(epoch FROM clock_timestamp() - n.tick_time)::float8, 0),
+				(SELECT count(*) FROM ` + parkedKeys + ` AS k WHERE k.grp = g.grp)
 			FROM ` + cursors + ` AS g
-			JOIN ` + ticks + ` AS c ON c.tick_id = g.last_tick,
-			LATERAL (SELECT tick_time, last_seq FROM ` + ticks + ` ORDER BY tick_id DESC LIMIT 1) AS n
-			WHERE g.grp = $1`,
+			LEFT JOIN ` + ticks + ` AS c ON c.tick_id = g.last_tick
+			LEFT JOIN LATERAL (SELECT tick_time, last_seq FROM ` + ticks + ` ORDER BY tick_id DESC LIMIT 1) AS n ON true
+			WHERE $1 = '' OR g.grp = $1 ORDER BY g.grp`,
 	}
 }

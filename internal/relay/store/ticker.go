@@ -136,15 +136,7 @@ func (s *Store) KeepParts(ctx context.Context, ahead int) (Parts, error) {
 // a *PartsError (ErrNoHeadroom) when it is less than one part: a start
 // check, since the log refuses inserts past its last part.
 func (s *Store) CheckParts(ctx context.Context) (headroomXids uint64, err error) {
-	var xmaxText string
-	if err := s.db.QueryRow(ctx, s.sql.xmax).Scan(&xmaxText); err != nil {
-		return 0, errtext.Wrap(err, "check log parts")
-	}
-	xmax, err := strconv.ParseUint(xmaxText, 10, 64)
-	if err != nil {
-		return 0, errtext.Wrap(err, "check log parts: xmax")
-	}
-	headroom, err := s.headroomAbove(ctx, xmax)
+	_, headroom, err := s.PartsState(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -156,33 +148,51 @@ func (s *Store) CheckParts(ctx context.Context) (headroomXids uint64, err error)
 
 // headroomAbove is how many xids the attached parts hold above xmax.
 func (s *Store) headroomAbove(ctx context.Context, xmax uint64) (uint64, error) {
-	top, err := s.topPart(ctx)
+	_, top, err := s.partsTop(ctx)
 	if err != nil || top <= xmax {
 		return 0, err
 	}
 	return top - xmax, nil
 }
 
-// topPart returns the upper bound of the highest attached part, read
-// from the parts' names (Names.LogPart).
-func (s *Store) topPart(ctx context.Context) (uint64, error) {
+// PartsState returns how many parts the log has attached and how many
+// xids they hold above the current one (nothing is written).
+func (s *Store) PartsState(ctx context.Context) (parts int, headroomXids uint64, err error) {
+	var xmaxText string
+	if err := s.db.QueryRow(ctx, s.sql.xmax).Scan(&xmaxText); err != nil {
+		return 0, 0, errtext.Wrap(err, "read log parts")
+	}
+	xmax, err := strconv.ParseUint(xmaxText, 10, 64)
+	if err != nil {
+		return 0, 0, errtext.Wrap(err, "read log parts: xmax")
+	}
+	parts, top, err := s.partsTop(ctx)
+	if err != nil || top <= xmax {
+		return parts, 0, err
+	}
+	return parts, top - xmax, nil
+}
+
+// partsTop returns how many parts of ours are attached and the upper
+// bound of the highest, read from the parts' names (Names.LogPart).
+func (s *Store) partsTop(ctx context.Context) (parts int, top uint64, err error) {
 	rows, err := s.db.Query(ctx, s.sql.parts, s.names.Qualified)
 	if err != nil {
-		return 0, errtext.Wrap(err, "list log parts")
+		return 0, 0, errtext.Wrap(err, "list log parts")
 	}
 	defer rows.Close()
 	prefix := s.names.Table.Name + sqlname.SuffixLogPart
-	var top uint64
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			return 0, errtext.Wrap(err, "list log parts")
+			return 0, 0, errtext.Wrap(err, "list log parts")
 		}
 		n, err := strconv.ParseUint(strings.TrimPrefix(name, prefix), 16, 64)
 		if err != nil || !strings.HasPrefix(name, prefix) {
 			continue // not a part of ours
 		}
+		parts++
 		top = max(top, (n+1)*sqlname.LogPartXids)
 	}
-	return top, errtext.Wrap(rows.Err(), "list log parts")
+	return parts, top, errtext.Wrap(rows.Err(), "list log parts")
 }
