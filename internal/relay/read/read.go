@@ -93,7 +93,8 @@ type BatchStats struct {
 	// From and To are the batch's cursor and target ticks.
 	From, To int64
 	// Events is the batch's size, Published and Parked what became of
-	// its events.
+	// its events and of the parked events replayed with it (see
+	// SettleStats).
 	Events, Published, Parked int
 	// NewKeys is how many keys the batch parked; Retries how many
 	// messages it published again after a transient failure.
