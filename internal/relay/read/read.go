@@ -146,8 +146,10 @@ type Reader struct {
 	drain     chan struct{}
 	drainOnce sync.Once
 	// batches counts the batch boundaries since the requests were last
-	// read (Run's goroutine only).
-	batches int
+	// read, and idleRead is when an idle reader last read them (Run's
+	// goroutine only).
+	batches  int
+	idleRead time.Time
 }
 
 // New returns a Reader with cfg's defaults applied. It panics when Store,

@@ -3,6 +3,7 @@ package read
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
@@ -32,15 +33,26 @@ func (s settle) outcome(o store.Outcome) store.Outcome {
 }
 
 // requestsDue says whether this batch boundary reads the requests: every
-// RequestsEvery batches, and whenever the reader is idle.
+// RequestsEvery batches, and when idle at most once per RequestsIdle.
 func (r *Reader) requestsDue(idle bool) bool {
+	if idle {
+		if now := r.cfg.Clock.Mono(); now.Sub(r.idleRead) >= RequestsIdle {
+			r.idleRead = now
+			return true
+		}
+		return false
+	}
 	r.batches++
-	if idle || r.batches >= r.cfg.RequestsEvery {
+	if r.batches >= r.cfg.RequestsEvery {
 		r.batches = 0
 		return true
 	}
 	return false
 }
+
+// RequestsIdle is the most often an idle reader with parked keys reads
+// the replay and skip requests.
+const RequestsIdle = time.Second
 
 // requests reads the group's pending requests and the parked events of
 // the keys to replay, and unparks the keys replayed or skipped in parked
