@@ -77,6 +77,9 @@ type Options struct {
 	Publisher string
 	// Hold is how long the relay's longtx mode holds its transaction open.
 	Hold time.Duration
+	// Ticked makes the relay's throughput backlog a tick every Batch
+	// events instead of one tick for the whole of it.
+	Ticked bool
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database

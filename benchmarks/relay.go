@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/publishers/kafkapub"
 	"github.com/pgoutbox/pgoutbox/publishers/natspub"
@@ -163,9 +165,15 @@ func newBenchRelay(db *benchDB, pub outbox.Publisher, maxBatch int) (*relay.Rela
 		MaxBatch: maxBatch, Logger: quietLogger})
 }
 
-// emitBacklog writes n events into the log through the log emitter (5,000
-// a transaction, so its COPY, from 2 writers), keys partition keys round
-// robin, then vacuums and analyzes the log as preload does the outbox.
+// emitBacklog writes n events into the log through the log emitter, keys
+// partition keys round robin, then vacuums and analyzes the log as
+// preload does the outbox. By default it writes 5,000 events a
+// transaction (the emitter's COPY) from 2 writers and no tick is made
+// meanwhile: the relay's first tick holds the whole backlog, which it
+// reads in MaxBatch pieces (a relay started on a backlog). With -ticked
+// it writes -batch events a transaction from one writer and makes a tick
+// after each (a backlog that built up while a ticker ran: a relay that
+// was stopped or fell behind).
 func emitBacklog(ctx context.Context, db *benchDB, o Options) error {
 	em, err := logEmitter(o)
 	if err != nil {
@@ -173,19 +181,49 @@ func emitBacklog(ctx context.Context, db *benchDB, o Options) error {
 	}
 	body := payload(o.Payload)
 	var written atomic.Int64
-	err = inTxs(ctx, db, 2, o.N, 5000, func(ctx context.Context, tx pgx.Tx, k int) error {
+	write := func(ctx context.Context, tx pgx.Tx, k int) error {
 		events := make([]outbox.Event, k)
 		for i := range events {
 			events[i] = outbox.Event{Type: eventType, Payload: body, PartitionKey: benchKey(written.Add(1), o.Keys)}
 		}
 		_, err := em.Emit(ctx, tx, events...)
 		return err
-	})
+	}
+	if o.Ticked {
+		err = emitTicked(ctx, db, o, write)
+	} else {
+		err = inTxs(ctx, db, 2, o.N, 5000, write)
+	}
 	if err != nil {
 		return err
 	}
 	_, err = db.pool.Exec(ctx, `VACUUM ANALYZE event_log`)
 	return err
+}
+
+// emitTicked commits -batch events a transaction and makes a tick after
+// each, holding the ticker's lease meanwhile (released at the end, for
+// the relay's ticker).
+func emitTicked(ctx context.Context, db *benchDB, o Options, write func(context.Context, pgx.Tx, int) error) error {
+	st, err := store.New(db.pool, benchLog)
+	if err != nil {
+		return err
+	}
+	token := uuid.New()
+	if held, err := st.TakeTicker(ctx, "bench-backlog", token, time.Minute); err != nil || !held {
+		return fmt.Errorf("take the ticker (held %v): %w", held, err)
+	}
+	defer func() { _ = st.ReleaseTicker(context.WithoutCancel(ctx), token) }()
+	for done := 0; done < o.N; done += o.Batch {
+		k := min(o.Batch, o.N-done)
+		if err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return write(ctx, tx, k) }); err != nil {
+			return err
+		}
+		if _, _, err := st.Tick(ctx, token, time.Hour); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // relayThroughput emits a backlog of N events into the log, then times a
@@ -226,7 +264,7 @@ func relayThroughput(ctx context.Context, o Options) (Result, error) {
 	}
 	s := r.Stats()
 	res := throughput("throughput", o.N, elapsed)
-	res.Params = map[string]any{"publisher": cmpOr(o.Publisher, "noop"), "max_batch": o.Batch, "keys": o.Keys, "conns": 8,
+	res.Params = map[string]any{"publisher": cmpOr(o.Publisher, "noop"), "max_batch": o.Batch, "keys": o.Keys, "conns": 8, "ticked": o.Ticked,
 		"batches": s.Batches, "ticks": s.Ticks, "errors": s.Errors, "round_trips": db.trips.total() - trips0}
 	err = checkDrained(ctx, b, pub, s, o.N)
 	res.Verified = err == nil
