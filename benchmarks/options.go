@@ -80,6 +80,9 @@ type Options struct {
 	// Ticked makes the relay's throughput backlog a tick every Batch
 	// events instead of one tick for the whole of it.
 	Ticked bool
+	// SQLTime times the relay's statements (relay throughput): count and
+	// total milliseconds per statement, in the result's params.
+	SQLTime bool
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database

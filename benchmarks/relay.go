@@ -250,6 +250,10 @@ func relayThroughput(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	trips0 := db.trips.total()
+	if o.SQLTime {
+		db.trips.stmts = &stmtTimes{}
+		db.trips.stmts.reset()
+	}
 	start := time.Now()
 	if err := r.Start(ctx); err != nil {
 		return Result{}, err
@@ -266,6 +270,9 @@ func relayThroughput(ctx context.Context, o Options) (Result, error) {
 	res := throughput("throughput", o.N, elapsed)
 	res.Params = map[string]any{"publisher": cmpOr(o.Publisher, "noop"), "max_batch": o.Batch, "keys": o.Keys, "conns": 8, "ticked": o.Ticked,
 		"batches": s.Batches, "ticks": s.Ticks, "errors": s.Errors, "round_trips": db.trips.total() - trips0}
+	if o.SQLTime {
+		res.Params["sql_ms"] = db.trips.stmts.snapshot()
+	}
 	err = checkDrained(ctx, b, pub, s, o.N)
 	res.Verified = err == nil
 	return res, err
