@@ -121,6 +121,8 @@ var targets = []target{
 	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal multi-row INSERT", []string{"minimal INSERT ×1000"}, minLogBatchRatio),
 	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal COPY", []string{"minimal COPY"}, minLogBatchRatio),
 	ratio("relay → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay → no-op"}, "best minimal B=1000", []string{"minimal B=1000 "}, minRelayRatio),
+	ratio("relay, backlog ticked every 1,000 → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay (backlog ticked"}, "best minimal B=1000",
+		[]string{"minimal B=1000 "}, 0),
 	ratio("relay → in-process kfake (issue 27)", groupDispatch, []string{"relay → in-process kfake"}, "best kafkapub dispatcher → kfake",
 		[]string{"kafkapub → in-process kfake"}, minRelayBrokerRatio),
 	ratio("relay → local NATS JetStream (issue 27)", groupDispatch, []string{"relay → local NATS JetStream"}, "best natspub dispatcher → JetStream",

@@ -85,6 +85,8 @@ func roundSpecs(short bool) []spec {
 		{"natspub → local NATS JetStream, B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "1000", "-concurrency", "1000")},
 		{"kafkapub → in-process kfake, B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch-kafka", "-n", n, "-batch", "1000", "-concurrency", "1000")},
 		{"relay → no-op, MaxBatch 1000", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "1000", "-publisher", "noop")},
+		{"relay (backlog ticked every 1000) → no-op, MaxBatch 1000", groupDispatch,
+			args("relay", "throughput", "-n", n, "-batch", "1000", "-publisher", "noop", "-ticked")},
 		{"relay → in-process kfake, MaxBatch 5000 (default)", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "5000", "-publisher", "kfake")},
 		{"relay → local NATS JetStream, MaxBatch 5000 (default)", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "5000", "-publisher", "nats")},
 		{"watermill forwarder B=100", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "100")},
