@@ -55,6 +55,21 @@ const (
 	maxLogWALRatio   = 1.2
 )
 
+// Issue 27's bounds for the relay (docs/relay-design.md §8): its drain of
+// a backlog to a no-op publisher at MaxBatch 1,000 against the minimal
+// outbox's dispatch at batch 1,000, and to kfake and the local JetStream
+// against pgoutbox's dispatcher to the same broker (the best of its
+// defaults and B=1000 C=1000); commit → publish at 1,000 events/s with
+// the default tick; the other events' rate while one transaction stays
+// open for 60 s over their rate without it.
+const (
+	minRelayRatio       = 2.0
+	minRelayBrokerRatio = 1.5
+	maxRelayP50MS       = 15
+	maxRelayP99MS       = 50
+	minRelayLongTxFlow  = 0.8
+)
+
 // logOurs and logBatchOurs are the log's emit labels (prefixes).
 var (
 	logOurs      = []string{"log Emit"}
@@ -105,6 +120,17 @@ var targets = []target{
 	ratio("log emit, 4 writers (issue 27)", groupEmit, logOurs, "minimal INSERT", []string{"minimal INSERT"}, minLogEmitRatio),
 	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal multi-row INSERT", []string{"minimal INSERT ×1000"}, minLogBatchRatio),
 	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal COPY", []string{"minimal COPY"}, minLogBatchRatio),
+	ratio("relay → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay → no-op"}, "best minimal B=1000", []string{"minimal B=1000 "}, minRelayRatio),
+	ratio("relay, backlog ticked every 1,000 → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay (backlog ticked"}, "best minimal B=1000",
+		[]string{"minimal B=1000 "}, 0),
+	ratio("relay → in-process kfake (issue 27)", groupDispatch, []string{"relay → in-process kfake"}, "best kafkapub dispatcher → kfake",
+		[]string{"kafkapub → in-process kfake"}, minRelayBrokerRatio),
+	ratio("relay → local NATS JetStream (issue 27)", groupDispatch, []string{"relay → local NATS JetStream"}, "best natspub dispatcher → JetStream",
+		[]string{"natspub → local NATS JetStream"}, minRelayBrokerRatio),
+	relayLatencyTarget("relay commit → publish p50, 1,000/s, default tick (issue 27)", maxRelayP50MS, latencyP50),
+	relayLatencyTarget("relay commit → publish p99, 1,000/s, default tick (issue 27)", maxRelayP99MS, latencyP99),
+	{name: "relay: other events' rate with one transaction open 60 s, over without (issue 27)", refName: "the same run before it began",
+		ours: side{groupRelayLongTx, []string{"relay, one transaction open"}}, min: minRelayLongTxFlow, figure: paramFigure("flow_ratio"), format: "%.2f×"},
 	typesRatio("50"),
 	typesRatio("200"),
 	typesTimeouts("50"),
@@ -244,6 +270,12 @@ func paramFigure(name string) func(Result) (float64, bool) {
 // at rate events/s (default emitter settings) by maximum.
 func latencyTarget(name, rate string, maximum float64, figure func(Result) (float64, bool), format string) target {
 	return target{name: name, ours: side{groupLatency, []string{"wake-ups on, poll 1s, " + rate + "/s"}}, max: maximum, figure: figure, format: format}
+}
+
+// relayLatencyTarget bounds a figure of the relay's latency run at 1,000
+// events/s by maximum.
+func relayLatencyTarget(name string, maximum float64, figure func(Result) (float64, bool)) target {
+	return target{name: name, ours: side{groupRelayLatency, []string{"relay, default tick, 1000/s"}}, max: maximum, figure: figure, format: "%.1f ms"}
 }
 
 func latencyP50(r Result) (float64, bool) { return deref(r.P50MS) }
