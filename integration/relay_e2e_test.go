@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +26,8 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 	"github.com/pgoutbox/pgoutbox/outbox/outboxtest"
+	"github.com/pgoutbox/pgoutbox/publishers/kafkapub"
+	"github.com/pgoutbox/pgoutbox/publishers/natspub"
 	"github.com/pgoutbox/pgoutbox/relay"
 )
 
@@ -265,48 +266,85 @@ type relayBroker struct {
 	consume func(t *testing.T, on func(outbox.Event))
 }
 
+// relayBrokerOpts are a relay test's broker settings: the largest
+// message the stream or topic takes (0: the broker's limit), and the
+// publisher's KeyOrder (outbox.KeyOrderedPublisher: the relay then sends
+// a key's run in one call).
+type relayBrokerOpts struct {
+	maxMsg   int32
+	keyOrder bool
+}
+
+// forEachRelayBroker runs f as parallel subtests on a NATS stream
+// (natsServer) and a Kafka topic (kafkaSeeds), each with the publisher's
+// KeyOrder off and on.
+func forEachRelayBroker(t *testing.T, maxMsg int32, f func(t *testing.T, b relayBroker)) {
+	t.Helper()
+	for _, keyOrder := range []bool{false, true} {
+		opts := relayBrokerOpts{maxMsg: maxMsg, keyOrder: keyOrder}
+		suffix := ""
+		if keyOrder {
+			suffix = "/KeyOrder"
+		}
+		t.Run("NATS"+suffix, func(t *testing.T) {
+			t.Parallel()
+			b, _ := newRelayNATS(t, testctx.New(t), natsServer(t), opts)
+			f(t, b)
+		})
+		t.Run("Kafka"+suffix, func(t *testing.T) {
+			t.Parallel()
+			f(t, newRelayKafka(t, testctx.New(t), kafkaSeeds(t), opts))
+		})
+	}
+}
+
 // newRelayNATS creates a stream capturing the test's subjects, with a
-// long duplicate window and at most maxMsg bytes a message (0: the
-// server's limit), on the server at url, and returns its broker.
-func newRelayNATS(t *testing.T, ctx context.Context, url string, maxMsg int32) (relayBroker, jetstream.Stream) {
+// long duplicate window and opts' largest message, on the server at url,
+// and returns its broker.
+func newRelayNATS(t *testing.T, ctx context.Context, url string, opts relayBrokerOpts) (relayBroker, jetstream.Stream) {
 	t.Helper()
 	tag := e2eTag()
 	prefix := "relay." + tag + "."
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	require.NoError(t, err)
 	name := "PGOUTBOX_RELAY_" + tag
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"},
-		Duplicates: 10 * time.Minute, MaxMsgSize: maxMsg})
+		Duplicates: 10 * time.Minute, MaxMsgSize: opts.maxMsg})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
-	pub, closePub, err := newNATSPublisher(url, prefix)
+	pub, err := natspub.New(js, natspub.Config{SubjectPrefix: prefix, KeyOrder: opts.keyOrder})
 	require.NoError(t, err)
-	t.Cleanup(closePub)
 	return relayBroker{kind: "nats", pub: pub, consume: func(t *testing.T, on func(outbox.Event)) {
 		consumeStream(t, stream, on) // checks Nats-Msg-Id = the event ID
 	}}, stream
 }
 
-// newRelayKafka creates the test's topic, with 3 partitions and the
-// given topic configs, on the cluster at seeds, and returns its broker.
-// kafkapub.Decode takes the event ID from the header kafkapub sets
-// (kafkapub.HeaderEventID), so a decoded ID is the dedupe key received.
-func newRelayKafka(t *testing.T, ctx context.Context, seeds []string, configs map[string]*string) relayBroker {
+// newRelayKafka creates the test's topic, with 3 partitions and opts'
+// largest message (max.message.bytes), on the cluster at seeds, and
+// returns its broker. kafkapub.Decode takes the event ID from the header
+// kafkapub sets (kafkapub.HeaderEventID), so a decoded ID is the dedupe
+// key received.
+func newRelayKafka(t *testing.T, ctx context.Context, seeds []string, opts relayBrokerOpts) relayBroker {
 	t.Helper()
 	prefix := "relay-" + e2eTag() + "."
 	topic := prefix + relayDest
+	var configs map[string]*string
+	if opts.maxMsg > 0 {
+		limit := strconv.Itoa(int(opts.maxMsg))
+		configs = map[string]*string{"max.message.bytes": &limit}
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	require.NoError(t, err)
 	defer cl.Close()
 	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 3, -1, configs, topic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Err)
-	pub, closePub, err := newKafkaPublisher(strings.Join(seeds, ","), prefix)
+	pub, err := kafkapub.NewFromOpts(kafkapub.Config{TopicPrefix: prefix, KeyOrder: opts.keyOrder}, kgo.SeedBrokers(seeds...))
 	require.NoError(t, err)
-	t.Cleanup(closePub)
+	t.Cleanup(pub.Close)
 	return relayBroker{kind: "kafka", pub: pub, consume: func(t *testing.T, on func(outbox.Event)) {
 		consumeKafka(t, seeds, topic, on)
 	}}
@@ -318,18 +356,11 @@ func newRelayKafka(t *testing.T, ctx context.Context, seeds []string, configs ma
 // natspub (the local JetStream, or one in process). Every committed event
 // reaches the topic's or stream's consumer once, byte for byte, with its
 // ID as the dedupe key; none rolled back does; each key's events arrive
-// in commit order; the relay parked and retried nothing.
+// in commit order; the relay parked and retried nothing. Each broker runs
+// with the publisher's KeyOrder off and on.
 func TestRelayBrokersEndToEnd(t *testing.T) {
 	t.Parallel()
-	t.Run("NATS", func(t *testing.T) {
-		t.Parallel()
-		b, _ := newRelayNATS(t, testctx.New(t), natsServer(t), 0)
-		runRelayEndToEnd(t, b)
-	})
-	t.Run("Kafka", func(t *testing.T) {
-		t.Parallel()
-		runRelayEndToEnd(t, newRelayKafka(t, testctx.New(t), kafkaSeeds(t), nil))
-	})
+	forEachRelayBroker(t, 0, runRelayEndToEnd)
 }
 
 func runRelayEndToEnd(t *testing.T, b relayBroker) {
@@ -340,20 +371,7 @@ func runRelayEndToEnd(t *testing.T, b relayBroker) {
 	b.consume(t, got.add)
 	rl := rig.startRelay(t, ctx, b.pub, nil)
 
-	const writers, txs = 4, 60
-	var wg sync.WaitGroup
-	for range writers {
-		wg.Go(func() {
-			for range txs {
-				key := keys[rand.IntN(len(keys))]
-				if err := rig.emit(ctx, key, 1+rand.IntN(3), 0, rand.IntN(8) == 0); err != nil {
-					t.Errorf("writer: %v", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	rig.write(t, ctx, keys, 4, 60).Wait()
 	ids := rig.committedIDs()
 	awaitArrived(t, ctx, got, ids)
 	awaitCaughtUp(t, ctx, rig)
@@ -364,6 +382,58 @@ func runRelayEndToEnd(t *testing.T, b relayBroker) {
 	require.Zero(t, st.Parked)
 	require.Zero(t, st.Retries)
 	t.Logf("%s: %d events in %d batches", b.kind, st.Published, st.Batches)
+}
+
+// write starts writers goroutines, each running txs business
+// transactions of 1 to 3 events of a random key of keys (one in 8 rolled
+// back), and returns their wait group.
+func (r *relayRig) write(t *testing.T, ctx context.Context, keys []string, writers, txs int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range txs {
+				key := keys[rand.IntN(len(keys))]
+				if err := r.emit(ctx, key, 1+rand.IntN(3), 0, rand.IntN(8) == 0); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// TestRelayHandOverEndToEnd: while writers emit, the relay publishing
+// to the broker is stopped and a second one takes the group over. Stop
+// drains the batch in flight and records it, so every committed event
+// arrives once, in per-key commit order, across the hand-over.
+func TestRelayHandOverEndToEnd(t *testing.T) {
+	t.Parallel()
+	forEachRelayBroker(t, 0, func(t *testing.T, b relayBroker) {
+		ctx := testctx.New(t)
+		keys := []string{"k0", "k1", "k2", "k3"}
+		rig := newRelayRig(t, ctx, keys...)
+		got := newRelayConsumer()
+		b.consume(t, got.add)
+		first := rig.startRelay(t, ctx, b.pub, nil)
+
+		writing := rig.write(t, ctx, keys, 2, 80)
+		waitFor(t, ctx, "a first relay's batches", func() (bool, string) {
+			st := first.Stats()
+			return st.Published >= 50, fmt.Sprintf("%+v", st)
+		})
+		require.NoError(t, first.Stop(ctx))
+		require.NoError(t, first.Err())
+		second := rig.startRelay(t, ctx, b.pub, nil)
+		writing.Wait()
+		awaitArrived(t, ctx, got, rig.committedIDs())
+		awaitCaughtUp(t, ctx, rig)
+
+		require.Zero(t, requireDelivered(t, rig, got), "a duplicate across a clean hand-over")
+		published := first.Stats().Published + second.Stats().Published
+		require.EqualValues(t, len(rig.committedIDs()), published)
+		t.Logf("%s: %d events by the first relay, %d by the second", b.kind, first.Stats().Published, second.Stats().Published)
+	})
 }
 
 // awaitCaughtUp waits until the group's cursor is at the newest tick,

@@ -114,18 +114,10 @@ const (
 // parks it and its key: the key's later events are parked behind it, in
 // the same batch and in later ones, unpublished, while the other keys
 // keep flowing in order. The parked key and events are what admin lists.
+// Each broker runs with the publisher's KeyOrder off and on.
 func TestRelayParksRefusedKey(t *testing.T) {
 	t.Parallel()
-	t.Run("NATS", func(t *testing.T) {
-		t.Parallel()
-		b, _ := newRelayNATS(t, testctx.New(t), natsServer(t), relayMaxMsg)
-		runRelayParksRefusedKey(t, b)
-	})
-	t.Run("Kafka", func(t *testing.T) {
-		t.Parallel()
-		limit := fmt.Sprint(relayMaxMsg)
-		runRelayParksRefusedKey(t, newRelayKafka(t, testctx.New(t), kafkaSeeds(t), map[string]*string{"max.message.bytes": &limit}))
-	})
+	forEachRelayBroker(t, relayMaxMsg, runRelayParksRefusedKey)
 }
 
 func runRelayParksRefusedKey(t *testing.T, b relayBroker) {
