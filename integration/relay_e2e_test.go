@@ -388,10 +388,21 @@ func runRelayEndToEnd(t *testing.T, b relayBroker) {
 // transactions of 1 to 3 events of a random key of keys (one in 8 rolled
 // back), and returns their wait group.
 func (r *relayRig) write(t *testing.T, ctx context.Context, keys []string, writers, txs int) *sync.WaitGroup {
+	return r.writeUntil(t, ctx, keys, writers, txs, nil)
+}
+
+// writeUntil is write, its writers stopping early once stop is closed
+// (never when it is nil).
+func (r *relayRig) writeUntil(t *testing.T, ctx context.Context, keys []string, writers, txs int, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range writers {
 		wg.Go(func() {
 			for range txs {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				key := keys[rand.IntN(len(keys))]
 				if err := r.emit(ctx, key, 1+rand.IntN(3), 0, rand.IntN(8) == 0); err != nil {
 					t.Errorf("writer: %v", err)
@@ -403,8 +414,9 @@ func (r *relayRig) write(t *testing.T, ctx context.Context, keys []string, write
 	return &wg
 }
 
-// TestRelayHandOverEndToEnd: while writers emit, the relay publishing
-// to the broker is stopped and a second one takes the group over. Stop
+// TestRelayHandOverEndToEnd: while writers emit (until the second relay
+// published 50 events), the relay publishing to the broker is stopped and
+// a second one takes the group over. Stop
 // drains the batch in flight and records it, so every committed event
 // arrives once, in per-key commit order, across the hand-over.
 func TestRelayHandOverEndToEnd(t *testing.T) {
@@ -417,7 +429,10 @@ func TestRelayHandOverEndToEnd(t *testing.T) {
 		b.consume(t, got.add)
 		first := rig.startRelay(t, ctx, b.pub, nil)
 
-		writing := rig.write(t, ctx, keys, 2, 80)
+		stop := make(chan struct{})
+		writing := rig.writeUntil(t, ctx, keys, 2, 100_000, stop)
+		halt := sync.OnceFunc(func() { close(stop); writing.Wait() })
+		t.Cleanup(halt) // on failure too
 		waitFor(t, ctx, "a first relay's batches", func() (bool, string) {
 			st := first.Stats()
 			return st.Published >= 50, fmt.Sprintf("%+v", st)
@@ -425,7 +440,11 @@ func TestRelayHandOverEndToEnd(t *testing.T) {
 		require.NoError(t, first.Stop(ctx))
 		require.NoError(t, first.Err())
 		second := rig.startRelay(t, ctx, b.pub, nil)
-		writing.Wait()
+		waitFor(t, ctx, "the second relay's batches", func() (bool, string) {
+			st := second.Stats()
+			return st.Published >= 50, fmt.Sprintf("%+v", st)
+		})
+		halt()
 		awaitArrived(t, ctx, got, rig.committedIDs())
 		awaitCaughtUp(t, ctx, rig)
 
