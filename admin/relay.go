@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/relay/retention"
+	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -43,6 +43,10 @@ type RelayConfig struct {
 type Relay struct {
 	db    DB
 	names sqlname.Names
+	// store is the relay's own statements on the log
+	// (internal/relay/store), shared where an operator does what the
+	// relay does: groups, lag, parts.
+	store *store.Store
 }
 
 // NewRelay returns a Relay for cfg on db. A nil db gives an
@@ -56,7 +60,11 @@ func NewRelay(db DB, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, &outbox.ConfigError{Field: "Log", Reason: "is invalid", Err: err}
 	}
-	return &Relay{db: db, names: names}, nil
+	st, err := store.New(db, names.Table)
+	if err != nil {
+		return nil, &outbox.ConfigError{Field: "Log", Reason: "is invalid", Err: err}
+	}
+	return &Relay{db: db, names: names, store: st}, nil
 }
 
 // Log returns the (defaulted) log table the Relay works on.
@@ -150,26 +158,17 @@ func (r *Relay) Group(ctx context.Context, group string) (Group, error) {
 }
 
 func (r *Relay) groups(ctx context.Context, group string) ([]Group, error) {
-	ticks := r.names.Log(sqlname.SuffixTicks)
-	rows, err := r.db.Query(ctx, `SELECT c.grp, c.last_tick, coalesce(c.batch_tick, 0), coalesce(c.batch_seq, 0),
-			coalesce(c.owner, ''), coalesce(c.lease_until > now(), false), c.lease_until, coalesce(c.stopped_reason, ''),
-			c.created_at, c.moved_at,
-			coalesce((SELECT last_seq FROM `+ticks+` ORDER BY tick_id DESC LIMIT 1) - t.last_seq, 0),
-			coalesce(extract(epoch FROM now() - (SELECT tick_time FROM `+ticks+` WHERE tick_id > c.last_tick
-				ORDER BY tick_id LIMIT 1))::float8, 0),
-			(SELECT count(*) FROM `+r.names.Log(sqlname.SuffixParkedKeys)+` k WHERE k.grp = c.grp)
-		FROM `+r.names.Log(sqlname.SuffixCursors)+` c LEFT JOIN `+ticks+` t ON t.tick_id = c.last_tick
-		WHERE $1 = '' OR c.grp = $1 ORDER BY c.grp`, group)
+	gs, err := r.store.Groups(ctx, group)
 	if err != nil {
 		return nil, errtext.Wrap(err, "admin: relay groups of %s", r.names.Table)
 	}
-	var g Group
-	out, err := pgx.AppendRows([]Group(nil), rows, func(row pgx.CollectableRow) (Group, error) {
-		err := row.Scan(&g.Name, &g.LastTick, &g.BatchTick, &g.BatchSeq, &g.Owner, &g.Leased, &g.LeaseUntil,
-			&g.StoppedReason, &g.CreatedAt, &g.MovedAt, &g.LagEvents, &g.LagSeconds, &g.ParkedKeys)
-		return g, err
-	})
-	return out, errtext.Wrap(err, "admin: relay groups of %s", r.names.Table)
+	out := make([]Group, len(gs))
+	for i, g := range gs {
+		out[i] = Group{Name: g.Name, LastTick: g.Cursor.LastTick, BatchTick: g.Cursor.BatchTick, BatchSeq: g.Cursor.BatchSeq,
+			Owner: g.Owner, Leased: g.Leased, LeaseUntil: g.LeaseUntil, StoppedReason: g.StoppedReason,
+			CreatedAt: g.CreatedAt, MovedAt: g.MovedAt, LagEvents: g.Lag.Events, LagSeconds: g.Lag.Seconds, ParkedKeys: g.ParkedKeys}
+	}
+	return out, nil
 }
 
 // RelayStatus is the log's state for an operator: its ticker, newest
@@ -196,24 +195,17 @@ type RelayStatus struct {
 func (r *Relay) Status(ctx context.Context) (RelayStatus, error) {
 	var s RelayStatus
 	var age float64
-	var headroom string
 	err := r.db.QueryRow(ctx, `SELECT coalesce(k.owner, ''), coalesce(k.lease_until > now(), false),
-			coalesce(t.tick_id, 0), coalesce(extract(epoch FROM now() - t.tick_time)::float8, 0),
-			p.n, greatest(coalesce(p.hi, 0) - pg_snapshot_xmax(pg_current_snapshot())::text::numeric, 0)::text
+			coalesce(t.tick_id, 0), coalesce(extract(epoch FROM now() - t.tick_time)::float8, 0)
 		FROM `+r.names.Log(sqlname.SuffixTicker)+` k
 		LEFT JOIN LATERAL (SELECT tick_id, tick_time FROM `+r.names.Log(sqlname.SuffixTicks)+`
-			ORDER BY tick_id DESC LIMIT 1) t ON true
-		CROSS JOIN (SELECT count(*)::int AS n,
-			max((('x' || lpad(right(c.relname, 10), 16, '0'))::bit(64)::bigint + 1)::numeric * $2) AS hi
-			FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-			WHERE i.inhparent = $1::regclass AND right(c.relname, 10) ~ '^[0-9a-f]{10}$') p`,
-		r.names.Qualified, sqlname.LogPartXids).Scan(&s.TickerOwner, &s.TickerLeased, &s.NewestTick, &age, &s.Parts, &headroom)
+			ORDER BY tick_id DESC LIMIT 1) t ON true`).Scan(&s.TickerOwner, &s.TickerLeased, &s.NewestTick, &age)
 	if err != nil {
 		return s, errtext.Wrap(err, "admin: relay status of %s", r.names.Table)
 	}
 	s.TickAge = time.Duration(age * float64(time.Second))
-	if s.HeadroomXids, err = strconv.ParseUint(headroom, 10, 64); err != nil {
-		return s, fmt.Errorf("pgoutbox: admin: relay status of %s: head-room %q: %w", r.names.Table, headroom, err)
+	if s.Parts, s.HeadroomXids, err = r.store.PartsState(ctx); err != nil {
+		return s, errtext.Wrap(err, "admin: relay status of %s", r.names.Table)
 	}
 	s.Groups, err = r.Groups(ctx)
 	return s, err
@@ -241,26 +233,20 @@ func (r *Relay) CreateGroup(ctx context.Context, group string, from From) error 
 	if err := checkGroup(group); err != nil {
 		return err
 	}
-	order := "DESC"
+	var at store.From
 	switch from {
 	case FromLatest:
+		at = store.Latest
 	case FromOldest:
-		order = "ASC"
+		at = store.Oldest
 	default:
 		return inputErr("from", "is %d, want FromLatest or FromOldest", from)
 	}
-	// FOR KEY SHARE: the tick is not deleted under the new cursor.
-	tag, err := r.db.Exec(ctx, `INSERT INTO `+r.names.Log(sqlname.SuffixCursors)+` (grp, last_tick)
-		SELECT $1, tick_id FROM (SELECT tick_id FROM `+r.names.Log(sqlname.SuffixTicks)+`
-			ORDER BY tick_id `+order+` LIMIT 1 FOR KEY SHARE) t
-		ON CONFLICT (grp) DO NOTHING`, group)
-	if err != nil {
-		return errtext.Wrap(err, "admin: create relay group %q in %s", group, r.names.Table)
-	}
-	if tag.RowsAffected() == 0 {
+	err := r.store.CreateGroup(ctx, group, at)
+	if errors.Is(err, store.ErrGroupExists) {
 		return r.fail("create", group, "", ErrGroupExists)
 	}
-	return nil
+	return errtext.Wrap(err, "admin: create relay group %q in %s", group, r.names.Table)
 }
 
 // DropGroup deletes a consumer group with its parked keys and events,
@@ -271,16 +257,11 @@ func (r *Relay) DropGroup(ctx context.Context, group string) error {
 	if err := checkGroup(group); err != nil {
 		return err
 	}
-	tag, err := r.db.Exec(ctx, `WITH k AS (DELETE FROM `+r.names.Log(sqlname.SuffixParkedKeys)+` WHERE grp = $1),
-			p AS (DELETE FROM `+r.names.Log(sqlname.SuffixParked)+` WHERE grp = $1)
-		DELETE FROM `+r.names.Log(sqlname.SuffixCursors)+` WHERE grp = $1`, group)
-	if err != nil {
-		return errtext.Wrap(err, "admin: drop relay group %q in %s", group, r.names.Table)
-	}
-	if tag.RowsAffected() == 0 {
+	err := r.store.DropGroup(ctx, group)
+	if errors.Is(err, store.ErrNoGroup) {
 		return r.fail("drop", group, "", ErrUnknownGroup)
 	}
-	return nil
+	return errtext.Wrap(err, "admin: drop relay group %q in %s", group, r.names.Table)
 }
 
 // Resume clears a stopped group's stopped_reason, so that its reader
@@ -515,11 +496,16 @@ type MaintainResult struct {
 	TicksDeleted int64 `json:"ticks_deleted"`
 	// Owner says the role owns the log.
 	Owner bool `json:"owner"`
+	// PartsAdded is how many parts were attached ahead of the current
+	// transaction id (the log refuses inserts past its last part).
+	PartsAdded int `json:"parts_added,omitempty"`
 }
 
-// Maintain runs one retention pass of the log now, as the relay's
-// retention service does on the replica holding the ticker's lease:
-// it truncates the parts every group is past (a part another session
+// Maintain keeps the log's parts ahead of the current transaction id as
+// the relay's ticker does (at least 16 parts from the current one's, the
+// missing ones added through <log>_part_add), then runs one retention
+// pass of the log now, as the relay's retention service does on the
+// replica holding the ticker's lease: it truncates the parts every group is past (a part another session
 // holds is skipped, without waiting), deletes the ticks below every
 // group's cursor tick and, when the role owns the log, detaches
 // (CONCURRENTLY) and drops the emptied parts. db must not be a
@@ -529,11 +515,15 @@ func (r *Relay) Maintain(ctx context.Context) (MaintainResult, error) {
 	if _, ok := r.db.(pgx.Tx); ok {
 		return MaintainResult{}, inputErr("db", "is a transaction: Maintain detaches parts CONCURRENTLY, which cannot run in one")
 	}
+	added, _, err := r.store.AddParts(ctx)
+	if err != nil {
+		return MaintainResult{}, errtext.Wrap(err, "admin: maintain %s", r.names.Table)
+	}
 	s, err := retention.New(retention.Config{DB: r.db, Log: r.names.Table})
 	if err != nil {
 		return MaintainResult{}, err
 	}
 	p, err := s.Pass(ctx)
 	return MaintainResult{Truncated: p.Truncated, Busy: p.Busy, Dropped: p.Dropped, Waiting: p.Waiting,
-		TicksDeleted: p.TicksDeleted, Owner: p.Owner}, errtext.Wrap(err, "admin: maintain %s", r.names.Table)
+		TicksDeleted: p.TicksDeleted, Owner: p.Owner, PartsAdded: added}, errtext.Wrap(err, "admin: maintain %s", r.names.Table)
 }

@@ -51,7 +51,8 @@ var (
 // StopError says why a consumer group stopped: Run (and Stop, Err) return
 // it when the relay ended because its group stopped, and Health reports
 // it. The group's cursor row keeps Reason until an operator acts
-// (outboxctl relay rebase); nothing was published past the cursor.
+// (outboxctl relay resume, after the checks docs/relay.md "Restore and
+// failover" lists); nothing was published past the cursor.
 type StopError struct {
 	// Group is the consumer group that stopped.
 	Group string

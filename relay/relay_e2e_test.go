@@ -2,9 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"fmt"
 	"sync"
 	"testing"
 	"time"

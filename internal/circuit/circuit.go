@@ -1,10 +1,12 @@
 package circuit
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // State is the state of the circuit; the dispatcher's public CircuitState
@@ -218,4 +220,25 @@ func (c *Circuit) Stop() {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+}
+
+// Verdict reads the errors of one publish call: an outage when every
+// message the publisher attempted failed unavailable
+// (outbox.IsUnavailable; cause is one of them), reached when one
+// succeeded or failed for another reason, neither when nothing was
+// attempted. outbox.ErrNotAttempted (a key-ordered publisher's later
+// message of a key that failed) says nothing either way. The
+// dispatcher (internal/run) and the relay's lanes judge their calls with
+// it, so both open and close their circuits alike.
+func Verdict(errs []error) (outage, reached bool, cause error) {
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, outbox.ErrNotAttempted):
+		case !outbox.IsUnavailable(err):
+			return false, true, nil
+		default:
+			cause = err
+		}
+	}
+	return cause != nil, false, cause
 }

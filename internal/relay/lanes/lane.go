@@ -179,7 +179,7 @@ func (ln *lane) publish(ctx context.Context) (errs []error, timedOut bool) {
 // retried or parked with its key.
 func (ln *lane) settle(errs []error, timedOut bool, probe uint64) {
 	ln.checkNotAttempted(errs)
-	outage, reached, cause := verdict(errs)
+	outage, reached, cause := circuit.Verdict(errs)
 	switch {
 	case outage:
 		ln.l.outage(cause)
@@ -286,24 +286,6 @@ func (ln *lane) advance() {
 	if ln.start >= len(live) {
 		ln.start = 0
 	}
-}
-
-// verdict reads a call's errors as the dispatcher's circuit does
-// (internal/run): an outage when every attempted message failed
-// unavailable (cause is one of them), reached when one succeeded or
-// failed otherwise, neither when nothing was attempted.
-// outbox.ErrNotAttempted says nothing either way.
-func verdict(errs []error) (outage, reached bool, cause error) {
-	for _, err := range errs {
-		switch {
-		case errors.Is(err, outbox.ErrNotAttempted):
-		case !outbox.IsUnavailable(err):
-			return false, true, nil
-		default:
-			cause = err
-		}
-	}
-	return cause != nil, false, cause
 }
 
 // outage opens the circuit (a call found the destination unavailable).

@@ -29,6 +29,25 @@
 // committed, and a failed read ahead is only dropped: the next batch is
 // then read (and its failure reported) as without read ahead.
 //
+// # Replay and skip of parked keys
+//
+// An operator's request on a parked key (admin.RequestReplay,
+// admin.RequestSkip) is carried out at a batch boundary, before the batch
+// publishes: the requests are read every RequestsEvery batches, and at
+// every poll while the group is caught up. A skipped or replayed key is
+// unparked in memory, so its events of the batch publish; a replayed
+// key's parked events (seq order) go to the lanes before the batch's, so
+// the key's order holds, and if one fails again the lanes park the key
+// anew. The key's old rows are deleted in the batch's cursor move (with
+// no batch, in a transaction fenced as one, store.Settle), before its new
+// parked rows are written. A request on a key the reader has not parked
+// is cleared. When the lease is lost before that move, nothing of the
+// request is recorded, and the next holder carries it out (the events
+// replayed may then be published twice: at-least-once). Known limits:
+// a replay publishes every parked event of the key in one batch; a
+// request made while the reader carries out an earlier one on the same
+// key is dropped with the key's row.
+//
 // # Stopping
 //
 // A snapshot that went backwards or a changed database (store's

@@ -19,9 +19,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLease        = 30 * time.Second
-	DefaultMaxBatch     = 5000
-	DefaultPollInterval = 100 * time.Millisecond
+	DefaultLease         = 30 * time.Second
+	DefaultMaxBatch      = 5000
+	DefaultPollInterval  = 100 * time.Millisecond
+	DefaultRequestsEvery = 10
 )
 
 // Result is what the publisher did with a batch: the fields of
@@ -71,8 +72,15 @@ type Config struct {
 	// Wake, when not nil, says a tick was recorded (the ticker in the
 	// same process).
 	Wake <-chan struct{}
+	// RequestsEvery is how many batches pass between two reads of the
+	// operators' replay and skip requests on parked keys; they are read
+	// at every poll too while the group is caught up. Defaults to 10.
+	RequestsEvery int
 	// Clock tells the time; the zero Clock is the wall clock.
 	Clock clock.Clock
+	// OnSettle is called after the requests on parked keys that a batch
+	// boundary carried out were recorded. May be nil.
+	OnSettle func(SettleStats)
 	// OnBatch is called after each cursor move. May be nil.
 	OnBatch func(BatchStats)
 	// OnError is called with each error the reader goes on after (a
@@ -85,7 +93,8 @@ type BatchStats struct {
 	// From and To are the batch's cursor and target ticks.
 	From, To int64
 	// Events is the batch's size, Published and Parked what became of
-	// its events.
+	// its events and of the parked events replayed with it (see
+	// SettleStats).
 	Events, Published, Parked int
 	// NewKeys is how many keys the batch parked; Retries how many
 	// messages it published again after a transient failure.
@@ -94,6 +103,21 @@ type BatchStats struct {
 	Partial bool
 	// Took is the time from the read to the committed move.
 	Took time.Duration
+}
+
+// SettleStats describes the requests on parked keys one batch boundary
+// carried out (in its cursor move, or alone when there was no batch).
+type SettleStats struct {
+	// Replayed is how many parked events were published again (or
+	// parked again, see Reparked).
+	Replayed int
+	// Unparked is how many keys were replayed or skipped and are no
+	// longer parked; Reparked how many were replayed and parked again (an
+	// event failed again: the key keeps its rows, with the new error).
+	Unparked, Reparked int
+	// Cleared is how many requests named a key the group had not parked
+	// and were cleared.
+	Cleared int
 }
 
 // StopError is Run's error when the group stopped: its snapshots went
@@ -121,6 +145,9 @@ type Reader struct {
 	// is recorded.
 	drain     chan struct{}
 	drainOnce sync.Once
+	// batches counts the batch boundaries since the requests were last
+	// read (Run's goroutine only).
+	batches int
 }
 
 // New returns a Reader with cfg's defaults applied. It panics when Store,
@@ -132,6 +159,7 @@ func New(cfg Config) *Reader {
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.RequestsEvery = cmp.Or(cfg.RequestsEvery, DefaultRequestsEvery)
 	return &Reader{cfg: cfg, token: uuid.New(), drain: make(chan struct{})}
 }
 
@@ -300,16 +328,21 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 			r.report(ctx, err)
 			return cur, false, nil // wait and try again
 		case !ok:
-			return cur, false, nil
+			return cur, false, r.settleIdle(ctx, cur, parked)
 		}
 	}
+	var s settle
+	if r.requestsDue(false) {
+		s = r.requests(ctx, parked)
+	}
 	read := r.readAhead(ctx, store.Next(cur, b))
-	res, err := r.cfg.Lanes.Publish(ctx, b.Events, parked)
+	res, err := r.cfg.Lanes.Publish(ctx, withReplay(s.replay, b.Events), parked)
 	next := <-read
 	if err != nil {
 		return cur, false, errtext.Wrap(err, "publish batch of %q", r.cfg.Group)
 	}
-	moved, err := r.cfg.Store.MoveOpen(ctx, r.token, cur, b, res.Parked, newKeys(res), next)
+	moved, err := r.cfg.Store.MoveWith(ctx, r.token, cur, b,
+		s.outcome(store.Outcome{Parked: res.Parked, NewKeys: newKeys(res), Ahead: next}))
 	if err != nil {
 		return cur, false, err
 	}
@@ -317,12 +350,24 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 	for _, k := range res.NewKeys {
 		parked[k] = true
 	}
+	r.settled(s, res)
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(BatchStats{From: b.From.ID, To: b.To.ID, Events: len(b.Events), Published: res.Published,
 			Parked: len(res.Parked), NewKeys: len(res.NewKeys), Retries: res.Retries, Partial: b.Partial,
 			Took: r.cfg.Clock.Elapsed(start)})
 	}
 	return moved, true, nil
+}
+
+// withReplay is the events of a batch publish: the replayed parked
+// events first (the lanes keep each key's events in the order given, so
+// a key's replayed events go before its events of the batch), then the
+// batch's.
+func withReplay(replay, events []batch.Event) []batch.Event {
+	if len(replay) == 0 {
+		return events
+	}
+	return append(append(make([]batch.Event, 0, len(replay)+len(events)), replay...), events...)
 }
 
 // readAhead reads the batch from cur on a goroutine of its own; the

@@ -1,6 +1,7 @@
 package read_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/internal/relay/ticker"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // fakePub records what it publishes; park says which keys it refuses
@@ -26,7 +28,9 @@ type fakePub struct {
 	published []batch.Event
 	calls     []call
 	park      map[string]bool
+	parkErr   string // the text of a refusal; "refused" when empty
 	block     bool
+	hold      chan struct{} // when set, a call waits for it to close (or its ctx's end), then publishes
 	blocked   chan struct{} // a call began blocking
 	onPublish func(events []batch.Event)
 	got       chan int // the events published by each call
@@ -43,7 +47,7 @@ func newFake() *fakePub {
 
 func (f *fakePub) Publish(ctx context.Context, events []batch.Event, parked map[string]bool) (read.Result, error) {
 	f.mu.Lock()
-	block, hook := f.block, f.onPublish
+	block, hook, hold := f.block, f.onPublish, f.hold
 	f.calls = append(f.calls, call{events: events, parked: clone(parked)})
 	f.mu.Unlock()
 	if hook != nil {
@@ -53,6 +57,14 @@ func (f *fakePub) Publish(ctx context.Context, events []batch.Event, parked map[
 		f.blocked <- struct{}{}
 		<-ctx.Done()
 		return read.Result{}, context.Cause(ctx)
+	}
+	if hold != nil {
+		f.blocked <- struct{}{}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return read.Result{}, context.Cause(ctx)
+		}
 	}
 	var res read.Result
 	newKeys := map[string]bool{}
@@ -66,7 +78,7 @@ func (f *fakePub) Publish(ctx context.Context, events []batch.Event, parked map[
 		case f.park[k]:
 			newKeys[k] = true
 			res.NewKeys = append(res.NewKeys, k)
-			res.Parked = append(res.Parked, batch.Parked{Event: e, Key: k, Code: "permanent", Err: "refused"})
+			res.Parked = append(res.Parked, batch.Parked{Event: e, Key: k, Code: "permanent", Err: cmpOr(f.parkErr, "refused")})
 		default:
 			f.published = append(f.published, e)
 			res.Published++
@@ -93,6 +105,7 @@ func (f *fakePub) snapshot() []batch.Event {
 // env is a migrated log with a running ticker and a group "g".
 type env struct {
 	db    *testdb.DB
+	table outbox.Table
 	store *store.Store
 	wake  chan struct{}
 }
@@ -103,7 +116,7 @@ func newEnv(t *testing.T) env {
 	s, err := store.New(db.Pool, table)
 	require.NoError(t, err)
 	require.NoError(t, s.CreateGroup(t.Context(), "g", store.Latest))
-	e := env{db: db, store: s, wake: make(chan struct{}, 1)}
+	e := env{db: db, table: table, store: s, wake: make(chan struct{}, 1)}
 	tk := ticker.New(ticker.Config{Store: s, Owner: "t", Interval: time.Millisecond, Idle: time.Hour, Lease: time.Minute,
 		OnTick: func(int64) {
 			select {
@@ -125,7 +138,7 @@ func (e env) runReader(t *testing.T, pub read.Publisher, cfg read.Config) (stop 
 	cfg.Store, cfg.Lanes, cfg.Group = e.store, pub, "g"
 	cfg.Owner = cmpOr(cfg.Owner, "r")
 	cfg.Wake = e.wake
-	cfg.PollInterval = time.Hour // the ticker's wake is the only signal
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Hour) // by default the ticker's wake is the only signal
 	r := read.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	result = make(chan error, 1)

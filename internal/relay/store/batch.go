@@ -145,7 +145,7 @@ func decodeHeaders(raw string) map[string]string {
 // target and b.AfterSeq); ErrLeaseLost and nothing written otherwise. It
 // returns the new cursor.
 func (s *Store) Move(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, parked []batch.Parked, newKeys []ParkedKey) (batch.Cursor, error) {
-	return s.MoveOpen(ctx, token, cur, b, parked, newKeys, batch.Batch{})
+	return s.MoveWith(ctx, token, cur, b, Outcome{Parked: parked, NewKeys: newKeys})
 }
 
 // MoveOpen is Move that also records ahead, a batch read (ReadBatch)
@@ -155,13 +155,37 @@ func (s *Store) Move(ctx context.Context, token uuid.UUID, cur batch.Cursor, b b
 func (s *Store) MoveOpen(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, parked []batch.Parked,
 	newKeys []ParkedKey, ahead batch.Batch,
 ) (batch.Cursor, error) {
+	return s.MoveWith(ctx, token, cur, b, Outcome{Parked: parked, NewKeys: newKeys, Ahead: ahead})
+}
+
+// Outcome is what a cursor move writes besides the cursor, in the move's
+// transaction.
+type Outcome struct {
+	// Parked and NewKeys are the events and keys the batch parked.
+	Parked  []batch.Parked
+	NewKeys []ParkedKey
+	// Ahead, when its To.ID is not 0, is a batch read ahead, recorded as
+	// the open batch (see MoveOpen).
+	Ahead batch.Batch
+	// Unpark is the keys whose replay or skip request the move carries
+	// out: their parked events and key rows are deleted before Parked
+	// and NewKeys are written (a replayed key that failed again is
+	// parked anew, with its new error).
+	Unpark []string
+	// Clear is the keys whose requests are cleared and nothing else: the
+	// keys the reader had not parked.
+	Clear []string
+}
+
+// MoveWith is Move with everything a move may write (Outcome).
+func (s *Store) MoveWith(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, o Outcome) (batch.Cursor, error) {
 	next := Next(cur, b)
 	switch {
-	case ahead.To.ID == 0 || next.BatchTick != 0:
-	case ahead.From.ID != next.LastTick || ahead.AfterSeq != 0:
-		return cur, fmt.Errorf("pgoutbox: move cursor of %q: the batch read ahead is from tick %d, not %d", cur.Group, ahead.From.ID, next.LastTick)
+	case o.Ahead.To.ID == 0 || next.BatchTick != 0:
+	case o.Ahead.From.ID != next.LastTick || o.Ahead.AfterSeq != 0:
+		return cur, fmt.Errorf("pgoutbox: move cursor of %q: the batch read ahead is from tick %d, not %d", cur.Group, o.Ahead.From.ID, next.LastTick)
 	default:
-		next.BatchTick = ahead.To.ID
+		next.BatchTick = o.Ahead.To.ID
 	}
 	var batchTick, batchSeq *int64
 	if next.BatchTick != 0 {
@@ -179,10 +203,7 @@ func (s *Store) MoveOpen(ctx context.Context, token uuid.UUID, cur batch.Cursor,
 		if tag.RowsAffected() == 0 {
 			return ErrLeaseLost
 		}
-		if err := s.park(ctx, tx, cur.Group, parked); err != nil {
-			return err
-		}
-		return s.parkKeys(ctx, tx, cur.Group, newKeys)
+		return s.writeOutcome(ctx, tx, cur.Group, o)
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		return cur, ErrLeaseLost
@@ -191,6 +212,18 @@ func (s *Store) MoveOpen(ctx context.Context, token uuid.UUID, cur batch.Cursor,
 		return cur, errtext.Wrap(err, "move cursor of %q", cur.Group)
 	}
 	return next, nil
+}
+
+// writeOutcome writes o's parked rows, after deleting those of the keys
+// it unparks, in tx.
+func (s *Store) writeOutcome(ctx context.Context, tx pgx.Tx, group string, o Outcome) error {
+	if err := s.unpark(ctx, tx, group, o.Unpark, o.Clear); err != nil {
+		return err
+	}
+	if err := s.park(ctx, tx, group, o.Parked); err != nil {
+		return err
+	}
+	return s.parkKeys(ctx, tx, group, o.NewKeys)
 }
 
 // park inserts the parked events in one statement.

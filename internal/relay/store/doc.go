@@ -4,6 +4,8 @@
 // under token-fenced leases, the batch read and the cursor move with its
 // parked events. The ticker (internal/relay/ticker) and the group reader
 // (internal/relay/read) drive it; nothing else of the relay writes SQL.
+// Package admin calls it too where an operator does what the relay does
+// (CreateGroup, DropGroup, Groups and their lag, PartsState, AddParts).
 //
 // # Ticks
 //
@@ -36,6 +38,17 @@
 // internal/lease; a cursor move also matches the position it moves from.
 // A writer that lost its lease changes nothing and gets ErrLeaseLost.
 //
+// # Requests on parked keys
+//
+// An operator's replay or skip of a parked key is a request on its row of
+// <log>_parked_keys (admin.RequestReplay, admin.RequestSkip). The reader
+// reads them (Requests, ParkedEvents for the keys to replay) and carries
+// them out in its next cursor move (MoveWith with Outcome.Unpark and
+// Clear), or, with no batch to move, in a transaction fenced as a move is
+// (Settle): the keys' parked events and key rows are deleted before the
+// move's own parked rows are written, so a replayed key that fails again
+// is parked anew in the same transaction.
+//
 // # Going backwards
 //
 // TakeGroup and NextBatch check that the target tick is after the cursor
@@ -50,8 +63,8 @@
 //
 // The ticker needs UPDATE on <log>_ticker and EXECUTE on <log>_tick and
 // <log>_part_add; a reader SELECT on the log and <log>_ticks, UPDATE on
-// <log>_cursors, SELECT and INSERT on <log>_parked_keys and INSERT on
-// <log>_parked. CreateGroup and DropGroup (an operator's) need INSERT and
+// <log>_cursors, and SELECT, INSERT, UPDATE and DELETE on
+// <log>_parked_keys and <log>_parked (replay and skip). CreateGroup and DropGroup (an operator's) need INSERT and
 // DELETE on <log>_cursors and DELETE on the parked tables.
 //
 // Every value is passed as text (xid8, pg_snapshot, uuid), so that every

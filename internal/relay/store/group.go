@@ -164,15 +164,52 @@ func (s *Store) ParkedKeys(ctx context.Context, group string) (map[string]bool, 
 // Lag reads how far the group is behind the newest tick. ErrNoGroup
 // when it does not exist (or its cursor tick is gone).
 func (s *Store) Lag(ctx context.Context, group string) (Lag, error) {
-	var l Lag
-	var age float64
-	err := s.db.QueryRow(ctx, s.sql.lag, group).Scan(&l.Events, &age, &l.Seconds)
-	if errors.Is(err, pgx.ErrNoRows) {
+	gs, err := s.Groups(ctx, group)
+	if err != nil {
+		return Lag{}, err
+	}
+	if len(gs) == 0 || !gs[0].TickKept {
 		return Lag{}, ErrNoGroup
 	}
+	return gs[0].Lag, nil
+}
+
+// GroupState is a consumer group's row and lag, as operators see it.
+type GroupState struct {
+	Name string
+	// Cursor is the group's position.
+	Cursor batch.Cursor
+	// Owner took the lease last; Leased says it has not expired
+	// (LeaseUntil, database clock).
+	Owner      string
+	Leased     bool
+	LeaseUntil *time.Time
+	// StoppedReason is why the group stopped; "" while it runs.
+	StoppedReason      string
+	CreatedAt, MovedAt time.Time
+	// TickKept says the cursor tick is still recorded; Lag is zero
+	// when it is not.
+	TickKept bool
+	Lag      Lag
+	// ParkedKeys counts the group's parked keys.
+	ParkedKeys int64
+}
+
+// Groups returns every consumer group (group "") or the one named, by
+// name, in one statement.
+func (s *Store) Groups(ctx context.Context, group string) ([]GroupState, error) {
+	rows, err := s.db.Query(ctx, s.sql.groups, group)
 	if err != nil {
-		return Lag{}, errtext.Wrap(err, "read lag of %q", group)
+		return nil, errtext.Wrap(err, "read consumer groups")
 	}
-	l.TickAge = time.Duration(age * float64(time.Second))
-	return l, nil
+	var g GroupState
+	var age float64
+	out, err := pgx.AppendRows([]GroupState(nil), rows, func(row pgx.CollectableRow) (GroupState, error) {
+		err := row.Scan(&g.Name, &g.Cursor.LastTick, &g.Cursor.BatchTick, &g.Cursor.BatchSeq, &g.Owner, &g.Leased, &g.LeaseUntil,
+			&g.StoppedReason, &g.CreatedAt, &g.MovedAt, &g.TickKept, &g.Lag.Events, &g.Lag.Seconds, &age, &g.ParkedKeys)
+		g.Cursor.Group = g.Name
+		g.Lag.TickAge = time.Duration(age * float64(time.Second))
+		return g, err
+	})
+	return out, errtext.Wrap(err, "read consumer groups")
 }

@@ -6,10 +6,12 @@ import (
 
 // statements is the SQL of one log table, built once by New.
 type statements struct {
-	takeTicker, releaseTicker, tick, addParts, parts string
+	takeTicker, releaseTicker, tick, addParts, parts, xmax string
 
 	createGroup, dropGroup, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, move, park, parkKeys, parkedKeys, lag                    string
+	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                 string
+
+	requests, parkedEvents, fence, unpark string
 }
 
 // lease is lease_until for a lease of $n microseconds from now, on the
@@ -39,9 +41,13 @@ func newStatements(n sqlname.Names) statements {
 			FROM (SELECT pg_current_snapshot()) AS x(s),
 			LATERAL (SELECT ` + n.Function(sqlname.SuffixPartAdd) + `(((div(pg_snapshot_xmax(s)::text::numeric, $2::bigint) + g) * $2::bigint)::text::xid8)
 				FROM generate_series(0, $1::int - 1) AS g) AS p(a)`,
+		xmax: `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
 		parts: `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
 			WHERE i.inhparent = $1::regclass`,
 
+		// createGroup: the newest tick ($2) or the oldest kept. No FOR
+		// KEY SHARE on the tick: it needs UPDATE on the ticks, which
+		// neither the relay's nor the operator's role has.
 		createGroup: `INSERT INTO ` + cursors + ` (grp, last_tick)
 			SELECT $1, CASE WHEN $2::boolean THEN max(tick_id) ELSE min(tick_id) END FROM ` + ticks + `
 			ON CONFLICT (grp) DO NOTHING`,
@@ -103,12 +109,47 @@ func newStatements(n sqlname.Names) statements {
 			SELECT $1, k.key, nullif(k.code, ''), left(k.error, 2048) FROM unnest($2::text[], $3::text[], $4::text[]) AS k(key, code, error)
 			ON CONFLICT (grp, key) DO NOTHING`,
 		parkedKeys: `SELECT key FROM ` + parkedKeys + ` WHERE grp = $1`,
-		lag: `SELECT n.last_seq - c.last_seq, extract(epoch FROM clock_timestamp() - n.tick_time)::float8,
+		// requests: a group's pending replay and skip requests, oldest
+		// first (the primary key's (grp, key) prefix finds the group's
+		// few rows).
+		requests: `SELECT key, skip_requested_at IS NOT NULL FROM ` + parkedKeys + `
+			WHERE grp = $1 AND (replay_requested_at IS NOT NULL OR skip_requested_at IS NOT NULL)
+			ORDER BY coalesce(replay_requested_at, skip_requested_at), key LIMIT $2`,
+		// parkedEvents: the parked events of keys $2, in seq order, with
+		// the events statement's columns.
+		parkedEvents: `SELECT e.seq, e.xid::text, e.id::text, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''),
+				coalesce(e.partition_key, ''), coalesce(e.idempotency_key, ''), coalesce(e.content_type, ''),
+				e.headers::text, e.payload, e.created_at
+			FROM ` + parked + ` AS e WHERE e.grp = $1 AND e.key = ANY ($2::text[]) ORDER BY e.seq`,
+		// fence locks the cursor row where token holds an unexpired lease
+		// and the cursor is where the caller saw it: a write without a
+		// move (Settle) is fenced as a move is.
+		fence: `SELECT 1 FROM ` + cursors + `
+			WHERE grp = $1 AND token = $2::uuid AND lease_until > clock_timestamp() AND stopped_reason IS NULL
+				AND last_tick = $3 AND coalesce(batch_tick, 0) = $4 AND coalesce(batch_seq, 0) = $5
+			FOR NO KEY UPDATE`,
+		// unpark deletes the parked events and key rows of keys $2 (a
+		// replay or skip carried out) and clears the requests of keys $3
+		// (keys the reader had not parked).
+		unpark: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1 AND key = ANY ($2::text[])),
+			c AS (UPDATE ` + parkedKeys + ` SET replay_requested_at = NULL, skip_requested_at = NULL
+				WHERE grp = $1 AND key = ANY ($3::text[]))
+			DELETE FROM ` + parkedKeys + ` WHERE grp = $1 AND key = ANY ($2::text[])`,
+		// groups: every group ($1 '') or one, with its lag: events is
+		// the newest tick's last_seq less the cursor tick's; seconds the
+		// age of the first tick after the cursor that holds events (0
+		// when caught up); then the newest tick's age.
+		groups: `SELECT g.grp, g.last_tick, coalesce(g.batch_tick, 0), coalesce(g.batch_seq, 0), coalesce(g.owner, ''),
+				coalesce(g.lease_until > clock_timestamp(), false), g.lease_until, coalesce(g.stopped_reason, ''),
+				g.created_at, g.moved_at, c.tick_id IS NOT NULL,
+				coalesce(n.last_seq - c.last_seq, 0),
 				coalesce((SELECT extract(epoch FROM clock_timestamp() - f.tick_time)::float8 FROM ` + ticks + ` AS f
-					WHERE f.tick_id > c.tick_id AND f.last_seq > c.last_seq ORDER BY f.tick_id LIMIT 1), 0)
+					WHERE f.tick_id > c.tick_id AND f.last_seq > c.last_seq ORDER BY f.tick_id LIMIT 1), 0),
+				coalesce(extract(epoch FROM clock_timestamp() - n.tick_time)::float8, 0),
+				(SELECT count(*) FROM ` + parkedKeys + ` AS k WHERE k.grp = g.grp)
 			FROM ` + cursors + ` AS g
-			JOIN ` + ticks + ` AS c ON c.tick_id = g.last_tick,
-			LATERAL (SELECT tick_time, last_seq FROM ` + ticks + ` ORDER BY tick_id DESC LIMIT 1) AS n
-			WHERE g.grp = $1`,
+			LEFT JOIN ` + ticks + ` AS c ON c.tick_id = g.last_tick
+			LEFT JOIN LATERAL (SELECT tick_time, last_seq FROM ` + ticks + ` ORDER BY tick_id DESC LIMIT 1) AS n ON true
+			WHERE $1 = '' OR g.grp = $1 ORDER BY g.grp`,
 	}
 }

@@ -170,3 +170,46 @@ func TestLag(t *testing.T) {
 	require.Zero(t, lag.Events)
 	require.Zero(t, lag.Seconds)
 }
+
+func TestPartsFor(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, store.MinParts, store.PartsFor(0))
+	require.Equal(t, store.MinParts, store.PartsFor(100))
+	perPart := float64(sqlname.LogPartXids) / store.HeadroomTime.Seconds()
+	require.Equal(t, 40, store.PartsFor(39.5*perPart), "two days, rounded up")
+	require.Equal(t, store.MaxParts, store.PartsFor(1e9))
+}
+
+// TestCheckPartsAndKeepParts: with only the current xid's part left the
+// start check refuses, naming part_add; KeepParts puts parts back.
+func TestCheckPartsAndKeepParts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	headroom, err := e.store.CheckParts(ctx)
+	require.NoError(t, err)
+	require.Greater(t, headroom, uint64((store.MinParts-1)*sqlname.LogPartXids))
+
+	var xmax uint64
+	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax))
+	cur := xmax / sqlname.LogPartXids * sqlname.LogPartXids
+	for i := uint64(1); i < store.MinParts+1; i++ {
+		_, err = e.db.Pool.Exec(ctx, `DROP TABLE IF EXISTS `+e.store.Names().LogPart(cur+i*sqlname.LogPartXids))
+		require.NoError(t, err)
+	}
+	_, err = e.store.CheckParts(ctx)
+	require.ErrorIs(t, err, store.ErrNoHeadroom)
+	var perr *store.PartsError
+	require.ErrorAs(t, err, &perr)
+	require.Less(t, perr.HeadroomXids, uint64(sqlname.LogPartXids))
+	require.Contains(t, err.Error(), e.store.Names().Function(sqlname.SuffixPartAdd))
+	require.Contains(t, err.Error(), "outboxctl relay maintain")
+
+	p, err := e.store.KeepParts(ctx, 20)
+	require.NoError(t, err)
+	require.Equal(t, 19, p.Added)
+	require.GreaterOrEqual(t, p.Xmax, xmax)
+	require.Greater(t, p.HeadroomXids, uint64(19*sqlname.LogPartXids))
+	_, err = e.store.CheckParts(ctx)
+	require.NoError(t, err)
+}

@@ -19,6 +19,16 @@
 // # Parts
 //
 // The holder keeps the log's parts ahead of the current transaction id
-// (store.AddParts) when it takes the lease and every PartsEvery tick calls
-// after, and reports the head-room through OnParts.
+// (store.KeepParts) when it takes the lease and every PartsEvery tick
+// calls after, and reports the head-room through OnParts. How many: two
+// days of transaction ids at the rate it observes (the xmax each of those
+// calls sees, a weighted mean of the rates between calls), at least
+// store.MinParts and at most store.MaxParts (store.PartsFor).
+//
+// # Errors
+//
+// A failing tick is tried again every Interval; OnError hears of a
+// repeated error (same sentinel, SQLSTATE or text) at most once per third
+// of Lease, so that a snapshot that went backwards is not reported a
+// hundred times a second.
 package ticker

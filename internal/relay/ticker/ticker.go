@@ -35,22 +35,24 @@ type Config struct {
 	// Lease is the ticker lease's length; it is renewed every third of
 	// it, and a follower tries to take it at that pace. Defaults to 10s.
 	Lease time.Duration
-	// PartsEvery is how many tick calls pass between two store.AddParts
+	// PartsEvery is how many tick calls pass between two store.KeepParts
 	// calls (it is also called when the lease is taken). Defaults to 100.
 	PartsEvery int
 	// Clock tells the time; the zero Clock is the wall clock.
 	Clock clock.Clock
 	// OnTick is called with the id of each tick recorded. May be nil.
 	OnTick func(id int64)
-	// OnParts is called after each AddParts with the parts added and the
-	// head-room in xids. May be nil.
+	// OnParts is called after each KeepParts with the parts added and
+	// the head-room in xids. May be nil.
 	OnParts func(added int, headroomXids uint64)
-	// OnError is called with each error (a failed statement, a snapshot
-	// that went backwards); the ticker goes on. May be nil.
+	// OnError is called with the errors (a failed statement, a snapshot
+	// that went backwards); the ticker goes on. A repeated error (same
+	// sentinel or SQLSTATE, else same text) is passed on at most once per
+	// third of Lease. May be nil.
 	OnError func(error)
 	// OnCall is called after each tick call with whether it recorded a
-	// tick: for tests that wait for calls. May be nil.
-	OnCall func(made bool)
+	// tick and its error: for tests that wait for calls. May be nil.
+	OnCall func(made bool, err error)
 }
 
 // Ticker holds the ticker lease when it can and ticks.
@@ -58,6 +60,8 @@ type Ticker struct {
 	cfg   Config
 	token uuid.UUID
 	held  atomic.Bool
+	// errs holds the repeated errors back (Run's goroutine only).
+	errs errLimit
 }
 
 // New returns a Ticker with cfg's defaults applied. It panics when
@@ -70,7 +74,7 @@ func New(cfg Config) *Ticker {
 	cfg.Idle = cmp.Or(cfg.Idle, DefaultIdle)
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
 	cfg.PartsEvery = cmp.Or(cfg.PartsEvery, DefaultPartsEvery)
-	return &Ticker{cfg: cfg, token: uuid.New()}
+	return &Ticker{cfg: cfg, token: uuid.New(), errs: errLimit{every: cfg.Lease / 3, last: map[string]time.Time{}}}
 }
 
 // Held reports whether this Ticker holds the ticker lease (as of its last
@@ -81,7 +85,8 @@ func (t *Ticker) Held() bool { return t.held.Load() }
 type loop struct {
 	trustUntil time.Time // the lease is ours until then (local clock)
 	nextTake   time.Time // when to renew or try to take it next
-	calls      int       // tick calls since the last AddParts
+	calls      int       // tick calls since the last KeepParts
+	xids       xidRate   // the observed transaction id rate
 }
 
 // Run takes the lease and ticks until ctx ends, then releases the lease
@@ -111,7 +116,7 @@ func (t *Ticker) step(ctx context.Context, l *loop) {
 		return
 	}
 	if l.calls == 0 || l.calls >= t.cfg.PartsEvery {
-		t.addParts(ctx)
+		t.keepParts(ctx, l)
 		l.calls = 0
 	}
 	l.calls++
@@ -124,8 +129,8 @@ func (t *Ticker) step(ctx context.Context, l *loop) {
 	case made && t.cfg.OnTick != nil:
 		t.cfg.OnTick(id)
 	}
-	if err == nil && t.cfg.OnCall != nil {
-		t.cfg.OnCall(made)
+	if t.cfg.OnCall != nil {
+		t.cfg.OnCall(made, err)
 	}
 }
 
@@ -153,14 +158,17 @@ func (t *Ticker) lost(l *loop) {
 	l.trustUntil = time.Time{}
 }
 
-func (t *Ticker) addParts(ctx context.Context) {
-	added, headroom, err := t.cfg.Store.AddParts(ctx)
+// keepParts keeps the parts for two days of transaction ids at the
+// observed rate (store.PartsFor) attached ahead of the current one.
+func (t *Ticker) keepParts(ctx context.Context, l *loop) {
+	p, err := t.cfg.Store.KeepParts(ctx, store.PartsFor(l.xids.rate))
 	if err != nil {
 		t.report(ctx, err)
 		return
 	}
+	l.xids.observe(p.Xmax, t.cfg.Clock.Mono())
 	if t.cfg.OnParts != nil {
-		t.cfg.OnParts(added, headroom)
+		t.cfg.OnParts(p.Added, p.HeadroomXids)
 	}
 }
 
@@ -176,9 +184,10 @@ func (t *Ticker) release() {
 	}
 }
 
-// report passes err to OnError unless it is only ctx ending.
+// report passes err to OnError unless it is only ctx ending or a repeat
+// held back.
 func (t *Ticker) report(ctx context.Context, err error) {
-	if ctx.Err() != nil || t.cfg.OnError == nil {
+	if ctx.Err() != nil || t.cfg.OnError == nil || !t.errs.allow(err, t.cfg.Clock.Mono()) {
 		return
 	}
 	t.cfg.OnError(err)

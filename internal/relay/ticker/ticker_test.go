@@ -8,9 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/clock"
 	"github.com/pgoutbox/pgoutbox/internal/relay/relaytest"
 	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 	"github.com/pgoutbox/pgoutbox/internal/relay/ticker"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
@@ -21,6 +23,7 @@ type run struct {
 	calls  atomic.Int64
 	made   chan int64 // every tick id recorded, buffered
 	called chan bool  // every call's made, buffered
+	failed chan error // every failed call's error, buffered
 	stop   context.CancelFunc
 	done   chan struct{}
 	errs   chan error
@@ -28,10 +31,17 @@ type run struct {
 
 func start(t *testing.T, s *store.Store, owner string, lease time.Duration, idle time.Duration) *run {
 	t.Helper()
-	r := &run{made: make(chan int64, 10000), called: make(chan bool, 100000), done: make(chan struct{}), errs: make(chan error, 100)}
+	r := &run{made: make(chan int64, 10000), called: make(chan bool, 100000), failed: make(chan error, 100000), done: make(chan struct{}), errs: make(chan error, 100)}
 	r.t = ticker.New(ticker.Config{Store: s, Owner: owner, Interval: time.Millisecond, Idle: idle, Lease: lease,
 		OnTick: func(id int64) { r.ticks.Add(1); r.made <- id },
-		OnCall: func(made bool) {
+		OnCall: func(made bool, err error) {
+			if err != nil {
+				select {
+				case r.failed <- err:
+				default:
+				}
+				return
+			}
 			r.calls.Add(1)
 			select {
 			case r.called <- made:
@@ -213,4 +223,66 @@ func TestThreeTickersRecordEachTickOnce(t *testing.T) {
 		require.LessOrEqual(t, id, top)
 	}
 	require.GreaterOrEqual(t, len(reported), int(ticks)-1-len(runs))
+}
+
+// TestRepeatedErrorReportedOncePerLeaseThird: a snapshot that went
+// backwards fails every tick call (every Interval); OnError hears of it
+// once per third of Lease.
+func TestRepeatedErrorReportedOncePerLeaseThird(t *testing.T) {
+	t.Parallel()
+	db, s := newStore(t)
+	_, err := db.Pool.Exec(t.Context(), `UPDATE `+relaytest.LogName+`_ticks SET snapshot = '4000000000:4000000000:'::pg_snapshot`)
+	require.NoError(t, err)
+	r := start(t, s, "a", time.Hour, time.Hour)
+	for range 50 {
+		select {
+		case err := <-r.failed:
+			require.ErrorIs(t, err, store.ErrSnapshotBackwards)
+		case <-t.Context().Done():
+			t.Fatal("test ended")
+		}
+	}
+	require.Len(t, r.errs, 1, "50 failed calls, one report within a third of the lease")
+	require.ErrorIs(t, <-r.errs, store.ErrSnapshotBackwards)
+}
+
+// TestPartsFollowTheXidRate: the parts kept ahead grow with the xid
+// rate the ticker observes (a fake monotonic clock makes the rate).
+func TestPartsFollowTheXidRate(t *testing.T) {
+	t.Parallel()
+	db, s := newStore(t)
+	var mono atomic.Int64 // nanoseconds; each read moves it 1ms on
+	start := time.Now()
+	clk := clock.NewAll(func() time.Time { return start.Add(time.Duration(mono.Add(int64(time.Millisecond)))) })
+	parts := make(chan uint64, 100)
+	tk := ticker.New(ticker.Config{Store: s, Owner: "a", Interval: time.Millisecond, Idle: time.Hour, Lease: time.Hour,
+		PartsEvery: 1, Clock: clk, OnParts: func(_ int, headroom uint64) {
+			select {
+			case parts <- headroom:
+			default: // the test reads only some
+			}
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tk.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	first := <-parts
+	require.Less(t, first, uint64(store.MinParts*sqlname.LogPartXids))
+	// Burn transaction ids: a few ms of the fake clock pass per parts
+	// call, so the rate is thousands of xids a second, two days of which
+	// fill every part up to MaxParts.
+	for {
+		_, err := db.Pool.Exec(t.Context(), `DO $$ BEGIN FOR i IN 1..200 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`)
+		require.NoError(t, err)
+		select {
+		case h := <-parts:
+			if h > uint64(store.MinParts*sqlname.LogPartXids) {
+				require.LessOrEqual(t, h, uint64(store.MaxParts*sqlname.LogPartXids))
+				return
+			}
+		case <-t.Context().Done():
+			t.Fatal("test ended")
+		}
+	}
 }
