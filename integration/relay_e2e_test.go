@@ -264,6 +264,9 @@ type relayBroker struct {
 	kind    string
 	pub     outbox.Publisher
 	consume func(t *testing.T, on func(outbox.Event))
+	// unlimit lifts the stream's or topic's message size limit to the
+	// broker's.
+	unlimit func(t *testing.T, ctx context.Context)
 }
 
 // relayBrokerOpts are a relay test's broker settings: the largest
@@ -317,9 +320,16 @@ func newRelayNATS(t *testing.T, ctx context.Context, url string, opts relayBroke
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
 	pub, err := natspub.New(js, natspub.Config{SubjectPrefix: prefix, KeyOrder: opts.keyOrder})
 	require.NoError(t, err)
-	return relayBroker{kind: "nats", pub: pub, consume: func(t *testing.T, on func(outbox.Event)) {
+	consume := func(t *testing.T, on func(outbox.Event)) {
 		consumeStream(t, stream, on) // checks Nats-Msg-Id = the event ID
-	}}, stream
+	}
+	unlimit := func(t *testing.T, ctx context.Context) {
+		cfg := stream.CachedInfo().Config
+		cfg.MaxMsgSize = -1
+		_, err := js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+	return relayBroker{kind: "nats", pub: pub, consume: consume, unlimit: unlimit}, stream
 }
 
 // newRelayKafka creates the test's topic, with 3 partitions and opts'
@@ -345,9 +355,20 @@ func newRelayKafka(t *testing.T, ctx context.Context, seeds []string, opts relay
 	pub, err := kafkapub.NewFromOpts(kafkapub.Config{TopicPrefix: prefix, KeyOrder: opts.keyOrder}, kgo.SeedBrokers(seeds...))
 	require.NoError(t, err)
 	t.Cleanup(pub.Close)
-	return relayBroker{kind: "kafka", pub: pub, consume: func(t *testing.T, on func(outbox.Event)) {
-		consumeKafka(t, seeds, topic, on)
-	}}
+	consume := func(t *testing.T, on func(outbox.Event)) { consumeKafka(t, seeds, topic, on) }
+	unlimit := func(t *testing.T, ctx context.Context) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+		require.NoError(t, err)
+		defer cl.Close()
+		limit := strconv.Itoa(1 << 20)
+		resps, err := kadm.NewClient(cl).AlterTopicConfigs(ctx,
+			[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &limit}}, topic)
+		require.NoError(t, err)
+		for _, r := range resps {
+			require.NoError(t, r.Err)
+		}
+	}
+	return relayBroker{kind: "kafka", pub: pub, consume: consume, unlimit: unlimit}
 }
 
 // TestRelayBrokersEndToEnd: writers emit events of 6 keys in business

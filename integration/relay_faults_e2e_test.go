@@ -210,3 +210,62 @@ func (r *relayRig) eventsOf(key string) []outbox.Event {
 	}
 	return out
 }
+
+// TestRelayReplayAndSkipParkedKeys: two keys are parked by a refused
+// event and one after it. Skip (admin.RequestSkip) drops one key's parked
+// events unpublished and unparks it: its next event is published. Replay
+// (admin.RequestReplay), once the stream's or topic's limit is lifted,
+// publishes the other key's parked events, then its next one, in commit
+// order. Other keys flow meanwhile, and nothing is left parked.
+func TestRelayReplayAndSkipParkedKeys(t *testing.T) {
+	t.Parallel()
+	forEachRelayBroker(t, relayMaxMsg, func(t *testing.T, b relayBroker) {
+		ctx := testctx.New(t)
+		rig := newRelayRig(t, ctx, "replayed", "skipped", "k1")
+		got := newRelayConsumer()
+		b.consume(t, got.add)
+		rig.startRelay(t, ctx, b.pub, nil)
+		for _, key := range []string{"replayed", "skipped"} {
+			require.NoError(t, rig.emit(ctx, key, 1, relayTooLarge, false))
+			require.NoError(t, rig.emit(ctx, key, 1, 0, false))
+		}
+		awaitParked(t, ctx, rig, 4)
+
+		require.NoError(t, rig.adm.RequestSkip(ctx, relayGroup, "skipped"))
+		awaitParkedKeys(t, ctx, rig, "replayed")
+		require.NoError(t, rig.emit(ctx, "skipped", 1, 0, false))
+		b.unlimit(t, ctx)
+		require.NoError(t, rig.adm.RequestReplay(ctx, relayGroup, "replayed"))
+		awaitParkedKeys(t, ctx, rig)
+		require.NoError(t, rig.emit(ctx, "replayed", 1, 0, false))
+		require.NoError(t, rig.emit(ctx, "k1", 1, 0, false))
+
+		skipped := rig.eventsOf("skipped")
+		awaitArrived(t, ctx, got, append(rig.committedIDs("replayed", "k1"), skipped[2].ID))
+		awaitCaughtUp(t, ctx, rig)
+		requireDelivered(t, rig, got, "replayed", "k1")
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		require.Zero(t, got.counts[skipped[0].ID], "a skipped event was published")
+		require.Zero(t, got.counts[skipped[1].ID], "a skipped event was published")
+		evs, err := rig.adm.ParkedEvents(ctx, relayGroup, admin.ParkedEventsQuery{})
+		require.NoError(t, err)
+		require.Empty(t, evs)
+	})
+}
+
+// awaitParkedKeys waits until the group's parked keys are keys.
+func awaitParkedKeys(t *testing.T, ctx context.Context, rig *relayRig, keys ...string) {
+	t.Helper()
+	waitFor(t, ctx, fmt.Sprintf("parked keys %q", keys), func() (bool, string) {
+		ks, err := rig.adm.ParkedKeys(ctx, relayGroup, admin.ParkedKeysQuery{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, k := range ks {
+			names = append(names, k.Key)
+		}
+		return fmt.Sprint(names) == fmt.Sprint(keys), fmt.Sprintf("%q", names)
+	})
+}
