@@ -32,6 +32,12 @@ var (
 	// ErrGroupStopped: the group was stopped (its cursor row holds a
 	// reason) and stays stopped until an operator acts; see StopError.
 	ErrGroupStopped = store.ErrGroupStopped
+	// ErrNoHeadroom: the log has no part left for new transactions'
+	// events (every Emit into it would fail). Start refuses with an
+	// error matching it; a relay with a ticker adds the missing parts
+	// first, so it means this relay runs without one (NoTicker) and no
+	// ticker keeps them: run outboxctl relay maintain as the log's owner.
+	ErrNoHeadroom = store.ErrNoHeadroom
 	// ErrRunning is returned by Start and Run when the relay is already
 	// starting or running: a relay runs once.
 	ErrRunning = errors.New("pgoutbox: relay is already running")

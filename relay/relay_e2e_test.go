@@ -102,3 +102,35 @@ func TestRelayEndToEnd(t *testing.T) {
 	st := r.Stats()
 	require.EqualValues(t, len(committed), st.Published)
 }
+
+// TestStartRefusesALogWithoutHeadroom drops every part of a log: a relay
+// without a ticker refuses to start (nothing would add parts), through
+// Verify or, without it, the head-room check; one with a ticker adds them
+// and starts.
+func TestStartRefusesALogWithoutHeadroom(t *testing.T) {
+	t.Parallel()
+	ctx := testctx.New(t)
+	db, log := relaytest.NewLog(t)
+	pool := db.NewPool(t, 4)
+	require.NoError(t, relay.CreateGroup(ctx, pool, log, "g", relay.Latest))
+	_, err := pool.Exec(ctx, `DO $$ DECLARE p regclass; BEGIN
+		FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = '`+log.Schema+`.`+log.Name+`'::regclass LOOP
+			EXECUTE format('DROP TABLE %s', p);
+		END LOOP; END $$`)
+	require.NoError(t, err)
+	cfg := relay.Config{Pool: pool, Log: log, Group: "g", Publisher: &recording{}, NoTicker: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r, err := relay.New(cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, r.Start(ctx), "no partition for new transactions", "Verify names it")
+	cfg.SkipVerify = true
+	r, err = relay.New(cfg)
+	require.NoError(t, err)
+	require.ErrorIs(t, r.Start(ctx), relay.ErrNoHeadroom)
+
+	cfg.NoTicker, cfg.SkipVerify = false, false
+	r, err = relay.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+}

@@ -100,9 +100,12 @@ func newServices(cfg Config, rec *recorder) (services, error) {
 	wake := make(chan struct{}, 1)
 	svc := services{
 		verify: func(ctx context.Context) error {
+			if err := addParts(ctx, st, cfg); err != nil {
+				return err
+			}
 			return migrations.Verify(ctx, cfg.Pool, migrations.Config{Table: cfg.Log, Kind: outbox.KindLog})
 		},
-		check:   func(ctx context.Context) error { return checkGroup(ctx, st, cfg.Group) },
+		check:   func(ctx context.Context) error { return startChecks(ctx, st, cfg, rec) },
 		sample:  func(ctx context.Context) (sample, error) { return sampleGroup(ctx, st, cfg.Group) },
 		circuit: ln.Circuit,
 		close:   ln.Close,
@@ -167,12 +170,32 @@ func (p lanesPublisher) Publish(ctx context.Context, events []batch.Event, parke
 	return read.Result{Published: res.Published, Parked: res.Parked, NewKeys: res.NewKeys, Retries: res.Retries}, err
 }
 
-// checkGroup refuses to start without the group: Run would wait for it
-// forever otherwise.
-func checkGroup(ctx context.Context, st *store.Store, group string) error {
-	if _, err := st.Lag(ctx, group); err != nil {
-		return errtext.Wrap(err, "relay: consumer group %q (create it with relay.CreateGroup or outboxctl relay group create)", group)
+// addParts adds the parts missing ahead when the relay runs a ticker, as
+// its ticker would: before Verify, which counts a log without a part for
+// new transactions as a schema problem.
+func addParts(ctx context.Context, st *store.Store, cfg Config) error {
+	if cfg.NoTicker {
+		return nil
 	}
+	_, _, err := st.AddParts(ctx)
+	return errtext.Wrap(err, "relay")
+}
+
+// startChecks refuses to start without the group (Run would wait for it
+// forever otherwise) or without a part for new transactions (every Emit
+// into the log would fail).
+func startChecks(ctx context.Context, st *store.Store, cfg Config, rec *recorder) error {
+	if _, err := st.Lag(ctx, cfg.Group); err != nil {
+		return errtext.Wrap(err, "relay: consumer group %q (create it with relay.CreateGroup or outboxctl relay group create)", cfg.Group)
+	}
+	if err := addParts(ctx, st, cfg); err != nil {
+		return err
+	}
+	headroom, err := st.CheckParts(ctx)
+	if err != nil {
+		return errtext.Wrap(err, "relay")
+	}
+	rec.OnHeadroom(headroom)
 	return nil
 }
 
