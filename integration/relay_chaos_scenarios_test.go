@@ -131,4 +131,3 @@ func TestChaosRelayRace(t *testing.T) {
 	})
 	require.Greater(t, rep.Takes, 1, "the group never changed hands")
 }
-
