@@ -162,4 +162,3 @@ func requireHeldBack(t *testing.T, ctx context.Context, h *relayHarness, in chao
 	require.Empty(t, past, "published past the tick before the injected one: %s", strings.Join(past, ", "))
 	require.Empty(t, behind, "committed by the cursor's tick %d, never published", cursor)
 }
-
