@@ -56,7 +56,8 @@ type relayReplicaConfig struct {
 	Group      string
 	Lease      time.Duration // ticker and group lease
 	// Ticker and Reader say whether it ticks and whether it reads the
-	// group (a relay with NoTicker is a reader only).
+	// group (a relay with NoTicker is a reader only; one that does not
+	// read the group reads relayTickerGroup instead).
 	Ticker, Reader bool
 	// BrokerDown is the switchBroker's file.
 	BrokerDown string
