@@ -43,26 +43,9 @@ const (
 	relayStall = 90 * time.Second
 )
 
-// relayEmitFunc emits events into the log in the writer's transaction.
-// insertIntoLog is the stand-in until emitter.Emit writes logs
-// (emitter.Config{Kind: outbox.KindLog}): swap h.emit for it then.
+// relayEmitFunc emits events into the log in the writer's transaction:
+// emitter.Emit with Kind log (logEmitter).
 type relayEmitFunc func(ctx context.Context, tx pgx.Tx, log outbox.Table, events []outbox.Event) error
-
-// insertIntoLog inserts events into log in one statement.
-func insertIntoLog(ctx context.Context, tx pgx.Tx, log outbox.Table, events []outbox.Event) error {
-	n, err := sqlname.For(log)
-	if err != nil {
-		return err
-	}
-	ids, types, aggs, payloads := make([]uuid.UUID, len(events)), make([]string, len(events)),
-		make([]string, len(events)), make([][]byte, len(events))
-	for i, e := range events {
-		ids[i], types[i], aggs[i], payloads[i] = e.ID, e.Type, e.AggregateID, e.Payload
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+n.Qualified+` (id, event_type, aggregate_id, payload)
-		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[])`, ids, types, aggs, payloads)
-	return err
-}
 
 // relayEvent is the event of version v of key: its aggregate is the key
 // (the relay's order key), its payload the version in decimal.
@@ -85,7 +68,7 @@ type relayHarness struct {
 	names  sqlname.Names
 	keys   []string // the writers' keys, k1..kN
 	dir    string   // the delivery records, one file per replica
-	// emit writes events into the log; insertIntoLog by default.
+	// emit writes events into the log: emitter.Emit (logEmitter).
 	emit relayEmitFunc
 
 	mu         sync.Mutex
@@ -119,8 +102,10 @@ func newRelayHarness(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sche
 			writer   text   NOT NULL)`, s, keys, relayLongKey))
 	require.NoError(t, err)
 	require.NoError(t, chaos.InstallCursorLog(ctx, pool, schema, log))
+	emit, err := logEmitter(log)
+	require.NoError(t, err)
 	h := &relayHarness{t: t, pool: pool, schema: schema, log: log, names: names, dir: t.TempDir(),
-		emit: insertIntoLog, faults: map[string]int{}}
+		emit: emit, faults: map[string]int{}}
 	for i := range keys {
 		h.keys = append(h.keys, fmt.Sprintf("k%d", i+1))
 	}

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/integration/internal/chaos"
@@ -337,4 +340,42 @@ func TestCursorLogRecordsMoves(t *testing.T) {
 	require.GreaterOrEqual(t, len(ticks), 3)
 	require.Equal(t, int64(1), ticks[0].ID, "the baseline tick is copied at install")
 	require.Regexp(t, `^\d+:\d+:[\d,]*$`, ticks[1].Snapshot)
+}
+
+// errFenced is a cursor move refused: the token no longer
+// holds the group.
+var errFenced = errors.New("in-test reader: lease lost")
+
+// readFakeBatch returns the events of the batch cur → to, by seq.
+func readFakeBatch(ctx context.Context, pool *pgxpool.Pool, n sqlname.Names, cur, to int64) ([]outbox.Message, error) {
+	ticks := n.Log(sqlname.SuffixTicks)
+	rows, err := pool.Query(ctx, `SELECT e.id, e.event_type, e.aggregate_id, e.payload
+		FROM `+n.Qualified+` AS e, `+ticks+` AS c, `+ticks+` AS t
+		WHERE c.tick_id = $1 AND t.tick_id = $2
+		  AND pg_visible_in_snapshot(e.xid, t.snapshot) AND NOT pg_visible_in_snapshot(e.xid, c.snapshot)
+		ORDER BY e.seq`, cur, to)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Message, error) {
+		var m outbox.Message
+		err := row.Scan(&m.Event.ID, &m.Event.Type, &m.Event.AggregateID, &m.Event.Payload)
+		return m, err
+	})
+}
+
+// moveFakeCursor moves group's cursor from cur to to under token, and
+// extends its lease by lease; errFenced when the token no longer holds an
+// unexpired lease on the group at cur.
+func moveFakeCursor(ctx context.Context, pool *pgxpool.Pool, n sqlname.Names, group string, token uuid.UUID,
+	cur, to int64, lease time.Duration,
+) error {
+	tag, err := pool.Exec(ctx, `UPDATE `+n.Log(sqlname.SuffixCursors)+`
+		SET last_tick = $4, moved_at = now(), lease_until = now() + make_interval(secs => $5)
+		WHERE grp = $1 AND token = $2 AND lease_until > now() AND last_tick = $3`,
+		group, token, cur, to, lease.Seconds())
+	if err == nil && tag.RowsAffected() != 1 {
+		err = errFenced
+	}
+	return err
 }

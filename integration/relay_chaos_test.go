@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/integration/internal/chaos"
 	"github.com/pgoutbox/pgoutbox/integration/internal/pgcluster"
 	"github.com/pgoutbox/pgoutbox/integration/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -26,18 +28,13 @@ import (
 // The log relay's fault scenarios (issue 27, docs/relay-design.md
 // section 7): each starts a PostgreSQL cluster of its own, relay
 // replicas as child processes (this test binary in the role
-// roleRelayReplica, running relayReplicaMain), writers in this process
+// roleRelayReplica, running runRelayReplica), writers in this process
 // (relay_chaos_harness_test.go), injects its faults, waits until every
 // committed event was acked, and hands the records to chaos.CheckRelay,
 // which must find no violation.
 //
-// Until relay/ exists, relayReplicaMain is the stand-in relay
-// (relay_chaos_standin_test.go) and relayCreateGroup its SQL: the
-// harness is proven against it. With the relay: set relayReplicaMain to
-// a function that runs relay.New(relay.Config{Pool: pool, Log: cfg.Log,
-// Group: cfg.Group, Owner: cfg.Name, Publisher: pub, NoTicker:
-// !cfg.Ticker, TickerLease: cfg.Lease, GroupLease: cfg.Lease, ...}) until
-// ctx ends, and relayCreateGroup to relay.CreateGroup(..., relay.Oldest).
+// A replica runs relay.Relay (runRelayReplica, relay_chaos_relay_test.go);
+// the scenarios themselves are in relay_chaos_scenarios_test.go.
 
 const (
 	roleRelayReplica = "relay-chaos-replica"
@@ -59,21 +56,14 @@ type relayReplicaConfig struct {
 	Group      string
 	Lease      time.Duration // ticker and group lease
 	// Ticker and Reader say whether it ticks and whether it reads the
-	// group (a relay with NoTicker is a reader only).
+	// group (a relay with NoTicker is a reader only; one that does not
+	// read the group reads relayTickerGroup instead).
 	Ticker, Reader bool
 	// BrokerDown is the switchBroker's file.
 	BrokerDown string
 }
 
-// relayReplicaMain runs one replica until ctx ends, publishing through
-// pub (the recording wrapper of a switchBroker). The stand-in relay for
-// now; see the file's comment.
-var relayReplicaMain = runFakeRelay
-
-// relayCreateGroup creates the scenarios' group at the oldest tick.
-var relayCreateGroup = createFakeGroup
-
-// childRelayReplica is a relay replica process: relayReplicaMain until
+// childRelayReplica is a relay replica process: runRelayReplica until
 // killed or until its stdin closes.
 func childRelayReplica() error {
 	var rc relayReplicaConfig
@@ -101,7 +91,7 @@ func childRelayReplica() error {
 		stop()
 	}()
 	fmt.Println(childReady)
-	return relayReplicaMain(ctx, pool, rc, &recordingPublisher{next: switchBroker{down: rc.BrokerDown}, rec: rec})
+	return runRelayReplica(ctx, pool, rc, &recordingPublisher{next: switchBroker{down: rc.BrokerDown}, rec: rec})
 }
 
 // relaySlot is one replica's role; a killed replica is replaced in its
@@ -147,21 +137,24 @@ func runRelayChaos(t *testing.T, sc relayScenario) chaos.RelayReport {
 	cluster := pgcluster.Start(t)
 	pool := chaosPool(t, ctx, cluster.URL, "checker")
 	h := newRelayHarness(t, ctx, pool, relayChaosSchema, sc.keys)
-	require.NoError(t, relayCreateGroup(ctx, pool, h.log, relayGroup))
+	require.NoError(t, createRelayGroups(ctx, pool, h.log, relayGroup, slices.ContainsFunc(sc.slots, isTickerOnly)))
 	rc := &relayChaos{relayHarness: h, sc: sc, cluster: cluster}
 	for i := range sc.slots {
 		rc.procs = append(rc.procs, rc.start(i, 1))
 	}
 	faultCtx, stopFaults := context.WithCancel(ctx)
-	go func() { sleepCtx(faultCtx, chaosFaultTime(t)); stopFaults() }()
+	go func() { sleepCtx(faultCtx, relayFaultTime(t)); stopFaults() }()
 	writerPool := chaosPool(t, ctx, cluster.URL, "writers")
 	writeCtx, stopWriters := context.WithCancel(ctx)
 	writers := h.startWriters(writeCtx, writerPool, sc.writers, 0)
 	long := rc.holdLong(ctx, writerPool) // not cut by the faults' end: it retries until one commits
 	sc.inject(faultCtx, rc)
+	// The writers go on until the long transaction committed: without
+	// them, a relay ticks once per IdleTick only, and 100 ticks after a
+	// fault cut it short would take minutes.
+	longCommitted := <-long
 	stopWriters()
 	writers.Wait()
-	longCommitted := <-long
 	faultsEnded := time.Now()
 	drained := h.awaitRelayDrain(ctx)
 	rc.stopAll()
@@ -290,29 +283,34 @@ func (rc *relayChaos) randomSlot(pick func(relaySlot) bool) int {
 	return is[rand.IntN(len(is))]
 }
 
-// TestRelayChaosHarness runs the scenarios' harness against the
-// stand-in relay (two readers racing for the group, two tickers):
-// SIGKILLs of readers and of tickers, a reader paused past its lease, an
-// immediate server restart and the broker down and back, while writers
-// commit out of order, roll back, and one transaction stays open across
-// 100 ticks. The relay's scenarios reuse all of it.
-func TestRelayChaosHarness(t *testing.T) {
-	t.Parallel()
-	reader := func(s relaySlot) bool { return s.Reader }
-	ticker := func(s relaySlot) bool { return s.Ticker && !s.Reader }
-	rep := runRelayChaos(t, relayScenario{
-		name: "standin", writers: 3, keys: 8, lease: time.Second, longTx: true,
-		slots: []relaySlot{{Reader: true}, {Reader: true}, {Ticker: true}, {Ticker: true}},
-		inject: func(ctx context.Context, rc *relayChaos) {
-			rc.kill(rc.randomSlot(reader), "reader SIGKILLs")
-			rc.kill(rc.randomSlot(ticker), "ticker SIGKILLs")
-			rc.pause(rc.randomSlot(reader), 2*rc.sc.lease)
-			rc.restartServer()
-			rc.brokerDown(time.Second)
-			atRandomIntervals(ctx, 300*time.Millisecond, time.Second, func() {
-				rc.kill(rc.randomSlot(func(relaySlot) bool { return true }), "SIGKILLs")
-			})
-		},
-	})
-	require.Positive(t, rep.Takes, "no lease was taken")
+// relayShort is how long a relay scenario injects faults in its short
+// version (make test): a few faults each, so that all of them together
+// stay well under a minute on a 2-core machine.
+const relayShort = 3 * time.Second
+
+// relayFaultTime is how long a relay scenario injects faults:
+// chaosFaultTime in the long version (make chaos), else relayShort.
+func relayFaultTime(t *testing.T) time.Duration {
+	if chaosLong() {
+		return chaosFaultTime(t)
+	}
+	return relayShort
+}
+
+// groupHolder returns the slot whose replica holds the group's lease; a
+// random reader slot when none does (or the holder was replaced).
+func (rc *relayChaos) groupHolder(ctx context.Context) int {
+	var owner string
+	err := rc.pool.QueryRow(ctx, `SELECT coalesce(owner, '') FROM `+rc.names.Log(sqlname.SuffixCursors)+`
+		WHERE grp = $1 AND lease_until > now()`, relayGroup).Scan(&owner)
+	if err == nil {
+		rc.smu.Lock()
+		defer rc.smu.Unlock()
+		for i, p := range rc.procs {
+			if p.name == owner {
+				return i
+			}
+		}
+	}
+	return rc.randomSlot(func(s relaySlot) bool { return s.Reader })
 }
