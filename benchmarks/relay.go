@@ -312,7 +312,7 @@ func awaitPublished(ctx context.Context, r *relay.Relay, n uint64) error {
 		}
 		select {
 		case <-r.Done():
-			return fmt.Errorf("relay stopped early: %v", r.Err())
+			return fmt.Errorf("relay stopped early: %w", r.Err())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
@@ -332,7 +332,7 @@ func awaitRelaying(ctx context.Context, r *relay.Relay) error {
 		}
 		select {
 		case <-r.Done():
-			return fmt.Errorf("relay stopped early: %v", r.Err())
+			return fmt.Errorf("relay stopped early: %w", r.Err())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
