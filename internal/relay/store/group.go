@@ -58,17 +58,26 @@ func (s *Store) CreateGroup(ctx context.Context, group string, from From) error 
 	return nil
 }
 
-// DropGroup deletes a consumer group with its parked keys and events.
-// ErrNoGroup when it does not exist.
+// DropGroup deletes a consumer group with its parked keys and events, in
+// one transaction: the cursor row first, so that the parked rows of a
+// cursor move committing meanwhile are deleted too. ErrNoGroup when it
+// does not exist.
 func (s *Store) DropGroup(ctx context.Context, group string) error {
-	tag, err := s.db.Exec(ctx, s.sql.dropGroup, group)
-	if err != nil {
-		return errtext.Wrap(err, "drop consumer group")
-	}
-	if tag.RowsAffected() == 0 {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, s.sql.dropGroup, group)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNoGroup
+		}
+		_, err = tx.Exec(ctx, s.sql.dropParked, group)
+		return err
+	})
+	if errors.Is(err, ErrNoGroup) {
 		return ErrNoGroup
 	}
-	return nil
+	return errtext.Wrap(err, "drop consumer group")
 }
 
 // TakeGroup takes the group's lease for token when it is free or expired

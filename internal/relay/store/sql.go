@@ -8,8 +8,8 @@ import (
 type statements struct {
 	takeTicker, releaseTicker, tick, addParts, parts, xmax string
 
-	createGroup, dropGroup, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                 string
+	createGroup, dropGroup, dropParked, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
+	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                             string
 
 	requests, parkedEvents, fence, unpark string
 }
@@ -51,9 +51,14 @@ func newStatements(n sqlname.Names) statements {
 		createGroup: `INSERT INTO ` + cursors + ` (grp, last_tick)
 			SELECT $1, CASE WHEN $2::boolean THEN max(tick_id) ELSE min(tick_id) END FROM ` + ticks + `
 			ON CONFLICT (grp) DO NOTHING`,
-		dropGroup: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1),
-			k AS (DELETE FROM ` + parkedKeys + ` WHERE grp = $1)
-			DELETE FROM ` + cursors + ` WHERE grp = $1`,
+		// dropGroup deletes the cursor row first (waiting for a move or
+		// settle that holds it), then, in a later statement of the same
+		// transaction (a newer snapshot), the parked rows: those that
+		// move committed are deleted too, and no later move can write
+		// any (it finds no cursor row).
+		dropGroup: `DELETE FROM ` + cursors + ` WHERE grp = $1`,
+		dropParked: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1)
+			DELETE FROM ` + parkedKeys + ` WHERE grp = $1`,
 		takeGroup: `UPDATE ` + cursors + ` SET owner = $2, token = $3::uuid, lease_until = ` + leaseUntil("4") + `,
 			heartbeat_at = clock_timestamp()
 			WHERE grp = $1 AND stopped_reason IS NULL
