@@ -3,12 +3,14 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
 )
 
@@ -58,17 +60,26 @@ func (s *Store) CreateGroup(ctx context.Context, group string, from From) error 
 	return nil
 }
 
-// DropGroup deletes a consumer group with its parked keys and events.
-// ErrNoGroup when it does not exist.
+// DropGroup deletes a consumer group with its parked keys and events, in
+// one transaction: the cursor row first, so that the parked rows of a
+// cursor move committing meanwhile are deleted too. ErrNoGroup when it
+// does not exist.
 func (s *Store) DropGroup(ctx context.Context, group string) error {
-	tag, err := s.db.Exec(ctx, s.sql.dropGroup, group)
-	if err != nil {
-		return errtext.Wrap(err, "drop consumer group")
-	}
-	if tag.RowsAffected() == 0 {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, s.sql.dropGroup, group)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNoGroup
+		}
+		_, err = tx.Exec(ctx, s.sql.dropParked, group)
+		return err
+	})
+	if errors.Is(err, ErrNoGroup) {
 		return ErrNoGroup
 	}
-	return nil
+	return errtext.Wrap(err, "drop consumer group")
 }
 
 // TakeGroup takes the group's lease for token when it is free or expired
@@ -88,10 +99,31 @@ func (s *Store) TakeGroup(ctx context.Context, group, owner string, token uuid.U
 		return batch.Cursor{}, errtext.Wrap(err, "take consumer group %q", group)
 	}
 	target := cur.BatchTick
-	if _, _, err := s.checkedTicks(ctx, cur.LastTick, target, 1); err != nil {
+	c, _, err := s.checkedTicks(ctx, cur.LastTick, target, 1)
+	if err != nil {
 		return cur, err
 	}
-	return cur, nil
+	return cur, s.checkCluster(ctx, c)
+}
+
+// checkCluster returns ErrDatabaseChanged when the cluster the store runs
+// on is not the one tick c was recorded in: a logical dump restored into
+// another cluster brings ticks that all agree with each other, and the
+// ticker refuses to add one (PGR03), so only this comparison sees it.
+func (s *Store) checkCluster(ctx context.Context, c batch.Tick) error {
+	var sysid int64
+	err := s.db.QueryRow(ctx, s.sql.sysid).Scan(&sysid)
+	switch {
+	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
+		return nil // a server that restricts pg_control_system: the ticker's check (PGR03) only
+	case err != nil:
+		return errtext.Wrap(err, "read the system identifier")
+	}
+	if sysid != c.Sysid {
+		return errtext.WrapAs(ErrDatabaseChanged, fmt.Errorf("tick %d has system identifier %d, this cluster has %d",
+			c.ID, c.Sysid, sysid), "")
+	}
+	return nil
 }
 
 // whyNotTaken tells ErrNoGroup, ErrGroupStopped and ErrGroupBusy apart.

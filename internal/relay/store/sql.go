@@ -6,10 +6,10 @@ import (
 
 // statements is the SQL of one log table, built once by New.
 type statements struct {
-	takeTicker, releaseTicker, tick, addParts, parts, xmax string
+	takeTicker, releaseTicker, tick, addParts, parts, xmax, sysid string
 
-	createGroup, dropGroup, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                 string
+	createGroup, dropGroup, dropParked, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
+	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                             string
 
 	requests, parkedEvents, fence, unpark string
 }
@@ -41,7 +41,8 @@ func newStatements(n sqlname.Names) statements {
 			FROM (SELECT pg_current_snapshot()) AS x(s),
 			LATERAL (SELECT ` + n.Function(sqlname.SuffixPartAdd) + `(((div(pg_snapshot_xmax(s)::text::numeric, $2::bigint) + g) * $2::bigint)::text::xid8)
 				FROM generate_series(0, $1::int - 1) AS g) AS p(a)`,
-		xmax: `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
+		xmax:  `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
+		sysid: `SELECT (pg_control_system()).system_identifier`,
 		parts: `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
 			WHERE i.inhparent = $1::regclass`,
 
@@ -51,9 +52,14 @@ func newStatements(n sqlname.Names) statements {
 		createGroup: `INSERT INTO ` + cursors + ` (grp, last_tick)
 			SELECT $1, CASE WHEN $2::boolean THEN max(tick_id) ELSE min(tick_id) END FROM ` + ticks + `
 			ON CONFLICT (grp) DO NOTHING`,
-		dropGroup: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1),
-			k AS (DELETE FROM ` + parkedKeys + ` WHERE grp = $1)
-			DELETE FROM ` + cursors + ` WHERE grp = $1`,
+		// dropGroup deletes the cursor row first (waiting for a move or
+		// settle that holds it), then, in a later statement of the same
+		// transaction (a newer snapshot), the parked rows: those that
+		// move committed are deleted too, and no later move can write
+		// any (it finds no cursor row).
+		dropGroup: `DELETE FROM ` + cursors + ` WHERE grp = $1`,
+		dropParked: `WITH p AS (DELETE FROM ` + parked + ` WHERE grp = $1)
+			DELETE FROM ` + parkedKeys + ` WHERE grp = $1`,
 		takeGroup: `UPDATE ` + cursors + ` SET owner = $2, token = $3::uuid, lease_until = ` + leaseUntil("4") + `,
 			heartbeat_at = clock_timestamp()
 			WHERE grp = $1 AND stopped_reason IS NULL
