@@ -22,8 +22,9 @@ func (r *Recorder) WriteDelivery(d Delivery) error {
 	if d.Key == "" || strings.ContainsFunc(d.Key, isSpace) {
 		return fmt.Errorf("chaos: delivery key %q: want a non-empty key without white space", d.Key)
 	}
-	_, err := r.f.WriteString(fmt.Sprintf("%s %s %s %d %s %d %d %s\n",
-		deliveredTag, d.ID, d.Key, d.V, r.replica, d.Call, time.Now().UnixNano(), d.Token))
+	// fmt.Fprintf formats the whole line, then writes it in one Write.
+	_, err := fmt.Fprintf(r.f, "%s %s %s %d %s %d %d %s\n",
+		deliveredTag, d.ID, d.Key, d.V, r.replica, d.Call, time.Now().UnixNano(), d.Token)
 	return err
 }
 
