@@ -13,14 +13,12 @@ import (
 var (
 	// ErrSnapshotBackwards: a tick's snapshot is older than its
 	// predecessor's, or than the snapshot this relay last read (a restore
-	// of an older backup, a lossy failover). The group stops, publishing
-	// nothing: events committed after the restore point could be skipped
+	// of an older backup, a lossy failover), or the cluster's transaction
+	// ids are behind the newest tick (a logical dump restored into a
+	// cluster whose ids are lower). The group stops, publishing nothing:
+	// events committed after the restore point could be skipped
 	// otherwise. See docs/relay.md, "Restore and failover".
 	ErrSnapshotBackwards = store.ErrSnapshotBackwards
-	// ErrDatabaseChanged: the cluster's system identifier differs from the
-	// one the group's cursor tick recorded (a logical dump restored into
-	// another cluster). The group stops, publishing nothing.
-	ErrDatabaseChanged = store.ErrDatabaseChanged
 	// ErrGroupBusy: another relay holds the group's lease. Run waits for
 	// it; CreateGroup and DropGroup do not return it.
 	ErrGroupBusy = store.ErrGroupBusy
@@ -64,8 +62,8 @@ type StopError struct {
 	Group string
 	// Reason says why, as the cursor row's stopped_reason holds it.
 	Reason string
-	// Err is the cause: ErrSnapshotBackwards, ErrDatabaseChanged,
-	// ErrGroupStopped (stopped before this relay took it), or another.
+	// Err is the cause: ErrSnapshotBackwards, ErrGroupStopped (stopped
+	// before this relay took it), or another.
 	Err error
 }
 

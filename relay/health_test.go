@@ -87,9 +87,9 @@ func TestStrings(t *testing.T) {
 	require.Equal(t, []string{"closed", "open", "probing"},
 		[]string{CircuitClosed.String(), CircuitOpen.String(), CircuitProbing.String()})
 	require.Equal(t, []string{"latest", "oldest"}, []string{Latest.String(), Oldest.String()})
-	err := &StopError{Group: "g", Reason: "database changed", Err: ErrDatabaseChanged}
-	require.Equal(t, `pgoutbox: relay: group "g" stopped: database changed: `+ErrDatabaseChanged.Error(), err.Error())
-	require.ErrorIs(t, err, ErrDatabaseChanged)
+	err := &StopError{Group: "g", Reason: "snapshot went backwards", Err: ErrSnapshotBackwards}
+	require.Equal(t, `pgoutbox: relay: group "g" stopped: snapshot went backwards: `+ErrSnapshotBackwards.Error(), err.Error())
+	require.ErrorIs(t, err, ErrSnapshotBackwards)
 }
 
 // Lag samples that keep failing make the relay unhealthy past maxAge; one

@@ -34,8 +34,9 @@ CREATE INDEX {{.log_xid_idx}} ON {{.log}} (xid);
 -- a consumer group is every event visible in its target tick's snapshot
 -- and not in its cursor tick's. last_seq is the seq sequence's last value
 -- at the tick (lag in events, and "new events since" for the ticker).
--- sysid is the cluster's system identifier: a restore into another
--- cluster is caught by it.
+-- sysid is the system identifier of the cluster that recorded the tick,
+-- for the operator (a tick is judged by its snapshot alone: pg_upgrade
+-- keeps the transaction ids under a new identifier).
 CREATE TABLE {{.ticks}} (
     tick_id   bigint      NOT NULL PRIMARY KEY,
     snapshot  pg_snapshot NOT NULL,
@@ -163,8 +164,10 @@ INSERT INTO {{.ticker}} (next_tick) VALUES (2);
 -- snapshot is taken by a later statement than that lock, so under READ
 -- COMMITTED it is newer than any tick committed before: a tick's snapshot
 -- is never older than the tick before it. A snapshot whose xmax is below
--- the last tick's raises PGR02 (snapshot went backwards), another
--- cluster's system identifier PGR03 (database changed). A tick is needed
+-- the last tick's raises PGR02 (snapshot went backwards). The cluster's
+-- system identifier is recorded, not checked: pg_upgrade keeps the
+-- transaction ids (the snapshots stay valid) under a new identifier, and
+-- a cluster whose ids are behind the ticks' is caught by PGR02. A tick is needed
 -- when the seq sequence moved, when p_idle passed since the last, or when
 -- events became visible whose insert did not move the sequence past the
 -- last tick: a transaction that was running at the last tick (in its xip,
@@ -203,10 +206,6 @@ BEGIN
     v_snap := v_last.snap;
     v_seq := v_last.seq;
     v_sysid := v_last.sysid_now;
-    IF v_sysid <> v_last.sysid THEN
-        RAISE EXCEPTION 'pgoutbox: database changed: system identifier % at tick %, now %', v_last.sysid, v_last.tick_id, v_sysid
-            USING ERRCODE = 'PGR03';
-    END IF;
     IF pg_snapshot_xmax(v_snap) < pg_snapshot_xmax(v_last.snapshot) THEN
         RAISE EXCEPTION 'pgoutbox: snapshot went backwards: xmax % below tick %''s %',
             pg_snapshot_xmax(v_snap), v_last.tick_id, pg_snapshot_xmax(v_last.snapshot)

@@ -50,8 +50,8 @@
 //
 // # Stopping
 //
-// A snapshot that went backwards or a changed database (store's
-// ErrSnapshotBackwards, ErrDatabaseChanged), at lease acquisition or
+// A snapshot that went backwards (store.ErrSnapshotBackwards), at lease
+// acquisition or
 // before a batch, stops the group: StopGroup records the reason, nothing
 // of that batch is published, and Run returns a *StopError. A group found
 // stopped already gives a *StopError too.

@@ -132,7 +132,7 @@ func (e *StopError) Error() string {
 }
 
 // Unwrap returns the cause (store.ErrSnapshotBackwards,
-// store.ErrDatabaseChanged or store.ErrGroupStopped).
+// or store.ErrGroupStopped).
 func (e *StopError) Unwrap() error { return e.Err }
 
 // Reader reads one consumer group.
@@ -215,7 +215,7 @@ func (r *Reader) take(ctx context.Context) (batch.Cursor, error) {
 		switch {
 		case err == nil:
 			return cur, nil
-		case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
+		case errors.Is(err, store.ErrSnapshotBackwards):
 			return batch.Cursor{}, r.stop(ctx, err)
 		case errors.Is(err, store.ErrGroupStopped):
 			return batch.Cursor{}, &StopError{Group: r.cfg.Group, Reason: err.Error(), Err: err}
@@ -322,7 +322,7 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 		var err error
 		b, ok, err = r.cfg.Store.NextBatch(ctx, r.token, cur, r.cfg.MaxBatch)
 		switch {
-		case errors.Is(err, store.ErrSnapshotBackwards), errors.Is(err, store.ErrDatabaseChanged):
+		case errors.Is(err, store.ErrSnapshotBackwards):
 			return cur, false, r.stop(ctx, err)
 		case errors.Is(err, store.ErrLeaseLost):
 			return cur, false, err

@@ -23,8 +23,8 @@ import (
 // events of the cursor tick (at least the next), which is recorded as
 // the cursor's batch_tick before the events are returned (ErrLeaseLost
 // when token no longer holds the group where cur says). ok is false when
-// there is no tick after the cursor's. ErrSnapshotBackwards or
-// ErrDatabaseChanged when the ticks went backwards.
+// there is no tick after the cursor's. ErrSnapshotBackwards when the
+// ticks went backwards.
 func (s *Store) NextBatch(ctx context.Context, token uuid.UUID, cur batch.Cursor, maxBatch int) (b batch.Batch, ok bool, err error) {
 	b, ok, err = s.ReadBatch(ctx, cur, maxBatch)
 	if err != nil || !ok || cur.BatchTick != 0 {

@@ -59,10 +59,6 @@ func (s *Store) checkTicks(c, t, newest batch.Tick) error {
 	if err != nil {
 		return err
 	}
-	if newest.Sysid != c.Sysid {
-		return errtext.WrapAs(ErrDatabaseChanged, fmt.Errorf("tick %d has system identifier %d, the newest tick %d has %d",
-			c.ID, c.Sysid, newest.ID, newest.Sysid), "")
-	}
 	if err := s.checkSeen(newest.ID, sn.xmax); err != nil {
 		return err
 	}
@@ -77,9 +73,6 @@ func (s *Store) checkTicks(c, t, newest batch.Tick) error {
 		return err
 	}
 	switch {
-	case t.Sysid != c.Sysid:
-		return errtext.WrapAs(ErrDatabaseChanged, fmt.Errorf("tick %d has system identifier %d, tick %d has %d",
-			c.ID, c.Sysid, t.ID, t.Sysid), "")
 	case t.ID <= c.ID:
 		return backwards("target tick %d is not after the cursor tick %d", t.ID, c.ID)
 	case st.xmax < sc.xmax || st.xmin < sc.xmin:

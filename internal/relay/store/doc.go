@@ -14,8 +14,8 @@
 // calls (migrations/log/001_log.sql). The function locks the lease row
 // first and takes the snapshot in a later statement, so a tick's snapshot
 // is never older than the tick before it; it refuses a snapshot whose
-// xmax went backwards (SQLSTATE PGR02) or a cluster with another system
-// identifier (PGR03), and answers PGR01 when the lease is not held.
+// xmax went backwards (SQLSTATE PGR02), and answers PGR01 when the lease
+// is not held.
 //
 // # Batches
 //
@@ -52,12 +52,15 @@
 // # Going backwards
 //
 // TakeGroup and NextBatch check that the target tick is after the cursor
-// tick with an xmax and xmin not below it and the same system identifier,
-// and that the newest tick is not behind the newest this Store has seen
-// (a restore of an older backup rolls ticks and cursors back together;
-// only the running process remembers). A failed check returns
-// ErrSnapshotBackwards or ErrDatabaseChanged; the reader then stops the
-// group (StopGroup records the reason) and publishes nothing.
+// tick with an xmax and xmin not below it, and that the newest tick is not
+// behind the newest this Store has seen (a restore of an older backup
+// rolls ticks and cursors back together; only the running process
+// remembers). TakeGroup also checks that the cluster's transaction ids
+// are not behind the newest tick (a logical dump restored into a cluster
+// whose ids are lower). A failed check returns ErrSnapshotBackwards; the
+// reader then stops the group (StopGroup records the reason) and
+// publishes nothing. The ticks' system identifiers are recorded, not
+// compared: pg_upgrade keeps the transaction ids under a new one.
 //
 // # Privileges
 //

@@ -3,14 +3,13 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
-	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
 )
 
@@ -86,8 +85,9 @@ func (s *Store) DropGroup(ctx context.Context, group string) error {
 // (or renews token's own) and returns the group's cursor, after checking
 // that its ticks did not go backwards. ErrGroupBusy when another token
 // holds an unexpired lease, ErrNoGroup, ErrGroupStopped; and
-// ErrSnapshotBackwards or ErrDatabaseChanged, with the lease held, for
-// the caller to stop the group.
+// ErrSnapshotBackwards (also when the cluster's transaction ids are
+// behind the newest tick), with the lease held, for the caller to stop
+// the group.
 func (s *Store) TakeGroup(ctx context.Context, group, owner string, token uuid.UUID, lease time.Duration) (batch.Cursor, error) {
 	cur := batch.Cursor{Group: group}
 	err := s.db.QueryRow(ctx, s.sql.takeGroup, group, owner, token.String(), micros(lease)).
@@ -99,29 +99,33 @@ func (s *Store) TakeGroup(ctx context.Context, group, owner string, token uuid.U
 		return batch.Cursor{}, errtext.Wrap(err, "take consumer group %q", group)
 	}
 	target := cur.BatchTick
-	c, _, err := s.checkedTicks(ctx, cur.LastTick, target, 1)
-	if err != nil {
+	if _, _, err := s.checkedTicks(ctx, cur.LastTick, target, 1); err != nil {
 		return cur, err
 	}
-	return cur, s.checkCluster(ctx, c)
+	return cur, s.checkCluster(ctx)
 }
 
-// checkCluster returns ErrDatabaseChanged when the cluster the store runs
-// on is not the one tick c was recorded in: a logical dump restored into
-// another cluster brings ticks that all agree with each other, and the
-// ticker refuses to add one (PGR03), so only this comparison sees it.
-func (s *Store) checkCluster(ctx context.Context, c batch.Tick) error {
-	var sysid int64
-	err := s.db.QueryRow(ctx, s.sql.sysid).Scan(&sysid)
-	switch {
-	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
-		return nil // a server that restricts pg_control_system: the ticker's check (PGR03) only
-	case err != nil:
-		return errtext.Wrap(err, "read the system identifier")
+// checkCluster returns ErrSnapshotBackwards when the cluster's
+// transaction ids are behind the newest tick's snapshot: a logical dump
+// restored into a cluster whose ids are lower. There the ticker refuses to
+// tick (PGR02) and the stored ticks agree with each other, so only this
+// comparison sees it; new transactions would take ids that the ticks
+// already count as finished, and their events would be skipped.
+func (s *Store) checkCluster(ctx context.Context) error {
+	var now, newest string
+	if err := s.db.QueryRow(ctx, s.sql.clusterXmax).Scan(&now, &newest); err != nil {
+		return errtext.Wrap(err, "read the current transaction id")
 	}
-	if sysid != c.Sysid {
-		return errtext.WrapAs(ErrDatabaseChanged, fmt.Errorf("tick %d has system identifier %d, this cluster has %d",
-			c.ID, c.Sysid, sysid), "")
+	n, err := strconv.ParseUint(now, 10, 64)
+	if err != nil {
+		return errtext.Wrap(err, "parse xmax %q", now)
+	}
+	t, err := strconv.ParseUint(newest, 10, 64)
+	if err != nil {
+		return errtext.Wrap(err, "parse xmax %q", newest)
+	}
+	if n < t {
+		return backwards("the cluster's next transaction id %d is below the newest tick's xmax %d", n, t)
 	}
 	return nil
 }

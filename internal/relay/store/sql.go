@@ -6,7 +6,7 @@ import (
 
 // statements is the SQL of one log table, built once by New.
 type statements struct {
-	takeTicker, releaseTicker, tick, addParts, parts, xmax, sysid string
+	takeTicker, releaseTicker, tick, addParts, parts, xmax, clusterXmax string
 
 	createGroup, dropGroup, dropParked, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
 	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                             string
@@ -42,7 +42,8 @@ func newStatements(n sqlname.Names) statements {
 			LATERAL (SELECT ` + n.Function(sqlname.SuffixPartAdd) + `(((div(pg_snapshot_xmax(s)::text::numeric, $2::bigint) + g) * $2::bigint)::text::xid8)
 				FROM generate_series(0, $1::int - 1) AS g) AS p(a)`,
 		xmax:  `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
-		sysid: `SELECT (pg_control_system()).system_identifier`,
+		clusterXmax: `SELECT pg_snapshot_xmax(pg_current_snapshot())::text,
+			(SELECT pg_snapshot_xmax(k.snapshot)::text FROM ` + n.Log(sqlname.SuffixTicks) + ` AS k ORDER BY k.tick_id DESC LIMIT 1)`,
 		parts: `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
 			WHERE i.inhparent = $1::regclass`,
 

@@ -43,16 +43,12 @@ var (
 	// ErrSnapshotBackwards: a tick's snapshot is older than one recorded
 	// or seen before it (a restore of an older backup, a rewritten tick).
 	ErrSnapshotBackwards = errors.New("pgoutbox: snapshot went backwards")
-	// ErrDatabaseChanged: the ticks come from clusters with different
-	// system identifiers (a restore into another cluster).
-	ErrDatabaseChanged = errors.New("pgoutbox: database changed")
 )
 
 // SQLSTATEs the tick function raises (migrations/log/001_log.sql).
 const (
 	codeLeaseLost = "PGR01"
 	codeBackwards = "PGR02"
-	codeChanged   = "PGR03"
 )
 
 // Store runs the relay's statements on one log table.
@@ -99,8 +95,6 @@ func mapTickError(err error) error {
 		return errtext.Because(ErrLeaseLost, err)
 	case codeBackwards:
 		return errtext.Because(ErrSnapshotBackwards, err)
-	case codeChanged:
-		return errtext.Because(ErrDatabaseChanged, err)
 	}
 	return err
 }

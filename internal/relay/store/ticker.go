@@ -95,8 +95,8 @@ func (s *Store) ReleaseTicker(ctx context.Context, token uuid.UUID) error {
 // last tick, a transaction of the last tick's xip that has events
 // finished, or idle passed since the last tick. id is the new tick's (made)
 // or the last one's. ErrLeaseLost when token does not hold the ticker's
-// lease; ErrSnapshotBackwards or ErrDatabaseChanged when the current
-// snapshot is behind the last tick's or the cluster changed.
+// lease; ErrSnapshotBackwards when the current snapshot is behind the
+// last tick's.
 func (s *Store) Tick(ctx context.Context, token uuid.UUID, idle time.Duration) (id int64, made bool, err error) {
 	err = s.db.QueryRow(ctx, s.sql.tick, token.String(), micros(idle)).Scan(&id, &made)
 	if err != nil {

@@ -61,7 +61,7 @@ func (l *errLimit) allow(err error, now time.Time) bool {
 // match, else their SQLSTATE, else their text (the snapshot-backwards
 // error's text changes with every call: its xmax).
 func kind(err error) string {
-	for _, s := range []error{store.ErrSnapshotBackwards, store.ErrDatabaseChanged, store.ErrLeaseLost} {
+	for _, s := range []error{store.ErrSnapshotBackwards, store.ErrLeaseLost} {
 		if errors.Is(err, s) {
 			return s.Error()
 		}
