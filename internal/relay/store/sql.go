@@ -41,7 +41,7 @@ func newStatements(n sqlname.Names) statements {
 			FROM (SELECT pg_current_snapshot()) AS x(s),
 			LATERAL (SELECT ` + n.Function(sqlname.SuffixPartAdd) + `(((div(pg_snapshot_xmax(s)::text::numeric, $2::bigint) + g) * $2::bigint)::text::xid8)
 				FROM generate_series(0, $1::int - 1) AS g) AS p(a)`,
-		xmax:  `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
+		xmax: `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`,
 		clusterXmax: `SELECT pg_snapshot_xmax(pg_current_snapshot())::text,
 			(SELECT pg_snapshot_xmax(k.snapshot)::text FROM ` + n.Log(sqlname.SuffixTicks) + ` AS k ORDER BY k.tick_id DESC LIMIT 1)`,
 		parts: `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
