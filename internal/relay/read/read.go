@@ -150,6 +150,10 @@ type Reader struct {
 	// goroutine only).
 	batches  int
 	idleRead time.Time
+	// moves counts the cursor moves; failedAt is its value at hold's last
+	// failure and failWait the pause then (Run's goroutine only).
+	moves, failedAt uint64
+	failWait        time.Duration
 }
 
 // New returns a Reader with cfg's defaults applied. It panics when Store,
@@ -203,8 +207,30 @@ func (r *Reader) Run(ctx context.Context) error {
 		if errors.As(err, &stop) {
 			return err
 		}
-		r.report(ctx, err) // the lease was lost: take it again
+		r.report(ctx, err)
+		// Take the lease again, at once when it was lost; after any other
+		// failure (a move refused, a read that failed) only after a pause
+		// that doubles while no batch moves, so that a failure that
+		// repeats does not republish the same batch in a loop.
+		if !errors.Is(err, errLeaseLost) {
+			if err := r.pause(ctx, r.backoff()); err != nil {
+				if errors.Is(err, errDrained) {
+					r.release()
+				}
+				return nil
+			}
+		}
 	}
+}
+
+// backoff is the pause after a failure of hold: PollInterval, doubling
+// while no batch moved since the last failure, up to a third of Lease.
+func (r *Reader) backoff() time.Duration {
+	if r.moves != r.failedAt {
+		r.failedAt, r.failWait = r.moves, 0
+	}
+	r.failWait = min(max(2*r.failWait, r.cfg.PollInterval), r.cfg.Lease/3)
+	return r.failWait
 }
 
 // take takes the group's lease, trying again every third of Lease while
@@ -353,6 +379,7 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 		parked[k] = true
 	}
 	r.settled(s, res)
+	r.moves++
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(BatchStats{From: b.From.ID, To: b.To.ID, Events: len(b.Events), Published: res.Published,
 			Parked: len(res.Parked), NewKeys: len(res.NewKeys), Retries: res.Retries, Partial: b.Partial,
