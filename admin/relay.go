@@ -347,9 +347,13 @@ type ParkedKey struct {
 	SkipRequestedAt   *time.Time `json:"skip_requested_at,omitempty"`
 }
 
-// ParkedKeysQuery pages a group's parked keys in key order.
+// ParkedKeysQuery pages a group's parked keys in key order. The empty
+// key, under which events without a key are parked (each alone), sorts
+// first: it is on the first page only.
 type ParkedKeysQuery struct {
-	// After is the last key of the previous page ("" for the first).
+	// After is the last key of the previous page ("" for the first; a
+	// first page of Limit 1 that holds only the empty key is followed by
+	// the same page: ask for more than one key).
 	After string
 	// Limit is the page size (0: DefaultParkedLimit).
 	Limit int
@@ -365,7 +369,7 @@ func (r *Relay) ParkedKeys(ctx context.Context, group string, q ParkedKeysQuery)
 	rows, err := r.db.Query(ctx, `SELECT k.key, k.parked_at, coalesce(k.error_code, ''), coalesce(k.error, ''),
 			(SELECT count(*) FROM `+r.names.Log(sqlname.SuffixParked)+` p WHERE p.grp = k.grp AND p.key = k.key),
 			k.replay_requested_at, k.skip_requested_at
-		FROM `+r.names.Log(sqlname.SuffixParkedKeys)+` k WHERE k.grp = $1 AND k.key > $2 ORDER BY k.key LIMIT $3`,
+		FROM `+r.names.Log(sqlname.SuffixParkedKeys)+` k WHERE k.grp = $1 AND ($2 = '' OR k.key > $2) ORDER BY k.key LIMIT $3`,
 		group, q.After, limit)
 	if err != nil {
 		return nil, errtext.Wrap(err, "admin: parked keys of group %q in %s", group, r.names.Table)
@@ -437,6 +441,9 @@ type ParkedEvent struct {
 type ParkedEventsQuery struct {
 	// Key, when not empty, keeps the events of that key only.
 	Key string
+	// NoKey keeps the events parked without a key (under the empty key)
+	// only; Key must then be empty.
+	NoKey bool
 	// AfterSeq is the last seq of the previous page (0 for the first).
 	AfterSeq int64
 	// Limit is the page size (0: DefaultParkedLimit).
@@ -452,6 +459,9 @@ func (r *Relay) ParkedEvents(ctx context.Context, group string, q ParkedEventsQu
 	if err != nil {
 		return nil, err
 	}
+	if q.NoKey && q.Key != "" {
+		return nil, inputErr("key", "must be empty with NoKey")
+	}
 	extra := `NULL::bytea, NULL::jsonb`
 	if q.WithPayload {
 		extra = `payload, headers`
@@ -460,7 +470,8 @@ func (r *Relay) ParkedEvents(ctx context.Context, group string, q ParkedEventsQu
 			coalesce(partition_key, ''), coalesce(idempotency_key, ''), coalesce(content_type, ''), coalesce(key, ''),
 			coalesce(octet_length(payload), 0), created_at, parked_at, coalesce(error_code, ''), coalesce(error, ''), `+extra+`
 		FROM `+r.names.Log(sqlname.SuffixParked)+`
-		WHERE grp = $1 AND ($2 = '' OR key = $2) AND seq > $3 ORDER BY seq LIMIT $4`, group, q.Key, q.AfterSeq, limit)
+		WHERE grp = $1 AND ($2 = '' AND NOT $5 OR key = $2) AND seq > $3 ORDER BY seq LIMIT $4`,
+		group, q.Key, q.AfterSeq, limit, q.NoKey)
 	if err != nil {
 		return nil, errtext.Wrap(err, "admin: parked events of group %q in %s", group, r.names.Table)
 	}

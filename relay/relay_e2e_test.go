@@ -2,16 +2,19 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/internal/relay/relaytest"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -133,4 +136,84 @@ func TestStartRefusesALogWithoutHeadroom(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Stop(ctx))
+}
+
+// refusing acks every message but refuses, for good, events of type
+// "bad" until accept is set.
+type refusing struct {
+	recording
+	accept atomic.Bool
+}
+
+func (p *refusing) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	var ok []outbox.Message
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if m.Event.Type == "bad" && !p.accept.Load() {
+			errs[i] = outbox.Permanent(errors.New("refused"))
+			continue
+		}
+		ok = append(ok, m)
+	}
+	p.recording.Publish(ctx, ok)
+	return errs
+}
+
+// TestKeylessEventsParkAloneAndReplay: an event without a key that the
+// broker refuses for good is parked alone (the keyless events after it
+// flow), under the empty key, which an operator replays like any other.
+func TestKeylessEventsParkAloneAndReplay(t *testing.T) {
+	t.Parallel()
+	ctx := testctx.New(t)
+	db, log := relaytest.NewLog(t)
+	pool := db.NewPool(t, 8)
+	require.NoError(t, relay.CreateGroup(ctx, pool, log, "g", relay.Latest))
+	pub := &refusing{}
+	r, err := relay.New(relay.Config{Pool: pool, Log: log, Group: "g", Owner: "e2e", Publisher: pub,
+		TickInterval: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+
+	em, err := emitter.New(emitter.Config{Table: log, Kind: outbox.KindLog})
+	require.NoError(t, err)
+	emit := func(typ string) uuid.UUID {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		ids, err := em.Emit(ctx, tx, outbox.Event{Type: typ, Payload: []byte("{}")})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return ids[0]
+	}
+	bad := emit("bad")
+	good := emit("good")
+	testctx.Await(t, "the keyless event after the refused one", func() bool { return pub.distinct() == 1 })
+	ops, err := admin.NewRelay(pool, admin.RelayConfig{Log: log})
+	require.NoError(t, err)
+	var keys []admin.ParkedKey
+	testctx.Await(t, "the refused event parked", func() bool {
+		keys, err = ops.ParkedKeys(ctx, "g", admin.ParkedKeysQuery{})
+		return err == nil && len(keys) > 0
+	})
+	require.Len(t, keys, 1)
+	require.Equal(t, "", keys[0].Key, "parked under the empty key")
+	require.EqualValues(t, 1, keys[0].Events)
+	parked, err := ops.ParkedEvents(ctx, "g", admin.ParkedEventsQuery{NoKey: true})
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	require.Equal(t, bad, parked[0].ID)
+	pub.mu.Lock()
+	require.Equal(t, 1, pub.seen[good])
+	pub.mu.Unlock()
+
+	pub.accept.Store(true)
+	require.NoError(t, ops.RequestReplay(ctx, "g", ""))
+	testctx.Await(t, "the replayed event", func() bool { return pub.distinct() == 2 })
+	pub.mu.Lock()
+	require.Equal(t, 1, pub.seen[bad])
+	pub.mu.Unlock()
+	testctx.Await(t, "no parked key left", func() bool {
+		keys, err := ops.ParkedKeys(ctx, "g", admin.ParkedKeysQuery{})
+		return err == nil && len(keys) == 0
+	})
 }

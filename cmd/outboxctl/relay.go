@@ -32,6 +32,7 @@ func (e *env) newRelay() (*admin.Relay, error) {
 type relayOpts struct {
 	group, key, from, after *string
 	events, payload, yes    *bool
+	noKey                   *bool
 	limit                   *int
 }
 
@@ -43,6 +44,7 @@ func relayFlags(fs *flag.FlagSet) func(*env) error {
 		after:   fs.String("after", "", "with parked: continue after this key (with -events: this seq), printed at the end of the previous page"),
 		events:  fs.Bool("events", false, "with parked: list the parked events rather than the keys (-key: of that key only)"),
 		payload: fs.Bool("payload", false, "with parked -events: print each event's payload and headers"),
+		noKey:   fs.Bool("no-key", false, "with replay and skip: the events parked without a key (each parked alone, under the empty key), instead of -key"),
 		yes:     fs.Bool("yes", false, "with replay, skip and group drop: really do it; without it, print what would be done"),
 		limit:   intRangeFlag(fs, "limit", admin.DefaultParkedLimit, 1, admin.MaxParkedLimit, "with parked: page `size`"),
 	}
@@ -93,8 +95,8 @@ func (o relayOpts) check(sub string) error {
 			return usagef("relay %s needs -group", sub)
 		}
 	}
-	if (sub == "replay" || sub == "skip") && *o.key == "" {
-		return usagef("relay %s needs -key", sub)
+	if (sub == "replay" || sub == "skip") && (*o.key == "") == !*o.noKey {
+		return usagef("relay %s needs -key, or -no-key for the events parked without one", sub)
 	}
 	if *o.from != "latest" && *o.from != "oldest" {
 		return usagef("-from is %q, want latest or oldest", *o.from)
@@ -175,7 +177,7 @@ func (o relayOpts) run(e *env, r *admin.Relay, sub string) error {
 func (o relayOpts) request(e *env, r *admin.Relay, sub string) error {
 	g, key := *o.group, *o.key
 	if !*o.yes {
-		events, err := r.ParkedEvents(e.ctx, g, admin.ParkedEventsQuery{Key: key, Limit: admin.MaxParkedLimit})
+		events, err := r.ParkedEvents(e.ctx, g, admin.ParkedEventsQuery{Key: key, NoKey: *o.noKey, Limit: admin.MaxParkedLimit})
 		if err != nil {
 			return err
 		}

@@ -257,10 +257,10 @@ func (ln *lane) park(i int32, perr *PublishError) {
 	key := it.ev.Key()
 	it.state = parked
 	ln.parked = append(ln.parked, parkedEvent(it.ev, key, perr.Code, perr.reason()))
-	if key == "" {
-		return
-	}
 	ln.newKeys = append(ln.newKeys, key)
+	if key == "" {
+		return // parked alone: keyless events order with nothing
+	}
 	behind := "parked behind event " + it.ev.Event.ID.String() + " of its key"
 	for j := it.next; j >= 0; j = ln.items[j].next {
 		if ln.items[j].state == pending {

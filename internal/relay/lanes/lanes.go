@@ -69,7 +69,9 @@ type Result struct {
 	// whose retries ran out (the publisher's code), and the later events
 	// of their keys in the batch (CodeKeyParked).
 	Parked []batch.Parked
-	// NewKeys is the keys this batch parked, sorted. The first of
+	// NewKeys is the keys this batch parked, sorted, "" for events
+	// without a key (parked alone: "" parks no other event, but its row
+	// lets an operator replay or skip them). The first of
 	// Parked with each key carries the failure's code and text.
 	NewKeys []string
 	// Retries counts the messages published again after a transient
@@ -113,6 +115,7 @@ func (l *Lanes) Publish(ctx context.Context, events []batch.Event, parked map[st
 	}
 	slices.SortFunc(res.Parked, func(a, b batch.Parked) int { return cmp.Compare(a.Event.Seq, b.Event.Seq) })
 	slices.Sort(res.NewKeys)
+	res.NewKeys = slices.Compact(res.NewKeys) // "" once, however many keyless events parked
 	return res, nil
 }
 

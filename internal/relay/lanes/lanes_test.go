@@ -112,7 +112,7 @@ func TestPermanentFailureParksKey(t *testing.T) {
 	})
 	res, err := l.Publish(t.Context(), evs, nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{"k3"}, res.NewKeys)
+	require.Equal(t, []string{"", "k3"}, res.NewKeys, "the keyless event parks \"\" (replayable), alone")
 
 	var parked []int64
 	for _, p := range res.Parked {

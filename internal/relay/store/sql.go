@@ -106,7 +106,7 @@ func newStatements(n sqlname.Names) statements {
 		park: `INSERT INTO ` + parked + ` (grp, seq, xid, id, event_type, aggregate_type, aggregate_id, partition_key,
 				idempotency_key, content_type, payload, headers, created_at, key, error_code, error)
 			SELECT $1, p.seq, p.xid::xid8, p.id::uuid, p.event_type, nullif(p.aggregate_type, ''), nullif(p.aggregate_id, ''),
-				nullif(p.partition_key, ''), nullif(p.idempotency_key, ''), nullif(p.content_type, ''), p.payload, p.headers::jsonb, p.created_at, nullif(p.key, ''), nullif(p.code, ''), left(p.error, 2048)
+				nullif(p.partition_key, ''), nullif(p.idempotency_key, ''), nullif(p.content_type, ''), p.payload, p.headers::jsonb, p.created_at, p.key, nullif(p.code, ''), left(p.error, 2048)
 			FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
 				$10::text[], $11::bytea[], $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[])
 				AS p(seq, xid, id, event_type, aggregate_type, aggregate_id, partition_key, idempotency_key,
