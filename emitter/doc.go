@@ -51,7 +51,8 @@
 // With Config.Kind outbox.KindLog the Emitter writes into the relay's
 // append-only log (migrations.Config.Kind outbox.KindLog) instead of an
 // outbox table: the same validation, IDs, tracing and metrics, the same
-// INSERT of unnested arrays (or COPY from 5,000 events or 1 MiB) minus
+// INSERT (one VALUES row for one event, unnested arrays for more; COPY
+// from 5,000 events or 1 MiB) minus
 // the due time; the log's defaults fill xid (the transaction's top-level
 // id, which bounds the relay's batches; a savepoint's events carry it
 // too, and vanish with the savepoint's rollback), seq and created_at, and
