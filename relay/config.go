@@ -27,7 +27,9 @@ import (
 type Config struct {
 	// Pool is the relay's connection pool: every statement goes through
 	// it (ticks, batches, cursor moves, retention). A transaction-mode
-	// pooler works. Required.
+	// pooler works. Required; its MaxConns must be at least 3: a batch's
+	// events are read by one statement, holding a connection while they
+	// publish (docs/relay.md).
 	Pool *pgxpool.Pool
 	// Log is the log table to relay (migrated with migrations.Config.Kind
 	// outbox.KindLog). Required: Log.Name must be set (Schema defaults to
@@ -190,11 +192,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// minPoolConns is the fewest connections the relay's pool must allow: a
+// batch's events stream on one connection while its pieces' cursor moves
+// and the lease renewals run on another and the ticker on a third.
+const minPoolConns = 3
+
 // validate returns an *outbox.ConfigError for the first field out of
 // range, in the order of Config's fields.
 func (c Config) validate() error {
 	if c.Pool == nil {
 		return &outbox.ConfigError{Field: "Pool", Reason: "is required"}
+	}
+	if c.Pool.Config().MaxConns < minPoolConns {
+		return &outbox.ConfigError{Field: "Pool", Reason: "must allow at least 3 connections (MaxConns): the ticker, the batch stream and the cursor moves"}
 	}
 	if c.Log.Name == "" {
 		return &outbox.ConfigError{Field: "Log", Reason: "must name the log table (Log.Name is empty)"}

@@ -1,12 +1,15 @@
 package relay
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -51,6 +54,7 @@ func TestConfigValidation(t *testing.T) {
 		{"Owner", func(c *Config) { c.Owner = long }},
 		{"Owner", func(c *Config) { c.Owner = "a\x00b" }},
 		{"Pool", func(c *Config) { c.Pool = nil }},
+		{"Pool", func(c *Config) { c.Pool = smallPool(t) }},
 		{"PublishTimeout", func(c *Config) { c.PublishTimeout = time.Microsecond }},
 		{"PublishTimeout", func(c *Config) { c.PublishTimeout = 25 * time.Hour }},
 		{"Publisher", func(c *Config) { c.Publisher = nil }},
@@ -136,4 +140,16 @@ func TestConfigDefaults(t *testing.T) {
 	c = Config{KeyRetryMin: 2 * time.Minute, CircuitMinBackoff: 2 * time.Minute}.withDefaults()
 	require.Equal(t, 2*time.Minute, c.KeyRetryMax, "at least KeyRetryMin")
 	require.Equal(t, 2*time.Minute, c.CircuitMaxBackoff, "at least CircuitMinBackoff")
+}
+
+// smallPool is a pool of two connections, one too few for a relay.
+func smallPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -3,10 +3,12 @@ package read_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -15,11 +17,19 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/relay/store"
 )
 
-// noBegin is the test database, except that no transaction can begin: a
-// cursor move (a transaction) always fails, every other statement works.
-type noBegin struct{ *pgxpool.Pool }
+// noMove is the test database, except that no cursor move can commit:
+// the move's UPDATE of last_tick fails (alone or in a transaction), every
+// other statement works.
+type noMove struct{ *pgxpool.Pool }
 
-func (noBegin) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("test: no transaction") }
+func (noMove) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("test: no transaction") }
+
+func (d noMove) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.Contains(sql, "SET last_tick") {
+		return pgconn.CommandTag{}, errors.New("test: no move")
+	}
+	return d.Pool.Exec(ctx, sql, args...)
+}
 
 // TestAMoveThatKeepsFailingIsRetriedWithBackoff: when the cursor move of
 // a published batch fails for a reason other than a lost lease, the reader
@@ -30,7 +40,7 @@ func (noBegin) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("
 func TestAMoveThatKeepsFailingIsRetriedWithBackoff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	failing, err := store.New(noBegin{e.db.Pool}, e.table)
+	failing, err := store.New(noMove{e.db.Pool}, e.table)
 	require.NoError(t, err)
 	const poll = 20 * time.Millisecond
 	fails := make(chan time.Time, 100)

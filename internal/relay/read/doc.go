@@ -17,17 +17,25 @@
 // the lease again: the events of that batch are published again by
 // whoever holds the group next (at-least-once; the event id dedupes).
 //
-// # Order and reading ahead
+// # Order, pieces and reading ahead
 //
-// Batches are published one after the other, each once the previous one
-// moved. While a batch publishes, the next one is read (store.ReadBatch
-// from the cursor its move will give, store.Next), and that move records
-// its target as the open batch (store.MoveOpen), so a restart resumes
-// exactly the batch read ahead: at most two batches are in memory (the
-// design's InFlightBatches of 2; Config.NoReadAhead turns it off). A
-// batch read ahead is not published before the move of the one before it
-// committed, and a failed read ahead is only dropped: the next batch is
-// then read (and its failure reported) as without read ahead.
+// A batch is read once, as a stream (store.Stream), and published in
+// pieces of MaxBatch, one after the other, each once the previous one's
+// cursor move committed (a partial piece records batch_tick and
+// batch_seq, the last moves last_tick). While a piece publishes, the
+// next one is read from the stream; after the last piece the next
+// batch's stream is opened (store.ReadStream from the cursor its move
+// will give, store.Next) and its first piece read, and that move records
+// its target as the open batch (Outcome.Ahead), so a restart resumes
+// exactly the batch read ahead. At most two pieces are in memory
+// (Config.NoReadAhead reads the next piece only once one published). A
+// piece read ahead is not published before the move of the one before it
+// committed; a failed read drops the stream, which opens again from the
+// cursor. The stream is closed (cancelled) when the lease is lost, the
+// reader drains or a publish fails. Replay and skip requests and Drain
+// act at piece boundaries, which are batch boundaries; the backwards
+// checks run before each stream (a restore breaks the stream's
+// connection, and the stream opened again is checked).
 //
 // # Replay and skip of parked keys
 //

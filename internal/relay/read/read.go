@@ -280,9 +280,10 @@ func (r *Reader) hold(ctx context.Context, cur batch.Cursor) error {
 	if err != nil {
 		return err
 	}
-	var ahead batch.Batch
+	var f flow
+	defer f.close()
 	for {
-		next, more, err := r.once(held, cur, parked, &ahead)
+		next, more, err := r.once(held, cur, parked, &f)
 		if err != nil {
 			if cause := context.Cause(held); held.Err() != nil && ctx.Err() == nil {
 				return cause
@@ -335,18 +336,39 @@ func (r *Reader) renew(held context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// once publishes and moves one batch: *ahead when a batch was read ahead
-// (the previous move recorded its target), else the next batch read now.
-// While the batch publishes it reads the one after (unless NoReadAhead)
-// into *ahead. more says another batch may wait at once.
-func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]bool, ahead *batch.Batch) (batch.Cursor, bool, error) {
+// StreamSpan is how many times MaxBatch events the target tick of a
+// stream may hold when the reader is behind (store.Stream): the events
+// are read once and published in pieces of MaxBatch, so merging ticks
+// saves statements, while the stream's snapshot is held for the span's
+// events only.
+const StreamSpan = 8
+
+// flow is the stream the reader publishes piece by piece and its next
+// piece, read ahead: hold's, between two calls of once.
+type flow struct {
+	st   *store.Stream
+	next batch.Batch
+	err  error // the read of next failed: the stream is dropped
+}
+
+// close closes the stream (an unfinished one is cancelled) and forgets
+// it.
+func (f *flow) close() {
+	f.st.Close()
+	*f = flow{}
+}
+
+// once publishes and moves one piece of a batch: the next piece of the
+// stream in *f, or the first piece of the next batch's stream, opened now
+// (store.Stream records its target). While the piece publishes it reads
+// the one after (unless NoReadAhead), or, after the stream's last piece,
+// opens the next batch's stream and reads its first piece, which the
+// move records as the open batch. more says another piece may wait at
+// once.
+func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]bool, f *flow) (batch.Cursor, bool, error) {
 	start := r.cfg.Clock.Mono()
-	b := *ahead
-	*ahead = batch.Batch{}
-	if b.To.ID == 0 {
-		var ok bool
-		var err error
-		b, ok, err = r.cfg.Store.NextBatch(ctx, r.token, cur, r.cfg.MaxBatch)
+	if f.st == nil {
+		st, ok, err := r.cfg.Store.Stream(ctx, r.token, cur, r.span())
 		switch {
 		case errors.Is(err, store.ErrSnapshotBackwards):
 			return cur, false, r.stop(ctx, err)
@@ -358,23 +380,47 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 		case !ok:
 			return cur, false, r.settleIdle(ctx, cur, parked)
 		}
+		f.st = st
+		f.next, f.err = st.Next(r.cfg.MaxBatch)
+		cur.BatchTick = st.To.ID // as Stream recorded it
 	}
+	if f.err != nil {
+		r.report(ctx, f.err)
+		f.close()
+		return cur, false, nil // the stream opens again from the cursor
+	}
+	b := f.next
 	var s settle
 	if r.requestsDue(false) {
 		s = r.requests(ctx, parked)
 	}
-	read := r.readAhead(ctx, store.Next(cur, b))
+	var read <-chan flow
+	if !r.cfg.NoReadAhead {
+		read = r.readAhead(ctx, *f, store.Next(cur, b))
+	}
 	res, err := r.cfg.Lanes.Publish(ctx, withReplay(s.replay, b.Events), parked)
-	next := <-read
+	if read == nil {
+		read = r.readAhead(ctx, *f, batch.Cursor{}) // no read ahead: the next piece only, now
+	}
 	if err != nil {
+		*f = <-read
 		return cur, false, errtext.Wrap(err, "publish batch of %q", r.cfg.Group)
 	}
+	var ahead batch.Batch
+	if !b.Partial { // the move records the next batch's target
+		if *f = <-read; f.st != nil {
+			ahead = f.st.Batch()
+		}
+		read = nil
+	}
 	moved, err := r.cfg.Store.MoveWith(ctx, r.token, cur, b,
-		s.outcome(store.Outcome{Parked: res.Parked, NewKeys: newKeys(res), Ahead: next}))
+		s.outcome(store.Outcome{Parked: res.Parked, NewKeys: newKeys(res), Ahead: ahead}))
+	if read != nil { // the next piece is read while the move commits
+		*f = <-read
+	}
 	if err != nil {
 		return cur, false, err
 	}
-	*ahead = next
 	for _, k := range res.NewKeys {
 		parked[k] = true
 	}
@@ -388,6 +434,9 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 	return moved, true, nil
 }
 
+// span is the most events a stream's target may hold past the cursor.
+func (r *Reader) span() int { return r.cfg.MaxBatch * StreamSpan }
+
 // withReplay is the events of a batch publish: the replayed parked
 // events first (the lanes keep each key's events in the order given, so
 // a key's replayed events go before its events of the batch), then the
@@ -399,22 +448,33 @@ func withReplay(replay, events []batch.Event) []batch.Event {
 	return append(append(make([]batch.Event, 0, len(replay)+len(events)), replay...), events...)
 }
 
-// readAhead reads the batch from cur on a goroutine of its own; the
-// channel gives it, or a zero batch when there is none yet, read ahead
-// is off, or the read failed (the next NextBatch reads it again and
-// reports what failed).
-func (r *Reader) readAhead(ctx context.Context, cur batch.Cursor) <-chan batch.Batch {
-	out := make(chan batch.Batch, 1)
-	if r.cfg.NoReadAhead {
-		out <- batch.Batch{}
-		return out
-	}
+// readAhead reads, on a goroutine of its own, what follows the piece f
+// holds: the stream's next piece when more wait, else (the stream
+// closed) the stream of the batch from cur, which the piece's move gives,
+// and its first piece. A zero cur opens none (no read ahead). The
+// channel gives the flow the next once takes: none when there is no
+// batch yet or its opening failed (Stream then opens it and reports what
+// failed).
+func (r *Reader) readAhead(ctx context.Context, f flow, cur batch.Cursor) <-chan flow {
+	out := make(chan flow, 1)
 	go func() {
-		b, ok, err := r.cfg.Store.ReadBatch(ctx, cur, r.cfg.MaxBatch)
-		if err != nil || !ok {
-			b = batch.Batch{}
+		if f.next.Partial {
+			f.next, f.err = f.st.Next(r.cfg.MaxBatch)
+			out <- f
+			return
 		}
-		out <- b
+		f.close()
+		if cur.Group == "" {
+			out <- flow{}
+			return
+		}
+		st, ok, err := r.cfg.Store.ReadStream(ctx, cur, r.span())
+		if err != nil || !ok {
+			out <- flow{}
+			return
+		}
+		next, err := st.Next(r.cfg.MaxBatch)
+		out <- flow{st: st, next: next, err: err}
 	}()
 	return out
 }

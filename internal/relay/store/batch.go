@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
@@ -177,6 +178,17 @@ type Outcome struct {
 	Clear []string
 }
 
+// execer runs a statement: the DB, or a transaction on it.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// cursorOnly says o writes nothing but the cursor: the move is then one
+// statement, without a transaction of its own.
+func (o Outcome) cursorOnly() bool {
+	return len(o.Parked) == 0 && len(o.NewKeys) == 0 && len(o.Unpark) == 0 && len(o.Clear) == 0
+}
+
 // MoveWith is Move with everything a move may write (Outcome).
 func (s *Store) MoveWith(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, o Outcome) (batch.Cursor, error) {
 	next := Next(cur, b)
@@ -194,8 +206,8 @@ func (s *Store) MoveWith(ctx context.Context, token uuid.UUID, cur batch.Cursor,
 	if next.BatchSeq != 0 {
 		batchSeq = &next.BatchSeq
 	}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.sql.move, cur.Group, token.String(), cur.LastTick, b.To.ID,
+	move := func(db execer) error {
+		tag, err := db.Exec(ctx, s.sql.move, cur.Group, token.String(), cur.LastTick, b.To.ID,
 			next.LastTick, batchTick, batchSeq, b.AfterSeq)
 		if err != nil {
 			return err
@@ -203,8 +215,19 @@ func (s *Store) MoveWith(ctx context.Context, token uuid.UUID, cur batch.Cursor,
 		if tag.RowsAffected() == 0 {
 			return ErrLeaseLost
 		}
-		return s.writeOutcome(ctx, tx, cur.Group, o)
-	})
+		return nil
+	}
+	var err error
+	if o.cursorOnly() { // one statement, one round trip
+		err = move(s.db)
+	} else {
+		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			if err := move(tx); err != nil {
+				return err
+			}
+			return s.writeOutcome(ctx, tx, cur.Group, o)
+		})
+	}
 	if errors.Is(err, ErrLeaseLost) {
 		return cur, ErrLeaseLost
 	}

@@ -31,6 +31,22 @@
 // and a batch cut at maxBatch is recorded as (batch_tick, batch_seq) by
 // Move, so that a restart resumes the same set.
 //
+// # Streams
+//
+// The reader reads a batch once: Stream (ReadStream for the batch read
+// ahead, whose target the move before it records) runs the events
+// statement without a limit and hands its rows out in pieces (Next), each
+// moved as a batch of its own: a partial piece records (batch_tick,
+// batch_seq = its last seq), the last piece moves last_tick to the target.
+// A resume streams seq > batch_seq against the same target, once. The
+// target may merge ticks up to span events (the reader passes several
+// times MaxBatch). The statement holds a pool connection, and its
+// snapshot, until its last row is read or the stream is closed (an
+// unfinished stream is cancelled and its connection dropped): while the
+// pieces publish, the cluster's xmin horizon waits for it, for the batch's
+// events only (docs/relay.md section 5). Its parameters are text, as every
+// statement's here.
+//
 // # Fencing
 //
 // Every write to the ticker or a cursor matches the holder's token and an

@@ -15,7 +15,7 @@ import (
 )
 
 // TestEveryExecMode runs the store's statements (tick, parts, group
-// lease, batch read, move with parked rows, lag) in each of pgx's query
+// lease, batch read, stream, move with parked rows, lag) in each of pgx's query
 // exec modes: every value is passed as text, so the text-only modes of a
 // transaction-mode pooler work too.
 func TestEveryExecMode(t *testing.T) {
@@ -81,6 +81,30 @@ func TestEveryExecMode(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.Equal(t, append(ids, late...), got)
+
+			// A stream, read in pieces with a move after each.
+			more := relaytest.Emit(t, pool, "s", 5)
+			_, made, err = s.Tick(ctx, tk, time.Hour)
+			require.NoError(t, err)
+			require.True(t, made)
+			st, ok, err := s.Stream(ctx, token, cur, 1)
+			require.NoError(t, err)
+			require.True(t, ok)
+			got = nil
+			for {
+				b, err := st.Next(2)
+				require.NoError(t, err)
+				for _, ev := range b.Events {
+					got = append(got, ev.Event.ID)
+				}
+				cur, err = s.Move(ctx, token, cur, b, nil, nil)
+				require.NoError(t, err)
+				if !b.Partial {
+					break
+				}
+			}
+			st.Close()
+			require.Equal(t, more, got)
 			keys, err := s.ParkedKeys(ctx, "g")
 			require.NoError(t, err)
 			require.Equal(t, map[string]bool{"k": true}, keys)

@@ -9,7 +9,7 @@ type statements struct {
 	takeTicker, releaseTicker, tick, addParts, parts, xmax, clusterXmax string
 
 	createGroup, dropGroup, dropParked, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, move, park, parkKeys, parkedKeys, groups                             string
+	ticks, openBatch, events, stream, move, park, parkKeys, parkedKeys, groups                     string
 
 	requests, parkedEvents, fence, unpark string
 }
@@ -29,6 +29,18 @@ func newStatements(n sqlname.Names) statements {
 	cursors := n.Log(sqlname.SuffixCursors)
 	parked := n.Log(sqlname.SuffixParked)
 	parkedKeys := n.Log(sqlname.SuffixParkedKeys)
+	// events reads the events of a batch c → t in seq order: $1 xmax_c,
+	// $2 xmax_t, $3 the xids done between them (snap.go), $4 and $5 the
+	// snapshots of t and c, $6 the seq to start after.
+	events := `SELECT e.seq, e.xid::text, e.id::text, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''),
+				coalesce(e.partition_key, ''), coalesce(e.idempotency_key, ''), coalesce(e.content_type, ''),
+				e.headers::text, e.payload, e.created_at
+			FROM ` + n.Qualified + ` AS e
+			WHERE ((e.xid >= $1::text::xid8 AND e.xid < $2::text::xid8) OR e.xid = ANY ($3::text[]::xid8[]))
+				AND pg_visible_in_snapshot(e.xid, $4::text::pg_snapshot)
+				AND NOT pg_visible_in_snapshot(e.xid, $5::text::pg_snapshot)
+				AND e.seq > $6
+			ORDER BY e.seq`
 	return statements{
 		takeTicker: `UPDATE ` + ticker + ` SET owner = $1, token = $2::uuid, lease_until = ` + leaseUntil("3") + `,
 			heartbeat_at = clock_timestamp()
@@ -86,18 +98,15 @@ func newStatements(n sqlname.Names) statements {
 			SELECT ` + tickColumns + `, k.tick_id = $1, coalesce(k.tick_id = (SELECT id FROM t), false), false
 			FROM ` + ticks + ` AS k WHERE k.tick_id = $1 OR k.tick_id = (SELECT id FROM t)
 			UNION ALL (SELECT ` + tickColumns + `, false, false, true FROM ` + ticks + ` AS k ORDER BY k.tick_id DESC LIMIT 1)`,
+		// openBatch records the target $4 of the batch from $3; recording
+		// the same target again changes nothing (a stream whose statement
+		// failed after its target was recorded opens again).
 		openBatch: `UPDATE ` + cursors + ` SET batch_tick = $4, batch_seq = NULL
 			WHERE grp = $1 AND token = $2::uuid AND lease_until > clock_timestamp() AND stopped_reason IS NULL
-				AND last_tick = $3 AND batch_tick IS NULL`,
-		events: `SELECT e.seq, e.xid::text, e.id::text, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''),
-				coalesce(e.partition_key, ''), coalesce(e.idempotency_key, ''), coalesce(e.content_type, ''),
-				e.headers::text, e.payload, e.created_at
-			FROM ` + n.Qualified + ` AS e
-			WHERE ((e.xid >= $1::text::xid8 AND e.xid < $2::text::xid8) OR e.xid = ANY ($3::text[]::xid8[]))
-				AND pg_visible_in_snapshot(e.xid, $4::text::pg_snapshot)
-				AND NOT pg_visible_in_snapshot(e.xid, $5::text::pg_snapshot)
-				AND e.seq > $6
-			ORDER BY e.seq LIMIT $7`,
+				AND last_tick = $3 AND (batch_tick IS NULL OR (batch_tick = $4 AND batch_seq IS NULL))`,
+		events: events + ` LIMIT $7`,
+		// stream is events without a limit: a stream reads it once.
+		stream: events,
 		// move: $5 the new last_tick, $6 batch_tick and $7 batch_seq after
 		// the move (NULL when the batch is whole).
 		move: `UPDATE ` + cursors + ` SET last_tick = $5, batch_tick = $6, batch_seq = $7, moved_at = clock_timestamp()
