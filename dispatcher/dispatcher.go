@@ -127,19 +127,7 @@ const (
 
 // String names the state: "new", "starting", "running", "stopping" or
 // "stopped".
-func (s State) String() string {
-	switch s {
-	case StateStarting:
-		return "starting"
-	case StateRunning:
-		return "running"
-	case StateStopping:
-		return "stopping"
-	case StateStopped:
-		return "stopped"
-	}
-	return "new"
-}
+func (s State) String() string { return lifecycle.State(s).String() }
 
 // New returns a dispatcher for the table in cfg, reading and writing through
 // pool. It validates cfg and returns an *outbox.ConfigError naming the first

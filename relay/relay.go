@@ -55,19 +55,7 @@ const (
 
 // String names the state: "new", "starting", "running", "stopping" or
 // "stopped".
-func (s State) String() string {
-	switch s {
-	case StateStarting:
-		return "starting"
-	case StateRunning:
-		return "running"
-	case StateStopping:
-		return "stopping"
-	case StateStopped:
-		return "stopped"
-	}
-	return "new"
-}
+func (s State) String() string { return lifecycle.State(s).String() }
 
 // CircuitState is the state of the publisher's circuit.
 type CircuitState int
@@ -84,15 +72,7 @@ const (
 )
 
 // String names the state: "closed", "open" or "probing".
-func (s CircuitState) String() string {
-	switch s {
-	case CircuitOpen:
-		return "open"
-	case CircuitProbing:
-		return "probing"
-	}
-	return "closed"
-}
+func (s CircuitState) String() string { return circuit.State(s).String() }
 
 // New returns a relay of cfg. It validates cfg and returns an
 // *outbox.ConfigError naming the first field out of range. It does not

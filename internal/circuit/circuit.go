@@ -24,6 +24,18 @@ const (
 	Probing
 )
 
+// String names the state: "closed", "open" or "probing" (a value out of
+// range reads "closed").
+func (s State) String() string {
+	switch s {
+	case Open:
+		return "open"
+	case Probing:
+		return "probing"
+	}
+	return "closed"
+}
+
 // Circuit is the publisher's circuit state, under its own lock (a leaf:
 // nothing else is locked or called while it is held, but the test hook).
 type Circuit struct {

@@ -39,6 +39,22 @@ const (
 	StateStopped
 )
 
+// String names the state: "new", "starting", "running", "stopping" or
+// "stopped" (a value out of range reads "new").
+func (s State) String() string {
+	switch s {
+	case StateStarting:
+		return "starting"
+	case StateRunning:
+		return "running"
+	case StateStopping:
+		return "stopping"
+	case StateStopped:
+		return "stopped"
+	}
+	return "new"
+}
+
 // ErrInterrupted is Begin's and Started's error when a stop (the ctx
 // ending, or Stop) came before or during the start-up checks. Owners
 // never return it to their callers: Start returns ctx's error or
