@@ -375,8 +375,11 @@ func (r *Reader) once(ctx context.Context, cur batch.Cursor, parked map[string]b
 		case errors.Is(err, store.ErrLeaseLost):
 			return cur, false, err
 		case err != nil:
-			r.report(ctx, err)
-			return cur, false, nil // wait and try again
+			// Its target may be recorded already (the statement failed
+			// after it): opened again from cur, a newer tick would make
+			// another target, refused as a lost lease. The lease is taken
+			// again (after a pause), with the cursor as recorded.
+			return cur, false, err
 		case !ok:
 			return cur, false, r.settleIdle(ctx, cur, parked)
 		}
