@@ -56,7 +56,12 @@ func TestAMoveThatKeepsFailingIsRetriedWithBackoff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	})
 	relaytest.Emit(t, e.db.Pool, "k", 1)
 
 	var at []time.Time

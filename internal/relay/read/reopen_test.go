@@ -65,7 +65,12 @@ func TestAStreamThatFailedToOpenIsNotALostLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	})
 
 	first := relaytest.Emit(t, e.db.Pool, "k", 1)
 	select {
