@@ -24,7 +24,7 @@ TESTFLAGS ?=
 .PHONY: help
 help: ## Show this help
 	@echo "Usage: make TARGET"
-	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: test
 test: ## Run every test of every module with -race against a real PostgreSQL, printing each module's progress (about 13 min; see docs/testing.md)
@@ -148,6 +148,14 @@ demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in pr
 .PHONY: demo-kafka
 demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/kafka
+
+.PHONY: demo-relay-nats
+demo-relay-nats: ## Run examples/relay-nats: log → relay → NATS JetStream (in process unless NATS_URL is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/relay-nats
+
+.PHONY: demo-relay-kafka
+demo-relay-kafka: ## Run examples/relay-kafka: log → relay → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/relay-kafka
 
 .PHONY: lint
 lint: ## Check gofmt, the release rules, that every go.mod and go.sum is tidy, then run go vet and golangci-lint in every module

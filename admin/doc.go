@@ -64,6 +64,25 @@
 // did not move (not a dead letter, missing, locked by a concurrent
 // writer, or a conflict) as skipped.
 //
+// # The log relay
+//
+// [Relay] (NewRelay) is the operator's side of a log (a table migrated
+// with outbox.KindLog, docs/relay-design.md) and its consumer groups:
+//
+//	Status, Groups, Group ─ ticker lease, newest tick, parts and head-room; per group
+//	                        cursor, lease holder, lag (events, seconds), stopped reason
+//	ParkedKeys, ParkedEvents ─ pages of a group's parked keys and events (payload on request)
+//	RequestReplay, RequestSkip ─ record a request on a parked key; the group's reader
+//	                        carries it out at a batch boundary, in that batch's cursor move
+//	Resume                ─ clear a stopped group's reason
+//	CreateGroup, DropGroup ─ a cursor at the newest or the oldest tick; drop with its parked rows
+//	Maintain              ─ one retention pass (truncate passed parts, trim ticks, drop parts as owner)
+//
+// Replay and skip are requests, not moves: done here they would race the
+// reader's batch not yet read that holds the key's newer events. Unknown
+// groups and keys give errors matching [ErrUnknownGroup] and
+// [ErrUnknownKey].
+//
 // # Cost
 //
 // No read costs in proportion to the SENT history, and

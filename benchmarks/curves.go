@@ -39,7 +39,7 @@ func ms(v *float64) string {
 func writeCurves(b *strings.Builder, runs []run) {
 	b.WriteString("## Scaling curves\n\n![dispatch vs batch size and concurrency, claim latency vs backlog, emit vs payload](../benchmarks/results/scaling.png)\n\n" +
 		"Raw JSON lines of the whole sitting: [benchmarks/results/latest.jsonl](../benchmarks/results/latest.jsonl).\n\n")
-	for _, g := range []string{groupBatchX, groupConcX, groupBacklog, groupPayload, groupOrdered} {
+	for _, g := range []string{groupBatchX, groupConcX, groupBacklog, groupPayload, groupOrdered, groupRelayLatency, groupRelayLongTx} {
 		fmt.Fprintf(b, "### %s\n\n| configuration | flags | N | events/s | p50 ms | p95 ms | p99 ms | load | verified |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n", g)
 		for _, r := range runs {
 			if r.spec.group != g {

@@ -74,9 +74,11 @@ var cases = map[string]func(context.Context, Options) (Result, error){
 	"latency":   runLatency,
 	"claim":     runClaim,
 	"minimal":   runMinimal,
+	"log":       runLog,
 	"walcost":   runWALCost,
 	"sustained": runSustained,
 	"operators": runOperators,
+	"relay":     runRelay,
 }
 
 func caseNames() []string {
@@ -101,20 +103,20 @@ func printJSON(f *os.File, res Result) error {
 func parseFlags(args []string) (Options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
-	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, river, watermill, latency, claim, walcost, sustained, operators or suite")
+	fs.StringVar(&o.Case, "case", "", "case: pgoutbox, raw-sql, minimal, log, river, watermill, latency, claim, walcost, sustained, operators, relay or suite")
 	fs.StringVar(&o.Mode, "mode", "", "mode of the case (see docs/benchmarks.md); empty for its first")
 	fs.StringVar(&o.URL, "url", o.URL, "admin database URL; each run creates and drops its own database")
 	fs.IntVar(&o.N, "n", o.N, "events per run")
 	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers (emit) or workers (raw-sql and minimal dispatch)")
-	fs.IntVar(&o.Batch, "batch", o.Batch, "events per transaction (batch emit) or per claim/fetch (dispatch)")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "events per transaction (batch emit), per claim/fetch (dispatch), the relay's MaxBatch (relay throughput)")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "dispatcher Concurrency, River MaxWorkers")
 	fs.IntVar(&o.Claimers, "claimers", 0, "dispatcher Claimers (0: the default)")
 	fs.IntVar(&o.Payload, "payload", o.Payload, "payload bytes per event")
 	fs.BoolVar(&o.Tuned, "tuned", o.Tuned, "river: short FetchCooldown/FetchPollInterval")
 	fs.BoolVar(&o.Notify, "notify", o.Notify, "pgoutbox emit: in-tx pg_notify")
 	fs.BoolVar(&o.NotifyEvery, "notify-every", o.NotifyEvery, "pgoutbox emit, latency: notify in every Emit (NotifyEveryEmit)")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "latency, sustained: target commits per second")
-	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency, sustained: load duration")
+	fs.IntVar(&o.Rate, "rate", o.Rate, "latency, sustained, relay latency and longtx: target commits per second")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "latency, sustained, relay latency: load duration")
 	fs.DurationVar(&o.Retain, "retain", o.Retain, "sustained: the dispatcher's RetainSent")
 	fs.DurationVar(&o.Sample, "sample", o.Sample, "sustained: time between size samples")
 	fs.IntVar(&o.FillFactor, "fillfactor", 0, "walcost: the outbox table's fillfactor (0: the schema's)")
@@ -129,6 +131,10 @@ func parseFlags(args []string) (Options, error) {
 	fs.BoolVar(&o.Ordered, "ordered", false, "dispatch: Ordering PerKey")
 	fs.BoolVar(&o.DeleteSent, "delete-sent", false, "pgoutbox dispatch: DeleteSent (a success deletes the row, no history)")
 	fs.IntVar(&o.Types, "types", 0, "dispatch: event types of the preloaded events, round robin, one Handle per type (0: one type)")
+	fs.StringVar(&o.Publisher, "publisher", "noop", "relay: destination (noop, kfake: kafkapub to an in-process kfake, nats: natspub to the local JetStream)")
+	fs.DurationVar(&o.Hold, "hold", o.Hold, "relay longtx: how long the one transaction stays open")
+	fs.BoolVar(&o.Ticked, "ticked", false, "relay throughput: a tick after every -batch events of the backlog (else one tick holds it all)")
+	fs.BoolVar(&o.SQLTime, "sqltime", false, "relay throughput: time each statement the relay runs (params.sql_ms: count and total ms, start to the end of its rows)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -22,7 +22,7 @@ func TestCases(t *testing.T) {
 	for _, args := range smokeRuns() {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
-			if slices.Contains(args, "dispatch-nats") {
+			if slices.Contains(args, "dispatch-nats") || slices.Contains(args, "nats") {
 				requireNATS(t)
 			}
 			o, err := parseFlags(args)

@@ -73,6 +73,16 @@ type Options struct {
 	// modes over that many event types (event i has type i mod Types) and
 	// registers a handler per type; 0 or 1 is the one type bench.event.
 	Types int
+	// Publisher is the relay case's destination: noop, kfake or nats.
+	Publisher string
+	// Hold is how long the relay's longtx mode holds its transaction open.
+	Hold time.Duration
+	// Ticked makes the relay's throughput backlog a tick every Batch
+	// events instead of one tick for the whole of it.
+	Ticked bool
+	// SQLTime times the relay's statements (relay throughput): count and
+	// total milliseconds per statement, in the result's params.
+	SQLTime bool
 }
 
 // defaultURL is the admin database: DATABASE_URL, else the test database
@@ -86,7 +96,7 @@ func defaultOptions() Options {
 	return Options{
 		URL: defaultURL(), N: 50_000, Writers: 4, Batch: 100, Concurrency: 100,
 		Payload: 100, Notify: true, Rate: 1000, Duration: 10 * time.Second,
-		Wakeup: true, Poll: time.Second, Retain: 4 * time.Minute, Sample: time.Minute, Backlog: 10_000, Rounds: 3,
+		Wakeup: true, Poll: time.Second, Retain: 4 * time.Minute, Sample: time.Minute, Backlog: 10_000, Rounds: 3, Hold: time.Minute,
 		Out: "docs/benchmarks.md",
 	}
 }

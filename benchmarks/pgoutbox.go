@@ -72,6 +72,13 @@ func emitRun(ctx context.Context, o Options, mode string, write func(context.Con
 // emitRunIn is emitRun for the events table table (which has a status
 // column set to PENDING on insert).
 func emitRunIn(ctx context.Context, o Options, table, mode string, write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
+	return emitRunWith(ctx, o, nil, `SELECT count(*) FROM `+table+` WHERE status = 'PENDING'`, mode, write, per)
+}
+
+// emitRunWith is emitRunIn with setup run on the migrated database before
+// the writers start (nil: none), and countSQL counting the rows written.
+func emitRunWith(ctx context.Context, o Options, setup func(context.Context, *benchDB) error, countSQL, mode string,
+	write func(context.Context, pgx.Tx, int) error, per int) (Result, error) {
 	writers := o.Writers
 	if per > 1 {
 		writers = max(1, min(o.Writers, o.N/per))
@@ -84,6 +91,11 @@ func emitRunIn(ctx context.Context, o Options, table, mode string, write func(co
 	if err := db.migrate(ctx); err != nil {
 		return Result{}, err
 	}
+	if setup != nil {
+		if err := setup(ctx, db); err != nil {
+			return Result{}, err
+		}
+	}
 	trips0 := db.trips.total()
 	start := time.Now()
 	if err := inTxs(ctx, db, writers, o.N, per, write); err != nil {
@@ -92,7 +104,7 @@ func emitRunIn(ctx context.Context, o Options, table, mode string, write func(co
 	res := throughput(mode, o.N, time.Since(start))
 	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify, "notify_every": o.NotifyEvery,
 		"round_trips": db.trips.total() - trips0}
-	return res.verify(ctx, db, o.N, `SELECT count(*) FROM `+table+` WHERE status = 'PENDING'`)
+	return res.verify(ctx, db, o.N, countSQL)
 }
 
 // inTxs commits transactions from writers goroutines until n events are

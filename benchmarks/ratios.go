@@ -45,6 +45,37 @@ const (
 	maxWALRatio  = 1.5
 )
 
+// Issue 27's bounds for the log (docs/relay-design.md §8): Emit into a
+// log against the minimal INSERT (single events) and against the minimal
+// multi-row INSERT and COPY (batches); WAL records per event of the
+// log's insert against the minimal outbox's insert of the same row.
+const (
+	minLogEmitRatio  = 0.95
+	minLogBatchRatio = 0.9
+	maxLogWALRatio   = 1.2
+)
+
+// Issue 27's bounds for the relay (docs/relay-design.md §8): its drain of
+// a backlog to a no-op publisher at MaxBatch 1,000 against the minimal
+// outbox's dispatch at batch 1,000, and to kfake and the local JetStream
+// against pgoutbox's dispatcher to the same broker (the best of its
+// defaults and B=1000 C=1000); commit → publish at 1,000 events/s with
+// the default tick; the other events' rate while one transaction stays
+// open for 60 s over their rate without it.
+const (
+	minRelayRatio       = 2.0
+	minRelayBrokerRatio = 1.5
+	maxRelayP50MS       = 15
+	maxRelayP99MS       = 50
+	minRelayLongTxFlow  = 0.8
+)
+
+// logOurs and logBatchOurs are the log's emit labels (prefixes).
+var (
+	logOurs      = []string{"log Emit"}
+	logBatchOurs = []string{"log Emit ×1000"}
+)
+
 // emitOurs are pgoutbox's single-event emit labels (the prefix of both the
 // 1- and the 4-writer spec, told apart by group).
 var emitOurs = []string{"pgoutbox Emit"}
@@ -85,6 +116,21 @@ var targets = []target{
 	ratio("dispatch DeleteSent B=1000 C=1000", groupDispatch, []string{"pgoutbox DeleteSent B=1000 "}, "best minimal-delete B=1000", []string{"minimal-delete B=1000 "}, 0),
 	ratio("dispatch B=100 C=100 (defaults)", groupDispatch, dispatchDefaults, "best of River/Watermill", peers, minPeerRatio),
 	ratio("dispatch, best pgoutbox", groupDispatch, []string{"pgoutbox"}, "best of River/Watermill", peers, 0),
+	ratio("log emit, 1 writer (issue 27)", groupEmit1, logOurs, "minimal INSERT", []string{"minimal INSERT"}, minLogEmitRatio),
+	ratio("log emit, 4 writers (issue 27)", groupEmit, logOurs, "minimal INSERT", []string{"minimal INSERT"}, minLogEmitRatio),
+	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal multi-row INSERT", []string{"minimal INSERT ×1000"}, minLogBatchRatio),
+	ratio("log 1,000-event batch emit (issue 27)", groupBatch, logBatchOurs, "minimal COPY", []string{"minimal COPY"}, minLogBatchRatio),
+	ratio("relay → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay → no-op"}, "best minimal B=1000", []string{"minimal B=1000 "}, minRelayRatio),
+	ratio("relay, backlog ticked every 1,000 → no-op, MaxBatch 1000 (issue 27)", groupDispatch, []string{"relay (backlog ticked"}, "best minimal B=1000",
+		[]string{"minimal B=1000 "}, 0),
+	ratio("relay → in-process kfake (issue 27)", groupDispatch, []string{"relay → in-process kfake"}, "best kafkapub dispatcher → kfake",
+		[]string{"kafkapub → in-process kfake"}, minRelayBrokerRatio),
+	ratio("relay → local NATS JetStream (issue 27)", groupDispatch, []string{"relay → local NATS JetStream"}, "best natspub dispatcher → JetStream",
+		[]string{"natspub → local NATS JetStream"}, minRelayBrokerRatio),
+	relayLatencyTarget("relay commit → publish p50, 1,000/s, default tick (issue 27)", maxRelayP50MS, latencyP50),
+	relayLatencyTarget("relay commit → publish p99, 1,000/s, default tick (issue 27)", maxRelayP99MS, latencyP99),
+	{name: "relay: other events' rate with one transaction open 60 s, over without (issue 27)", refName: "the same run before it began",
+		ours: side{groupRelayLongTx, []string{"relay, one transaction open"}}, min: minRelayLongTxFlow, figure: paramFigure("flow_ratio"), format: "%.2f×"},
 	typesRatio("50"),
 	typesRatio("200"),
 	typesTimeouts("50"),
@@ -93,6 +139,7 @@ var targets = []target{
 	walRatio("WAL records/event, insert + claim + completion with DeleteSent", variantKeyed, phaseDelete, "minimal-delete, same row", maxWALRatio),
 	walRatio("WAL records/event, insert + claim + completion with history, no aggregate id", variantUnkeyed, phaseHistory, "minimal outbox, same row (UPDATE to SENT)", 0),
 	walRatio("WAL records/event, insert + claim + completion with DeleteSent, no aggregate id", variantUnkeyed, phaseDelete, "minimal-delete, same row", 0),
+	walInsertRatio("WAL records/event, log insert (issue 27)", variantLog, "minimal outbox insert, same row", maxLogWALRatio),
 	{name: "heartbeat renewal: index entries per event", ours: side{groupWAL, []string{"WAL per transition"}}, zero: true,
 		figure: walFigure(func(ps []walPhase) (float64, bool) { return perEventOf(ps, variantKeyed, phaseRenew, indexEntries) }), format: "%.2f"},
 	{name: "heartbeat renewal: HOT updates per updated row", ours: side{groupWAL, []string{"WAL per transition"}},
@@ -127,6 +174,20 @@ func walRatio(name, variant, completion, refName string, maximum float64) target
 		figure: walFigure(func(ps []walPhase) (float64, bool) {
 			ours, ok1 := recordsPerEvent(ps, variant, phases)
 			ref, ok2 := recordsPerEvent(ps, variantMinimal, phases)
+			if !ok1 || !ok2 || ref == 0 {
+				return 0, false
+			}
+			return ours / ref, true
+		})}
+}
+
+// walInsertRatio is variant's WAL records per event of its insert over
+// the minimal outbox's insert of the same row, from the walcost run.
+func walInsertRatio(name, variant, refName string, maximum float64) target {
+	return target{name: name, refName: refName, ours: side{groupWAL, []string{"WAL per transition"}}, max: maximum, format: "%.2f×",
+		figure: walFigure(func(ps []walPhase) (float64, bool) {
+			ours, ok1 := recordsPerEvent(ps, variant, []string{phaseInsert})
+			ref, ok2 := recordsPerEvent(ps, variantMinimal, []string{phaseInsert})
 			if !ok1 || !ok2 || ref == 0 {
 				return 0, false
 			}
@@ -209,6 +270,12 @@ func paramFigure(name string) func(Result) (float64, bool) {
 // at rate events/s (default emitter settings) by maximum.
 func latencyTarget(name, rate string, maximum float64, figure func(Result) (float64, bool), format string) target {
 	return target{name: name, ours: side{groupLatency, []string{"wake-ups on, poll 1s, " + rate + "/s"}}, max: maximum, figure: figure, format: format}
+}
+
+// relayLatencyTarget bounds a figure of the relay's latency run at 1,000
+// events/s by maximum.
+func relayLatencyTarget(name string, maximum float64, figure func(Result) (float64, bool)) target {
+	return target{name: name, ours: side{groupRelayLatency, []string{"relay, default tick, 1000/s"}}, max: maximum, figure: figure, format: "%.1f ms"}
 }
 
 func latencyP50(r Result) (float64, bool) { return deref(r.P50MS) }

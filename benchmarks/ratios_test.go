@@ -102,7 +102,9 @@ func TestTargetSpecs(t *testing.T) {
 	}
 	for _, want := range []string{"pgoutbox Emit", "minimal INSERT, 1 writer", "raw COPY ×1000", "minimal INSERT ×1000", "minimal B=100 W=4",
 		"minimal B=1000 W=2", "minimal-delete B=100 W=4", "minimal-delete B=1000 W=2", "pgoutbox DeleteSent B=100 C=100",
-		"50 types", "200 types", "WAL per transition", "river default, 100 workers", "watermill forwarder B=1000", "wake-ups on, poll 1s, 5000/s"} {
+		"50 types", "200 types", "WAL per transition", "river default, 100 workers", "watermill forwarder B=1000", "wake-ups on, poll 1s, 5000/s",
+		"relay → no-op, MaxBatch 1000", "relay → local NATS JetStream, MaxBatch 5000 (default)", "kafkapub → in-process kfake, B=1000 C=1000",
+		"relay, default tick, 1000/s", "relay, one transaction open 60s, 1000/s"} {
 		require.Contains(t, labels, want)
 	}
 	for _, not := range []string{"notify in every Emit (NotifyEveryEmit)", "B=1 C=1000", "wake-ups off, poll 1s, 100/s",

@@ -53,7 +53,7 @@ func writeHeader(b *strings.Builder, env machine, command, note string) {
 		command, env.started.UTC().Format("2006-01-02 15:04 MST"), env.elapsed.Round(time.Second), note)
 	b.WriteString("Every run creates its own database `pgoutbox_bench_<ts>`, drops it afterwards, and counts only when it verified " +
 		"that all its events ended SENT (pgoutbox: in the outbox table or its history table `outbox_events_sent`; with DeleteSent, and minimal-delete, every row is gone; " +
-		"River: `completed`; Watermill: every message reached the no-op consumer; emit: every row is PENDING). " +
+		"River: `completed`; Watermill: every message reached the no-op consumer; emit: every row is PENDING; the log relay: its publisher acked every event once, JetStream's stream holds them all, and the relay recorded them published). " +
 		"Each figure shows the 1-minute load average when its run ended: other engineers use this machine at the same time.\n\n")
 	fmt.Fprintf(b, "## Machine\n\n| | |\n| --- | --- |\n| CPUs (nproc) | %d × %s |\n| memory | %s |\n| Go | %s |\n| PostgreSQL | %s |\n",
 		env.cpus, env.cpuModel, env.memory, env.goVer, env.pgVer)

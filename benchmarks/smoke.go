@@ -31,6 +31,11 @@ func smokeRuns() [][]string {
 		append([]string{"-case", "watermill", "-batch", "100"}, n...),
 		{"-case", "claim", "-backlog", "1000"},
 		{"-case", "latency", "-rate", "200", "-duration", "1s"},
+		append([]string{"-case", "relay", "-mode", "throughput", "-batch", "50"}, n...),
+		append([]string{"-case", "relay", "-mode", "throughput", "-publisher", "kfake"}, n...),
+		append([]string{"-case", "relay", "-mode", "throughput", "-publisher", "nats"}, n...),
+		{"-case", "relay", "-mode", "latency", "-rate", "200", "-duration", "1s"},
+		{"-case", "relay", "-mode", "longtx", "-rate", "200", "-hold", "1s"},
 	}
 }
 

@@ -42,6 +42,10 @@ const (
 	groupOrdered  = "dispatch vs partition keys, unordered and Ordering PerKey (B=100 C=100)"
 	groupTypes    = "dispatch with handlers for many event types: events spread over the types, one Handle per type, B=100 C=100"
 	groupWAL      = "WAL per transition"
+	// The log relay's (issue 27) latency and long-transaction runs; its
+	// drains are in groupDispatch, beside their references.
+	groupRelayLatency = "relay: commit → publish latency, no-op publisher, default tick"
+	groupRelayLongTx  = "relay: one transaction held open, the other events' rate"
 )
 
 // roundSpecs are run in every round; ratios come from them.
@@ -51,15 +55,18 @@ func roundSpecs(short bool) []spec {
 		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
 		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
 		{"minimal INSERT", groupEmit, args("minimal", "insert", "-n", e, "-writers", "4")},
+		{"log Emit", groupEmit, args("log", "emit", "-n", e, "-writers", "4")},
 		{"river InsertTx", groupEmit, args("river", "insert", "-n", e, "-writers", "4")},
 		{"notify in every Emit (NotifyEveryEmit)", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4", "-notify-every")},
 		{"pgoutbox Emit, 1 writer", groupEmit1, args("pgoutbox", "emit", "-n", e, "-writers", "1")},
 		{"raw INSERT, 1 writer", groupEmit1, args("raw-sql", "insert", "-n", e, "-writers", "1")},
 		{"minimal INSERT, 1 writer", groupEmit1, args("minimal", "insert", "-n", e, "-writers", "1")},
+		{"log Emit, 1 writer", groupEmit1, args("log", "emit", "-n", e, "-writers", "1")},
 		{"pgoutbox Emit ×1000", groupBatch, args("pgoutbox", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"raw COPY ×1000", groupBatch, args("raw-sql", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"minimal COPY ×1000", groupBatch, args("minimal", "copy", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"minimal INSERT ×1000", groupBatch, args("minimal", "insert-multi", "-n", n, "-batch", "1000", "-writers", "2")},
+		{"log Emit ×1000", groupBatch, args("log", "emit-batch", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"river InsertManyTx ×1000", groupBatch, args("river", "insert-many", "-n", n, "-batch", "1000", "-writers", "2")},
 		{"pgoutbox B=100 C=100 (defaults)", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"pgoutbox B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch", "-n", n, "-batch", "1000", "-concurrency", "1000")},
@@ -75,6 +82,13 @@ func roundSpecs(short bool) []spec {
 		{"river tuned, 2000 workers", groupDispatch, args("river", "work", "-n", n, "-concurrency", "2000", "-tuned")},
 		{"natspub → local NATS JetStream, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "100", "-concurrency", "100")},
 		{"kafkapub → in-process kfake, B=100 C=100", groupDispatch, args("pgoutbox", "dispatch-kafka", "-n", n, "-batch", "100", "-concurrency", "100")},
+		{"natspub → local NATS JetStream, B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch-nats", "-n", n, "-batch", "1000", "-concurrency", "1000")},
+		{"kafkapub → in-process kfake, B=1000 C=1000", groupDispatch, args("pgoutbox", "dispatch-kafka", "-n", n, "-batch", "1000", "-concurrency", "1000")},
+		{"relay → no-op, MaxBatch 1000", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "1000", "-publisher", "noop")},
+		{"relay (backlog ticked every 1000) → no-op, MaxBatch 1000", groupDispatch,
+			args("relay", "throughput", "-n", n, "-batch", "1000", "-publisher", "noop", "-ticked")},
+		{"relay → in-process kfake, MaxBatch 5000 (default)", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "5000", "-publisher", "kfake")},
+		{"relay → local NATS JetStream, MaxBatch 5000 (default)", groupDispatch, args("relay", "throughput", "-n", n, "-batch", "5000", "-publisher", "nats")},
 		{"watermill forwarder B=100", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "100")},
 		{"watermill forwarder B=1000", groupDispatch, args("watermill", "forward", "-n", n, "-batch", "1000")},
 		{"50 types", groupTypes, args("pgoutbox", "dispatch", "-n", n, "-batch", "100", "-concurrency", "100", "-types", "50")},
@@ -97,6 +111,13 @@ func curveSpecs(short bool) []spec {
 			spec{"wake-ups off, poll 1s, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "1s")},
 			spec{"wake-ups off, poll 100ms, " + rate + "/s", groupLatency, args("latency", "", "-rate", rate, "-duration", dur, "-wakeup=false", "-poll", "100ms")})
 	}
+	hold := "60s"
+	if short {
+		hold = "1s"
+	}
+	out = append(out,
+		spec{"relay, default tick, 1000/s", groupRelayLatency, args("relay", "latency", "-rate", "1000", "-duration", dur)},
+		spec{"relay, one transaction open " + hold + ", 1000/s", groupRelayLongTx, args("relay", "longtx", "-rate", "1000", "-hold", hold)})
 	n := sizes(short, 10_000)
 	for _, b := range []string{"1", "10", "100", "1000"} {
 		out = append(out, spec{"B=" + b + " C=1000", groupBatchX, args("pgoutbox", "dispatch", "-n", n, "-batch", b, "-concurrency", "1000")})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,65 @@ import (
 type roundTrips struct {
 	queries, batches, copies atomic.Int64
 	slowestClaim             atomic.Int64 // nanoseconds
+	// stmts, when set (-sqltime), times every query by its statement.
+	stmts *stmtTimes
+}
+
+// stmtTimes is the count and the total time, start to the end of its
+// rows, of each statement a pool ran, by the statement's first words.
+type stmtTimes struct {
+	mu sync.Mutex
+	by map[string]*stmtTime
+}
+
+type stmtTime struct {
+	N  int64   `json:"n"`
+	MS float64 `json:"ms"`
+}
+
+// stmtStart is the context key of a timed query's start and statement.
+type stmtStart struct{}
+
+type stmtStamp struct {
+	at  time.Time
+	sql string
+}
+
+// stmtName is a statement's first 60 characters, spaces folded.
+func stmtName(sql string) string {
+	s := strings.Join(strings.Fields(sql), " ")
+	return s[:min(len(s), 60)]
+}
+
+func (st *stmtTimes) add(sql string, d time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	name := stmtName(sql)
+	t := st.by[name]
+	if t == nil {
+		t = &stmtTime{}
+		st.by[name] = t
+	}
+	t.N++
+	t.MS += float64(d.Microseconds()) / 1000
+}
+
+// snapshot is the times so far, in milliseconds rounded to 0.1.
+func (st *stmtTimes) snapshot() map[string]stmtTime {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[string]stmtTime, len(st.by))
+	for k, v := range st.by {
+		out[k] = stmtTime{N: v.N, MS: round(v.MS, 1)}
+	}
+	return out
+}
+
+// reset forgets the times so far.
+func (st *stmtTimes) reset() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.by = map[string]*stmtTime{}
 }
 
 // claimStart is the context key of a claim's start time.
@@ -30,6 +90,9 @@ func isClaim(sql string) bool { return strings.Contains(sql, "SET status = 'PROC
 // TraceQueryStart counts a query and stamps a claim's start.
 func (t *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	t.queries.Add(1)
+	if t.stmts != nil {
+		ctx = context.WithValue(ctx, stmtStart{}, stmtStamp{at: time.Now(), sql: data.SQL})
+	}
 	if isClaim(data.SQL) {
 		return context.WithValue(ctx, claimStart{}, time.Now())
 	}
@@ -38,6 +101,9 @@ func (t *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 
 // TraceQueryEnd keeps the longest claim.
 func (t *roundTrips) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if s, ok := ctx.Value(stmtStart{}).(stmtStamp); ok {
+		t.stmts.add(s.sql, time.Since(s.at))
+	}
 	if start, ok := ctx.Value(claimStart{}).(time.Time); ok {
 		t.keepSlowest(time.Since(start))
 	}

@@ -33,6 +33,10 @@ const (
 	variantKeyed   = "pgoutbox"
 	variantUnkeyed = "pgoutbox, no aggregate id"
 	variantMinimal = "minimal, same row"
+	// variantLog is the relay's log (outbox.KindLog, issue 27): the
+	// emitter's insert of the same event, and nothing after it (the
+	// relay only reads).
+	variantLog = "log, same event"
 )
 
 // walPhase is the WAL one transition of one variant wrote, summed over
@@ -128,6 +132,9 @@ func runWALCost(ctx context.Context, o Options) (Result, error) {
 	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect;`+walcostRowDDL); err != nil {
 		return Result{}, fmt.Errorf("walcost needs pg_walinspect (PostgreSQL 15 or later, superuser): %w", err)
 	}
+	if err := migrations.Migrate(ctx, conn, migrations.Config{Table: benchLog, Kind: outbox.KindLog}); err != nil {
+		return Result{}, err
+	}
 	if o.FillFactor > 0 {
 		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE outbox_events SET (fillfactor = %d)`, o.FillFactor)); err != nil {
 			return Result{}, err
@@ -136,7 +143,7 @@ func runWALCost(ctx context.Context, o Options) (Result, error) {
 	start := time.Now()
 	m := &walMeter{conn: conn, batch: o.Batch}
 	var phases []walPhase
-	for _, v := range []walVariant{pgoutboxVariant(variantKeyed, true), pgoutboxVariant(variantUnkeyed, false), minimalVariant()} {
+	for _, v := range []walVariant{pgoutboxVariant(variantKeyed, true), pgoutboxVariant(variantUnkeyed, false), minimalVariant(), logVariant()} {
 		ps, err := m.run(ctx, v, o.N)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", v.name, err)
@@ -177,6 +184,7 @@ func verifyWALCost(ctx context.Context, db *benchDB, phases []walPhase) error {
 		{events(minimal, phaseRetry), `SELECT count(*) FROM minimal_row WHERE status = 'PENDING'`},
 		{events(minimal, phaseHistory), `SELECT count(*) FROM minimal_row WHERE status = 'SENT'`},
 		{events(minimal, phaseRetry) + events(minimal, phaseHistory), `SELECT count(*) FROM minimal_row`},
+		{events([]string{variantLog}, phaseInsert), logCountSQL},
 	}
 	for _, c := range checks {
 		if err := db.expect(ctx, c.want, c.sql); err != nil {
@@ -192,7 +200,9 @@ type walVariant struct {
 	name string
 	// insert writes the i-th event alone.
 	insert func(ctx context.Context, tx pgx.Tx, i int) error
-	// claim leases up to limit due rows under a fresh token.
+	// claim leases up to limit due rows under a fresh token; nil for a
+	// variant that only inserts (the log), whose run measures the
+	// insert phase alone.
 	claim func(ctx context.Context, tx pgx.Tx, limit int) ([]lease.Ref, error)
 	// renew, sent, deleted and retry change the claimed rows: each
 	// returns an error unless every one of them changed.
@@ -217,6 +227,9 @@ func (m *walMeter) run(ctx context.Context, v walVariant, n int) ([]walPhase, er
 		if err := m.inserts(ctx, sums[phaseInsert], v, i, min(n, i+m.batch)); err != nil {
 			return nil, err
 		}
+	}
+	if v.claim == nil {
+		return []walPhase{*sums[phaseInsert]}, nil
 	}
 	for b, left := 0, n; left > 0; b++ {
 		var refs []lease.Ref
@@ -482,4 +495,21 @@ func allDone(err error, done, want int, what string) error {
 		err = fmt.Errorf("%s %d of %d rows", what, done, want)
 	}
 	return err
+}
+
+// logVariant runs the emitter's insert into the log (benchLog) of the
+// same event as pgoutboxVariant's keyed one; the log has no other phase.
+func logVariant() walVariant {
+	em, err := emitter.New(emitter.Config{Table: benchLog, Kind: outbox.KindLog})
+	return walVariant{
+		name: variantLog,
+		insert: func(ctx context.Context, tx pgx.Tx, i int) error {
+			if err != nil {
+				return err
+			}
+			_, err := em.Emit(ctx, tx, outbox.Event{Type: "order.created", AggregateType: "order", AggregateID: walcostAggregate(i, true),
+				ContentType: "application/json", Payload: walcostPayload, Headers: walcostHeaders})
+			return err
+		},
+	}
 }

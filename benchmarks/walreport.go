@@ -23,6 +23,7 @@ func writeWAL(b *strings.Builder, runs []run) {
 		"pgoutbox runs its own statements (`emitter.Emit`, `internal/lease`'s Claim, Renew and Complete, as the dispatcher sends them) on a row with an "+
 		"aggregate id (so a key for the order index) and on one without; the minimal outbox runs `benchmarks/minimal.go`'s statements on a table with "+
 		"pgoutbox's columns and defaults and the minimal outbox's two indexes (primary key, due PENDING rows), with the keyed row and the default fillfactor (100; `outbox_events` has 50). "+
+		"The log (issue 27) runs `emitter.Emit` of the keyed event into a log (`outbox.KindLog`), its insert only: the relay never updates a row. "+
 		"Event: a 270-byte JSON payload, one `traceparent` header.\n\n"+
 		"Counted from `pg_walinspect` between the start and the commit of each transaction, only records whose block belongs to the run's own database "+
 		"(no other session's WAL, no commit records, as EXPLAIN's WAL figures): records, bytes without full-page images (FPI bytes depend on "+

@@ -27,15 +27,7 @@ const (
 )
 
 // String names the state: "closed", "open" or "probing".
-func (s CircuitState) String() string {
-	switch s {
-	case CircuitOpen:
-		return "open"
-	case CircuitProbing:
-		return "probing"
-	}
-	return "closed"
-}
+func (s CircuitState) String() string { return circuit.State(s).String() }
 
 // newCircuit returns the circuit of a dispatcher of cfg, which wake asks
 // for a claim. It times its backoffs by the clock's real time (Mono),

@@ -26,7 +26,7 @@ func newClaimer(d *Dispatcher) *claim.Claimer {
 		AtMostOnce: cfg.Delivery == AtMostOnce, LeaseDuration: cfg.LeaseDuration, OpTimeout: opTimeout(cfg.LeaseDuration),
 		WakeupCooldown: cfg.WakeupCooldown, BlockFailed: cfg.HeadPolicy == BlockKey, ByType: cfg.OrderScope == ScopeKeyAndType,
 		Publish: d.publish, ClaimedTypesFunc: d.ClaimedTypes,
-		Trigger: d.trigger, RetryScheduled: d.retryScheduled, Stop: d.life.stopCh,
+		Trigger: d.trigger, RetryScheduled: d.retryScheduled, Stop: d.life.StopCh(),
 		WakeupsActiveFunc: d.wakeupsActive.Load, ClaimedFunc: d.health.claimed,
 		FailedFunc: func(e outbox.Event) {
 			reportFailed(d.dbCtx, d.report, cfg.OnOutcome, Outcome{Event: e, Status: outbox.StatusFailed, Code: outbox.CodeWorkerLost, Err: claim.ErrWorkerLost})

@@ -18,6 +18,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/complete"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/lease"
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 	"github.com/pgoutbox/pgoutbox/internal/peers"
 	"github.com/pgoutbox/pgoutbox/internal/report"
 	"github.com/pgoutbox/pgoutbox/internal/run"
@@ -96,7 +97,7 @@ type Dispatcher struct {
 
 	// mu guards the fields below. It is never held while held.Set.mu or
 	// the keeper's lease-writes lock (see internal/keeper) is taken, nor
-	// taken while they are held; life.mu may be taken while it is held
+	// taken while they are held; the life's lock may be taken while it is held
 	// (Handle), never the other way round.
 	mu       sync.Mutex
 	handlers map[string]outbox.Handler // wrapped in their middleware
@@ -108,35 +109,25 @@ type Dispatcher struct {
 // State is where a dispatcher is in its life (see Health).
 type State int
 
+// The values are those of internal/lifecycle's State, which the
+// dispatcher shares with the relay.
 const (
 	// StateNew is a dispatcher not started yet, or whose start failed (it
 	// may be started again).
-	StateNew State = iota
+	StateNew = State(lifecycle.StateNew)
 	// StateStarting is a dispatcher running its start-up checks.
-	StateStarting
+	StateStarting = State(lifecycle.StateStarting)
 	// StateRunning is a dispatcher dispatching.
-	StateRunning
+	StateRunning = State(lifecycle.StateRunning)
 	// StateStopping is a dispatcher that stopped claiming and is draining.
-	StateStopping
+	StateStopping = State(lifecycle.StateStopping)
 	// StateStopped is a dispatcher that stopped: it cannot run again.
-	StateStopped
+	StateStopped = State(lifecycle.StateStopped)
 )
 
 // String names the state: "new", "starting", "running", "stopping" or
 // "stopped".
-func (s State) String() string {
-	switch s {
-	case StateStarting:
-		return "starting"
-	case StateRunning:
-		return "running"
-	case StateStopping:
-		return "stopping"
-	case StateStopped:
-		return "stopped"
-	}
-	return "new"
-}
+func (s State) String() string { return lifecycle.State(s).String() }
 
 // New returns a dispatcher for the table in cfg, reading and writing through
 // pool. It validates cfg and returns an *outbox.ConfigError naming the first
@@ -215,7 +206,7 @@ func (d *Dispatcher) Handle(eventType string, h outbox.Handler, mw ...outbox.Mid
 	if d.handlers[eventType] != nil {
 		return &outbox.InputError{Field: "eventType", Reason: fmt.Sprintf("%q already has a handler", eventType)}
 	}
-	if !d.life.ifNew(func() { d.handlers[eventType] = wrapped }) {
+	if !d.life.IfNew(func() { d.handlers[eventType] = wrapped }) {
 		return ErrStarted
 	}
 	return nil
@@ -296,7 +287,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	go func() { _ = d.life.ended(d.run(ctx, listener)) }() // its result reaches Stop, Err and Health
+	go func() { _ = d.life.Ended(d.run(ctx, listener)) }() // its result reaches Stop, Err and Health
 	return nil
 }
 
@@ -319,29 +310,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	return d.life.ended(d.run(ctx, listener))
+	return d.life.Ended(d.run(ctx, listener))
 }
-
-// errInterrupted is start's error when a stop (ctx ending, or Stop)
-// interrupted the start-up checks.
-var errInterrupted = errors.New("pgoutbox: dispatcher start interrupted")
 
 // start moves a new dispatcher to starting and runs the start-up checks.
 // When they fail it goes back to new, unless a stop came meanwhile.
 // (Start and Run then dispatch until ctx ends or Stop is called, drain,
-// and record the result: life.ended.)
+// and record the result: life.Ended.)
 func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
-	if err := d.life.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, err
 	}
 	listener, err := d.startUp(ctx)
-	if err == nil && d.life.stoppedStarting(ctx) {
+	if err == nil && d.life.StoppedStarting(ctx) {
 		if listener != nil {
 			_ = listener.Close(context.WithoutCancel(ctx))
 		}
 		err = errInterrupted
 	}
-	return listener, d.life.started(err)
+	return listener, d.life.Started(err)
 }
 
 // Stop asks the dispatcher to stop gracefully and waits, bounded by ctx,
@@ -353,9 +340,9 @@ func (d *Dispatcher) start(ctx context.Context) (*pgx.Conn, error) {
 // before, it stops the dispatcher (Start then returns ErrStopped, and Run
 // nil: a clean stop).
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.life.stop()
+	d.life.Stop()
 	select {
-	case <-d.life.done:
+	case <-d.life.Done():
 		return d.Err()
 	case <-ctx.Done():
 		return stopCutShort(ctx, d.held, d.hardStopped.Load())
@@ -365,9 +352,9 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 // Done returns a channel that is closed when the dispatcher has stopped:
 // dispatching ended (Stop, or the end of Start's ctx) and drained, or Stop
 // came before a start. A start that failed does not close it.
-func (d *Dispatcher) Done() <-chan struct{} { return d.life.done }
+func (d *Dispatcher) Done() <-chan struct{} { return d.life.Done() }
 
 // Err returns the result of dispatching once Done is closed: nil after a
 // clean stop, ErrDrainTimeout when handlers had to be cancelled. It
 // returns nil before.
-func (d *Dispatcher) Err() error { return d.life.err() }
+func (d *Dispatcher) Err() error { return d.life.Err() }

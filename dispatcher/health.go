@@ -184,7 +184,8 @@ func (h Health) lastPollOrStart() time.Time {
 
 // Health returns a snapshot of the dispatcher's health (see Health.Healthy).
 func (d *Dispatcher) Health() Health {
-	state, result := d.life.snapshot()
+	ls, result := d.life.Snapshot()
+	state := State(ls)
 	h := d.health.snapshot()
 	h.State, h.Err = state, result
 	circuitState, since := d.circuit.Snapshot()

@@ -11,7 +11,7 @@ import (
 // ends or Stop is called; a pass cut short ends with its current batch
 // cancelled.
 func retain(job *retention.Job, l *life, runCtx, quit context.Context) {
-	ctx, cancel := l.untilStop(quit)
+	ctx, cancel := l.UntilStop(quit)
 	defer cancel()
 	defer context.AfterFunc(runCtx, cancel)()
 	job.Run(ctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/held"
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 	"github.com/pgoutbox/pgoutbox/internal/run"
 	"github.com/pgoutbox/pgoutbox/internal/startcheck"
 	"github.com/pgoutbox/pgoutbox/internal/workers"
@@ -53,10 +54,10 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 		"order_scope", d.cfg.OrderScope.String())
 	started := d.clock.Mono()
 	d.claimer.Run(ctx, d.workCtx)
-	cause := d.life.stopCause(ctx)
+	cause := d.life.StopCause(ctx)
 	d.cfg.Logger.Info("pgoutbox: dispatcher stopping", "table", d.cfg.Table.String(), "owner", d.cfg.Owner,
 		"cause", cause, "ran_for", d.clock.Elapsed(started).Round(time.Millisecond).String())
-	d.life.setState(StateStopping)
+	d.life.SetState(lifecycle.StateStopping)
 	err := d.drain(hardStop)
 	stopHelpers()
 	helpers.Wait()
@@ -71,7 +72,7 @@ func (d *Dispatcher) run(ctx context.Context, listener *pgx.Conn) error {
 // database that does not answer. A stop or a cancelled ctx during
 // start-up gives errInterrupted.
 func (d *Dispatcher) startUp(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := d.life.untilStop(ctx)
+	ctx, cancel := d.life.UntilStop(ctx)
 	defer cancel()
 	err := newStartChecks(d).Run(ctx)
 	var listener *pgx.Conn

@@ -50,6 +50,19 @@ type Config struct {
 	// Table is the outbox table events are inserted into. Defaults to
 	// public.outbox_events; see [outbox.Table] for the names it accepts.
 	Table outbox.Table
+	// Kind says what Table is: outbox.KindOutbox (the default), the
+	// dispatcher's outbox table, or outbox.KindLog, the relay's
+	// append-only log (migrations.Config.Kind). The kind is declared, not
+	// discovered: Emit has only the caller's transaction, and a catalog
+	// read per call would cost the writer; migrations.Verify and the
+	// relay's start check catch a mismatch. Into a log, Emit writes the
+	// same columns minus the due time (xid, seq and created_at come from
+	// the log's defaults), refuses an event with a Delay
+	// ([ErrDelayOnLog]: a log has no due times) and sends no pg_notify
+	// (the relay's ticker polls): DisableNotify, NotifyInterval and
+	// NotifyEveryEmit do not apply, and NotifyEveryEmit set gives an
+	// *outbox.ConfigError.
+	Kind outbox.TableKind
 	// The pg_notify sent in the caller's transaction goes to the channel
 	// derived from Table ("<schema>.<table>", or "pgoutbox_<table>" when
 	// that is longer than 63 bytes), which a dispatcher of the same Table
@@ -149,6 +162,12 @@ func (c Config) validate() (sqlname.Names, error) {
 	names, err := sqlname.For(c.Table)
 	if err != nil {
 		return sqlname.Names{}, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
+	}
+	switch {
+	case c.Kind != outbox.KindOutbox && c.Kind != outbox.KindLog:
+		return sqlname.Names{}, &outbox.ConfigError{Field: "Kind", Reason: fmt.Sprintf("is %s, want outbox.KindOutbox or outbox.KindLog", c.Kind)}
+	case c.Kind == outbox.KindLog && c.NotifyEveryEmit:
+		return sqlname.Names{}, &outbox.ConfigError{Field: "NotifyEveryEmit", Reason: "must be false for a log (Kind outbox.KindLog): the relay polls, Emit never notifies"}
 	}
 	if err := c.validateLimits(); err != nil {
 		return sqlname.Names{}, err

@@ -23,6 +23,8 @@ func TestNew(t *testing.T) {
 			{NotifyEveryEmit: true},
 			{NotifyInterval: 10 * time.Second},
 			{Table: outbox.Table{Schema: "billing", Name: "events"}},
+			{Kind: outbox.KindLog},
+			{Kind: outbox.KindLog, DisableNotify: true},
 		} {
 			_, err := emitter.New(cfg)
 			require.NoError(t, err, "%+v", cfg)
@@ -47,6 +49,8 @@ func TestNew(t *testing.T) {
 			{"MaxPayloadBytes", emitter.Config{MaxPayloadBytes: 64<<20 + 1}},
 			{"Table", emitter.Config{Table: outbox.Table{Name: "Bad-Name"}}},
 			{"Table", emitter.Config{Table: outbox.Table{Schema: "pg_catalog"}}},
+			{"Kind", emitter.Config{Kind: outbox.TableKind(7)}},
+			{"NotifyEveryEmit", emitter.Config{Kind: outbox.KindLog, NotifyEveryEmit: true}},
 		} {
 			_, err := emitter.New(tc.cfg)
 			var cerr *outbox.ConfigError

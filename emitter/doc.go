@@ -46,6 +46,28 @@
 // database-wide lock for a moment; systems that commit thousands of such
 // transactions per second can set Config.DisableNotify and rely on polling.
 //
+// # Into a log
+//
+// With Config.Kind outbox.KindLog the Emitter writes into the relay's
+// append-only log (migrations.Config.Kind outbox.KindLog) instead of an
+// outbox table: the same validation, IDs, tracing and metrics, the same
+// INSERT (one VALUES row for one event, unnested arrays for more; COPY
+// from 5,000 events or 1 MiB) minus
+// the due time; the log's defaults fill xid (the transaction's top-level
+// id, which bounds the relay's batches; a savepoint's events carry it
+// too, and vanish with the savepoint's rollback), seq and created_at, and
+// PostgreSQL routes each row to the part of its xid. An event with a
+// Delay is refused before anything is sent, with an
+// *outbox.ValidationError whose cause is [ErrDelayOnLog]: a log has no
+// due times. No pg_notify is sent: the relay's ticker polls, and a notify
+// per transaction would serialise commits on the notify queue's lock. The
+// kind is declared, not read from the catalog; migrations.Verify and the
+// relay's start check catch a table of the other kind. A transaction
+// whose xid no part holds (the parts ahead ran out) gets an error saying
+// how to add one. A log has no
+// primary key: a caller-set ID emitted twice is stored twice (consumers
+// dedupe on the ID).
+//
 // # Failure modes
 //
 // A nil, committed, rolled-back or aborted transaction gives an

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
@@ -18,13 +19,14 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// Emitter writes events into one outbox table inside transactions its caller
-// owns. It holds no connection and starts no goroutine; it is safe for
+// Emitter writes events into one outbox table (or one log, Config.Kind)
+// inside transactions its caller owns. It holds no connection and starts no goroutine; it is safe for
 // concurrent use and cheap to keep for the life of the program.
 type Emitter struct {
 	cfg        Config
 	names      sqlname.Names
-	insertSQL  string
+	insertSQL  string // a call's events from arrays
+	insertOne  string // a call's one event as a VALUES row
 	copyTable  pgx.Identifier
 	notifySQL  string
 	notifyArgs []any
@@ -46,9 +48,14 @@ func New(cfg Config) (*Emitter, error) {
 		cfg:       cfg,
 		names:     names,
 		insertSQL: insertSQL(names.Qualified),
+		insertOne: insertOneSQL(names.Qualified),
 		copyTable: pgx.Identifier{cfg.Table.Schema, cfg.Table.Name},
 	}
-	if !cfg.DisableNotify {
+	if cfg.Kind == outbox.KindLog {
+		e.insertSQL = insertLogSQL(names.Qualified)
+		e.insertOne = insertOneLogSQL(names.Qualified)
+	}
+	if !cfg.DisableNotify && cfg.Kind == outbox.KindOutbox {
 		e.notifySQL = notifySQL
 		e.notifyArgs = []any{names.Channel()}
 	}
@@ -198,27 +205,48 @@ func databaseOf(tx pgx.Tx) string {
 	return cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database
 }
 
-// send runs the insert and (when notify) the notify in one batch.
+// send runs the insert and (when notify) the notify in one round trip:
+// one event as a VALUES row, more from the arrays.
 func (e *Emitter) send(ctx context.Context, tx pgx.Tx, c *columns, notify bool) error {
-	b := &pgx.Batch{}
-	b.Queue(e.insertSQL, c.idArgs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
-		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays)
-	if notify {
-		b.Queue(e.notifySQL, e.notifyArgs...)
+	noDelay := e.cfg.Kind == outbox.KindLog
+	if c.single() {
+		return e.exec(ctx, tx, c, notify, e.insertOne, c.rowArgs(noDelay))
 	}
-	br := tx.SendBatch(ctx, b)
-	tag, err := br.Exec()
+	return e.exec(ctx, tx, c, notify, e.insertSQL, c.arrayArgs(noDelay))
+}
+
+// exec runs sql with args, and the notify, and checks that every event's
+// row went in.
+func (e *Emitter) exec(ctx context.Context, tx pgx.Tx, c *columns, notify bool, sql string, args []any) error {
+	var tag pgconn.CommandTag
+	var err error
+	if notify {
+		tag, err = e.insertAndNotify(ctx, tx, sql, args)
+	} else {
+		tag, err = tx.Exec(ctx, sql, args...)
+	}
 	if err == nil && tag.RowsAffected() != int64(len(c.ids)) {
 		err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), len(c.ids))
 	}
-	if err == nil && notify {
+	if err != nil {
+		return e.sendError(err, callerIDs(c.events, c.ids))
+	}
+	return nil
+}
+
+// insertAndNotify sends the insert and the notify in one batch and
+// returns the insert's tag.
+func (e *Emitter) insertAndNotify(ctx context.Context, tx pgx.Tx, sql string, args []any) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue(e.notifySQL, e.notifyArgs...)
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err == nil {
 		_, err = br.Exec()
 	}
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
-	if err != nil {
-		return e.sendError(err, c.callerIDs)
-	}
-	return nil
+	return tag, err
 }

@@ -22,8 +22,8 @@ type columns struct {
 	hasDelay     bool              // some delay is not zero
 	payloadBytes int               // total size of the payloads
 
-	// The INSERT's arrays, nil until fill.
-	callerIDs     []uuid.UUID       // the ids the caller set (not generated)
+	// The INSERT's arrays, nil until fill (never filled for one event,
+	// which goes as a VALUES row: rowArgs).
 	idArgs        pgvalue.UUIDArray // the ids as parameters (see pgvalue)
 	types         []string
 	aggTypes      []string
@@ -49,7 +49,7 @@ func (e *Emitter) prepare(events []outbox.Event) (*columns, error) {
 		return nil, err
 	}
 	c, err := encode(events)
-	if err == nil && !c.useCopy() {
+	if err == nil && !c.useCopy() && !c.single() {
 		c.fill()
 	}
 	return c, err
@@ -77,11 +77,39 @@ func delayMicros(d time.Duration) int64 {
 	return int64(d / time.Microsecond)
 }
 
+// single reports whether the call has one event, which the INSERT sends
+// as one VALUES row instead of arrays.
+func (c *columns) single() bool { return len(c.events) == 1 }
+
+// rowArgs returns the one event's parameters of insertOneSQL, in the
+// order of arrayArgs: headers with the trace headers, then the delay
+// unless noDelay (a log has no due time).
+func (c *columns) rowArgs(noDelay bool) []any {
+	ev := &c.events[0]
+	args := []any{pgvalue.UUID(c.ids[0]), ev.Type, ev.AggregateType, ev.AggregateID,
+		ev.PartitionKey, ev.IdempotencyKey, ev.ContentType, ev.Payload,
+		headersJSON(ev.Headers, c.trace), delayMicros(ev.Delay)}
+	if noDelay {
+		return args[:len(args)-1]
+	}
+	return args
+}
+
+// arrayArgs returns the arrays as insertSQL's parameters, then the delays
+// unless noDelay.
+func (c *columns) arrayArgs(noDelay bool) []any {
+	args := []any{c.idArgs, c.types, c.aggTypes, c.aggIDs, c.partitionKeys,
+		c.idemKeys, c.contentTypes, c.payloads, c.headers, c.delays}
+	if noDelay {
+		return args[:len(args)-1]
+	}
+	return args
+}
+
 // fill lays the events out as the INSERT's arrays, headers with the trace
 // headers (as set so far).
 func (c *columns) fill() {
 	n := len(c.events)
-	c.callerIDs = callerIDs(c.events, c.ids)
 	c.idArgs = make(pgvalue.UUIDArray, n)
 	c.types, c.aggTypes, c.aggIDs = make([]string, n), make([]string, n), make([]string, n)
 	c.partitionKeys, c.idemKeys, c.contentTypes = make([]string, n), make([]string, n), make([]string, n)

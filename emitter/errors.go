@@ -2,6 +2,7 @@ package emitter
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -13,6 +14,14 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
+
+// ErrDelayOnLog is the cause of the *outbox.ValidationError (Field
+// "Delay") that Emit returns for an event with a Delay into a log
+// (Config.Kind outbox.KindLog): the relay has no due times, it publishes
+// events in commit order. It wraps [outbox.ErrInvalidEvent], as the
+// ValidationError does: nothing was written and the transaction is still
+// usable.
+var ErrDelayOnLog = fmt.Errorf("%w: a log has no due times (Event.Delay must be zero)", outbox.ErrInvalidEvent)
 
 // sendError classifies an error of the insert or COPY: a finished or
 // aborted tx is reported like a nil one (matching ErrInvalidInput and
@@ -31,6 +40,9 @@ func (e *Emitter) sendError(err error, callerIDs []uuid.UUID) error {
 	case pgerr.OwnMissingTable(err):
 		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, ""), e.migrateHint(),
 			"emit into %s", e.names.Table)
+	case e.noPart(err):
+		return errtext.WrapHint(err, "the log has no part for this transaction's id: the relay's ticker keeps parts ahead; add one with "+
+			e.names.Object(sqlname.SuffixPartAdd)+"(xid8), and see migrations.Verify", "emit into %s", e.names.Table)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation &&
 		pgErr.SchemaName == e.names.Table.Schema && pgErr.ConstraintName == e.names.Object(sqlname.SuffixPkey):
 		return errtext.Wrap(errtext.Because(outbox.ErrDuplicateID, err), "emit into %s: event %s",
@@ -39,8 +51,24 @@ func (e *Emitter) sendError(err error, callerIDs []uuid.UUID) error {
 	return errtext.Wrap(err, "emit into %s", e.names.Table)
 }
 
+// checkViolation is the SQLSTATE of PostgreSQL's "no partition of
+// relation ... found for row".
+const checkViolation = "23514"
+
+// noPart reports whether err is the log's refusal of a row whose xid no
+// part holds (the parts ahead ran out).
+func (e *Emitter) noPart(err error) bool {
+	var pgErr *pgconn.PgError
+	return e.cfg.Kind == outbox.KindLog && errors.As(err, &pgErr) && pgErr.Code == checkViolation &&
+		pgErr.SchemaName == e.names.Table.Schema && pgErr.TableName == e.names.Table.Name &&
+		strings.HasPrefix(pgErr.Message, "no partition of relation")
+}
+
 // migrateHint says how to create the emitter's table.
 func (e *Emitter) migrateHint() string {
+	if e.cfg.Kind == outbox.KindLog {
+		return "create it with migrations.Migrate (Config.Kind outbox.KindLog)"
+	}
 	return "create it with migrations.Migrate, or: outboxctl migrate -schema " + e.names.Table.Schema +
 		" -table " + e.names.Table.Name
 }

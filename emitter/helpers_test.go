@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/emitter"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
@@ -33,6 +34,33 @@ func setup(t *testing.T, cfg emitter.Config) *testBundle {
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE business (name text PRIMARY KEY)`)
 	require.NoError(t, err)
 	return &testBundle{db: db, emitter: newEmitter(t, db, cfg)}
+}
+
+// setupKind is setup for a table of kind: a log (outbox.KindLog) is
+// migrated as one, under the same name (outbox_events), so that the
+// helpers that read the outbox table read the log.
+func setupKind(t *testing.T, kind outbox.TableKind, cfg emitter.Config) *testBundle {
+	t.Helper()
+	if kind == outbox.KindOutbox {
+		return setup(t, cfg)
+	}
+	ctx := context.Background()
+	db := testdb.New(t)
+	require.NoError(t, migrations.Migrate(ctx, db.Pool, migrations.Config{Table: db.Table(), Kind: kind}))
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE business (name text PRIMARY KEY)`)
+	require.NoError(t, err)
+	cfg.Kind = kind
+	return &testBundle{db: db, emitter: newEmitter(t, db, cfg)}
+}
+
+// forEachKind runs f as a parallel subtest per table kind.
+func forEachKind(t *testing.T, f func(t *testing.T, kind outbox.TableKind)) {
+	for _, kind := range []outbox.TableKind{outbox.KindOutbox, outbox.KindLog} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			f(t, kind)
+		})
+	}
 }
 
 // newEmitter returns an emitter on db's outbox table.

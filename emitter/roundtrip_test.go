@@ -114,7 +114,8 @@ func (b *testBundle) countingConnect(t *testing.T) (*pgx.Conn, *tripCounter) {
 
 // TestEmitRoundTrips checks that 1,000 events and the notify take two round
 // trips on a cold statement cache (prepare, then execute) and one on a warm
-// one, and which batches go by COPY. COPY streams, so the server's reply
+// one, as one event does (with the notify, and into a log without it), and
+// which batches go by COPY. COPY streams, so the server's reply
 // overlaps the data and round trips are not counted for it.
 func TestEmitRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -151,6 +152,25 @@ func TestEmitRoundTrips(t *testing.T) {
 		}
 		_, copies := emitCounting(t, b.emitter, conn, counter, big)
 		require.Equal(t, 1, copies)
+	})
+
+	t.Run("OneEvent", func(t *testing.T) {
+		t.Parallel()
+		conn, counter := b.countingConnect(t)
+		one := manyEvents(1, time.Second)
+		cold, _ := emitCounting(t, b.emitter, conn, counter, one)
+		warm, _ := emitCounting(t, b.emitter, conn, counter, one)
+		require.Equal(t, []int{2, 1}, []int{cold, warm})
+	})
+
+	t.Run("OneEventIntoLogWithoutNotify", func(t *testing.T) {
+		t.Parallel()
+		logB := setupKind(t, outbox.KindLog, emitter.Config{})
+		conn, counter := logB.countingConnect(t)
+		one := manyEvents(1, 0)
+		cold, _ := emitCounting(t, logB.emitter, conn, counter, one)
+		warm, _ := emitCounting(t, logB.emitter, conn, counter, one)
+		require.Equal(t, []int{2, 1}, []int{cold, warm})
 	})
 
 	t.Run("WarmStatementCache", func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/emitter"
@@ -12,7 +14,8 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// TestExecModes emits by INSERT and by COPY (with and without delays) in each pgx query exec mode,
+// TestExecModes emits by INSERT (one event as a VALUES row, and several
+// from arrays) and by COPY (with and without delays) in each pgx query exec mode,
 // directly and through PgBouncer in transaction mode, and reads the rows
 // back.
 func TestExecModes(t *testing.T) {
@@ -28,8 +31,23 @@ func TestExecModes(t *testing.T) {
 		copied[1] = fullEvent()
 		copiedDelayed := manyEvents(5000, time.Hour) // COPY reads now() first
 		copiedDelayed[1] = fullEvent()
-		// fullEvent is second in every batch.
-		for _, events := range [][]outbox.Event{{delayed, fullEvent()}, copied, copiedDelayed} {
+		// fullEvent is second in every batch of several.
+		batches := [][]outbox.Event{{delayed, fullEvent()}, copied, copiedDelayed}
+		for _, ev := range []outbox.Event{fullEvent(), fullEvent(), delayed, delayed} { // prepared, then cached
+			ids := emitVia(t, pool, b.emitter, ev)
+			require.Equal(t, ev.Delay > 0, b.outboxCount(t,
+				"id = $1 AND next_attempt_at > now() + interval '59 minutes'", ids[0]) == 1)
+			if ev.Delay == 0 {
+				require.Equal(t, ev, b.readEvent(t, ids[0]))
+			}
+		}
+		logB := setupKind(t, outbox.KindLog, emitter.Config{})
+		logPool := logB.db.RoutePool(t, r, 2)
+		for _, events := range [][]outbox.Event{{fullEvent()}, {fullEvent()}, {validEvent(), fullEvent()}} {
+			ids := emitVia(t, logPool, logB.emitter, events...)
+			require.Equal(t, fullEvent(), logB.readEvent(t, ids[len(ids)-1]))
+		}
+		for _, events := range batches {
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(ctx) }) // before the pool closes
@@ -48,4 +66,18 @@ func TestExecModes(t *testing.T) {
 				"id = ANY($1) AND next_attempt_at > now() + interval '59 minutes'", ids))
 		}
 	})
+}
+
+// emitVia emits events in a transaction of pool, commits, and returns
+// their IDs.
+func emitVia(t *testing.T, pool *pgxpool.Pool, e *emitter.Emitter, events ...outbox.Event) []uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ids, err := e.Emit(ctx, tx, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	return ids
 }

@@ -48,6 +48,11 @@ func (e *Emitter) validateEvent(i int, ev *outbox.Event) error {
 	if ev.Delay < 0 {
 		return invalid(i, "Delay", "is negative")
 	}
+	if ev.Delay > 0 && e.cfg.Kind == outbox.KindLog {
+		err := invalid(i, "Delay", "must be zero for a log")
+		err.Err = ErrDelayOnLog
+		return err
+	}
 	if reason := e.payloadProblem(ev); reason != "" {
 		return invalid(i, "Payload", reason)
 	}

@@ -659,8 +659,8 @@ var chaosFiguresMu sync.Mutex
 // writeChaosFigures replaces the figures table of scenario name in the
 // file envChaosFigures names, between the lines
 // "<!-- chaos:NAME -->" and "<!-- /chaos:NAME -->". Unset, it does
-// nothing.
-func writeChaosFigures(t *testing.T, name string, rep chaos.Report) {
+// nothing. rep is a chaos.Report or a chaos.RelayReport.
+func writeChaosFigures(t *testing.T, name string, rep interface{ Figures() [][2]string }) {
 	path := os.Getenv(envChaosFigures)
 	if path == "" {
 		return

@@ -52,6 +52,21 @@
 // the database. [RenderGrants] writes the least-privilege grants for the
 // migrator and the roles that produce, dispatch and operate.
 //
+// # The log kind
+//
+// [Config].Kind outbox.KindLog gives the table the relay's schema instead
+// of the dispatcher's (docs/relay-design.md): an append-only log
+// partitioned by RANGE of the writing transaction's id (xid8), with no
+// default partition and 16 parts created ahead, one index on xid; its
+// ticks, the ticker's lease row, the consumer groups' cursors, parked
+// keys and parked events; and SECURITY DEFINER functions (<log>_part_add,
+// and those later versions add) through which roles that do not own the
+// log manage its parts. Its templates are [LogFS], versioned on their own
+// ([LatestLog]) in the log's <table>_schema_version, so an outbox and a
+// log live side by side under different names. [Migrate], [Render],
+// [Version], [Verify] and [RenderGrants] take the kind from the Config;
+// KeyOrder, the SENT history and the sweep are the outbox's only.
+//
 // # Startup safety
 //
 // Verify compares the catalog with what this version of the library needs

@@ -59,7 +59,27 @@ type Roles struct {
 	// letters (skip, replay, purge); SELECT on the SENT history; SELECT,
 	// UPDATE and DELETE on the history's default partition and EXECUTE on
 	// <table>_sent_drop (purge of SENT rows); SELECT on its version table.
+	//
+	// For a log (Config.Kind outbox.KindLog): SELECT on the log, its
+	// ticks and its version table; SELECT, INSERT, UPDATE and DELETE on
+	// the cursors, parked keys and parked events (groups, replay, skip);
+	// SELECT on the ticker; EXECUTE on <log>_part_add and
+	// <log>_part_truncate.
 	Operator string
+	// Relay runs a relay on a log (Config.Kind outbox.KindLog; an
+	// *outbox.InputError for an outbox): USAGE on the schema; SELECT on
+	// the log and its ticks (reads through the partitioned log reach
+	// every part, the future ones too: PostgreSQL checks the privileges
+	// of the table named in the query, not of its partitions, so parts
+	// created later need no grant); SELECT and UPDATE on the ticker's
+	// lease row; SELECT, INSERT, UPDATE and DELETE on the cursors, the
+	// parked keys and the parked events; SELECT on the version table; and
+	// EXECUTE on the log's SECURITY DEFINER functions (<log>_tick,
+	// <log>_part_add, <log>_part_truncate, those the schema has). For a
+	// log, Producer gets INSERT on the log alone: seq is an identity,
+	// whose sequence needs no grant, and xid and created_at come from
+	// defaults. Dispatcher must be empty for a log.
+	Relay string
 }
 
 // Grants is the SQL that gives each role of a [Roles] what it needs, in
@@ -79,7 +99,11 @@ type Grants struct {
 }
 
 // RenderGrants returns the least-privilege grants of roles on the outbox
-// of cfg, every name quoted. It touches no database. An invalid table
+// of cfg, every name quoted; for a log (cfg.Kind outbox.KindLog) on the
+// log, its ticks, ticker, cursors, parked tables and functions (see
+// [Roles], Relay). It touches no database. A Dispatcher for a log or a
+// Relay for an outbox gives an *outbox.InputError naming the field, and
+// an invalid Kind an *outbox.ConfigError. An invalid table
 // gives an error wrapping [outbox.ErrInvalidIdentifier], and a role name
 // longer than 63 bytes or holding a NUL byte an *outbox.InputError naming
 // the field of [Roles].
@@ -88,20 +112,35 @@ func RenderGrants(cfg Config, roles Roles) (Grants, error) {
 	if err != nil {
 		return Grants{}, err
 	}
-	if err := roles.validate(); err != nil {
+	if err := checkKind(cfg.Kind); err != nil {
 		return Grants{}, err
+	}
+	if err := roles.validate(cfg.Kind); err != nil {
+		return Grants{}, err
+	}
+	if cfg.Kind == outbox.KindLog {
+		return Grants{BeforeMigrate: beforeMigrate(names, roles), AfterMigrate: afterMigrateLog(names, roles)}, nil
 	}
 	return Grants{BeforeMigrate: beforeMigrate(names, roles), AfterMigrate: afterMigrate(names, roles)}, nil
 }
 
-// validate checks that every role name is one PostgreSQL can hold.
-func (r Roles) validate() error {
+// validate checks that every role name is one PostgreSQL can hold, and
+// that the roles fit the kind: no Dispatcher for a log, no Relay for an
+// outbox.
+func (r Roles) validate(kind outbox.TableKind) error {
 	for _, f := range []struct{ field, name string }{
 		{"Migrator", r.Migrator}, {"Producer", r.Producer}, {"Dispatcher", r.Dispatcher}, {"Operator", r.Operator},
+		{"Relay", r.Relay},
 	} {
 		if len(f.name) > 63 || strings.ContainsRune(f.name, 0) {
 			return &outbox.InputError{Field: "Roles." + f.field, Reason: "must be a role name of at most 63 bytes without NUL"}
 		}
+	}
+	switch {
+	case kind == outbox.KindLog && r.Dispatcher != "":
+		return &outbox.InputError{Field: "Roles.Dispatcher", Reason: "must be empty for a log (Kind outbox.KindLog): set Relay"}
+	case kind == outbox.KindOutbox && r.Relay != "":
+		return &outbox.InputError{Field: "Roles.Relay", Reason: "must be empty for an outbox (Kind outbox.KindOutbox): set Dispatcher"}
 	}
 	return nil
 }
@@ -124,7 +163,8 @@ func beforeMigrate(n sqlname.Names, r Roles) string {
 		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s AUTHORIZATION %s;\n", n.Schema, pgx.Identifier{r.Migrator}.Sanitize())
 		b.WriteString(grant("USAGE, CREATE", schema, r.Migrator))
 	}
-	b.WriteString(grant("USAGE", schema, r.Producer) + grant("USAGE", schema, r.Dispatcher) + grant("USAGE", schema, r.Operator))
+	b.WriteString(grant("USAGE", schema, r.Producer) + grant("USAGE", schema, r.Dispatcher) + grant("USAGE", schema, r.Operator) +
+		grant("USAGE", schema, r.Relay))
 	b.WriteString(`
 -- Database-wide, for the database owner to decide (they apply to every role
 -- that has no grant of its own):
@@ -165,5 +205,36 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Operator))
 	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Operator))
 	b.WriteString(grant("SELECT", version, r.Operator))
+	return b.String()
+}
+
+// afterMigrateLog is afterMigrate for a log (outbox.KindLog): see the
+// fields of Roles. The functions granted are those the log's templates
+// create (logFunctions).
+func afterMigrateLog(n sqlname.Names, r Roles) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- pgoutbox roles for the log %s, part 2 of 2: run after Migrate,\n"+
+		"-- as the migrator (the tables' owner) or a superuser. Privileges on the\n"+
+		"-- partitioned log apply to its parts, present and future, when read and\n"+
+		"-- written through it.\n\n", n.Table)
+	read := "TABLE " + n.Qualified + ", " + n.Log(sqlname.SuffixTicks) + ", " + n.VersionTable
+	ticker := "TABLE " + n.Log(sqlname.SuffixTicker)
+	groups := "TABLE " + n.Log(sqlname.SuffixCursors) + ", " + n.Log(sqlname.SuffixParkedKeys) + ", " + n.Log(sqlname.SuffixParked)
+	b.WriteString(grant("INSERT", "TABLE "+n.Qualified, r.Producer))
+	for _, role := range []string{r.Relay, r.Operator} {
+		b.WriteString(grant("SELECT", read, role))
+		b.WriteString(grant("SELECT, INSERT, UPDATE, DELETE", groups, role))
+	}
+	b.WriteString(grant("SELECT, UPDATE", ticker, r.Relay))
+	b.WriteString(grant("SELECT", ticker, r.Operator))
+	for _, f := range logFunctions {
+		fn := "FUNCTION " + n.Function(f.suffix) + "(" + f.types + ")"
+		if f.relay {
+			b.WriteString(grant("EXECUTE", fn, r.Relay))
+		}
+		if f.operator {
+			b.WriteString(grant("EXECUTE", fn, r.Operator))
+		}
+	}
 	return b.String()
 }

@@ -23,6 +23,24 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+//go:embed log/*.sql
+var logEmbed embed.FS
+
+// logFiles is the log kind's templates (outbox.KindLog), at the root of
+// their own file system as tern reads them.
+var logFiles = func() fs.FS {
+	sub, err := fs.Sub(logEmbed, "log")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}()
+
+// LogFS is the log kind's migration templates (outbox.KindLog), as [FS]
+// is the outbox's: they version on their own, in the log's own
+// <table>_schema_version.
+var LogFS fs.FS = logFiles
+
 // FS is the migration templates as tern reads them: NNN_name.sql files whose
 // names in double braces are filled in by [Migrate] or [Render].
 var FS fs.FS = files
@@ -71,10 +89,19 @@ type Config struct {
 	// upgrade to version 12 if any dispatcher uses PerKey; [Render] writes
 	// version 12 for one choice or the other.
 	KeyOrder bool
+	// Kind says which schema Table gets: outbox.KindOutbox (the default),
+	// the dispatcher's outbox table with its dead letters and SENT
+	// history, or outbox.KindLog, the relay's append-only log with its
+	// ticks, cursors and parked events (docs/relay.md). The two kinds
+	// version independently; one database may hold both, under different
+	// table names. KeyOrder applies to the outbox kind only.
+	Kind outbox.TableKind
 }
 
 // Migrate creates or upgrades the outbox schema on conn to the latest
-// version. It is idempotent, and safe when several processes call it at
+// version (a log's, [LatestLog], when cfg.Kind is outbox.KindLog: see
+// the package documentation; what follows about the SENT history and the
+// order index is the outbox's only). It is idempotent, and safe when several processes call it at
 // once (see the package documentation). It needs a direct connection, not
 // one behind a transaction-mode pooler.
 //
@@ -126,6 +153,9 @@ func Migrate[C Conn](ctx context.Context, conn C, cfg Config) error {
 	return tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) error {
 		if err := tmplmigrate.Migrate(ctx, c, set); err != nil {
 			return err
+		}
+		if cfg.Kind == outbox.KindLog {
+			return nil
 		}
 		if cfg.KeyOrder {
 			if err := ensureKeyOrder(ctx, c, set.Names); err != nil {
@@ -183,7 +213,9 @@ func sweepStrays(ctx context.Context, c *pgx.Conn, names sqlname.Names) error {
 }
 
 // Version returns the schema version applied to the outbox on conn, or 0
-// when it has never been migrated.
+// when it has never been migrated. It reads a log (cfg.Kind
+// outbox.KindLog) the same way: each kind keeps its version in
+// <table>_schema_version; compare it with [LatestFor] of the kind.
 func Version[C Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
@@ -197,10 +229,11 @@ func Version[C Conn](ctx context.Context, conn C, cfg Config) (int32, error) {
 	return v, err
 }
 
-// Latest returns the newest schema version this library ships.
+// Latest returns the newest schema version of the outbox kind this
+// library ships; [LatestLog] is the log's, and [LatestFor] either.
 func Latest() int32 { return tmplmigrate.Latest(files) }
 
-// migrationSet is the outbox's templates with cfg's names filled in.
+// migrationSet is the templates of cfg's kind with cfg's names filled in.
 func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	names, err := sqlname.For(cfg.Table)
 	if err != nil {
@@ -208,6 +241,12 @@ func migrationSet(cfg Config) (tmplmigrate.Set, error) {
 	}
 	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
 		return tmplmigrate.Set{}, err
+	}
+	if err := checkKind(cfg.Kind); err != nil {
+		return tmplmigrate.Set{}, err
+	}
+	if cfg.Kind == outbox.KindLog {
+		return tmplmigrate.Set{FS: logFiles, Names: names, Data: logTemplateData(names), LockWait: cfg.LockTimeout}, nil
 	}
 	return tmplmigrate.Set{FS: files, Names: names, Data: templateData(names, cfg.KeyOrder), LockWait: cfg.LockTimeout}, nil
 }
@@ -240,6 +279,15 @@ func ensurePartitions(ctx context.Context, c *pgx.Conn, names sqlname.Names, old
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// checkKind rejects a Config.Kind that is neither outbox.KindOutbox nor
+// outbox.KindLog.
+func checkKind(k outbox.TableKind) error {
+	if k != outbox.KindOutbox && k != outbox.KindLog {
+		return &outbox.ConfigError{Field: "Kind", Reason: fmt.Sprintf("is %s, want outbox.KindOutbox or outbox.KindLog", k)}
+	}
+	return nil
 }
 
 // MaxLockTimeout is the longest Config.LockTimeout: PostgreSQL's largest
@@ -316,3 +364,28 @@ func templateData(n sqlname.Names, keyOrder bool) map[string]any {
 
 // literal is s as an SQL string literal (standard_conforming_strings).
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// logTemplateData is what the log kind's templates see: every name
+// quoted, the literals baked into its functions' bodies, and the width of
+// a part.
+func logTemplateData(n sqlname.Names) map[string]any {
+	return map[string]any{
+		"schema":         n.Schema,
+		"log":            n.Qualified,
+		"log_xid_idx":    n.Quoted(sqlname.SuffixLogXidIndex),
+		"ticks":          n.Log(sqlname.SuffixTicks),
+		"ticker":         n.Log(sqlname.SuffixTicker),
+		"cursors":        n.Log(sqlname.SuffixCursors),
+		"parked":         n.Log(sqlname.SuffixParked),
+		"parked_keys":    n.Log(sqlname.SuffixParkedKeys),
+		"parked_key_idx": n.Quoted(sqlname.SuffixParkedKeyIdx),
+		"tick":           n.Function(sqlname.SuffixTick),
+		"part_add":       n.Function(sqlname.SuffixPartAdd),
+		"part_truncate":  n.Function(sqlname.SuffixPartTruncate),
+		"tick_trim":      n.Function(sqlname.SuffixTickTrim),
+		"part_xids":      sqlname.LogPartXids,
+		"log_lit":        literal(n.Qualified),
+		"schema_lit":     literal(n.Table.Schema),
+		"name_lit":       literal(n.Table.Name),
+	}
+}

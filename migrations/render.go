@@ -20,6 +20,9 @@ import (
 // order index without it and leaves it with it; the build of a missing
 // index that Migrate runs after the migrations with KeyOrder has no file
 // (its statement is in 012's header).
+// For a log (cfg.Kind outbox.KindLog) it renders the log's templates
+// ([LogFS]) the same way, recording their versions in the log's own
+// <table>_schema_version.
 // Render touches no database. It returns an error wrapping
 // [outbox.ErrInvalidIdentifier] for an invalid cfg.
 func Render(cfg Config) (fs.FS, error) {

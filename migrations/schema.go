@@ -112,9 +112,12 @@ type tableSpec struct {
 	// partitioned table.
 	partitionKey     string
 	defaultPartition string
-	columns          []columnSpec
-	constraints      []constraintSpec
-	indexes          []indexSpec
+	// noDefaultPartition says the partitioned table must have none (the
+	// log: DETACH PARTITION CONCURRENTLY refuses a table that has one).
+	noDefaultPartition bool
+	columns            []columnSpec
+	constraints        []constraintSpec
+	indexes            []indexSpec
 }
 
 // expectedTables lists the tables of an outbox (schema version 10 on):

@@ -122,6 +122,17 @@ func (e *VerifyError) Unwrap() []error {
 // valid its definition is checked; dispatchers with Ordering PerKey
 // check at start that it is.
 //
+// With cfg.Kind outbox.KindLog it checks a log instead: the log
+// partitioned by RANGE (xid) with no default partition, its columns (xid
+// defaulting to exactly pg_current_xact_id(), seq an identity), its xid
+// index, a part holding the next transaction id (else the problem says
+// "no partition for new transactions": inserts would fail), its ticks (at
+// least the baseline tick) and its ticker row (these two only when the
+// role may read them), the ticks, ticker, cursor and parked tables, the
+// log's functions, and the version [LatestLog]. A log verified as an
+// outbox, or an outbox as a log, gives one problem saying so ("table is a
+// log, not an outbox"), not one per column.
+//
 // Verify only reads the system catalogs and the version table: it never
 // creates, alters or drops anything, and works for a role that has only
 // USAGE on the schema and SELECT on the version table. It reads in one
@@ -139,10 +150,14 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	if err := checkLockTimeout(cfg.LockTimeout); err != nil {
 		return err
 	}
+	if err := checkKind(cfg.Kind); err != nil {
+		return err
+	}
+	spec := specFor(cfg.Kind)
 	wait := cmp.Or(cfg.LockTimeout, tmplmigrate.DefaultLockWait)
 	var cat *catalog
 	err = tmplmigrate.WithConn(ctx, conn, func(c *pgx.Conn) (err error) {
-		cat, err = readCatalogWithin(ctx, c, names, wait)
+		cat, err = readCatalogWithin(ctx, c, names, spec, wait)
 		return err
 	})
 	var input *outbox.InputError
@@ -153,8 +168,9 @@ func Verify[C Conn](ctx context.Context, conn C, cfg Config) error {
 	if err != nil {
 		return errtext.Wrap(err, "verify %s", names.Table)
 	}
-	if problems := cat.compare(names); len(problems) > 0 {
-		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tables[0].kind == "", newer: versionNewer(cat.version)}
+	if problems := cat.compare(names, spec); len(problems) > 0 {
+		return &VerifyError{Table: names.Table, Problems: problems, missing: cat.tables[0].kind == "",
+			newer: versionNewer(cat.version, spec.latest)}
 	}
 	return nil
 }
@@ -165,6 +181,8 @@ type catalog struct {
 	version string          // the version as text, or what is wrong
 	// functions maps a function's name to describeFunction.
 	functions map[string]string
+	// log is what only a log has, nil for an outbox.
+	log *logCatalog
 }
 
 // tableCatalog is what the database holds for one table of an outbox.
@@ -215,7 +233,7 @@ const (
 // transaction of its own, or, when the caller's conn is already in one, in
 // a savepoint of it, which it rolls back to: the caller's transaction,
 // its locks and its settings stay as they were.
-func readCatalogWithin(ctx context.Context, conn *pgx.Conn, names sqlname.Names, wait time.Duration) (*catalog, error) {
+func readCatalogWithin(ctx context.Context, conn *pgx.Conn, names sqlname.Names, spec schemaSpec, wait time.Duration) (*catalog, error) {
 	end, err := beginRead(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -225,7 +243,7 @@ func readCatalogWithin(ctx context.Context, conn *pgx.Conn, names sqlname.Names,
 	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", timeout); err != nil {
 		return nil, err
 	}
-	cat, err := readCatalog(ctx, conn, names)
+	cat, err := readCatalog(ctx, conn, names, spec)
 	if pgerr.Code(err) == pgerr.LockNotAvailable {
 		end()
 		return nil, lockError(ctx, conn, names, wait, err)
@@ -264,22 +282,30 @@ func beginRead(ctx context.Context, conn *pgx.Conn) (func(), error) {
 
 // readCatalog reads everything Verify compares: one batch of catalog
 // queries, then the version table when it exists.
-func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names) (*catalog, error) {
+func readCatalog(ctx context.Context, conn *pgx.Conn, names sqlname.Names, spec schemaSpec) (*catalog, error) {
 	schema := names.Table.Schema
 	b := &pgx.Batch{}
 	cat := &catalog{functions: map[string]string{}}
 	var versionKind string
-	fns := make([]string, len(expectedFunctions))
-	for i, f := range expectedFunctions {
+	fns := make([]string, len(spec.functions))
+	for i, f := range spec.functions {
 		fns[i] = names.Object(f.suffix)
 	}
 	b.Queue(queryFunctions, schema, fns).Query(func(rows pgx.Rows) error { return readFunctions(rows, cat.functions) })
-	for _, spec := range expectedTables {
-		cat.tables = append(cat.tables, queueTable(b, schema, names.Object(spec.suffix)))
+	for _, ts := range spec.tables {
+		cat.tables = append(cat.tables, queueTable(b, schema, names.Object(ts.suffix)))
+	}
+	if spec.kind == outbox.KindLog {
+		cat.log = queueLogParts(b, names)
 	}
 	b.Queue(queryKind, schema, names.Object(sqlname.SuffixVersion)).QueryRow(func(r pgx.Row) error { return scanOptional(r, &versionKind) })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	if cat.log != nil {
+		if err := cat.log.readTicks(ctx, conn, names, cat.tables); err != nil {
+			return nil, err
+		}
 	}
 	v, err := readVersion(ctx, conn, names, versionKind)
 	cat.version = v
@@ -389,27 +415,33 @@ func readVersion(ctx context.Context, conn *pgx.Conn, names sqlname.Names, kind 
 }
 
 // compare lists the differences between cat and the expected schema.
-func (cat *catalog) compare(names sqlname.Names) []Problem {
+func (cat *catalog) compare(names sqlname.Names, spec schemaSpec) []Problem {
+	if p, wrong := cat.tables[0].wrongKind(names, spec.kind); wrong {
+		return []Problem{p} // one clear problem rather than every column
+	}
 	var ps []Problem
 	add := func(object, expected, actual string) {
 		if expected != actual {
 			ps = append(ps, Problem{Object: object, Expected: expected, Actual: actual})
 		}
 	}
-	for i, spec := range expectedTables {
+	for i, ts := range spec.tables {
 		if i > 0 && cat.tables[0].kind == "" {
 			break // nothing was migrated: the outbox table's absence says it
 		}
-		cat.tables[i].compare(names, spec, add)
+		cat.tables[i].compare(names, ts, add)
 	}
 	if cat.tables[0].kind != "" {
-		for _, f := range expectedFunctions {
+		for _, f := range spec.functions {
 			n := names.Object(f.suffix)
 			add("function "+names.Table.Schema+"."+n, describeFunction(f.args, true), orMissing(cat.functions, n))
 		}
+		if cat.log != nil {
+			cat.log.compare(names, cat.tables, add)
+		}
 	}
 	add("version table "+names.Table.Schema+"."+names.Object(sqlname.SuffixVersion),
-		strconv.Itoa(int(Latest())), versionVerdict(cat.version))
+		strconv.Itoa(int(spec.latest)), versionVerdict(cat.version, spec.latest))
 	return ps
 }
 
@@ -438,7 +470,11 @@ func (tc *tableCatalog) compare(names sqlname.Names, spec tableSpec, add func(ob
 	}
 	if spec.partitionKey != "" && tc.kind == spec.kind {
 		add("partition key of "+t, spec.partitionKey, tc.partKey)
-		add("default partition of "+t, schema+"."+names.Object(spec.defaultPartition), orMissingName(schema, tc.defaultPartition))
+		if spec.noDefaultPartition {
+			add("default partition of "+t, "none", cmp.Or(tc.defaultPartition, "none"))
+		} else {
+			add("default partition of "+t, schema+"."+names.Object(spec.defaultPartition), orMissingName(schema, tc.defaultPartition))
+		}
 	}
 }
 
@@ -458,21 +494,21 @@ func orMissing(m map[string]string, key string) string {
 }
 
 // versionVerdict adds what to do to a version that is not the latest.
-func versionVerdict(v string) string {
+func versionVerdict(v string, latest int32) string {
 	n, err := strconv.Atoi(v)
 	switch {
-	case err != nil || n < int(Latest()):
+	case err != nil || n < int(latest):
 		return v + " (run Migrate)"
-	case n > int(Latest()):
+	case n > int(latest):
 		return v + " (newer than this library knows: upgrade pgoutbox)"
 	}
 	return v
 }
 
-// versionNewer reports whether v is a version newer than Latest.
-func versionNewer(v string) bool {
+// versionNewer reports whether v is a version newer than latest.
+func versionNewer(v string, latest int32) bool {
 	n, err := strconv.Atoi(v)
-	return err == nil && n > int(Latest())
+	return err == nil && n > int(latest)
 }
 
 func relkindName(kind string) string {

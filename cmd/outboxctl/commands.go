@@ -476,7 +476,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 var fieldFlags = map[string]string{
 	"Status": "-status", "Type": "-type", "AggregateID": "-aggregate-id", "Code": "-code",
 	"After": "-after", "Limit": "-limit", "IDs": "-id", "FailedBefore": "-failed-before",
-	"OlderThan": "-older-than",
+	"OlderThan": "-older-than", "group": "-group", "key": "-key",
 }
 
 // asUsage turns the admin package's input errors into usage errors, named

@@ -29,6 +29,9 @@ func statusFlags(fs *flag.FlagSet) func(*env) error {
 		if flagSet(fs, "interval") && !*watch {
 			return usagef("-interval needs -watch")
 		}
+		if log, err := e.statusOfLog(); log || err != nil {
+			return err
+		}
 		a, err := e.newAdmin()
 		if err != nil {
 			return err
@@ -123,4 +126,26 @@ func printList[T any](e *env, items []T, empty string, header []string, row func
 		rows[i] = row(it)
 	}
 	return e.printTable(header, rows, "")
+}
+
+// statusOfLog prints the relay's state when -table names a log
+// (outbox.KindLog) rather than an outbox, and reports whether it did.
+func (e *env) statusOfLog() (bool, error) {
+	conn, err := e.connect()
+	if err != nil {
+		return false, err
+	}
+	log, err := e.isLog(conn)
+	if err != nil || !log {
+		return false, err
+	}
+	r, err := admin.NewRelay(conn, admin.RelayConfig{Log: e.table})
+	if err != nil {
+		return true, err
+	}
+	s, err := r.Status(e.ctx)
+	if err != nil {
+		return true, err
+	}
+	return true, e.printRelayStatus(s)
 }

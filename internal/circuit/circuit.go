@@ -1,10 +1,12 @@
 package circuit
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/clock"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // State is the state of the circuit; the dispatcher's public CircuitState
@@ -21,6 +23,18 @@ const (
 	// through, and its publish closes or opens the circuit.
 	Probing
 )
+
+// String names the state: "closed", "open" or "probing" (a value out of
+// range reads "closed").
+func (s State) String() string {
+	switch s {
+	case Open:
+		return "open"
+	case Probing:
+		return "probing"
+	}
+	return "closed"
+}
 
 // Circuit is the publisher's circuit state, under its own lock (a leaf:
 // nothing else is locked or called while it is held, but the test hook).
@@ -218,4 +232,25 @@ func (c *Circuit) Stop() {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+}
+
+// Verdict reads the errors of one publish call: an outage when every
+// message the publisher attempted failed unavailable
+// (outbox.IsUnavailable; cause is one of them), reached when one
+// succeeded or failed for another reason, neither when nothing was
+// attempted. outbox.ErrNotAttempted (a key-ordered publisher's later
+// message of a key that failed) says nothing either way. The
+// dispatcher (internal/run) and the relay's lanes judge their calls with
+// it, so both open and close their circuits alike.
+func Verdict(errs []error) (outage, reached bool, cause error) {
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, outbox.ErrNotAttempted):
+		case !outbox.IsUnavailable(err):
+			return false, true, nil
+		default:
+			cause = err
+		}
+	}
+	return cause != nil, false, cause
 }

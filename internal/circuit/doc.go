@@ -14,7 +14,9 @@
 // and reports transitions. This package decides only what the next claim
 // takes (Plan, DueTypes: all claimed types while closed, a probe of the
 // published ones, the handler-only ones while open) from the types it is
-// given, and when the backoff ends.
+// given, and when the backoff ends; Verdict reads a publish call's errors
+// (outage, reached or neither) for both the dispatcher and the relay's
+// lanes (internal/relay/lanes).
 //
 // Inputs: Config (the dispatcher's CircuitMinBackoff, CircuitMaxBackoff
 // and CircuitProbeSize, its Trigger as WakeFunc, a test hook, the clock)

@@ -7,7 +7,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/circuit"
 	"github.com/pgoutbox/pgoutbox/internal/held"
 	"github.com/pgoutbox/pgoutbox/internal/report"
-	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // The publisher's circuit. A publisher reports an outage by wrapping its
@@ -54,7 +53,7 @@ func (r *Runner) judgePublish(ctx context.Context, errs []error) (outage bool) {
 	if context.Cause(ctx) != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return false
 	}
-	outage, reached, cause := verdict(errs)
+	outage, reached, cause := circuit.Verdict(errs)
 	if !outage && !reached {
 		return false
 	}
@@ -87,24 +86,6 @@ func (r *Runner) heldBack(items []*held.Item) bool {
 
 // errCircuitOpen is the error of the events heldBack returned.
 var errCircuitOpen = errors.New("the publisher's circuit is open")
-
-// verdict reads the errors of a call: an outage when every message a
-// publisher attempted failed unavailable (cause is one of them), reached
-// when one succeeded or failed for another reason, neither when nothing
-// was attempted. outbox.ErrNotAttempted (a key-ordered publisher's later
-// message of a key that failed) says nothing either way.
-func verdict(errs []error) (outage, reached bool, cause error) {
-	for _, err := range errs {
-		switch {
-		case errors.Is(err, outbox.ErrNotAttempted):
-		case !outbox.IsUnavailable(err):
-			return false, true, nil
-		default:
-			cause = err
-		}
-	}
-	return cause != nil, false, cause
-}
 
 // publishFailure is the result of a message that failed to publish:
 // returned to PENDING without an attempt when its call was an outage

@@ -1,6 +1,7 @@
 package sqlname
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -89,6 +90,43 @@ const (
 	// Names.Partition).
 	SuffixPartition = "_s"
 )
+
+// Suffixes of a log table's objects (outbox.KindLog, issue 27): its one
+// index, the ticks and the ticker's lease row, the consumer groups'
+// cursors, the parked keys and events, and the SECURITY DEFINER functions
+// that tick, add and truncate parts and trim ticks. A part is named SuffixLogPart and
+// its number (lower bound / LogPartXids) as 10 hex digits (Names.LogPart).
+const (
+	SuffixLogXidIndex  = "_xid_idx"
+	SuffixTicks        = "_ticks"
+	SuffixTicker       = "_ticker"
+	SuffixCursors      = "_cursors"
+	SuffixParked       = "_parked"
+	SuffixParkedKeys   = "_parked_keys"
+	SuffixParkedKeyIdx = "_parked_key_idx"
+	SuffixTick         = "_tick"
+	SuffixPartAdd      = "_part_add"
+	SuffixPartTruncate = "_part_truncate"
+	SuffixTickTrim     = "_tick_trim"
+	SuffixLogPart      = "_x"
+)
+
+// LogPartXids is the width of one part of a log table: the range of
+// transaction ids (xid8) whose events it holds. Parts start at multiples
+// of it.
+const LogPartXids = 1 << 22
+
+// LogPart returns the unquoted name of the log part that holds the
+// transaction ids [lo, lo+LogPartXids), lo a multiple of LogPartXids.
+func (n Names) LogPart(lo uint64) string {
+	return fmt.Sprintf("%s%s%010x", n.Table.Name, SuffixLogPart, lo/LogPartXids)
+}
+
+// Log returns the quoted schema.table of the log's companion table with
+// the suffix (SuffixTicks, SuffixCursors, ...).
+func (n Names) Log(suffix string) string {
+	return pgx.Identifier{n.Table.Schema, n.Object(suffix)}.Sanitize()
+}
 
 // For validates t (after applying defaults) and returns its names.
 func For(t outbox.Table) (Names, error) {

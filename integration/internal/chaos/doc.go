@@ -33,6 +33,26 @@
 // Report.Violations lists what breaks a promise; duplicates do not, since
 // delivery is at least once.
 //
+// # The log relay (issue 27)
+//
+// CheckRelay judges a relay scenario (relay_*.go) from its own records:
+// the ledger (LedgerEntry: event, key, version, xid, seq, committed by a
+// writer that locked the key's row before emitting, so a key's commit
+// order is its version order), the broker acks recorded by the test
+// publisher wrapper (Recorder.WriteDelivery), the cursor log and the copy
+// of the ticks (InstallCursorLog, written in the moving transaction), and
+// the faults. Its RelayReport names lost and unexpected events, per-key
+// order violations (the first ack of a version after the first ack of a
+// higher one), cursor moves past an event before its ack, moves outside
+// the lease, and every duplicate with its explanation: the token that
+// published the earlier ack never moved the cursor past the event, and a
+// kill of its replica, a loss of its lease (a take by another token in
+// the cursor log) or a server outage came between the two acks. Which
+// batch an event was in needs no hook in the relay: the event's tick is
+// the first tick whose snapshot shows its xid finished, and a move from
+// tick c to t (or up to batch_seq inside batch tick t) covers it when
+// c < tick <= t.
+//
 // The scenarios that drive the replicas live in the integration tests
 // (chaos*_test.go); docs/reliability.md publishes their figures.
 package chaos
