@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -488,6 +489,21 @@ func (h *chaosHarness) input(ctx context.Context, faultsEnded, drained time.Time
 // start and end (chaos.Recorder) and takes LatencyMin to LatencyMax. It
 // runs until killed or until its stdin closes; then it stops, closes its
 // pool and prints its goroutines and heap.
+// runRetryingConnect runs d, starting it again while its start fails to
+// connect: a replica started while the server restarts or its PgBouncer
+// is down waits for it, as a supervised service would be restarted,
+// rather than leaving the scenario one replica short.
+func runRetryingConnect(ctx context.Context, d *dispatcher.Dispatcher) error {
+	for {
+		err := d.Run(ctx)
+		var connect *pgconn.ConnectError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &connect) || d.Health().State != dispatcher.StateNew {
+			return err
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
 func childChaosReplica() error {
 	var rc chaosReplicaConfig
 	if err := json.Unmarshal([]byte(os.Getenv(envChaosReplica)), &rc); err != nil {
@@ -546,7 +562,7 @@ func childChaosReplica() error {
 		close(stdinClosed)
 	}()
 	fmt.Println(childReady)
-	runErr := d.Run(runCtx)
+	runErr := runRetryingConnect(runCtx, d)
 	pool.Close()
 	<-stdinClosed
 	runtime.GC()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +32,8 @@ type Bouncer struct {
 	// max_prepared_statements set), so that pgx's cache_statement mode
 	// works through it.
 	Prepared bool
+	// dir holds its configuration and log.
+	dir string
 }
 
 // bouncerPaths are where pgbouncer is looked for beyond PATH: Debian
@@ -76,8 +80,8 @@ func StartBouncerFor(tb testing.TB, serverURL string) (*Bouncer, string) {
 	if err != nil {
 		tb.Fatalf("testdb: %s --version: %v", bin, err)
 	}
-	b := &Bouncer{Version: version, Prepared: versionAtLeast(version, 1, 21)}
 	dir := bouncerDir(tb)
+	b := &Bouncer{Version: version, Prepared: versionAtLeast(version, 1, 21), dir: dir}
 	var lastErr error
 	for range 5 { // another process may take the free port first
 		port, err := FreePort()
@@ -138,8 +142,51 @@ func (b *Bouncer) ini(server *pgx.ConnConfig, port int) string {
 // PgBouncer.
 const watchdog = `exec 3<&0; "$0" "$@" </dev/null & pid=$!; (read -r _ <&3; kill "$pid" 2>/dev/null) & wait "$pid"`
 
+// proc is one PgBouncer process.
+type proc struct {
+	cmd    *exec.Cmd
+	alive  io.WriteCloser // closing it ends the process (watchdog)
+	exited chan struct{}  // closed once it exited; err is then its error
+	err    error
+}
+
+// startProc starts PgBouncer (args: the watchdog shell's) writing to log.
+func startProc(dir string, args []string, log *os.File) (*proc, error) {
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	alive, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, alive: alive, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop ends the process, killing it if it has not exited within 5s.
+func (p *proc) stop() {
+	_ = p.alive.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
 // run starts PgBouncer on port and waits until it accepts connections.
-// It is stopped when tb ends.
+// It is stopped when tb ends. While the test runs, a PgBouncer that exits
+// is started again on its port: PgBouncer 1.18 (Debian 12's) crashes on
+// some cancel requests ("bad client state", seen in TestChaosPgBouncer),
+// and a pooler that dies and comes back is a fault the replicas must
+// ride out, not the test's end.
 func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 	tb.Helper()
 	logPath := filepath.Join(dir, "pgbouncer.log")
@@ -147,68 +194,102 @@ func (b *Bouncer) run(tb testing.TB, bin, dir string, port int) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = logFile.Close() }()
 	args := []string{"-c", watchdog, bin}
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "nobody")
 	}
-	cmd := exec.Command("/bin/sh", append(args, filepath.Join(dir, "pgbouncer.ini"))...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	alive, err := cmd.StdinPipe()
+	args = append(args, filepath.Join(dir, "pgbouncer.ini"))
+	p, err := startProc(dir, args, logFile)
 	if err != nil {
+		_ = logFile.Close()
 		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		_ = alive.Close()
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(time.Minute); ; { // a hang guard: it exits on a failed bind
 		select {
-		case <-exited:
+		case <-p.exited:
+			_ = logFile.Close()
 			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("pgbouncer exited (%w): %s", waitErr, strings.TrimSpace(string(out)))
+			return fmt.Errorf("pgbouncer exited (%w): %s", p.err, strings.TrimSpace(string(out)))
 		default:
 		}
 		if listening(logPath, addr) {
-			tb.Cleanup(func() {
-				if tb.Failed() { // say whether PgBouncer was still up, and what it logged
-					logTail(tb, logPath, addr, exited, &waitErr)
-				}
-				stop()
-			})
-			return nil
+			break
 		}
 		if time.Now().After(deadline) {
-			stop()
+			p.stop()
+			_ = logFile.Close()
 			out, _ := os.ReadFile(logPath)
 			return fmt.Errorf("pgbouncer did not listen on %s within a minute: %s", addr, strings.TrimSpace(string(out)))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	s := &supervisor{cur: p, done: make(chan struct{})}
+	go s.keep(dir, args, logFile)
+	tb.Cleanup(func() {
+		q, restarts := s.close()
+		if tb.Failed() { // say whether PgBouncer was still up, and what it logged
+			logTail(tb, logPath, addr, q.exited, &q.err, restarts)
+		}
+		q.stop()
+		_ = logFile.Close()
+	})
+	return nil
+}
+
+// supervisor starts PgBouncer again each time it exits, until close.
+type supervisor struct {
+	mu       sync.Mutex
+	cur      *proc
+	restarts int
+	closing  bool
+	done     chan struct{}
+}
+
+// keep waits for the current process to exit and starts another, until
+// close; it gives up when a start fails.
+func (s *supervisor) keep(dir string, args []string, log *os.File) {
+	for {
+		s.mu.Lock()
+		p := s.cur
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+			return
+		case <-p.exited:
+		}
+		_ = p.alive.Close() // its watchdog's reader ends too
+		n, err := startProc(dir, args, log)
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			n.stop()
+			return
+		}
+		s.cur, s.restarts = n, s.restarts+1
+		s.mu.Unlock()
+	}
+}
+
+// close stops the restarts and returns the current process and how many
+// times PgBouncer was started again.
+func (s *supervisor) close() (*proc, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closing = true
+	close(s.done)
+	return s.cur, s.restarts
 }
 
 // logTail logs, for a failed test, whether the PgBouncer on addr had
 // exited (with its error) and the end of its log: a replica refused a
 // connection to a PgBouncer that had been listening once
 // (TestChaosPgBouncer, seen once), and only this says why.
-func logTail(tb testing.TB, logPath, addr string, exited <-chan struct{}, waitErr *error) {
-	state := "still running"
+func logTail(tb testing.TB, logPath, addr string, exited <-chan struct{}, waitErr *error, restarts int) {
+	state := fmt.Sprintf("still running (started again %d times)", restarts)
 	select {
 	case <-exited:
 		state = fmt.Sprintf("exited before the test ended (%v)", *waitErr)
