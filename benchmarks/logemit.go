@@ -18,8 +18,8 @@ var benchLog = outbox.Table{Schema: "public", Name: "event_log"}
 // docs/relay-design.md §1.5), the rows the minimal case's modes write
 // beside it: emit (one event and one business row per transaction, W
 // writers; compare minimal insert) and emit-batch (Batch events per
-// transaction: the emitter's INSERT below 5,000 events, its COPY from
-// 5,000 on; compare minimal insert-multi and copy at the same batch).
+// transaction: the emitter's INSERT below 500 events, its COPY from
+// 500 on; compare minimal insert-multi and copy at the same batch).
 func runLog(ctx context.Context, o Options) (Result, error) {
 	return pick(ctx, o, []mode{{"emit", logEmit}, {"emit-batch", logEmitBatch}})
 }

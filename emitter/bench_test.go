@@ -126,7 +126,7 @@ func BenchmarkInsertVsCopy(b *testing.B) {
 			return e.send(ctx, tx, c, notify)
 		}},
 	}
-	for _, n := range []int{10, 100, 1000, 10000} {
+	for _, n := range []int{10, 20, 50, 100, 1000, 10000} {
 		events := benchEvents(n)
 		for _, way := range ways {
 			b.Run(fmt.Sprintf("%s/%d", way.name, n), func(b *testing.B) {

@@ -11,16 +11,22 @@ import (
 
 // COPY takes over from the INSERT for batches of at least copyMinEvents
 // events or copyMinPayloadBytes bytes of payload, delayed or not.
-// BenchmarkInsertVsCopy measured COPY about 2x faster at 10,000 events, and
-// no clear winner at 1,000, where COPY would cost a third round trip on a
-// cold statement cache (pgx describes the table first); the INSERT is as
-// fast or faster below that. By bytes, BenchmarkInsertVsCopyPayload
-// measured the INSERT allocating 5 to 8 times the payload (it encodes
-// every payload into one message) and no faster than COPY from 1 MiB of
-// payload on, while COPY streams in 64 KiB messages and allocates a few
-// hundred bytes per event whatever the payload. See docs/emitting.md.
+// BenchmarkInsertVsCopy (rolled-back transactions, PostgreSQL on
+// loopback) measures the two even at about 50 events and COPY ahead from
+// there: 10% at 100, 15-30% at 1,000, 20-35% at 10,000; in committed
+// batches from two writers (go run ./benchmarks -mode emit-batch) COPY
+// gave 15% more events/s at 100 and 20-30% at 1,000, into an outbox and
+// into a log. COPY costs one round trip more than the INSERT (it waits
+// for the server's CopyInResponse), which a real network makes 0.2 to
+// 1 ms; the threshold sits at 500 events, where COPY saves about 1 ms of
+// server time, so that it pays for that round trip off loopback too. By
+// bytes, BenchmarkInsertVsCopyPayload measured the INSERT allocating 5 to
+// 8 times the payload (it encodes every payload into one message) and no
+// faster than COPY from 1 MiB of payload on, while COPY streams in 64 KiB
+// messages and allocates a few hundred bytes per event whatever the
+// payload. See docs/emitting.md.
 const (
-	copyMinEvents       = 5000
+	copyMinEvents       = 500
 	copyMinPayloadBytes = 1 << 20
 )
 

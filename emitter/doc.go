@@ -27,7 +27,7 @@
 //     pg_notify in the same round trip. With a warm statement cache a call
 //     is one round trip whatever the number of events; the first call on a
 //     connection takes one more, to prepare the statements. Batches of
-//     5,000 events or more, or of 1 MiB of payload or more, go by COPY,
+//     500 events or more, or of 1 MiB of payload or more, go by COPY,
 //     two or three round trips, since COPY is faster there and its memory
 //     is bounded by the events; a batch with a delay first reads the
 //     transaction's now() (one more round trip) and sends each row's due
@@ -52,7 +52,7 @@
 // append-only log (migrations.Config.Kind outbox.KindLog) instead of an
 // outbox table: the same validation, IDs, tracing and metrics, the same
 // INSERT (one VALUES row for one event, unnested arrays for more; COPY
-// from 5,000 events or 1 MiB) minus
+// from 500 events or 1 MiB) minus
 // the due time; the log's defaults fill xid (the transaction's top-level
 // id, which bounds the relay's batches; a savepoint's events carry it
 // too, and vanish with the savepoint's rollback), seq and created_at, and

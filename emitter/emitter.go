@@ -88,7 +88,7 @@ func New(cfg Config) (*Emitter, error) {
 // limits. The caller's events and maps are not modified.
 //
 // The insert and the notify travel in one round trip (two the first time a
-// connection runs them, to prepare the statements). Batches of 5,000 events
+// connection runs them, to prepare the statements). Batches of 500 events
 // or more (or 1 MiB of payload) go by COPY instead, which is faster there,
 // streams and takes two or three round trips (one more when an event has a
 // Delay: COPY reads the transaction's now() first). A

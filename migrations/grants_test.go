@@ -68,7 +68,7 @@ func newRoleEnv(t *testing.T, dispatcherDeletes bool) *roleEnv {
 }
 
 // emit commits n events as the producer: one INSERT, or COPY from
-// 5,000 events on.
+// 500 events on.
 func (env *roleEnv) emit(ctx context.Context, n int) error {
 	em, err := emitter.New(emitter.Config{Table: env.cfg.Table})
 	if err != nil {

@@ -273,7 +273,7 @@ func newLogRoles(t *testing.T) *logRoles {
 	return env
 }
 
-// emit commits n events into the log as the producer (COPY from 5,000).
+// emit commits n events into the log as the producer (COPY from 500).
 func (env *logRoles) emit(ctx context.Context, n int) error {
 	em, err := emitter.New(emitter.Config{Table: env.cfg.Table, Kind: outbox.KindLog})
 	if err != nil {
