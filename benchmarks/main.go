@@ -134,7 +134,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.Publisher, "publisher", "noop", "relay: destination (noop, kfake: kafkapub to an in-process kfake, nats: natspub to the local JetStream)")
 	fs.DurationVar(&o.Hold, "hold", o.Hold, "relay longtx: how long the one transaction stays open")
 	fs.BoolVar(&o.Ticked, "ticked", false, "relay throughput: a tick after every -batch events of the backlog (else one tick holds it all)")
-	fs.BoolVar(&o.SQLTime, "sqltime", false, "relay throughput: time each statement the relay runs (params.sql_ms: count and total ms, start to the end of its rows)")
+	fs.BoolVar(&o.SQLTime, "sqltime", false, "relay throughput and the emit modes: time each statement (params.sql_ms: count and total ms, start to the end of its rows)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -80,8 +80,9 @@ type Options struct {
 	// Ticked makes the relay's throughput backlog a tick every Batch
 	// events instead of one tick for the whole of it.
 	Ticked bool
-	// SQLTime times the relay's statements (relay throughput): count and
-	// total milliseconds per statement, in the result's params.
+	// SQLTime times each statement of a relay throughput run or of an
+	// emit mode (pgoutbox, minimal, log, raw-sql): count and total
+	// milliseconds per statement, in the result's params.
 	SQLTime bool
 }
 

@@ -97,6 +97,10 @@ func emitRunWith(ctx context.Context, o Options, setup func(context.Context, *be
 		}
 	}
 	trips0 := db.trips.total()
+	if o.SQLTime {
+		db.trips.stmts = &stmtTimes{}
+		db.trips.stmts.reset()
+	}
 	start := time.Now()
 	if err := inTxs(ctx, db, writers, o.N, per, write); err != nil {
 		return Result{}, err
@@ -104,6 +108,9 @@ func emitRunWith(ctx context.Context, o Options, setup func(context.Context, *be
 	res := throughput(mode, o.N, time.Since(start))
 	res.Params = map[string]any{"writers": writers, "per_tx": per, "payload": o.Payload, "notify": o.Notify, "notify_every": o.NotifyEvery,
 		"round_trips": db.trips.total() - trips0}
+	if o.SQLTime {
+		res.Params["sql_ms"] = db.trips.stmts.snapshot()
+	}
 	return res.verify(ctx, db, o.N, countSQL)
 }
 

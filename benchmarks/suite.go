@@ -50,7 +50,7 @@ const (
 
 // roundSpecs are run in every round; ratios come from them.
 func roundSpecs(short bool) []spec {
-	n, e, slow := sizes(short, 50_000), sizes(short, 10_000), sizes(short, 10_000)
+	n, e, slow := sizes(short, 50_000), sizes(short, 20_000), sizes(short, 10_000)
 	return []spec{
 		{"pgoutbox Emit", groupEmit, args("pgoutbox", "emit", "-n", e, "-writers", "4")},
 		{"raw INSERT", groupEmit, args("raw-sql", "insert", "-n", e, "-writers", "4")},
