@@ -413,14 +413,21 @@ func itemsByID(items []*held.Item) map[uuid.UUID]*held.Item {
 // again after its own backoff, and lets go of those that failed too often
 // or whose lease can no longer be trusted. A refusal counts against an
 // outcome only when it was written alone: a refused write of several that
-// the round's budget left unsplit says nothing about each of them.
+// the round's budget left unsplit says nothing about each of them, spends
+// none of their tries and is written again after firstRetry, when the
+// next round splits it further (each round isolates at least one refused
+// outcome, so the refused ones run out of refusals and the rest is
+// written).
 func (c *Completer) retryLater(items []*held.Item, err error) {
-	isRefusal := Refused(err) && len(items) == 1
+	alone := Refused(err) && len(items) == 1
+	group := Refused(err) && len(items) > 1
 	now := c.cfg.Clock.Mono()
 	givenUp := c.cfg.Held.WriteFailed(items, func(it *held.Item, expired bool) held.WriteVerdict {
 		r := it.Record()
-		r.Tries++
-		if isRefusal {
+		if !group {
+			r.Tries++
+		}
+		if alone {
 			r.Refusals++
 		}
 		if expired {
@@ -432,7 +439,7 @@ func (c *Completer) retryLater(items []*held.Item, err error) {
 		case expired && (!it.MaybeWritten() || r.Late > maxLateTries):
 			return held.WriteLost
 		}
-		r.RetryAt = now.Add(retryBackoff(r.Tries))
+		r.RetryAt = now.Add(retryBackoff(max(r.Tries, 1)))
 		return held.WriteAgain
 	})
 	c.cfg.Report.Error("completion failed, will retry", err)

@@ -353,3 +353,66 @@ func TestCompleterWriteOfNothingIsNoSuccess(t *testing.T) {
 	ok, _ := b.health.counts()
 	require.Zero(t, ok)
 }
+
+// TestRefusedGroupWritesSpendNoTries: a refused write of several outcomes
+// that a round's split budget leaves whole says nothing of any one of
+// them, so it spends none of their tries. Under load a round takes more
+// outcomes at once and its budget isolates fewer of the refused ones: an
+// innocent outcome that shared maxWriteTries such writes was given up as
+// lost, never reported, and TestCompleterManyRefusalsCostTheOthersNothing
+// waited for it until its timeout.
+func TestRefusedGroupWritesSpendNoTries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
+	require.NoError(t, err)
+	b := setupCompleter(t, db.Pool, db.Table())
+	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
+	require.NoError(t, err)
+	bad, good := batch.Events[0].ID, batch.Events[1].ID
+	_, err = db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.id = '`+bad.String()+`' THEN
+		RAISE EXCEPTION 'refused by the test';
+	END IF;
+	RETURN NEW;
+END $$`)
+	require.NoError(t, err)
+	db.OnOutcomes(t, "refuse_outcome")
+	b.finishAll(t, batch, make([]held.Result, 2)...)
+	for i := range maxWriteTries + 1 {
+		items, dropped, _ := b.held.TakeOutcomes(0)
+		require.Empty(t, dropped)
+		require.Len(t, items, 2, "both outcomes are still held after %d refused writes of both", i)
+		budget := 1 // no split: the write of both is refused whole
+		b.c.writeSplitting(items, &budget)
+		for _, it := range items {
+			it.Record().RetryAt = time.Time{} // due again at once
+		}
+	}
+	stop := b.run(t)
+	testctx.Await(t, "the innocent outcome reported", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, o := range b.outcomes {
+			if o.Item.Event.ID == good {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, o := range b.outcomes {
+		if o.Item.Event.ID == good {
+			require.Equal(t, outbox.StatusSent, o.Status)
+		}
+	}
+	for _, err := range b.errs {
+		require.NotContains(t, err.Error(), good.String(), "the innocent event is not given up")
+	}
+}
