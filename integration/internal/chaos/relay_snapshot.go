@@ -8,7 +8,10 @@ import (
 	"strings"
 )
 
-// snapshot is a parsed pg_snapshot.
+// snapshot is a parsed pg_snapshot. It, parseSnapshot and visible copy
+// internal/relay/store's snap.go on purpose: the checker must not share
+// code with what it checks, so that a mistake there fails the check
+// instead of being repeated by it.
 type snapshot struct {
 	xmin, xmax uint64
 	xip        []uint64 // sorted

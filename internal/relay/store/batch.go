@@ -16,51 +16,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/relay/batch"
 )
 
-// NextBatch reads the group's next batch from the cursor cur (as
-// TakeGroup or Move returned it): the events visible in the target
-// tick's snapshot and not in the cursor tick's, after cur.BatchSeq, in
-// seq order, at most maxBatch (Partial when more wait). The target is
-// cur.BatchTick for an open batch, else the newest tick within maxBatch
-// events of the cursor tick (at least the next), which is recorded as
-// the cursor's batch_tick before the events are returned (ErrLeaseLost
-// when token no longer holds the group where cur says). ok is false when
-// there is no tick after the cursor's. ErrSnapshotBackwards when the
-// ticks went backwards.
-func (s *Store) NextBatch(ctx context.Context, token uuid.UUID, cur batch.Cursor, maxBatch int) (b batch.Batch, ok bool, err error) {
-	b, ok, err = s.ReadBatch(ctx, cur, maxBatch)
-	if err != nil || !ok || cur.BatchTick != 0 {
-		return b, ok, err
-	}
-	tag, err := s.db.Exec(ctx, s.sql.openBatch, cur.Group, token.String(), b.From.ID, b.To.ID)
-	if err != nil {
-		return batch.Batch{}, false, errtext.Wrap(err, "open batch of %q", cur.Group)
-	}
-	if tag.RowsAffected() == 0 {
-		return batch.Batch{}, false, ErrLeaseLost
-	}
-	return b, true, nil
-}
-
-// ReadBatch is NextBatch without recording the target: the read ahead of
-// a reader whose cursor will be cur once the batch it publishes moves
-// (Next predicts it). Pass the batch to MoveOpen with that move, which
-// records its target.
-func (s *Store) ReadBatch(ctx context.Context, cur batch.Cursor, maxBatch int) (b batch.Batch, ok bool, err error) {
-	if maxBatch < 1 {
-		return batch.Batch{}, false, fmt.Errorf("pgoutbox: next batch: maxBatch %d, want at least 1", maxBatch)
-	}
-	c, t, err := s.checkedTicks(ctx, cur.LastTick, cur.BatchTick, maxBatch)
-	if err != nil || t.ID == 0 {
-		return batch.Batch{}, false, err
-	}
-	b = batch.Batch{From: c, To: t, AfterSeq: cur.BatchSeq}
-	b.Events, b.Partial, err = s.events(ctx, c, t, cur.BatchSeq, maxBatch)
-	if err != nil {
-		return batch.Batch{}, false, errtext.Wrap(err, "read batch of %q", cur.Group)
-	}
-	return b, true, nil
-}
-
 // Next returns the cursor that moving b from cur gives: b's target when
 // b is whole, else cur's tick with b's target and last seq as the open
 // batch.
@@ -71,33 +26,7 @@ func Next(cur batch.Cursor, b batch.Batch) batch.Cursor {
 	return batch.Cursor{Group: cur.Group, LastTick: b.To.ID}
 }
 
-// events reads the events of c → t after afterSeq, at most maxBatch;
-// more says that there were more.
-func (s *Store) events(ctx context.Context, c, t batch.Tick, afterSeq int64, maxBatch int) (events []batch.Event, more bool, err error) {
-	sc, err := parseSnapshot(c.Snapshot)
-	if err != nil {
-		return nil, false, err
-	}
-	st, err := parseSnapshot(t.Snapshot)
-	if err != nil {
-		return nil, false, err
-	}
-	rows, err := s.db.Query(ctx, s.sql.events, strconv.FormatUint(sc.xmax, 10), strconv.FormatUint(st.xmax, 10),
-		xidTexts(done(sc, st)), t.Snapshot, c.Snapshot, afterSeq, maxBatch+1)
-	if err != nil {
-		return nil, false, err
-	}
-	events, err = pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(events) > maxBatch {
-		return events[:maxBatch], true, nil
-	}
-	return events, false, nil
-}
-
-// scanEvent reads a row of the events statement.
+// scanEvent reads a row of the events statement (and of parkedEvents).
 func scanEvent(row pgx.CollectableRow) (batch.Event, error) {
 	var e batch.Event
 	var xid, id, headers string
@@ -149,24 +78,16 @@ func (s *Store) Move(ctx context.Context, token uuid.UUID, cur batch.Cursor, b b
 	return s.MoveWith(ctx, token, cur, b, Outcome{Parked: parked, NewKeys: newKeys})
 }
 
-// MoveOpen is Move that also records ahead, a batch read (ReadBatch)
-// from Next(cur, b), as the open batch: a restart then resumes exactly
-// it. A zero ahead (To.ID 0) records nothing more; so does an ahead
-// that continues a partial b (same target), whose target is b's.
-func (s *Store) MoveOpen(ctx context.Context, token uuid.UUID, cur batch.Cursor, b batch.Batch, parked []batch.Parked,
-	newKeys []ParkedKey, ahead batch.Batch,
-) (batch.Cursor, error) {
-	return s.MoveWith(ctx, token, cur, b, Outcome{Parked: parked, NewKeys: newKeys, Ahead: ahead})
-}
-
 // Outcome is what a cursor move writes besides the cursor, in the move's
 // transaction.
 type Outcome struct {
 	// Parked and NewKeys are the events and keys the batch parked.
 	Parked  []batch.Parked
 	NewKeys []ParkedKey
-	// Ahead, when its To.ID is not 0, is a batch read ahead, recorded as
-	// the open batch (see MoveOpen).
+	// Ahead, when its To.ID is not 0, is a batch read ahead from
+	// Next(cur, b) (the Batch of a ReadStream), recorded as the open
+	// batch: a restart then resumes exactly it. An Ahead that continues
+	// a partial b (same target) records nothing more: its target is b's.
 	Ahead batch.Batch
 	// Unpark is the keys whose replay or skip request the move carries
 	// out: their parked events and key rows are deleted before Parked

@@ -92,7 +92,7 @@ func TestBatchMergesTicks(t *testing.T) {
 	require.Equal(t, last, batches[0].To.ID)
 	require.Equal(t, batch.Cursor{Group: "g", LastTick: last}, next)
 
-	// With maxBatch 2, a batch stops at the newest tick within 2 events.
+	// With a span of 2, a batch stops at the newest tick within 2 events.
 	var want2 []uuid.UUID
 	for range 3 {
 		want2 = append(want2, emit(t, e.db.Pool, "k", 1)...)
@@ -113,7 +113,7 @@ func TestBatchPartialResumes(t *testing.T) {
 	want := emit(t, e.db.Pool, "k", 10)
 	target := e.tick(t)
 
-	b, ok, err := e.store.NextBatch(ctx, token, cur, 3)
+	b, ok, err := e.firstPiece(t, token, cur, 3)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, b.Partial)
@@ -133,7 +133,7 @@ func TestBatchPartialResumes(t *testing.T) {
 	cur2, err := e.store.TakeGroup(ctx, "g", "other", token2, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, cur, cur2)
-	b2, ok, err := e.store.NextBatch(ctx, token2, cur2, 3)
+	b2, ok, err := e.firstPiece(t, token2, cur2, 3)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, want[3:6], ids(b2.Events))
@@ -166,7 +166,7 @@ func TestLeaseFencing(t *testing.T) {
 
 	emit(t, e.db.Pool, "k", 1)
 	e.tick(t)
-	b, ok, err := e.store.NextBatch(ctx, token, cur, 10)
+	b, ok, err := e.firstPiece(t, token, cur, 10)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -181,7 +181,7 @@ func TestLeaseFencing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.store.Move(ctx, token, cur, b, nil, nil)
 	require.ErrorIs(t, err, store.ErrLeaseLost, "a stale token cannot move the cursor")
-	b2, ok, err := e.store.NextBatch(ctx, token2, cur2, 10)
+	b2, ok, err := e.firstPiece(t, token2, cur2, 10)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ids(b.Events), ids(b2.Events), "the new holder reads the same batch")
@@ -192,7 +192,7 @@ func TestLeaseFencing(t *testing.T) {
 
 	emit(t, e.db.Pool, "k", 1)
 	e.tick(t)
-	_, _, err = e.store.NextBatch(ctx, token, moved, 10)
+	_, _, err = e.firstPiece(t, token, moved, 10)
 	require.ErrorIs(t, err, store.ErrLeaseLost, "a stale token cannot open a batch")
 }
 
@@ -203,7 +203,7 @@ func TestParkedInMove(t *testing.T) {
 	cur, token := e.group(t, "g")
 	emit(t, e.db.Pool, "k", 2)
 	e.tick(t)
-	b, _, err := e.store.NextBatch(ctx, token, cur, 10)
+	b, _, err := e.firstPiece(t, token, cur, 10)
 	require.NoError(t, err)
 	parked := []batch.Parked{{Event: b.Events[1], Key: "k", Code: "permanent", Err: "refused"}}
 	_, err = e.store.Move(ctx, token, cur, b, parked, []store.ParkedKey{{Key: "k", Code: "permanent", Err: "refused"}})
@@ -237,7 +237,7 @@ func TestBackwardsDetection(t *testing.T) {
 		id := e.tick(t)
 		_, err := e.db.Pool.Exec(ctx, `UPDATE `+logName+`_ticks SET snapshot = '1:1:'::pg_snapshot WHERE tick_id = $1`, id)
 		require.NoError(t, err)
-		_, _, err = e.store.NextBatch(ctx, token, cur, 10)
+		_, _, err = e.firstPiece(t, token, cur, 10)
 		require.ErrorIs(t, err, store.ErrSnapshotBackwards)
 		require.NoError(t, e.store.StopGroup(ctx, "g", token, err.Error()))
 		_, err = e.store.TakeGroup(ctx, "g", "test", token, time.Hour)
@@ -269,7 +269,7 @@ func TestBackwardsDetection(t *testing.T) {
 		id := e.tick(t)
 		_, err := e.db.Pool.Exec(ctx, `UPDATE `+logName+`_ticks SET sysid = sysid + 1 WHERE tick_id = $1`, id)
 		require.NoError(t, err)
-		b, ok, err := e.store.NextBatch(ctx, token, cur, 10)
+		b, ok, err := e.firstPiece(t, token, cur, 10)
 		require.NoError(t, err, "pg_upgrade keeps the ids: the snapshots still hold")
 		require.True(t, ok)
 		require.Len(t, b.Events, 1)
@@ -330,17 +330,29 @@ func TestConcurrentWritersNoneSkippedNoneTwice(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 
 	seen := map[uuid.UUID]int{}
+	var st *store.Stream // the batch being read: a piece per call, with ticks in between
 	read := func() bool {
-		b, ok, err := e.store.NextBatch(ctx, token, cur, 7)
-		require.NoError(t, err)
-		if !ok {
-			return false
+		if st == nil {
+			var ok bool
+			var err error
+			st, ok, err = e.store.Stream(ctx, token, cur, 7)
+			require.NoError(t, err)
+			if !ok {
+				return false
+			}
+			t.Cleanup(st.Close)
 		}
+		b, err := st.Next(7)
+		require.NoError(t, err)
 		for _, ev := range b.Events {
 			seen[ev.Event.ID]++
 		}
 		cur, err = e.store.Move(ctx, token, cur, b, nil, nil)
 		require.NoError(t, err)
+		if !b.Partial {
+			st.Close()
+			st = nil
+		}
 		return true
 	}
 	for running := true; running; {
@@ -363,33 +375,37 @@ func TestConcurrentWritersNoneSkippedNoneTwice(t *testing.T) {
 	require.Len(t, seen, len(committed), "every committed event read")
 }
 
-// TestMoveOpenRecordsTheBatchReadAhead reads the next batch while one
-// is published and records its target with the move: a restart resumes
-// that batch, not a larger one merged from newer ticks.
-func TestMoveOpenRecordsTheBatchReadAhead(t *testing.T) {
+// TestMoveRecordsTheBatchReadAhead reads the next batch (ReadStream)
+// while one is published and records its target with the move
+// (Outcome.Ahead): a restart resumes that batch, not a larger one merged
+// from newer ticks.
+func TestMoveRecordsTheBatchReadAhead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	cur, token := e.group(t, "g")
 	first := emit(t, e.db.Pool, "k", 2)
 	e.tick(t)
-	b, ok, err := e.store.NextBatch(ctx, token, cur, 2)
+	b, ok, err := e.firstPiece(t, token, cur, 2)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, first, ids(b.Events))
 	second := emit(t, e.db.Pool, "k", 2)
 	aheadTick := e.tick(t)
 
-	ahead, ok, err := e.store.ReadBatch(ctx, store.Next(cur, b), 2)
+	ahead, ok, err := e.store.ReadStream(ctx, store.Next(cur, b), 2)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, second, ids(ahead.Events))
+	defer ahead.Close()
+	p, err := ahead.Next(2)
+	require.NoError(t, err)
+	require.Equal(t, second, ids(p.Events))
 	emit(t, e.db.Pool, "k", 1)
-	e.tick(t) // within maxBatch of neither; merging would change nothing, but a restart must not re-pick
+	e.tick(t) // within the span of neither; merging would change nothing, but a restart must not re-pick
 
-	_, err = e.store.MoveOpen(ctx, token, cur, b, nil, nil, batch.Batch{From: batch.Tick{ID: 99}, To: batch.Tick{ID: 100}})
+	_, err = e.store.MoveWith(ctx, token, cur, b, store.Outcome{Ahead: batch.Batch{From: batch.Tick{ID: 99}, To: batch.Tick{ID: 100}}})
 	require.Error(t, err, "a batch read ahead from elsewhere")
-	next, err := e.store.MoveOpen(ctx, token, cur, b, nil, nil, ahead)
+	next, err := e.store.MoveWith(ctx, token, cur, b, store.Outcome{Ahead: ahead.Batch()})
 	require.NoError(t, err)
 	require.Equal(t, batch.Cursor{Group: "g", LastTick: b.To.ID, BatchTick: aheadTick}, next)
 
@@ -398,7 +414,7 @@ func TestMoveOpenRecordsTheBatchReadAhead(t *testing.T) {
 	cur2, err := e.store.TakeGroup(ctx, "g", "other", token2, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, next, cur2)
-	again, ok, err := e.store.NextBatch(ctx, token2, cur2, 100)
+	again, ok, err := e.firstPiece(t, token2, cur2, 100)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, second, ids(again.Events), "the batch read ahead, as recorded")

@@ -11,13 +11,13 @@ import (
 )
 
 // checkedTicks reads the cursor tick c, the target tick (target when not
-// 0, else the newest within maxBatch events of c, or the next) and the
+// 0, else the newest within span events of c, or the next) and the
 // newest tick, and checks that none went backwards: the target after c
 // with an xmax and an xmin not below c's and the same system identifier,
 // and the newest tick not behind the newest this Store saw before. t is
 // zero when there is no target.
-func (s *Store) checkedTicks(ctx context.Context, cursor, target int64, maxBatch int) (c, t batch.Tick, err error) {
-	rows, err := s.db.Query(ctx, s.sql.ticks, cursor, target, maxBatch)
+func (s *Store) checkedTicks(ctx context.Context, cursor, target int64, span int) (c, t batch.Tick, err error) {
+	rows, err := s.db.Query(ctx, s.sql.ticks, cursor, target, span)
 	if err != nil {
 		return c, t, errtext.Wrap(err, "read ticks")
 	}

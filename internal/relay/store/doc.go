@@ -25,11 +25,12 @@
 // not t's (done, computed here from the snapshots' text, see snap.go),
 // so a transaction open across many ticks is read once, in the batch of
 // the first tick that sees it committed, and its age costs nothing. The
-// target is the newest tick whose last_seq is within maxBatch of c's (at
-// least the next tick: ticks merge when the reader is behind). The target
-// is written to the cursor (batch_tick) before the events are returned,
-// and a batch cut at maxBatch is recorded as (batch_tick, batch_seq) by
-// Move, so that a restart resumes the same set.
+// target is the newest tick whose last_seq is within span events of c's
+// (at least the next tick: ticks merge when the reader is behind). The
+// target is written to the cursor (batch_tick) before the events are
+// read, and a batch moved in pieces is recorded as (batch_tick,
+// batch_seq) by each piece's Move, so that a restart resumes the same
+// set.
 //
 // # Streams
 //
@@ -67,11 +68,11 @@
 //
 // # Going backwards
 //
-// TakeGroup and NextBatch check that the target tick is after the cursor
-// tick with an xmax and xmin not below it, and that the newest tick is not
-// behind the newest this Store has seen (a restore of an older backup
-// rolls ticks and cursors back together; only the running process
-// remembers). TakeGroup also checks that the cluster's transaction ids
+// TakeGroup and Stream (and ReadStream) check that the target tick is
+// after the cursor tick with an xmax and xmin not below it, and that the
+// newest tick is not behind the newest this Store has seen (a restore of
+// an older backup rolls ticks and cursors back together; only the
+// running process remembers). TakeGroup also checks that the cluster's transaction ids
 // are not behind the newest tick (a logical dump restored into a cluster
 // whose ids are lower). A failed check returns ErrSnapshotBackwards; the
 // reader then stops the group (StopGroup records the reason) and

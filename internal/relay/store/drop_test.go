@@ -53,7 +53,7 @@ func TestDropGroupDuringAMoveThatParks(t *testing.T) {
 	cur, token := e.group(t, "g")
 	emit(t, e.db.Pool, "k", 1)
 	e.tick(t)
-	b, _, err := e.store.NextBatch(ctx, token, cur, 10)
+	b, _, err := e.firstPiece(t, token, cur, 10)
 	require.NoError(t, err)
 	require.Len(t, b.Events, 1)
 

@@ -72,24 +72,37 @@ func (e env) group(t *testing.T, name string) (batch.Cursor, uuid.UUID) {
 	return cur, token
 }
 
-// drain reads and moves batches of maxBatch until none is left and
-// returns the ids read, in order, and the batches.
+// firstPiece opens the group's next batch as a stream of span n and
+// returns its first piece of at most n events (Partial when more follow),
+// then closes the stream. ok is false when there is no tick after cur's.
+func (e env) firstPiece(t *testing.T, token uuid.UUID, cur batch.Cursor, n int) (batch.Batch, bool, error) {
+	t.Helper()
+	st, ok, err := e.store.Stream(t.Context(), token, cur, n)
+	if err != nil || !ok {
+		return batch.Batch{}, ok, err
+	}
+	defer st.Close()
+	b, err := st.Next(n)
+	return b, err == nil, err
+}
+
+// drain streams batches of span maxBatch, each read in pieces of
+// maxBatch with a move after each piece, until no tick is left, and
+// returns the ids read, in order, the pieces and the cursor.
 func (e env) drain(t *testing.T, token uuid.UUID, cur batch.Cursor, maxBatch int) ([]uuid.UUID, []batch.Batch, batch.Cursor) {
 	t.Helper()
 	var ids []uuid.UUID
-	var batches []batch.Batch
+	var pieces []batch.Batch
 	for {
-		b, ok, err := e.store.NextBatch(t.Context(), token, cur, maxBatch)
+		st, ok, err := e.store.Stream(t.Context(), token, cur, maxBatch)
 		require.NoError(t, err)
 		if !ok {
-			return ids, batches, cur
+			return ids, pieces, cur
 		}
-		for _, ev := range b.Events {
-			ids = append(ids, ev.Event.ID)
-		}
-		batches = append(batches, b)
-		cur, err = e.store.Move(t.Context(), token, cur, b, nil, nil)
-		require.NoError(t, err)
+		t.Cleanup(st.Close) // should a require below fail: the pool waits for its connection
+		got, more, next := streamPieces(t, e.store, token, cur, st, maxBatch)
+		st.Close()
+		ids, pieces, cur = append(ids, got...), append(pieces, more...), next
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 )
 
 // TestEveryExecMode runs the store's statements (tick, parts, group
-// lease, batch read, stream, move with parked rows, lag) in each of pgx's query
-// exec modes: every value is passed as text, so the text-only modes of a
+// lease, streams of merged ticks read in pieces, move with parked rows,
+// lag) in each of pgx's query exec modes: every value is passed as text, so the text-only modes of a
 // transaction-mode pooler work too.
 func TestEveryExecMode(t *testing.T) {
 	t.Parallel()
@@ -66,23 +66,30 @@ func TestEveryExecMode(t *testing.T) {
 
 			var got []uuid.UUID
 			for {
-				b, ok, err := s.NextBatch(ctx, token, cur, 2)
+				st, ok, err := s.Stream(ctx, token, cur, 2)
 				require.NoError(t, err)
 				if !ok {
 					break
 				}
-				var parked []batch.Parked
-				for _, ev := range b.Events {
-					got = append(got, ev.Event.ID)
-					require.Equal(t, map[string]string{"h": "v"}, ev.Event.Headers)
-					parked = append(parked, batch.Parked{Event: ev, Key: ev.Key(), Code: "c", Err: "e"})
+				t.Cleanup(st.Close)
+				for partial := true; partial; {
+					b, err := st.Next(2)
+					require.NoError(t, err)
+					var parked []batch.Parked
+					for _, ev := range b.Events {
+						got = append(got, ev.Event.ID)
+						require.Equal(t, map[string]string{"h": "v"}, ev.Event.Headers)
+						parked = append(parked, batch.Parked{Event: ev, Key: ev.Key(), Code: "c", Err: "e"})
+					}
+					cur, err = s.Move(ctx, token, cur, b, parked, []store.ParkedKey{{Key: "k", Code: "c", Err: "e"}})
+					require.NoError(t, err)
+					partial = b.Partial
 				}
-				cur, err = s.Move(ctx, token, cur, b, parked, []store.ParkedKey{{Key: "k", Code: "c", Err: "e"}})
-				require.NoError(t, err)
+				st.Close()
 			}
 			require.Equal(t, append(ids, late...), got)
 
-			// A stream, read in pieces with a move after each.
+			// A stream of one tick, read in pieces with a move after each.
 			more := relaytest.Emit(t, pool, "s", 5)
 			_, made, err = s.Tick(ctx, tk, time.Hour)
 			require.NoError(t, err)

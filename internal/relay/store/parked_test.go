@@ -14,7 +14,7 @@ import (
 // under its key.
 func (e env) parkAll(t *testing.T, token uuid.UUID, cur batch.Cursor) (batch.Cursor, batch.Batch) {
 	t.Helper()
-	b, ok, err := e.store.NextBatch(t.Context(), token, cur, 100)
+	b, ok, err := e.firstPiece(t, token, cur, 100)
 	require.NoError(t, err)
 	require.True(t, ok)
 	var parked []batch.Parked
@@ -93,7 +93,7 @@ func TestRequestsAndUnpark(t *testing.T) {
 	require.NoError(t, err)
 	emit(t, e.db.Pool, "d", 1)
 	e.tick(t)
-	b, _, err := e.store.NextBatch(ctx, token, cur, 10)
+	b, _, err := e.firstPiece(t, token, cur, 10)
 	require.NoError(t, err)
 	_, err = e.store.MoveWith(ctx, uuid.New(), cur, b, store.Outcome{Unpark: []string{"c"}})
 	require.ErrorIs(t, err, store.ErrLeaseLost)

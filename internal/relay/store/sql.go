@@ -9,7 +9,7 @@ type statements struct {
 	takeTicker, releaseTicker, tick, addParts, parts, xmax, clusterXmax string
 
 	createGroup, dropGroup, dropParked, takeGroup, groupState, renewGroup, releaseGroup, stopGroup string
-	ticks, openBatch, events, stream, move, park, parkKeys, parkedKeys, groups                     string
+	ticks, openBatch, stream, move, park, parkKeys, parkedKeys, groups                             string
 
 	requests, parkedEvents, fence, unpark string
 }
@@ -104,8 +104,8 @@ func newStatements(n sqlname.Names) statements {
 		openBatch: `UPDATE ` + cursors + ` SET batch_tick = $4, batch_seq = NULL
 			WHERE grp = $1 AND token = $2::uuid AND lease_until > clock_timestamp() AND stopped_reason IS NULL
 				AND last_tick = $3 AND (batch_tick IS NULL OR (batch_tick = $4 AND batch_seq IS NULL))`,
-		events: events + ` LIMIT $7`,
-		// stream is events without a limit: a stream reads it once.
+		// stream: the events statement, without a limit; a stream reads
+		// it once.
 		stream: events,
 		// move: $5 the new last_tick, $6 batch_tick and $7 batch_seq after
 		// the move (NULL when the batch is whole).

@@ -32,11 +32,11 @@ type Stream struct {
 }
 
 // Stream opens the group's next batch from the cursor cur as a stream:
-// the target is chosen and recorded as NextBatch does (cur.BatchTick for
-// an open batch, else the newest tick within span events of the cursor
-// tick, at least the next, recorded as batch_tick: ErrLeaseLost when
-// token no longer holds the group where cur says), then the events
-// statement runs without a limit from cur.BatchSeq on. ok is false when
+// the target is cur.BatchTick for an open batch, else the newest tick
+// within span events of the cursor tick (at least the next), recorded as
+// the cursor's batch_tick (ErrLeaseLost when token no longer holds the
+// group where cur says); then the events statement runs without a limit
+// from cur.BatchSeq on. ok is false when
 // there is no tick after the cursor's. ErrSnapshotBackwards or
 // ErrDatabaseChanged when the ticks went backwards. The caller must
 // Close the stream (ctx's end ends its read, too).
@@ -101,8 +101,8 @@ func (s *Store) openStream(ctx context.Context, cur batch.Cursor, c, t batch.Tic
 	return &Stream{From: c, To: t, AfterSeq: cur.BatchSeq, group: cur.Group, rows: rows, cancel: cancel, last: cur.BatchSeq}, nil
 }
 
-// Batch is the stream's batch without events: what Outcome.Ahead (or
-// MoveOpen) takes to record the target of a stream read ahead.
+// Batch is the stream's batch without events: what Outcome.Ahead takes
+// to record the target of a stream read ahead.
 func (st *Stream) Batch() batch.Batch {
 	return batch.Batch{From: st.From, To: st.To, AfterSeq: st.AfterSeq}
 }
