@@ -218,6 +218,17 @@ type ListParams struct {
 	// that died of it, and rows that failed an attempt with it and were
 	// retried. Empty means every row. It must be valid UTF-8 without NUL.
 	Code outbox.Code
+	// Key keeps only rows of this order key: their partition key, else
+	// their aggregate id (coalesce(partition_key, aggregate_id), what
+	// per-key ordering orders by). Empty means every row. It must be
+	// valid UTF-8 without NUL.
+	Key string
+	// CreatedAfter keeps only rows created (created_at) at or after this
+	// instant, in the years 1 to 9999. Zero means no lower bound.
+	CreatedAfter time.Time
+	// CreatedBefore keeps only rows created before this instant, in the
+	// years 1 to 9999. Zero means no upper bound.
+	CreatedBefore time.Time
 	// After continues from a previous page's Next. The zero value starts
 	// at the beginning.
 	After Cursor
@@ -436,4 +447,25 @@ func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s: attempt_log is not an array of entries", id)
 	}
 	return d, nil
+}
+
+// MaxCount is the most rows Count counts, and the most history rows it
+// reads for a filter the history has no index for.
+const MaxCount = 100_000
+
+// CountResult is how many rows a filter matches.
+type CountResult struct {
+	// N is the number of rows counted, at most [MaxCount].
+	N int64 `json:"n"`
+	// Capped reports that counting stopped before the end: N is a lower
+	// bound (MaxCount rows matched, or MaxCount history rows were read
+	// for a filter the history has no index for).
+	Capped bool `json:"capped"`
+}
+
+// Count returns how many rows match p's filters (p.After and p.Limit are
+// ignored), counting at most [MaxCount] so that it stays bounded on a
+// long history.
+func (a *Admin) Count(ctx context.Context, p ListParams) (CountResult, error) {
+	return CountResult{}, errors.New("TODO")
 }

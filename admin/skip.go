@@ -32,6 +32,10 @@ type SkipParams struct {
 	// call would skip now, or the *SkipError it would return, except for
 	// rows a concurrent writer holds.
 	DryRun bool
+	// Actor, when set, audits the skip: its audit row (see
+	// [Admin.AuditLog]) commits in the skip's transaction. Ignored with
+	// DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // SkipResult says what SkipHeads skipped.

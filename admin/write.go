@@ -54,6 +54,10 @@ type ReplayParams struct {
 	// reports the rows the same call would replay now (read without
 	// locks, so a concurrent writer may change the answer).
 	DryRun bool
+	// Actor, when set, audits the replay: its audit row (see
+	// [Admin.AuditLog]) commits in the replay's transaction. Ignored
+	// with DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // ReplayResult says what Replay changed.
@@ -216,6 +220,10 @@ type PurgeParams struct {
 	// DryRun makes Purge delete nothing and return how many rows the same
 	// call would delete now (counted without locks).
 	DryRun bool
+	// Actor, when set, audits the purge: its audit row (see
+	// [Admin.AuditLog]) commits in the purge's transaction. Ignored with
+	// DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // Purge deletes up to p.Limit rows in p.Status that reached it more than
