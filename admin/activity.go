@@ -96,7 +96,7 @@ func (a *Admin) Activity(ctx context.Context, window time.Duration) (Activity, e
 	var owners []string
 	var holding []int64
 	var beats []time.Time
-	err := a.db.QueryRow(ctx, a.sql.activity, window.Microseconds(), ActivityCountLimit).Scan(
+	err := a.db.QueryRow(ctx, activitySQL(a.sql.t, a.sql.dead, a.sql.sent, window)).Scan(
 		&act.At, &sent, &failed, &retried, &capped, &owners, &holding, &beats)
 	if err != nil {
 		return Activity{}, errtext.Wrap(err, "admin: activity %s", a.table)
@@ -111,24 +111,26 @@ func (a *Admin) Activity(ctx context.Context, window time.Duration) (Activity, e
 }
 
 // activitySQL is Activity's statement on the outbox table t, its dead
-// letters d and its history h: $1 is the window in microseconds, $2
-// ActivityCountLimit. Each read of rows in the window stops at $2+1
-// rows. The history's rows are found by sent_at alone (no order): its
-// partitions reaching into the window, and in each the BRIN index.
-func activitySQL(t, d, h string) string {
-	const since = `now() - $1::bigint * interval '1 microsecond'`
+// letters d and its history h for window. Each read of rows in the
+// window stops at ActivityCountLimit+1 rows. The history's rows are found
+// by sent_at alone (no order): its partitions reaching into the window,
+// and in each the BRIN index. The window and the limit are literals, not
+// parameters: a generic plan (PostgreSQL's plan cache) would estimate a
+// third of the history in the window and read its partitions whole.
+func activitySQL(t, d, h string, window time.Duration) string {
+	since := fmt.Sprintf(`now() - %d * interval '1 microsecond'`, window.Microseconds())
 	retries := fmt.Sprintf(`(SELECT count(*) FROM jsonb_array_elements(x.attempt_log) AS e
 		WHERE e->>'outcome' = 'retry' AND (e->>'ended')::timestamptz >= %s)`, since)
-	return fmt.Sprintf(`WITH s AS (SELECT attempt_log FROM %[3]s WHERE sent_at >= %[4]s LIMIT $2 + 1),
-f AS (SELECT attempt_log FROM %[2]s WHERE failed_at >= %[4]s ORDER BY failed_at LIMIT $2 + 1),
+	return fmt.Sprintf(`WITH s AS (SELECT attempt_log FROM %[3]s WHERE sent_at >= %[4]s LIMIT %[6]d),
+f AS (SELECT attempt_log FROM %[2]s WHERE failed_at >= %[4]s ORDER BY failed_at LIMIT %[6]d),
 p AS (SELECT attempt_log FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at >= %[4]s
-	ORDER BY next_attempt_at, seq LIMIT $2 + 1),
+	ORDER BY next_attempt_at, seq LIMIT %[6]d),
 r AS (SELECT attempt_log, coalesce(lock_owner, '') AS owner, coalesce(heartbeat_at, locked_at) AS beat
 	FROM %[1]s WHERE status = 'PROCESSING' ORDER BY locked_at),
 o AS (SELECT owner, count(*) AS n, max(beat) AS beat FROM r GROUP BY owner ORDER BY owner)
 SELECT now(), (SELECT count(*) FROM s), (SELECT count(*) FROM f),
 	(SELECT coalesce(sum(%[5]s), 0)::bigint FROM (SELECT attempt_log FROM s UNION ALL SELECT attempt_log FROM f
 		UNION ALL SELECT attempt_log FROM p UNION ALL SELECT attempt_log FROM r) AS x),
-	(SELECT count(*) FROM p) > $2,
-	ARRAY(SELECT owner FROM o), ARRAY(SELECT n FROM o), ARRAY(SELECT beat FROM o)`, t, d, h, since, retries)
+	(SELECT count(*) FROM p) > %[7]d,
+	ARRAY(SELECT owner FROM o), ARRAY(SELECT n FROM o), ARRAY(SELECT beat FROM o)`, t, d, h, since, retries, ActivityCountLimit+1, ActivityCountLimit)
 }

@@ -388,7 +388,7 @@ func (a *Admin) historyBoundSQL(p ListParams, n int) (string, []any) {
 // rows matching p (validated), with seq at most upTo unless it is 0: one
 // leg per place where rows of p's status live (listLegs), merged by seq.
 func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
-	legs, lim, args := a.listLegs(p, recordColumns, limit, upTo)
+	legs, lim, args := a.listLegs(p, recordColumns, limit, upTo, 0)
 	if len(legs) == 1 {
 		return legs[0], args
 	}
@@ -397,27 +397,31 @@ func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
 
 // listLegs returns one statement per place where rows of p's status
 // live, each selecting cols of the rows matching p (validated) after its
-// cursor, with seq at most upTo unless it is 0, in seq order, at most
-// limit of them; and the placeholder of limit, and the arguments. Only
-// the filters given become conditions, and the statuses are literals, so
-// that a generic plan can use the partial indexes.
-func (a *Admin) listLegs(p ListParams, cols string, limit int, upTo int64) (legs []string, lim string, args []any) {
+// cursor, with seq at most upTo unless it is 0 (and, in the history, at
+// most historyUpTo unless it is 0), in seq order, at most limit of them;
+// and the placeholder of limit, and the arguments. Only the filters given
+// become conditions, and the statuses are literals, so that a generic
+// plan can use the partial indexes.
+func (a *Admin) listLegs(p ListParams, cols string, limit int, upTo, historyUpTo int64) (legs []string, lim string, args []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
 	if upTo > 0 {
 		w.conds = append(w.conds, "seq <= "+w.arg(upTo))
 	}
+	history := ""
+	if historyUpTo > 0 {
+		history = "seq <= " + w.arg(historyUpTo) + " AND "
+	}
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
 	w.eq("last_error_code", string(p.Code))
 	w.eq(orderKey, p.Key)
-	history := ""
 	if !p.CreatedAfter.IsZero() {
 		after := w.arg(p.CreatedAfter)
 		w.conds = append(w.conds, "created_at >= "+after)
 		// A row is sent after it was created: the history's partitions
 		// that end before CreatedAfter are not read.
-		history = "sent_at >= " + after + " AND "
+		history += "sent_at >= " + after + " AND "
 	}
 	if !p.CreatedBefore.IsZero() {
 		w.conds = append(w.conds, "created_at < "+w.arg(p.CreatedBefore))
@@ -529,11 +533,19 @@ func (a *Admin) Count(ctx context.Context, p ListParams) (CountResult, error) {
 	if err != nil {
 		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
 	}
-	legs, lim, args := a.listLegs(p, "seq", MaxCount+1, upTo)
-	stmt := fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM ((%s)) AS r LIMIT %s) AS c", strings.Join(legs, ")\n\tUNION ALL ("), lim)
+	stmt, args := a.countSQL(p, upTo)
 	var n int64
 	if err := a.db.QueryRow(ctx, stmt, args...).Scan(&n); err != nil {
 		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
 	}
 	return CountResult{N: min(n, MaxCount), Capped: n > MaxCount || upTo > 0}, nil
+}
+
+// countSQL is Count's statement and arguments for p (validated, from the
+// start), with the history read up to seq upTo unless it is 0: List's
+// legs, each stopping at MaxCount+1 rows in seq order, counted up to
+// MaxCount+1 in all.
+func (a *Admin) countSQL(p ListParams, upTo int64) (string, []any) {
+	legs, lim, args := a.listLegs(p, "seq", MaxCount+1, 0, upTo)
+	return fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM ((%s)) AS r LIMIT %s) AS c", strings.Join(legs, ")\n\tUNION ALL ("), lim), args
 }
