@@ -135,9 +135,9 @@ func TestListAndCountFilters(t *testing.T) {
 	}
 }
 
-// Count stops at MaxCount, and reads at most MaxCount history rows for a
-// filter the history has no index for: either way Capped says N is a
-// lower bound.
+// Count stops at MaxCount, and reads the newest MaxCount history rows
+// only for a filter the history has no index for: either way Capped says
+// N is a lower bound.
 func TestCountIsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("inserts 100,005 rows")
@@ -147,7 +147,7 @@ func TestCountIsBounded(t *testing.T) {
 	b := setup(t)
 	_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox_events_sent (seq, id, event_type, status, sent_at, last_error_code)
 		SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 't', 'SENT', now(),
-			CASE WHEN i > $1 THEN 'late' END
+			CASE WHEN i > $1 THEN 'late' WHEN i = 1 THEN 'early' END
 		FROM generate_series(1, $1 + 5) AS i`, admin.MaxCount)
 	require.NoError(t, err)
 	b.insert(t, row{Status: "FAILED", Code: "late"})
@@ -157,9 +157,10 @@ func TestCountIsBounded(t *testing.T) {
 	}{
 		{admin.ListParams{}, admin.CountResult{N: admin.MaxCount, Capped: true}},
 		{admin.ListParams{Status: "SENT", Type: "t"}, admin.CountResult{N: admin.MaxCount, Capped: true}},
-		// The 5 SENT rows with the code come after the first MaxCount
-		// history rows: not read.
-		{admin.ListParams{Code: "late"}, admin.CountResult{N: 1, Capped: true}},
+		// The 5 SENT rows "late" are among the newest MaxCount history
+		// rows, the one "early" (the oldest) is not.
+		{admin.ListParams{Code: "late"}, admin.CountResult{N: 6, Capped: true}},
+		{admin.ListParams{Code: "early", Status: "SENT"}, admin.CountResult{N: 0, Capped: true}},
 		{admin.ListParams{Status: "FAILED", Code: "late"}, admin.CountResult{N: 1}},
 		{admin.ListParams{Status: "PENDING"}, admin.CountResult{}},
 	} {

@@ -354,27 +354,40 @@ func (a *Admin) listBoundSQL(p ListParams) (string, []any) {
 }
 
 // historyBound returns the seq of the n-th history row after p's cursor
-// when p reads the history by filters it has no index for, 0 otherwise or
-// when the history has fewer rows.
+// when p reads the history by filters it has no index for (unbounded),
+// 0 otherwise or when the history has fewer rows.
 func (a *Admin) historyBound(ctx context.Context, p ListParams, n int) (int64, error) {
 	stmt, args := a.historyBoundSQL(p, n)
+	return a.seqAt(ctx, stmt, args)
+}
+
+// seqAt runs stmt, which selects one seq or none: 0 for none.
+func (a *Admin) seqAt(ctx context.Context, stmt string, args []any) (int64, error) {
 	if stmt == "" {
 		return 0, nil
 	}
-	var upTo int64
-	err := a.db.QueryRow(ctx, stmt, args...).Scan(&upTo)
+	var seq int64
+	err := a.db.QueryRow(ctx, stmt, args...).Scan(&seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
-	return upTo, err
+	return seq, err
+}
+
+// unbounded reports whether p reads the history by filters it has no
+// index for: Code, Key, CreatedAfter or CreatedBefore, without
+// AggregateID (whose index holds one entity's rows).
+func unbounded(p ListParams) bool {
+	unindexed := p.Code != "" || p.Key != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()
+	return unindexed && p.AggregateID == "" && (p.Status == "" || p.Status == outbox.StatusSent)
 }
 
 // historyBoundSQL is historyBound's statement, "" when p needs no bound.
 // With CreatedAfter it reads only the history's partitions that may hold
-// rows created since (sent_at >= created_at).
+// rows created since (sent_at >= created_at); the seq index is then
+// read with each row's sent_at, one heap read each.
 func (a *Admin) historyBoundSQL(p ListParams, n int) (string, []any) {
-	unindexed := p.Code != "" || p.Key != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()
-	if !unindexed || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
+	if !unbounded(p) {
 		return "", nil
 	}
 	var w where
@@ -383,6 +396,16 @@ func (a *Admin) historyBoundSQL(p ListParams, n int) (string, []any) {
 		w.conds = append(w.conds, "sent_at >= "+w.arg(p.CreatedAfter))
 	}
 	return fmt.Sprintf(`SELECT seq FROM %s WHERE %s ORDER BY seq OFFSET %d LIMIT 1`, a.sql.sent, &w, n-1), w.args
+}
+
+// newestSQL selects the seq of the MaxCount-th newest history row (an
+// index-only read of the history's seq index), when Count of p reads the
+// history by filters it has no index for; "" otherwise.
+func (a *Admin) newestSQL(p ListParams) string {
+	if !unbounded(p) {
+		return ""
+	}
+	return fmt.Sprintf(`SELECT seq FROM %s ORDER BY seq DESC OFFSET %d LIMIT 1`, a.sql.sent, MaxCount-1)
 }
 
 // listSQL is the statement and arguments of one page of at most limit
@@ -399,19 +422,19 @@ func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
 // listLegs returns one statement per place where rows of p's status
 // live, each selecting cols of the rows matching p (validated) after its
 // cursor, with seq at most upTo unless it is 0 (and, in the history, at
-// most historyUpTo unless it is 0), in seq order, at most limit of them;
+// least historyFrom unless it is 0), in seq order, at most limit of them;
 // and the placeholder of limit, and the arguments. Only the filters given
 // become conditions, and the statuses are literals, so that a generic
 // plan can use the partial indexes.
-func (a *Admin) listLegs(p ListParams, cols string, limit int, upTo, historyUpTo int64) (legs []string, lim string, args []any) {
+func (a *Admin) listLegs(p ListParams, cols string, limit int, upTo, historyFrom int64) (legs []string, lim string, args []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
 	if upTo > 0 {
 		w.conds = append(w.conds, "seq <= "+w.arg(upTo))
 	}
 	history := ""
-	if historyUpTo > 0 {
-		history = "seq <= " + w.arg(historyUpTo) + " AND "
+	if historyFrom > 0 {
+		history = "seq >= " + w.arg(historyFrom) + " AND "
 	}
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
@@ -508,8 +531,8 @@ func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 	return d, nil
 }
 
-// MaxCount is the most rows Count counts, and the most history rows it
-// reads for a filter the history has no index for.
+// MaxCount is the most rows Count counts, and the most history rows
+// (the newest) it reads for a filter the history has no index for.
 const MaxCount = 100_000
 
 // CountResult is how many rows a filter matches.
@@ -517,36 +540,39 @@ type CountResult struct {
 	// N is the number of rows counted, at most [MaxCount].
 	N int64 `json:"n"`
 	// Capped reports that counting stopped before the end: N is a lower
-	// bound (MaxCount rows matched, or MaxCount history rows were read
-	// for a filter the history has no index for).
+	// bound (MaxCount rows matched, or only the newest MaxCount history
+	// rows were read, for a filter the history has no index for).
 	Capped bool `json:"capped"`
 }
 
 // Count returns how many rows match p's filters (p.After and p.Limit are
 // ignored), counting at most [MaxCount] so that it stays bounded on a
-// long history.
+// long history: it reads List's indexes, and for a filter the history
+// has no index for (Code, Key, CreatedAfter or CreatedBefore without
+// AggregateID) the newest MaxCount history rows only, found by an
+// index-only read of the history's seq index.
 func (a *Admin) Count(ctx context.Context, p ListParams) (CountResult, error) {
 	if err := checkFilter(p); err != nil {
 		return CountResult{}, err
 	}
 	p.After = Cursor{}
-	upTo, err := a.historyBound(ctx, p, MaxCount)
+	from, err := a.seqAt(ctx, a.newestSQL(p), nil)
 	if err != nil {
 		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
 	}
-	stmt, args := a.countSQL(p, upTo)
+	stmt, args := a.countSQL(p, from)
 	var n int64
 	if err := a.db.QueryRow(ctx, stmt, args...).Scan(&n); err != nil {
 		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
 	}
-	return CountResult{N: min(n, MaxCount), Capped: n > MaxCount || upTo > 0}, nil
+	return CountResult{N: min(n, MaxCount), Capped: n > MaxCount || from > 0}, nil
 }
 
 // countSQL is Count's statement and arguments for p (validated, from the
-// start), with the history read up to seq upTo unless it is 0: List's
+// start), with the history read from seq from on unless it is 0: List's
 // legs, each stopping at MaxCount+1 rows in seq order, counted up to
 // MaxCount+1 in all.
-func (a *Admin) countSQL(p ListParams, upTo int64) (string, []any) {
-	legs, lim, args := a.listLegs(p, "seq", MaxCount+1, 0, upTo)
+func (a *Admin) countSQL(p ListParams, from int64) (string, []any) {
+	legs, lim, args := a.listLegs(p, "seq", MaxCount+1, 0, from)
 	return fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM ((%s)) AS r LIMIT %s) AS c", strings.Join(legs, ")\n\tUNION ALL ("), lim), args
 }
