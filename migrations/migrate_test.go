@@ -33,7 +33,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
 	tables, partitions := splitPartitions(tablesIn(t, conn, db.Schema))
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Equal(t, []string{"outbox_events", "outbox_events_audit", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
 	require.Len(t, partitions, 3, "the history's partitions of now and the next two spans, created once")
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 }
@@ -99,7 +99,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
 	tables, partitions := splitPartitions(tablesIn(t, conns[0], db.Schema))
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Equal(t, []string{"outbox_events", "outbox_events_audit", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
 	require.Len(t, partitions, 3, "each partition created once")
 }
 
@@ -541,7 +541,7 @@ func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	for _, name := range []string{"011_lean_indexes.down.sql", "010_lean_tables.down.sql", "009_outcome_token.down.sql"} {
+	for _, name := range []string{"013_audit.down.sql", "011_lean_indexes.down.sql", "010_lean_tables.down.sql", "009_outcome_token.down.sql"} {
 		down, err := fs.ReadFile(files, name)
 		require.NoError(t, err)
 		mustExec(t, conn, string(down))
