@@ -1,8 +1,9 @@
 // Command outboxctl is the operator's command line for a pgoutbox outbox:
 // status, counts, list, inspect, replay, blocked, skip, purge, migrate and
-// verify, and relay for a log's consumer groups (groups, parked keys,
-// replay/skip requests, resume, group create/drop, maintain). It is a thin
-// layer over the admin and migrations packages; docs/admin.md is its guide.
+// verify, serve (the operator console in the browser, admin/console), and
+// relay for a log's consumer groups (groups, parked keys, replay/skip
+// requests, resume, group create/drop, maintain). It is a thin layer over
+// the admin and migrations packages; docs/admin.md is its guide.
 //
 //	outboxctl <command> [arguments and flags, in any order]
 //
@@ -88,6 +89,7 @@ var commands = []command{
 	{"purge", "", "delete old SENT or FAILED events (dry run without -yes)", purgeFlags},
 	{"migrate", "", "create or upgrade the outbox table", migrateFlags},
 	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},
+	{"serve", "", "run the operator console in the browser (read-only unless -allow-actions; see docs/console.md)", serveFlags},
 	{"relay", relayArgs, "a log's consumer groups, lag, parked keys, replay/skip requests, retention (-table names the log)", relayFlags},
 }
 
