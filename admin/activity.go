@@ -2,8 +2,10 @@ package admin
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
 )
 
 // Activity window bounds.
@@ -67,7 +69,68 @@ type Replica struct {
 // Activity counts the events sent, retried and failed in the last
 // window (MinActivityWindow to MaxActivityWindow, by the database
 // clock) and lists the lease owners holding PROCESSING rows, in one
-// statement.
+// statement, every part through an index and bounded:
+//
+//   - Sent: the history's partitions that reach into the window
+//     (partition pruning), and in them the BRIN index on sent_at (schema
+//     version 13), which reads the pages of the window's rows (and of
+//     the last range of 128 pages, not summarized yet): up to
+//     ActivityCountLimit+1 rows.
+//   - Failed: the dead letters' time index (failed_at), up to
+//     ActivityCountLimit+1 rows.
+//   - Retried: the attempt logs of the rows read for Sent and Failed, of
+//     the PENDING rows due in the window or later (a retry sets
+//     next_attempt_at after its own end; the due index, up to
+//     ActivityCountLimit+1 rows) and of the PROCESSING rows.
+//   - Replicas: the PROCESSING rows, through the held index: the leases
+//     the dispatchers hold, which their configuration bounds.
+//
+// Bad window gives an [*outbox.InputError] naming "window".
 func (a *Admin) Activity(ctx context.Context, window time.Duration) (Activity, error) {
-	return Activity{}, errors.New("TODO")
+	if window < MinActivityWindow || window > MaxActivityWindow {
+		return Activity{}, inputErr("window", "is %s, must be %s to %s", window, MinActivityWindow, MaxActivityWindow)
+	}
+	act := Activity{Window: window, Replicas: []Replica{}}
+	var sent, failed, retried int64
+	var capped bool
+	var owners []string
+	var holding []int64
+	var beats []time.Time
+	err := a.db.QueryRow(ctx, activitySQL(a.sql.t, a.sql.dead, a.sql.sent, window)).Scan(
+		&act.At, &sent, &failed, &retried, &capped, &owners, &holding, &beats)
+	if err != nil {
+		return Activity{}, errtext.Wrap(err, "admin: activity %s", a.table)
+	}
+	act.Sent, act.SentCapped = min(sent, ActivityCountLimit), sent > ActivityCountLimit
+	act.Failed, act.FailedCapped = min(failed, ActivityCountLimit), failed > ActivityCountLimit
+	act.Retried, act.RetriedCapped = retried, capped || act.SentCapped || act.FailedCapped
+	for i, owner := range owners {
+		act.Replicas = append(act.Replicas, Replica{Owner: owner, Holding: holding[i], LastHeartbeat: beats[i]})
+	}
+	return act, nil
+}
+
+// activitySQL is Activity's statement on the outbox table t, its dead
+// letters d and its history h for window. Each read of rows in the
+// window stops at ActivityCountLimit+1 rows. The history's rows are found
+// by sent_at alone (no order): its partitions reaching into the window,
+// and in each the BRIN index. The window and the limit are literals, not
+// parameters: a generic plan (PostgreSQL's plan cache) would estimate a
+// third of the history in the window and read its partitions whole.
+func activitySQL(t, d, h string, window time.Duration) string {
+	since := fmt.Sprintf(`now() - %d * interval '1 microsecond'`, window.Microseconds())
+	retries := fmt.Sprintf(`(SELECT count(*) FROM jsonb_array_elements(x.attempt_log) AS e
+		WHERE e->>'outcome' = 'retry' AND (e->>'ended')::timestamptz >= %s)`, since)
+	return fmt.Sprintf(`WITH s AS (SELECT attempt_log FROM %[3]s WHERE sent_at >= %[4]s LIMIT %[6]d),
+f AS (SELECT attempt_log FROM %[2]s WHERE failed_at >= %[4]s ORDER BY failed_at LIMIT %[6]d),
+p AS (SELECT attempt_log FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at >= %[4]s
+	ORDER BY next_attempt_at, seq LIMIT %[6]d),
+r AS (SELECT attempt_log, coalesce(lock_owner, '') AS owner, coalesce(heartbeat_at, locked_at) AS beat
+	FROM %[1]s WHERE status = 'PROCESSING' ORDER BY locked_at),
+o AS (SELECT owner, count(*) AS n, max(beat) AS beat FROM r GROUP BY owner ORDER BY owner)
+SELECT now(), (SELECT count(*) FROM s), (SELECT count(*) FROM f),
+	(SELECT coalesce(sum(%[5]s), 0)::bigint FROM (SELECT attempt_log FROM s UNION ALL SELECT attempt_log FROM f
+		UNION ALL SELECT attempt_log FROM p UNION ALL SELECT attempt_log FROM r) AS x),
+	(SELECT count(*) FROM p) > %[7]d,
+	ARRAY(SELECT owner FROM o), ARRAY(SELECT n FROM o), ARRAY(SELECT beat FROM o)`, t, d, h, since, retries, ActivityCountLimit+1, ActivityCountLimit)
 }

@@ -2,8 +2,14 @@ package admin
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 )
 
 // Audit sources: where an audited action came from (Actor.Source).
@@ -30,22 +36,90 @@ const (
 // and no row without its action, and one Info line on Config.Logger.
 type Actor struct {
 	// Name is who acts, as the caller knows them (a user name, or
-	// user@host): 1 to [MaxActorName] characters of valid UTF-8 without
-	// NUL.
+	// user@host): 1 to [MaxActorName] bytes of valid UTF-8 without NUL.
 	Name string
 	// Source is where the action comes from: [SourceConsole],
 	// [SourceOutboxctl], [SourceAdmin] or a caller's own word, 1 to
-	// [MaxActorSource] characters of valid UTF-8 without NUL.
+	// [MaxActorSource] bytes of valid UTF-8 without NUL.
 	Source string
 }
 
 // Actor bounds.
 const (
-	// MaxActorName is the longest Actor.Name, in characters.
+	// MaxActorName is the longest Actor.Name, in bytes.
 	MaxActorName = 200
-	// MaxActorSource is the longest Actor.Source, in characters.
+	// MaxActorSource is the longest Actor.Source, in bytes.
 	MaxActorSource = 50
 )
+
+// checkActor checks an action's Actor (nil: not audited); an invalid one
+// gives an *outbox.InputError naming "Actor.Name" or "Actor.Source".
+func checkActor(actor *Actor) error {
+	if actor == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		field, value string
+		max          int
+	}{{"Actor.Name", actor.Name, MaxActorName}, {"Actor.Source", actor.Source, MaxActorSource}} {
+		if f.value == "" {
+			return inputErr(f.field, "is empty")
+		}
+		if reason := pgvalue.TextProblem(f.value, f.max); reason != "" {
+			return inputErr(f.field, "%s", reason)
+		}
+	}
+	return nil
+}
+
+// audited is one action to audit: who, what, with which parameters.
+type audited struct {
+	actor  *Actor
+	action string
+	filter map[string]any
+}
+
+// record inserts the audit row of act, which changed rows rows, in tx:
+// the action's own transaction.
+func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) error {
+	filter, err := json.Marshal(act.filter)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows)
+	if err != nil {
+		return errtext.Wrap(err, "audit")
+	}
+	return nil
+}
+
+// logAction writes act's Info line on the Admin's logger, once its
+// transaction committed.
+func (a *Admin) logAction(ctx context.Context, act audited, rows int64) {
+	if a.logger == nil {
+		return
+	}
+	filter, _ := json.Marshal(act.filter)
+	a.logger.InfoContext(ctx, "pgoutbox: admin: "+act.action, "table", a.table.String(),
+		"actor", act.actor.Name, "source", act.actor.Source, "action", act.action, "filter", string(filter), "rows", rows)
+}
+
+// inTx runs fn in a transaction of its own (a savepoint when the Admin's
+// DB is a pgx.Tx) and, when act has an actor, records its audit row in
+// that transaction from the rows fn returns, then logs it once committed.
+func (a *Admin) inTx(ctx context.Context, act audited, fn func(tx pgx.Tx) (int64, error)) error {
+	var rows int64
+	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) (err error) {
+		if rows, err = fn(tx); err != nil || act.actor == nil {
+			return err
+		}
+		return a.record(ctx, tx, act, rows)
+	})
+	if err == nil && act.actor != nil {
+		a.logAction(ctx, act, rows)
+	}
+	return err
+}
 
 // AuditLog page sizes.
 const (
@@ -100,5 +174,34 @@ type AuditPage struct {
 // the entry id through the audit table's primary key: a page costs its
 // rows, however long the log.
 func (a *Admin) AuditLog(ctx context.Context, p AuditParams) (AuditPage, error) {
-	return AuditPage{}, errors.New("TODO")
+	if p.After < 0 {
+		return AuditPage{}, inputErr("After", "is %d, must be 0 (the newest) or an entry id", p.After)
+	}
+	limit, err := checkLimit(p.Limit, DefaultAuditLimit, MaxAuditLimit)
+	if err != nil {
+		return AuditPage{}, err
+	}
+	rows, err := a.db.Query(ctx, a.sql.auditPage, p.After, limit+1)
+	if err != nil {
+		return AuditPage{}, errtext.Wrap(err, "admin: audit log %s", a.table)
+	}
+	page := AuditPage{Entries: make([]AuditEntry, 0, limit)}
+	var e AuditEntry
+	var filter []byte
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows}, func() error {
+		e.Filter = nil
+		if err := json.Unmarshal(filter, &e.Filter); err != nil {
+			return fmt.Errorf("entry %d: filter is not a JSON object", e.ID)
+		}
+		page.Entries = append(page.Entries, e)
+		return nil
+	})
+	if err != nil {
+		return AuditPage{}, errtext.Wrap(err, "admin: audit log %s", a.table)
+	}
+	if len(page.Entries) > limit {
+		page.Entries = page.Entries[:limit]
+		page.Next = page.Entries[limit-1].ID
+	}
+	return page, nil
 }
