@@ -142,7 +142,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	if r.Method == http.MethodPost {
-		if err := h.checkPost(r, user); err != nil {
+		if err := h.checkPost(w, r, user); err != nil {
 			h.refuse(w, r, err.Error())
 			return
 		}
@@ -152,14 +152,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // checkPost refuses a POST when actions are off, when it comes from
 // another origin, or when its CSRF token does not match its cookie.
-func (h *handler) checkPost(r *http.Request, user string) error {
+func (h *handler) checkPost(w http.ResponseWriter, r *http.Request, user string) error {
 	if !h.cfg.AllowActions {
 		return errors.New("this console is read-only: actions are not enabled")
 	}
 	if err := h.cop.Check(r); err != nil {
 		return errors.New("cross-origin request refused")
 	}
-	r.Body = http.MaxBytesReader(nil, r.Body, maxForm)
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
 		return errors.New("the form could not be read")
 	}

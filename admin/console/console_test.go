@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/admin/console"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
@@ -169,7 +170,7 @@ func TestCrossOriginRefused(t *testing.T) {
 // every page, a refused actor on every action.
 func TestAuthorizeRefusal(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withActions, func(c *console.Config) {
+	b := setup(t, withActions, func(_ *testdb.DB, c *console.Config) {
 		c.Authorize = func(r *http.Request) (string, bool) {
 			return "mallory", r.Header.Get("X-Test-User") == "ok"
 		}
@@ -442,4 +443,22 @@ func TestOverview(t *testing.T) {
 // ymd is the date days from today (UTC) as the filter form takes it.
 func ymd(days int) string {
 	return time.Now().UTC().AddDate(0, 0, days).Format("2006-01-02 15:04")
+}
+
+// With in-process dispatchers, the overview shows their health and marks
+// the PENDING types none of them claims.
+func TestOverviewMarksUnhandledTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(db *testdb.DB, c *console.Config) {
+		d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table()})
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("handled", func(context.Context, outbox.Event) error { return nil }))
+		c.Dispatchers = []*dispatcher.Dispatcher{d}
+	})
+	b.insert(t, row{Type: "handled"}, row{Type: "orphan"})
+	res := b.get(t, "/")
+	require.Equal(t, http.StatusOK, res.code)
+	require.Contains(t, res.body, `id="dispatchers"`)
+	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>`, res.body)
+	require.Regexp(t, `<tr><th><a href="[^"]*">handled</a>`, res.body)
 }

@@ -36,23 +36,26 @@ type testBundle struct {
 	client *http.Client
 }
 
+// option changes the console's config for a test; db is the test's.
+type option func(db *testdb.DB, c *console.Config)
+
 // withActions enables actions with an Authorize that allows everyone
 // as testUser.
-func withActions(c *console.Config) {
+func withActions(_ *testdb.DB, c *console.Config) {
 	c.AllowActions = true
 	c.Authorize = func(*http.Request) (string, bool) { return testUser, true }
 }
 
 // setup migrates a schema with the order index, and serves the console
 // under base in a mux, configured by opts (read-only without them).
-func setup(t *testing.T, opts ...func(*console.Config)) *testBundle {
+func setup(t *testing.T, opts ...option) *testBundle {
 	t.Helper()
 	db := testdb.NewMigrated(t, testdb.KeyOrder)
 	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
 	require.NoError(t, err)
 	cfg := console.Config{Admin: a, BasePath: base}
 	for _, o := range opts {
-		o(&cfg)
+		o(db, &cfg)
 	}
 	h, err := console.New(cfg)
 	require.NoError(t, err)

@@ -20,6 +20,10 @@ const (
 	blockedShown = 20
 	// healthMaxAge is the maxAge the overview judges dispatchers with.
 	healthMaxAge = time.Minute
+	// waitingAge is how long a type's oldest due event waits before the
+	// overview marks the type as waiting: a type no running dispatcher
+	// claims looks like this.
+	waitingAge = time.Minute
 )
 
 // overviewData is the overview's data. A part that could not be read
@@ -59,6 +63,7 @@ type typeRow struct {
 	OldestDueAge time.Duration
 	OldestAge    time.Duration
 	Unhandled    bool // Config.Dispatchers set and none claims it
+	Waiting      bool // its oldest due event waits for waitingAge or more
 	Link         string
 }
 
@@ -155,6 +160,7 @@ func (h *handler) typeRows(byType []admin.TypeCounts, pending []admin.TypePendin
 	claimed, all := claimedTypes(h.cfg.Dispatchers)
 	for i := range rows {
 		rows[i].Unhandled = len(h.cfg.Dispatchers) > 0 && !all && rows[i].Pending > 0 && !claimed[rows[i].Type]
+		rows[i].Waiting = rows[i].OldestDueAge >= waitingAge
 		rows[i].Link = h.cfg.BasePath + "/events?" + url.Values{"type": {rows[i].Type}}.Encode()
 	}
 	return rows

@@ -47,7 +47,7 @@ func serveFlags(fs *flag.FlagSet) func(*env) error {
 		}
 		auth.user = *user
 		if auth.user == "" {
-			auth.user = localActor()
+			auth.user = actor().Name
 		}
 		pool, err := e.pool()
 		if err != nil {
@@ -197,18 +197,4 @@ func (t tokenAuth) require(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// localActor is "$USER@hostname", with "unknown" for either part that
-// cannot be found.
-func localActor() string {
-	user := os.Getenv("USER")
-	if user == "" {
-		user = "unknown"
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	return user + "@" + host
 }
