@@ -32,16 +32,7 @@ const (
 func seedOverview(tb testing.TB, db *testdb.DB) {
 	tb.Helper()
 	ctx := context.Background()
-	names, err := sqlname.For(db.Table())
-	require.NoError(tb, err)
-	var now time.Time
-	require.NoError(tb, db.Pool.QueryRow(ctx, `SELECT date_trunc('hour', now())`).Scan(&now))
-	for h := -25; h <= 1; h++ {
-		start := now.Add(time.Duration(h) * time.Hour)
-		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-			names.QualifiedPartition(start), names.Sent, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339)))
-		require.NoError(tb, err)
-	}
+	hourlyPartitions(tb, db, -25, 1)
 	retry := `CASE WHEN i %% 50 = 3 THEN jsonb_build_array(jsonb_build_object('attempt', 1, 'outcome', 'retry',
 		'code', 'handler_error', 'message', 'm', 'owner', 'w', 'started', %[1]s - interval '2 seconds',
 		'ended', %[1]s - interval '1 second')) ELSE '[]' END`
