@@ -72,7 +72,7 @@ func fetch(t *testing.T, client *http.Client, req *http.Request) (int, string) {
 	t.Helper()
 	res, err := client.Do(req)
 	require.NoError(t, err)
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return res.StatusCode, string(body)
