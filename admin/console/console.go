@@ -35,8 +35,9 @@ type Config struct {
 	//
 	//	mux.Handle(BasePath+"/", http.StripPrefix(BasePath, h))
 	BasePath string
-	// Logger receives one line per request that failed on the server's
-	// side (never payloads). Nil: none.
+	// Logger receives one Error line per request that failed on the
+	// server's side and one Warn line per refused request (who, what,
+	// why; never payloads). Nil: none.
 	Logger *slog.Logger
 	// Dispatchers are in-process dispatchers whose Health (state,
 	// circuit) and ClaimedTypes the overview shows; with them, PENDING
@@ -135,7 +136,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Authorize != nil {
 		name, ok := h.cfg.Authorize(r)
 		if !ok {
-			h.refuse(w, r, "you are not allowed to use this console")
+			h.refuse(w, r, "", "you are not allowed to use this console")
 			return
 		}
 		user = name
@@ -143,7 +144,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	if r.Method == http.MethodPost {
 		if err := h.checkPost(w, r, user); err != nil {
-			h.refuse(w, r, err.Error())
+			h.refuse(w, r, user, err.Error())
 			return
 		}
 	}

@@ -107,8 +107,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.showError(w, r, status, msg)
 }
 
-// refuse answers 403 with the reason.
-func (h *handler) refuse(w http.ResponseWriter, r *http.Request, reason string) {
+// refuse answers 403 with the reason, and logs it: user is who
+// Authorize named, "" when it refused.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, user, reason string) {
+	h.log.WarnContext(r.Context(), "pgoutbox console: request refused", "method", r.Method, "path", clip(r.URL.Path, shortText),
+		"user", clip(user, shortText), "reason", reason)
 	h.showError(w, r, http.StatusForbidden, reason)
 }
 
