@@ -426,7 +426,8 @@ func TestEventDetail(t *testing.T) {
 		Payload: []byte(`{"secret":"s3cr3t"}`), Headers: map[string]string{"trace": "abc"}})[0]
 	res := b.get(t, "/events/"+id.String())
 	require.Equal(t, http.StatusOK, res.code)
-	for _, want := range []string{`id="event"`, `id="headers"`, `id="attempt-log"`, `id="show-payload"`, "order.paid", "order-7", "trace", "abc", "handler_error", "boom"} {
+	for _, want := range []string{`id="event"`, `id="headers"`, `id="attempt-log"`, `id="show-payload"`, "order.paid", "order-7", "trace", "abc",
+		"handler_error", "boom", `<a id="key-events" href="/outbox/events?key=order-7">`} {
 		require.Contains(t, res.body, want)
 	}
 	require.NotContains(t, res.body, "s3cr3t")
