@@ -138,26 +138,43 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		h.confirm(w, r, c)
 		return
 	}
-	ids := act.ids
-	if len(ids) == 0 {
-		if ids, err = h.matching(ctx, f.params, min(act.expected, admin.MaxReplayLimit)); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-	}
 	res := resultData{Done: "Replayed", Back: c.Back}
-	if len(ids) > 0 {
-		out, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		res.N = int64(len(out.Replayed))
-		if n := len(out.Skipped); n > 0 {
-			res.Notes = append(res.Notes, strconv.Itoa(n)+" named events were not replayed: no longer FAILED, missing, or locked by another writer.")
-		}
+	out, err := h.replayNow(r, act, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res.N = int64(len(out.Replayed))
+	if n := len(out.Skipped); n > 0 {
+		res.Notes = append(res.Notes, strconv.Itoa(n)+" named events were not replayed: no longer FAILED, missing, or locked by another writer.")
+	}
+	if n := len(out.Conflicts); n > 0 {
+		res.Notes = append(res.Notes, strconv.Itoa(n)+" events stay dead letters: the outbox table already holds their id (inspect both).")
 	}
 	h.result(w, r, res)
+}
+
+// replayNow runs a confirmed replay as the user: by the named ids; or,
+// for a filter of type and code alone, as admin's filter replay (whose
+// audit row records that filter), at most the confirmed count; or, for
+// a filter admin's replay does not take (key, time range), by the ids
+// of the first events the list finds, at most the confirmed count.
+func (h *handler) replayNow(r *http.Request, act actionForm, f filter) (admin.ReplayResult, error) {
+	ctx, limit := r.Context(), min(act.expected, admin.MaxReplayLimit)
+	ids := act.ids
+	switch {
+	case len(ids) > 0:
+	case limit == 0:
+		return admin.ReplayResult{}, nil
+	case f.Key == "" && f.From == "" && f.To == "":
+		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{Type: f.Type, Code: outbox.Code(f.Code), Limit: int(limit), Actor: actor(r)})
+	default:
+		var err error
+		if ids, err = h.matching(ctx, f.params, limit); err != nil || len(ids) == 0 {
+			return admin.ReplayResult{}, err
+		}
+	}
+	return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
 }
 
 // matching returns the ids of up to limit events matching p, oldest seq

@@ -261,6 +261,7 @@ func TestBulkReplayDryRunThenConfirm(t *testing.T) {
 	require.Equal(t, admin.SourceConsole, e.Source)
 	require.Equal(t, admin.ActionReplay, e.Action)
 	require.EqualValues(t, 3, e.Rows)
+	require.Equal(t, map[string]any{"type": "order.paid", "code": "handler_error", "limit": float64(3)}, e.Filter)
 
 	audit := b.get(t, "/audit")
 	require.Equal(t, 1, strings.Count(audit.body, `class="entry"`))
@@ -281,6 +282,26 @@ func TestBulkReplayKeepsToTheCount(t *testing.T) {
 	require.Equal(t, "PENDING", b.status(t, first[0]))
 	require.Equal(t, "PENDING", b.status(t, first[1]))
 	require.Equal(t, "FAILED", b.status(t, late))
+}
+
+// A filter that admin's replay does not take (a key, a time range) is
+// replayed by the ids of the events it matches, no more than counted.
+func TestBulkReplayByKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	hit := b.insert(t, many(2, row{Status: "FAILED", Key: "k1", Code: "handler_error"})...)
+	miss := b.insert(t, row{Status: "FAILED", Key: "k2", Code: "handler_error"})[0]
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?key=k1"), "replay-dry-run"))
+	require.Equal(t, "2", number(t, dry))
+	done := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "2", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, hit[0]))
+	require.Equal(t, "PENDING", b.status(t, hit[1]))
+	require.Equal(t, "FAILED", b.status(t, miss))
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+	require.ElementsMatch(t, []any{hit[0].String(), hit[1].String()}, entries.Entries[0].Filter["ids"])
 }
 
 // One event's replay and skip from its page go through the same dry run
