@@ -25,7 +25,8 @@ type Config struct {
 	AllowActions bool
 	// Authorize is called on every request, before anything is read; a
 	// request it does not allow gets 403 Forbidden. user names the actor
-	// in the audit log. Required when AllowActions is set (New returns an
+	// in the audit log (1 to admin.MaxActorName characters): an action by
+	// an allowed request with an empty user is refused. Required when AllowActions is set (New returns an
 	// *outbox.ConfigError otherwise). Nil with read-only: every reader is
 	// allowed, as "anonymous".
 	Authorize func(r *http.Request) (user string, allowed bool)
@@ -156,6 +157,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) checkPost(w http.ResponseWriter, r *http.Request, user string) error {
 	if !h.cfg.AllowActions {
 		return errors.New("this console is read-only: actions are not enabled")
+	}
+	if user == "" {
+		return errors.New("the Authorize hook named no user, and every action is audited under one")
 	}
 	if err := h.cop.Check(r); err != nil {
 		return errors.New("cross-origin request refused")

@@ -208,6 +208,17 @@ func TestAuthorizeRefusal(t *testing.T) {
 	res := b.post(t, "/actions/replay", url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"}})
 	require.Equal(t, http.StatusForbidden, res.code)
 	require.Equal(t, "FAILED", b.status(t, id))
+
+	// An allowed request without a user name reads, but cannot act.
+	nameless := setup(t, withActions, func(_ *testdb.DB, c *console.Config) {
+		c.Authorize = func(*http.Request) (string, bool) { return "", true }
+	})
+	id = nameless.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	page := nameless.get(t, "/events/"+id.String())
+	require.Equal(t, http.StatusOK, page.code)
+	res = nameless.post(t, "/actions/replay", url.Values{"csrf": {token(t, page)}, "id": {id.String()}, "dry": {"1"}})
+	require.Equal(t, http.StatusForbidden, res.code)
+	require.Contains(t, res.body, "named no user")
 }
 
 // A bulk replay by filter: the dry run counts the FAILED events the
