@@ -36,10 +36,11 @@ type confirmData struct {
 
 // resultData is the result page's data.
 type resultData struct {
-	Done  string // "Replayed", ...
-	N     int64
-	Notes []string
-	Back  string
+	Done      string // "Replayed", "Skipped" or "Purged"
+	N         int64
+	Skipped   int // named events a replay did not take
+	Conflicts int // dead letters a replay kept (their id is in the outbox)
+	Back      string
 }
 
 // actionForm is an action's posted parameters.
@@ -138,20 +139,13 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		h.confirm(w, r, c)
 		return
 	}
-	res := resultData{Done: "Replayed", Back: c.Back}
 	out, err := h.replayNow(r, act, f)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	res.N = int64(len(out.Replayed))
-	if n := len(out.Skipped); n > 0 {
-		res.Notes = append(res.Notes, strconv.Itoa(n)+" named events were not replayed: no longer FAILED, missing, or locked by another writer.")
-	}
-	if n := len(out.Conflicts); n > 0 {
-		res.Notes = append(res.Notes, strconv.Itoa(n)+" events stay dead letters: the outbox table already holds their id (inspect both).")
-	}
-	h.result(w, r, res)
+	h.result(w, r, resultData{Done: "Replayed", N: int64(len(out.Replayed)), Skipped: len(out.Skipped),
+		Conflicts: len(out.Conflicts), Back: c.Back})
 }
 
 // replayNow runs a confirmed replay as the user: by the named ids; or,
@@ -295,7 +289,60 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData)
 	h.show(w, r, "confirm", h.newPage(w, r, "events", c.Verb+": confirm", c))
 }
 
-// result shows what an action did.
+// result sends the browser to the result page (POST, then redirect,
+// then GET): reloading that page shows the result again, and does not
+// post the action a second time.
 func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData) {
+	q := url.Values{"done": {res.Done}, "n": {strconv.FormatInt(res.N, 10)}, "back": {res.Back}}
+	if res.Skipped > 0 {
+		q.Set("skipped", strconv.Itoa(res.Skipped))
+	}
+	if res.Conflicts > 0 {
+		q.Set("conflicts", strconv.Itoa(res.Conflicts))
+	}
+	http.Redirect(w, r, h.cfg.BasePath+"/done?"+q.Encode(), http.StatusSeeOther)
+}
+
+// done shows what an action did, from the query result wrote; it
+// changes nothing, and a made-up query shows only made-up numbers.
+func (h *handler) done(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	res := resultData{Done: q.Get("done"), Back: h.cfg.BasePath + "/events"}
+	if res.Done != "Replayed" && res.Done != "Skipped" && res.Done != "Purged" {
+		h.fail(w, r, badRequestf("done must be Replayed, Skipped or Purged"))
+		return
+	}
+	n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		h.fail(w, r, badRequestf("n must be a number of events"))
+		return
+	}
+	res.N, res.Skipped, res.Conflicts = n, atoiOr0(q.Get("skipped")), atoiOr0(q.Get("conflicts"))
+	if back, ok := h.localEvents(q.Get("back")); ok {
+		res.Back = back
+	}
 	h.show(w, r, "result", h.newPage(w, r, "events", res.Done, res))
+}
+
+// atoiOr0 reads a count, 0 when it is not a non-negative number.
+func atoiOr0(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// localEvents returns back when it is a link to the console's event
+// list or an event's page (a path under BasePath, no scheme or host).
+func (h *handler) localEvents(back string) (string, bool) {
+	u, err := url.Parse(back)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Fragment != "" {
+		return "", false
+	}
+	list := h.cfg.BasePath + "/events"
+	if u.Path != list && !strings.HasPrefix(u.Path, list+"/") || strings.Contains(u.Path, "//") {
+		return "", false
+	}
+	return u.String(), true
 }

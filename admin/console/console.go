@@ -107,6 +107,7 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("GET /events", h.events)
 	h.mux.HandleFunc("GET /events/{id}", h.event)
 	h.mux.HandleFunc("GET /audit", h.audit)
+	h.mux.HandleFunc("GET /done", h.done)
 	h.mux.HandleFunc("POST /actions/replay", h.replay)
 	h.mux.HandleFunc("POST /actions/skip", h.skip)
 	h.mux.HandleFunc("POST /actions/purge", h.purge)

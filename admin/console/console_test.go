@@ -295,6 +295,37 @@ func TestBulkReplayKeepsToTheCount(t *testing.T) {
 	require.Equal(t, "FAILED", b.status(t, late))
 }
 
+// An action answers with a redirect to its result page (reloading it
+// posts nothing again), whose back link stays inside the console.
+func TestResultPageAfterRedirect(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events/"+id.String()), "replay-one-button"))
+	b.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, http.StatusSeeOther, res.code)
+	loc, err := url.Parse(res.header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, base+"/done", loc.Path)
+	b.client.CheckRedirect = nil
+	for range 2 { // a reload shows the same and replays nothing
+		page := b.get(t, "/done?"+loc.RawQuery)
+		require.Equal(t, "1", number(t, page))
+		require.Contains(t, page.body, `<a href="`+base+`/events/`+id.String()+`">Back</a>`)
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+
+	for _, back := range []string{"https://evil.example/outbox/events", "//evil.example/outbox/events", "/elsewhere", "javascript:alert(1)"} {
+		page := b.get(t, "/done?done=Replayed&n=1&back="+url.QueryEscape(back))
+		require.Equal(t, http.StatusOK, page.code)
+		require.Contains(t, page.body, `<a href="`+base+`/events">Back</a>`, back)
+	}
+	require.Equal(t, http.StatusBadRequest, b.get(t, "/done?done=Deleted&n=1").code)
+}
+
 // A filter that admin's replay does not take (a key, a time range) is
 // replayed by the ids of the events it matches, no more than counted.
 func TestBulkReplayByKey(t *testing.T) {

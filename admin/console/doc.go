@@ -13,6 +13,7 @@
 //	POST /actions/replay      replay by id or by the list's filter     (dry run, then confirm)
 //	POST /actions/skip        skip FAILED heads by id                  (dry run, then confirm)
 //	POST /actions/purge       purge SENT or FAILED older than an age    (dry run, then confirm)
+//	GET  /done                what an action did (actions redirect here: a reload posts nothing)
 //	GET  /audit               the audit log, newest first
 //	GET  /static/...          console.css, console.js (embedded)
 //
