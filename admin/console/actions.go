@@ -115,26 +115,11 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.params.Status = outbox.StatusFailed
-	ctx := r.Context()
 	c := confirmData{Action: "replay", Verb: "Replay", What: "FAILED events", URL: h.cfg.BasePath + "/actions/replay", Back: h.back(act.ids, f)}
 	if act.dry {
-		if len(act.ids) > 0 {
-			res, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: act.ids, DryRun: true})
-			if err != nil {
-				h.fail(w, r, err)
-				return
-			}
-			c.N, c.Fields = int64(len(res.Replayed)), idFields(act.ids)
-		} else {
-			count, err := h.cfg.Admin.Count(ctx, f.params)
-			if err != nil {
-				h.fail(w, r, err)
-				return
-			}
-			c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
-			if c.N > admin.MaxReplayLimit || c.Capped {
-				c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
-			}
+		if err := h.replayDryRun(r.Context(), act, f, &c); err != nil {
+			h.fail(w, r, err)
+			return
 		}
 		h.confirm(w, r, c)
 		return
@@ -146,6 +131,23 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	h.result(w, r, resultData{Done: "Replayed", N: int64(len(out.Replayed)), Skipped: len(out.Skipped),
 		Conflicts: len(out.Conflicts), Back: c.Back})
+}
+
+// replayDryRun fills c with what a replay would take now: the named ids
+// that are dead letters (admin's dry run), or the FAILED events the
+// filter matches (its count).
+func (h *handler) replayDryRun(ctx context.Context, act actionForm, f filter, c *confirmData) error {
+	if len(act.ids) > 0 {
+		res, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: act.ids, DryRun: true})
+		c.N, c.Fields = int64(len(res.Replayed)), idFields(act.ids)
+		return err
+	}
+	count, err := h.cfg.Admin.Count(ctx, f.params)
+	c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
+	if c.N > admin.MaxReplayLimit || c.Capped {
+		c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
+	}
+	return err
 }
 
 // replayNow runs a confirmed replay as the user: by the named ids; or,
