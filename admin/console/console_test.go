@@ -547,6 +547,6 @@ func TestOverviewMarksUnhandledTypes(t *testing.T) {
 	res := b.get(t, "/")
 	require.Equal(t, http.StatusOK, res.code)
 	require.Contains(t, res.body, `id="dispatchers"`)
-	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>`, res.body)
-	require.Regexp(t, `<tr><th><a href="[^"]*">handled</a>`, res.body)
+	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>.*no dispatcher in this process claims it`, res.body)
+	require.Regexp(t, `<th><a href="[^"]*">handled</a>.*<td class="note">(|due events wait[^<]*)</td></tr>`, res.body)
 }
