@@ -1,8 +1,10 @@
 // Command outboxctl is the operator's command line for a pgoutbox outbox:
 // status, counts, list, inspect, replay, blocked, skip, purge, audit,
-// migrate and verify, and relay for a log's consumer groups (groups, parked keys,
-// replay/skip requests, resume, group create/drop, maintain). It is a thin
-// layer over the admin and migrations packages; docs/admin.md is its guide.
+// migrate and verify, serve (the operator console in the browser,
+// admin/console), and relay for a log's consumer groups (groups, parked
+// keys, replay/skip requests, resume, group create/drop, maintain). It is
+// a thin layer over the admin and migrations packages; docs/admin.md is
+// its guide.
 //
 //	outboxctl <command> [arguments and flags, in any order]
 //
@@ -90,6 +92,7 @@ var commands = []command{
 	{"audit", "", "the audit log: who replayed, skipped or purged what, newest first", auditFlags},
 	{"migrate", "", "create or upgrade the outbox table", migrateFlags},
 	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},
+	{"serve", "", "run the operator console in the browser (read-only unless -allow-actions; see docs/console.md)", serveFlags},
 	{"relay", relayArgs, "a log's consumer groups, lag, parked keys, replay/skip requests, retention (-table names the log)", relayFlags},
 }
 
