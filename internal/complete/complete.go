@@ -107,6 +107,10 @@ const (
 	// maxWritesPerRound bounds the statements one round spends splitting a
 	// refused write to find the outcomes that cause it.
 	maxWritesPerRound = 64
+	// maxUnsplit is how many refused writes of several, left whole by a
+	// round's budget, an outcome shares before it is written alone
+	// (writeSuspects).
+	maxUnsplit = 2
 )
 
 // maxLateTries bounds the failed writes, past the local deadline, of an
@@ -144,16 +148,45 @@ func (c *Completer) writeReady() (wait time.Duration, wrote bool) {
 		}
 		return wait, len(dropped) > 0
 	}
+	c.writeTaken(items)
+	return wait, true
+}
+
+// writeTaken writes the outcomes of one round, taken from the held set:
+// the suspects alone, then the others, splitting refused writes within
+// the round's budget.
+func (c *Completer) writeTaken(items []*held.Item) {
 	limit := c.writeLimit
 	budget := maxWritesPerRound
-	c.writeSplitting(items, &budget)
+	rest := c.writeSuspects(items, &budget)
+	c.writeSplitting(rest, &budget)
 	if c.writeLimit == limit && limit > 0 && len(items) == limit {
 		c.writeLimit = 2 * limit // a full write went through: grow back
 		if c.writeLimit > maxWriteLimit {
 			c.writeLimit = 0
 		}
 	}
-	return wait, true
+}
+
+// writeSuspects writes alone, each in a statement of its own whatever the
+// budget, the outcomes that were in maxUnsplit refused writes of several
+// that a round left whole, and returns the others. Without it a group left
+// whole went back behind the outcomes that arrived meanwhile; while
+// refused ones kept arriving, each round spent its budget splitting the
+// newcomers and the old group was written whole again, for ever, its
+// leases renewed by the heartbeat. Written alone, an outcome is recorded
+// or refused alone, which counts (maxRefusals), so every outcome is
+// settled within a few rounds.
+func (c *Completer) writeSuspects(items []*held.Item, budget *int) (rest []*held.Item) {
+	rest = items[:0:0]
+	for _, it := range items {
+		if it.Record().Unsplit < maxUnsplit {
+			rest = append(rest, it)
+			continue
+		}
+		c.writeSplitting([]*held.Item{it}, budget)
+	}
+	return rest
 }
 
 // maxWriteLimit is the write size past which the completer stops bounding
@@ -415,16 +448,18 @@ func itemsByID(items []*held.Item) map[uuid.UUID]*held.Item {
 // outcome only when it was written alone: a refused write of several that
 // the round's budget left unsplit says nothing about each of them, spends
 // none of their tries and is written again after firstRetry, when the
-// next round splits it further (each round isolates at least one refused
-// outcome, so the refused ones run out of refusals and the rest is
-// written).
+// next round splits it further; an outcome left whole maxUnsplit times is
+// then written alone (writeSuspects), so that refused outcomes arriving
+// all the time cannot keep it from being settled.
 func (c *Completer) retryLater(items []*held.Item, err error) {
 	alone := Refused(err) && len(items) == 1
 	group := Refused(err) && len(items) > 1
 	now := c.cfg.Clock.Mono()
 	givenUp := c.cfg.Held.WriteFailed(items, func(it *held.Item, expired bool) held.WriteVerdict {
 		r := it.Record()
-		if !group {
+		if group {
+			r.Unsplit++
+		} else {
 			r.Tries++
 		}
 		if alone {

@@ -416,3 +416,57 @@ END $$`)
 		require.NotContains(t, err.Error(), good.String(), "the innocent event is not given up")
 	}
 }
+
+// TestRefusedGroupsAreSettledWhileRefusalsKeepArriving: outcomes that a
+// round left in a refused write of several go back behind the outcomes
+// that arrived during the round. While refused ones keep arriving, each
+// round spent its budget splitting the newcomers, and the old group was
+// written whole again every round, spending no tries, its leases renewed:
+// innocent events stayed PROCESSING for ever (found by review: 117 of 150
+// after 30 rounds). Outcomes left whole twice are now written alone.
+func TestRefusedGroupsAreSettledWhileRefusalsKeepArriving(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	const perRound, rounds = 200, 12
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+		SELECT gen_random_uuid(), CASE WHEN i % 4 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
+		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
+	require.NoError(t, err)
+	b := setupCompleter(t, db.Pool, db.Table())
+	_, err = db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.event_type = 'bad' THEN
+		RAISE EXCEPTION 'refused by the test';
+	END IF;
+	RETURN NEW;
+END $$`)
+	require.NoError(t, err)
+	db.OnOutcomes(t, "refuse_outcome")
+	claim := func() []*held.Item {
+		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
+		require.NoError(t, err)
+		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
+	}
+	all := claim()
+	var innocent []uuid.UUID
+	for _, it := range all {
+		if it.Event.Type == "good" {
+			innocent = append(innocent, it.Event.ID)
+		}
+	}
+	for range rounds {
+		items, dropped, _ := b.held.TakeOutcomes(0)
+		require.Empty(t, dropped)
+		all = append(all, claim()...) // outcomes that arrive while the round writes
+		b.c.writeTaken(items)
+		for _, it := range all {
+			it.Record().RetryAt = time.Time{} // due again at once
+		}
+	}
+	var held int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e
+		WHERE status = 'PROCESSING' AND id = ANY($1)`, innocent).Scan(&held))
+	require.Zero(t, held, "the first round's innocent outcomes are all written after %d rounds", rounds)
+}

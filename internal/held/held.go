@@ -211,9 +211,12 @@ type Item struct {
 // it first wrote it (see completer.failureToWrite).
 type WriteRecord struct {
 	Tries, Refusals, Late int
-	RetryAt               time.Time
-	Failure               lease.Failure
-	Decided               bool // failure is set
+	// Unsplit counts the refused writes of several that the round's split
+	// budget left whole with the item in them (they spend no try).
+	Unsplit int
+	RetryAt time.Time
+	Failure lease.Failure
+	Decided bool // failure is set
 }
 
 // Record returns the item's write record, made on first need. The
