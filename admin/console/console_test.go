@@ -550,3 +550,24 @@ func TestOverviewMarksUnhandledTypes(t *testing.T) {
 	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>.*no dispatcher in this process claims it`, res.body)
 	require.Regexp(t, `<th><a href="[^"]*">handled</a>.*<td class="note">(|due events wait[^<]*)</td></tr>`, res.body)
 }
+
+// The purge form goes by status and age only, so the list hides it while
+// any other filter is set (a purge would take events the list does not
+// show) and says why; with status alone it is there.
+func TestPurgeFormHiddenWhileFiltered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.insert(t, row{Status: "FAILED", Type: "foo", Code: "handler_error"})
+	for _, q := range []string{"type=foo", "status=FAILED&type=foo", "key=k", "code=handler_error", "from=2026-01-01", "to=2030-01-01"} {
+		res := b.get(t, "/events?"+q)
+		require.Equal(t, http.StatusOK, res.code, q)
+		require.NotContains(t, res.body, `id="bulk-purge"`, q)
+		require.Contains(t, res.body, `id="purge-filtered"`, q)
+		require.Contains(t, res.body, "Purge works by status and age only", q)
+	}
+	for _, q := range []string{"", "status=FAILED", "status=SENT"} {
+		res := b.get(t, "/events?"+q)
+		require.Contains(t, res.body, `id="bulk-purge"`, q)
+		require.NotContains(t, res.body, `id="purge-filtered"`, q)
+	}
+}
