@@ -293,7 +293,8 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData)
 
 // result sends the browser to the result page (POST, then redirect,
 // then GET): reloading that page shows the result again, and does not
-// post the action a second time.
+// post the action a second time. The Location is relative to the mount
+// (mountWriter adds BasePath).
 func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData) {
 	q := url.Values{"done": {res.Done}, "n": {strconv.FormatInt(res.N, 10)}, "back": {res.Back}}
 	if res.Skipped > 0 {
@@ -302,7 +303,7 @@ func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData)
 	if res.Conflicts > 0 {
 		q.Set("conflicts", strconv.Itoa(res.Conflicts))
 	}
-	http.Redirect(w, r, h.cfg.BasePath+"/done?"+q.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, "/done?"+q.Encode(), http.StatusSeeOther)
 }
 
 // done shows what an action did, from the query result wrote; it

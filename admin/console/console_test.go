@@ -5,6 +5,7 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -37,6 +38,14 @@ func TestNewChecksTheConfig(t *testing.T) {
 		_, err := console.New(cfg)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, name)
+	}
+	// A BasePath that is not a clean absolute path: links would leave the
+	// site ("//evil.example" is protocol-relative) or be rewritten.
+	for _, p := range []string{"//evil.example", "/", "outbox", "/a//b", "/a/./b", "/a/../b", "/a/.", "/..", `/a\b`, `\\evil`,
+		"/a\x00b", "/a\tb", "/a\nb", "/a b", "/a%2fb", "/a?b", "/a#b", `/a"b`} {
+		_, err := console.New(console.Config{Admin: a, BasePath: p})
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "%q", p)
+		require.ErrorContains(t, err, "BasePath", "%q", p)
 	}
 	_, err = console.New(console.Config{Admin: a, BasePath: "/ops/outbox"})
 	require.NoError(t, err)
@@ -569,5 +578,36 @@ func TestPurgeFormHiddenWhileFiltered(t *testing.T) {
 		res := b.get(t, "/events?"+q)
 		require.Contains(t, res.body, `id="bulk-purge"`, q)
 		require.NotContains(t, res.body, `id="purge-filtered"`, q)
+	}
+}
+
+// Redirects stay under the mount: the ServeMux's own (a path that is not
+// clean, "/static" without its slash) and the pages' (an action's result)
+// carry BasePath, also when the service's router does not clean paths.
+func TestRedirectsKeepTheBasePath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	h, err := console.New(console.Config{Admin: b.admin, BasePath: base})
+	require.NoError(t, err)
+	bare := httptest.NewServer(http.StripPrefix(base, h)) // no ServeMux in front: nothing cleans the path first
+	t.Cleanup(bare.Close)
+	b.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for path, want := range map[string]string{
+		"/static":          base + "/static/",
+		"/./events":        base + "/events",
+		"/events/../audit": base + "/audit",
+		"//evil.example/x": base + "/evil.example/x",
+	} {
+		for _, srv := range []string{b.server.URL, bare.URL} {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv+base+path, nil)
+			require.NoError(t, err)
+			req.URL.Opaque = base + path // sent as written, dot segments and all
+			res := b.do(t, req)
+			if res.code == http.StatusOK { // the service's ServeMux cleaned it already
+				continue
+			}
+			require.Contains(t, []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect}, res.code, "%s%s", srv, path)
+			require.Equal(t, want, strings.SplitN(res.header.Get("Location"), "?", 2)[0], "%s%s", srv, path)
+		}
 	}
 }
