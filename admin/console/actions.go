@@ -244,13 +244,13 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	p := admin.PurgeParams{Status: st, OlderThan: older, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)}
+	p := admin.PurgeParams{Status: st, OlderThan: older, Limit: purgeBatch, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)}
 	if !act.dry {
 		if act.expected == 0 {
 			h.result(w, r, resultData{Done: "Purged", Back: h.cfg.BasePath + "/events"})
 			return
 		}
-		p.Limit = int(min(act.expected, admin.MaxPurgeLimit))
+		p.Limit = int(min(act.expected, purgeBatch))
 	}
 	n, err := h.cfg.Admin.Purge(r.Context(), p)
 	if err != nil {
@@ -262,6 +262,10 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 		c := confirmData{Action: "purge", Verb: "Purge", What: string(st) + " events older than " + older.String(), N: n,
 			Fields: [][2]string{{"status", string(st)}, {"older_than", r.PostForm.Get("older_than")}},
 			URL:    h.cfg.BasePath + "/actions/purge", Back: back}
+		if st == outbox.StatusFailed && n >= purgeBatch {
+			c.Capped = true
+			c.Note = "Counting stops at " + strconv.Itoa(purgeBatch) + ", the most one confirmation purges; confirm again for the rest."
+		}
 		if st == outbox.StatusSent {
 			c.Note = "SENT events go by whole history partitions: their count is the planner's estimate."
 		}
@@ -270,6 +274,11 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	h.result(w, r, resultData{Done: "Purged", N: n, Back: back})
 }
+
+// purgeBatch is the most rows a purge's dry run counts and its
+// confirmation deletes one by one (dead letters, or rows of the SENT
+// history's default partition).
+const purgeBatch = admin.DefaultPurgeLimit
 
 // parseAge reads a purge's age: a Go duration ("720h", "90m") or a
 // number of days ("30d").

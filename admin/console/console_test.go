@@ -611,3 +611,25 @@ func TestRedirectsKeepTheBasePath(t *testing.T) {
 		}
 	}
 }
+
+// A FAILED purge's dry run counts at most a confirmation's batch: more
+// dead letters than that show as "at least", not as an exact number.
+func TestPurgeDryRunSaysAtLeastWhenCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.bulk(t, "FAILED", admin.DefaultPurgeLimit+5, "now() - interval '2 days'")
+	form := hiddenFields(t, b.get(t, "/events"), "purge-dry-run")
+	form.Set("status", "FAILED")
+	form.Set("older_than", "1d")
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	require.Equal(t, strconv.Itoa(admin.DefaultPurgeLimit), number(t, dry))
+	require.Contains(t, dry.body, "(at least)")
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, strconv.Itoa(admin.DefaultPurgeLimit), number(t, done))
+
+	// Fewer than the batch: exact, no "at least".
+	dry = b.post(t, "/actions/purge", form)
+	require.Equal(t, "5", number(t, dry))
+	require.NotContains(t, dry.body, "at least")
+}

@@ -225,3 +225,17 @@ func hiddenFields(t *testing.T, page response, button string) url.Values {
 }
 
 var hiddenInput = regexp.MustCompile(`<input type="hidden" name="([^"]*)" value="([^"]*)">`)
+
+// bulk inserts n events of status (SENT or FAILED) into its table in one
+// statement, each reaching it at the SQL time expression at.
+func (b *testBundle) bulk(t *testing.T, status string, n int, at string) {
+	t.Helper()
+	table, col := "outbox_events_dead", "failed_at"
+	if status == "SENT" {
+		table, col = "outbox_events_sent", "sent_at"
+	}
+	_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO `+table+` (seq, id, event_type, status, payload, created_at, next_attempt_at, `+col+`)
+SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 'bulk', $1, '\x00', t, t, t
+FROM generate_series(1, $2::int), LATERAL (SELECT (`+at+`)::timestamptz AS t) s`, status, n)
+	require.NoError(t, err)
+}
