@@ -633,3 +633,83 @@ func TestPurgeDryRunSaysAtLeastWhenCapped(t *testing.T) {
 	require.Equal(t, "5", number(t, dry))
 	require.NotContains(t, dry.body, "at least")
 }
+
+// A SENT purge's confirmation deletes no more than its dry run showed:
+// the dry run counts at most a batch of the history's default partition
+// plus the estimate of the whole partitions due, and the confirmation
+// deletes at most that batch plus those partitions (not a "Limit" of the
+// shown total, which bounds only the default partition).
+func TestSentPurgeDeletesNoMoreThanShown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.partition(t, 72, 2000)
+	b.bulk(t, "SENT", admin.DefaultPurgeLimit+2000, "now() - interval '48 hours'") // no partition: the default one
+	_, err := b.db.Pool.Exec(context.Background(), `ANALYZE outbox_events_sent`)
+	require.NoError(t, err)
+	form := hiddenFields(t, b.get(t, "/events?status=SENT"), "purge-dry-run")
+	form.Set("status", "SENT")
+	form.Set("older_than", "1d")
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	shown, err := strconv.ParseInt(number(t, dry), 10, 64)
+	require.NoError(t, err)
+	total := b.sentRows(t)
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	deleted := total - b.sentRows(t)
+	require.Equal(t, strconv.FormatInt(deleted, 10), number(t, done))
+	require.LessOrEqual(t, deleted, shown, "the confirmation deleted more than the page showed")
+	require.EqualValues(t, admin.DefaultPurgeLimit+2000, deleted) // a batch of the default partition, the whole old partition
+	require.Contains(t, dry.body, "(about)")
+}
+
+// A purge's confirmation acts on the dry run's cut-off, posted back as
+// before, not on "older than" counted again from the confirmation's now:
+// a partition that closed after the dry run is kept. A before later than
+// now, or none, is refused.
+func TestPurgeConfirmKeepsTheDryRunsCutoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	end := b.partition(t, 3, 100) // ended two hours ago at most
+	_, err := b.db.Pool.Exec(context.Background(), `ANALYZE outbox_events_sent`)
+	require.NoError(t, err)
+	form := hiddenFields(t, b.get(t, "/events?status=SENT"), "purge-dry-run")
+	form.Set("status", "SENT")
+	form.Set("older_than", "1h")
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	confirm := hiddenFields(t, dry, "confirm-action")
+	require.NotEmpty(t, confirm.Get("before"))
+
+	// As if the dry run had run before the partition's end.
+	confirm.Set("before", end.Add(-time.Minute).UTC().Format(time.RFC3339))
+	done := b.post(t, "/actions/purge", confirm)
+	require.Equal(t, "0", number(t, done))
+	require.EqualValues(t, 100, b.sentRows(t))
+
+	for _, before := range []string{"", "yesterday", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)} {
+		confirm.Set("before", before)
+		res := b.post(t, "/actions/purge", confirm)
+		require.Equal(t, http.StatusBadRequest, res.code, before)
+		require.Contains(t, res.body, "before", before)
+	}
+	require.EqualValues(t, 100, b.sentRows(t))
+}
+
+// A SENT purge over a partition never analyzed: admin estimates it as 0
+// rows, which the page shows as "unknown", not 0, still offering the
+// confirmation, which purges the partition.
+func TestSentPurgeUnknownEstimate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.partition(t, 72, 50)
+	form := hiddenFields(t, b.get(t, "/events?status=SENT"), "purge-dry-run")
+	form.Set("status", "SENT")
+	form.Set("older_than", "1d")
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	require.Contains(t, dry.body, `<span class="n unknown">unknown</span>`)
+	require.NotContains(t, dry.body, `<span class="n">0</span>`)
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "50", number(t, done))
+	require.Zero(t, b.sentRows(t))
+}
