@@ -98,6 +98,12 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 		require.NotContains(t, strings.ToLower(res.body), `method="post"`, path)
 		require.Contains(t, res.body, "read-only", path)
 	}
+	for _, path := range []string{"/fragments/overview", "/events?status=SENT", "/events?type=x", "/events/" + id.String() + "?payload=1",
+		"/done?done=Purged&n=3", "/events/not-a-uuid", "/events?status=nope", "/nowhere"} {
+		res := b.get(t, path)
+		require.NotContains(t, strings.ToLower(res.body), `method="post"`, path)
+		require.NotContains(t, strings.ToLower(res.body), `name="csrf"`, path)
+	}
 	for _, action := range []string{"replay", "skip", "purge"} {
 		res := b.post(t, "/actions/"+action, url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"},
 			"status": {"FAILED"}, "older_than": {"0s"}})
@@ -209,7 +215,8 @@ func TestAuthorizeRefusal(t *testing.T) {
 		}
 	})
 	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
-	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit", "/static/console.js"} {
+	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit", "/static/console.js",
+		"/static/console.css", "/static", "/static/", "/done?done=Replayed&n=1", "/nowhere", "/./events"} {
 		res := b.get(t, path)
 		require.Equal(t, http.StatusForbidden, res.code, path)
 		require.NotContains(t, res.body, id.String(), path)
