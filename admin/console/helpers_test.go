@@ -268,3 +268,15 @@ func (b *testBundle) sentRows(t *testing.T) int64 {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events_sent`).Scan(&n))
 	return n
 }
+
+// purgeDryRun posts the list's purge form for status and age, as an
+// operator would, and returns the confirmation page.
+func (b *testBundle) purgeDryRun(t *testing.T, status, age string) response {
+	t.Helper()
+	form := hiddenFields(t, b.get(t, "/events?status="+status), "purge-dry-run")
+	form.Set("status", status)
+	form.Set("older_than", age)
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	return dry
+}

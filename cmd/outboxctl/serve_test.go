@@ -165,13 +165,20 @@ func TestServeWithActions(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "ana") // the page's user: -user, not the claimed bob
 
+	require.Equal(t, "ana", onlyAuditedActor(t, db))
+}
+
+// onlyAuditedActor returns the actor of the audit log's one entry, a
+// console's.
+func onlyAuditedActor(t *testing.T, db *testdb.DB) string {
+	t.Helper()
 	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
 	require.NoError(t, err)
 	page, err := a.AuditLog(context.Background(), admin.AuditParams{})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 1)
-	require.Equal(t, "ana", page.Entries[0].Actor)
 	require.Equal(t, admin.SourceConsole, page.Entries[0].Source)
+	return page.Entries[0].Actor
 }
 
 // Actions need a token file, and the token must be long enough.
@@ -251,12 +258,7 @@ func TestServeTokenActorIsMarked(t *testing.T) {
 	code, _ = fetch(t, client, bad)
 	require.Equal(t, http.StatusUnauthorized, code)
 
-	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
-	require.NoError(t, err)
-	page, err := a.AuditLog(context.Background(), admin.AuditParams{})
-	require.NoError(t, err)
-	require.Len(t, page.Entries, 1)
-	require.Equal(t, "token:admin", page.Entries[0].Actor)
+	require.Equal(t, "token:admin", onlyAuditedActor(t, db))
 
 	out.mu.Lock()
 	defer out.mu.Unlock()
