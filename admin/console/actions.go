@@ -23,15 +23,17 @@ import (
 
 // confirmData is the confirmation page's data.
 type confirmData struct {
-	Action string      // replay, skip, purge
-	Verb   string      // "Replay", ...
-	What   string      // what the action takes, in words
-	N      int64       // events that match now
-	Capped bool        // N is a lower bound
-	Note   string      // a bound the action will meet, if any
-	Fields [][2]string // the parameters to post again
-	URL    string      // the action's URL
-	Back   string      // where "cancel" leads
+	Action  string      // replay, skip, purge
+	Verb    string      // "Replay", ...
+	What    string      // what the action takes, in words
+	N       int64       // events that match now
+	Capped  bool        // N is a lower bound
+	About   bool        // N is an estimate
+	Unknown bool        // the number is not known (N is 0 but may not be)
+	Note    string      // a bound the action will meet, if any
+	Fields  [][2]string // the parameters to post again
+	URL     string      // the action's URL
+	Back    string      // where "cancel" leads
 }
 
 // resultData is the result page's data.
@@ -231,7 +233,12 @@ func (h *handler) actorUnlessDry(r *http.Request, act actionForm) *admin.Actor {
 	return actor(r)
 }
 
-// purge deletes SENT or FAILED events older than a duration.
+// purge deletes SENT or FAILED events that reached their status before
+// a cut-off. The dry run fixes the cut-off (now - older_than) and the
+// confirmation form posts it back as before, so that the confirmation
+// acts on the set the page showed: a history partition that
+// closes in between is not retired, a dead letter that ages past the
+// age meanwhile is not taken.
 func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	act, err := readAction(r.PostForm)
 	if err != nil {
@@ -239,19 +246,23 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := outbox.Status(strings.ToUpper(r.PostForm.Get("status")))
-	older, err := parseAge(r.PostForm.Get("older_than"))
+	before, err := purgeCutoff(r.PostForm, act.dry, time.Now())
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	p := admin.PurgeParams{Status: st, OlderThan: older, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)}
-	if !act.dry {
+	p := admin.PurgeParams{Status: st, Limit: purgeBatch, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)}
+	if !act.dry && st == outbox.StatusFailed {
 		if act.expected == 0 {
 			h.result(w, r, resultData{Done: "Purged", Back: h.cfg.BasePath + "/events"})
 			return
 		}
-		p.Limit = int(min(act.expected, admin.MaxPurgeLimit))
+		p.Limit = int(min(act.expected, purgeBatch))
 	}
+	// Admin's cut-off is its database's now() - OlderThan: before, up to
+	// the clock skew between this server and the database, which is the
+	// same in the dry run and the confirmation.
+	p.OlderThan = max(time.Since(before), 0)
 	n, err := h.cfg.Admin.Purge(r.Context(), p)
 	if err != nil {
 		h.fail(w, r, err)
@@ -259,17 +270,58 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	back := h.cfg.BasePath + "/events?status=" + url.QueryEscape(string(st))
 	if act.dry {
-		c := confirmData{Action: "purge", Verb: "Purge", What: string(st) + " events older than " + older.String(), N: n,
-			Fields: [][2]string{{"status", string(st)}, {"older_than", r.PostForm.Get("older_than")}},
-			URL:    h.cfg.BasePath + "/actions/purge", Back: back}
-		if st == outbox.StatusSent {
-			c.Note = "SENT events go by whole history partitions: their count is the planner's estimate."
-		}
-		h.confirm(w, r, c)
+		h.confirm(w, r, purgeConfirm(st, before, n, h.cfg.BasePath+"/actions/purge", back))
 		return
 	}
 	h.result(w, r, resultData{Done: "Purged", N: n, Back: back})
 }
+
+// purgeCutoff returns a purge's cut-off: for a dry run, now less the
+// posted age; for a confirmation, the posted before (the
+// dry run's), which must not be later than now.
+func purgeCutoff(form url.Values, dry bool, now time.Time) (time.Time, error) {
+	if dry {
+		older, err := parseAge(form.Get("older_than"))
+		return now.Add(-older).UTC(), err
+	}
+	before, err := time.Parse(time.RFC3339, form.Get("before"))
+	switch {
+	case err != nil:
+		return time.Time{}, badRequestf("before must be the cut-off time the dry run showed (RFC 3339)")
+	case before.After(now):
+		return time.Time{}, badRequestf("before is later than now: run the dry run again")
+	}
+	return before, nil
+}
+
+// purgeConfirm is the confirmation page of a purge's dry run that counted
+// n. A FAILED count stops at purgeBatch ("at least"). A SENT count is
+// the default partition's rows (at most purgeBatch) plus the planner's
+// estimate of the whole partitions due ("about"); 0 may hide partitions
+// never analyzed, which admin counts as 0, so it is "unknown" and the
+// confirmation is still offered.
+func purgeConfirm(st outbox.Status, before time.Time, n int64, action, back string) confirmData {
+	verb := map[outbox.Status]string{outbox.StatusSent: "sent", outbox.StatusFailed: "failed"}[st]
+	c := confirmData{Action: "purge", Verb: "Purge", N: n, URL: action, Back: back,
+		What:   string(st) + " events " + verb + " before " + showTime(before),
+		Fields: [][2]string{{"status", string(st)}, {"before", before.Format(time.RFC3339Nano)}}}
+	switch {
+	case st == outbox.StatusFailed && n >= purgeBatch:
+		c.Capped = true
+		c.Note = "Counting stops at " + strconv.Itoa(purgeBatch) + ", the most one confirmation purges; confirm again for the rest."
+	case st == outbox.StatusSent:
+		c.About, c.Unknown = n > 0, n == 0
+		c.Note = "SENT events go by whole history partitions, those whose whole range ended before the cut-off: " +
+			"their count is the planner's estimate, and a partition never analyzed has none. " +
+			"One confirmation also deletes at most " + strconv.Itoa(purgeBatch) + " rows of the history's default partition; purge again for the rest."
+	}
+	return c
+}
+
+// purgeBatch is the most rows a purge's dry run counts and its
+// confirmation deletes one by one (dead letters, or rows of the SENT
+// history's default partition).
+const purgeBatch = admin.DefaultPurgeLimit
 
 // parseAge reads a purge's age: a Go duration ("720h", "90m") or a
 // number of days ("30d").
@@ -293,7 +345,8 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData)
 
 // result sends the browser to the result page (POST, then redirect,
 // then GET): reloading that page shows the result again, and does not
-// post the action a second time.
+// post the action a second time. The Location is relative to the mount
+// (mountWriter adds BasePath).
 func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData) {
 	q := url.Values{"done": {res.Done}, "n": {strconv.FormatInt(res.N, 10)}, "back": {res.Back}}
 	if res.Skipped > 0 {
@@ -302,7 +355,7 @@ func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData)
 	if res.Conflicts > 0 {
 		q.Set("conflicts", strconv.Itoa(res.Conflicts))
 	}
-	http.Redirect(w, r, h.cfg.BasePath+"/done?"+q.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, "/done?"+q.Encode(), http.StatusSeeOther)
 }
 
 // done shows what an action did, from the query result wrote; it

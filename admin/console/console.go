@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
+	"unicode"
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -93,11 +95,28 @@ func validate(cfg Config) error {
 		return &outbox.ConfigError{Field: "Admin", Reason: "is nil"}
 	case cfg.AllowActions && cfg.Authorize == nil:
 		return &outbox.ConfigError{Field: "Authorize", Reason: "is required with AllowActions: every action names its user in the audit log"}
-	case cfg.BasePath != "" && (!strings.HasPrefix(cfg.BasePath, "/") || strings.HasSuffix(cfg.BasePath, "/") ||
-		strings.ContainsAny(cfg.BasePath, "?#\"'<> ")):
-		return &outbox.ConfigError{Field: "BasePath", Reason: `must be empty or a path starting with "/" without a trailing slash, query or quotes`}
+	case cfg.BasePath != "" && !cleanBase(cfg.BasePath):
+		return &outbox.ConfigError{Field: "BasePath", Reason: `must be empty or a clean absolute path such as "/outbox": ` +
+			`one leading "/", no trailing slash, no "//", ".", "..", backslash, "%", query, quotes, spaces or control characters`}
 	}
 	return nil
+}
+
+// cleanBase reports whether p is a BasePath the console's links can
+// start with and stay on the site: a clean absolute path ("/outbox"),
+// never "//host" (protocol-relative) nor anything a browser or
+// ServeMux would rewrite.
+func cleanBase(p string) bool {
+	if !strings.HasPrefix(p, "/") || p == "/" || path.Clean(p) != p || strings.Contains(p, "//") ||
+		strings.ContainsAny(p, "\\?#\"'<> %") {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // routes registers the pages on h.mux; paths are relative to BasePath.
@@ -150,8 +169,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h.mux.ServeHTTP(w, r)
+	h.mux.ServeHTTP(&mountWriter{ResponseWriter: w, base: h.cfg.BasePath}, r)
 }
+
+// mountWriter keeps redirects inside the mount: the pages and the
+// ServeMux (which redirects "/static" to "/static/" and a path such as
+// "/./events" to "/events") write a Location relative to the mount, and
+// it puts BasePath in front, so that no redirect leaves the console.
+type mountWriter struct {
+	http.ResponseWriter
+	base string
+}
+
+// WriteHeader prefixes a redirect's local Location with the base.
+func (m *mountWriter) WriteHeader(code int) {
+	if code >= 300 && code < 400 {
+		if loc := m.Header().Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
+			m.Header().Set("Location", m.base+loc)
+		}
+	}
+	m.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (m *mountWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
 
 // checkPost refuses a POST when actions are off, when it comes from
 // another origin, or when its CSRF token does not match its cookie.

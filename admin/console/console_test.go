@@ -5,6 +5,7 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -37,6 +38,14 @@ func TestNewChecksTheConfig(t *testing.T) {
 		_, err := console.New(cfg)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, name)
+	}
+	// A BasePath that is not a clean absolute path: links would leave the
+	// site ("//evil.example" is protocol-relative) or be rewritten.
+	for _, p := range []string{"//evil.example", "/", "outbox", "/a//b", "/a/./b", "/a/../b", "/a/.", "/..", `/a\b`, `\\evil`,
+		"/a\x00b", "/a\tb", "/a\nb", "/a b", "/a%2fb", "/a?b", "/a#b", `/a"b`} {
+		_, err := console.New(console.Config{Admin: a, BasePath: p})
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "%q", p)
+		require.ErrorContains(t, err, "BasePath", "%q", p)
 	}
 	_, err = console.New(console.Config{Admin: a, BasePath: "/ops/outbox"})
 	require.NoError(t, err)
@@ -88,6 +97,12 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.code, path)
 		require.NotContains(t, strings.ToLower(res.body), `method="post"`, path)
 		require.Contains(t, res.body, "read-only", path)
+	}
+	for _, path := range []string{"/fragments/overview", "/events?status=SENT", "/events?type=x", "/events/" + id.String() + "?payload=1",
+		"/done?done=Purged&n=3", "/events/not-a-uuid", "/events?status=nope", "/nowhere"} {
+		res := b.get(t, path)
+		require.NotContains(t, strings.ToLower(res.body), `method="post"`, path)
+		require.NotContains(t, strings.ToLower(res.body), `name="csrf"`, path)
 	}
 	for _, action := range []string{"replay", "skip", "purge"} {
 		res := b.post(t, "/actions/"+action, url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"},
@@ -200,7 +215,8 @@ func TestAuthorizeRefusal(t *testing.T) {
 		}
 	})
 	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
-	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit", "/static/console.js"} {
+	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit", "/static/console.js",
+		"/static/console.css", "/static", "/static/", "/done?done=Replayed&n=1", "/nowhere", "/./events"} {
 		res := b.get(t, path)
 		require.Equal(t, http.StatusForbidden, res.code, path)
 		require.NotContains(t, res.body, id.String(), path)
@@ -549,4 +565,142 @@ func TestOverviewMarksUnhandledTypes(t *testing.T) {
 	require.Contains(t, res.body, `id="dispatchers"`)
 	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>.*no dispatcher in this process claims it`, res.body)
 	require.Regexp(t, `<th><a href="[^"]*">handled</a>.*<td class="note">(|due events wait[^<]*)</td></tr>`, res.body)
+}
+
+// The purge form goes by status and age only, so the list hides it while
+// any other filter is set (a purge would take events the list does not
+// show) and says why; with status alone it is there.
+func TestPurgeFormHiddenWhileFiltered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.insert(t, row{Status: "FAILED", Type: "foo", Code: "handler_error"})
+	for _, q := range []string{"type=foo", "status=FAILED&type=foo", "key=k", "code=handler_error", "from=2026-01-01", "to=2030-01-01"} {
+		res := b.get(t, "/events?"+q)
+		require.Equal(t, http.StatusOK, res.code, q)
+		require.NotContains(t, res.body, `id="bulk-purge"`, q)
+		require.Contains(t, res.body, `id="purge-filtered"`, q)
+		require.Contains(t, res.body, "Purge works by status and age only", q)
+	}
+	for _, q := range []string{"", "status=FAILED", "status=SENT"} {
+		res := b.get(t, "/events?"+q)
+		require.Contains(t, res.body, `id="bulk-purge"`, q)
+		require.NotContains(t, res.body, `id="purge-filtered"`, q)
+	}
+}
+
+// Redirects stay under the mount: the ServeMux's own (a path that is not
+// clean, "/static" without its slash) and the pages' (an action's result)
+// carry BasePath, also when the service's router does not clean paths.
+func TestRedirectsKeepTheBasePath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	h, err := console.New(console.Config{Admin: b.admin, BasePath: base})
+	require.NoError(t, err)
+	bare := httptest.NewServer(http.StripPrefix(base, h)) // no ServeMux in front: nothing cleans the path first
+	t.Cleanup(bare.Close)
+	b.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for path, want := range map[string]string{
+		"/static":          base + "/static/",
+		"/./events":        base + "/events",
+		"/events/../audit": base + "/audit",
+		"//evil.example/x": base + "/evil.example/x",
+	} {
+		for _, srv := range []string{b.server.URL, bare.URL} {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv+base+path, nil)
+			require.NoError(t, err)
+			req.URL.Opaque = base + path // sent as written, dot segments and all
+			res := b.do(t, req)
+			if res.code == http.StatusOK { // the service's ServeMux cleaned it already
+				continue
+			}
+			require.Contains(t, []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect}, res.code, "%s%s", srv, path)
+			require.Equal(t, want, strings.SplitN(res.header.Get("Location"), "?", 2)[0], "%s%s", srv, path)
+		}
+	}
+}
+
+// A FAILED purge's dry run counts at most a confirmation's batch: more
+// dead letters than that show as "at least", not as an exact number.
+func TestPurgeDryRunSaysAtLeastWhenCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.bulk(t, "FAILED", admin.DefaultPurgeLimit+5, "now() - interval '2 days'")
+	dry := b.purgeDryRun(t, "FAILED", "1d")
+	require.Equal(t, strconv.Itoa(admin.DefaultPurgeLimit), number(t, dry))
+	require.Contains(t, dry.body, "(at least)")
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, strconv.Itoa(admin.DefaultPurgeLimit), number(t, done))
+
+	// Fewer than the batch: exact, no "at least".
+	dry = b.purgeDryRun(t, "FAILED", "1d")
+	require.Equal(t, "5", number(t, dry))
+	require.NotContains(t, dry.body, "at least")
+}
+
+// A SENT purge's confirmation deletes no more than its dry run showed:
+// the dry run counts at most a batch of the history's default partition
+// plus the estimate of the whole partitions due, and the confirmation
+// deletes at most that batch plus those partitions (not a "Limit" of the
+// shown total, which bounds only the default partition).
+func TestSentPurgeDeletesNoMoreThanShown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.partition(t, 72, 2000)
+	b.bulk(t, "SENT", admin.DefaultPurgeLimit+2000, "now() - interval '48 hours'") // no partition: the default one
+	_, err := b.db.Pool.Exec(context.Background(), `ANALYZE outbox_events_sent`)
+	require.NoError(t, err)
+	dry := b.purgeDryRun(t, "SENT", "1d")
+	shown, err := strconv.ParseInt(number(t, dry), 10, 64)
+	require.NoError(t, err)
+	total := b.sentRows(t)
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	deleted := total - b.sentRows(t)
+	require.Equal(t, strconv.FormatInt(deleted, 10), number(t, done))
+	require.LessOrEqual(t, deleted, shown, "the confirmation deleted more than the page showed")
+	require.EqualValues(t, admin.DefaultPurgeLimit+2000, deleted) // a batch of the default partition, the whole old partition
+	require.Contains(t, dry.body, "(about)")
+}
+
+// A purge's confirmation acts on the dry run's cut-off, posted back as
+// before, not on "older than" counted again from the confirmation's now:
+// a partition that closed after the dry run is kept. A before later than
+// now, or none, is refused.
+func TestPurgeConfirmKeepsTheDryRunsCutoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	end := b.partition(t, 3, 100) // ended two hours ago at most
+	_, err := b.db.Pool.Exec(context.Background(), `ANALYZE outbox_events_sent`)
+	require.NoError(t, err)
+	dry := b.purgeDryRun(t, "SENT", "1h")
+	confirm := hiddenFields(t, dry, "confirm-action")
+	require.NotEmpty(t, confirm.Get("before"))
+
+	// As if the dry run had run before the partition's end.
+	confirm.Set("before", end.Add(-time.Minute).UTC().Format(time.RFC3339))
+	done := b.post(t, "/actions/purge", confirm)
+	require.Equal(t, "0", number(t, done))
+	require.EqualValues(t, 100, b.sentRows(t))
+
+	for _, before := range []string{"", "yesterday", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)} {
+		confirm.Set("before", before)
+		res := b.post(t, "/actions/purge", confirm)
+		require.Equal(t, http.StatusBadRequest, res.code, before)
+		require.Contains(t, res.body, "before", before)
+	}
+	require.EqualValues(t, 100, b.sentRows(t))
+}
+
+// A SENT purge over a partition never analyzed: admin estimates it as 0
+// rows, which the page shows as "unknown", not 0, still offering the
+// confirmation, which purges the partition.
+func TestSentPurgeUnknownEstimate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	b.partition(t, 72, 50)
+	dry := b.purgeDryRun(t, "SENT", "1d")
+	require.Contains(t, dry.body, `<span class="n unknown">unknown</span>`)
+	require.NotContains(t, dry.body, `<span class="n">0</span>`)
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "50", number(t, done))
+	require.Zero(t, b.sentRows(t))
 }

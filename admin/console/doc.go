@@ -46,9 +46,24 @@
 // admin.MaxReplayLimit) of the FAILED events the filter matches: a
 // filter of type and code alone through admin's filter replay (the audit
 // row records that filter), one with a key or a time range by the ids
-// of the events the list finds (the audit row records the ids). A purge
-// deletes at most N rows one by one (SENT history partitions go whole,
-// see admin.Admin.Purge).
+// of the events the list finds (the audit row records the ids).
+//
+// A purge goes by status and age only (the list hides its form while any
+// other filter is set). Its dry run fixes an absolute cut-off, now less
+// the age, which the confirmation posts back as before (not later than
+// now), so the confirmation acts on the set the page counted even when a
+// history partition closes in between. FAILED: the dry run counts at
+// most admin.DefaultPurgeLimit dead letters ("at least" when it reaches
+// it) and the confirmation deletes at most N. SENT: the count is at most
+// admin.DefaultPurgeLimit rows of the history's default partition plus
+// the planner's estimate of the partitions due ("about"; "unknown" when
+// 0, which may hide a partition never analyzed), and the confirmation
+// deletes at most that many default-partition rows plus those partitions,
+// whole (see admin.Admin.Purge).
+//
+// Redirects (the result page's, the ServeMux's for "/static" or a path
+// that is not clean) stay under BasePath, which must be a clean absolute
+// path.
 //
 // Without Authorize, anyone who reaches the handler reads the outbox
 // (types, keys, errors, payloads on request): mount it behind the

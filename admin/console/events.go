@@ -90,6 +90,13 @@ func (f filter) Fields() [][2]string {
 // Empty reports whether no field is set.
 func (f filter) Empty() bool { return len(f.values()) == 0 }
 
+// Purgeable reports whether the list shows the purge form: only when no
+// field but status is set, since a purge goes by status and age alone
+// and would otherwise take events the list does not show.
+func (f filter) Purgeable() bool {
+	return f.Type == "" && f.Key == "" && f.Code == "" && f.From == "" && f.To == ""
+}
+
 // Replayable reports whether the filter can match FAILED events, the
 // only ones a replay takes.
 func (f filter) Replayable() bool { return f.Status == "" || f.Status == string(outbox.StatusFailed) }

@@ -12,12 +12,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
 	"github.com/pgoutbox/pgoutbox/admin/console"
+	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
 )
 
@@ -225,3 +227,56 @@ func hiddenFields(t *testing.T, page response, button string) url.Values {
 }
 
 var hiddenInput = regexp.MustCompile(`<input type="hidden" name="([^"]*)" value="([^"]*)">`)
+
+// bulk inserts n events of status (SENT or FAILED) into its table in one
+// statement, each reaching it at the SQL time expression at.
+func (b *testBundle) bulk(t *testing.T, status string, n int, at string) {
+	t.Helper()
+	table, col := "outbox_events_dead", "failed_at"
+	if status == "SENT" {
+		table, col = "outbox_events_sent", "sent_at"
+	}
+	_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO `+table+` (seq, id, event_type, status, payload, created_at, next_attempt_at, `+col+`)
+SELECT nextval(pg_get_serial_sequence('outbox_events', 'seq')), gen_random_uuid(), 'bulk', $1, '\x00', t, t, t
+FROM generate_series(1, $2::int), LATERAL (SELECT (`+at+`)::timestamptz AS t) s`, status, n)
+	require.NoError(t, err)
+}
+
+// partition creates the SENT history's time partition of the hour that
+// starts hoursAgo hours before the current hour, with rows events in it,
+// and returns the hour's end; autovacuum is off on it, so that it stays
+// never analyzed until the test analyzes it.
+func (b *testBundle) partition(t *testing.T, hoursAgo, rows int) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	names, err := sqlname.For(b.db.Table())
+	require.NoError(t, err)
+	var start time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT date_trunc('hour', now()) - make_interval(hours => $1)`, hoursAgo).Scan(&start))
+	end := start.Add(time.Hour)
+	_, err = b.db.Pool.Exec(ctx, `CREATE TABLE `+names.QualifiedPartition(start)+` PARTITION OF `+names.Sent+
+		` FOR VALUES FROM ('`+start.Format(time.RFC3339)+`') TO ('`+end.Format(time.RFC3339)+`') WITH (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	b.bulk(t, "SENT", rows, `'`+start.Add(time.Minute).Format(time.RFC3339)+`'`)
+	return end
+}
+
+// sentRows returns the number of rows in the SENT history.
+func (b *testBundle) sentRows(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events_sent`).Scan(&n))
+	return n
+}
+
+// purgeDryRun posts the list's purge form for status and age, as an
+// operator would, and returns the confirmation page.
+func (b *testBundle) purgeDryRun(t *testing.T, status, age string) response {
+	t.Helper()
+	form := hiddenFields(t, b.get(t, "/events?status="+status), "purge-dry-run")
+	form.Set("status", status)
+	form.Set("older_than", age)
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	return dry
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -33,8 +34,8 @@ const (
 func serveFlags(fs *flag.FlagSet) func(*env) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "`address` to serve the console on")
 	allow := fs.Bool("allow-actions", false, "enable replay, skip and purge (requires -token-file); without it the console is read-only")
-	user := fs.String("user", "", "`name` the audit log records as the actor of actions (default $USER@hostname); "+
-		"a basic-auth user name, when the browser sends one, is recorded instead")
+	user := fs.String("user", "", "`name` the audit log records as the actor of every action; "+
+		"without it an action is recorded as token:<basic-auth user name>, or token:$USER@hostname when the request names none")
 	tokenFile := fs.String("token-file", "", "`file` holding the access token (at least 16 characters; surrounding white space is ignored): "+
 		"every request must carry it, as a Bearer token or as the basic-auth password")
 	return func(e *env) error {
@@ -45,10 +46,7 @@ func serveFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		auth.user = *user
-		if auth.user == "" {
-			auth.user = actor().Name
-		}
+		auth.fixed, auth.fallback = *user, actor().Name
 		pool, err := e.pool()
 		if err != nil {
 			return err
@@ -141,11 +139,18 @@ func isLoopback(addr net.Addr) bool {
 // tokenAuth checks the access token of outboxctl serve: a request
 // carries it as "Authorization: Bearer <token>" or as the password of
 // basic auth (which a browser asks for once and then sends with every
-// request). Its digest is compared in constant time. A nil digest (no
-// -token-file) lets every request through.
+// request). Its digest is compared in constant time; the token itself
+// is never logged nor echoed. A nil digest (no -token-file) lets every
+// request through.
+//
+// The token proves only that the request holds it, not who sent it: the
+// basic-auth user name is a claim. So the audited actor is -user's name
+// when given (the claim ignored), else "token:" and the claim, so that
+// the audit log never shows a bare name nobody authenticated.
 type tokenAuth struct {
-	digest []byte // sha256 of the token
-	user   string // the actor when the request names none
+	digest   []byte // sha256 of the token
+	fixed    string // -user: the actor of every request; "" for none
+	fallback string // the claim of a request that makes none ($USER@hostname)
 }
 
 // readToken reads the token file; "" means no token.
@@ -168,9 +173,9 @@ func readToken(path string) (tokenAuth, error) {
 // check returns the request's actor and whether it carries the token:
 // the console's Authorize.
 func (t tokenAuth) check(r *http.Request) (string, bool) {
-	given, name := "", ""
+	given, claimed := "", ""
 	if user, pass, ok := r.BasicAuth(); ok {
-		given, name = pass, user
+		given, claimed = pass, user
 	} else if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		given = strings.TrimSpace(b)
 	}
@@ -178,10 +183,21 @@ func (t tokenAuth) check(r *http.Request) (string, bool) {
 	if given == "" || subtle.ConstantTimeCompare(sum[:], t.digest) != 1 {
 		return "", false
 	}
-	if name == "" {
-		name = t.user
+	return t.actor(claimed), true
+}
+
+// actor names the audited actor of a request that carried the token and
+// claimed the basic-auth user name claimed ("" for none): -user's name
+// when set, else token:<claim>, cut to admin.MaxActorName bytes.
+func (t tokenAuth) actor(claimed string) string {
+	if t.fixed != "" {
+		return t.fixed
 	}
-	return name, true
+	name := "token:" + cmp.Or(claimed, t.fallback)
+	if len(name) > admin.MaxActorName {
+		name = name[:admin.MaxActorName]
+	}
+	return strings.ToValidUTF8(name, "?")
 }
 
 // require asks for the token before h: a request without it gets 401

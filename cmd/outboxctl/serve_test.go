@@ -46,6 +46,13 @@ func (o *serveOutput) Write(p []byte) (int, error) {
 // the server stops, and must exit 0, when the test ends.
 func serve(t *testing.T, db *testdb.DB, args ...string) string {
 	t.Helper()
+	base, _ := serveLogged(t, db, args...)
+	return base
+}
+
+// serveLogged is serve that also returns the server's output.
+func serveLogged(t *testing.T, db *testdb.DB, args ...string) (string, *serveOutput) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(testctx.New(t))
 	out := &serveOutput{addr: make(chan string, 1)}
 	var stderr strings.Builder
@@ -59,12 +66,12 @@ func serve(t *testing.T, db *testdb.DB, args ...string) string {
 	})
 	select {
 	case addr := <-out.addr:
-		return "http://" + addr
+		return "http://" + addr, out
 	case code := <-done:
 		done <- code
 		t.Fatalf("outboxctl serve exited %d: %s", code, stderr.String())
 	}
-	return ""
+	return "", out
 }
 
 // fetch sends a request with client and returns its status and body.
@@ -110,7 +117,7 @@ func TestServeReadOnly(t *testing.T) {
 // With -allow-actions and -token-file, every request needs the token
 // (401 with a basic-auth challenge without it); with it, a replay by
 // filter runs through its dry run and confirmation and is audited with
-// the -user name (Bearer) or the basic-auth user name.
+// the -user name, whatever basic-auth user name a request claims.
 func TestServeWithActions(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -156,15 +163,22 @@ func TestServeWithActions(t *testing.T) {
 	basic.SetBasicAuth("bob", tok)
 	code, body = fetch(t, client, basic)
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, "bob")
+	require.Contains(t, body, "ana") // the page's user: -user, not the claimed bob
 
+	require.Equal(t, "ana", onlyAuditedActor(t, db))
+}
+
+// onlyAuditedActor returns the actor of the audit log's one entry, a
+// console's.
+func onlyAuditedActor(t *testing.T, db *testdb.DB) string {
+	t.Helper()
 	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
 	require.NoError(t, err)
 	page, err := a.AuditLog(context.Background(), admin.AuditParams{})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 1)
-	require.Equal(t, "ana", page.Entries[0].Actor)
 	require.Equal(t, admin.SourceConsole, page.Entries[0].Source)
+	return page.Entries[0].Actor
 }
 
 // Actions need a token file, and the token must be long enough.
@@ -210,4 +224,56 @@ func formOf(t *testing.T, body, button string) url.Values {
 		v.Add(html.UnescapeString(m[1]), html.UnescapeString(m[2]))
 	}
 	return v
+}
+
+// Without -user, a token holder's basic-auth user name is a claim, not
+// an identity: the audit records it as token:<claim> (token:$USER@host
+// for a Bearer request), never as a bare name. The token appears in
+// none of the server's output.
+func TestServeTokenActorIsMarked(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	insert(t, db, "FAILED", "a", 2)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	const tok = "another-s3cret-token-of-the-console"
+	require.NoError(t, os.WriteFile(tokenFile, []byte(tok), 0o600))
+	base, out := serveLogged(t, db, "-allow-actions", "-token-file", tokenFile)
+
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	as := func(r *http.Request) *http.Request {
+		r.SetBasicAuth("admin", tok)
+		return r
+	}
+	code, body := fetch(t, client, as(mustReq(t, http.MethodGet, base+"/events?status=FAILED", nil)))
+	require.Equal(t, http.StatusOK, code)
+	code, body = fetch(t, client, as(postForm(t, base+"/actions/replay", formOf(t, body, "replay-dry-run"))))
+	require.Equal(t, http.StatusOK, code, body)
+	code, body = fetch(t, client, as(postForm(t, base+"/actions/replay", formOf(t, body, "confirm-action"))))
+	require.Equal(t, http.StatusOK, code, body)
+
+	bad := mustReq(t, http.MethodGet, base+"/", nil)
+	bad.SetBasicAuth("admin", tok+"x")
+	code, _ = fetch(t, client, bad)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	require.Equal(t, "token:admin", onlyAuditedActor(t, db))
+
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	require.Contains(t, out.text.String(), "token:admin") // admin's audit log line
+	require.NotContains(t, out.text.String(), tok)
+}
+
+// The actor of a request carrying the token: -user's name when set, else
+// token:<claim>, else token:<fallback>, cut to the audit's bound.
+func TestTokenActor(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "ana", tokenAuth{fixed: "ana", fallback: "x@h"}.actor("bob"))
+	require.Equal(t, "token:bob", tokenAuth{fallback: "x@h"}.actor("bob"))
+	require.Equal(t, "token:x@h", tokenAuth{fallback: "x@h"}.actor(""))
+	long := tokenAuth{}.actor(strings.Repeat("é", admin.MaxActorName))
+	require.LessOrEqual(t, len(long), admin.MaxActorName)
+	require.True(t, strings.HasPrefix(long, "token:"))
 }
