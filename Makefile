@@ -157,6 +157,10 @@ demo-relay-nats: ## Run examples/relay-nats: log → relay → NATS JetStream (i
 demo-relay-kafka: ## Run examples/relay-kafka: log → relay → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/relay-kafka
 
+.PHONY: demo-console
+demo-console: ## Run examples/console: a service mux with the operator console under /outbox (http://127.0.0.1:8081/outbox/, user operator, password demo)
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/console
+
 .PHONY: lint
 lint: ## Check gofmt, the release rules, that every go.mod and go.sum is tidy, then run go vet and golangci-lint in every module
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l lists files to format:"; echo "$$out"; exit 1; fi

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,10 @@ type Config struct {
 	// Table is the outbox table. Defaults to public.outbox_events; see
 	// [outbox.Table] for the names it accepts.
 	Table outbox.Table
+	// Logger receives one Info line per audited action (see [Actor]):
+	// who, the action, its filter and the rows it changed, never a
+	// payload. Nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Admin runs the operator statements against one outbox table. It holds
@@ -44,6 +49,7 @@ type Admin struct {
 	names     sqlname.Names
 	sql       statements
 	purge     *purge.Store
+	logger    *slog.Logger // nil: none
 }
 
 // New returns an Admin for cfg on db. A nil db gives an
@@ -59,7 +65,7 @@ func New(db DB, cfg Config) (*Admin, error) {
 		return nil, &outbox.ConfigError{Field: "Table", Reason: "is invalid", Err: err}
 	}
 	return &Admin{db: db, table: names.Table, qualified: names.Qualified, channel: names.Channel(),
-		names: names, sql: buildStatements(names), purge: purge.New(names)}, nil
+		names: names, sql: buildStatements(names), purge: purge.New(names), logger: cfg.Logger}, nil
 }
 
 // Table returns the (defaulted) table the Admin works on.

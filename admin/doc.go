@@ -18,11 +18,14 @@
 //	Counts      ─ rows per status (and strays), due backlog, age of the oldest due row
 //	Summary     ─ Counts, and rows per type and status, FAILED rows per code
 //	List        ─ keyset pages of rows (no payloads), by seq, across the tables
+//	Count       ─ the rows a List filter matches, up to MaxCount
+//	Activity    ─ sent, retried and failed in the last minutes; lease owners holding rows
 //	Inspect     ─ one row in full: payload, headers, attempt log
 //	Replay      ─ T_dead ──▶ T as PENDING (due now, fresh budget) + pg_notify
 //	BlockedKeys ─ pages of order keys whose head is FAILED (per-key ordering)
 //	SkipHeads   ─ FAILED ──▶ FAILED with skipped_at (all or none) + pg_notify
 //	Purge       ─ delete dead letters, retire SENT history, older than a cut-off
+//	AuditLog    ─ pages of the audit log: who replayed, skipped or purged what, newest first
 //
 // # Invariants
 //
@@ -63,6 +66,20 @@
 // delays the event until the next poll. Replay by id reports the ids it
 // did not move (not a dead letter, missing, locked by a concurrent
 // writer, or a conflict) as skipped.
+//
+// # Audit
+//
+// An [Actor] on ReplayParams, SkipParams or PurgeParams audits the call:
+// one row in the outbox's audit table (<table>_audit, schema version 13)
+// with the actor, the source, the action, its parameters (ids, type,
+// code, times, limits: never a payload) and the rows it changed, inserted
+// in the action's own transaction. Both commit or neither does: a crash
+// cannot leave an action without its row, nor a row without its action.
+// A dry run writes no row. Once committed, one Info line goes to
+// Config.Logger. An audited SENT purge runs its batch and every
+// partition it retires in that one transaction (see [Admin.Purge]).
+// [Admin.AuditLog] pages the rows newest first. The operator console
+// (admin/console) and outboxctl audit every action they run.
 //
 // # The log relay
 //
@@ -108,8 +125,9 @@
 //   - List reads each status where it lives: SENT rows through the
 //     history's seq, type or aggregate index and FAILED rows through the
 //     dead letters' seq, type, aggregate or code index, a page costing its
-//     rows (a page of SENT rows by Code alone reads at most
-//     [ListScanLimit] history rows: the history has no code index);
+//     rows (a page of SENT rows by Code, Key or creation time, without
+//     Type or AggregateID, reads at most [ListScanLimit] history rows:
+//     the history has no index for those);
 //     PENDING and PROCESSING rows through T's due and held indexes, whose
 //     rows are all read and sorted (T has no index in seq order): such a
 //     page costs the backlog. Without a status, a page merges the tables

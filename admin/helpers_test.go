@@ -14,6 +14,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlname"
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
 	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // testBundle is one test's migrated outbox in its own schema and an Admin
@@ -206,4 +207,14 @@ func (b *testBundle) notified(t *testing.T, listener *pgx.Conn) {
 	n, err := listener.WaitForNotification(testctx.New(t))
 	require.NoError(t, err)
 	require.Equal(t, names.Channel(), n.Channel)
+}
+
+// requireInputErr checks that err is an *outbox.InputError naming field.
+func requireInputErr(t *testing.T, err error, field string) {
+	t.Helper()
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	var ierr *outbox.InputError
+	require.ErrorAs(t, err, &ierr)
+	require.Equal(t, field, ierr.Field)
+	require.Contains(t, err.Error(), field)
 }

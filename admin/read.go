@@ -218,6 +218,17 @@ type ListParams struct {
 	// that died of it, and rows that failed an attempt with it and were
 	// retried. Empty means every row. It must be valid UTF-8 without NUL.
 	Code outbox.Code
+	// Key keeps only rows of this order key: their partition key, else
+	// their aggregate id (coalesce(partition_key, aggregate_id), what
+	// per-key ordering orders by). Empty means every row. It must be
+	// valid UTF-8 without NUL.
+	Key string
+	// CreatedAfter keeps only rows created (created_at) at or after this
+	// instant, in the years 1 to 9999. Zero means no lower bound.
+	CreatedAfter time.Time
+	// CreatedBefore keeps only rows created before this instant, in the
+	// years 1 to 9999. Zero means no upper bound.
+	CreatedBefore time.Time
 	// After continues from a previous page's Next. The zero value starts
 	// at the beginning.
 	After Cursor
@@ -231,9 +242,10 @@ type Page struct {
 	// Events are the page's rows in seq order (oldest insert first).
 	Events []Record `json:"events"`
 	// Next continues after this page; it is zero when there are no more
-	// rows right now. A page that read the history by Code alone up to
-	// [ListScanLimit] rows has a Next even when it holds fewer than its
-	// Limit rows.
+	// rows right now. A page that read the history up to [ListScanLimit]
+	// rows (filtered by Code, Key or creation time, without Type or
+	// AggregateID) has a Next even when it holds fewer than its Limit
+	// rows.
 	Next Cursor `json:"next"`
 }
 
@@ -250,10 +262,14 @@ type Page struct {
 // the history, through its seq, type or aggregate index (one scan per
 // partition, merged), FAILED rows in the dead letters, through their
 // seq, type, aggregate or code index; a page of either costs its rows,
-// the first or the millionth, except SENT rows filtered by Code alone
-// (the history has no code index): such a page reads at most
+// the first or the millionth, except SENT rows filtered by Code, Key,
+// CreatedAfter or CreatedBefore and by neither Type nor AggregateID (the
+// history has no index for those): such a page reads at most
 // [ListScanLimit] history rows, and may end short of Limit (even empty)
-// with a Next to go on from. PENDING and
+// with a Next to go on from; with CreatedAfter it reads only the
+// history's partitions that reach past it. Key filters the dead letters
+// through their order index, and the outbox table's rows through its
+// order index when it has one (migrations.Config.KeyOrder). PENDING and
 // PROCESSING rows are in the outbox table, which since schema version 11
 // has no index in seq order: a page of them reads every row of the
 // status (the due index for PENDING, the held index for PROCESSING) and
@@ -266,10 +282,7 @@ type Page struct {
 // rows with status SENT or FAILED not moved yet, through the stray index
 // in seq order), so it costs a page of each table plus the backlog.
 func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
-	if p.Status != "" && !p.Status.Valid() {
-		return Page{}, inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
-	}
-	if err := cmp.Or(checkText("Type", p.Type), checkText("AggregateID", p.AggregateID), checkText("Code", string(p.Code))); err != nil {
+	if err := checkFilter(p); err != nil {
 		return Page{}, err
 	}
 	limit, err := checkLimit(p.Limit, DefaultListLimit, MaxListLimit)
@@ -305,19 +318,45 @@ func (a *Admin) List(ctx context.Context, p ListParams) (Page, error) {
 	return page, nil
 }
 
-// ListScanLimit is the most SENT rows a page filtered by Code, and by
-// neither Type nor AggregateID, reads in the history, which has no code
-// index: past them the page ends where the read ended, with the rows
+// checkFilter checks the filters of p (not After nor Limit).
+func checkFilter(p ListParams) error {
+	if p.Status != "" && !p.Status.Valid() {
+		return inputErr("Status", "is %q, must be PENDING, PROCESSING, SENT, FAILED or empty", p.Status)
+	}
+	err := cmp.Or(checkText("Type", p.Type), checkText("AggregateID", p.AggregateID), checkText("Code", string(p.Code)),
+		checkText("Key", p.Key), checkTime("CreatedAfter", p.CreatedAfter), checkTime("CreatedBefore", p.CreatedBefore))
+	if err == nil && !p.CreatedAfter.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedAfter.Before(p.CreatedBefore) {
+		err = inputErr("CreatedBefore", "is not after CreatedAfter: no row can match")
+	}
+	return err
+}
+
+// ListScanLimit is the most SENT rows a page reads in the history when
+// it is filtered by Code, Key, CreatedAfter or CreatedBefore and by
+// neither Type nor AggregateID (the history has no index for those
+// filters): past them the page ends where the read ended, with the rows
 // found so far (perhaps none) and a Next to go on from.
 const ListScanLimit = 10_000
 
-// listBound returns, for a page of p that reads the history by Code
-// alone, the seq of the ListScanLimit-th history row after the cursor
-// (one index-only read of the history's seq index): the page reads no
-// row past it. 0 when p needs no bound or the history has fewer rows
-// after the cursor.
+// listBound returns, for a page of p that reads the history by filters
+// it has no index for, the seq of the ListScanLimit-th history row after
+// the cursor (one index-only read of the history's seq index): the page
+// reads no row past it. 0 when p needs no bound or the history has fewer
+// rows after the cursor.
 func (a *Admin) listBound(ctx context.Context, p ListParams) (int64, error) {
-	stmt, args := a.listBoundSQL(p)
+	return a.historyBound(ctx, p, ListScanLimit)
+}
+
+// listBoundSQL is listBound's statement, "" when p needs no bound.
+func (a *Admin) listBoundSQL(p ListParams) (string, []any) {
+	return a.historyBoundSQL(p, ListScanLimit)
+}
+
+// historyBound returns the seq of the n-th history row after p's cursor
+// when p reads the history by filters it has no index for, 0 otherwise or
+// when the history has fewer rows.
+func (a *Admin) historyBound(ctx context.Context, p ListParams, n int) (int64, error) {
+	stmt, args := a.historyBoundSQL(p, n)
 	if stmt == "" {
 		return 0, nil
 	}
@@ -329,57 +368,87 @@ func (a *Admin) listBound(ctx context.Context, p ListParams) (int64, error) {
 	return upTo, err
 }
 
-// listBoundSQL is listBound's statement, "" when p needs no bound.
-func (a *Admin) listBoundSQL(p ListParams) (string, []any) {
-	if p.Code == "" || p.Type != "" || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
+// historyBoundSQL is historyBound's statement, "" when p needs no bound.
+// With CreatedAfter it reads only the history's partitions that may hold
+// rows created since (sent_at >= created_at).
+func (a *Admin) historyBoundSQL(p ListParams, n int) (string, []any) {
+	unindexed := p.Code != "" || p.Key != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()
+	if !unindexed || p.Type != "" || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
 		return "", nil
 	}
-	return fmt.Sprintf(`SELECT seq FROM %s WHERE seq > $1 ORDER BY seq OFFSET %d LIMIT 1`, a.sql.sent, ListScanLimit-1),
-		[]any{p.After.seq}
+	var w where
+	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
+	if !p.CreatedAfter.IsZero() {
+		w.conds = append(w.conds, "sent_at >= "+w.arg(p.CreatedAfter))
+	}
+	return fmt.Sprintf(`SELECT seq FROM %s WHERE %s ORDER BY seq OFFSET %d LIMIT 1`, a.sql.sent, &w, n-1), w.args
 }
 
 // listSQL is the statement and arguments of one page of at most limit
 // rows matching p (validated), with seq at most upTo unless it is 0: one
-// leg per place where rows of p's status live, each in seq order with the
-// page's limit, merged by seq. Only the filters given become conditions,
-// and the statuses are literals, so that a generic plan can use the
-// partial indexes.
+// leg per place where rows of p's status live (listLegs), merged by seq.
 func (a *Admin) listSQL(p ListParams, limit int, upTo int64) (string, []any) {
+	legs, lim, args := a.listLegs(p, recordColumns, limit, upTo, 0)
+	if len(legs) == 1 {
+		return legs[0], args
+	}
+	return fmt.Sprintf("SELECT * FROM ((%s)) AS r ORDER BY seq LIMIT %s", strings.Join(legs, ")\n\tUNION ALL ("), lim), args
+}
+
+// listLegs returns one statement per place where rows of p's status
+// live, each selecting cols of the rows matching p (validated) after its
+// cursor, with seq at most upTo unless it is 0 (and, in the history, at
+// most historyUpTo unless it is 0), in seq order, at most limit of them;
+// and the placeholder of limit, and the arguments. Only the filters given
+// become conditions, and the statuses are literals, so that a generic
+// plan can use the partial indexes.
+func (a *Admin) listLegs(p ListParams, cols string, limit int, upTo, historyUpTo int64) (legs []string, lim string, args []any) {
 	var w where
 	w.conds = append(w.conds, "seq > "+w.arg(p.After.seq))
 	if upTo > 0 {
 		w.conds = append(w.conds, "seq <= "+w.arg(upTo))
 	}
+	history := ""
+	if historyUpTo > 0 {
+		history = "seq <= " + w.arg(historyUpTo) + " AND "
+	}
 	w.eq("event_type", p.Type)
 	w.eq("aggregate_id", p.AggregateID)
 	w.eq("last_error_code", string(p.Code))
-	lim := w.arg(limit)
+	w.eq(orderKey, p.Key)
+	if !p.CreatedAfter.IsZero() {
+		after := w.arg(p.CreatedAfter)
+		w.conds = append(w.conds, "created_at >= "+after)
+		// A row is sent after it was created: the history's partitions
+		// that end before CreatedAfter are not read.
+		history += "sent_at >= " + after + " AND "
+	}
+	if !p.CreatedBefore.IsZero() {
+		w.conds = append(w.conds, "created_at < "+w.arg(p.CreatedBefore))
+	}
+	lim = w.arg(limit)
 	leg := func(table, cond string) string {
-		return fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY seq LIMIT %s", recordColumns, table, cond, &w, lim)
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY seq LIMIT %s", cols, table, cond, &w, lim)
 	}
 	pending := leg(a.sql.t, "status = 'PENDING' AND ")
 	processing := leg(a.sql.t, "status = 'PROCESSING' AND ")
 	stray := func(status string) string {
 		return leg(a.sql.t, "status IN ('SENT', 'FAILED') AND status = '"+status+"' AND ")
 	}
-	var legs []string
 	switch p.Status {
 	case outbox.StatusPending:
 		legs = []string{pending}
 	case outbox.StatusProcessing:
 		legs = []string{processing}
 	case outbox.StatusSent:
-		legs = []string{leg(a.sql.sent, ""), stray("SENT")}
+		legs = []string{leg(a.sql.sent, history), stray("SENT")}
 	case outbox.StatusFailed:
 		legs = []string{leg(a.sql.dead, ""), stray("FAILED")}
 	default:
-		legs = []string{leg(a.sql.sent, ""), leg(a.sql.dead, ""), pending, processing,
+		legs = []string{leg(a.sql.sent, history), leg(a.sql.dead, ""), pending, processing,
 			leg(a.sql.t, "status IN ('SENT', 'FAILED') AND ")}
 	}
-	if len(legs) == 1 {
-		return legs[0], w.args
-	}
-	return fmt.Sprintf("SELECT * FROM ((%s)) AS r ORDER BY seq LIMIT %s", strings.Join(legs, ")\n\tUNION ALL ("), lim), w.args
+	return legs, lim, w.args
 }
 
 // AttemptLogEntry is one failed, retried or recovered attempt from a row's
@@ -436,4 +505,47 @@ func (a *Admin) Inspect(ctx context.Context, id uuid.UUID) (Detail, error) {
 		return Detail{}, fmt.Errorf("pgoutbox: admin: inspect %s: attempt_log is not an array of entries", id)
 	}
 	return d, nil
+}
+
+// MaxCount is the most rows Count counts, and the most history rows it
+// reads for a filter the history has no index for.
+const MaxCount = 100_000
+
+// CountResult is how many rows a filter matches.
+type CountResult struct {
+	// N is the number of rows counted, at most [MaxCount].
+	N int64 `json:"n"`
+	// Capped reports that counting stopped before the end: N is a lower
+	// bound (MaxCount rows matched, or MaxCount history rows were read
+	// for a filter the history has no index for).
+	Capped bool `json:"capped"`
+}
+
+// Count returns how many rows match p's filters (p.After and p.Limit are
+// ignored), counting at most [MaxCount] so that it stays bounded on a
+// long history.
+func (a *Admin) Count(ctx context.Context, p ListParams) (CountResult, error) {
+	if err := checkFilter(p); err != nil {
+		return CountResult{}, err
+	}
+	p.After = Cursor{}
+	upTo, err := a.historyBound(ctx, p, MaxCount)
+	if err != nil {
+		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
+	}
+	stmt, args := a.countSQL(p, upTo)
+	var n int64
+	if err := a.db.QueryRow(ctx, stmt, args...).Scan(&n); err != nil {
+		return CountResult{}, errtext.Wrap(err, "admin: count %s", a.table)
+	}
+	return CountResult{N: min(n, MaxCount), Capped: n > MaxCount || upTo > 0}, nil
+}
+
+// countSQL is Count's statement and arguments for p (validated, from the
+// start), with the history read up to seq upTo unless it is 0: List's
+// legs, each stopping at MaxCount+1 rows in seq order, counted up to
+// MaxCount+1 in all.
+func (a *Admin) countSQL(p ListParams, upTo int64) (string, []any) {
+	legs, lim, args := a.listLegs(p, "seq", MaxCount+1, 0, upTo)
+	return fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM ((%s)) AS r LIMIT %s) AS c", strings.Join(legs, ")\n\tUNION ALL ("), lim), args
 }

@@ -32,6 +32,10 @@ type SkipParams struct {
 	// call would skip now, or the *SkipError it would return, except for
 	// rows a concurrent writer holds.
 	DryRun bool
+	// Actor, when set, audits the skip: its audit row (see
+	// [Admin.AuditLog]) commits in the skip's transaction. Ignored with
+	// DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // SkipResult says what SkipHeads skipped.
@@ -117,10 +121,14 @@ func (e *SkipError) Unwrap() error { return ErrNotSkippable }
 // the outbox table (a stray) is not skippable until the retention pass
 // has moved it: it is rejected as FAILED and locked. In the same
 // transaction, when rows were skipped, it sends a pg_notify on the
-// table's channel, so that dispatchers go on with the key at once. Bad
-// params give an [*outbox.InputError] and write nothing.
+// table's channel, so that dispatchers go on with the key at once, and
+// with p.Actor the skip's audit row. Bad params give an
+// [*outbox.InputError] and write nothing.
 func (a *Admin) SkipHeads(ctx context.Context, p SkipParams) (SkipResult, error) {
 	ids, err := distinctIDs(p.IDs)
+	if err == nil {
+		err = checkActor(p.Actor)
+	}
 	if err != nil {
 		return SkipResult{}, err
 	}
@@ -132,16 +140,17 @@ func (a *Admin) SkipHeads(ctx context.Context, p SkipParams) (SkipResult, error)
 		return a.skipResult(ids, rows, true)
 	}
 	var res SkipResult
-	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+	act := audited{actor: p.Actor, action: ActionSkip, filter: map[string]any{"ids": ids}}
+	err = a.inTx(ctx, act, func(tx pgx.Tx) (int64, error) {
 		rows, err := tx.Query(ctx, a.sql.skip.run, pgvalue.UUIDs(ids), len(ids))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if res, err = a.skipResult(ids, rows, false); err != nil {
-			return err
+			return 0, err
 		}
 		_, err = tx.Exec(ctx, a.sql.notify, a.channel)
-		return err
+		return int64(len(res.Skipped)), err
 	})
 	var serr *SkipError
 	if err != nil && !errors.As(err, &serr) {

@@ -23,6 +23,9 @@ type statements struct {
 	dueBlocked string
 	replayIDs  write
 	skip       write
+	// auditInsert writes one audit row; auditPage reads a page of them,
+	// newest first, after the id $1 (0: from the newest), $2 rows.
+	auditInsert, auditPage string
 	// t, dead and sent are T, D and H, quoted and qualified, for
 	// replayArgs, listSQL and historyRows.
 	t, dead, sent string
@@ -167,6 +170,9 @@ func buildStatements(n sqlname.Names) statements {
 		blockedByType: blockedByTypeSQL(t, d),
 		skip:          skipWrite(t, d, h),
 		notify:        `SELECT pg_notify($1, '')`,
+		auditInsert:   `INSERT INTO ` + n.Audit + ` (actor, source, action, filter, rows) VALUES ($1, $2, $3, $4::jsonb, $5)`,
+		auditPage: `SELECT id, at, actor, source, action, filter, rows FROM ` + n.Audit + `
+	WHERE id < CASE WHEN $1::bigint = 0 THEN 9223372036854775807 ELSE $1::bigint END ORDER BY id DESC LIMIT $2`,
 	}
 }
 

@@ -54,6 +54,10 @@ type ReplayParams struct {
 	// reports the rows the same call would replay now (read without
 	// locks, so a concurrent writer may change the answer).
 	DryRun bool
+	// Actor, when set, audits the replay: its audit row (see
+	// [Admin.AuditLog]) commits in the replay's transaction. Ignored
+	// with DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // ReplayResult says what Replay changed.
@@ -88,11 +92,15 @@ type ReplayResult struct {
 // transaction and only when rows moved, a pg_notify on the table's
 // channel wakes dispatchers at once (they poll anyway). A FAILED row
 // still in the outbox table (a stray, Counts.Unmoved) is not replayed
-// until the retention pass has moved it. Bad params give an
-// [*outbox.InputError] and write nothing.
+// until the retention pass has moved it. With p.Actor the same
+// transaction inserts the replay's audit row (the rows replayed, even
+// none). Bad params give an [*outbox.InputError] and write nothing.
 func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error) {
 	stmt, args, err := a.replayArgs(p)
 	if err != nil {
+		return ReplayResult{}, err
+	}
+	if err := checkActor(p.Actor); err != nil {
 		return ReplayResult{}, err
 	}
 	var res ReplayResult
@@ -107,22 +115,42 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 		res.Skipped = skipped(p.IDs, res.Replayed)
 		return res, nil
 	}
-	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+	act := audited{actor: p.Actor, action: ActionReplay, filter: p.auditFilter()}
+	err = a.inTx(ctx, act, func(tx pgx.Tx) (int64, error) {
 		rows, err := tx.Query(ctx, stmt.run, args...)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if res, err = replayed(rows); err != nil || len(res.Replayed) == 0 {
-			return err
+			return 0, err
 		}
 		_, err = tx.Exec(ctx, a.sql.notify, a.channel)
-		return err
+		return int64(len(res.Replayed)), err
 	})
 	if err != nil {
 		return ReplayResult{}, errtext.Wrap(err, "admin: replay %s", a.table)
 	}
 	res.Skipped = skipped(p.IDs, res.Replayed)
 	return res, nil
+}
+
+// auditFilter is what the audit row of a replay with p records: the ids
+// named, or the filter fields given and the limit.
+func (p ReplayParams) auditFilter() map[string]any {
+	if len(p.IDs) > 0 {
+		return map[string]any{"ids": p.IDs}
+	}
+	f := map[string]any{"limit": cmp.Or(p.Limit, DefaultReplayLimit)}
+	if p.Type != "" {
+		f["type"] = p.Type
+	}
+	if p.Code != "" {
+		f["code"] = p.Code
+	}
+	if !p.FailedBefore.IsZero() {
+		f["failed_before"] = p.FailedBefore.UTC()
+	}
+	return f
 }
 
 // replayed reads a replay's lines (id, moved) into a result: the moved
@@ -216,6 +244,10 @@ type PurgeParams struct {
 	// DryRun makes Purge delete nothing and return how many rows the same
 	// call would delete now (counted without locks).
 	DryRun bool
+	// Actor, when set, audits the purge: its audit row (see
+	// [Admin.AuditLog]) commits in the purge's transaction. Ignored with
+	// DryRun. Nil: not audited.
+	Actor *Actor
 }
 
 // Purge deletes up to p.Limit rows in p.Status that reached it more than
@@ -244,6 +276,13 @@ type PurgeParams struct {
 //
 // A stray (a SENT or FAILED row still in the outbox table,
 // Counts.Unmoved) is not purged: the retention pass moves it first.
+//
+// With p.Actor (and not DryRun) the purge is audited and runs in one
+// transaction with its audit row: the batch, each retired partition (a
+// savepoint; the history's ACCESS EXCLUSIVE lock, taken at the first
+// partition, is then held until the purge commits, so completions wait
+// for the whole purge rather than a few milliseconds per partition) and
+// the row. On an error nothing is deleted and it returns 0.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
@@ -255,25 +294,27 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := checkActor(p.Actor); err != nil {
+		return 0, err
+	}
 	dry := ""
 	if p.DryRun {
 		dry = " (dry run)"
 	}
-	// The default partition's batch first: on a missing table it fails
-	// as every other command does (relation does not exist).
 	batch := purge.Params{Status: p.Status, OlderThan: p.OlderThan, Limit: limit}
 	var n int64
-	if p.DryRun {
-		n, err = a.purge.Count(ctx, a.db, batch)
+	if p.DryRun || p.Actor == nil {
+		n, err = a.purgeOn(ctx, a.db, batch, p.DryRun)
 	} else {
-		var res purge.Result
-		res, err = a.purge.Delete(ctx, a.db, batch)
-		n = res.Deleted
-	}
-	if err == nil && p.Status == outbox.StatusSent {
-		var retired int64
-		retired, err = a.retireHistory(ctx, p.OlderThan, p.DryRun)
-		n += retired
+		act := audited{actor: p.Actor, action: ActionPurge,
+			filter: map[string]any{"status": p.Status, "older_than": p.OlderThan.String(), "limit": limit}}
+		err = a.inTx(ctx, act, func(tx pgx.Tx) (int64, error) {
+			n, err = a.purgeOn(ctx, tx, batch, false)
+			return n, err
+		})
+		if err != nil {
+			n = 0 // rolled back
+		}
 	}
 	if err != nil {
 		return n, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
@@ -281,21 +322,45 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	return n, nil
 }
 
+// purgeOn runs (or with dry counts) batch on db, and for SENT rows
+// retires the history's partitions older than the cut-off, returning the
+// rows deleted (or that would be). The default partition's batch goes
+// first: on a missing table it fails as every other command does
+// (relation does not exist). On db a pgx.Tx, each partition's step is a
+// savepoint of it.
+func (a *Admin) purgeOn(ctx context.Context, db DB, batch purge.Params, dry bool) (int64, error) {
+	var n int64
+	var err error
+	if dry {
+		n, err = a.purge.Count(ctx, db, batch)
+	} else {
+		var res purge.Result
+		res, err = a.purge.Delete(ctx, db, batch)
+		n = res.Deleted
+	}
+	if err == nil && batch.Status == outbox.StatusSent {
+		var retired int64
+		retired, err = a.retireHistory(ctx, db, batch.OlderThan, dry)
+		n += retired
+	}
+	return n, err
+}
+
 // retireHistory retires the SENT history's time partitions whose whole
 // range ended olderThan before the database's now(), and returns the rows
 // they held; with dry, it drops nothing and returns the planner's
 // estimate of those rows.
-func (a *Admin) retireHistory(ctx context.Context, olderThan time.Duration, dry bool) (int64, error) {
+func (a *Admin) retireHistory(ctx context.Context, db DB, olderThan time.Duration, dry bool) (int64, error) {
 	var now time.Time
-	if err := a.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return 0, err
 	}
 	before := now.Add(-olderThan)
 	if !dry {
-		ret, err := purge.RetireHistory(ctx, a.db, a.names, before)
+		ret, err := purge.RetireHistory(ctx, db, a.names, before)
 		return ret.Rows, err
 	}
-	parts, err := purge.Partitions(ctx, a.db, a.names)
+	parts, err := purge.Partitions(ctx, db, a.names)
 	if err != nil {
 		return 0, err
 	}
@@ -306,7 +371,7 @@ func (a *Admin) retireHistory(ctx context.Context, olderThan time.Duration, dry 
 		}
 	}
 	var rows int64
-	err = a.db.QueryRow(ctx, `SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class
+	err = db.QueryRow(ctx, `SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class
 		WHERE oid = ANY ($1::text[]::regclass[])`, due).Scan(&rows)
 	return rows, err
 }

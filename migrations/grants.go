@@ -58,7 +58,10 @@ type Roles struct {
 	// dead letter back into it); SELECT, UPDATE and DELETE on the dead
 	// letters (skip, replay, purge); SELECT on the SENT history; SELECT,
 	// UPDATE and DELETE on the history's default partition and EXECUTE on
-	// <table>_sent_drop (purge of SENT rows); SELECT on its version table.
+	// <table>_sent_drop (purge of SENT rows); SELECT and INSERT on the
+	// audit table (an audited action writes its row, AuditLog reads
+	// them; no UPDATE or DELETE: an operator cannot rewrite the log);
+	// SELECT on its version table.
 	//
 	// For a log (Config.Kind outbox.KindLog): SELECT on the log, its
 	// ticks and its version table; SELECT, INSERT, UPDATE and DELETE on
@@ -93,7 +96,7 @@ type Grants struct {
 	BeforeMigrate string
 	// AfterMigrate is run after Migrate by the migrator (the tables'
 	// owner) or a superuser: the privileges on the outbox table, its dead
-	// letters, its SENT history and its version table. Privileges survive the ALTER TABLEs of later
+	// letters, its SENT history, its audit table and its version table. Privileges survive the ALTER TABLEs of later
 	// migrations; run it again after an upgrade whose CHANGELOG says so.
 	AfterMigrate string
 }
@@ -204,6 +207,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	b.WriteString(grant("SELECT", sent, r.Operator))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Operator))
 	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Operator))
+	b.WriteString(grant("SELECT, INSERT", "TABLE "+n.Audit, r.Operator))
 	b.WriteString(grant("SELECT", version, r.Operator))
 	return b.String()
 }

@@ -203,7 +203,11 @@ func (env *roleEnv) operate(ctx context.Context) error {
 		func() error { _, err := a.Counts(ctx); return err }(),
 		func() error { _, err := a.Summary(ctx); return err }(),
 		func() error { _, err := a.List(ctx, admin.ListParams{}); return err }(),
-		func() error { _, err := a.Replay(ctx, admin.ReplayParams{Type: roleEventType}); return err }(),
+		func() error {
+			_, err := a.Replay(ctx, admin.ReplayParams{Type: roleEventType, Actor: &admin.Actor{Name: "ops", Source: admin.SourceAdmin}})
+			return err
+		}(),
+		func() error { _, err := a.AuditLog(ctx, admin.AuditParams{}); return err }(),
 		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed}); return err }(),
 		func() error { _, err := a.Purge(ctx, admin.PurgeParams{Status: outbox.StatusSent}); return err }(),
 		func() error {
@@ -315,6 +319,7 @@ func TestGrantsAreMinimal(t *testing.T) {
 	version := "TABLE " + suffixedTable(env.cfg.Table, "_schema_version")
 	dead, sent := "TABLE "+suffixedTable(env.cfg.Table, "_dead"), "TABLE "+suffixedTable(env.cfg.Table, "_sent")
 	sentDefault := "TABLE " + suffixedTable(env.cfg.Table, "_sent_default")
+	audit := "TABLE " + suffixedTable(env.cfg.Table, "_audit")
 	sentAdd := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_add") + "(timestamptz, timestamptz)"
 	sentDrop := "FUNCTION " + suffixedTable(env.cfg.Table, "_sent_drop") + "(timestamptz)"
 	emitOne := func() error { return env.emit(ctx, 1) }
@@ -373,6 +378,8 @@ func TestGrantsAreMinimal(t *testing.T) {
 		{"DELETE", sentDefault, env.roles.Operator, operate},
 		{"SELECT", version, env.roles.Operator, operate},
 		{"EXECUTE", sentDrop, env.roles.Operator, operate},
+		{"SELECT", audit, env.roles.Operator, operate},
+		{"INSERT", audit, env.roles.Operator, operate},
 	}
 	for _, tt := range tests {
 		on := tt.privilege + " ON " + tt.object + " TO/FROM " + tt.role

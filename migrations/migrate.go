@@ -354,6 +354,10 @@ func templateData(n sqlname.Names, keyOrder bool) map[string]any {
 		"sent_def_idx":   n.Quoted(sqlname.SuffixSentDefaultIndex),
 		"sent_add":       n.Function(sqlname.SuffixSentAdd),
 		"sent_drop":      n.Function(sqlname.SuffixSentDrop),
+		"sent_time_idx":  n.Quoted(sqlname.SuffixSentTimeIndex),
+		"audit":          n.Audit,
+		"audit_pkey":     n.Quoted(sqlname.SuffixAuditPkey),
+		"audit_time_idx": n.Quoted(sqlname.SuffixAuditTimeIndex),
 		// Literals baked into the partition functions' bodies.
 		"sent_lit":        literal(n.Sent),
 		"schema_lit":      literal(n.Table.Schema),

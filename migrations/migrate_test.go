@@ -33,7 +33,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
 	tables, partitions := splitPartitions(tablesIn(t, conn, db.Schema))
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Equal(t, []string{"outbox_events", "outbox_events_audit", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
 	require.Len(t, partitions, 3, "the history's partitions of now and the next two spans, created once")
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 }
@@ -99,7 +99,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Latest(), v)
 	tables, partitions := splitPartitions(tablesIn(t, conns[0], db.Schema))
-	require.Equal(t, []string{"outbox_events", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
+	require.Equal(t, []string{"outbox_events", "outbox_events_audit", "outbox_events_dead", "outbox_events_schema_version", "outbox_events_sent_default"}, tables)
 	require.Len(t, partitions, 3, "each partition created once")
 }
 

@@ -36,6 +36,7 @@ func TestRender(t *testing.T) {
 		"009_outcome_token.down.sql", "009_outcome_token.up.sql", "010_lean_tables.down.sql", "010_lean_tables.up.sql",
 		"011_lean_indexes.down.sql", "011_lean_indexes.up.sql",
 		"012_key_order_optional.down.sql", "012_key_order_optional.up.sql",
+		"013_audit.down.sql", "013_audit.up.sql",
 	}, names)
 	read := func(name string) string {
 		text, err := fs.ReadFile(files, name)
@@ -59,11 +60,13 @@ func TestRender(t *testing.T) {
 	mustExec(t, conn, read("010_lean_tables.up.sql"))
 	mustExec(t, conn, read("011_lean_indexes.up.sql"))
 	mustExec(t, conn, read("012_key_order_optional.up.sql"))
+	mustExec(t, conn, read("013_audit.up.sql"))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 	// A later switch to Migrate finds nothing to do.
 	require.NoError(t, migrations.Migrate(ctx, conn, cfg))
 	require.NoError(t, migrations.Verify(ctx, conn, cfg))
 
+	mustExec(t, conn, read("013_audit.down.sql"))
 	mustExec(t, conn, read("012_key_order_optional.down.sql"))
 	mustExec(t, conn, read("011_lean_indexes.down.sql"))
 	mustExec(t, conn, read("010_lean_tables.down.sql"))

@@ -103,7 +103,7 @@ var expectedIndexes = []indexSpec{
 var optionalIndexes = map[string]bool{sqlname.SuffixOrderIndex: true}
 
 // tableSpec is one table of an outbox: the outbox table itself, its dead
-// letters or its SENT history.
+// letters, its SENT history or its audit table.
 type tableSpec struct {
 	suffix string // added to the table name; "" for the outbox table
 	kind   string // pg_class.relkind: "r" a table, "p" a partitioned one
@@ -124,7 +124,8 @@ type tableSpec struct {
 // the outbox table with PENDING and PROCESSING rows, the dead letters
 // (FAILED rows, moved there by a FAILED outcome) and the SENT history,
 // partitioned by sent_at, with the default partition that catches a row
-// whose time partition does not exist yet.
+// whose time partition does not exist yet; and (version 13) the
+// operators' audit table.
 var expectedTables = []tableSpec{
 	{kind: "r", columns: expectedColumns, constraints: expectedConstraints, indexes: expectedIndexes},
 	{
@@ -151,8 +152,26 @@ var expectedTables = []tableSpec{
 			{sqlname.SuffixSentSeqIndex, "btree (seq)"},
 			{sqlname.SuffixSentTypeIndex, "btree (event_type, seq)"},
 			{sqlname.SuffixSentAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
+			{sqlname.SuffixSentTimeIndex, "brin (sent_at)"},
 		},
 	},
+	{
+		suffix: sqlname.SuffixAudit, kind: "r", columns: auditColumns,
+		constraints: []constraintSpec{{sqlname.SuffixAuditPkey, "PRIMARY KEY (id)"}},
+		indexes:     []indexSpec{{sqlname.SuffixAuditTimeIndex, "btree (at)"}},
+	},
+}
+
+// auditColumns are the columns of the operators' audit table (schema
+// version 13): one row per audited admin action.
+var auditColumns = []columnSpec{
+	{name: "id", typ: "bigint", notNull: true, def: identityAlways},
+	{name: "at", typ: "timestamp with time zone", notNull: true, def: "now()"},
+	{name: "actor", typ: "text", notNull: true},
+	{name: "source", typ: "text", notNull: true},
+	{name: "action", typ: "text", notNull: true},
+	{name: "filter", typ: "jsonb", notNull: true},
+	{name: "rows", typ: "bigint", notNull: true},
 }
 
 // finishedColumns are the columns of a table of finished rows: those of

@@ -138,7 +138,8 @@ func TestVerify(t *testing.T) {
 				CREATE INDEX outbox_events_sent_id_idx ON %[1]s.outbox_events_sent (id);
 				CREATE INDEX outbox_events_sent_seq_idx ON %[1]s.outbox_events_sent (seq);
 				CREATE INDEX outbox_events_sent_type_idx ON %[1]s.outbox_events_sent (event_type, seq);
-				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL`,
+				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
+				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at)`,
 			want: []migrations.Problem{{
 				Object:   "table %[1]s.outbox_events_sent",
 				Expected: "partitioned table",
@@ -166,7 +167,8 @@ func TestVerify(t *testing.T) {
 				CREATE INDEX outbox_events_sent_id_idx ON %[1]s.outbox_events_sent (id);
 				CREATE INDEX outbox_events_sent_seq_idx ON %[1]s.outbox_events_sent (seq);
 				CREATE INDEX outbox_events_sent_type_idx ON %[1]s.outbox_events_sent (event_type, seq);
-				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL`,
+				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
+				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at)`,
 			want: []migrations.Problem{{
 				Object:   "partition key of %[1]s.outbox_events_sent",
 				Expected: "RANGE (sent_at)",
@@ -201,6 +203,36 @@ func TestVerify(t *testing.T) {
 				Object:   "index %[1]s.outbox_events_sent_id_idx",
 				Expected: "btree (id)",
 				Actual:   "missing",
+			}},
+		},
+		{
+			name:     "HistoryTimeIndexDropped",
+			migrate:  true,
+			breakSQL: `DROP INDEX %[1]s.outbox_events_sent_time_idx`,
+			want: []migrations.Problem{{
+				Object:   "index %[1]s.outbox_events_sent_time_idx",
+				Expected: "brin (sent_at)",
+				Actual:   "missing",
+			}},
+		},
+		{
+			name:     "AuditTableMissing",
+			migrate:  true,
+			breakSQL: `DROP TABLE %[1]s.outbox_events_audit`,
+			want: []migrations.Problem{{
+				Object:   "table %[1]s.outbox_events_audit",
+				Expected: "table",
+				Actual:   "missing",
+			}},
+		},
+		{
+			name:     "AuditColumnChanged",
+			migrate:  true,
+			breakSQL: `ALTER TABLE %[1]s.outbox_events_audit ALTER COLUMN filter TYPE text`,
+			want: []migrations.Problem{{
+				Object:   "column %[1]s.outbox_events_audit.filter",
+				Expected: "jsonb NOT NULL",
+				Actual:   "text NOT NULL",
 			}},
 		},
 		{

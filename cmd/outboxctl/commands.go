@@ -141,6 +141,9 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 	typ := fs.String("type", "", "only events of this event `type`")
 	aggregate := fs.String("aggregate-id", "", "only events about this aggregate `id` (of any aggregate type)")
 	code := fs.String("code", "", "only events whose last error `code` is this (FAILED, or retried after it)")
+	key := fs.String("key", "", "only events of this order `key` (partition key, else aggregate id)")
+	createdAfter := fs.String("created-after", "", "only events created at or after this `time` (RFC 3339)")
+	createdBefore := fs.String("created-before", "", "only events created before this `time` (RFC 3339)")
 	after := fs.String("after", "", "continue after this `cursor` (printed at the end of the previous page)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultListLimit, 1, admin.MaxListLimit, "page `size`")
 	return func(e *env) error {
@@ -156,11 +159,20 @@ func listFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
+		from, err := parseTime("-created-after", *createdAfter)
+		if err != nil {
+			return err
+		}
+		to, err := parseTime("-created-before", *createdBefore)
+		if err != nil {
+			return err
+		}
 		a, err := e.newAdmin()
 		if err != nil {
 			return err
 		}
-		page, err := a.List(e.ctx, admin.ListParams{Status: st, Type: *typ, AggregateID: *aggregate, Code: c, After: cursor, Limit: *limit})
+		page, err := a.List(e.ctx, admin.ListParams{Status: st, Type: *typ, AggregateID: *aggregate, Code: c, Key: *key,
+			CreatedAfter: from, CreatedBefore: to, After: cursor, Limit: *limit})
 		if err != nil {
 			return asUsage(err)
 		}
@@ -253,13 +265,9 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: c, DryRun: !*yes}
-		if *before != "" {
-			t, err := time.Parse(time.RFC3339, *before)
-			if err != nil {
-				return usagef("-failed-before %q is not an RFC 3339 time (e.g. 2024-05-01T10:00:00Z)", *before)
-			}
-			p.FailedBefore = t
+		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: c, DryRun: !*yes, Actor: actor()}
+		if p.FailedBefore, err = parseTime("-failed-before", *before); err != nil {
+			return err
 		}
 		if len(ids) == 0 {
 			p.Limit = *limit
@@ -339,7 +347,7 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.PurgeParams{Status: st, OlderThan: olderThan.d, Limit: *limit, DryRun: !*yes}
+		p := admin.PurgeParams{Status: st, OlderThan: olderThan.d, Limit: *limit, DryRun: !*yes, Actor: actor()}
 		n, err := a.Purge(e.ctx, p)
 		if err != nil {
 			return asUsage(err)
@@ -465,6 +473,18 @@ func parseStatus(name, v string, optional bool) (outbox.Status, error) {
 	}
 }
 
+// parseTime reads an RFC 3339 time flag; empty is the zero time.
+func parseTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, usagef("%s %q is not an RFC 3339 time (e.g. 2024-05-01T10:00:00Z)", name, v)
+	}
+	return t, nil
+}
+
 // flagSet reports whether the flag was given on the command line.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	found := false
@@ -476,7 +496,8 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 var fieldFlags = map[string]string{
 	"Status": "-status", "Type": "-type", "AggregateID": "-aggregate-id", "Code": "-code",
 	"After": "-after", "Limit": "-limit", "IDs": "-id", "FailedBefore": "-failed-before",
-	"OlderThan": "-older-than", "group": "-group", "key": "-key",
+	"OlderThan": "-older-than", "group": "-group", "key": "-key", "Key": "-key",
+	"CreatedAfter": "-created-after", "CreatedBefore": "-created-before",
 }
 
 // asUsage turns the admin package's input errors into usage errors, named

@@ -1,8 +1,10 @@
 // Command outboxctl is the operator's command line for a pgoutbox outbox:
-// status, counts, list, inspect, replay, blocked, skip, purge, migrate and
-// verify, and relay for a log's consumer groups (groups, parked keys,
-// replay/skip requests, resume, group create/drop, maintain). It is a thin
-// layer over the admin and migrations packages; docs/admin.md is its guide.
+// status, counts, list, inspect, replay, blocked, skip, purge, audit,
+// migrate and verify, serve (the operator console in the browser,
+// admin/console), and relay for a log's consumer groups (groups, parked
+// keys, replay/skip requests, resume, group create/drop, maintain). It is
+// a thin layer over the admin and migrations packages; docs/admin.md is
+// its guide.
 //
 //	outboxctl <command> [arguments and flags, in any order]
 //
@@ -10,7 +12,8 @@
 // $PGOUTBOX_SCHEMA, else public), -table (default $PGOUTBOX_TABLE, else
 // outbox_events) and -json. Numeric flags are checked against their
 // ranges before anything connects. replay, skip and purge change nothing without -yes: they print
-// what they would do. Exit status: 0 success (also for status -watch ended by
+// what they would do; with it each writes an audit row naming $USER@host
+// (outboxctl audit lists them). Exit status: 0 success (also for status -watch ended by
 // an interrupt), 1 failure (including a schema that does not verify), 2
 // bad usage.
 package main
@@ -86,8 +89,10 @@ var commands = []command{
 	{"blocked", "", "keys held by a FAILED head event (per-key ordering, head policy BlockKey)", blockedFlags},
 	{"skip", "<id>...", "mark FAILED head events skipped so their keys go on (dry run without -yes)", skipFlags},
 	{"purge", "", "delete old SENT or FAILED events (dry run without -yes)", purgeFlags},
+	{"audit", "", "the audit log: who replayed, skipped or purged what, newest first", auditFlags},
 	{"migrate", "", "create or upgrade the outbox table", migrateFlags},
 	{"verify", "", "check the outbox table against this version of pgoutbox", verifyFlags},
+	{"serve", "", "run the operator console in the browser (read-only unless -allow-actions; see docs/console.md)", serveFlags},
 	{"relay", relayArgs, "a log's consumer groups, lag, parked keys, replay/skip requests, retention (-table names the log)", relayFlags},
 }
 

@@ -112,7 +112,7 @@ func skipFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.SkipParams{IDs: ids, DryRun: !*yes}
+		p := admin.SkipParams{IDs: ids, DryRun: !*yes, Actor: actor()}
 		res, err := a.SkipHeads(e.ctx, p)
 		if err != nil {
 			return asUsage(err)

@@ -25,6 +25,9 @@ type Names struct {
 	Dead string
 	// Sent is the quoted schema.table of the SENT history (partitioned).
 	Sent string
+	// Audit is the quoted schema.table of the operators' audit log
+	// (schema version 13).
+	Audit string
 }
 
 // Suffixes of the objects that belong to an outbox table. The longest must
@@ -89,6 +92,14 @@ const (
 	// history, followed by its start as YYYYMMDDHHMM in UTC (see
 	// Names.Partition).
 	SuffixPartition = "_s"
+
+	// Schema version 13 (issue 28): the operators' audit table, its
+	// primary key and time index, and the SENT history's BRIN index on
+	// sent_at.
+	SuffixAudit          = "_audit"
+	SuffixAuditPkey      = "_audit_pkey"
+	SuffixAuditTimeIndex = "_audit_at_idx"
+	SuffixSentTimeIndex  = "_sent_time_idx"
 )
 
 // Suffixes of a log table's objects (outbox.KindLog, issue 27): its one
@@ -141,6 +152,7 @@ func For(t outbox.Table) (Names, error) {
 		VersionTable: pgx.Identifier{t.Schema, t.Name + SuffixVersion}.Sanitize(),
 		Dead:         pgx.Identifier{t.Schema, t.Name + SuffixDead}.Sanitize(),
 		Sent:         pgx.Identifier{t.Schema, t.Name + SuffixSent}.Sanitize(),
+		Audit:        pgx.Identifier{t.Schema, t.Name + SuffixAudit}.Sanitize(),
 	}, nil
 }
 

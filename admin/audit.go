@@ -1,0 +1,207 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
+)
+
+// Audit sources: where an audited action came from (Actor.Source).
+const (
+	// SourceConsole is the operator console (admin/console).
+	SourceConsole = "console"
+	// SourceOutboxctl is the outboxctl command.
+	SourceOutboxctl = "outboxctl"
+	// SourceAdmin is a program calling this package directly.
+	SourceAdmin = "admin"
+)
+
+// Audited actions (AuditEntry.Action).
+const (
+	ActionReplay = "replay"
+	ActionSkip   = "skip"
+	ActionPurge  = "purge"
+)
+
+// Actor names who runs an action. Set on ReplayParams, SkipParams or
+// PurgeParams, it makes the action audited: one row in the outbox's
+// audit table (<table>_audit, schema version 13) that commits in the
+// action's own transaction, so that no action commits without its row
+// and no row without its action, and one Info line on Config.Logger.
+type Actor struct {
+	// Name is who acts, as the caller knows them (a user name, or
+	// user@host): 1 to [MaxActorName] bytes of valid UTF-8 without NUL.
+	Name string
+	// Source is where the action comes from: [SourceConsole],
+	// [SourceOutboxctl], [SourceAdmin] or a caller's own word, 1 to
+	// [MaxActorSource] bytes of valid UTF-8 without NUL.
+	Source string
+}
+
+// Actor bounds.
+const (
+	// MaxActorName is the longest Actor.Name, in bytes.
+	MaxActorName = 200
+	// MaxActorSource is the longest Actor.Source, in bytes.
+	MaxActorSource = 50
+)
+
+// checkActor checks an action's Actor (nil: not audited); an invalid one
+// gives an *outbox.InputError naming "Actor.Name" or "Actor.Source".
+func checkActor(actor *Actor) error {
+	if actor == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		field, value string
+		max          int
+	}{{"Actor.Name", actor.Name, MaxActorName}, {"Actor.Source", actor.Source, MaxActorSource}} {
+		if f.value == "" {
+			return inputErr(f.field, "is empty")
+		}
+		if reason := pgvalue.TextProblem(f.value, f.max); reason != "" {
+			return inputErr(f.field, "%s", reason)
+		}
+	}
+	return nil
+}
+
+// audited is one action to audit: who, what, with which parameters.
+type audited struct {
+	actor  *Actor
+	action string
+	filter map[string]any
+}
+
+// record inserts the audit row of act, which changed rows rows, in tx:
+// the action's own transaction.
+func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) error {
+	filter, err := json.Marshal(act.filter)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows)
+	if err != nil {
+		return errtext.Wrap(err, "audit")
+	}
+	return nil
+}
+
+// logAction writes act's Info line on the Admin's logger, once its
+// transaction committed.
+func (a *Admin) logAction(ctx context.Context, act audited, rows int64) {
+	if a.logger == nil {
+		return
+	}
+	filter, _ := json.Marshal(act.filter)
+	a.logger.InfoContext(ctx, "pgoutbox: admin: "+act.action, "table", a.table.String(),
+		"actor", act.actor.Name, "source", act.actor.Source, "action", act.action, "filter", string(filter), "rows", rows)
+}
+
+// inTx runs fn in a transaction of its own (a savepoint when the Admin's
+// DB is a pgx.Tx) and, when act has an actor, records its audit row in
+// that transaction from the rows fn returns, then logs it once committed.
+func (a *Admin) inTx(ctx context.Context, act audited, fn func(tx pgx.Tx) (int64, error)) error {
+	var rows int64
+	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) (err error) {
+		if rows, err = fn(tx); err != nil || act.actor == nil {
+			return err
+		}
+		return a.record(ctx, tx, act, rows)
+	})
+	if err == nil && act.actor != nil {
+		a.logAction(ctx, act, rows)
+	}
+	return err
+}
+
+// AuditLog page sizes.
+const (
+	// DefaultAuditLimit is the page size when AuditParams.Limit is 0.
+	DefaultAuditLimit = 100
+	// MaxAuditLimit is the largest AuditParams.Limit.
+	MaxAuditLimit = 1000
+)
+
+// AuditParams selects a page of the audit log, newest first.
+type AuditParams struct {
+	// After continues after this entry id: a previous page's Next. 0
+	// starts at the newest entry.
+	After int64
+	// Limit is the page size, 1 to [MaxAuditLimit]. Defaults to
+	// [DefaultAuditLimit].
+	Limit int
+}
+
+// AuditEntry is one audited action.
+type AuditEntry struct {
+	// ID is the entry's number, increasing with each entry.
+	ID int64 `json:"id"`
+	// At is when the action's transaction started (the database clock).
+	At time.Time `json:"at"`
+	// Actor is Actor.Name.
+	Actor string `json:"actor"`
+	// Source is Actor.Source.
+	Source string `json:"source"`
+	// Action is [ActionReplay], [ActionSkip] or [ActionPurge].
+	Action string `json:"action"`
+	// Filter holds the action's parameters as JSON: for a replay the
+	// ids, or type, code, failed_before and limit; for a skip the ids;
+	// for a purge status, older_than and limit. Never a payload or a
+	// header.
+	Filter map[string]any `json:"filter"`
+	// Rows is how many rows the action changed: replayed, skipped or
+	// purged.
+	Rows int64 `json:"rows"`
+}
+
+// AuditPage is one page of AuditLog.
+type AuditPage struct {
+	// Entries are the page's entries, newest (highest ID) first.
+	Entries []AuditEntry `json:"entries"`
+	// Next continues after this page (AuditParams.After); 0 when there
+	// are no older entries.
+	Next int64 `json:"next"`
+}
+
+// AuditLog returns a page of the audit log, newest first, by keyset on
+// the entry id through the audit table's primary key: a page costs its
+// rows, however long the log.
+func (a *Admin) AuditLog(ctx context.Context, p AuditParams) (AuditPage, error) {
+	if p.After < 0 {
+		return AuditPage{}, inputErr("After", "is %d, must be 0 (the newest) or an entry id", p.After)
+	}
+	limit, err := checkLimit(p.Limit, DefaultAuditLimit, MaxAuditLimit)
+	if err != nil {
+		return AuditPage{}, err
+	}
+	rows, err := a.db.Query(ctx, a.sql.auditPage, p.After, limit+1)
+	if err != nil {
+		return AuditPage{}, errtext.Wrap(err, "admin: audit log %s", a.table)
+	}
+	page := AuditPage{Entries: make([]AuditEntry, 0, limit)}
+	var e AuditEntry
+	var filter []byte
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows}, func() error {
+		e.Filter = nil
+		if err := json.Unmarshal(filter, &e.Filter); err != nil {
+			return fmt.Errorf("entry %d: filter is not a JSON object", e.ID)
+		}
+		page.Entries = append(page.Entries, e)
+		return nil
+	})
+	if err != nil {
+		return AuditPage{}, errtext.Wrap(err, "admin: audit log %s", a.table)
+	}
+	if len(page.Entries) > limit {
+		page.Entries = page.Entries[:limit]
+		page.Next = page.Entries[limit-1].ID
+	}
+	return page, nil
+}

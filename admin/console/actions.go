@@ -1,0 +1,284 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Every action is posted twice: first as a dry run (dry=1, the default),
+// which changes nothing and answers a confirmation page with the number
+// of events the action would take and a form that posts the same
+// parameters with dry=0 and expected=N; then for real, with the user as
+// the audited Actor.
+
+// confirmData is the confirmation page's data.
+type confirmData struct {
+	Action string      // replay, skip, purge
+	Verb   string      // "Replay", ...
+	What   string      // what the action takes, in words
+	N      int64       // events that match now
+	Capped bool        // N is a lower bound
+	Note   string      // a bound the action will meet, if any
+	Fields [][2]string // the parameters to post again
+	URL    string      // the action's URL
+	Back   string      // where "cancel" leads
+}
+
+// resultData is the result page's data.
+type resultData struct {
+	Done  string // "Replayed", ...
+	N     int64
+	Notes []string
+	Back  string
+}
+
+// actionForm is an action's posted parameters.
+type actionForm struct {
+	dry      bool
+	ids      []uuid.UUID
+	expected int64
+}
+
+// readAction reads the fields every action has: dry (anything but "0"
+// is a dry run), the repeated id, and expected (on a confirmation).
+func readAction(form url.Values) (actionForm, error) {
+	a := actionForm{dry: form.Get("dry") != "0"}
+	for _, s := range form["id"] {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return actionForm{}, badRequestf("an id is not a UUID")
+		}
+		a.ids = append(a.ids, id)
+	}
+	if !a.dry {
+		n, err := strconv.ParseInt(form.Get("expected"), 10, 64)
+		if err != nil || n < 0 {
+			return actionForm{}, badRequestf("expected must be the number of events the confirmation showed")
+		}
+		a.expected = n
+	}
+	return a, nil
+}
+
+// idFields are the hidden fields that name ids again.
+func idFields(ids []uuid.UUID) [][2]string {
+	out := make([][2]string, len(ids))
+	for i, id := range ids {
+		out[i] = [2]string{"id", id.String()}
+	}
+	return out
+}
+
+// actor is the audited actor of r.
+func actor(r *http.Request) *admin.Actor {
+	return &admin.Actor{Name: userOf(r), Source: admin.SourceConsole}
+}
+
+// back returns where a page about ids or a filter leads back to: the
+// event when there is one id, else the list with the filter.
+func (h *handler) back(ids []uuid.UUID, f filter) string {
+	if len(ids) == 1 {
+		return h.cfg.BasePath + "/events/" + ids[0].String()
+	}
+	if q := f.values().Encode(); q != "" {
+		return h.cfg.BasePath + "/events?" + q
+	}
+	return h.cfg.BasePath + "/events"
+}
+
+// replay replays FAILED events by id, or those the list's filter
+// matches (its FAILED events, at most admin.MaxReplayLimit per
+// confirmation, and never more than the confirmation counted).
+func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
+	act, err := readAction(r.PostForm)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	f, err := parseFilter(r.PostForm)
+	if err == nil && len(act.ids) == 0 && !f.Replayable() {
+		err = badRequestf("replay takes FAILED events only: clear the status filter or set it to FAILED")
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	f.params.Status = outbox.StatusFailed
+	ctx := r.Context()
+	c := confirmData{Action: "replay", Verb: "Replay", What: "FAILED events", URL: h.cfg.BasePath + "/actions/replay", Back: h.back(act.ids, f)}
+	if act.dry {
+		if len(act.ids) > 0 {
+			res, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: act.ids, DryRun: true})
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			c.N, c.Fields = int64(len(res.Replayed)), idFields(act.ids)
+		} else {
+			count, err := h.cfg.Admin.Count(ctx, f.params)
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
+			if c.N > admin.MaxReplayLimit || c.Capped {
+				c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
+			}
+		}
+		h.confirm(w, r, c)
+		return
+	}
+	ids := act.ids
+	if len(ids) == 0 {
+		if ids, err = h.matching(ctx, f.params, min(act.expected, admin.MaxReplayLimit)); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	res := resultData{Done: "Replayed", Back: c.Back}
+	if len(ids) > 0 {
+		out, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		res.N = int64(len(out.Replayed))
+		if n := len(out.Skipped); n > 0 {
+			res.Notes = append(res.Notes, strconv.Itoa(n)+" named events were not replayed: no longer FAILED, missing, or locked by another writer.")
+		}
+	}
+	h.result(w, r, res)
+}
+
+// matching returns the ids of up to limit events matching p, oldest seq
+// first, reading the list page by page.
+func (h *handler) matching(ctx context.Context, p admin.ListParams, limit int64) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	for int64(len(ids)) < limit {
+		p.Limit = int(min(limit-int64(len(ids)), admin.MaxListLimit))
+		pg, err := h.cfg.Admin.List(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range pg.Events {
+			ids = append(ids, e.ID)
+		}
+		if pg.Next.IsZero() {
+			break
+		}
+		p.After = pg.Next
+	}
+	return ids, nil
+}
+
+// skip marks FAILED head events skipped, by id.
+func (h *handler) skip(w http.ResponseWriter, r *http.Request) {
+	act, err := readAction(r.PostForm)
+	if err == nil && len(act.ids) == 0 {
+		err = badRequestf("name the FAILED events to skip")
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	c := confirmData{Action: "skip", Verb: "Skip", What: "FAILED events that hold their key", URL: h.cfg.BasePath + "/actions/skip",
+		Back: h.back(act.ids, filter{}), Fields: idFields(act.ids)}
+	res, err := h.cfg.Admin.SkipHeads(r.Context(), admin.SkipParams{IDs: act.ids, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)})
+	var serr *admin.SkipError
+	if errors.As(err, &serr) {
+		err = badRequestf("%s", serr.Error())
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if act.dry {
+		c.N = int64(len(res.Skipped))
+		h.confirm(w, r, c)
+		return
+	}
+	h.result(w, r, resultData{Done: "Skipped", N: int64(len(res.Skipped)), Back: c.Back})
+}
+
+// actorUnlessDry is the audited actor of a real run, nil for a dry run.
+func (h *handler) actorUnlessDry(r *http.Request, act actionForm) *admin.Actor {
+	if act.dry {
+		return nil
+	}
+	return actor(r)
+}
+
+// purge deletes SENT or FAILED events older than a duration.
+func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
+	act, err := readAction(r.PostForm)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	st := outbox.Status(strings.ToUpper(r.PostForm.Get("status")))
+	older, err := parseAge(r.PostForm.Get("older_than"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	p := admin.PurgeParams{Status: st, OlderThan: older, DryRun: act.dry, Actor: h.actorUnlessDry(r, act)}
+	if !act.dry {
+		if act.expected == 0 {
+			h.result(w, r, resultData{Done: "Purged", Back: h.cfg.BasePath + "/events"})
+			return
+		}
+		p.Limit = int(min(act.expected, admin.MaxPurgeLimit))
+	}
+	n, err := h.cfg.Admin.Purge(r.Context(), p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	back := h.cfg.BasePath + "/events?status=" + url.QueryEscape(string(st))
+	if act.dry {
+		c := confirmData{Action: "purge", Verb: "Purge", What: string(st) + " events older than " + older.String(), N: n,
+			Fields: [][2]string{{"status", string(st)}, {"older_than", r.PostForm.Get("older_than")}},
+			URL:    h.cfg.BasePath + "/actions/purge", Back: back}
+		if st == outbox.StatusSent {
+			c.Note = "SENT events go by whole history partitions: their count is the planner's estimate."
+		}
+		h.confirm(w, r, c)
+		return
+	}
+	h.result(w, r, resultData{Done: "Purged", N: n, Back: back})
+}
+
+// parseAge reads a purge's age: a Go duration ("720h", "90m") or a
+// number of days ("30d").
+func parseAge(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err == nil && n >= 0 && n <= 100_000 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	} else if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, badRequestf("older than must be a duration such as 30d, 720h or 90m")
+}
+
+// confirm shows the confirmation page of a dry run.
+func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData) {
+	h.show(w, r, "confirm", h.newPage(w, r, "events", c.Verb+": confirm", c))
+}
+
+// result shows what an action did.
+func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData) {
+	h.show(w, r, "result", h.newPage(w, r, "events", res.Done, res))
+}

@@ -1,0 +1,179 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Config sets up the console. Admin is required; the zero value of every
+// other field is the safe choice: read-only, every reader allowed.
+type Config struct {
+	// Admin is the outbox the console shows and acts on. Required.
+	Admin *admin.Admin
+	// AllowActions enables replay, skip and purge. False (the default):
+	// read-only, every action answers 403 Forbidden and no action form is
+	// rendered.
+	AllowActions bool
+	// Authorize is called on every request, before anything is read; a
+	// request it does not allow gets 403 Forbidden. user names the actor
+	// in the audit log. Required when AllowActions is set (New returns an
+	// *outbox.ConfigError otherwise). Nil with read-only: every reader is
+	// allowed, as "anonymous".
+	Authorize func(r *http.Request) (user string, allowed bool)
+	// BasePath is where the handler is mounted, without a trailing slash
+	// (e.g. "/outbox"), used for links; empty when mounted at the root.
+	// Mount it with
+	//
+	//	mux.Handle(BasePath+"/", http.StripPrefix(BasePath, h))
+	BasePath string
+	// Logger receives one line per request that failed on the server's
+	// side (never payloads). Nil: none.
+	Logger *slog.Logger
+	// Dispatchers are in-process dispatchers whose Health (state,
+	// circuit) and ClaimedTypes the overview shows; with them, PENDING
+	// types that none claims are marked unhandled. Optional.
+	Dispatchers []*dispatcher.Dispatcher
+}
+
+// handler is the console: a mux of its pages behind the security checks.
+type handler struct {
+	cfg    Config
+	mux    *http.ServeMux
+	cop    *http.CrossOriginProtection
+	csrf   csrfKey
+	pages  map[string]*template.Template
+	static http.Handler
+	log    *slog.Logger
+}
+
+// New returns the console's handler for cfg. A nil Admin, AllowActions
+// without Authorize, or a BasePath that is not empty or a clean path
+// starting with "/" (no trailing slash) give an *outbox.ConfigError. New
+// does not touch the database.
+func New(cfg Config) (http.Handler, error) {
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	key, err := newCSRFKey()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	h := &handler{cfg: cfg, mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), csrf: key, pages: pages,
+		static: http.StripPrefix("/static/", http.FileServerFS(sub)), log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.routes()
+	return h, nil
+}
+
+// validate checks cfg for New.
+func validate(cfg Config) error {
+	switch {
+	case cfg.Admin == nil:
+		return &outbox.ConfigError{Field: "Admin", Reason: "is nil"}
+	case cfg.AllowActions && cfg.Authorize == nil:
+		return &outbox.ConfigError{Field: "Authorize", Reason: "is required with AllowActions: every action names its user in the audit log"}
+	case cfg.BasePath != "" && (!strings.HasPrefix(cfg.BasePath, "/") || strings.HasSuffix(cfg.BasePath, "/") ||
+		strings.ContainsAny(cfg.BasePath, "?#\"'<> ")):
+		return &outbox.ConfigError{Field: "BasePath", Reason: `must be empty or a path starting with "/" without a trailing slash, query or quotes`}
+	}
+	return nil
+}
+
+// routes registers the pages on h.mux; paths are relative to BasePath.
+func (h *handler) routes() {
+	h.mux.HandleFunc("GET /{$}", h.overview)
+	h.mux.HandleFunc("GET /fragments/overview", h.overviewFragment)
+	h.mux.HandleFunc("GET /events", h.events)
+	h.mux.HandleFunc("GET /events/{id}", h.event)
+	h.mux.HandleFunc("GET /audit", h.audit)
+	h.mux.HandleFunc("POST /actions/replay", h.replay)
+	h.mux.HandleFunc("POST /actions/skip", h.skip)
+	h.mux.HandleFunc("POST /actions/purge", h.purge)
+	h.mux.Handle("GET /static/", h.static)
+}
+
+// securityHeaders are set on every response.
+var securityHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+	"X-Content-Type-Options": "nosniff",
+	"Referrer-Policy":        "no-referrer",
+	"Cache-Control":          "no-store",
+	"X-Frame-Options":        "DENY",
+}
+
+// userKey is the request context key of the authorized user's name.
+type userKey struct{}
+
+// ServeHTTP sets the security headers, asks Authorize, and for a POST
+// checks that actions are allowed, that the request is not cross-origin
+// and that it carries the page's CSRF token, before the page runs.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range securityHeaders {
+		w.Header().Set(k, v)
+	}
+	user := "anonymous"
+	if h.cfg.Authorize != nil {
+		name, ok := h.cfg.Authorize(r)
+		if !ok {
+			h.refuse(w, r, "you are not allowed to use this console")
+			return
+		}
+		user = name
+	}
+	r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+	if r.Method == http.MethodPost {
+		if err := h.checkPost(w, r, user); err != nil {
+			h.refuse(w, r, err.Error())
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// checkPost refuses a POST when actions are off, when it comes from
+// another origin, or when its CSRF token does not match its cookie.
+func (h *handler) checkPost(w http.ResponseWriter, r *http.Request, user string) error {
+	if !h.cfg.AllowActions {
+		return errors.New("this console is read-only: actions are not enabled")
+	}
+	if err := h.cop.Check(r); err != nil {
+		return errors.New("cross-origin request refused")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		return errors.New("the form could not be read")
+	}
+	if !h.csrf.valid(r, user) {
+		return errors.New("the form's CSRF token is missing or does not match: reload the page and try again")
+	}
+	return nil
+}
+
+// maxForm bounds the body of a POST.
+const maxForm = 1 << 20
+
+// userOf returns the user Authorize named for r.
+func userOf(r *http.Request) string {
+	u, _ := r.Context().Value(userKey{}).(string)
+	return u
+}

@@ -1,0 +1,464 @@
+package console_test
+
+import (
+	"context"
+	"html"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/admin/console"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// New refuses a config that would be unsafe or cannot work.
+func TestNewChecksTheConfig(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
+	require.NoError(t, err)
+	for name, cfg := range map[string]console.Config{
+		"Admin":     {},
+		"Authorize": {Admin: a, AllowActions: true},
+		"BasePath":  {Admin: a, BasePath: "/outbox/"},
+	} {
+		_, err := console.New(cfg)
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, name)
+		require.ErrorContains(t, err, name)
+	}
+	_, err = console.New(console.Config{Admin: a, BasePath: "/ops/outbox"})
+	require.NoError(t, err)
+}
+
+// Every response carries the security headers: pages, fragments, static
+// files, errors and refusals.
+func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, row{})[0]
+	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit",
+		"/static/console.js", "/static/console.css", "/events/not-a-uuid", "/nowhere"} {
+		res := b.get(t, path)
+		require.Equal(t, "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "+
+			"form-action 'self'; frame-ancestors 'none'; base-uri 'none'", res.header.Get("Content-Security-Policy"), path)
+		require.Equal(t, "nosniff", res.header.Get("X-Content-Type-Options"), path)
+		require.Equal(t, "no-referrer", res.header.Get("Referrer-Policy"), path)
+		require.Equal(t, "no-store", res.header.Get("Cache-Control"), path)
+	}
+	res := b.post(t, "/actions/replay", url.Values{})
+	require.Equal(t, http.StatusForbidden, res.code)
+	require.Equal(t, "no-store", res.header.Get("Cache-Control"))
+	require.NotEmpty(t, res.header.Get("Content-Security-Policy"))
+}
+
+// No page has an inline script or style, or an inline event handler:
+// the CSP would block them, and their absence is what makes it strict.
+func TestNoInlineScriptOrStyle(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	inline := regexp.MustCompile(`<script>|<script [^>]*>[^<]|<style|\sstyle=|\son[a-z]+=`)
+	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String() + "?payload=1", "/audit"} {
+		res := b.get(t, path)
+		require.Equal(t, http.StatusOK, res.code, path)
+		require.NotRegexp(t, inline, res.body, path)
+	}
+}
+
+// Read-only (the default) renders no POST form anywhere and refuses
+// every action with 403, changing nothing.
+func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	for _, path := range []string{"/", "/events", "/events?status=FAILED", "/events/" + id.String(), "/audit"} {
+		res := b.get(t, path)
+		require.Equal(t, http.StatusOK, res.code, path)
+		require.NotContains(t, strings.ToLower(res.body), `method="post"`, path)
+		require.Contains(t, res.body, "read-only", path)
+	}
+	for _, action := range []string{"replay", "skip", "purge"} {
+		res := b.post(t, "/actions/"+action, url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"},
+			"status": {"FAILED"}, "older_than": {"0s"}})
+		require.Equal(t, http.StatusForbidden, res.code, action)
+		require.Contains(t, res.body, "read-only", action)
+	}
+	require.Equal(t, "FAILED", b.status(t, id))
+}
+
+// An action without the CSRF token, with a wrong one, with another
+// cookie's, or without the cookie, is refused and changes nothing.
+func TestCSRFRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	page := b.get(t, "/events/"+id.String())
+	tok := token(t, page)
+	confirm := url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"}}
+	with := func(tok string) url.Values {
+		v := url.Values{"csrf": {tok}}
+		for k, vs := range confirm {
+			v[k] = vs
+		}
+		return v
+	}
+	for name, form := range map[string]url.Values{
+		"missing": confirm,
+		"empty":   with(""),
+		"wrong":   with(tok[:len(tok)-2] + "xx"),
+	} {
+		res := b.post(t, "/actions/replay", form)
+		require.Equal(t, http.StatusForbidden, res.code, name)
+		require.Contains(t, res.body, "CSRF", name)
+	}
+	// Another browser (another cookie) cannot use this page's token.
+	other := setupClient(t, b)
+	other.get(t, "/events")
+	res := other.post(t, "/actions/replay", with(tok))
+	require.Equal(t, http.StatusForbidden, res.code)
+	// Without any cookie.
+	b.client.Jar = nil
+	res = b.post(t, "/actions/replay", with(tok))
+	require.Equal(t, http.StatusForbidden, res.code)
+	require.Equal(t, "FAILED", b.status(t, id))
+}
+
+// setupClient returns a bundle on the same server with a fresh cookie
+// jar: another browser.
+func setupClient(t *testing.T, b *testBundle) *testBundle {
+	t.Helper()
+	o := *b
+	o.client = &http.Client{Jar: newJar(t)}
+	return &o
+}
+
+// A cross-origin POST is refused even with a valid token and cookie
+// (http.CrossOriginProtection).
+func TestCrossOriginRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	tok := token(t, b.get(t, "/events/"+id.String()))
+	form := url.Values{"csrf": {tok}, "id": {id.String()}, "dry": {"0"}, "expected": {"1"}}
+	for name, headers := range map[string]map[string]string{
+		"sec-fetch-site": {"Sec-Fetch-Site": "cross-site"},
+		"origin":         {"Origin": "https://evil.example"},
+	} {
+		req := mustRequest(t, http.MethodPost, b.server.URL+base+"/actions/replay", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		res := b.do(t, req)
+		require.Equal(t, http.StatusForbidden, res.code, name)
+		require.Contains(t, res.body, "cross-origin", name)
+	}
+	require.Equal(t, "FAILED", b.status(t, id))
+}
+
+// Authorize is asked on every request: a refused reader gets 403 on
+// every page, a refused actor on every action.
+func TestAuthorizeRefusal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions, func(_ *testdb.DB, c *console.Config) {
+		c.Authorize = func(r *http.Request) (string, bool) {
+			return "mallory", r.Header.Get("X-Test-User") == "ok"
+		}
+	})
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	for _, path := range []string{"/", "/fragments/overview", "/events", "/events/" + id.String(), "/audit", "/static/console.js"} {
+		res := b.get(t, path)
+		require.Equal(t, http.StatusForbidden, res.code, path)
+		require.NotContains(t, res.body, id.String(), path)
+	}
+	res := b.post(t, "/actions/replay", url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"}})
+	require.Equal(t, http.StatusForbidden, res.code)
+	require.Equal(t, "FAILED", b.status(t, id))
+}
+
+// A bulk replay by filter: the dry run counts the FAILED events the
+// filter matches and changes nothing; the confirmation replays them,
+// only them, and writes one audit row naming the user.
+func TestBulkReplayDryRunThenConfirm(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	hit := b.insert(t, many(3, row{Status: "FAILED", Type: "order.paid", Code: "handler_error"})...)
+	miss := b.insert(t,
+		row{Status: "FAILED", Type: "order.paid", Code: "timeout"},
+		row{Status: "FAILED", Type: "order.shipped", Code: "handler_error"},
+		row{Status: "PENDING", Type: "order.paid"})
+
+	list := b.get(t, "/events?type=order.paid&code=handler_error")
+	require.Equal(t, http.StatusOK, list.code)
+	require.Equal(t, "3", number(t, list))
+	require.Equal(t, 3, strings.Count(list.body, `class="event"`))
+	form := hiddenFields(t, list, "replay-dry-run")
+	require.Equal(t, "1", form.Get("dry"))
+
+	dry := b.post(t, "/actions/replay", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	require.Contains(t, dry.body, `id="confirm"`)
+	require.Equal(t, "3", number(t, dry))
+	for _, id := range append(hit, miss[:2]...) {
+		require.Equal(t, "FAILED", b.status(t, id), "the dry run changed %s", id)
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Empty(t, entries.Entries, "a dry run is not audited")
+
+	confirm := hiddenFields(t, dry, "confirm-action")
+	require.Equal(t, "0", confirm.Get("dry"))
+	require.Equal(t, "3", confirm.Get("expected"))
+	done := b.post(t, "/actions/replay", confirm)
+	require.Equal(t, http.StatusOK, done.code, done.body)
+	require.Equal(t, "3", number(t, done))
+	for _, id := range hit {
+		require.Equal(t, "PENDING", b.status(t, id))
+	}
+	for _, id := range miss[:2] {
+		require.Equal(t, "FAILED", b.status(t, id))
+	}
+
+	entries, err = b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+	e := entries.Entries[0]
+	require.Equal(t, testUser, e.Actor)
+	require.Equal(t, admin.SourceConsole, e.Source)
+	require.Equal(t, admin.ActionReplay, e.Action)
+	require.EqualValues(t, 3, e.Rows)
+
+	audit := b.get(t, "/audit")
+	require.Equal(t, 1, strings.Count(audit.body, `class="entry"`))
+	require.Contains(t, audit.body, testUser)
+}
+
+// The confirmation replays no more than it counted: events that came to
+// match between the dry run and the confirmation wait for the next one.
+func TestBulkReplayKeepsToTheCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	first := b.insert(t, many(2, row{Status: "FAILED", Code: "handler_error"})...)
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?status=FAILED"), "replay-dry-run"))
+	require.Equal(t, "2", number(t, dry))
+	late := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	done := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "2", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, first[0]))
+	require.Equal(t, "PENDING", b.status(t, first[1]))
+	require.Equal(t, "FAILED", b.status(t, late))
+}
+
+// One event's replay and skip from its page go through the same dry run
+// and confirmation, each audited.
+func TestReplayAndSkipOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	ids := b.insert(t, row{Status: "FAILED", Key: "k1", Code: "handler_error"}, row{Status: "FAILED", Key: "k2", Code: "handler_error"})
+
+	page := b.get(t, "/events/"+ids[0].String())
+	require.Contains(t, page.body, `id="replay-one"`)
+	dry := b.post(t, "/actions/replay", hiddenFields(t, page, "replay-one-button"))
+	require.Equal(t, "1", number(t, dry))
+	require.Equal(t, "FAILED", b.status(t, ids[0]))
+	done := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "1", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, ids[0]))
+
+	page = b.get(t, "/events/"+ids[1].String())
+	dry = b.post(t, "/actions/skip", hiddenFields(t, page, "skip-one-button"))
+	require.Equal(t, "1", number(t, dry))
+	done = b.post(t, "/actions/skip", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, http.StatusOK, done.code, done.body)
+	require.Equal(t, "1", number(t, done))
+	var skipped bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT skipped_at IS NOT NULL FROM outbox_events_dead WHERE id = $1", ids[1]).Scan(&skipped))
+	require.True(t, skipped)
+
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 2)
+	require.Equal(t, admin.ActionSkip, entries.Entries[0].Action)
+	require.Equal(t, admin.ActionReplay, entries.Entries[1].Action)
+
+	// Skipping a PENDING event is refused with the reason, nothing written.
+	pending := b.insert(t, row{})[0]
+	tok := token(t, b.get(t, "/events"))
+	res := b.post(t, "/actions/skip", url.Values{"csrf": {tok}, "id": {pending.String()}, "dry": {"0"}, "expected": {"1"}})
+	require.Equal(t, http.StatusBadRequest, res.code)
+	require.Contains(t, res.body, "PENDING")
+}
+
+// A purge: the dry run counts the dead letters older than the age, the
+// confirmation deletes them and is audited.
+func TestPurgeDryRunThenConfirm(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	ids := b.insert(t, many(4, row{Status: "FAILED", Code: "handler_error"})...)
+	list := b.get(t, "/events")
+	form := hiddenFields(t, list, "purge-dry-run")
+	form.Set("status", "FAILED")
+	form.Set("older_than", "0s")
+	dry := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusOK, dry.code, dry.body)
+	require.Equal(t, "4", number(t, dry))
+	require.Equal(t, "FAILED", b.status(t, ids[0]))
+	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "4", number(t, done))
+	for _, id := range ids {
+		require.Empty(t, b.status(t, id))
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+	require.Equal(t, admin.ActionPurge, entries.Entries[0].Action)
+	require.EqualValues(t, 4, entries.Entries[0].Rows)
+
+	// A bad age is a 400 that names the field.
+	form.Set("older_than", "soon")
+	res := b.post(t, "/actions/purge", form)
+	require.Equal(t, http.StatusBadRequest, res.code)
+	require.Contains(t, res.body, "older than")
+}
+
+// The list pages by keyset: following #next-page visits every event
+// once, in seq order, and the filter stays on every page.
+func TestListPaging(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, many(120, row{Type: "paged"})...)
+	b.insert(t, many(5, row{Type: "other"})...)
+	link := regexp.MustCompile(`<a class="event-link" href="` + base + `/events/([0-9a-f-]{36})">`)
+	next := regexp.MustCompile(`<a id="next-page" href="([^"]+)">`)
+	var seen []uuid.UUID
+	path := "/events?type=paged"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 4, "too many pages")
+		res := b.get(t, path)
+		require.Equal(t, http.StatusOK, res.code)
+		require.Equal(t, "120", number(t, res))
+		for _, m := range link.FindAllStringSubmatch(res.body, -1) {
+			seen = append(seen, uuid.MustParse(m[1]))
+		}
+		m := next.FindStringSubmatch(res.body)
+		if m == nil {
+			break
+		}
+		target := html.UnescapeString(m[1])
+		require.Contains(t, target, "type=paged")
+		path = strings.TrimPrefix(target, base)
+	}
+	require.Equal(t, ids, seen)
+}
+
+// The list filters by status, type, key, code and creation time, and
+// shows each filter's count; a bad status or time is a 400.
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t,
+		row{Status: "FAILED", Type: "a", Key: "k1", Code: "timeout", CreatedAt: "now() - interval '2 days'"},
+		row{Status: "FAILED", Type: "a", Key: "k2", Code: "handler_error"},
+		row{Status: "SENT", Type: "b", Key: "k1"},
+		row{Type: "a", Key: "k1"})
+	for query, want := range map[string]int{
+		"":                                 4,
+		"status=failed":                    2,
+		"type=a":                           3,
+		"key=k1":                           3,
+		"code=timeout":                     1,
+		"type=a&key=k1&status=FAILED":      1,
+		"from=" + url.QueryEscape(ymd(-1)): 3,
+		"to=" + url.QueryEscape(ymd(-1)):   1,
+	} {
+		res := b.get(t, "/events?"+query)
+		require.Equal(t, http.StatusOK, res.code, query)
+		require.Equal(t, strconv.Itoa(want), number(t, res), query)
+		require.Equal(t, want, strings.Count(res.body, `class="event"`), query)
+	}
+	for _, query := range []string{"status=LOST", "from=yesterday", "after=x"} {
+		require.Equal(t, http.StatusBadRequest, b.get(t, "/events?"+query).code, query)
+	}
+}
+
+// The event page shows the envelope, headers and attempt log, hides the
+// payload until asked, and answers 404 for a missing id, 400 for a bad
+// one.
+func TestEventDetail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, row{Status: "FAILED", Type: "order.paid", Key: "order-7", Code: "handler_error",
+		Payload: []byte(`{"secret":"s3cr3t"}`), Headers: map[string]string{"trace": "abc"}})[0]
+	res := b.get(t, "/events/"+id.String())
+	require.Equal(t, http.StatusOK, res.code)
+	for _, want := range []string{`id="event"`, `id="headers"`, `id="attempt-log"`, `id="show-payload"`, "order.paid", "order-7", "trace", "abc", "handler_error", "boom"} {
+		require.Contains(t, res.body, want)
+	}
+	require.NotContains(t, res.body, "s3cr3t")
+	require.NotContains(t, res.body, `id="payload"`)
+	res = b.get(t, "/events/"+id.String()+"?payload=1")
+	require.Contains(t, res.body, `<pre id="payload">{&#34;secret&#34;:&#34;s3cr3t&#34;}</pre>`)
+	require.Equal(t, http.StatusNotFound, b.get(t, "/events/"+uuid.NewString()).code)
+	require.Equal(t, http.StatusBadRequest, b.get(t, "/events/nope").code)
+}
+
+// The overview shows every part the browser tests look for, the counts
+// by status, and its fragment is the #overview element alone.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, many(3, row{Type: "a"})...)
+	b.insert(t, row{Status: "SENT", Type: "a"}, row{Status: "FAILED", Type: "b", Code: "handler_error", Key: "k"},
+		row{Type: "c", Key: "k"})
+	res := b.get(t, "/")
+	require.Equal(t, http.StatusOK, res.code)
+	for _, id := range []string{"overview", "counts", "oldest-due", "activity", "failed-by-code", "blocked-keys", "replicas", "by-type", "refreshed-at"} {
+		require.Contains(t, res.body, `id="`+id+`"`)
+	}
+	for status, n := range map[string]int{"PENDING": 4, "PROCESSING": 0, "SENT": 1, "FAILED": 1} {
+		require.Regexp(t, `<tr data-status="`+status+`">.*<td class="num count">`+strconv.Itoa(n)+`</td>`, res.body, status)
+	}
+	require.Contains(t, res.body, `src="`+base+`/static/console.js"`)
+	require.Contains(t, res.body, "handler_error")
+
+	frag := b.get(t, "/fragments/overview")
+	require.Equal(t, http.StatusOK, frag.code)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(frag.body), `<div id="overview"`), frag.body[:min(len(frag.body), 200)])
+	require.NotContains(t, frag.body, "<html")
+	require.Contains(t, frag.body, `id="refreshed-at"`)
+	require.Contains(t, frag.body, `id="blocked-keys"`)
+}
+
+// ymd is the date days from today (UTC) as the filter form takes it.
+func ymd(days int) string {
+	return time.Now().UTC().AddDate(0, 0, days).Format("2006-01-02 15:04")
+}
+
+// With in-process dispatchers, the overview shows their health and marks
+// the PENDING types none of them claims.
+func TestOverviewMarksUnhandledTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(db *testdb.DB, c *console.Config) {
+		d, err := dispatcher.New(db.Pool, dispatcher.Config{Table: db.Table()})
+		require.NoError(t, err)
+		require.NoError(t, d.Handle("handled", func(context.Context, outbox.Event) error { return nil }))
+		c.Dispatchers = []*dispatcher.Dispatcher{d}
+	})
+	b.insert(t, row{Type: "handled"}, row{Type: "orphan"})
+	res := b.get(t, "/")
+	require.Equal(t, http.StatusOK, res.code)
+	require.Contains(t, res.body, `id="dispatchers"`)
+	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>`, res.body)
+	require.Regexp(t, `<tr><th><a href="[^"]*">handled</a>`, res.body)
+}
