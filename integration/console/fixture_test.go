@@ -49,6 +49,7 @@ type site struct {
 // operator in the X-Test-Operator header.
 func serve(t *testing.T, allowActions bool) *site {
 	t.Helper()
+	browser(t) // without Chromium, skip before any database work
 	db := pgtest.NewMigrated(t, testdb.KeyOrder)
 	a, err := admin.New(db.Pool, admin.Config{Table: db.Table()})
 	require.NoError(t, err)
