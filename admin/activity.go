@@ -62,7 +62,9 @@ type Replica struct {
 	// Holding is how many PROCESSING rows it holds.
 	Holding int64 `json:"holding"`
 	// LastHeartbeat is its latest lease renewal among those rows (their
-	// claim time when none was renewed yet).
+	// claim time when none was renewed yet). A replica whose
+	// LastHeartbeat falls behind while it holds rows has stopped
+	// renewing: its leases expire and recovery takes them back.
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 }
 
@@ -125,7 +127,7 @@ func activitySQL(t, d, h string, window time.Duration) string {
 f AS (SELECT attempt_log FROM %[2]s WHERE failed_at >= %[4]s ORDER BY failed_at LIMIT %[6]d),
 p AS (SELECT attempt_log FROM %[1]s WHERE status = 'PENDING' AND next_attempt_at >= %[4]s
 	ORDER BY next_attempt_at, seq LIMIT %[6]d),
-r AS (SELECT attempt_log, coalesce(lock_owner, '') AS owner, coalesce(heartbeat_at, locked_at) AS beat
+r AS (SELECT attempt_log, coalesce(lock_owner, '') AS owner, coalesce(heartbeat_at, locked_at, lease_until) AS beat
 	FROM %[1]s WHERE status = 'PROCESSING' ORDER BY locked_at),
 o AS (SELECT owner, count(*) AS n, max(beat) AS beat FROM r GROUP BY owner ORDER BY owner)
 SELECT now(), (SELECT count(*) FROM s), (SELECT count(*) FROM f),

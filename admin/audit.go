@@ -24,9 +24,12 @@ const (
 
 // Audited actions (AuditEntry.Action).
 const (
+	// ActionReplay is [Admin.Replay].
 	ActionReplay = "replay"
-	ActionSkip   = "skip"
-	ActionPurge  = "purge"
+	// ActionSkip is [Admin.SkipHeads].
+	ActionSkip = "skip"
+	// ActionPurge is [Admin.Purge].
+	ActionPurge = "purge"
 )
 
 // Actor names who runs an action. Set on ReplayParams, SkipParams or

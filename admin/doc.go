@@ -126,8 +126,8 @@
 //     history's seq, type or aggregate index and FAILED rows through the
 //     dead letters' seq, type, aggregate or code index, a page costing its
 //     rows (a page of SENT rows by Code, Key or creation time, without
-//     Type or AggregateID, reads at most [ListScanLimit] history rows:
-//     the history has no index for those);
+//     AggregateID, reads at most [ListScanLimit] history rows: the
+//     history has no index for those);
 //     PENDING and PROCESSING rows through T's due and held indexes, whose
 //     rows are all read and sorted (T has no index in seq order): such a
 //     page costs the backlog. Without a status, a page merges the tables

@@ -34,16 +34,7 @@ const maxPlanBuffers = 2500
 func seedMillion(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	ctx := context.Background()
-	names, err := sqlname.For(db.Table())
-	require.NoError(t, err)
-	var now time.Time
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT date_trunc('hour', now())`).Scan(&now))
-	for h := -4; h <= 1; h++ {
-		start := now.Add(time.Duration(h) * time.Hour)
-		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-			names.QualifiedPartition(start), names.Sent, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339)))
-		require.NoError(t, err)
-	}
+	hourlyPartitions(t, db, "date_trunc('hour', now())", -4, 1)
 	for _, stmt := range []string{
 		`INSERT INTO outbox_events_sent (id, seq, event_type, aggregate_id, status, sent_at, last_error_code, next_attempt_at)
 SELECT gen_random_uuid(), i, CASE WHEN i % 250000 = 1 THEN 'rare' ELSE 'type.' || (i % 20) END, 'agg-' || (i % 100000), 'SENT',
@@ -62,6 +53,24 @@ FROM generate_series(995001, 1000000) AS i`,
 	} {
 		_, err := db.Pool.Exec(ctx, stmt)
 		require.NoError(t, err)
+	}
+}
+
+// hourlyPartitions creates the history's hour-long partitions of db,
+// starting at anchor (an SQL expression of a time) plus from hours to
+// anchor plus to hours.
+func hourlyPartitions(tb testing.TB, db *testdb.DB, anchor string, from, to int) {
+	tb.Helper()
+	ctx := context.Background()
+	names, err := sqlname.For(db.Table())
+	require.NoError(tb, err)
+	var now time.Time
+	require.NoError(tb, db.Pool.QueryRow(ctx, `SELECT `+anchor).Scan(&now))
+	for h := from; h <= to; h++ {
+		start := now.Add(time.Duration(h) * time.Hour)
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+			names.QualifiedPartition(start), names.Sent, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339)))
+		require.NoError(tb, err)
 	}
 }
 

@@ -243,9 +243,8 @@ type Page struct {
 	Events []Record `json:"events"`
 	// Next continues after this page; it is zero when there are no more
 	// rows right now. A page that read the history up to [ListScanLimit]
-	// rows (filtered by Code, Key or creation time, without Type or
-	// AggregateID) has a Next even when it holds fewer than its Limit
-	// rows.
+	// rows (filtered by Code, Key or creation time, without AggregateID)
+	// has a Next even when it holds fewer than its Limit rows.
 	Next Cursor `json:"next"`
 }
 
@@ -263,9 +262,10 @@ type Page struct {
 // partition, merged), FAILED rows in the dead letters, through their
 // seq, type, aggregate or code index; a page of either costs its rows,
 // the first or the millionth, except SENT rows filtered by Code, Key,
-// CreatedAfter or CreatedBefore and by neither Type nor AggregateID (the
-// history has no index for those): such a page reads at most
-// [ListScanLimit] history rows, and may end short of Limit (even empty)
+// CreatedAfter or CreatedBefore and not by AggregateID (the history has
+// no index for those): such a page reads at most [ListScanLimit] history
+// rows (in seq order, or the type index's entries among them), and may
+// end short of Limit (even empty)
 // with a Next to go on from; with CreatedAfter it reads only the
 // history's partitions that reach past it. Key filters the dead letters
 // through their order index, and the outbox table's rows through its
@@ -332,10 +332,11 @@ func checkFilter(p ListParams) error {
 }
 
 // ListScanLimit is the most SENT rows a page reads in the history when
-// it is filtered by Code, Key, CreatedAfter or CreatedBefore and by
-// neither Type nor AggregateID (the history has no index for those
-// filters): past them the page ends where the read ended, with the rows
-// found so far (perhaps none) and a Next to go on from.
+// it is filtered by Code, Key, CreatedAfter or CreatedBefore and not by
+// AggregateID (the history has no index for those filters; with Type
+// the type index is read within that many rows of the history): past
+// them the page ends where the read ended, with the rows found so far
+// (perhaps none) and a Next to go on from.
 const ListScanLimit = 10_000
 
 // listBound returns, for a page of p that reads the history by filters
@@ -373,7 +374,7 @@ func (a *Admin) historyBound(ctx context.Context, p ListParams, n int) (int64, e
 // rows created since (sent_at >= created_at).
 func (a *Admin) historyBoundSQL(p ListParams, n int) (string, []any) {
 	unindexed := p.Code != "" || p.Key != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()
-	if !unindexed || p.Type != "" || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
+	if !unindexed || p.AggregateID != "" || (p.Status != "" && p.Status != outbox.StatusSent) {
 		return "", nil
 	}
 	var w where

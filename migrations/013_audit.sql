@@ -1,5 +1,6 @@
--- pgoutbox schema, version 13: the operators' audit table, and a BRIN
--- index on the SENT history's sent_at (issue 28, docs/schema.md).
+-- pgoutbox schema, version 13: the operators' audit table of
+-- {{.table}}, and a BRIN index on its SENT history's sent_at (issue 28,
+-- docs/schema.md).
 --
 -- {{.audit}} holds one row per audited operator action (package admin
 -- with an Actor: the operator console, outboxctl replay, skip and purge):
@@ -56,5 +57,7 @@ CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at);
 
 ---- create above / drop below ----
 
+-- Drops the audit table of {{.table}}, with its rows, and the history's
+-- BRIN index.
 DROP INDEX IF EXISTS {{.schema}}.{{.sent_time_idx}};
 DROP TABLE {{.audit}};

@@ -156,7 +156,7 @@ func TestKeyOrderDownFromVersion12(t *testing.T) {
 		if invalid {
 			db.InvalidOrderIndex(t)
 		}
-		applyRendered(t, conn, cfg, "012_key_order_optional.down.sql")
+		applyRendered(t, conn, cfg, "013_audit.down.sql", "012_key_order_optional.down.sql")
 		v, err := migrations.Version(ctx, conn, cfg)
 		require.NoError(t, err)
 		require.EqualValues(t, 11, v)

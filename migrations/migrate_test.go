@@ -541,7 +541,7 @@ func TestMigrateFromVersion8AddsOutcomeToken(t *testing.T) {
 
 	files, err := migrations.Render(cfg)
 	require.NoError(t, err)
-	for _, name := range []string{"011_lean_indexes.down.sql", "010_lean_tables.down.sql", "009_outcome_token.down.sql"} {
+	for _, name := range []string{"013_audit.down.sql", "011_lean_indexes.down.sql", "010_lean_tables.down.sql", "009_outcome_token.down.sql"} {
 		down, err := fs.ReadFile(files, name)
 		require.NoError(t, err)
 		mustExec(t, conn, string(down))

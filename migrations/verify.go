@@ -29,8 +29,8 @@ type Problem struct {
 	// public.outbox_events_sent", "default partition of
 	// public.outbox_events_sent" or "version table
 	// public.outbox_events_schema_version". The outbox table's dead
-	// letters (<table>_dead) and SENT history (<table>_sent) are named
-	// the same way.
+	// letters (<table>_dead), SENT history (<table>_sent) and audit table
+	// (<table>_audit) are named the same way.
 	Object string
 	// Expected is what the library needs, in PostgreSQL's own words (type
 	// as format_type prints it, definitions as pg_get_constraintdef and
@@ -52,7 +52,7 @@ type VerifyError struct {
 	// Table is the outbox that was verified.
 	Table outbox.Table
 	// Problems holds at least one entry: for the outbox table, then its
-	// dead letters, then its SENT history, the table, its columns,
+	// dead letters, its SENT history and its audit table, the table, its columns,
 	// constraints, indexes and partitioning; the version last. When the
 	// outbox table is missing, its other two tables are not examined.
 	Problems []Problem
@@ -111,9 +111,10 @@ func (e *VerifyError) Unwrap() []error {
 
 // Verify checks that the outbox on conn holds every table, column (type,
 // NOT NULL, default), constraint and index this version of the library
-// relies on, in the outbox table, its dead letters and its SENT history
-// (a table partitioned by range of sent_at, with its default partition),
-// and that its schema version is [Latest]. It returns nil when
+// relies on, in the outbox table, its dead letters, its SENT history
+// (a table partitioned by range of sent_at, with its default partition)
+// and its audit table (schema version 13), and that its schema version
+// is [Latest]. It returns nil when
 // everything matches, a [*VerifyError] listing every difference when
 // something does not, or another error when the catalog cannot be read.
 // Columns, constraints and indexes the library does not know are allowed.

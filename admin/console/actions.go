@@ -36,10 +36,11 @@ type confirmData struct {
 
 // resultData is the result page's data.
 type resultData struct {
-	Done  string // "Replayed", ...
-	N     int64
-	Notes []string
-	Back  string
+	Done      string // "Replayed", "Skipped" or "Purged"
+	N         int64
+	Skipped   int // named events a replay did not take
+	Conflicts int // dead letters a replay kept (their id is in the outbox)
+	Back      string
 }
 
 // actionForm is an action's posted parameters.
@@ -114,50 +115,62 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.params.Status = outbox.StatusFailed
-	ctx := r.Context()
 	c := confirmData{Action: "replay", Verb: "Replay", What: "FAILED events", URL: h.cfg.BasePath + "/actions/replay", Back: h.back(act.ids, f)}
 	if act.dry {
-		if len(act.ids) > 0 {
-			res, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: act.ids, DryRun: true})
-			if err != nil {
-				h.fail(w, r, err)
-				return
-			}
-			c.N, c.Fields = int64(len(res.Replayed)), idFields(act.ids)
-		} else {
-			count, err := h.cfg.Admin.Count(ctx, f.params)
-			if err != nil {
-				h.fail(w, r, err)
-				return
-			}
-			c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
-			if c.N > admin.MaxReplayLimit || c.Capped {
-				c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
-			}
+		if err := h.replayDryRun(r.Context(), act, f, &c); err != nil {
+			h.fail(w, r, err)
+			return
 		}
 		h.confirm(w, r, c)
 		return
 	}
+	out, err := h.replayNow(r, act, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.result(w, r, resultData{Done: "Replayed", N: int64(len(out.Replayed)), Skipped: len(out.Skipped),
+		Conflicts: len(out.Conflicts), Back: c.Back})
+}
+
+// replayDryRun fills c with what a replay would take now: the named ids
+// that are dead letters (admin's dry run), or the FAILED events the
+// filter matches (its count).
+func (h *handler) replayDryRun(ctx context.Context, act actionForm, f filter, c *confirmData) error {
+	if len(act.ids) > 0 {
+		res, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: act.ids, DryRun: true})
+		c.N, c.Fields = int64(len(res.Replayed)), idFields(act.ids)
+		return err
+	}
+	count, err := h.cfg.Admin.Count(ctx, f.params)
+	c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
+	if c.N > admin.MaxReplayLimit || c.Capped {
+		c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
+	}
+	return err
+}
+
+// replayNow runs a confirmed replay as the user: by the named ids; or,
+// for a filter of type and code alone, as admin's filter replay (whose
+// audit row records that filter), at most the confirmed count; or, for
+// a filter admin's replay does not take (key, time range), by the ids
+// of the first events the list finds, at most the confirmed count.
+func (h *handler) replayNow(r *http.Request, act actionForm, f filter) (admin.ReplayResult, error) {
+	ctx, limit := r.Context(), min(act.expected, admin.MaxReplayLimit)
 	ids := act.ids
-	if len(ids) == 0 {
-		if ids, err = h.matching(ctx, f.params, min(act.expected, admin.MaxReplayLimit)); err != nil {
-			h.fail(w, r, err)
-			return
+	switch {
+	case len(ids) > 0:
+	case limit == 0:
+		return admin.ReplayResult{}, nil
+	case f.Key == "" && f.From == "" && f.To == "":
+		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{Type: f.Type, Code: outbox.Code(f.Code), Limit: int(limit), Actor: actor(r)})
+	default:
+		var err error
+		if ids, err = h.matching(ctx, f.params, limit); err != nil || len(ids) == 0 {
+			return admin.ReplayResult{}, err
 		}
 	}
-	res := resultData{Done: "Replayed", Back: c.Back}
-	if len(ids) > 0 {
-		out, err := h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		res.N = int64(len(out.Replayed))
-		if n := len(out.Skipped); n > 0 {
-			res.Notes = append(res.Notes, strconv.Itoa(n)+" named events were not replayed: no longer FAILED, missing, or locked by another writer.")
-		}
-	}
-	h.result(w, r, res)
+	return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
 }
 
 // matching returns the ids of up to limit events matching p, oldest seq
@@ -278,7 +291,60 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData)
 	h.show(w, r, "confirm", h.newPage(w, r, "events", c.Verb+": confirm", c))
 }
 
-// result shows what an action did.
+// result sends the browser to the result page (POST, then redirect,
+// then GET): reloading that page shows the result again, and does not
+// post the action a second time.
 func (h *handler) result(w http.ResponseWriter, r *http.Request, res resultData) {
+	q := url.Values{"done": {res.Done}, "n": {strconv.FormatInt(res.N, 10)}, "back": {res.Back}}
+	if res.Skipped > 0 {
+		q.Set("skipped", strconv.Itoa(res.Skipped))
+	}
+	if res.Conflicts > 0 {
+		q.Set("conflicts", strconv.Itoa(res.Conflicts))
+	}
+	http.Redirect(w, r, h.cfg.BasePath+"/done?"+q.Encode(), http.StatusSeeOther)
+}
+
+// done shows what an action did, from the query result wrote; it
+// changes nothing, and a made-up query shows only made-up numbers.
+func (h *handler) done(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	res := resultData{Done: q.Get("done"), Back: h.cfg.BasePath + "/events"}
+	if res.Done != "Replayed" && res.Done != "Skipped" && res.Done != "Purged" {
+		h.fail(w, r, badRequestf("done must be Replayed, Skipped or Purged"))
+		return
+	}
+	n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		h.fail(w, r, badRequestf("n must be a number of events"))
+		return
+	}
+	res.N, res.Skipped, res.Conflicts = n, atoiOr0(q.Get("skipped")), atoiOr0(q.Get("conflicts"))
+	if back, ok := h.localEvents(q.Get("back")); ok {
+		res.Back = back
+	}
 	h.show(w, r, "result", h.newPage(w, r, "events", res.Done, res))
+}
+
+// atoiOr0 reads a count, 0 when it is not a non-negative number.
+func atoiOr0(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// localEvents returns back when it is a link to the console's event
+// list or an event's page (a path under BasePath, no scheme or host).
+func (h *handler) localEvents(back string) (string, bool) {
+	u, err := url.Parse(back)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Fragment != "" {
+		return "", false
+	}
+	list := h.cfg.BasePath + "/events"
+	if u.Path != list && !strings.HasPrefix(u.Path, list+"/") || strings.Contains(u.Path, "//") {
+		return "", false
+	}
+	return u.String(), true
 }

@@ -25,7 +25,8 @@ type Config struct {
 	AllowActions bool
 	// Authorize is called on every request, before anything is read; a
 	// request it does not allow gets 403 Forbidden. user names the actor
-	// in the audit log. Required when AllowActions is set (New returns an
+	// in the audit log (1 to admin.MaxActorName characters): an action by
+	// an allowed request with an empty user is refused. Required when AllowActions is set (New returns an
 	// *outbox.ConfigError otherwise). Nil with read-only: every reader is
 	// allowed, as "anonymous".
 	Authorize func(r *http.Request) (user string, allowed bool)
@@ -35,8 +36,9 @@ type Config struct {
 	//
 	//	mux.Handle(BasePath+"/", http.StripPrefix(BasePath, h))
 	BasePath string
-	// Logger receives one line per request that failed on the server's
-	// side (never payloads). Nil: none.
+	// Logger receives one Error line per request that failed on the
+	// server's side and one Warn line per refused request (who, what,
+	// why; never payloads). Nil: none.
 	Logger *slog.Logger
 	// Dispatchers are in-process dispatchers whose Health (state,
 	// circuit) and ClaimedTypes the overview shows; with them, PENDING
@@ -105,6 +107,7 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("GET /events", h.events)
 	h.mux.HandleFunc("GET /events/{id}", h.event)
 	h.mux.HandleFunc("GET /audit", h.audit)
+	h.mux.HandleFunc("GET /done", h.done)
 	h.mux.HandleFunc("POST /actions/replay", h.replay)
 	h.mux.HandleFunc("POST /actions/skip", h.skip)
 	h.mux.HandleFunc("POST /actions/purge", h.purge)
@@ -135,7 +138,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Authorize != nil {
 		name, ok := h.cfg.Authorize(r)
 		if !ok {
-			h.refuse(w, r, "you are not allowed to use this console")
+			h.refuse(w, r, "", "you are not allowed to use this console")
 			return
 		}
 		user = name
@@ -143,7 +146,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	if r.Method == http.MethodPost {
 		if err := h.checkPost(w, r, user); err != nil {
-			h.refuse(w, r, err.Error())
+			h.refuse(w, r, user, err.Error())
 			return
 		}
 	}
@@ -155,6 +158,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) checkPost(w http.ResponseWriter, r *http.Request, user string) error {
 	if !h.cfg.AllowActions {
 		return errors.New("this console is read-only: actions are not enabled")
+	}
+	if user == "" {
+		return errors.New("the Authorize hook named no user, and every action is audited under one")
 	}
 	if err := h.cop.Check(r); err != nil {
 		return errors.New("cross-origin request refused")

@@ -3,11 +3,13 @@ package console_test
 import (
 	"context"
 	"html"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,7 +102,8 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 // cookie's, or without the cookie, is refused and changes nothing.
 func TestCSRFRefusals(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withActions)
+	var log lockedBuffer
+	b := setup(t, withActions, func(_ *testdb.DB, c *console.Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
 	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
 	page := b.get(t, "/events/"+id.String())
 	tok := token(t, page)
@@ -131,6 +134,27 @@ func TestCSRFRefusals(t *testing.T) {
 	res = b.post(t, "/actions/replay", with(tok))
 	require.Equal(t, http.StatusForbidden, res.code)
 	require.Equal(t, "FAILED", b.status(t, id))
+	// Each refusal is logged at WARN with the user and the reason.
+	require.Equal(t, 5, strings.Count(log.String(), "level=WARN msg=\"pgoutbox console: request refused\" method=POST path=/actions/replay user="+testUser), log.String())
+}
+
+// lockedBuffer is a log destination the handler's goroutines write to
+// while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // setupClient returns a bundle on the same server with a fresh cookie
@@ -184,6 +208,17 @@ func TestAuthorizeRefusal(t *testing.T) {
 	res := b.post(t, "/actions/replay", url.Values{"id": {id.String()}, "dry": {"0"}, "expected": {"1"}})
 	require.Equal(t, http.StatusForbidden, res.code)
 	require.Equal(t, "FAILED", b.status(t, id))
+
+	// An allowed request without a user name reads, but cannot act.
+	nameless := setup(t, withActions, func(_ *testdb.DB, c *console.Config) {
+		c.Authorize = func(*http.Request) (string, bool) { return "", true }
+	})
+	id = nameless.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	page := nameless.get(t, "/events/"+id.String())
+	require.Equal(t, http.StatusOK, page.code)
+	res = nameless.post(t, "/actions/replay", url.Values{"csrf": {token(t, page)}, "id": {id.String()}, "dry": {"1"}})
+	require.Equal(t, http.StatusForbidden, res.code)
+	require.Contains(t, res.body, "named no user")
 }
 
 // A bulk replay by filter: the dry run counts the FAILED events the
@@ -237,6 +272,7 @@ func TestBulkReplayDryRunThenConfirm(t *testing.T) {
 	require.Equal(t, admin.SourceConsole, e.Source)
 	require.Equal(t, admin.ActionReplay, e.Action)
 	require.EqualValues(t, 3, e.Rows)
+	require.Equal(t, map[string]any{"type": "order.paid", "code": "handler_error", "limit": float64(3)}, e.Filter)
 
 	audit := b.get(t, "/audit")
 	require.Equal(t, 1, strings.Count(audit.body, `class="entry"`))
@@ -257,6 +293,57 @@ func TestBulkReplayKeepsToTheCount(t *testing.T) {
 	require.Equal(t, "PENDING", b.status(t, first[0]))
 	require.Equal(t, "PENDING", b.status(t, first[1]))
 	require.Equal(t, "FAILED", b.status(t, late))
+}
+
+// An action answers with a redirect to its result page (reloading it
+// posts nothing again), whose back link stays inside the console.
+func TestResultPageAfterRedirect(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events/"+id.String()), "replay-one-button"))
+	b.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, http.StatusSeeOther, res.code)
+	loc, err := url.Parse(res.header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, base+"/done", loc.Path)
+	b.client.CheckRedirect = nil
+	for range 2 { // a reload shows the same and replays nothing
+		page := b.get(t, "/done?"+loc.RawQuery)
+		require.Equal(t, "1", number(t, page))
+		require.Contains(t, page.body, `<a href="`+base+`/events/`+id.String()+`">Back</a>`)
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+
+	for _, back := range []string{"https://evil.example/outbox/events", "//evil.example/outbox/events", "/elsewhere", "javascript:alert(1)"} {
+		page := b.get(t, "/done?done=Replayed&n=1&back="+url.QueryEscape(back))
+		require.Equal(t, http.StatusOK, page.code)
+		require.Contains(t, page.body, `<a href="`+base+`/events">Back</a>`, back)
+	}
+	require.Equal(t, http.StatusBadRequest, b.get(t, "/done?done=Deleted&n=1").code)
+}
+
+// A filter that admin's replay does not take (a key, a time range) is
+// replayed by the ids of the events it matches, no more than counted.
+func TestBulkReplayByKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	hit := b.insert(t, many(2, row{Status: "FAILED", Key: "k1", Code: "handler_error"})...)
+	miss := b.insert(t, row{Status: "FAILED", Key: "k2", Code: "handler_error"})[0]
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?key=k1"), "replay-dry-run"))
+	require.Equal(t, "2", number(t, dry))
+	done := b.post(t, "/actions/replay", hiddenFields(t, dry, "confirm-action"))
+	require.Equal(t, "2", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, hit[0]))
+	require.Equal(t, "PENDING", b.status(t, hit[1]))
+	require.Equal(t, "FAILED", b.status(t, miss))
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+	require.ElementsMatch(t, []any{hit[0].String(), hit[1].String()}, entries.Entries[0].Filter["ids"])
 }
 
 // One event's replay and skip from its page go through the same dry run
@@ -402,7 +489,8 @@ func TestEventDetail(t *testing.T) {
 		Payload: []byte(`{"secret":"s3cr3t"}`), Headers: map[string]string{"trace": "abc"}})[0]
 	res := b.get(t, "/events/"+id.String())
 	require.Equal(t, http.StatusOK, res.code)
-	for _, want := range []string{`id="event"`, `id="headers"`, `id="attempt-log"`, `id="show-payload"`, "order.paid", "order-7", "trace", "abc", "handler_error", "boom"} {
+	for _, want := range []string{`id="event"`, `id="headers"`, `id="attempt-log"`, `id="show-payload"`, "order.paid", "order-7", "trace", "abc",
+		"handler_error", "boom", `<a id="key-events" href="/outbox/events?key=order-7">`} {
 		require.Contains(t, res.body, want)
 	}
 	require.NotContains(t, res.body, "s3cr3t")
@@ -459,6 +547,6 @@ func TestOverviewMarksUnhandledTypes(t *testing.T) {
 	res := b.get(t, "/")
 	require.Equal(t, http.StatusOK, res.code)
 	require.Contains(t, res.body, `id="dispatchers"`)
-	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>`, res.body)
-	require.Regexp(t, `<tr><th><a href="[^"]*">handled</a>`, res.body)
+	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>.*no dispatcher in this process claims it`, res.body)
+	require.Regexp(t, `<th><a href="[^"]*">handled</a>.*<td class="note">(|due events wait[^<]*)</td></tr>`, res.body)
 }

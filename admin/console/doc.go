@@ -13,6 +13,7 @@
 //	POST /actions/replay      replay by id or by the list's filter     (dry run, then confirm)
 //	POST /actions/skip        skip FAILED heads by id                  (dry run, then confirm)
 //	POST /actions/purge       purge SENT or FAILED older than an age    (dry run, then confirm)
+//	GET  /done                what an action did (actions redirect here: a reload posts nothing)
 //	GET  /audit               the audit log, newest first
 //	GET  /static/...          console.css, console.js (embedded)
 //
@@ -42,9 +43,16 @@
 // nothing and answers a confirmation page with the number of events the
 // action takes now; its form posts the same parameters with dry=0 and
 // expected=N. A bulk replay then replays at most N (and at most
-// admin.MaxReplayLimit) of the FAILED events the filter matches, by id;
-// a purge deletes at most N rows one by one (SENT history partitions go
-// whole, see admin.Admin.Purge).
+// admin.MaxReplayLimit) of the FAILED events the filter matches: a
+// filter of type and code alone through admin's filter replay (the audit
+// row records that filter), one with a key or a time range by the ids
+// of the events the list finds (the audit row records the ids). A purge
+// deletes at most N rows one by one (SENT history partitions go whole,
+// see admin.Admin.Purge).
+//
+// Without Authorize, anyone who reaches the handler reads the outbox
+// (types, keys, errors, payloads on request): mount it behind the
+// service's authentication, or give it an Authorize.
 //
 // Every query goes through admin, whose statements are index-served; the
 // overview reads its parts one after the other, each failing alone.

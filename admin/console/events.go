@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -150,6 +151,7 @@ type detailData struct {
 	ShowPayload bool
 	Payload     payloadView
 	PayloadURL  string
+	KeyURL      string // the list of the events of its order key
 }
 
 // event serves one event in full; the payload only with ?payload=1.
@@ -177,5 +179,8 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request) {
 		data.Payload = viewPayload(d.Payload)
 	}
 	data.Detail.Payload = nil
+	if key := cmp.Or(d.PartitionKey, d.AggregateID); key != "" {
+		data.KeyURL = eventsURL(h.cfg.BasePath, "key", key)
+	}
 	h.show(w, r, "event", h.newPage(w, r, "events", "Event "+id.String(), data))
 }

@@ -182,7 +182,7 @@ func (b *testBundle) do(t *testing.T, req *http.Request) response {
 	t.Helper()
 	res, err := b.client.Do(req)
 	require.NoError(t, err)
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return response{code: res.StatusCode, header: res.Header, body: string(body)}

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
@@ -137,7 +136,26 @@ func (d overviewData) Counts(base string) []statusRow {
 		{Status: outbox.StatusFailed, Count: c.Failed},
 	}
 	for i := range rows {
-		rows[i].Link = base + "/events?status=" + string(rows[i].Status)
+		rows[i].Link = eventsURL(base, "status", string(rows[i].Status))
+	}
+	return rows
+}
+
+// codeRow is one row of the failed-by-code table.
+type codeRow struct {
+	Code  string // "(none)" for FAILED events without a code
+	Count int64
+	Link  string // the list of its FAILED events; "" for a huge code
+}
+
+// Codes returns the failed-by-code table's rows, most FAILED first.
+func (d overviewData) Codes(base string) []codeRow {
+	rows := make([]codeRow, len(d.Summary.FailedByCode))
+	for i, c := range d.Summary.FailedByCode {
+		rows[i] = codeRow{Code: string(c.Code), Count: c.Count, Link: eventsURL(base, "status", "FAILED", "code", string(c.Code))}
+		if c.Code == "" {
+			rows[i].Code = "(none)"
+		}
 	}
 	return rows
 }
@@ -161,7 +179,7 @@ func (h *handler) typeRows(byType []admin.TypeCounts, pending []admin.TypePendin
 	for i := range rows {
 		rows[i].Unhandled = len(h.cfg.Dispatchers) > 0 && !all && rows[i].Pending > 0 && !claimed[rows[i].Type]
 		rows[i].Waiting = rows[i].OldestDueAge >= waitingAge
-		rows[i].Link = h.cfg.BasePath + "/events?" + url.Values{"type": {rows[i].Type}}.Encode()
+		rows[i].Link = eventsURL(h.cfg.BasePath, "type", rows[i].Type)
 	}
 	return rows
 }

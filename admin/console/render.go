@@ -107,8 +107,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.showError(w, r, status, msg)
 }
 
-// refuse answers 403 with the reason.
-func (h *handler) refuse(w http.ResponseWriter, r *http.Request, reason string) {
+// refuse answers 403 with the reason, and logs it: user is who
+// Authorize named, "" when it refused.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, user, reason string) {
+	h.log.WarnContext(r.Context(), "pgoutbox console: request refused", "method", r.Method, "path", clip(r.URL.Path, shortText),
+		"user", clip(user, shortText), "reason", reason)
 	h.showError(w, r, http.StatusForbidden, reason)
 }
 
@@ -137,6 +140,8 @@ func (e notFound) Error() string { return e.msg }
 const (
 	shortText = 120  // in tables
 	longText  = 4096 // in the detail page
+	// linkedText is the longest value a link's query carries.
+	linkedText = 1024
 	// payloadShown is how many payload bytes the detail page shows.
 	payloadShown = 4096
 )
@@ -151,17 +156,21 @@ var funcs = template.FuncMap{
 	"clock":        func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
 	"window":       func(d time.Duration) string { return fmt.Sprintf("%d minutes", int(d.Minutes())) },
 	"rate":         func(f float64) string { return fmt.Sprintf("%.1f", f) },
-	"eventsURL":    eventsURL,
 	"sentLimit":    func() int { return admin.SentCountLimit },
 	"payloadShown": func() int { return payloadShown },
 	"isFailed":     func(s outbox.Status) bool { return s == outbox.StatusFailed },
 }
 
 // eventsURL is the event list's URL under base with the query of the
-// key and value pairs kv.
+// key and value pairs kv; "" when a value is longer than linkedText,
+// so that a page never links a huge hostile string (it shows it cut,
+// without a link).
 func eventsURL(base string, kv ...string) string {
 	q := url.Values{}
 	for i := 0; i+1 < len(kv); i += 2 {
+		if len(kv[i+1]) > linkedText {
+			return ""
+		}
 		q.Set(kv[i], kv[i+1])
 	}
 	return base + "/events?" + q.Encode()

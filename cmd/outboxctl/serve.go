@@ -67,7 +67,10 @@ func serveFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		return e.serve(*listen, auth.require(h), *allow, auth.digest != nil)
+		if auth.digest == nil {
+			return e.serve(*listen, addressedByIP(h), *allow, false)
+		}
+		return e.serve(*listen, auth.require(h), *allow, true)
 	}
 }
 
@@ -193,6 +196,27 @@ func (t tokenAuth) require(h http.Handler) http.Handler {
 			w.Header().Set("Cache-Control", "no-store")
 			http.Error(w, "the console needs its access token (-token-file): as the basic-auth password or a Bearer token",
 				http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// addressedByIP refuses, without a token, requests whose Host is a name
+// other than localhost: a web page elsewhere can point a name of its own
+// at this address (DNS rebinding) and then read the console as its own
+// origin; it cannot make the browser send an IP address as the Host.
+func addressedByIP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if name, _, err := net.SplitHostPort(host); err == nil {
+			host = name
+		}
+		host = strings.Trim(host, "[]")
+		if host != "localhost" && net.ParseIP(host) == nil {
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "without -token-file the console answers only requests addressed to an IP address or localhost "+
+				"(a guard against DNS rebinding)", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -72,14 +72,16 @@ func fetch(t *testing.T, client *http.Client, req *http.Request) (int, string) {
 	t.Helper()
 	res, err := client.Do(req)
 	require.NoError(t, err)
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return res.StatusCode, string(body)
 }
 
 // Read-only by default: the console answers without a token on the
-// loopback address, shows no action form and refuses a POST.
+// loopback address, shows no action form and refuses a POST; without a
+// token it answers only requests addressed to an IP address or
+// localhost.
 func TestServeReadOnly(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -92,6 +94,17 @@ func TestServeReadOnly(t *testing.T) {
 	require.NotContains(t, body, `method="post"`)
 	code, _ = fetch(t, http.DefaultClient, mustReq(t, http.MethodPost, base+"/actions/replay", nil))
 	require.Equal(t, http.StatusForbidden, code)
+
+	// A request addressed by another name (DNS rebinding) is refused.
+	req := mustReq(t, http.MethodGet, base+"/", nil)
+	req.Host = "attacker.example:8080"
+	code, body = fetch(t, http.DefaultClient, req)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "DNS rebinding")
+	req = mustReq(t, http.MethodGet, base+"/", nil)
+	req.Host = "localhost"
+	code, _ = fetch(t, http.DefaultClient, req)
+	require.Equal(t, http.StatusOK, code)
 }
 
 // With -allow-actions and -token-file, every request needs the token

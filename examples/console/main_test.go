@@ -50,7 +50,7 @@ func TestRun(t *testing.T) {
 		}
 		res, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		defer res.Body.Close()
+		defer func() { _ = res.Body.Close() }()
 		body, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
 		return res.StatusCode, string(body)

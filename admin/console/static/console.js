@@ -27,7 +27,9 @@
       window.setTimeout(refresh, interval);
       return;
     }
-    var url = box.getAttribute("data-fragment");
+    // Resolved against the origin, not the page's URL: a page opened as
+    // http://user:pass@host/ has a base URL fetch refuses.
+    var url = new URL(box.getAttribute("data-fragment"), window.location.origin);
     fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "text/html" } })
       .then(function (res) {
         if (!res.ok) {
