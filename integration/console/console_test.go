@@ -135,6 +135,65 @@ func TestReplayWithDryRunAndConfirmation(t *testing.T) {
 	require.Contains(t, tb.text("#audit tr.entry"), operator)
 }
 
+// An event's own page replays it, and skips a dead letter that holds
+// its key, each through a dry run and a confirmation, each audited.
+func TestReplayOneAndSkipAHead(t *testing.T) {
+	t.Parallel()
+	s := serve(t, true)
+	ids := seedShop(t, s)
+	tb := newTab(t, operator)
+	one := ids.publishFailed[0]
+	tb.open(s.root+"/events/"+one.String(), "#replay-one")
+	tb.clickTo("#replay-one button", "#confirm")
+	require.EqualValues(t, 1, tb.number("#confirm span.n"))
+	tb.clickTo("#confirm-action", "#result")
+	require.EqualValues(t, 1, tb.number("#result span.n"))
+	s.requireStatus(t, outbox.StatusPending, one)
+	s.requireStatus(t, outbox.StatusFailed, ids.publishFailed[1], ids.handlerFailed)
+
+	tb.open(s.root+"/", "#blocked-keys")
+	require.Contains(t, tb.text("#blocked-keys"), blockedKey)
+	tb.open(s.root+"/events/"+ids.handlerFailed.String(), "#skip-one")
+	tb.clickTo("#skip-one button", "#confirm")
+	require.EqualValues(t, 1, tb.number("#confirm span.n"))
+	tb.clickTo("#confirm-action", "#result")
+	require.EqualValues(t, 1, tb.number("#result span.n"))
+	tb.open(s.root+"/", "#blocked-keys")
+	require.NotContains(t, tb.text("#blocked-keys"), blockedKey, "the skipped head still holds its key")
+
+	entries := s.audit(t) // newest first
+	require.Len(t, entries, 2)
+	require.Equal(t, admin.ActionSkip, entries[0].Action)
+	require.Equal(t, admin.ActionReplay, entries[1].Action)
+	for _, e := range entries {
+		require.Equal(t, operator, e.Actor)
+		require.EqualValues(t, 1, e.Rows)
+	}
+}
+
+// A purge of the dead letters older than an age counts them in its dry
+// run, then deletes exactly those, audited.
+func TestPurgeWithDryRunAndConfirmation(t *testing.T) {
+	t.Parallel()
+	s := serve(t, true)
+	ids := seedShop(t, s) // dead letters of 3 min, 2 min and 90 s ago
+	tb := newTab(t, operator)
+	tb.open(s.root+"/events?status=FAILED", "#bulk-purge")
+	tb.fill(`#bulk-purge [name="status"]`, string(outbox.StatusFailed))
+	tb.fill(`#bulk-purge [name="older_than"]`, "115s") // the 90 s one stays younger for 25 s
+	tb.clickTo("#purge-dry-run", "#confirm")
+	require.EqualValues(t, 2, tb.number("#confirm span.n"), "the dry run's count")
+	s.requireStatus(t, outbox.StatusFailed, append([]uuid.UUID{ids.handlerFailed}, ids.publishFailed...)...)
+	tb.clickTo("#confirm-action", "#result")
+	require.EqualValues(t, 2, tb.number("#result span.n"))
+	s.requireStatus(t, "", ids.publishFailed...)
+	s.requireStatus(t, outbox.StatusFailed, ids.handlerFailed)
+	entries := s.audit(t)
+	require.Len(t, entries, 1)
+	require.Equal(t, admin.ActionPurge, entries[0].Action)
+	require.EqualValues(t, 2, entries[0].Rows)
+}
+
 // Read-only, the default: no page offers an action, and a POST made
 // anyway is refused and changes nothing.
 func TestReadOnlyOffersNoActionAndRefusesPosts(t *testing.T) {
