@@ -68,6 +68,15 @@ func TestHostileStringsStayInert(t *testing.T) {
 	require.Less(t, length, len(huge)/2, "a 1 MiB header, error or payload is rendered whole")
 
 	tb.open(s.root+"/", "#overview")
+	// Defense in depth: markup that escaped the escaping still could not
+	// run, as the page's Content-Security-Policy refuses inline script.
+	blocked := eval[bool](tb, `(() => {
+		const s = document.createElement("script");
+		s.textContent = "window.`+sentinel+` = 3";
+		document.body.appendChild(s);
+		return typeof window.`+sentinel+` === "undefined";
+	})()`)
+	require.True(t, blocked, "the Content-Security-Policy let an inline script run")
 	refreshed := tb.text("#refreshed-at")
 	tb.awaitText("#refreshed-at", "the overview's refresh", func(at string) bool { return at != refreshed })
 	tb.requireInert("the refreshed overview")
