@@ -3,6 +3,7 @@ package console_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -221,7 +222,7 @@ func TestReadOnlyOffersNoActionAndRefusesPosts(t *testing.T) {
 }
 
 // The confirmation refuses a POST whose CSRF token is missing or forged,
-// and nothing is replayed.
+// or that comes from another origin, and nothing is replayed.
 func TestActionWithoutCSRFTokenIsRefused(t *testing.T) {
 	t.Parallel()
 	s := serve(t, true)
@@ -240,6 +241,22 @@ func TestActionWithoutCSRFTokenIsRefused(t *testing.T) {
 		s.requireStatus(t, outbox.StatusFailed, ids.publishFailed...)
 		require.Empty(t, s.audit(t))
 	}
+
+	// A page of another origin (another port: same site, so the
+	// SameSite=Strict cookie goes along) posting the confirmation's own
+	// fields, a valid token included, is refused too.
+	tb.open(s.root+"/events?status=FAILED&code="+string(outbox.CodePublishError), "#bulk-replay")
+	tb.clickTo("#replay-dry-run", "#confirm")
+	fields := eval[map[string]string](tb, `Object.fromEntries(new FormData(document.querySelector("form:has(#confirm-action)")))`)
+	require.NotEmpty(t, fields["csrf"])
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("<!doctype html><title>elsewhere</title><p id=elsewhere>another site</p>"))
+	}))
+	t.Cleanup(other.Close)
+	tb.open(other.URL+"/", "#elsewhere")
+	require.Equal(t, int64(http.StatusForbidden), tb.post(s.root+"/actions/replay", fields), "a confirmation posted from another origin")
+	s.requireStatus(t, outbox.StatusFailed, ids.publishFailed...)
+	require.Empty(t, s.audit(t))
 }
 
 // post submits a form of fields to url from the page, as a hostile page
