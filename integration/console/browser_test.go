@@ -37,8 +37,8 @@ const envScreenshots = "PGOUTBOX_SCREENSHOTS"
 // screenshotDir is where they go, from this package's directory.
 var screenshotDir = filepath.Join("..", "..", "docs", "console")
 
-// viewport is the size of every tab's page, and so of the screenshots'
-// width.
+// viewportWidth and viewportHeight size every tab's page, and so the
+// screenshots' width.
 const viewportWidth, viewportHeight = 1280, 900
 
 // findChromium returns the Chromium binary to drive, or "" and a message
