@@ -31,15 +31,20 @@ type DB = testdb.DB
 // containerStartTimeout bounds pulling and starting the PostgreSQL image.
 const containerStartTimeout = 5 * time.Minute
 
+// Runner runs a package's tests and returns the exit code: a *testing.M,
+// or a wrapper that stops what the tests shared (a browser) once they
+// have run, so that the leak check after it does not count it.
+type Runner interface{ Run() int }
+
 // Main finds the test database, runs the tests, checks that they leaked no
 // goroutine, releases the database and exits. Use it as the whole TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m Runner) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m Runner) int {
 	ctx, cancel := context.WithTimeout(context.Background(), containerStartTimeout)
 	defer cancel()
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
@@ -88,8 +93,9 @@ func New(tb testing.TB) *DB {
 	return testdb.New(tb)
 }
 
-// NewMigrated is [New] with the outbox table migrated into the schema.
-func NewMigrated(tb testing.TB) *DB {
+// NewMigrated is [New] with the outbox table migrated into the schema,
+// with opts (testdb.KeyOrder: the per-key order index) applied.
+func NewMigrated(tb testing.TB, opts ...testdb.MigrateOption) *DB {
 	tb.Helper()
-	return testdb.NewMigrated(tb)
+	return testdb.NewMigrated(tb, opts...)
 }
