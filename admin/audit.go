@@ -3,12 +3,17 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
 )
 
@@ -45,7 +50,22 @@ type Actor struct {
 	// [SourceOutboxctl], [SourceAdmin] or a caller's own word, 1 to
 	// [MaxActorSource] bytes of valid UTF-8 without NUL.
 	Source string
+	// RequestID, when not zero, makes the action single use: the audit
+	// row records it, under a unique index, and an action whose
+	// RequestID some audit row already holds changes nothing and
+	// returns an error matching [ErrAlreadyDone]. Two concurrent calls
+	// with one RequestID: one runs, the other waits for it and, once it
+	// committed, returns ErrAlreadyDone (if it rolled back, the other
+	// runs). A confirmation form carries one, so that posting it twice
+	// acts once. Zero: none, every call acts.
+	RequestID uuid.UUID
 }
+
+// ErrAlreadyDone is returned (wrapped) by an audited action whose
+// Actor.RequestID an audit row already holds: the same request was
+// done before (or by a concurrent call that committed first), and this
+// call changed nothing.
+var ErrAlreadyDone = errors.New("pgoutbox: admin: request already done")
 
 // Actor bounds.
 const (
@@ -82,14 +102,59 @@ type audited struct {
 	filter map[string]any
 }
 
+// claim takes act's request (when its Actor has a RequestID) in tx, the
+// action's own transaction, before the action runs: it waits for a
+// concurrent transaction holding the same request (a transaction-level
+// advisory lock on the request) and, once it has it, returns an error
+// matching ErrAlreadyDone when an audit row records the request. The
+// audit row's unique index on request_id stays the guarantee (record).
+func (a *Admin) claim(ctx context.Context, tx pgx.Tx, act audited) error {
+	if act.actor == nil || act.actor.RequestID == uuid.Nil {
+		return nil
+	}
+	req := pgvalue.UUID(act.actor.RequestID)
+	if _, err := tx.Exec(ctx, a.sql.auditLock, req); err != nil {
+		return errtext.Wrap(err, "audit")
+	}
+	var done bool
+	if err := tx.QueryRow(ctx, a.sql.auditDone, req).Scan(&done); err != nil {
+		return errtext.Wrap(err, "audit")
+	}
+	if done {
+		return a.alreadyDone(act, nil)
+	}
+	return nil
+}
+
+// alreadyDone is the error of act, whose request an audit row holds
+// (cause: the unique violation that proved it, or nil).
+func (a *Admin) alreadyDone(act audited, cause error) error {
+	err := fmt.Errorf("%w: request %s", ErrAlreadyDone, act.actor.RequestID)
+	if cause != nil {
+		return errtext.Because(err, cause)
+	}
+	return err
+}
+
 // record inserts the audit row of act, which changed rows rows, in tx:
-// the action's own transaction.
+// the action's own transaction. Its request_id (NULL without
+// Actor.RequestID) is under a unique index: a request recorded already
+// fails it with an error matching ErrAlreadyDone, and the action rolls
+// back.
 func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) error {
 	filter, err := json.Marshal(act.filter)
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows)
+	var req pgtype.UUID
+	if act.actor.RequestID != uuid.Nil {
+		req = pgvalue.UUID(act.actor.RequestID)
+	}
+	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows, req)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation {
+		return a.alreadyDone(act, err)
+	}
 	if err != nil {
 		return errtext.Wrap(err, "audit")
 	}
@@ -108,11 +173,16 @@ func (a *Admin) logAction(ctx context.Context, act audited, rows int64) {
 }
 
 // inTx runs fn in a transaction of its own (a savepoint when the Admin's
-// DB is a pgx.Tx) and, when act has an actor, records its audit row in
-// that transaction from the rows fn returns, then logs it once committed.
+// DB is a pgx.Tx) and, when act has an actor, takes its request first
+// (claim: a request done already runs nothing) and records its audit row
+// in that transaction from the rows fn returns, then logs it once
+// committed.
 func (a *Admin) inTx(ctx context.Context, act audited, fn func(tx pgx.Tx) (int64, error)) error {
 	var rows int64
 	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) (err error) {
+		if err = a.claim(ctx, tx, act); err != nil {
+			return err
+		}
 		if rows, err = fn(tx); err != nil || act.actor == nil {
 			return err
 		}
@@ -162,6 +232,8 @@ type AuditEntry struct {
 	// Rows is how many rows the action changed: replayed, skipped or
 	// purged.
 	Rows int64 `json:"rows"`
+	// RequestID is Actor.RequestID, zero when the action had none.
+	RequestID uuid.UUID `json:"request_id"`
 }
 
 // AuditPage is one page of AuditLog.
@@ -191,8 +263,9 @@ func (a *Admin) AuditLog(ctx context.Context, p AuditParams) (AuditPage, error) 
 	page := AuditPage{Entries: make([]AuditEntry, 0, limit)}
 	var e AuditEntry
 	var filter []byte
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows}, func() error {
-		e.Filter = nil
+	var req pgtype.UUID
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows, &req}, func() error {
+		e.Filter, e.RequestID = nil, uuid.UUID(req.Bytes)
 		if err := json.Unmarshal(filter, &e.Filter); err != nil {
 			return fmt.Errorf("entry %d: filter is not a JSON object", e.ID)
 		}

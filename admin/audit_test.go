@@ -282,3 +282,68 @@ func TestAuditRejectsBadInput(t *testing.T) {
 	_, err = b.admin.AuditLog(ctx, admin.AuditParams{Limit: admin.MaxAuditLimit + 1})
 	requireInputErr(t, err, "Limit")
 }
+
+// An action whose Actor.RequestID an audit row holds changes nothing and
+// returns ErrAlreadyDone; AuditLog shows the request id.
+func TestRequestIDIsSingleUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	ids := b.insert(t, row{Status: "FAILED"}, row{Status: "FAILED"})
+	actor := &admin.Actor{Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}
+	res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[:1], Actor: actor})
+	require.NoError(t, err)
+	require.Len(t, res.Replayed, 1)
+	before := b.snapshot(t)
+
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[1:], Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	_, err = b.admin.SkipHeads(ctx, admin.SkipParams{IDs: ids[1:], Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	_, err = b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed, Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	require.Equal(t, before, b.snapshot(t), "a request done already changed rows")
+
+	entries := auditRows(t, b)
+	require.Len(t, entries, 1)
+	require.Equal(t, actor.RequestID, entries[0].RequestID)
+
+	// Without a request id every call acts and is audited.
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[1:], Actor: ops})
+	require.NoError(t, err)
+	entries = auditRows(t, b)
+	require.Len(t, entries, 2)
+	require.Equal(t, uuid.Nil, entries[0].RequestID)
+}
+
+// Two concurrent calls with one request id: exactly one runs, the other
+// returns ErrAlreadyDone.
+func TestRequestIDConcurrentCallsRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	b.insert(t, many(20, row{Status: "FAILED", Type: "t"})...)
+	actor := &admin.Actor{Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	replayed := make([]int, 2)
+	for i := range errs {
+		wg.Go(func() {
+			res, err := b.admin.Replay(ctx, admin.ReplayParams{Type: "t", Limit: 10, Actor: actor})
+			errs[i], replayed[i] = err, len(res.Replayed)
+		})
+	}
+	wg.Wait()
+	var ran int
+	for i, err := range errs {
+		if err == nil {
+			ran++
+			require.Equal(t, 10, replayed[i])
+		} else {
+			require.ErrorIs(t, err, admin.ErrAlreadyDone)
+		}
+	}
+	require.Equal(t, 1, ran, "exactly one call runs")
+	require.Equal(t, 10, b.countWhere(t, "status = 'FAILED'"))
+	require.Len(t, auditRows(t, b), 1)
+}

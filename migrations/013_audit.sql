@@ -6,7 +6,9 @@
 -- with an Actor: the operator console, outboxctl replay, skip and purge):
 -- who (actor, source), what (action: replay, skip or purge), with which
 -- parameters (filter: ids, type, code, times, limits; never a payload)
--- and how many rows it changed. Each row is inserted in the action's own
+-- and how many rows it changed, and the caller's request id when it
+-- gave one (request_id, NULL otherwise): its unique index makes a request
+-- single use, so that a confirmation posted twice acts once. Each row is inserted in the action's own
 -- transaction. admin.AuditLog pages it newest first through the primary
 -- key; the time index serves a trim by age (DELETE ... WHERE at < ...).
 -- Nothing writes it but an audited action: it costs Emit and the
@@ -52,14 +54,17 @@ CREATE TABLE {{.audit}} (
     action text NOT NULL,
     filter jsonb NOT NULL,
     rows bigint NOT NULL,
+    request_id uuid,
     CONSTRAINT {{.audit_pkey}} PRIMARY KEY (id)
 );
 CREATE INDEX {{.audit_time_idx}} ON {{.audit}} (at);
+CREATE UNIQUE INDEX {{.audit_req_idx}} ON {{.audit}} (request_id);
 CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at);
 
 ---- create above / drop below ----
 
 -- Drops the audit table of {{.table}}, with its rows, and the history's
 -- BRIN index.
+SET LOCAL lock_timeout = '2s';
 DROP INDEX IF EXISTS {{.schema}}.{{.sent_time_idx}};
 DROP TABLE {{.audit}};

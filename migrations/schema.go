@@ -158,7 +158,10 @@ var expectedTables = []tableSpec{
 	{
 		suffix: sqlname.SuffixAudit, kind: "r", columns: auditColumns,
 		constraints: []constraintSpec{{sqlname.SuffixAuditPkey, "PRIMARY KEY (id)"}},
-		indexes:     []indexSpec{{sqlname.SuffixAuditTimeIndex, "btree (at)"}},
+		indexes: []indexSpec{
+			{sqlname.SuffixAuditTimeIndex, "btree (at)"},
+			{sqlname.SuffixAuditRequestIndex, "UNIQUE btree (request_id)"},
+		},
 	},
 }
 
@@ -172,6 +175,7 @@ var auditColumns = []columnSpec{
 	{name: "action", typ: "text", notNull: true},
 	{name: "filter", typ: "jsonb", notNull: true},
 	{name: "rows", typ: "bigint", notNull: true},
+	{name: "request_id", typ: "uuid"},
 }
 
 // finishedColumns are the columns of a table of finished rows: those of

@@ -550,3 +550,32 @@ func TestOverviewMarksUnhandledTypes(t *testing.T) {
 	require.Regexp(t, `<tr class="unhandled"><th><a href="[^"]*">orphan</a>.*no dispatcher in this process claims it`, res.body)
 	require.Regexp(t, `<th><a href="[^"]*">handled</a>.*<td class="note">(|due events wait[^<]*)</td></tr>`, res.body)
 }
+
+// A confirmation posted twice acts once: the second post changes nothing,
+// writes no audit row, and answers 409 with a result page saying the
+// action was done already.
+func TestConfirmationPostedTwiceActsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	first := b.insert(t, many(2, row{Status: "FAILED", Code: "handler_error"})...)
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?status=FAILED"), "replay-dry-run"))
+	require.Equal(t, "2", number(t, dry))
+	confirm := hiddenFields(t, dry, "confirm-action")
+	require.NotEmpty(t, confirm.Get("request"))
+	done := b.post(t, "/actions/replay", confirm)
+	require.Equal(t, http.StatusOK, done.code, done.body)
+	require.Equal(t, "2", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, first[0]))
+
+	late := b.insert(t, many(2, row{Status: "FAILED", Code: "handler_error"})...)
+	again := b.post(t, "/actions/replay", confirm)
+	require.Equal(t, http.StatusConflict, again.code, again.body)
+	require.Contains(t, again.body, `id="result"`)
+	require.Contains(t, again.body, "Already done")
+	for _, id := range late {
+		require.Equal(t, "FAILED", b.status(t, id), "the second post replayed %s", id)
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
+}

@@ -94,12 +94,14 @@ const (
 	SuffixPartition = "_s"
 
 	// Schema version 13 (issue 28): the operators' audit table, its
-	// primary key and time index, and the SENT history's BRIN index on
+	// primary key, time index and request index (unique: an action's
+	// request id, single use), and the SENT history's BRIN index on
 	// sent_at.
-	SuffixAudit          = "_audit"
-	SuffixAuditPkey      = "_audit_pkey"
-	SuffixAuditTimeIndex = "_audit_at_idx"
-	SuffixSentTimeIndex  = "_sent_time_idx"
+	SuffixAuditPkey         = "_audit_pkey"
+	SuffixAudit             = "_audit"
+	SuffixAuditTimeIndex    = "_audit_at_idx"
+	SuffixAuditRequestIndex = "_audit_request_idx"
+	SuffixSentTimeIndex     = "_sent_time_idx"
 )
 
 // Suffixes of a log table's objects (outbox.KindLog, issue 27): its one
