@@ -64,7 +64,8 @@ CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at);
 ---- create above / drop below ----
 
 -- Drops the audit table of {{.table}}, with its rows, and the history's
--- BRIN index.
+-- BRIN index. The lock_timeout bounds the wait for the history's lock
+-- (see 003_snoozes.sql).
 SET LOCAL lock_timeout = '2s';
 DROP INDEX IF EXISTS {{.schema}}.{{.sent_time_idx}};
 DROP TABLE {{.audit}};
