@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
 	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // Audit sources: where an audited action came from (Actor.Source).
@@ -114,11 +115,11 @@ func (a *Admin) claim(ctx context.Context, tx pgx.Tx, act audited) error {
 	}
 	req := pgvalue.UUID(act.actor.RequestID)
 	if _, err := tx.Exec(ctx, a.sql.auditLock, req); err != nil {
-		return errtext.Wrap(err, "audit")
+		return a.auditErr(err)
 	}
 	var done bool
 	if err := tx.QueryRow(ctx, a.sql.auditDone, req).Scan(&done); err != nil {
-		return errtext.Wrap(err, "audit")
+		return a.auditErr(err)
 	}
 	if done {
 		return a.alreadyDone(act, nil)
@@ -155,10 +156,24 @@ func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) 
 	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation {
 		return a.alreadyDone(act, err)
 	}
-	if err != nil {
-		return errtext.Wrap(err, "audit")
+	return a.auditErr(err)
+}
+
+// auditErr explains a failed read or write of the audit table: a missing
+// table (a schema older than version 13) matches outbox.ErrMissingTable,
+// and both it and a missing privilege say what to do.
+func (a *Admin) auditErr(err error) error {
+	const without = "or act without an Actor (outboxctl: -no-audit)"
+	switch {
+	case err == nil:
+		return nil
+	case pgerr.OwnMissingTable(err):
+		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, "audit table %s", a.names.Audit),
+			"migrate to schema version 13 with outboxctl migrate or migrations.Migrate, "+without, "audit")
+	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
+		return errtext.WrapHint(err, "GRANT SELECT, INSERT ON TABLE "+a.names.Audit+" TO the role (see migrations.RenderGrants), "+without, "audit")
 	}
-	return nil
+	return errtext.Wrap(err, "audit")
 }
 
 // logAction writes act's Info line on the Admin's logger, once its

@@ -347,3 +347,24 @@ func TestRequestIDConcurrentCallsRunOnce(t *testing.T) {
 	require.Equal(t, 10, b.countWhere(t, "status = 'FAILED'"))
 	require.Len(t, auditRows(t, b), 1)
 }
+
+// On a schema without the audit table (version 12) an audited action
+// fails with an error matching outbox.ErrMissingTable that says what to
+// do, and changes nothing; without an Actor it runs.
+func TestAuditTableMissing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	ids := b.insert(t, row{Status: "FAILED"})
+	_, err := b.db.Pool.Exec(ctx, "DROP TABLE outbox_events_audit")
+	require.NoError(t, err)
+	for _, actor := range []*admin.Actor{ops, {Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}} {
+		_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor})
+		require.ErrorIs(t, err, outbox.ErrMissingTable)
+		require.ErrorContains(t, err, "outboxctl migrate")
+		require.Equal(t, "FAILED", b.status(t, ids[0]))
+	}
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids})
+	require.NoError(t, err)
+	require.Equal(t, "PENDING", b.status(t, ids[0]))
+}
