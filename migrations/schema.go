@@ -152,7 +152,7 @@ var expectedTables = []tableSpec{
 			{sqlname.SuffixSentSeqIndex, "btree (seq)"},
 			{sqlname.SuffixSentTypeIndex, "btree (event_type, seq)"},
 			{sqlname.SuffixSentAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
-			{sqlname.SuffixSentTimeIndex, "brin (sent_at)"},
+			{sqlname.SuffixSentTimeIndex, "brin (sent_at) WITH (autosummarize='on')"},
 		},
 	},
 	{
@@ -224,10 +224,12 @@ type functionSpec struct {
 
 // expectedFunctions are the SENT history's partition functions (schema
 // version 10 on), through which roles that do not own the history create
-// and drop its time partitions.
+// and drop its time partitions, and its BRIN summarizing function
+// (version 13).
 var expectedFunctions = []functionSpec{
 	{sqlname.SuffixSentAdd, "p_from timestamp with time zone, p_to timestamp with time zone"},
 	{sqlname.SuffixSentDrop, "p_before timestamp with time zone"},
+	{sqlname.SuffixSentSummarize, ""},
 }
 
 // describeFunction is a function as Verify reports it.
