@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,6 +62,12 @@ type Actor struct {
 	// runs). A confirmation form carries one, so that posting it twice
 	// acts once. Zero: none, every call acts.
 	RequestID uuid.UUID
+	// SelectedBy records how the caller chose what the action names:
+	// for ids a console picked with a list filter, that filter (key,
+	// type, code, time range...). It is stored in the audit row's filter
+	// under "selected_by" as given: names and values only, never a
+	// payload. At most [MaxSelectedBy] bytes as JSON. Nil: none.
+	SelectedBy map[string]any
 }
 
 // ErrAlreadyDone is returned (wrapped) by an audited action whose
@@ -74,6 +82,12 @@ const (
 	MaxActorName = 200
 	// MaxActorSource is the longest Actor.Source, in bytes.
 	MaxActorSource = 50
+	// MaxSelectedBy is the longest Actor.SelectedBy, in bytes of JSON.
+	MaxSelectedBy = 4096
+	// MaxAuditIDs is the most ids an audit row lists: an action naming
+	// more records the first MaxAuditIDs under "ids" and their number
+	// under "ids_count", so that one row stays small.
+	MaxAuditIDs = 100
 )
 
 // checkActor checks an action's Actor (nil: not audited); an invalid one
@@ -93,7 +107,28 @@ func checkActor(actor *Actor) error {
 			return inputErr(f.field, "%s", reason)
 		}
 	}
+	if actor.SelectedBy == nil {
+		return nil
+	}
+	b, err := json.Marshal(actor.SelectedBy)
+	switch {
+	case err != nil:
+		return inputErr("Actor.SelectedBy", "cannot be written as JSON")
+	case len(b) > MaxSelectedBy:
+		return inputErr("Actor.SelectedBy", "is %d bytes as JSON, at most %d", len(b), MaxSelectedBy)
+	case bytes.Contains(b, []byte(`\u0000`)):
+		return inputErr("Actor.SelectedBy", "holds a NUL, which jsonb cannot store")
+	}
 	return nil
+}
+
+// idsFilter is the audit filter of an action naming ids: at most
+// MaxAuditIDs of them, and their number when there are more.
+func idsFilter(ids []uuid.UUID) map[string]any {
+	if len(ids) <= MaxAuditIDs {
+		return map[string]any{"ids": ids}
+	}
+	return map[string]any{"ids": ids[:MaxAuditIDs], "ids_count": len(ids)}
 }
 
 // audited is one action to audit: who, what, with which parameters.
@@ -101,6 +136,17 @@ type audited struct {
 	actor  *Actor
 	action string
 	filter map[string]any
+}
+
+// withSelection is act's filter with its Actor.SelectedBy, if any, under
+// "selected_by".
+func (act audited) withSelection() map[string]any {
+	if act.actor.SelectedBy == nil {
+		return act.filter
+	}
+	f := maps.Clone(act.filter)
+	f["selected_by"] = act.actor.SelectedBy
+	return f
 }
 
 // claim takes act's request (when its Actor has a RequestID) in tx, the
@@ -143,7 +189,7 @@ func (a *Admin) alreadyDone(act audited, cause error) error {
 // fails it with an error matching ErrAlreadyDone, and the action rolls
 // back.
 func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) error {
-	filter, err := json.Marshal(act.filter)
+	filter, err := json.Marshal(act.withSelection())
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
@@ -182,7 +228,7 @@ func (a *Admin) logAction(ctx context.Context, act audited, rows int64) {
 	if a.logger == nil {
 		return
 	}
-	filter, _ := json.Marshal(act.filter)
+	filter, _ := json.Marshal(act.withSelection())
 	a.logger.InfoContext(ctx, "pgoutbox: admin: "+act.action, "table", a.table.String(),
 		"actor", act.actor.Name, "source", act.actor.Source, "action", act.action, "filter", string(filter), "rows", rows)
 }
@@ -241,7 +287,9 @@ type AuditEntry struct {
 	Action string `json:"action"`
 	// Filter holds the action's parameters as JSON: for a replay the
 	// ids, or type, code, failed_before and limit; for a skip the ids;
-	// for a purge status, older_than and limit. Never a payload or a
+	// for a purge status, older_than and limit. Ids are listed up to
+	// [MaxAuditIDs], with "ids_count" when there were more; the caller's
+	// Actor.SelectedBy is under "selected_by". Never a payload or a
 	// header.
 	Filter map[string]any `json:"filter"`
 	// Rows is how many rows the action changed: replayed, skipped or

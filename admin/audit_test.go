@@ -368,3 +368,31 @@ func TestAuditTableMissing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "PENDING", b.status(t, ids[0]))
 }
+
+// Actor.SelectedBy goes into the audit row's filter as "selected_by";
+// an action naming more than MaxAuditIDs ids records the first of them
+// and their number.
+func TestAuditSelectionAndIDsCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, logs := auditSetup(t)
+	ids := b.insert(t, many(admin.MaxAuditIDs+50, row{Status: "FAILED"})...)
+	by := &admin.Actor{Name: "alice", Source: admin.SourceConsole, SelectedBy: map[string]any{"key": "k1", "from": "2024-05-01"}}
+	res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: by})
+	require.NoError(t, err)
+	require.Len(t, res.Replayed, len(ids))
+	entries := auditRows(t, b)
+	require.Len(t, entries, 1)
+	f := entries[0].Filter
+	require.Equal(t, map[string]any{"key": "k1", "from": "2024-05-01"}, f["selected_by"])
+	require.Len(t, f["ids"], admin.MaxAuditIDs)
+	require.Equal(t, ids[0].String(), f["ids"].([]any)[0])
+	require.InDelta(t, len(ids), f["ids_count"], 0)
+	require.Contains(t, logs.String(), "selected_by")
+
+	for _, sel := range []map[string]any{{"k": strings.Repeat("x", admin.MaxSelectedBy)}, {"k": "a\x00b"}, {"k": make(chan int)}} {
+		_, err = b.admin.SkipHeads(ctx, admin.SkipParams{IDs: ids[:1], Actor: &admin.Actor{Name: "a", Source: "s", SelectedBy: sel}})
+		requireInputErr(t, err, "Actor.SelectedBy")
+	}
+	require.Len(t, auditRows(t, b), 1)
+}

@@ -135,10 +135,10 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 }
 
 // auditFilter is what the audit row of a replay with p records: the ids
-// named, or the filter fields given and the limit.
+// named (idsFilter), or the filter fields given and the limit.
 func (p ReplayParams) auditFilter() map[string]any {
 	if len(p.IDs) > 0 {
-		return map[string]any{"ids": p.IDs}
+		return idsFilter(p.IDs)
 	}
 	f := map[string]any{"limit": cmp.Or(p.Limit, DefaultReplayLimit)}
 	if p.Type != "" {

@@ -181,6 +181,9 @@ func (h *handler) replayNow(r *http.Request, act actionForm, f filter) (admin.Re
 		if ids, err = h.matching(ctx, f.params, limit); err != nil || len(ids) == 0 {
 			return admin.ReplayResult{}, err
 		}
+		by := actor(r, act)
+		by.SelectedBy = f.selection()
+		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: by})
 	}
 	return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r, act)})
 }

@@ -327,7 +327,8 @@ func TestResultPageAfterRedirect(t *testing.T) {
 }
 
 // A filter that admin's replay does not take (a key, a time range) is
-// replayed by the ids of the events it matches, no more than counted.
+// replayed by the ids of the events it matches, no more than counted,
+// and audited with that filter.
 func TestBulkReplayByKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withActions)
@@ -344,6 +345,7 @@ func TestBulkReplayByKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries.Entries, 1)
 	require.ElementsMatch(t, []any{hit[0].String(), hit[1].String()}, entries.Entries[0].Filter["ids"])
+	require.Equal(t, map[string]any{"key": "k1"}, entries.Entries[0].Filter["selected_by"], "the audit row records the filter that chose the ids")
 }
 
 // One event's replay and skip from its page go through the same dry run
