@@ -129,9 +129,10 @@ func TestAuditedActions(t *testing.T) {
 }
 
 // The action and its audit row commit together: when the audit row
-// cannot be written, the replay, the skip and the purge (its batch and
-// the history partition it retires) are rolled back; when the caller's
+// cannot be written, the replay, the skip and the purge (its first step,
+// the default partition's batch) are rolled back; when the caller's
 // transaction that the Admin runs in rolls back, so does the audit row.
+// An audited SENT purge commits each step with its own audit row.
 func TestAuditIsAtomicWithTheAction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -178,7 +179,7 @@ func TestAuditIsAtomicWithTheAction(t *testing.T) {
 		require.Empty(t, auditRows(t, b))
 	})
 
-	t.Run("PurgeRetiresPartitionsInOneTransaction", func(t *testing.T) {
+	t.Run("PurgeAuditsEachStep", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		old := oldPartition(t, b)
@@ -188,8 +189,11 @@ func TestAuditIsAtomicWithTheAction(t *testing.T) {
 		require.Equal(t, int64(2), n, "the default partition's row and the retired partition's")
 		require.False(t, partitionExists(t, b, old))
 		entries := auditRows(t, b)
-		require.Len(t, entries, 1)
-		require.Equal(t, int64(2), entries[0].Rows)
+		require.Len(t, entries, 2, "the default partition's batch, then the partition")
+		require.Equal(t, int64(1), entries[0].Rows)
+		require.Contains(t, entries[0].Filter, "up_to")
+		require.Equal(t, int64(1), entries[1].Rows)
+		require.NotContains(t, entries[1].Filter, "up_to")
 	})
 }
 
