@@ -75,8 +75,11 @@ type Replica struct {
 //
 //   - Sent: the history's partitions that reach into the window
 //     (partition pruning), and in them the BRIN index on sent_at (schema
-//     version 13), which reads the pages of the window's rows (and of
-//     the last range of 128 pages, not summarized yet): up to
+//     version 13), which reads the pages of the window's rows and of
+//     every range of 128 pages not summarized yet: the last, partial
+//     one, and the full ones summarized since neither by a retention
+//     pass (<table>_sent_summarize, each pass of every dispatcher that
+//     keeps the history) nor by VACUUM (autosummarize); up to
 //     ActivityCountLimit+1 rows.
 //   - Failed: the dead letters' time index (failed_at), up to
 //     ActivityCountLimit+1 rows.

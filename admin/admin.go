@@ -50,6 +50,9 @@ type Admin struct {
 	sql       statements
 	purge     *purge.Store
 	logger    *slog.Logger // nil: none
+	// betweenSteps, when set, is called before each partition step of an
+	// audited SENT purge, when no step holds a lock (a test hook).
+	betweenSteps func()
 }
 
 // New returns an Admin for cfg on db. A nil db gives an

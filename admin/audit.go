@@ -1,15 +1,23 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgoutbox/pgoutbox/internal/errtext"
+	"github.com/pgoutbox/pgoutbox/internal/pgerr"
 	"github.com/pgoutbox/pgoutbox/internal/pgvalue"
+	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
 // Audit sources: where an audited action came from (Actor.Source).
@@ -45,7 +53,28 @@ type Actor struct {
 	// [SourceOutboxctl], [SourceAdmin] or a caller's own word, 1 to
 	// [MaxActorSource] bytes of valid UTF-8 without NUL.
 	Source string
+	// RequestID, when not zero, makes the action single use: the audit
+	// row records it, under a unique index, and an action whose
+	// RequestID some audit row already holds changes nothing and
+	// returns an error matching [ErrAlreadyDone]. Two concurrent calls
+	// with one RequestID: one runs, the other waits for it and, once it
+	// committed, returns ErrAlreadyDone (if it rolled back, the other
+	// runs). A confirmation form carries one, so that posting it twice
+	// acts once. Zero: none, every call acts.
+	RequestID uuid.UUID
+	// SelectedBy records how the caller chose what the action names:
+	// for ids a console picked with a list filter, that filter (key,
+	// type, code, time range...). It is stored in the audit row's filter
+	// under "selected_by" as given: names and values only, never a
+	// payload. At most [MaxSelectedBy] bytes as JSON. Nil: none.
+	SelectedBy map[string]any
 }
+
+// ErrAlreadyDone is returned (wrapped) by an audited action whose
+// Actor.RequestID an audit row already holds: the same request was
+// done before (or by a concurrent call that committed first), and this
+// call changed nothing.
+var ErrAlreadyDone = errors.New("pgoutbox: admin: request already done")
 
 // Actor bounds.
 const (
@@ -53,6 +82,12 @@ const (
 	MaxActorName = 200
 	// MaxActorSource is the longest Actor.Source, in bytes.
 	MaxActorSource = 50
+	// MaxSelectedBy is the longest Actor.SelectedBy, in bytes of JSON.
+	MaxSelectedBy = 4096
+	// MaxAuditIDs is the most ids an audit row lists: an action naming
+	// more records the first MaxAuditIDs under "ids" and their number
+	// under "ids_count", so that one row stays small.
+	MaxAuditIDs = 100
 )
 
 // checkActor checks an action's Actor (nil: not audited); an invalid one
@@ -72,7 +107,28 @@ func checkActor(actor *Actor) error {
 			return inputErr(f.field, "%s", reason)
 		}
 	}
+	if actor.SelectedBy == nil {
+		return nil
+	}
+	b, err := json.Marshal(actor.SelectedBy)
+	switch {
+	case err != nil:
+		return inputErr("Actor.SelectedBy", "cannot be written as JSON")
+	case len(b) > MaxSelectedBy:
+		return inputErr("Actor.SelectedBy", "is %d bytes as JSON, at most %d", len(b), MaxSelectedBy)
+	case bytes.Contains(b, []byte(`\u0000`)):
+		return inputErr("Actor.SelectedBy", "holds a NUL, which jsonb cannot store")
+	}
 	return nil
+}
+
+// idsFilter is the audit filter of an action naming ids: at most
+// MaxAuditIDs of them, and their number when there are more.
+func idsFilter(ids []uuid.UUID) map[string]any {
+	if len(ids) <= MaxAuditIDs {
+		return map[string]any{"ids": ids}
+	}
+	return map[string]any{"ids": ids[:MaxAuditIDs], "ids_count": len(ids)}
 }
 
 // audited is one action to audit: who, what, with which parameters.
@@ -82,18 +138,88 @@ type audited struct {
 	filter map[string]any
 }
 
+// withSelection is act's filter with its Actor.SelectedBy, if any, under
+// "selected_by".
+func (act audited) withSelection() map[string]any {
+	if act.actor.SelectedBy == nil {
+		return act.filter
+	}
+	f := maps.Clone(act.filter)
+	f["selected_by"] = act.actor.SelectedBy
+	return f
+}
+
+// claim takes act's request (when its Actor has a RequestID) in tx, the
+// action's own transaction, before the action runs: it waits for a
+// concurrent transaction holding the same request (a transaction-level
+// advisory lock on the request) and, once it has it, returns an error
+// matching ErrAlreadyDone when an audit row records the request. The
+// audit row's unique index on request_id stays the guarantee (record).
+func (a *Admin) claim(ctx context.Context, tx pgx.Tx, act audited) error {
+	if act.actor == nil || act.actor.RequestID == uuid.Nil {
+		return nil
+	}
+	req := pgvalue.UUID(act.actor.RequestID)
+	if _, err := tx.Exec(ctx, a.sql.auditLock, req); err != nil {
+		return a.auditErr(err)
+	}
+	var done bool
+	if err := tx.QueryRow(ctx, a.sql.auditDone, req).Scan(&done); err != nil {
+		return a.auditErr(err)
+	}
+	if done {
+		return a.alreadyDone(act, nil)
+	}
+	return nil
+}
+
+// alreadyDone is the error of act, whose request an audit row holds
+// (cause: the unique violation that proved it, or nil).
+func (a *Admin) alreadyDone(act audited, cause error) error {
+	err := fmt.Errorf("%w: request %s", ErrAlreadyDone, act.actor.RequestID)
+	if cause != nil {
+		return errtext.Because(err, cause)
+	}
+	return err
+}
+
 // record inserts the audit row of act, which changed rows rows, in tx:
-// the action's own transaction.
+// the action's own transaction. Its request_id (NULL without
+// Actor.RequestID) is under a unique index: a request recorded already
+// fails it with an error matching ErrAlreadyDone, and the action rolls
+// back.
 func (a *Admin) record(ctx context.Context, tx pgx.Tx, act audited, rows int64) error {
-	filter, err := json.Marshal(act.filter)
+	filter, err := json.Marshal(act.withSelection())
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows)
-	if err != nil {
-		return errtext.Wrap(err, "audit")
+	var req pgtype.UUID
+	if act.actor.RequestID != uuid.Nil {
+		req = pgvalue.UUID(act.actor.RequestID)
 	}
-	return nil
+	_, err = tx.Exec(ctx, a.sql.auditInsert, act.actor.Name, act.actor.Source, act.action, string(filter), rows, req)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation {
+		return a.alreadyDone(act, err)
+	}
+	return a.auditErr(err)
+}
+
+// auditErr explains a failed read or write of the audit table: a missing
+// table (a schema older than version 13) matches outbox.ErrMissingTable,
+// and both it and a missing privilege say what to do.
+func (a *Admin) auditErr(err error) error {
+	const without = "or act without an Actor (outboxctl: -no-audit)"
+	switch {
+	case err == nil:
+		return nil
+	case pgerr.OwnMissingTable(err):
+		return errtext.WrapHint(errtext.WrapAs(outbox.ErrMissingTable, err, "audit table %s", a.names.Audit),
+			"migrate to schema version 13 with outboxctl migrate or migrations.Migrate, "+without, "audit")
+	case pgerr.Code(err) == pgerr.InsufficientPrivilege:
+		return errtext.WrapHint(err, "GRANT SELECT, INSERT ON TABLE "+a.names.Audit+" TO the role (see migrations.RenderGrants), "+without, "audit")
+	}
+	return errtext.Wrap(err, "audit")
 }
 
 // logAction writes act's Info line on the Admin's logger, once its
@@ -102,17 +228,22 @@ func (a *Admin) logAction(ctx context.Context, act audited, rows int64) {
 	if a.logger == nil {
 		return
 	}
-	filter, _ := json.Marshal(act.filter)
+	filter, _ := json.Marshal(act.withSelection())
 	a.logger.InfoContext(ctx, "pgoutbox: admin: "+act.action, "table", a.table.String(),
 		"actor", act.actor.Name, "source", act.actor.Source, "action", act.action, "filter", string(filter), "rows", rows)
 }
 
 // inTx runs fn in a transaction of its own (a savepoint when the Admin's
-// DB is a pgx.Tx) and, when act has an actor, records its audit row in
-// that transaction from the rows fn returns, then logs it once committed.
+// DB is a pgx.Tx) and, when act has an actor, takes its request first
+// (claim: a request done already runs nothing) and records its audit row
+// in that transaction from the rows fn returns, then logs it once
+// committed.
 func (a *Admin) inTx(ctx context.Context, act audited, fn func(tx pgx.Tx) (int64, error)) error {
 	var rows int64
 	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) (err error) {
+		if err = a.claim(ctx, tx, act); err != nil {
+			return err
+		}
 		if rows, err = fn(tx); err != nil || act.actor == nil {
 			return err
 		}
@@ -156,12 +287,16 @@ type AuditEntry struct {
 	Action string `json:"action"`
 	// Filter holds the action's parameters as JSON: for a replay the
 	// ids, or type, code, failed_before and limit; for a skip the ids;
-	// for a purge status, older_than and limit. Never a payload or a
+	// for a purge status, older_than and limit. Ids are listed up to
+	// [MaxAuditIDs], with "ids_count" when there were more; the caller's
+	// Actor.SelectedBy is under "selected_by". Never a payload or a
 	// header.
 	Filter map[string]any `json:"filter"`
 	// Rows is how many rows the action changed: replayed, skipped or
 	// purged.
 	Rows int64 `json:"rows"`
+	// RequestID is Actor.RequestID, zero when the action had none.
+	RequestID uuid.UUID `json:"request_id"`
 }
 
 // AuditPage is one page of AuditLog.
@@ -191,8 +326,9 @@ func (a *Admin) AuditLog(ctx context.Context, p AuditParams) (AuditPage, error) 
 	page := AuditPage{Entries: make([]AuditEntry, 0, limit)}
 	var e AuditEntry
 	var filter []byte
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows}, func() error {
-		e.Filter = nil
+	var req pgtype.UUID
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Source, &e.Action, &filter, &e.Rows, &req}, func() error {
+		e.Filter, e.RequestID = nil, uuid.UUID(req.Bytes)
 		if err := json.Unmarshal(filter, &e.Filter); err != nil {
 			return fmt.Errorf("entry %d: filter is not a JSON object", e.ID)
 		}

@@ -129,9 +129,10 @@ func TestAuditedActions(t *testing.T) {
 }
 
 // The action and its audit row commit together: when the audit row
-// cannot be written, the replay, the skip and the purge (its batch and
-// the history partition it retires) are rolled back; when the caller's
+// cannot be written, the replay, the skip and the purge (its first step,
+// the default partition's batch) are rolled back; when the caller's
 // transaction that the Admin runs in rolls back, so does the audit row.
+// An audited SENT purge commits each step with its own audit row.
 func TestAuditIsAtomicWithTheAction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -178,7 +179,7 @@ func TestAuditIsAtomicWithTheAction(t *testing.T) {
 		require.Empty(t, auditRows(t, b))
 	})
 
-	t.Run("PurgeRetiresPartitionsInOneTransaction", func(t *testing.T) {
+	t.Run("PurgeAuditsEachStep", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		old := oldPartition(t, b)
@@ -188,8 +189,11 @@ func TestAuditIsAtomicWithTheAction(t *testing.T) {
 		require.Equal(t, int64(2), n, "the default partition's row and the retired partition's")
 		require.False(t, partitionExists(t, b, old))
 		entries := auditRows(t, b)
-		require.Len(t, entries, 1)
-		require.Equal(t, int64(2), entries[0].Rows)
+		require.Len(t, entries, 2, "the default partition's batch, then the partition")
+		require.Equal(t, int64(1), entries[0].Rows)
+		require.Contains(t, entries[0].Filter, "up_to")
+		require.Equal(t, int64(1), entries[1].Rows)
+		require.NotContains(t, entries[1].Filter, "up_to")
 	})
 }
 
@@ -281,4 +285,118 @@ func TestAuditRejectsBadInput(t *testing.T) {
 	requireInputErr(t, err, "After")
 	_, err = b.admin.AuditLog(ctx, admin.AuditParams{Limit: admin.MaxAuditLimit + 1})
 	requireInputErr(t, err, "Limit")
+}
+
+// An action whose Actor.RequestID an audit row holds changes nothing and
+// returns ErrAlreadyDone; AuditLog shows the request id.
+func TestRequestIDIsSingleUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	ids := b.insert(t, row{Status: "FAILED"}, row{Status: "FAILED"})
+	actor := &admin.Actor{Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}
+	res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[:1], Actor: actor})
+	require.NoError(t, err)
+	require.Len(t, res.Replayed, 1)
+	before := b.snapshot(t)
+
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[1:], Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	_, err = b.admin.SkipHeads(ctx, admin.SkipParams{IDs: ids[1:], Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	_, err = b.admin.Purge(ctx, admin.PurgeParams{Status: outbox.StatusFailed, Actor: actor})
+	require.ErrorIs(t, err, admin.ErrAlreadyDone)
+	require.Equal(t, before, b.snapshot(t), "a request done already changed rows")
+
+	entries := auditRows(t, b)
+	require.Len(t, entries, 1)
+	require.Equal(t, actor.RequestID, entries[0].RequestID)
+
+	// Without a request id every call acts and is audited.
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids[1:], Actor: ops})
+	require.NoError(t, err)
+	entries = auditRows(t, b)
+	require.Len(t, entries, 2)
+	require.Equal(t, uuid.Nil, entries[0].RequestID)
+}
+
+// Two concurrent calls with one request id: exactly one runs, the other
+// returns ErrAlreadyDone.
+func TestRequestIDConcurrentCallsRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	b.insert(t, many(20, row{Status: "FAILED", Type: "t"})...)
+	actor := &admin.Actor{Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	replayed := make([]int, 2)
+	for i := range errs {
+		wg.Go(func() {
+			res, err := b.admin.Replay(ctx, admin.ReplayParams{Type: "t", Limit: 10, Actor: actor})
+			errs[i], replayed[i] = err, len(res.Replayed)
+		})
+	}
+	wg.Wait()
+	var ran int
+	for i, err := range errs {
+		if err == nil {
+			ran++
+			require.Equal(t, 10, replayed[i])
+		} else {
+			require.ErrorIs(t, err, admin.ErrAlreadyDone)
+		}
+	}
+	require.Equal(t, 1, ran, "exactly one call runs")
+	require.Equal(t, 10, b.countWhere(t, "status = 'FAILED'"))
+	require.Len(t, auditRows(t, b), 1)
+}
+
+// On a schema without the audit table (version 12) an audited action
+// fails with an error matching outbox.ErrMissingTable that says what to
+// do, and changes nothing; without an Actor it runs.
+func TestAuditTableMissing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := auditSetup(t)
+	ids := b.insert(t, row{Status: "FAILED"})
+	_, err := b.db.Pool.Exec(ctx, "DROP TABLE outbox_events_audit")
+	require.NoError(t, err)
+	for _, actor := range []*admin.Actor{ops, {Name: "alice", Source: admin.SourceConsole, RequestID: uuid.New()}} {
+		_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor})
+		require.ErrorIs(t, err, outbox.ErrMissingTable)
+		require.ErrorContains(t, err, "outboxctl migrate")
+		require.Equal(t, "FAILED", b.status(t, ids[0]))
+	}
+	_, err = b.admin.Replay(ctx, admin.ReplayParams{IDs: ids})
+	require.NoError(t, err)
+	require.Equal(t, "PENDING", b.status(t, ids[0]))
+}
+
+// Actor.SelectedBy goes into the audit row's filter as "selected_by";
+// an action naming more than MaxAuditIDs ids records the first of them
+// and their number.
+func TestAuditSelectionAndIDsCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, logs := auditSetup(t)
+	ids := b.insert(t, many(admin.MaxAuditIDs+50, row{Status: "FAILED"})...)
+	by := &admin.Actor{Name: "alice", Source: admin.SourceConsole, SelectedBy: map[string]any{"key": "k1", "from": "2024-05-01"}}
+	res, err := b.admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: by})
+	require.NoError(t, err)
+	require.Len(t, res.Replayed, len(ids))
+	entries := auditRows(t, b)
+	require.Len(t, entries, 1)
+	f := entries[0].Filter
+	require.Equal(t, map[string]any{"key": "k1", "from": "2024-05-01"}, f["selected_by"])
+	require.Len(t, f["ids"], admin.MaxAuditIDs)
+	require.Equal(t, ids[0].String(), f["ids"].([]any)[0])
+	require.InDelta(t, len(ids), f["ids_count"], 0)
+	require.Contains(t, logs.String(), "selected_by")
+
+	for _, sel := range []map[string]any{{"k": strings.Repeat("x", admin.MaxSelectedBy)}, {"k": "a\x00b"}, {"k": make(chan int)}} {
+		_, err = b.admin.SkipHeads(ctx, admin.SkipParams{IDs: ids[:1], Actor: &admin.Actor{Name: "a", Source: "s", SelectedBy: sel}})
+		requireInputErr(t, err, "Actor.SelectedBy")
+	}
+	require.Len(t, auditRows(t, b), 1)
 }

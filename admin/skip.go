@@ -140,7 +140,7 @@ func (a *Admin) SkipHeads(ctx context.Context, p SkipParams) (SkipResult, error)
 		return a.skipResult(ids, rows, true)
 	}
 	var res SkipResult
-	act := audited{actor: p.Actor, action: ActionSkip, filter: map[string]any{"ids": ids}}
+	act := audited{actor: p.Actor, action: ActionSkip, filter: idsFilter(ids)}
 	err = a.inTx(ctx, act, func(tx pgx.Tx) (int64, error) {
 		rows, err := tx.Query(ctx, a.sql.skip.run, pgvalue.UUIDs(ids), len(ids))
 		if err != nil {

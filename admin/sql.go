@@ -23,9 +23,11 @@ type statements struct {
 	dueBlocked string
 	replayIDs  write
 	skip       write
-	// auditInsert writes one audit row; auditPage reads a page of them,
+	// auditLock waits for a request id ($1) other transactions hold
+	// and auditDone says whether an audit row records it; auditInsert
+	// writes one audit row; auditPage reads a page of them,
 	// newest first, after the id $1 (0: from the newest), $2 rows.
-	auditInsert, auditPage string
+	auditLock, auditDone, auditInsert, auditPage string
 	// t, dead and sent are T, D and H, quoted and qualified, for
 	// replayArgs, listSQL and historyRows.
 	t, dead, sent string
@@ -170,8 +172,11 @@ func buildStatements(n sqlname.Names) statements {
 		blockedByType: blockedByTypeSQL(t, d),
 		skip:          skipWrite(t, d, h),
 		notify:        `SELECT pg_notify($1, '')`,
-		auditInsert:   `INSERT INTO ` + n.Audit + ` (actor, source, action, filter, rows) VALUES ($1, $2, $3, $4::jsonb, $5)`,
-		auditPage: `SELECT id, at, actor, source, action, filter, rows FROM ` + n.Audit + `
+		auditLock:     `SELECT pg_advisory_xact_lock(hashtextextended(` + quoteLiteral(n.Audit) + ` || $1::uuid::text, 0))`,
+		auditDone:     `SELECT EXISTS (SELECT FROM ` + n.Audit + ` WHERE request_id = $1::uuid)`,
+		auditInsert: `INSERT INTO ` + n.Audit + ` (actor, source, action, filter, rows, request_id)
+	VALUES ($1, $2, $3, $4::jsonb, $5, $6)`,
+		auditPage: `SELECT id, at, actor, source, action, filter, rows, request_id FROM ` + n.Audit + `
 	WHERE id < CASE WHEN $1::bigint = 0 THEN 9223372036854775807 ELSE $1::bigint END ORDER BY id DESC LIMIT $2`,
 	}
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -135,10 +136,10 @@ func (a *Admin) Replay(ctx context.Context, p ReplayParams) (ReplayResult, error
 }
 
 // auditFilter is what the audit row of a replay with p records: the ids
-// named, or the filter fields given and the limit.
+// named (idsFilter), or the filter fields given and the limit.
 func (p ReplayParams) auditFilter() map[string]any {
 	if len(p.IDs) > 0 {
-		return map[string]any{"ids": p.IDs}
+		return idsFilter(p.IDs)
 	}
 	f := map[string]any{"limit": cmp.Or(p.Limit, DefaultReplayLimit)}
 	if p.Type != "" {
@@ -277,12 +278,19 @@ type PurgeParams struct {
 // A stray (a SENT or FAILED row still in the outbox table,
 // Counts.Unmoved) is not purged: the retention pass moves it first.
 //
-// With p.Actor (and not DryRun) the purge is audited and runs in one
-// transaction with its audit row: the batch, each retired partition (a
-// savepoint; the history's ACCESS EXCLUSIVE lock, taken at the first
-// partition, is then held until the purge commits, so completions wait
-// for the whole purge rather than a few milliseconds per partition) and
-// the row. On an error nothing is deleted and it returns 0.
+// With p.Actor (and not DryRun) the purge is audited. A FAILED purge runs
+// in one transaction with its audit row. A SENT purge runs step by step,
+// as without an Actor, each step in a short transaction of its own with
+// its own audit row: the default partition's batch (its row carries
+// Actor.RequestID, so a request done already deletes nothing and
+// returns ErrAlreadyDone), then each retired partition, oldest first
+// (its row's filter names the partitions' upper bound, "up_to", and the
+// request under "request"; its request_id is NULL, since the unique
+// index allows one row per request). So the history's ACCESS EXCLUSIVE
+// lock is held for one partition's DETACH and DROP at a time, and
+// completions write the history between steps. On an error the
+// committed steps stay, each with its audit row, and it returns their
+// rows; a FAILED purge returns 0 (rolled back).
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.Status != outbox.StatusSent && p.Status != outbox.StatusFailed {
 		return 0, inputErr("Status", "is %q, must be SENT or FAILED", p.Status)
@@ -306,18 +314,79 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.DryRun || p.Actor == nil {
 		n, err = a.purgeOn(ctx, a.db, batch, p.DryRun)
 	} else {
-		act := audited{actor: p.Actor, action: ActionPurge,
-			filter: map[string]any{"status": p.Status, "older_than": p.OlderThan.String(), "limit": limit}}
-		err = a.inTx(ctx, act, func(tx pgx.Tx) (int64, error) {
-			n, err = a.purgeOn(ctx, tx, batch, false)
-			return n, err
-		})
-		if err != nil {
-			n = 0 // rolled back
-		}
+		n, err = a.purgeAudited(ctx, batch, p.Actor)
 	}
 	if err != nil {
 		return n, errtext.Wrap(err, "admin: purge %s %s%s", p.Status, a.table, dry)
+	}
+	return n, nil
+}
+
+// purgeAudited runs batch with actor's audit rows: in one transaction
+// for FAILED rows; for SENT rows a step per transaction, each with its
+// audit row (see Purge). It returns the rows its committed steps
+// deleted.
+func (a *Admin) purgeAudited(ctx context.Context, batch purge.Params, actor *Actor) (int64, error) {
+	filter := map[string]any{"status": batch.Status, "older_than": batch.OlderThan.String(), "limit": batch.Limit}
+	var n int64
+	err := a.inTx(ctx, audited{actor: actor, action: ActionPurge, filter: filter}, func(tx pgx.Tx) (rows int64, err error) {
+		if batch.Status == outbox.StatusFailed {
+			n, err = a.purgeOn(ctx, tx, batch, false)
+		} else {
+			var res purge.Result
+			res, err = a.purge.Delete(ctx, tx, batch)
+			n = res.Deleted
+		}
+		return n, err
+	})
+	if err != nil || batch.Status == outbox.StatusFailed {
+		if err != nil {
+			n = 0 // rolled back
+		}
+		return n, err
+	}
+	retired, err := a.retireAudited(ctx, batch.OlderThan, actor, filter)
+	return n + retired, err
+}
+
+// retireAudited retires the history's partitions older than olderThan
+// one by one, oldest first, each in a transaction of its own with its
+// audit row (filter with "up_to" and, when actor has one, "request";
+// no request_id), and returns the rows they held.
+func (a *Admin) retireAudited(ctx context.Context, olderThan time.Duration, actor *Actor, filter map[string]any) (int64, error) {
+	var now time.Time
+	if err := a.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return 0, err
+	}
+	parts, err := purge.Partitions(ctx, a.db, a.names)
+	if err != nil {
+		return 0, err
+	}
+	step := *actor
+	step.RequestID = uuid.Nil
+	var n int64
+	for _, p := range parts {
+		if p.To.After(now.Add(-olderThan)) {
+			continue
+		}
+		if a.betweenSteps != nil {
+			a.betweenSteps()
+		}
+		f := maps.Clone(filter)
+		f["up_to"] = p.To.UTC()
+		if actor.RequestID != uuid.Nil {
+			f["request"] = actor.RequestID
+		}
+		var rows int64
+		err := a.inTx(ctx, audited{actor: &step, action: ActionPurge, filter: f}, func(tx pgx.Tx) (int64, error) {
+			ret, err := purge.RetireHistory(ctx, tx, a.names, p.To)
+			rows = ret.Rows
+			return rows, err
+		})
+		if err != nil {
+			return n, err
+		}
+		n += rows
 	}
 	return n, nil
 }

@@ -6,7 +6,9 @@
 -- with an Actor: the operator console, outboxctl replay, skip and purge):
 -- who (actor, source), what (action: replay, skip or purge), with which
 -- parameters (filter: ids, type, code, times, limits; never a payload)
--- and how many rows it changed. Each row is inserted in the action's own
+-- and how many rows it changed, and the caller's request id when it
+-- gave one (request_id, NULL otherwise): its unique index makes a request
+-- single use, so that a confirmation posted twice acts once. Each row is inserted in the action's own
 -- transaction. admin.AuditLog pages it newest first through the primary
 -- key; the time index serves a trim by age (DELETE ... WHERE at < ...).
 -- Nothing writes it but an audited action: it costs Emit and the
@@ -32,9 +34,9 @@
 -- 003_snoozes.sql). On a very large history build it first without
 -- blocking completions, one partition at a time, outside a transaction:
 --
---   CREATE INDEX IF NOT EXISTS <table>_sent_time_idx ON ONLY <schema>.<table>_sent USING brin (sent_at);
+--   CREATE INDEX IF NOT EXISTS <table>_sent_time_idx ON ONLY <schema>.<table>_sent USING brin (sent_at) WITH (autosummarize = on);
 --   -- for each partition P (and the default partition):
---   CREATE INDEX CONCURRENTLY P_sent_at_brin ON <schema>.P USING brin (sent_at);
+--   CREATE INDEX CONCURRENTLY P_sent_at_brin ON <schema>.P USING brin (sent_at) WITH (autosummarize = on);
 --   ALTER INDEX <schema>.<table>_sent_time_idx ATTACH PARTITION <schema>.P_sent_at_brin;
 --
 -- and this migration finds it (IF NOT EXISTS).
@@ -52,14 +54,63 @@ CREATE TABLE {{.audit}} (
     action text NOT NULL,
     filter jsonb NOT NULL,
     rows bigint NOT NULL,
+    request_id uuid,
     CONSTRAINT {{.audit_pkey}} PRIMARY KEY (id)
 );
 CREATE INDEX {{.audit_time_idx}} ON {{.audit}} (at);
-CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at);
+CREATE UNIQUE INDEX {{.audit_req_idx}} ON {{.audit}} (request_id);
+CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at) WITH (autosummarize = on);
+
+-- {{.sent_summarize}}() summarizes the full block ranges of the BRIN
+-- index not summarized yet, on each partition of the history (and the
+-- default partition), and returns how many it summarized. The retention
+-- pass of each dispatcher calls it: without it only VACUUM summarizes
+-- (autosummarize asks autovacuum, which may be off or behind), and
+-- admin.Activity would read every unsummarized range of the current
+-- partition. The last, partial range is left alone: summarized, every
+-- completion landing in it would update its summary (a WAL record per
+-- event); unsummarized, Activity reads at most its 128 pages. A
+-- partition whose lock is not free within 100ms (a VACUUM summarizing
+-- it) is skipped, to the next call. SECURITY DEFINER (only the owner
+-- may summarize); EXECUTE is for the dispatcher's role.
+CREATE FUNCTION {{.sent_summarize}}() RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms'
+AS $pgoutbox_fn$
+DECLARE
+    idx regclass;
+    full_ranges bigint;
+    per_range int;
+    total bigint := 0;
+BEGIN
+    FOR idx IN SELECT i.inhrelid::regclass FROM pg_inherits AS i
+        WHERE i.inhparent = {{.sent_time_lit}}::regclass ORDER BY i.inhrelid
+    LOOP
+        BEGIN
+            SELECT coalesce((SELECT split_part(o, '=', 2)::int FROM unnest(c.reloptions) AS o
+                    WHERE starts_with(o, 'pages_per_range=')), 128),
+                pg_relation_size(x.indrelid) / current_setting('block_size')::bigint
+            INTO per_range, full_ranges
+            FROM pg_class AS c JOIN pg_index AS x ON x.indexrelid = c.oid WHERE c.oid = idx;
+            full_ranges := full_ranges / per_range;
+            FOR r IN 0 .. full_ranges - 1 LOOP
+                total := total + brin_summarize_range(idx, r * per_range);
+            END LOOP;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN total;
+END
+$pgoutbox_fn$;
+REVOKE EXECUTE ON FUNCTION {{.sent_summarize}}() FROM PUBLIC;
 
 ---- create above / drop below ----
 
 -- Drops the audit table of {{.table}}, with its rows, and the history's
--- BRIN index.
+-- BRIN index and its summarizing function. The lock_timeout bounds the wait for the history's lock
+-- (see 003_snoozes.sql).
+SET LOCAL lock_timeout = '2s';
+DROP FUNCTION IF EXISTS {{.sent_summarize}}();
 DROP INDEX IF EXISTS {{.schema}}.{{.sent_time_idx}};
 DROP TABLE {{.audit}};

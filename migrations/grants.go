@@ -32,7 +32,8 @@ type Roles struct {
 	// success to the history, and a lost reply is looked up in both),
 	// UPDATE on the dead letters (a move replaces a dead letter of the
 	// same id: INSERT … ON CONFLICT DO UPDATE); EXECUTE on the history's
-	// partition function <table>_sent_add; and
+	// partition function <table>_sent_add and its BRIN summarizing
+	// function <table>_sent_summarize (the retention pass); and
 	// SELECT on the version table (dispatcher.Start verifies the schema,
 	// unless Config.SkipVerify). Privileges on the SENT history apply to
 	// its partitions when read and written through it, as the
@@ -198,6 +199,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 		b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Dispatcher))
 	}
 	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentAddSignature(), r.Dispatcher))
+	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentSummarizeSignature(), r.Dispatcher))
 	if r.DispatcherDeletes {
 		b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Dispatcher))
 	}

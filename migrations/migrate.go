@@ -358,6 +358,9 @@ func templateData(n sqlname.Names, keyOrder bool) map[string]any {
 		"audit":          n.Audit,
 		"audit_pkey":     n.Quoted(sqlname.SuffixAuditPkey),
 		"audit_time_idx": n.Quoted(sqlname.SuffixAuditTimeIndex),
+		"audit_req_idx":  n.Quoted(sqlname.SuffixAuditRequestIndex),
+		"sent_summarize": n.Function(sqlname.SuffixSentSummarize),
+		"sent_time_lit":  literal(pgx.Identifier{n.Table.Schema, n.Object(sqlname.SuffixSentTimeIndex)}.Sanitize()),
 		// Literals baked into the partition functions' bodies.
 		"sent_lit":        literal(n.Sent),
 		"schema_lit":      literal(n.Table.Schema),

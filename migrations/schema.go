@@ -152,13 +152,16 @@ var expectedTables = []tableSpec{
 			{sqlname.SuffixSentSeqIndex, "btree (seq)"},
 			{sqlname.SuffixSentTypeIndex, "btree (event_type, seq)"},
 			{sqlname.SuffixSentAggIndex, "btree (aggregate_id, seq) WHERE (aggregate_id IS NOT NULL)"},
-			{sqlname.SuffixSentTimeIndex, "brin (sent_at)"},
+			{sqlname.SuffixSentTimeIndex, "brin (sent_at) WITH (autosummarize='on')"},
 		},
 	},
 	{
 		suffix: sqlname.SuffixAudit, kind: "r", columns: auditColumns,
 		constraints: []constraintSpec{{sqlname.SuffixAuditPkey, "PRIMARY KEY (id)"}},
-		indexes:     []indexSpec{{sqlname.SuffixAuditTimeIndex, "btree (at)"}},
+		indexes: []indexSpec{
+			{sqlname.SuffixAuditTimeIndex, "btree (at)"},
+			{sqlname.SuffixAuditRequestIndex, "UNIQUE btree (request_id)"},
+		},
 	},
 }
 
@@ -172,6 +175,7 @@ var auditColumns = []columnSpec{
 	{name: "action", typ: "text", notNull: true},
 	{name: "filter", typ: "jsonb", notNull: true},
 	{name: "rows", typ: "bigint", notNull: true},
+	{name: "request_id", typ: "uuid"},
 }
 
 // finishedColumns are the columns of a table of finished rows: those of
@@ -220,10 +224,12 @@ type functionSpec struct {
 
 // expectedFunctions are the SENT history's partition functions (schema
 // version 10 on), through which roles that do not own the history create
-// and drop its time partitions.
+// and drop its time partitions, and its BRIN summarizing function
+// (version 13).
 var expectedFunctions = []functionSpec{
 	{sqlname.SuffixSentAdd, "p_from timestamp with time zone, p_to timestamp with time zone"},
 	{sqlname.SuffixSentDrop, "p_before timestamp with time zone"},
+	{sqlname.SuffixSentSummarize, ""},
 }
 
 // describeFunction is a function as Verify reports it.

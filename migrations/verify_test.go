@@ -139,7 +139,7 @@ func TestVerify(t *testing.T) {
 				CREATE INDEX outbox_events_sent_seq_idx ON %[1]s.outbox_events_sent (seq);
 				CREATE INDEX outbox_events_sent_type_idx ON %[1]s.outbox_events_sent (event_type, seq);
 				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
-				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at)`,
+				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at) WITH (autosummarize = on)`,
 			want: []migrations.Problem{{
 				Object:   "table %[1]s.outbox_events_sent",
 				Expected: "partitioned table",
@@ -168,7 +168,7 @@ func TestVerify(t *testing.T) {
 				CREATE INDEX outbox_events_sent_seq_idx ON %[1]s.outbox_events_sent (seq);
 				CREATE INDEX outbox_events_sent_type_idx ON %[1]s.outbox_events_sent (event_type, seq);
 				CREATE INDEX outbox_events_sent_agg_idx ON %[1]s.outbox_events_sent (aggregate_id, seq) WHERE aggregate_id IS NOT NULL;
-				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at)`,
+				CREATE INDEX outbox_events_sent_time_idx ON %[1]s.outbox_events_sent USING brin (sent_at) WITH (autosummarize = on)`,
 			want: []migrations.Problem{{
 				Object:   "partition key of %[1]s.outbox_events_sent",
 				Expected: "RANGE (sent_at)",
@@ -211,7 +211,7 @@ func TestVerify(t *testing.T) {
 			breakSQL: `DROP INDEX %[1]s.outbox_events_sent_time_idx`,
 			want: []migrations.Problem{{
 				Object:   "index %[1]s.outbox_events_sent_time_idx",
-				Expected: "brin (sent_at)",
+				Expected: "brin (sent_at) WITH (autosummarize='on')",
 				Actual:   "missing",
 			}},
 		},

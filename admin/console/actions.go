@@ -18,8 +18,11 @@ import (
 // Every action is posted twice: first as a dry run (dry=1, the default),
 // which changes nothing and answers a confirmation page with the number
 // of events the action would take and a form that posts the same
-// parameters with dry=0 and expected=N; then for real, with the user as
-// the audited Actor.
+// parameters with dry=0, expected=N and request=<a random id>; then for
+// real, with the user as the audited Actor and the request id as its
+// RequestID: a confirmation posted twice (a double click, a resubmitted
+// form) acts once, and the second post answers 409 with a result page
+// (#result) saying it was done already.
 
 // confirmData is the confirmation page's data.
 type confirmData struct {
@@ -34,6 +37,7 @@ type confirmData struct {
 	Fields  [][2]string // the parameters to post again
 	URL     string      // the action's URL
 	Back    string      // where "cancel" leads
+	Request string      // the confirmation's request id (random, single use)
 }
 
 // resultData is the result page's data.
@@ -43,6 +47,7 @@ type resultData struct {
 	Skipped   int // named events a replay did not take
 	Conflicts int // dead letters a replay kept (their id is in the outbox)
 	Back      string
+	Already   bool // the confirmation was done already: nothing changed
 }
 
 // actionForm is an action's posted parameters.
@@ -50,10 +55,12 @@ type actionForm struct {
 	dry      bool
 	ids      []uuid.UUID
 	expected int64
+	request  uuid.UUID // the confirmation's request id; zero: none
 }
 
 // readAction reads the fields every action has: dry (anything but "0"
-// is a dry run), the repeated id, and expected (on a confirmation).
+// is a dry run), the repeated id, and expected and request (on a
+// confirmation; request is optional).
 func readAction(form url.Values) (actionForm, error) {
 	a := actionForm{dry: form.Get("dry") != "0"}
 	for _, s := range form["id"] {
@@ -69,6 +76,11 @@ func readAction(form url.Values) (actionForm, error) {
 			return actionForm{}, badRequestf("expected must be the number of events the confirmation showed")
 		}
 		a.expected = n
+		if req := form.Get("request"); req != "" {
+			if a.request, err = uuid.Parse(req); err != nil {
+				return actionForm{}, badRequestf("request must be the confirmation's request id")
+			}
+		}
 	}
 	return a, nil
 }
@@ -82,9 +94,9 @@ func idFields(ids []uuid.UUID) [][2]string {
 	return out
 }
 
-// actor is the audited actor of r.
-func actor(r *http.Request) *admin.Actor {
-	return &admin.Actor{Name: userOf(r), Source: admin.SourceConsole}
+// actor is the audited actor of r, confirming act.
+func actor(r *http.Request, act actionForm) *admin.Actor {
+	return &admin.Actor{Name: userOf(r), Source: admin.SourceConsole, RequestID: act.request}
 }
 
 // back returns where a page about ids or a filter leads back to: the
@@ -165,14 +177,17 @@ func (h *handler) replayNow(r *http.Request, act actionForm, f filter) (admin.Re
 	case limit == 0:
 		return admin.ReplayResult{}, nil
 	case f.Key == "" && f.From == "" && f.To == "":
-		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{Type: f.Type, Code: outbox.Code(f.Code), Limit: int(limit), Actor: actor(r)})
+		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{Type: f.Type, Code: outbox.Code(f.Code), Limit: int(limit), Actor: actor(r, act)})
 	default:
 		var err error
 		if ids, err = h.matching(ctx, f.params, limit); err != nil || len(ids) == 0 {
 			return admin.ReplayResult{}, err
 		}
+		by := actor(r, act)
+		by.SelectedBy = f.selection()
+		return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: by})
 	}
-	return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r)})
+	return h.cfg.Admin.Replay(ctx, admin.ReplayParams{IDs: ids, Actor: actor(r, act)})
 }
 
 // matching returns the ids of up to limit events matching p, oldest seq
@@ -230,7 +245,7 @@ func (h *handler) actorUnlessDry(r *http.Request, act actionForm) *admin.Actor {
 	if act.dry {
 		return nil
 	}
-	return actor(r)
+	return actor(r, act)
 }
 
 // purge deletes SENT or FAILED events that reached their status before
@@ -340,6 +355,7 @@ func parseAge(v string) (time.Duration, error) {
 
 // confirm shows the confirmation page of a dry run.
 func (h *handler) confirm(w http.ResponseWriter, r *http.Request, c confirmData) {
+	c.Request = uuid.NewString()
 	h.show(w, r, "confirm", h.newPage(w, r, "events", c.Verb+": confirm", c))
 }
 
@@ -377,6 +393,13 @@ func (h *handler) done(w http.ResponseWriter, r *http.Request) {
 		res.Back = back
 	}
 	h.show(w, r, "result", h.newPage(w, r, "events", res.Done, res))
+}
+
+// alreadyDone answers a confirmation posted again (admin.ErrAlreadyDone)
+// with 409 and the result page saying so.
+func (h *handler) alreadyDone(w http.ResponseWriter, r *http.Request) {
+	res := resultData{Done: "Already done", Already: true, Back: h.cfg.BasePath + "/events"}
+	h.render(w, r, http.StatusConflict, "result", "layout.html", h.newPage(w, r, "events", res.Done, res))
 }
 
 // atoiOr0 reads a count, 0 when it is not a non-negative number.

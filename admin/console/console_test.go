@@ -343,7 +343,8 @@ func TestResultPageAfterRedirect(t *testing.T) {
 }
 
 // A filter that admin's replay does not take (a key, a time range) is
-// replayed by the ids of the events it matches, no more than counted.
+// replayed by the ids of the events it matches, no more than counted,
+// and audited with that filter.
 func TestBulkReplayByKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withActions)
@@ -360,6 +361,7 @@ func TestBulkReplayByKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries.Entries, 1)
 	require.ElementsMatch(t, []any{hit[0].String(), hit[1].String()}, entries.Entries[0].Filter["ids"])
+	require.Equal(t, map[string]any{"key": "k1"}, entries.Entries[0].Filter["selected_by"], "the audit row records the filter that chose the ids")
 }
 
 // One event's replay and skip from its page go through the same dry run
@@ -703,4 +705,33 @@ func TestSentPurgeUnknownEstimate(t *testing.T) {
 	done := b.post(t, "/actions/purge", hiddenFields(t, dry, "confirm-action"))
 	require.Equal(t, "50", number(t, done))
 	require.Zero(t, b.sentRows(t))
+}
+
+// A confirmation posted twice acts once: the second post changes nothing,
+// writes no audit row, and answers 409 with a result page saying the
+// action was done already.
+func TestConfirmationPostedTwiceActsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withActions)
+	first := b.insert(t, many(2, row{Status: "FAILED", Code: "handler_error"})...)
+	dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?status=FAILED"), "replay-dry-run"))
+	require.Equal(t, "2", number(t, dry))
+	confirm := hiddenFields(t, dry, "confirm-action")
+	require.NotEmpty(t, confirm.Get("request"))
+	done := b.post(t, "/actions/replay", confirm)
+	require.Equal(t, http.StatusOK, done.code, done.body)
+	require.Equal(t, "2", number(t, done))
+	require.Equal(t, "PENDING", b.status(t, first[0]))
+
+	late := b.insert(t, many(2, row{Status: "FAILED", Code: "handler_error"})...)
+	again := b.post(t, "/actions/replay", confirm)
+	require.Equal(t, http.StatusConflict, again.code, again.body)
+	require.Contains(t, again.body, `id="result"`)
+	require.Contains(t, again.body, "Already done")
+	for _, id := range late {
+		require.Equal(t, "FAILED", b.status(t, id), "the second post replayed %s", id)
+	}
+	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
+	require.NoError(t, err)
+	require.Len(t, entries.Entries, 1)
 }

@@ -41,12 +41,16 @@
 //
 // Each action posts twice. The dry run (dry=1, the default) changes
 // nothing and answers a confirmation page with the number of events the
-// action takes now; its form posts the same parameters with dry=0 and
-// expected=N. A bulk replay then replays at most N (and at most
+// action takes now; its form posts the same parameters with dry=0,
+// expected=N and request, a random id that makes the confirmation single
+// use (admin.Actor.RequestID): posted again, it changes nothing and
+// answers 409 with a result page (#result) saying it was done already.
+// A bulk replay then replays at most N (and at most
 // admin.MaxReplayLimit) of the FAILED events the filter matches: a
 // filter of type and code alone through admin's filter replay (the audit
 // row records that filter), one with a key or a time range by the ids
-// of the events the list finds (the audit row records the ids).
+// of the events the list finds (the audit row records the ids, and the
+// filter under selected_by).
 //
 // A purge goes by status and age only (the list hides its form while any
 // other filter is set). Its dry run fixes an absolute cut-off, now less

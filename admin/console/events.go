@@ -74,6 +74,16 @@ func (f filter) values() url.Values {
 	return v
 }
 
+// selection is the filter's non-empty fields as an audit row records
+// them (admin.Actor.SelectedBy).
+func (f filter) selection() map[string]any {
+	out := map[string]any{}
+	for _, kv := range f.Fields() {
+		out[kv[0]] = kv[1]
+	}
+	return out
+}
+
 // Fields returns the filter's non-empty fields, in a fixed order, for
 // hidden inputs.
 func (f filter) Fields() [][2]string {

@@ -97,6 +97,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg := http.StatusInternalServerError, "the database request failed; see the service's log"
 	var nf notFound
 	switch {
+	case errors.Is(err, admin.ErrAlreadyDone):
+		h.alreadyDone(w, r)
+		return
 	case errors.Is(err, outbox.ErrInvalidInput), errors.As(err, new(*badRequest)):
 		status, msg = http.StatusBadRequest, err.Error()
 	case errors.As(err, &nf):

@@ -28,6 +28,18 @@ func actor() *admin.Actor {
 	return &admin.Actor{Name: strings.ToValidUTF8(name, "?"), Source: admin.SourceOutboxctl}
 }
 
+// noAuditFlag adds -no-audit to replay, skip or purge and returns the
+// actor their -yes run is audited as: actor(), or nil with -no-audit.
+func noAuditFlag(fs *flag.FlagSet) func() *admin.Actor {
+	off := fs.Bool("no-audit", false, "do not write an audit row (for a role without INSERT on <table>_audit, or a schema older than version 13)")
+	return func() *admin.Actor {
+		if *off {
+			return nil
+		}
+		return actor()
+	}
+}
+
 func auditFlags(fs *flag.FlagSet) func(*env) error {
 	after := fs.Int64("after", 0, "continue after this entry `id` (printed at the end of the previous page)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultAuditLimit, 1, admin.MaxAuditLimit, "page `size`")

@@ -109,3 +109,36 @@ func TestListKeyAndTime(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	require.True(t, strings.Contains(r.stderr, "-created-before"), r.stderr)
 }
+
+// On a schema without the audit table (version 12), replay, skip and
+// purge with -yes fail with an error naming outboxctl migrate and
+// -no-audit and change nothing; with -no-audit they run, unaudited.
+func TestNoAuditTable(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMigrated(t)
+	failed := insert(t, db, "FAILED", "a", 2)
+	insert(t, db, "SENT", "a", 1)
+	_, err := db.Pool.Exec(context.Background(), "DROP TABLE outbox_events_audit")
+	require.NoError(t, err)
+
+	for _, args := range [][]string{
+		{"replay", failed[0].String()}, {"skip", failed[1].String()}, {"purge", "-status", "sent", "-older-than", "30m"},
+	} {
+		r := onDB(t, db, args[0], append(args[1:], "-yes")...)
+		require.NotEqual(t, 0, r.code, args)
+		require.Contains(t, r.stderr, "table does not exist", args)
+		require.Contains(t, r.stderr, "outboxctl migrate", args)
+		require.Contains(t, r.stderr, "-no-audit", args)
+	}
+	require.Equal(t, 2, count(t, db, "FAILED"))
+	require.Equal(t, 1, count(t, db, "SENT"))
+
+	for _, args := range [][]string{
+		{"replay", failed[0].String()}, {"skip", failed[1].String()}, {"purge", "-status", "sent", "-older-than", "30m"},
+	} {
+		r := onDB(t, db, args[0], append(args[1:], "-yes", "-no-audit")...)
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	require.Equal(t, 1, count(t, db, "FAILED"))
+	require.Equal(t, 0, count(t, db, "SENT"))
+}

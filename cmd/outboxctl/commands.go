@@ -255,6 +255,7 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 	before := fs.String("failed-before", "", "filter: only events that failed before this `time` (RFC 3339)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultReplayLimit, 1, admin.MaxReplayLimit, "filter: at most this many `events`")
 	yes := fs.Bool("yes", false, "really replay; without it, print what would be replayed")
+	audited := noAuditFlag(fs)
 	return func(e *env) error {
 		for _, arg := range e.args {
 			if err := ids.Set(arg); err != nil {
@@ -265,7 +266,7 @@ func replayFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: c, DryRun: !*yes, Actor: actor()}
+		p := admin.ReplayParams{IDs: ids, Type: *typ, Code: c, DryRun: !*yes, Actor: audited()}
 		if p.FailedBefore, err = parseTime("-failed-before", *before); err != nil {
 			return err
 		}
@@ -335,6 +336,7 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 	fs.Var(&olderThan, "older-than", "purge events that reached the status more than this `duration` ago, e.g. 720h; 0s for all (required)")
 	limit := intRangeFlag(fs, "limit", admin.DefaultPurgeLimit, 1, admin.MaxPurgeLimit, "delete at most this many `events`")
 	yes := fs.Bool("yes", false, "really delete; without it, print how many would be deleted")
+	audited := noAuditFlag(fs)
 	return func(e *env) error {
 		st, err := parseStatus("-status", *status, false)
 		if err != nil {
@@ -347,7 +349,7 @@ func purgeFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.PurgeParams{Status: st, OlderThan: olderThan.d, Limit: *limit, DryRun: !*yes, Actor: actor()}
+		p := admin.PurgeParams{Status: st, OlderThan: olderThan.d, Limit: *limit, DryRun: !*yes, Actor: audited()}
 		n, err := a.Purge(e.ctx, p)
 		if err != nil {
 			return asUsage(err)

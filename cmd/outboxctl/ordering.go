@@ -99,6 +99,7 @@ func skipFlags(fs *flag.FlagSet) func(*env) error {
 	var ids idsFlag
 	fs.Var(&ids, "id", "skip this event `id` (repeat the flag or separate ids with commas; or give ids as arguments)")
 	yes := fs.Bool("yes", false, "really skip; without it, print what would be skipped")
+	audited := noAuditFlag(fs)
 	return func(e *env) error {
 		for _, arg := range e.args {
 			if err := ids.Set(arg); err != nil {
@@ -112,7 +113,7 @@ func skipFlags(fs *flag.FlagSet) func(*env) error {
 		if err != nil {
 			return err
 		}
-		p := admin.SkipParams{IDs: ids, DryRun: !*yes, Actor: actor()}
+		p := admin.SkipParams{IDs: ids, DryRun: !*yes, Actor: audited()}
 		res, err := a.SkipHeads(e.ctx, p)
 		if err != nil {
 			return asUsage(err)

@@ -45,6 +45,9 @@ type retention struct {
 	// unswept is set once the pass found that the role may not move
 	// strays (and logged it): the pass then leaves them alone.
 	unswept bool
+	// unsummarized is set while summarizing the history's BRIN index
+	// fails (logged once, until it succeeds again).
+	unsummarized bool
 }
 
 // Config is what the retention job needs: the pool, the table, the
@@ -182,6 +185,7 @@ func (r *retention) pass(ctx context.Context) {
 		o.swept = r.sweep(ctx, until)
 	}
 	r.retire(ctx, &o)
+	r.summarize(ctx)
 	if !c.KeepSent && ctx.Err() == nil {
 		var n int64
 		n, o.skipped = r.purge(ctx, outbox.StatusSent, c.RetainSent, until)
@@ -268,6 +272,33 @@ func (r *retention) ensure(ctx context.Context, o *passOutcome) {
 	created, err := purge.EnsurePartitions(opCtx, c.Pool, r.names, r.span, time.Time{}, r.ahead)
 	o.created = created
 	r.partitionError(ctx, o, err, "create")
+}
+
+// summarize summarizes the full block ranges of the history's BRIN index
+// on sent_at that no VACUUM summarized yet (<table>_sent_summarize,
+// schema version 13), so that admin.Activity's count of recent SENT
+// events reads a range or two rather than every unsummarized page of
+// the current partition. Best effort, once a pass: a failure (a schema
+// older than 13, a role without EXECUTE) is logged once, as a WARN, and
+// the next passes try again.
+func (r *retention) summarize(ctx context.Context) {
+	c := r.cfg
+	if ctx.Err() != nil || c.DeleteSent && c.KeepSent {
+		return
+	}
+	opCtx, cancel := context.WithTimeout(ctx, c.OpTimeout)
+	defer cancel()
+	_, err := c.Pool.Exec(opCtx, `SELECT `+r.names.Function(sqlname.SuffixSentSummarize)+`()`)
+	switch {
+	case err == nil:
+		r.unsummarized = false
+	case ctx.Err() != nil || r.unsummarized:
+	default:
+		r.unsummarized = true
+		c.Logger.Warn("pgoutbox: retention could not summarize the SENT history's BRIN index; admin.Activity reads more of the history "+
+			"until VACUUM does (migrate to schema version 13; grant EXECUTE on "+r.names.SentSummarizeSignature()+", see migrations.RenderGrants)",
+			"table", c.Table.String(), "error", err)
+	}
 }
 
 // EnsureAtStart creates the history's partitions ahead once,

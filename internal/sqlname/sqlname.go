@@ -94,12 +94,18 @@ const (
 	SuffixPartition = "_s"
 
 	// Schema version 13 (issue 28): the operators' audit table, its
-	// primary key and time index, and the SENT history's BRIN index on
+	// primary key, time index and request index (unique: an action's
+	// request id, single use), and the SENT history's BRIN index on
 	// sent_at.
-	SuffixAudit          = "_audit"
-	SuffixAuditPkey      = "_audit_pkey"
-	SuffixAuditTimeIndex = "_audit_at_idx"
-	SuffixSentTimeIndex  = "_sent_time_idx"
+	SuffixAuditPkey         = "_audit_pkey"
+	SuffixAudit             = "_audit"
+	SuffixAuditTimeIndex    = "_audit_at_idx"
+	SuffixAuditRequestIndex = "_audit_request_idx"
+	SuffixSentTimeIndex     = "_sent_time_idx"
+	// SuffixSentSummarize names the SECURITY DEFINER function that
+	// summarizes the full block ranges of the history's BRIN index not
+	// summarized yet (the retention pass calls it).
+	SuffixSentSummarize = "_sent_summarize"
 )
 
 // Suffixes of a log table's objects (outbox.KindLog, issue 27): its one
@@ -201,6 +207,10 @@ func (n Names) SentAddSignature() string {
 // SentDropSignature is SentAddSignature for the partition-dropping
 // function (SuffixSentDrop).
 func (n Names) SentDropSignature() string { return n.Function(SuffixSentDrop) + "(timestamptz)" }
+
+// SentSummarizeSignature is SentAddSignature for the BRIN summarizing
+// function (SuffixSentSummarize, schema version 13).
+func (n Names) SentSummarizeSignature() string { return n.Function(SuffixSentSummarize) + "()" }
 
 // QualifiedPartition returns the quoted schema.table of that partition.
 func (n Names) QualifiedPartition(start time.Time) string {
