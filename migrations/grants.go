@@ -59,9 +59,11 @@ type Roles struct {
 	// dead letter back into it); SELECT, UPDATE and DELETE on the dead
 	// letters (skip, replay, purge); SELECT on the SENT history; SELECT,
 	// UPDATE and DELETE on the history's default partition and EXECUTE on
-	// <table>_sent_drop (purge of SENT rows); SELECT and INSERT on the
-	// audit table (an audited action writes its row, AuditLog reads
-	// them; no UPDATE or DELETE: an operator cannot rewrite the log);
+	// <table>_sent_drop (purge of SENT rows); SELECT on the audit table
+	// and INSERT on its columns but id and at (an audited action writes
+	// its row, AuditLog reads them; the database numbers and timestamps
+	// each row, and there is no UPDATE or DELETE: an operator cannot
+	// rewrite or backdate the log);
 	// SELECT on its version table.
 	//
 	// For a log (Config.Kind outbox.KindLog): SELECT on the log, its
@@ -209,7 +211,7 @@ func afterMigrate(n sqlname.Names, r Roles) string {
 	b.WriteString(grant("SELECT", sent, r.Operator))
 	b.WriteString(grant("SELECT, UPDATE, DELETE", sentDefault, r.Operator))
 	b.WriteString(grant("EXECUTE", "FUNCTION "+n.SentDropSignature(), r.Operator))
-	b.WriteString(grant("SELECT, INSERT", "TABLE "+n.Audit, r.Operator))
+	b.WriteString(grant("SELECT, INSERT (actor, source, action, filter, rows, request_id)", "TABLE "+n.Audit, r.Operator))
 	b.WriteString(grant("SELECT", version, r.Operator))
 	return b.String()
 }

@@ -249,6 +249,15 @@ func TestGrantsLetEachRoleWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5004, n, "the replayed events and the 5,001 sent before: they are in the history's partition of now, "+
 		"which the operator's purge (whole partitions older than the cut-off) leaves")
+
+	// The operator writes audit rows but not their time or number: the
+	// database stamps them, so a row cannot be backdated.
+	audit := suffixedTable(env.cfg.Table, "_audit")
+	for _, col := range []string{"at", "id"} {
+		_, err = env.operator.Exec(ctx, `INSERT INTO `+audit+` (actor, source, action, filter, rows, `+col+`)
+			OVERRIDING SYSTEM VALUE VALUES ('x', 'admin', 'replay', '{}', 0, DEFAULT)`)
+		requirePrivilegeError(t, err, "an operator setting the audit's %s", col)
+	}
 }
 
 // The dispatcher's role cannot create tables: not in the outbox schema,
