@@ -2,6 +2,7 @@ package complete
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,6 +87,9 @@ type Completer struct {
 	// writeLimit bounds the outcomes of one write after writes ran out of
 	// time (0: no bound). Run's goroutine only.
 	writeLimit int
+	// writes counts the writes that ran (tests read it). Run's goroutine
+	// only.
+	writes int
 }
 
 // New returns a Completer of cfg, not running yet.
@@ -109,8 +113,10 @@ const (
 	maxWritesPerRound = 64
 	// maxUnsplit is how many refused writes of several, left whole by a
 	// round's budget, an outcome shares before it is written alone
-	// (writeSuspects).
-	maxUnsplit = 2
+	// (writeSuspects), and maxAlonePerRound how many such outcomes a round
+	// writes alone at most.
+	maxUnsplit       = 2
+	maxAlonePerRound = maxWritesPerRound / 2
 )
 
 // maxLateTries bounds the failed writes, past the local deadline, of an
@@ -153,12 +159,14 @@ func (c *Completer) writeReady() (wait time.Duration, wrote bool) {
 }
 
 // writeTaken writes the outcomes of one round, taken from the held set:
-// the suspects alone, then the others, splitting refused writes within
-// the round's budget.
+// up to maxAlonePerRound suspects alone, then the others, splitting
+// refused writes within the round's budget: at most maxAlonePerRound +
+// maxWritesPerRound statements, and one more for each level of a split
+// that the budget cut short.
 func (c *Completer) writeTaken(items []*held.Item) {
 	limit := c.writeLimit
+	rest := c.writeSuspects(items)
 	budget := maxWritesPerRound
-	rest := c.writeSuspects(items, &budget)
 	c.writeSplitting(rest, &budget)
 	if c.writeLimit == limit && limit > 0 && len(items) == limit {
 		c.writeLimit = 2 * limit // a full write went through: grow back
@@ -168,23 +176,34 @@ func (c *Completer) writeTaken(items []*held.Item) {
 	}
 }
 
-// writeSuspects writes alone, each in a statement of its own whatever the
-// budget, the outcomes that were in maxUnsplit refused writes of several
-// that a round left whole, and returns the others. Without it a group left
-// whole went back behind the outcomes that arrived meanwhile; while
-// refused ones kept arriving, each round spent its budget splitting the
-// newcomers and the old group was written whole again, for ever, its
-// leases renewed by the heartbeat. Written alone, an outcome is recorded
-// or refused alone, which counts (maxRefusals), so every outcome is
-// settled within a few rounds.
-func (c *Completer) writeSuspects(items []*held.Item, budget *int) (rest []*held.Item) {
-	rest = items[:0:0]
+// writeSuspects writes alone, each in a statement of its own, up to
+// maxAlonePerRound of the outcomes that were in maxUnsplit or more
+// refused writes of several that a round left whole, those left whole
+// most often first, and returns the others. Without it a group left whole
+// went back behind the outcomes that arrived meanwhile; while refused
+// ones kept arriving, each round spent its budget splitting the newcomers
+// and the old group was written whole again, for ever, its leases renewed
+// by the heartbeat. Written alone, an outcome is recorded or refused
+// alone, which counts (maxRefusals); the suspects not written alone this
+// round are left whole again, so they come first in a later one: every
+// outcome is settled, and a round never spends more than
+// maxAlonePerRound statements on them.
+func (c *Completer) writeSuspects(items []*held.Item) (rest []*held.Item) {
+	var suspects []*held.Item
 	for _, it := range items {
-		if it.Record().Unsplit < maxUnsplit {
+		if it.Record().Unsplit >= maxUnsplit {
+			suspects = append(suspects, it)
+		} else {
 			rest = append(rest, it)
-			continue
 		}
-		c.writeSplitting([]*held.Item{it}, budget)
+	}
+	slices.SortStableFunc(suspects, func(a, b *held.Item) int { return b.Record().Unsplit - a.Record().Unsplit })
+	for i, it := range suspects {
+		if i >= maxAlonePerRound {
+			return append(rest, suspects[i:]...)
+		}
+		alone := 1
+		c.writeSplitting([]*held.Item{it}, &alone)
 	}
 	return rest
 }
@@ -230,6 +249,7 @@ func (c *Completer) write(items []*held.Item) (ran bool, err error) {
 	if len(items) == 0 {
 		return false, nil
 	}
+	c.writes++
 	ctx, cancel := c.opContext()
 	defer cancel()
 	releases, params := c.Params(items)

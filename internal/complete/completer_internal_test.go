@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/bits"
 	"strings"
 	"sync"
 	"testing"
@@ -469,4 +470,50 @@ END $$`)
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e
 		WHERE status = 'PROCESSING' AND id = ANY($1)`, innocent).Scan(&held))
 	require.Zero(t, held, "the first round's innocent outcomes are all written after %d rounds", rounds)
+}
+
+// TestSuspectsCostABoundedRound: with refused outcomes arriving every
+// round (1 in 20), the outcomes written alone are capped per round, so a
+// round spends at most maxAlonePerRound + maxWritesPerRound statements,
+// plus one for each level of a split cut short by the budget (the halves
+// still waiting are written whole).
+// Review found rounds writing a thousand outcomes alone, one statement
+// each, the held set growing meanwhile.
+func TestSuspectsCostABoundedRound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewMigrated(t)
+	const perRound, rounds = 1000, 6
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
+		SELECT gen_random_uuid(), CASE WHEN i % 20 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
+		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
+	require.NoError(t, err)
+	b := setupCompleter(t, db.Pool, db.Table())
+	_, err = db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.event_type = 'bad' THEN
+		RAISE EXCEPTION 'refused by the test';
+	END IF;
+	RETURN NEW;
+END $$`)
+	require.NoError(t, err)
+	db.OnOutcomes(t, "refuse_outcome")
+	claim := func() []*held.Item {
+		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
+		require.NoError(t, err)
+		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
+	}
+	all := claim()
+	for i := range rounds {
+		items, _, _ := b.held.TakeOutcomes(0)
+		all = append(all, claim()...)
+		before := b.c.writes
+		b.c.writeTaken(items)
+		// maxAlonePerRound is half the budget: a round costs at most twice it.
+		require.LessOrEqual(t, b.c.writes-before, 2*maxWritesPerRound+bits.Len(uint(len(items))), "round %d's statements", i)
+		for _, it := range all {
+			it.Record().RetryAt = time.Time{}
+		}
+	}
 }
