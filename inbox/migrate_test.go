@@ -93,7 +93,7 @@ func TestMigrateNextToOutbox(t *testing.T) {
 	require.NoError(t, inbox.Migrate(ctx, conn, cfg))
 
 	require.NoError(t, inbox.Verify(ctx, conn, cfg))
-	require.Equal(t, "outbox_events outbox_events_dead outbox_events_schema_version outbox_events_sent outbox_events_sent_default outbox_inbox outbox_inbox_schema_version",
+	require.Equal(t, "outbox_events outbox_events_audit outbox_events_dead outbox_events_schema_version outbox_events_sent outbox_events_sent_default outbox_inbox outbox_inbox_schema_version",
 		tablesIn(t, db))
 }
 

@@ -70,15 +70,23 @@ func (h *healthLog) counts() (ok, failures int) {
 }
 
 // setupCompleter returns a completer writing through pool, with a held
-// set of its own, recording what it reports (the dispatcher's defaults,
-// MaxAttempts 5).
+// set of its own whose leases last 30 s, recording what it reports (the
+// dispatcher's defaults, MaxAttempts 5).
 func setupCompleter(t *testing.T, pool *pgxpool.Pool, table outbox.Table) *completerBundle {
+	t.Helper()
+	return setupCompleterLease(t, pool, table, 30*time.Second)
+}
+
+// setupCompleterLease is setupCompleter with leases of the given length
+// in the held set (tests of many rounds on a loaded machine need more
+// than 30 s).
+func setupCompleterLease(t *testing.T, pool *pgxpool.Pool, table outbox.Table, leaseFor time.Duration) *completerBundle {
 	t.Helper()
 	b := &completerBundle{}
 	table = table.WithDefaults()
 	store, err := lease.New(table)
 	require.NoError(t, err)
-	b.store, b.held = store, held.NewSet(clock.Real(), 30*time.Second)
+	b.store, b.held = store, held.NewSet(clock.Real(), leaseFor)
 	b.report = report.New(report.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Table: table.String(), Owner: "t",
 		MeterProvider: otel.GetMeterProvider(), TracerProvider: otel.GetTracerProvider(),
@@ -369,7 +377,7 @@ func TestRefusedGroupWritesSpendNoTries(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
 		SELECT gen_random_uuid(), 'x', '\x7b7d' FROM generate_series(1, 2)`)
 	require.NoError(t, err)
-	b := setupCompleter(t, db.Pool, db.Table())
+	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
 	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
 	require.NoError(t, err)
 	bad, good := batch.Events[0].ID, batch.Events[1].ID
@@ -434,7 +442,7 @@ func TestRefusedGroupsAreSettledWhileRefusalsKeepArriving(t *testing.T) {
 		SELECT gen_random_uuid(), CASE WHEN i % 4 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
 		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
 	require.NoError(t, err)
-	b := setupCompleter(t, db.Pool, db.Table())
+	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
 	_, err = db.Pool.Exec(ctx, `
 CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -488,7 +496,7 @@ func TestSuspectsCostABoundedRound(t *testing.T) {
 		SELECT gen_random_uuid(), CASE WHEN i % 20 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
 		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
 	require.NoError(t, err)
-	b := setupCompleter(t, db.Pool, db.Table())
+	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
 	_, err = db.Pool.Exec(ctx, `
 CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
