@@ -189,11 +189,11 @@ func TestAuditIsAtomicWithTheAction(t *testing.T) {
 		require.Equal(t, int64(2), n, "the default partition's row and the retired partition's")
 		require.False(t, partitionExists(t, b, old))
 		entries := auditRows(t, b)
-		require.Len(t, entries, 2, "the default partition's batch, then the partition")
+		require.Len(t, entries, 2, "the partition, then the default partition's batch")
 		require.Equal(t, int64(1), entries[0].Rows)
-		require.Contains(t, entries[0].Filter, "up_to")
+		require.NotContains(t, entries[0].Filter, "up_to")
 		require.Equal(t, int64(1), entries[1].Rows)
-		require.NotContains(t, entries[1].Filter, "up_to")
+		require.Contains(t, entries[1].Filter, "up_to")
 	})
 }
 

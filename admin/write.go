@@ -324,10 +324,24 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 
 // purgeAudited runs batch with actor's audit rows: in one transaction
 // for FAILED rows; for SENT rows a step per transaction, each with its
-// audit row (see Purge). It returns the rows its committed steps
-// deleted.
+// audit row (see Purge): first the retired partitions, then the default
+// partition's batch, whose row alone carries the request id. A purge that
+// fails partway has recorded no request id, so the same request posted
+// again carries on with what is left; one that finished is done (a
+// request already recorded is refused before any step). It returns the
+// rows its committed steps deleted.
 func (a *Admin) purgeAudited(ctx context.Context, batch purge.Params, actor *Actor) (int64, error) {
 	filter := map[string]any{"status": batch.Status, "older_than": batch.OlderThan.String(), "limit": batch.Limit}
+	var retired int64
+	if batch.Status == outbox.StatusSent {
+		if err := a.requestDone(ctx, actor); err != nil {
+			return 0, err
+		}
+		var err error
+		if retired, err = a.retireAudited(ctx, batch.OlderThan, actor, filter); err != nil {
+			return retired, err
+		}
+	}
 	var n int64
 	err := a.inTx(ctx, audited{actor: actor, action: ActionPurge, filter: filter}, func(tx pgx.Tx) (rows int64, err error) {
 		if batch.Status == outbox.StatusFailed {
@@ -339,14 +353,26 @@ func (a *Admin) purgeAudited(ctx context.Context, batch purge.Params, actor *Act
 		}
 		return n, err
 	})
-	if err != nil || batch.Status == outbox.StatusFailed {
-		if err != nil {
-			n = 0 // rolled back
-		}
-		return n, err
+	if err != nil {
+		return retired, err // the batch rolled back
 	}
-	retired, err := a.retireAudited(ctx, batch.OlderThan, actor, filter)
-	return n + retired, err
+	return retired + n, nil
+}
+
+// requestDone returns an error matching ErrAlreadyDone when actor's
+// request id (if any) is recorded already.
+func (a *Admin) requestDone(ctx context.Context, actor *Actor) error {
+	if actor.RequestID == uuid.Nil {
+		return nil
+	}
+	var done bool
+	if err := a.db.QueryRow(ctx, a.sql.auditDone, pgvalue.UUID(actor.RequestID)).Scan(&done); err != nil {
+		return a.auditErr(err)
+	}
+	if done {
+		return a.alreadyDone(audited{actor: actor, action: ActionPurge}, nil)
+	}
+	return nil
 }
 
 // retireAudited retires the history's partitions older than olderThan

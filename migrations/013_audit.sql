@@ -71,11 +71,16 @@ CREATE INDEX IF NOT EXISTS {{.sent_time_idx}} ON {{.sent}} USING brin (sent_at) 
 -- completion landing in it would update its summary (a WAL record per
 -- event); unsummarized, Activity reads at most its 128 pages. A
 -- partition whose lock is not free within 100ms (a VACUUM summarizing
--- it) is skipped, to the next call. SECURITY DEFINER (only the owner
--- may summarize); EXECUTE is for the dispatcher's role.
+-- it) is skipped, to the next call. Only the partitions that Activity
+-- can read are visited, newest first: the default partition and those
+-- whose range ends less than an hour ago (Activity's longest window); a
+-- partition closed before gets no new rows, and visiting each of its
+-- ranges on every pass would cost each pass in proportion to the whole
+-- history. SECURITY DEFINER (only the owner may summarize); EXECUTE is
+-- for the dispatcher's role.
 CREATE FUNCTION {{.sent_summarize}}() RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms'
+SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms' SET TimeZone = 'UTC'
 AS $pgoutbox_fn$
 DECLARE
     idx regclass;
@@ -83,8 +88,16 @@ DECLARE
     per_range int;
     total bigint := 0;
 BEGIN
-    FOR idx IN SELECT i.inhrelid::regclass FROM pg_inherits AS i
-        WHERE i.inhparent = {{.sent_time_lit}}::regclass ORDER BY i.inhrelid
+    FOR idx IN
+        SELECT i.inhrelid::regclass
+        FROM pg_inherits AS i
+        JOIN pg_index AS x ON x.indexrelid = i.inhrelid
+        JOIN pg_class AS t ON t.oid = x.indrelid
+        LEFT JOIN LATERAL regexp_match(pg_get_expr(t.relpartbound, t.oid),
+            '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m ON true
+        WHERE i.inhparent = {{.sent_time_lit}}::regclass
+            AND (m IS NULL OR m[2] = 'MAXVALUE' OR btrim(m[2], '''')::timestamptz > now() - interval '1 hour')
+        ORDER BY CASE WHEN m IS NULL OR m[2] = 'MAXVALUE' THEN NULL ELSE btrim(m[2], '''')::timestamptz END DESC NULLS FIRST
     LOOP
         BEGIN
             SELECT coalesce((SELECT split_part(o, '=', 2)::int FROM unnest(c.reloptions) AS o

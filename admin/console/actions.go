@@ -55,12 +55,13 @@ type actionForm struct {
 	dry      bool
 	ids      []uuid.UUID
 	expected int64
-	request  uuid.UUID // the confirmation's request id; zero: none
+	request  uuid.UUID // the confirmation's request id (zero on a dry run)
 }
 
 // readAction reads the fields every action has: dry (anything but "0"
 // is a dry run), the repeated id, and expected and request (on a
-// confirmation; request is optional).
+// confirmation, both required: a confirmation without its single-use
+// request id would act again each time it is posted).
 func readAction(form url.Values) (actionForm, error) {
 	a := actionForm{dry: form.Get("dry") != "0"}
 	for _, s := range form["id"] {
@@ -76,10 +77,8 @@ func readAction(form url.Values) (actionForm, error) {
 			return actionForm{}, badRequestf("expected must be the number of events the confirmation showed")
 		}
 		a.expected = n
-		if req := form.Get("request"); req != "" {
-			if a.request, err = uuid.Parse(req); err != nil {
-				return actionForm{}, badRequestf("request must be the confirmation's request id")
-			}
+		if a.request, err = uuid.Parse(form.Get("request")); err != nil || a.request == uuid.Nil {
+			return actionForm{}, badRequestf("request must be the confirmation's request id: run the dry run again")
 		}
 	}
 	return a, nil
@@ -159,7 +158,7 @@ func (h *handler) replayDryRun(ctx context.Context, act actionForm, f filter, c 
 	count, err := h.cfg.Admin.Count(ctx, f.params)
 	c.N, c.Capped, c.Fields = count.N, count.Capped, f.Fields()
 	if c.N > admin.MaxReplayLimit || c.Capped {
-		c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; confirm again for the rest."
+		c.Note = "One confirmation replays at most " + strconv.Itoa(admin.MaxReplayLimit) + " events; run the dry run again for the rest."
 	}
 	return err
 }
@@ -279,6 +278,14 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	// same in the dry run and the confirmation.
 	p.OlderThan = max(time.Since(before), 0)
 	n, err := h.cfg.Admin.Purge(r.Context(), p)
+	if err != nil && n > 0 && !act.dry {
+		// A SENT purge goes step by step: the committed steps stay (each
+		// audited). Say so; posting the same confirmation carries on.
+		h.log.ErrorContext(r.Context(), "pgoutbox console: purge stopped partway", "purged", n, "err", err)
+		h.showError(w, r, http.StatusInternalServerError, "The purge stopped partway: "+strconv.FormatInt(n, 10)+
+			" events were purged (and audited) before it failed. Post the confirmation again to carry on, or run the dry run again.")
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -323,12 +330,12 @@ func purgeConfirm(st outbox.Status, before time.Time, n int64, action, back stri
 	switch {
 	case st == outbox.StatusFailed && n >= purgeBatch:
 		c.Capped = true
-		c.Note = "Counting stops at " + strconv.Itoa(purgeBatch) + ", the most one confirmation purges; confirm again for the rest."
+		c.Note = "Counting stops at " + strconv.Itoa(purgeBatch) + ", the most one confirmation purges; run the dry run again for the rest."
 	case st == outbox.StatusSent:
 		c.About, c.Unknown = n > 0, n == 0
 		c.Note = "SENT events go by whole history partitions, those whose whole range ended before the cut-off: " +
 			"their count is the planner's estimate, and a partition never analyzed has none. " +
-			"One confirmation also deletes at most " + strconv.Itoa(purgeBatch) + " rows of the history's default partition; purge again for the rest."
+			"One confirmation also deletes at most " + strconv.Itoa(purgeBatch) + " rows of the history's default partition; run the dry run again for the rest."
 	}
 	return c
 }

@@ -400,9 +400,18 @@ func TestReplayAndSkipOne(t *testing.T) {
 	// Skipping a PENDING event is refused with the reason, nothing written.
 	pending := b.insert(t, row{})[0]
 	tok := token(t, b.get(t, "/events"))
-	res := b.post(t, "/actions/skip", url.Values{"csrf": {tok}, "id": {pending.String()}, "dry": {"0"}, "expected": {"1"}})
+	res := b.post(t, "/actions/skip", url.Values{"csrf": {tok}, "id": {pending.String()}, "dry": {"0"}, "expected": {"1"},
+		"request": {uuid.NewString()}})
 	require.Equal(t, http.StatusBadRequest, res.code)
 	require.Contains(t, res.body, "PENDING")
+
+	// A confirmation without its single-use request id is refused: posted
+	// again, it would act again.
+	failed := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+	res = b.post(t, "/actions/replay", url.Values{"csrf": {tok}, "id": {failed.String()}, "dry": {"0"}, "expected": {"1"}})
+	require.Equal(t, http.StatusBadRequest, res.code)
+	require.Contains(t, res.body, "request id")
+	require.Equal(t, "FAILED", b.status(t, failed))
 }
 
 // A purge: the dry run counts the dead letters older than the age, the
