@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"html/template"
@@ -46,6 +47,13 @@ type Config struct {
 	// circuit) and ClaimedTypes the overview shows; with them, PENDING
 	// types that none claims are marked unhandled. Optional.
 	Dispatchers []*dispatcher.Dispatcher
+	// CSRFKey is the secret the forms' CSRF tokens are derived from, at
+	// least 32 bytes (keep it as secret as a session key). Set the same
+	// key on every replica of a service behind a load balancer, so that a
+	// form one replica rendered is accepted by another, and across
+	// restarts. Nil: a random key of this handler's own (a form rendered
+	// by another replica, or before a restart, is refused: reload it).
+	CSRFKey []byte
 }
 
 // handler is the console: a mux of its pages behind the security checks.
@@ -71,9 +79,11 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := newCSRFKey()
-	if err != nil {
-		return nil, err
+	key := csrfKey(bytes.Clone(cfg.CSRFKey))
+	if key == nil {
+		if key, err = newCSRFKey(); err != nil {
+			return nil, err
+		}
 	}
 	sub, err := fs.Sub(assets, "static")
 	if err != nil {
@@ -95,6 +105,8 @@ func validate(cfg Config) error {
 		return &outbox.ConfigError{Field: "Admin", Reason: "is nil"}
 	case cfg.AllowActions && cfg.Authorize == nil:
 		return &outbox.ConfigError{Field: "Authorize", Reason: "is required with AllowActions: every action names its user in the audit log"}
+	case cfg.CSRFKey != nil && len(cfg.CSRFKey) < 32:
+		return &outbox.ConfigError{Field: "CSRFKey", Reason: "must be at least 32 bytes (or nil for a random key)"}
 	case cfg.BasePath != "" && !cleanBase(cfg.BasePath):
 		return &outbox.ConfigError{Field: "BasePath", Reason: `must be empty or a clean absolute path such as "/outbox": ` +
 			`one leading "/", no trailing slash, no "//", ".", "..", backslash, "%", query, quotes, spaces or control characters`}

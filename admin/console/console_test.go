@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"html"
 	"log/slog"
@@ -743,4 +744,44 @@ func TestConfirmationPostedTwiceActsOnce(t *testing.T) {
 	entries, err := b.admin.AuditLog(context.Background(), admin.AuditParams{})
 	require.NoError(t, err)
 	require.Len(t, entries.Entries, 1)
+}
+
+// Replicas behind a load balancer share Config.CSRFKey: a confirmation
+// one rendered is accepted by another. With keys of their own (the
+// default), it is refused.
+func TestCSRFKeySharedByReplicas(t *testing.T) {
+	t.Parallel()
+	key := bytes.Repeat([]byte{7}, 32)
+	for _, shared := range []bool{true, false} {
+		b := setup(t, withActions, func(_ *testdb.DB, c *console.Config) { c.CSRFKey = key })
+		cfg := console.Config{Admin: b.admin, BasePath: base}
+		withActions(b.db, &cfg)
+		if shared {
+			cfg.CSRFKey = key
+		}
+		h, err := console.New(cfg)
+		require.NoError(t, err)
+		mux := http.NewServeMux()
+		mux.Handle(base+"/", http.StripPrefix(base, h))
+		other := httptest.NewServer(mux)
+		t.Cleanup(other.Close)
+
+		failed := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
+		dry := b.post(t, "/actions/replay", hiddenFields(t, b.get(t, "/events?status=FAILED"), "replay-dry-run"))
+		form := hiddenFields(t, dry, "confirm-action")
+		req := mustRequest(t, http.MethodPost, other.URL+base+"/actions/replay", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		req.Header.Set("Origin", other.URL)
+		res := b.do(t, req) // the same browser: its cookie goes to the other replica (cookies ignore ports)
+		if shared {
+			require.Equal(t, http.StatusOK, res.code, res.body)
+			require.Equal(t, "PENDING", b.status(t, failed))
+		} else {
+			require.Equal(t, http.StatusForbidden, res.code)
+			require.Equal(t, "FAILED", b.status(t, failed))
+		}
+	}
+	_, err := console.New(console.Config{Admin: setup(t).admin, CSRFKey: key[:31]})
+	require.ErrorContains(t, err, "CSRFKey")
 }
