@@ -435,29 +435,8 @@ END $$`)
 // after 30 rounds). Outcomes left whole twice are now written alone.
 func TestRefusedGroupsAreSettledWhileRefusalsKeepArriving(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := testdb.NewMigrated(t)
 	const perRound, rounds = 200, 12
-	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
-		SELECT gen_random_uuid(), CASE WHEN i % 4 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
-		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
-	require.NoError(t, err)
-	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
-	_, err = db.Pool.Exec(ctx, `
-CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF NEW.event_type = 'bad' THEN
-		RAISE EXCEPTION 'refused by the test';
-	END IF;
-	RETURN NEW;
-END $$`)
-	require.NoError(t, err)
-	db.OnOutcomes(t, "refuse_outcome")
-	claim := func() []*held.Item {
-		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
-		require.NoError(t, err)
-		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
-	}
+	b, db, claim := refusedRounds(t, perRound, rounds, 4)
 	all := claim()
 	var innocent []uuid.UUID
 	for _, it := range all {
@@ -475,7 +454,7 @@ END $$`)
 		}
 	}
 	var held int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+testdb.AllRows(db.Table())+` AS e
 		WHERE status = 'PROCESSING' AND id = ANY($1)`, innocent).Scan(&held))
 	require.Zero(t, held, "the first round's innocent outcomes are all written after %d rounds", rounds)
 }
@@ -489,12 +468,33 @@ END $$`)
 // each, the held set growing meanwhile.
 func TestSuspectsCostABoundedRound(t *testing.T) {
 	t.Parallel()
+	const perRound, rounds = 1000, 6
+	b, _, claim := refusedRounds(t, perRound, rounds, 20)
+	all := claim()
+	for i := range rounds {
+		items, _, _ := b.held.TakeOutcomes(0)
+		all = append(all, claim()...)
+		before := b.c.writes
+		b.c.writeTaken(items)
+		// maxAlonePerRound is half the budget: a round costs at most twice it.
+		require.LessOrEqual(t, b.c.writes-before, 2*maxWritesPerRound+bits.Len(uint(len(items))), "round %d's statements", i)
+		for _, it := range all {
+			it.Record().RetryAt = time.Time{}
+		}
+	}
+}
+
+// refusedRounds sets up a completer over perRound*(rounds+1) claimable
+// events of which one in every is of type "bad", whose outcomes a
+// trigger refuses, and returns it with a claim of the next perRound
+// events, finished (the outcomes of a round).
+func refusedRounds(t *testing.T, perRound, rounds, every int) (*completerBundle, *testdb.DB, func() []*held.Item) {
+	t.Helper()
 	ctx := context.Background()
 	db := testdb.NewMigrated(t)
-	const perRound, rounds = 1000, 6
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_type, payload)
-		SELECT gen_random_uuid(), CASE WHEN i % 20 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
-		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1))
+		SELECT gen_random_uuid(), CASE WHEN i % $2 = 0 THEN 'bad' ELSE 'good' END, '\x7b7d'
+		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1), every)
 	require.NoError(t, err)
 	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
 	_, err = db.Pool.Exec(ctx, `
@@ -507,21 +507,9 @@ BEGIN
 END $$`)
 	require.NoError(t, err)
 	db.OnOutcomes(t, "refuse_outcome")
-	claim := func() []*held.Item {
+	return b, db, func() []*held.Item {
 		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
 		require.NoError(t, err)
 		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
-	}
-	all := claim()
-	for i := range rounds {
-		items, _, _ := b.held.TakeOutcomes(0)
-		all = append(all, claim()...)
-		before := b.c.writes
-		b.c.writeTaken(items)
-		// maxAlonePerRound is half the budget: a round costs at most twice it.
-		require.LessOrEqual(t, b.c.writes-before, 2*maxWritesPerRound+bits.Len(uint(len(items))), "round %d's statements", i)
-		for _, it := range all {
-			it.Record().RetryAt = time.Time{}
-		}
 	}
 }
