@@ -74,7 +74,12 @@ func TestRelayChaosPlumbing(t *testing.T) {
 	faultsEnded := time.Now()
 	last, err := h.lastTick(ctx)
 	require.NoError(t, err)
-	end, err := h.awaitTick(ctx, last+1) // its snapshot shows every commit
+	// Tick last+1 may have taken its snapshot before the last commits
+	// (its statement can have begun before them and committed after we
+	// read last); the fake ticker is sequential, so tick last+2's began
+	// after, and its snapshot shows every commit. (CI at load 20 saw the
+	// reader stop at last+1 with events undelivered.)
+	end, err := h.awaitTick(ctx, last+2)
 	require.NoError(t, err)
 	stopAt.Store(end)
 	require.NoError(t, <-readErr)
