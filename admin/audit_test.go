@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,32 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/admin"
+	"github.com/pgoutbox/pgoutbox/internal/testdb"
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // auditSetup is setup with an Admin that logs to the returned buffer.
-func auditSetup(t *testing.T) (*testBundle, *syncBuffer) {
+func auditSetup(t *testing.T) (*testBundle, *testdb.LogBuffer) {
 	t.Helper()
 	b := setup(t)
-	logs := &syncBuffer{}
+	logs := &testdb.LogBuffer{}
 	a, err := admin.New(b.db.Pool, admin.Config{Table: b.db.Table(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
 	b.admin = a

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -118,7 +117,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 // cookie's, or without the cookie, is refused and changes nothing.
 func TestCSRFRefusals(t *testing.T) {
 	t.Parallel()
-	var log lockedBuffer
+	var log testdb.LogBuffer
 	b := setup(t, withActions, func(_ *testdb.DB, c *console.Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
 	id := b.insert(t, row{Status: "FAILED", Code: "handler_error"})[0]
 	page := b.get(t, "/events/"+id.String())
@@ -152,25 +151,6 @@ func TestCSRFRefusals(t *testing.T) {
 	require.Equal(t, "FAILED", b.status(t, id))
 	// Each refusal is logged at WARN with the user and the reason.
 	require.Equal(t, 5, strings.Count(log.String(), "level=WARN msg=\"pgoutbox console: request refused\" method=POST path=/actions/replay user="+testUser), log.String())
-}
-
-// lockedBuffer is a log destination the handler's goroutines write to
-// while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // setupClient returns a bundle on the same server with a fresh cookie

@@ -241,16 +241,7 @@ func TestCompleterManyRefusalsCostTheOthersNothing(t *testing.T) {
 	}
 	_, err = db.Pool.Exec(ctx, `CREATE TABLE bad_ids AS SELECT unnest($1::uuid[]) AS id`, badIDs)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
-CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF EXISTS (SELECT 1 FROM bad_ids WHERE id = NEW.id) THEN
-		RAISE EXCEPTION 'refused by the test';
-	END IF;
-	RETURN NEW;
-END $$`)
-	require.NoError(t, err)
-	db.OnOutcomes(t, "refuse_outcome")
+	refuseOutcomesWhere(t, db, `EXISTS (SELECT 1 FROM bad_ids WHERE id = NEW.id)`)
 	b.finishAll(t, batch, make([]held.Result, n)...) // all finished before the completer runs: one write
 	stop := b.run(t)
 	// The last items leave held a moment before they are reported: wait
@@ -381,16 +372,7 @@ func TestRefusedGroupWritesSpendNoTries(t *testing.T) {
 	batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: 2, Lease: time.Minute, Start: 2})
 	require.NoError(t, err)
 	bad, good := batch.Events[0].ID, batch.Events[1].ID
-	_, err = db.Pool.Exec(ctx, `
-CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF NEW.id = '`+bad.String()+`' THEN
-		RAISE EXCEPTION 'refused by the test';
-	END IF;
-	RETURN NEW;
-END $$`)
-	require.NoError(t, err)
-	db.OnOutcomes(t, "refuse_outcome")
+	refuseOutcomesWhere(t, db, `NEW.id = '`+bad.String()+`'`)
 	b.finishAll(t, batch, make([]held.Result, 2)...)
 	for i := range maxWriteTries + 1 {
 		items, dropped, _ := b.held.TakeOutcomes(0)
@@ -497,19 +479,26 @@ func refusedRounds(t *testing.T, perRound, rounds, every int) (*completerBundle,
 		FROM generate_series(1, $1::int) AS i`, perRound*(rounds+1), every)
 	require.NoError(t, err)
 	b := setupCompleterLease(t, db.Pool, db.Table(), time.Hour) // the claims' lease: no round may see it expire
-	_, err = db.Pool.Exec(ctx, `
+	refuseOutcomesWhere(t, db, `NEW.event_type = 'bad'`)
+	return b, db, func() []*held.Item {
+		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
+		require.NoError(t, err)
+		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
+	}
+}
+
+// refuseOutcomesWhere makes the database refuse every outcome written to
+// a row for which cond (an SQL condition on NEW) holds, with a trigger.
+func refuseOutcomesWhere(t *testing.T, db *testdb.DB, cond string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
 CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	IF NEW.event_type = 'bad' THEN
+	IF `+cond+` THEN
 		RAISE EXCEPTION 'refused by the test';
 	END IF;
 	RETURN NEW;
 END $$`)
 	require.NoError(t, err)
 	db.OnOutcomes(t, "refuse_outcome")
-	return b, db, func() []*held.Item {
-		batch, err := b.store.Claim(ctx, db.Pool, lease.ClaimParams{Owner: "t", Limit: perRound, Lease: time.Hour, Start: perRound})
-		require.NoError(t, err)
-		return b.finishAll(t, batch, make([]held.Result, len(batch.Events))...)
-	}
 }

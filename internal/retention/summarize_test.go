@@ -1,7 +1,6 @@
 package retention_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -17,31 +16,13 @@ import (
 	"github.com/pgoutbox/pgoutbox/outbox"
 )
 
-// lockedBuffer is a log buffer the job and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runPasses runs the retention job of db until passes passes have ended,
 // and returns its log and the errors it reported.
 func runPasses(t *testing.T, db *testdb.DB, passes int) (string, []error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &lockedBuffer{}
+	logs := &testdb.LogBuffer{}
 	var mu sync.Mutex
 	var errs []error
 	started := 0
