@@ -281,12 +281,13 @@ type PurgeParams struct {
 // With p.Actor (and not DryRun) the purge is audited. A FAILED purge runs
 // in one transaction with its audit row. A SENT purge runs step by step,
 // as without an Actor, each step in a short transaction of its own with
-// its own audit row: the default partition's batch (its row carries
-// Actor.RequestID, so a request done already deletes nothing and
-// returns ErrAlreadyDone), then each retired partition, oldest first
-// (its row's filter names the partitions' upper bound, "up_to", and the
-// request under "request"; its request_id is NULL, since the unique
-// index allows one row per request). So the history's ACCESS EXCLUSIVE
+// its own audit row: each retired partition, oldest first (its row's
+// filter names the partition's upper bound, "up_to", and the request
+// under "request"; its request_id is NULL, since the unique index allows
+// one row per request), then the default partition's batch, whose row
+// carries Actor.RequestID. A request already recorded deletes nothing
+// and returns ErrAlreadyDone; one that failed partway has recorded none,
+// so posting it again carries on with what is left. So the history's ACCESS EXCLUSIVE
 // lock is held for one partition's DETACH and DROP at a time, and
 // completions write the history between steps. On an error the
 // committed steps stay, each with its audit row, and it returns their
