@@ -6,7 +6,7 @@ SHELL := /bin/bash
 
 # The workspace's modules, as directories relative to this one ("." first).
 MODULES := $(patsubst $(CURDIR)/%,./%,$(patsubst $(CURDIR),.,$(shell go list -m -f '{{.Dir}}')))
-# Packs the published modules (the root and publishers/*) at VERSION into a
+# Packs the published modules (the root, publishers/* and adapters/*) at VERSION into a
 # local module proxy and checks them as users meet them: see docs/releasing.md.
 RELEASE := go run ./tools/cmd/release
 

@@ -25,9 +25,11 @@ func TestCheck(t *testing.T) {
 		return map[string]string{
 			"VERSION":      "v0.2.0\n",
 			"CHANGELOG.md": "# Changelog\n\n## [Unreleased]\n",
-			"go.work":      "go 1.26.0\n\nuse (\n\t.\n\t./publishers/x\n\t./examples\n)\n",
+			"go.work":      "go 1.26.0\n\nuse (\n\t.\n\t./adapters/y\n\t./publishers/x\n\t./examples\n)\n",
 			"go.mod":       "module github.com/pgoutbox/pgoutbox\n\ngo 1.26.0\n",
 			"publishers/x/go.mod": "module github.com/pgoutbox/pgoutbox/publishers/x\n\ngo 1.26.0\n\n" +
+				"require github.com/pgoutbox/pgoutbox v0.2.0\n",
+			"adapters/y/go.mod": "module github.com/pgoutbox/pgoutbox/adapters/y\n\ngo 1.26.0\n\n" +
 				"require github.com/pgoutbox/pgoutbox v0.2.0\n",
 			"examples/go.mod": "module github.com/pgoutbox/pgoutbox/examples\n\ngo 1.26.0\n\n" +
 				"require github.com/pgoutbox/pgoutbox v0.2.0\n\nreplace github.com/pgoutbox/pgoutbox => ../\n",
@@ -61,6 +63,9 @@ func TestCheck(t *testing.T) {
 	broken := []struct {
 		name, file, content, want string
 	}{
+		{"AdapterWithReplace", "adapters/y/go.mod", "module github.com/pgoutbox/pgoutbox/adapters/y\n\ngo 1.26.0\n\n" +
+			"require github.com/pgoutbox/pgoutbox v0.2.0\n\nreplace github.com/pgoutbox/pgoutbox => ../..\n",
+			"adapters/y/go.mod: published module has replace github.com/pgoutbox/pgoutbox => ../.."},
 		{"ChangelogWithoutSection", "CHANGELOG.md", "# Changelog\n\n## [0.1.0]\n", `CHANGELOG.md: no section "## [Unreleased]" or "## [0.2.0]"`},
 		{"GoLineDiffers", "examples/go.mod", "module github.com/pgoutbox/pgoutbox/examples\n\ngo 1.25.0\n", "examples/go.mod: go 1.25.0, want go 1.26.0 as in go.work"},
 		{"ModuleOutsideWorkspace", "tools/go.mod", "module example.com/tools\n\ngo 1.26.0\n", "go.work: does not use ./tools, which holds a go.mod"},

@@ -5,8 +5,9 @@
 // # What is published
 //
 // The published modules are the core (the repository root) and every
-// module under publishers/. Each publisher requires the core at the version
-// in the VERSION file, and no published go.mod has a replace directive.
+// module under publishers/ and adapters/. Each of them requires the core
+// at the version in the VERSION file, and no published go.mod has a
+// replace directive.
 // Development resolves the core from the working tree through the
 // committed go.work; the other modules (benchmarks, examples, integration,
 // tools) are never published and may keep replace directives.

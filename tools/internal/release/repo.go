@@ -32,9 +32,10 @@ type Module struct {
 func (m Module) Path() string { return m.File.Module.Mod.Path }
 
 // Published reports whether users install the module: the core and every
-// module under publishers/.
+// module under publishers/ (broker publishers) or adapters/ (bridges to
+// other libraries, such as Watermill).
 func (m Module) Published() bool {
-	return m.Dir == "." || strings.HasPrefix(m.Dir, "publishers/")
+	return m.Dir == "." || strings.HasPrefix(m.Dir, "publishers/") || strings.HasPrefix(m.Dir, "adapters/")
 }
 
 // Repo is the repository as the release rules see it.
