@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -89,8 +90,13 @@ func TestStaleWorkerCompletionIsFenced(t *testing.T) {
 	require.Equal(t, uint64(1), a.Stats().LockLost)
 }
 
-// A handler that runs three times the lease keeps its lease through
-// heartbeats: nobody else recovers or runs the event, and it completes once.
+// A handler that outlives its first lease keeps it through heartbeats:
+// nobody else recovers or runs the event, and it completes once. The
+// handler returns once the database's clock has passed its first
+// lease_until by a second, which only a renewed lease survives (a second
+// dispatcher recovers expired leases at every poll). The lease is 4s, so
+// a heartbeat (every 4s/3) must be delayed by well over a second to lose
+// it: a 1s lease was lost once under a loaded make test.
 func TestHeartbeatKeepsLongHandlerLease(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewMigrated(t)
@@ -100,17 +106,20 @@ func TestHeartbeatKeepsLongHandlerLease(t *testing.T) {
 	handler := func(ctx context.Context, e outbox.Event) error {
 		log.enter(e.ID)
 		defer log.exit(e.ID)
-		select {
-		case <-time.After(3 * time.Second):
-			return nil
-		case <-ctx.Done():
-			cancelled.Store(true)
-			return ctx.Err()
+		first := leaseUntil(t, db, e.ID)
+		for !dbClockPast(t, db, first.Add(time.Second)) {
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				cancelled.Store(true)
+				return ctx.Err()
+			}
 		}
+		return nil
 	}
 	for range 2 {
 		cfg := baseConfig(db)
-		cfg.LeaseDuration = time.Second
+		cfg.LeaseDuration = 4 * time.Second
 		cfg.RecoverEvery = 1
 		d, err := dispatcher.New(db.NewPool(t, 4), cfg)
 		require.NoError(t, err)
@@ -124,6 +133,23 @@ func TestHeartbeatKeepsLongHandlerLease(t *testing.T) {
 	require.Equal(t, 1, log.count(id))
 	require.False(t, cancelled.Load(), "the handler context must not be cancelled while heartbeats succeed")
 	require.Empty(t, log.overlap)
+}
+
+// leaseUntil returns the lease_until of the PROCESSING row id.
+func leaseUntil(t *testing.T, db *testdb.DB, id uuid.UUID) time.Time {
+	t.Helper()
+	var until time.Time
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT lease_until FROM `+db.Table().String()+` WHERE id = $1 AND status = 'PROCESSING'`, id).Scan(&until))
+	return until
+}
+
+// dbClockPast reports whether the database's clock is past at.
+func dbClockPast(t *testing.T, db *testdb.DB, at time.Time) bool {
+	t.Helper()
+	var past bool
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT clock_timestamp() > $1`, at).Scan(&past))
+	return past
 }
 
 // startVictim runs a dispatcher on a pool that can be killed, with a
