@@ -205,3 +205,12 @@ func requireClean(tb testing.TB, err error) {
 	tb.Helper()
 	require.NotContains(tb, err.Error(), secret)
 }
+
+// amqpParse returns the host:port of an AMQP URL.
+func amqpParse(u string) (string, error) {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s:%d", uri.Host, uri.Port), nil
+}

@@ -121,7 +121,8 @@ func (p *Publisher) discard(s *session) {
 // release gives c back for the next call when clean (every message it
 // carried was confirmed and it is open) and there is room, and closes it
 // otherwise: a channel with confirms outstanding would hand them to the
-// next call.
+// next call. The close runs in the background: it waits for the broker's
+// answer, which a stalled or blocked broker does not give.
 func (p *Publisher) release(c *confirmChannel, clean bool) {
 	p.mu.Lock()
 	keep := clean && !p.closed && p.sess == c.s && len(p.idle) < p.cfg.IdleChannels && !c.ch.IsClosed()
@@ -130,7 +131,7 @@ func (p *Publisher) release(c *confirmChannel, clean bool) {
 	}
 	p.mu.Unlock()
 	if !keep {
-		_ = c.ch.Close()
+		go func() { _ = c.ch.Close() }()
 	}
 }
 
