@@ -43,11 +43,11 @@ const (
 // maxInFlightLimit is the largest Config.MaxInFlight and Config.IdleChannels
 // accepted, maxSourceLen the longest Config.Source, in bytes.
 const (
-	maxInFlightLimit  = 65536
-	maxIdleChannels   = 1024
-	maxSourceLen      = 1024
-	connectionName    = "pgoutbox-amqppub"
-	defaultHeartbeat  = 10 * time.Second
+	maxInFlightLimit = 65536
+	maxIdleChannels  = 1024
+	maxSourceLen     = 1024
+	connectionName   = "pgoutbox-amqppub"
+	defaultHeartbeat = 10 * time.Second
 )
 
 // Route is where one message goes: an exchange and a routing key.

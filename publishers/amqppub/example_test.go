@@ -29,7 +29,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	defer p.Close()
+	defer func() { _ = p.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	e := exampleEvent() // an order.created event, as the dispatcher hands it out
@@ -134,7 +134,7 @@ func examplePublish(exchange string, e outbox.Event) {
 	if err != nil {
 		panic(err)
 	}
-	defer p.Close()
+	defer func() { _ = p.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.Publish(ctx, []outbox.Message{{Destination: e.Type, Event: e}})[0]; err != nil {

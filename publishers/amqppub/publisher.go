@@ -190,7 +190,7 @@ type batch struct {
 	msgs     []outbox.Message
 	errs     []error
 	routes   []Route
-	invalid  []error    // permanent failures found before sending, by index
+	invalid  []error // permanent failures found before sending, by index
 	missing  map[string]error
 	pending  []inflight // in send order
 	ready    []int      // messages to send once there is room, in order

@@ -2,6 +2,7 @@ package amqppub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -113,8 +114,8 @@ func (s *session) checkExchanges(names []string) (missing map[string]error, err 
 			continue
 		}
 		probe = nil // closed by the broker, or by the lost connection
-		amqpErr, ok := err.(*amqp.Error)
-		if !ok || amqpErr.Code != amqp.NotFound {
+		var amqpErr *amqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
 			return nil, fmt.Errorf("%w: check exchange %q: %w", ErrConnection, name, err)
 		}
 		if missing == nil {
