@@ -150,6 +150,11 @@
 // a retry can deliver it twice; consumers deduplicate on the event ID
 // (message_id, see package inbox).
 //
+// Publish returns when ctx ends, even while it dials, opens its channel or
+// checks an exchange (a stalled broker answers none of these until the
+// connection's heartbeat gives up); what it was waiting for finishes in
+// the background.
+//
 // The default DialFunc gives every socket write a deadline of
 // ConfirmTimeout, so a broker that stops reading cannot hang Publish on a
 // write; a dial and its handshake are bounded by ConfirmTimeout too.

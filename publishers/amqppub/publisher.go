@@ -159,20 +159,62 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	if len(msgs) == 0 {
 		return b.errs
 	}
+	names := b.route()
 	if ctx.Err() != nil {
 		b.abandon()
 		return b.errs
 	}
-	c, err := p.channel(ctx)
+	c, missing, err := p.prepare(ctx, names)
 	if err != nil {
 		b.failAll(err)
 		return b.errs
 	}
-	b.c = c
-	b.route()
+	b.c, b.missing = c, missing
 	b.run()
 	p.release(c, b.clean)
 	return b.errs
+}
+
+// prepared is what prepare found: a channel for the call and the missing
+// exchanges, or why there is none.
+type prepared struct {
+	c       *confirmChannel
+	missing map[string]error
+	err     error
+}
+
+// prepare gets a channel for a call and checks that the exchanges in
+// names exist. Dialling, opening a channel and the check wait for the
+// broker, which a stalled one does not answer until the connection's
+// heartbeat gives up, so prepare returns when ctx ends, and the channel,
+// once had, is given back in the background.
+func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChannel, map[string]error, error) {
+	done := make(chan prepared, 1)
+	go func() {
+		c, err := p.channel(ctx)
+		if err != nil {
+			done <- prepared{err: err}
+			return
+		}
+		missing, err := c.s.checkExchanges(names)
+		if err != nil {
+			p.release(c, true)
+			done <- prepared{err: err}
+			return
+		}
+		done <- prepared{c: c, missing: missing}
+	}()
+	select {
+	case r := <-done:
+		return r.c, r.missing, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.c != nil {
+				p.release(r.c, true)
+			}
+		}()
+		return nil, nil, contextCause(ctx)
+	}
 }
 
 // inflight is one message sent and not yet confirmed.
@@ -202,19 +244,22 @@ type batch struct {
 	clean    bool
 }
 
-// failAll records cause, classified, for every message, as when no
-// channel could be had.
+// failAll records cause, classified, for every message that has a route,
+// as when no channel could be had.
 func (b *batch) failAll(cause error) {
-	for i, m := range b.msgs {
-		r, _ := b.p.Route(m.Destination, m.Event)
-		b.errs[i] = classify(r, cause)
+	for i := range b.msgs {
+		if b.invalid[i] != nil {
+			b.errs[i] = b.invalid[i]
+			continue
+		}
+		b.errs[i] = classify(b.routes[i], cause)
 	}
 }
 
-// route computes every message's route and checks, once per call, that
-// the exchanges exist; the messages of a missing exchange fail without
-// being sent.
-func (b *batch) route() {
+// route computes every message's route, records the messages that have
+// none as failed permanently, and returns the exchanges the call
+// publishes to.
+func (b *batch) route() []string {
 	b.invalid = make([]error, len(b.msgs))
 	var names []string
 	seen := map[string]bool{}
@@ -230,16 +275,7 @@ func (b *batch) route() {
 			names = append(names, r.Exchange)
 		}
 	}
-	missing, err := b.c.s.checkExchanges(names)
-	if err != nil {
-		for i := range b.invalid {
-			if b.invalid[i] == nil {
-				b.invalid[i] = classify(b.routes[i], err)
-			}
-		}
-		return
-	}
-	b.missing = missing
+	return names
 }
 
 // run sends the ready messages through the window, collecting confirms as
@@ -464,14 +500,22 @@ func (b *batch) abandon() {
 
 // abandonCause is why the messages left in flight or unsent failed.
 func (b *batch) abandonCause() error {
-	if err := b.ctx.Err(); err != nil {
-		cause := fmt.Errorf("amqppub: not confirmed before the context ended: %w", err)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return cause // classify marks it unavailable: the whole call ran out of time
-		}
-		return &cancelled{cause}
+	if b.ctx.Err() != nil {
+		return contextCause(b.ctx)
 	}
 	return fmt.Errorf("%w: the channel closed", ErrConnection)
+}
+
+// contextCause is the cause of messages not confirmed when ctx ended: a
+// deadline, which classify marks unavailable (the whole call ran out of
+// time), or a cancellation, retryable but no outage.
+func contextCause(ctx context.Context) error {
+	err := ctx.Err()
+	cause := fmt.Errorf("amqppub: not confirmed before the context ended: %w", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return cause
+	}
+	return &cancelled{cause}
 }
 
 // cancelled is a cancellation of the caller's context: retryable, but no
