@@ -2,6 +2,7 @@ package amqppub_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,4 +155,60 @@ func TestClosedPublisher(t *testing.T) {
 		require.ErrorIs(t, err, amqppub.ErrClosed)
 		require.False(t, outbox.IsPermanent(err))
 	}
+}
+
+// TestStalledBeforePublishing: with the broker stalled, a call that must
+// first check a new exchange returns when its ctx's deadline passes,
+// every message unavailable, rather than wait for the connection's
+// heartbeat to give up.
+func TestStalledBeforePublishing(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	x, y := a.exchange(t), a.exchange(t)
+	a.queue(t, x, "#", nil)
+	a.queue(t, y, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+		return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+	}})
+	publishUntilStored(runContext(t), t, p, messages(x, 1)) // connected; y is not checked yet
+
+	px.stallDown()
+	ctx, cancel := context.WithTimeout(runContext(t), 100*time.Millisecond)
+	defer cancel()
+	for i, err := range p.Publish(ctx, messages(y, 2)) {
+		require.ErrorIs(t, err, context.DeadlineExceeded, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+	px.resume()
+	publishUntilStored(runContext(t), t, p, messages(y, 2))
+}
+
+// TestConcurrentPublish: calls from several goroutines at once, each on a
+// channel of its own, all succeed, and the queue holds every message.
+func TestConcurrentPublish(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	p := newPublisher(t, amqppub.Config{Exchange: x, IdleChannels: 2, MaxInFlight: 16})
+	const callers, calls, size = 6, 5, 40
+	errs := make(chan error, callers*calls*size)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range calls {
+				for _, err := range p.Publish(ctx, messages("d", size)) {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, a.read(ctx, t, q, callers*calls*size, quiet), callers*calls*size)
 }
