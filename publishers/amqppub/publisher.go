@@ -337,11 +337,17 @@ func (b *batch) awaitOldest() bool {
 	f := b.pending[0]
 	b.resetTimer(time.Until(f.deadline))
 	blocked := b.c.s.blockedSignal()
+	if b.c.s.blocked.Load() { // blocked before the signal was taken
+		b.failPending(ErrBlocked)
+		return false
+	}
 	for {
 		select {
 		case ret, ok := <-b.c.returns:
 			if ok {
 				b.recordReturn(ret)
+			} else {
+				b.c.returns = nil // the channel closed; it is not reused
 			}
 			continue
 		case <-f.dc.Done():
@@ -389,6 +395,7 @@ func (b *batch) drainReturns() {
 		select {
 		case ret, ok := <-b.c.returns:
 			if !ok {
+				b.c.returns = nil // the channel closed; it is not reused
 				return
 			}
 			b.recordReturn(ret)
@@ -456,11 +463,17 @@ func (b *batch) causeFor(i int) error {
 	return cause
 }
 
-// failPending records cause for every message in flight; the channel is
-// not reused.
+// failPending records cause for every message in flight whose
+// confirmation has not come, and the outcome of those whose has; the
+// channel is not reused.
 func (b *batch) failPending(cause error) {
 	for _, f := range b.pending {
-		b.settle(f.idx, classify(b.routes[f.idx], cause))
+		select {
+		case <-f.dc.Done():
+			b.settle(f.idx, b.outcome(f))
+		default:
+			b.settle(f.idx, classify(b.routes[f.idx], cause))
+		}
 	}
 	b.pending = nil
 	b.chClosed = true
