@@ -96,3 +96,45 @@ func requireRefused(t *testing.T, e outbox.Event, field string, err error) {
 	require.ErrorIs(t, err, outbox.ErrInvalidEvent)
 	require.Empty(t, outboxtest.QuotedValue(err.Error(), e))
 }
+
+// FuzzDecode feeds Decode header tables of strings (attribute names in
+// any case, values of any bytes) and a content type: it never panics; it
+// either returns an event with an ID and a type, which the publisher
+// refuses with an *outbox.ValidationError or which comes back unchanged
+// through the broker, or an error wrapping ErrNotAnEvent that quotes no
+// header value.
+func FuzzDecode(f *testing.F) {
+	const id = "0190a0b0-c0d0-7e0f-8a1b-2c3d4e5f6071"
+	f.Add("cloudEvents_id", id, "cloudEvents_type", "t", "x-a", "b", "")
+	f.Add("CLOUDEVENTS_ID", id, "cloudevents_Type", "order created", "cloudEvents_attempt", "-1", "text/plain")
+	f.Add("cloudEvents_id", id, "cloudEvents_type", "t", "cloudEvents_time", "10000-01-01T00:00:00Z", "")
+	f.Add("cloudEvents_id", "SECRET-VALUE-123", "cloudEvents_type", "t", "CC", "x", "")
+	f.Add("cloudEvents_id", id, "cloudEvents_type", "\xff", "x", "\x00\r\n", "a\x00b")
+	w := newWire(f)
+	cfg := amqppub.Config{Source: outbox.DefaultSource, MaxMessageSize: amqppub.DefaultMaxMessageSize}
+	route := amqppub.Route{RoutingKey: w.queue}
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3, ct string) {
+		h := amqp.Table{k1: v1, k2: v2, k3: v3}
+		e, err := amqppub.Decode(amqp.Delivery{Headers: h, ContentType: ct, Body: []byte("p")})
+		if err != nil {
+			require.ErrorIs(t, err, amqppub.ErrNotAnEvent)
+			for _, v := range []string{v1, v2, v3} {
+				if len(v) >= 8 && v != k1 && v != k2 && v != k3 {
+					require.NotContains(t, err.Error(), v)
+				}
+			}
+			return
+		}
+		require.NotEqual(t, uuid.Nil, e.ID)
+		require.NotEmpty(t, e.Type)
+		pub, err := amqppub.BuildPublishing(0, route, e, cfg)
+		if err != nil {
+			var verr *outbox.ValidationError
+			require.True(t, errors.As(err, &verr), "%T %v", err, err)
+			return
+		}
+		again, err := amqppub.Decode(w.roundTrip(t, pub))
+		require.NoError(t, err)
+		require.Empty(t, outboxtest.EventDiff(e, again))
+	})
+}
