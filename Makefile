@@ -18,6 +18,8 @@ GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$
 WITHPG := go run ./tools/cmd/withpg --
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+# AMQP_URL is the RabbitMQ broker of demo-rabbitmq.
+AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 # Extra `go test` flags, e.g. TESTFLAGS=-count=1 or TESTFLAGS='-run TestEmit -v'.
 TESTFLAGS ?=
 
@@ -144,6 +146,10 @@ demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgr
 .PHONY: demo-nats
 demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in process unless NATS_URL is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/nats
+
+.PHONY: demo-rabbitmq
+demo-rabbitmq: ## Run examples/rabbitmq: outbox → dispatcher → RabbitMQ (AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/) → consumer
+	DATABASE_URL='$(DATABASE_URL)' AMQP_URL='$(AMQP_URL)' go run ./examples/rabbitmq
 
 .PHONY: demo-kafka
 demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer

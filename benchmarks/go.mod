@@ -11,8 +11,10 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/pgoutbox/pgoutbox v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/amqppub v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/stretchr/testify v1.12.1
@@ -78,3 +80,5 @@ require (
 replace github.com/pgoutbox/pgoutbox/publishers/natspub => ../publishers/natspub
 
 replace github.com/pgoutbox/pgoutbox/publishers/kafkapub => ../publishers/kafkapub
+
+replace github.com/pgoutbox/pgoutbox/publishers/amqppub => ../publishers/amqppub

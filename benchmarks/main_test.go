@@ -5,10 +5,12 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgoutbox/pgoutbox/internal/testctx"
@@ -24,6 +26,9 @@ func TestCases(t *testing.T) {
 			t.Parallel()
 			if slices.Contains(args, "dispatch-nats") || slices.Contains(args, "nats") {
 				requireNATS(t)
+			}
+			if slices.Contains(args, "dispatch-rabbitmq") {
+				requireRabbitMQ(t)
 			}
 			o, err := parseFlags(args)
 			require.NoError(t, err)
@@ -96,4 +101,22 @@ func requireNATS(t *testing.T) {
 		t.Fatalf("no NATS at %s: %v", natsURL(), err)
 	}
 	t.Skipf("no NATS at %s (set NATS_URL or start nats-server): %v", natsURL(), err)
+}
+
+// requireRabbitMQ skips the test when no RabbitMQ answers at amqpURL(),
+// or fails it under CI=true.
+func requireRabbitMQ(t *testing.T) {
+	t.Helper()
+	uri, err := amqp.ParseURI(amqpURL())
+	require.NoError(t, err)
+	addr := net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err == nil {
+		_ = c.Close()
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no RabbitMQ at %s: %v", addr, err)
+	}
+	t.Skipf("no RabbitMQ at %s (set AMQP_URL or start rabbitmq-server): %v", addr, err)
 }

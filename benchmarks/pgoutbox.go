@@ -23,11 +23,12 @@ const eventType = "bench.event"
 // runPgoutbox runs the pgoutbox modes: emit (one event and one business row
 // per transaction, W writers), emit-batch (Batch events per transaction)
 // and dispatch (drain N pre-inserted events with a no-op handler); and
-// dispatch-nats / dispatch-kafka (the same drain through natspub to the
-// local NATS, or kafkapub to an in-process kfake broker).
+// dispatch-nats / dispatch-kafka / dispatch-rabbitmq (the same drain
+// through natspub to the local NATS, kafkapub to an in-process kfake
+// broker, or amqppub to the local RabbitMQ).
 func runPgoutbox(ctx context.Context, o Options) (Result, error) {
 	return pick(ctx, o, []mode{{"emit", pgoutboxEmit}, {"emit-batch", pgoutboxEmitBatch}, {"dispatch", pgoutboxDispatch},
-		{"dispatch-nats", dispatchNATS}, {"dispatch-kafka", dispatchKafka}})
+		{"dispatch-nats", dispatchNATS}, {"dispatch-kafka", dispatchKafka}, {"dispatch-rabbitmq", dispatchRabbitMQ}})
 }
 
 func pgoutboxEmit(ctx context.Context, o Options) (Result, error) {

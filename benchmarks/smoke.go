@@ -16,6 +16,7 @@ func smokeRuns() [][]string {
 		append([]string{"-case", "pgoutbox", "-mode", "dispatch", "-types", "7"}, n...),
 		append([]string{"-case", "pgoutbox", "-mode", "dispatch-kafka"}, n...),
 		append([]string{"-case", "pgoutbox", "-mode", "dispatch-nats"}, n...),
+		append([]string{"-case", "pgoutbox", "-mode", "dispatch-rabbitmq"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "insert"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "copy", "-batch", "100"}, n...),
 		append([]string{"-case", "raw-sql", "-mode", "dispatch"}, n...),

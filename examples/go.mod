@@ -8,9 +8,11 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/pgoutbox/pgoutbox v0.1.0
+	github.com/pgoutbox/pgoutbox/publishers/amqppub v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/kafkapub v0.1.0
 	github.com/pgoutbox/pgoutbox/publishers/natspub v0.1.0
 	github.com/prometheus/client_golang v1.24.1
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
@@ -74,3 +76,5 @@ replace github.com/pgoutbox/pgoutbox => ../
 replace github.com/pgoutbox/pgoutbox/publishers/natspub => ../publishers/natspub
 
 replace github.com/pgoutbox/pgoutbox/publishers/kafkapub => ../publishers/kafkapub
+
+replace github.com/pgoutbox/pgoutbox/publishers/amqppub => ../publishers/amqppub

@@ -1,0 +1,8 @@
+package amqppub
+
+// BuildPublishing is buildPublishing, AMQPProblem amqpProblem, for the
+// fuzz targets.
+var (
+	BuildPublishing = buildPublishing
+	AMQPProblem     = amqpProblem
+)

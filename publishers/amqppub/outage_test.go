@@ -1,0 +1,214 @@
+package amqppub_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/publishers/amqppub"
+)
+
+// brokerAddr is the host:port of the test broker.
+func brokerAddr(tb testing.TB) string {
+	tb.Helper()
+	u, err := amqpParse(amqpURL)
+	require.NoError(tb, err)
+	return u
+}
+
+// allStored reports whether every message of a Publish that returned
+// errs was stored, and fails the test when one failed permanently or an
+// error is not clean.
+func allStored(t *testing.T, errs []error) bool {
+	t.Helper()
+	ok := true
+	for i, err := range errs {
+		if err != nil {
+			require.False(t, outbox.IsPermanent(err), "message %d: %v", i, err)
+			requireClean(t, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// publishUntilStored publishes msgs until every one is stored or ctx
+// ends, and fails the test in the second case.
+func publishUntilStored(ctx context.Context, t *testing.T, p *amqppub.Publisher, msgs []outbox.Message) {
+	t.Helper()
+	for ctx.Err() == nil && !allStored(t, p.Publish(ctx, msgs)) {
+	}
+	require.NoError(t, ctx.Err(), "the messages were never all stored")
+}
+
+// TestConnectionLostMidBatch cuts the connection after the broker
+// confirmed the first messages of a batch: the confirmed ones succeed,
+// the others fail as an outage, none permanently; the next call dials
+// again and publishes.
+func TestConnectionLostMidBatch(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, MaxInFlight: 8})
+	publishUntilStored(ctx, t, p, messages("d", 1)) // connected, exchange known
+
+	px.cutAfterAcks(1)
+	msgs := messages("d", 500)
+	errs := p.Publish(ctx, msgs)
+	stored := 0
+	for i, err := range errs {
+		if err == nil {
+			stored++
+			continue
+		}
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+		require.False(t, outbox.IsPermanent(err), "message %d: %v", i, err)
+		requireClean(t, err)
+	}
+	require.Positive(t, stored, "the first confirm passed before the cut")
+	require.Less(t, stored, len(msgs), "the cut came before the last confirm")
+
+	publishUntilStored(ctx, t, p, msgs) // redials
+	got := a.read(ctx, t, q, 1+stored+len(msgs), quiet)
+	require.GreaterOrEqual(t, len(got), 1+len(msgs))
+}
+
+// TestConfirmTimeout stalls everything the broker sends: Publish reports
+// ErrConfirmTimeout, an outage, and once the broker is heard again the
+// Publisher recovers on a new connection.
+func TestConfirmTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	px.stallDown()
+	for i, err := range p.Publish(ctx, messages("d", 3)) {
+		require.ErrorIs(t, err, amqppub.ErrConfirmTimeout, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+		require.False(t, outbox.IsPermanent(err), "message %d: %v", i, err)
+	}
+	px.resume()
+	publishUntilStored(ctx, t, p, messages("d", 3))
+}
+
+// TestBlockedConnection injects connection.blocked (a proxy plays the
+// broker's resource alarm, so the test needs no change to the shared
+// broker and runs in parallel): a call made while blocked fails at once
+// with ErrBlocked, an outage, sending nothing; a call waiting for confirms
+// when the block comes fails at once too, although its ConfirmTimeout is
+// ten minutes; after connection.unblocked the Publisher publishes again.
+func TestBlockedConnection(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	// Blocked while waiting: the confirms are held back, then the block
+	// arrives.
+	px.stallDown()
+	before := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(ctx, messages("d", 3)) }()
+	for px.clientBytes.Load() == before && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the publishes reach the proxy
+	}
+	px.block(t)
+	for i, err := range <-done {
+		require.ErrorIs(t, err, amqppub.ErrBlocked, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+	px.resume()
+
+	// Blocked before the call: it fails before sending.
+	for i, err := range p.Publish(ctx, messages("d", 2)) {
+		require.ErrorIs(t, err, amqppub.ErrBlocked, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+
+	px.unblock(t)
+	publishUntilStored(ctx, t, p, messages("d", 2))
+}
+
+// TestClosedPublisher: calls after Close report ErrClosed.
+func TestClosedPublisher(t *testing.T) {
+	t.Parallel()
+	p := newPublisher(t, amqppub.Config{})
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close())
+	for _, err := range p.Publish(runContext(t), messages("d", 2)) {
+		require.ErrorIs(t, err, amqppub.ErrClosed)
+		require.False(t, outbox.IsPermanent(err))
+	}
+}
+
+// TestStalledBeforePublishing: with the broker stalled, a call that must
+// first check a new exchange returns when its ctx's deadline passes,
+// every message unavailable, rather than wait for the connection's
+// heartbeat to give up.
+func TestStalledBeforePublishing(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	x, y := a.exchange(t), a.exchange(t)
+	a.queue(t, x, "#", nil)
+	a.queue(t, y, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+		return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+	}})
+	publishUntilStored(runContext(t), t, p, messages(x, 1)) // connected; y is not checked yet
+
+	px.stallDown()
+	ctx, cancel := context.WithTimeout(runContext(t), 100*time.Millisecond)
+	defer cancel()
+	for i, err := range p.Publish(ctx, messages(y, 2)) {
+		require.ErrorIs(t, err, context.DeadlineExceeded, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+	px.resume()
+	publishUntilStored(runContext(t), t, p, messages(y, 2))
+}
+
+// TestConcurrentPublish: calls from several goroutines at once, each on a
+// channel of its own, all succeed, and the queue holds every message.
+func TestConcurrentPublish(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	p := newPublisher(t, amqppub.Config{Exchange: x, IdleChannels: 2, MaxInFlight: 16})
+	const callers, calls, size = 6, 5, 40
+	errs := make(chan error, callers*calls*size)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range calls {
+				for _, err := range p.Publish(ctx, messages("d", size)) {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, a.read(ctx, t, q, callers*calls*size, quiet), callers*calls*size)
+}
