@@ -7,18 +7,20 @@ import (
 )
 
 // reservedHeaderPrefixes start the header names an event may not use, in
-// any case: "ce_" and "ce-" name the CloudEvents attributes publishers
-// send the event's fields as (Kafka and NATS bindings), "Nats-" the
-// headers the NATS server acts on (Nats-Msg-Id, Nats-Rollup, …).
-var reservedHeaderPrefixes = [...]string{"ce_", "ce-", "Nats-"}
+// any case: "ce_", "ce-" and "cloudEvents_" name the CloudEvents
+// attributes publishers send the event's fields as (Kafka, NATS and AMQP
+// bindings), "Nats-" the headers the NATS server acts on (Nats-Msg-Id,
+// Nats-Rollup, …).
+var reservedHeaderPrefixes = [...]string{"ce_", "ce-", "cloudEvents_", "Nats-"}
 
 // reservedHeaderNames are the header names an event may not use, in any
 // case: "Content-Type" carries the datacontenttype attribute on Kafka and
 // tells a CloudEvents consumer the content mode on NATS; NATS clients take
 // a message with an empty body and a "Status" header (and its
 // "Description") for a server status or control message and never hand
-// it to the application.
-var reservedHeaderNames = [...]string{"Content-Type", "Status", "Description"}
+// it to the application; RabbitMQ routes a message to the extra queues
+// its "CC" and "BCC" headers name (and strips BCC).
+var reservedHeaderNames = [...]string{"Content-Type", "Status", "Description", "CC", "BCC"}
 
 // HeaderNameProblem says why name cannot be the name of an event header
 // under the header rule (see the package documentation), or returns ""

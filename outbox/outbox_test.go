@@ -209,7 +209,7 @@ func TestHeaderRule(t *testing.T) {
 		require.Empty(t, outbox.HeaderNameProblem(ok), ok)
 	}
 	for _, bad := range []string{"", "x/y", "a:b", "has space", "héader", "a\tb", "a\x7f", "a\x00", "(x)", "a,b",
-		"ce_id", "CE_Type", "ce-id", "Ce-Source", "content-type", "Content-Type", "Nats-Msg-Id", "nats-rollup"} {
+		"ce_id", "CE_Type", "ce-id", "Ce-Source", "content-type", "Content-Type", "Nats-Msg-Id", "nats-rollup", "cloudEvents_id", "CLOUDEVENTS_type", "CC", "bcc"} {
 		require.NotEmpty(t, outbox.HeaderNameProblem(bad), "%q", bad)
 	}
 	for _, ok := range []string{"", "v", "a  b", "a\tb", "\x01c\x7f", "\u00a0nbsp\u00a0", "\vv\f", "日本語 ✓", ": a: b", `"q"`} {
