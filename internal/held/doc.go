@@ -23,7 +23,7 @@
 //	Add ─▶ Begin ─▶ Finish ─▶ TakeOutcomes ─▶ (written) Remove
 //	 │       │        │            │  └─ WriteFailed ─▶ back in line, or let go
 //	 │       └────────┴── lost ────┴─▶ let go (Renewed, loseExpired, Begin)
-//	 └─ Unstarted (at stop: the completer releases them) ─▶ Remove
+//	 └─ Unstarted (at stop: Completing, the completer releases them) ─▶ Remove
 //
 // An Item's State is Queued (claimed, handler not started), Running
 // (handler or publisher running), Finished (its Result waits for the

@@ -898,14 +898,18 @@ func (s *Set) Stop() <-chan struct{} {
 }
 
 // Unstarted lists the held items whose handler never started and whose
-// lease is not lost: what a stop releases. Called once stopping, so none
-// can start now.
+// lease is not lost, and hands them to the caller, which releases them
+// and then removes them (Remove): what a stop releases. They become
+// Completing, so nothing else gives them back (ReleaseQueued, an ordered
+// run whose chain stopped) or lets them go (a lost lease) while the
+// caller's release runs. Called once stopping, so none can start now.
 func (s *Set) Unstarted() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var items []*Item
 	for it := range s.all() {
 		if it.state == Queued && !it.lost {
+			it.state = Completing
 			items = append(items, it)
 		}
 	}
