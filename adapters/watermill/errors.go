@@ -6,8 +6,8 @@ import (
 )
 
 // ErrNoTx is returned by Publish when it has no transaction to write in:
-// the Publisher was made by [NewPublisher] with a nil pool, and the first
-// message's context carries no transaction ([WithTx]). Nothing is written.
+// the Publisher was made by [NewPublisher] with a nil pool, and no
+// message's context carries a transaction ([WithTx]). Nothing is written.
 var ErrNoTx = errors.New("pgwatermill: no transaction: put one in the message's context with WithTx, " +
 	"use NewTxPublisher, or give NewPublisher a pool")
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,10 @@ import (
 // localDatabase is the database the tests use when
 // PGOUTBOX_TEST_DATABASE_URL is unset.
 const localDatabase = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// quietLogger logs WARN and above: the dispatchers' INFO lines (every
+// Nack is a failed attempt) would drown the test output.
+var quietLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 var (
 	// databaseURL is the database every test uses, chosen in TestMain.
@@ -125,7 +130,7 @@ func newDB(tb testing.TB, keyOrder bool) testDB {
 	}
 	ctx := runContext(tb)
 	schema := fmt.Sprintf("pgwatermill_%d_%d", os.Getpid(), schemaSeq.Add(1))
-	table := outbox.Table{Schema: schema}
+	table := outbox.Table{Schema: schema, Name: "outbox_events"}
 	conn, err := sharedPool.Acquire(ctx)
 	require.NoError(tb, err)
 	defer conn.Release()

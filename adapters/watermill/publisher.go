@@ -78,8 +78,8 @@ func newPublisher(pool *pgxpool.Pool, tx pgx.Tx, cfg PublisherConfig) (*Publishe
 
 // Publish writes msgs as events of type topic, in one Emit: all are
 // written or none. It chooses the transaction so: NewTxPublisher's; else
-// the one in the first message's context ([WithTx]), which every other
-// message must carry too or not at all ([ErrMixedTx]); else, with a pool,
+// the one the messages' contexts carry ([WithTx]; messages that carry
+// none join it, two different ones give [ErrMixedTx]); else, with a pool,
 // its own, committed before it returns; else it returns [ErrNoTx].
 //
 // A nil message, or one whose metadata breaks the outbox's header rule (a
@@ -140,9 +140,13 @@ func (p *Publisher) txOf(msgs []*message.Message) (pgx.Tx, error) {
 	if p.tx != nil {
 		return p.tx, nil
 	}
-	tx := TxFromContext(msgs[0].Context())
-	for _, msg := range msgs[1:] {
-		if other := TxFromContext(msg.Context()); other != nil && other != tx {
+	var tx pgx.Tx
+	for _, msg := range msgs {
+		switch other := TxFromContext(msg.Context()); {
+		case other == nil:
+		case tx == nil:
+			tx = other
+		case other != tx:
 			return nil, ErrMixedTx
 		}
 	}
