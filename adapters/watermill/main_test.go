@@ -130,11 +130,8 @@ func newDB(tb testing.TB, keyOrder bool) testDB {
 	}
 	ctx := runContext(tb)
 	schema := fmt.Sprintf("pgwatermill_%d_%d", os.Getpid(), schemaSeq.Add(1))
-	table := outbox.Table{Schema: schema, Name: "outbox_events"}
-	conn, err := sharedPool.Acquire(ctx)
-	require.NoError(tb, err)
-	defer conn.Release()
-	require.NoError(tb, migrations.Migrate(ctx, conn.Conn(), migrations.Config{Table: table, KeyOrder: keyOrder}))
+	table := exampleTable(schema)
+	require.NoError(tb, migrateTable(ctx, table, keyOrder))
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -142,6 +139,21 @@ func newDB(tb testing.TB, keyOrder bool) testDB {
 		require.NoError(tb, err)
 	})
 	return testDB{Pool: sharedPool, Table: table}
+}
+
+// exampleTable is the outbox table of a test's schema.
+func exampleTable(schema string) outbox.Table {
+	return outbox.Table{Schema: schema, Name: "outbox_events"}
+}
+
+// migrateTable migrates an outbox into table's schema.
+func migrateTable(ctx context.Context, table outbox.Table, keyOrder bool) error {
+	conn, err := sharedPool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	return migrations.Migrate(ctx, conn.Conn(), migrations.Config{Table: table, KeyOrder: keyOrder})
 }
 
 // row is what the tests read of an event: its status, attempts and

@@ -3,8 +3,8 @@ package pgwatermill_test
 import (
 	"context"
 	"maps"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
