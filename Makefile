@@ -145,6 +145,10 @@ demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgr
 demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in process unless NATS_URL is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/nats
 
+.PHONY: demo-watermill
+demo-watermill: ## Run examples/watermill: outbox → pgwatermill Subscriber → Watermill router → gochannel (RabbitMQ when AMQP_URL is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/watermill
+
 .PHONY: demo-kafka
 demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/kafka
