@@ -279,3 +279,30 @@ func TestSubscriberConfig(t *testing.T) {
 	_, err := pgwatermill.NewSubscriber(nil, pgwatermill.SubscriberConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
+
+func TestAckDeadlineSnoozesUntakenMessage(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	sub := newSubscriber(t, db, dispatcher.Config{HandlerTimeout: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	require.NoError(t, pub.Publish("t", msg))
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+
+	// Nobody reads ch: each handler call ends at its deadline with the
+	// message never taken, a snooze that spends no attempt.
+	id := uuid.MustParse(msg.UUID)
+	for rows(t, db)[id].Snoozes < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond): // poll; bounded by the test's deadline
+		}
+	}
+	got := rows(t, db)[id]
+	require.Equal(t, 0, got.Attempts)
+	require.NoError(t, sub.Close())
+	drained(ctx, t, ch)
+}
