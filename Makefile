@@ -151,6 +151,10 @@ demo-nats: ## Run examples/nats: outbox → dispatcher → NATS JetStream (in pr
 demo-rabbitmq: ## Run examples/rabbitmq: outbox → dispatcher → RabbitMQ (AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/) → consumer
 	DATABASE_URL='$(DATABASE_URL)' AMQP_URL='$(AMQP_URL)' go run ./examples/rabbitmq
 
+.PHONY: demo-watermill
+demo-watermill: ## Run examples/watermill: outbox → pgwatermill Subscriber → Watermill router → gochannel (RabbitMQ when AMQP_URL is set) → consumer
+	DATABASE_URL='$(DATABASE_URL)' go run ./examples/watermill
+
 .PHONY: demo-kafka
 demo-kafka: ## Run examples/kafka: outbox → dispatcher → Kafka (in-process kfake unless KAFKA_BROKERS is set) → consumer
 	DATABASE_URL='$(DATABASE_URL)' go run ./examples/kafka

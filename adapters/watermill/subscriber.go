@@ -1,0 +1,170 @@
+package pgwatermill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/outbox"
+)
+
+// Subscriber is a Watermill message.Subscriber over pgoutbox dispatchers:
+// each Subscribe call runs a dispatcher that claims the events of one
+// type from the one outbox table and hands them out as messages. It is
+// safe for concurrent use.
+type Subscriber struct {
+	pool    *pgxpool.Pool
+	cfg     SubscriberConfig
+	closing chan struct{} // closed by Close
+
+	mu     sync.Mutex
+	closed bool
+	subs   sync.WaitGroup // one per running subscription
+	errs   []error        // the subscriptions' stop errors
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber whose subscriptions dispatch from the
+// outbox table of cfg.Dispatcher on pool. A nil pool gives an
+// *outbox.InputError naming "pool", an invalid cfg an *outbox.ConfigError
+// (those of dispatcher.New included).
+func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error) {
+	if pool == nil {
+		return nil, &outbox.InputError{Field: "pool", Reason: "is nil"}
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if _, err := dispatcher.New(pool, cfg.Dispatcher); err != nil { // reject a bad config now, not at Subscribe
+		return nil, err
+	}
+	return &Subscriber{pool: pool, cfg: cfg, closing: make(chan struct{})}, nil
+}
+
+// Subscribe starts a dispatcher that claims the events of type topic and
+// returns the channel it hands them out on, one message per event (see
+// the package documentation for the mapping and the acknowledgements). It
+// returns once the dispatcher's start-up checks passed, with their error
+// otherwise. The channel is closed once the subscription has stopped:
+// when ctx ends or Close is called, every message not yet acknowledged is
+// given back (PENDING again, no attempt spent; an Ack that comes later
+// changes nothing) and the outcomes are recorded. Each message's Context
+// carries ctx's values and ends when its Ack or Nack is recorded or the
+// subscription stops. After Close it returns [ErrClosed].
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	out, err := s.subscribe(ctx, topic)
+	if err != nil {
+		s.subs.Done()
+	}
+	return out, err
+}
+
+// begin counts a subscription in, unless the Subscriber is closed.
+func (s *Subscriber) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.subs.Add(1)
+	return nil
+}
+
+func (s *Subscriber) subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	d, err := dispatcher.New(s.pool, s.cfg.Dispatcher)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	if err := d.Handle(topic, handler(out)); err != nil {
+		return nil, &originError{context: "pgwatermill: subscribe", err: err}
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, &originError{context: fmt.Sprintf("pgwatermill: subscribe to topic %q", topic), err: err}
+	}
+	go s.watch(ctx, d, out)
+	return out, nil
+}
+
+// watch stops d when ctx ends or the Subscriber closes, and closes out
+// once no handler can send on it.
+func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out chan *message.Message) {
+	defer s.subs.Done()
+	select {
+	case <-ctx.Done():
+	case <-s.closing:
+	case <-d.Done():
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CloseTimeout)
+	defer cancel()
+	if err := d.Stop(stopCtx); err != nil && !errors.Is(err, dispatcher.ErrDrainTimeout) {
+		s.mu.Lock()
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	}
+	close(out)
+}
+
+// handler hands each event out on out as a message and waits for its
+// Ack (nil: SENT) or Nack (ErrNacked: a retry). When its context ends
+// first, the dispatcher decides: at a stop (NoDrain) the event goes back
+// unspent; past HandlerTimeout, a message never taken from out is
+// snoozed (given back without spending an attempt, since the consumer
+// never saw it) and one taken and not acknowledged is retried.
+func handler(out chan<- *message.Message) outbox.Handler {
+	return func(ctx context.Context, e outbox.Event) error {
+		msg := toMessage(e)
+		msgCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		msg.SetContext(msgCtx)
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return outbox.Snooze(0)
+			}
+			return context.Cause(ctx)
+		}
+		select {
+		case <-msg.Acked():
+			return nil
+		case <-msg.Nacked():
+			return ErrNacked
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// Close stops every subscription: each gives back the messages not yet
+// acknowledged (PENDING again, no attempt spent) and records the
+// outcomes, within CloseTimeout, and then its channel is closed. Close
+// waits for all of them and returns their errors joined (nil normally).
+// Later calls return the same result; Subscribe returns [ErrClosed]
+// after it.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.closing)
+		s.subs.Wait()
+		s.mu.Lock()
+		s.closeErr = errors.Join(s.errs...)
+		s.mu.Unlock()
+	})
+	return s.closeErr
+}
