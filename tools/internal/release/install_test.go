@@ -16,13 +16,13 @@ import (
 )
 
 // TestInstall installs pgoutbox as a user does, outside the repository
-// with GOWORK=off, from a file module proxy serving the core and the
-// publishers of the working tree packed at VERSION. First each publisher
-// alone is fetched with `go get` into a fresh module, which must bring in
-// the core at VERSION: a publisher reaching the core through a replace
-// directive, or requiring a version the proxy does not serve, fails here.
-// Then a module getting all three, as the README says, is built and vetted.
-// It takes about 80 s alone and far longer on a loaded machine, so it has
+// with GOWORK=off, from a file module proxy serving the core, the
+// publishers and the adapters of the working tree packed at VERSION.
+// First each of them alone is fetched with `go get` into a fresh module,
+// which must bring in the core at VERSION: a module reaching the core
+// through a replace directive, or requiring a version the proxy does not
+// serve, fails here. Then a module getting all of them, as the README
+// says, is built and vetted. It takes about 80 s alone and far longer on a loaded machine, so it has
 // no cap of its own: the run's -timeout bounds it (testctx).
 func TestInstall(t *testing.T) {
 	t.Parallel()
