@@ -6,6 +6,11 @@ SHELL := /bin/bash
 
 # The workspace's modules, as directories relative to this one ("." first).
 MODULES := $(patsubst $(CURDIR)/%,./%,$(patsubst $(CURDIR),.,$(shell go list -m -f '{{.Dir}}')))
+# The modules whose tests take longest after the root's (minutes each with
+# -race): go-test starts them first, so that the short ones fill the lane
+# that comes free first (see .ci/gotest).
+SLOW_MODULES := ./benchmarks ./integration
+TEST_MODULES := . $(filter $(SLOW_MODULES),$(MODULES)) $(filter-out . $(SLOW_MODULES),$(MODULES))
 # Packs the published modules (the root, publishers/* and adapters/*) at VERSION into a
 # local module proxy and checks them as users meet them: see docs/releasing.md.
 RELEASE := go run ./tools/cmd/release
@@ -119,9 +124,9 @@ bench/short: ## Run every case of the benchmark suite tiny (N=200), writing noth
 GOTESTTIMEOUT ?= 60m
 
 # go-test runs `go test $(GOTESTARGS) ./...` in every module through
-# .ci/gotest: the root module in one lane and the others, one after
-# another, in a second lane beside it (the tests mostly wait, so two lanes
-# take little more than the longer one). It goes on past a failing module
+# .ci/gotest in two lanes: the root module in one and the slow modules in
+# the other, then each lane takes the next module as it comes free (the
+# tests mostly wait, so two lanes take little more than the longer one). It goes on past a failing module
 # and fails at the end if any failed. It prints each module's start, then
 # its output whole with its duration and result, and at the end a summary
 # per module followed by go test's own ok/FAIL lines again, so that those
@@ -137,7 +142,7 @@ go-test:
 		unit=1; [ "$${BASH_REMATCH[2]}" = m ] && unit=60; [ "$${BASH_REMATCH[2]}" = h ] && unit=3600; \
 		budget=$$(( 10#$${BASH_REMATCH[1]} * unit )); \
 	else echo "GOTESTTIMEOUT must be a whole number of s, m or h (60m), got '$(GOTESTTIMEOUT)'" >&2; exit 2; fi; \
-	GOTEST_LANES=$(GOTEST_LANES) bash .ci/gotest "$$budget" $(GOTESTARGS) -- $(MODULES)
+	GOTEST_LANES=$(GOTEST_LANES) bash .ci/gotest "$$budget" $(GOTESTARGS) -- $(TEST_MODULES)
 
 .PHONY: demo
 demo: ## Run examples/quickstart against DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
