@@ -113,6 +113,13 @@
 //     "message size … is larger than configured max size" (wraps
 //     ErrMessageTooLarge; recorded publish_error). Set MaxMessageSize to
 //     the broker's max_message_size to get the first form;
+//   - access refused: the broker closed the channel with 403
+//     ACCESS_REFUSED because the user may not write to the exchange (or
+//     to the routing key, with topic permissions), or the exchange is
+//     internal. The message it names wraps [ErrAccessRefused] (recorded
+//     publish_error), as a denied publish is for natspub and kafkapub;
+//     the other messages the closed channel held are retried, as after a
+//     lost channel;
 //   - Config.RouteFunc failed, the route is longer than 255 bytes, the
 //     event ID is zero, or a field breaks the header rule (see Headers).
 //

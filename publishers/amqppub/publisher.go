@@ -323,8 +323,8 @@ func (b *batch) send(i int) {
 	}
 	dc, err := b.c.ch.PublishWithDeferredConfirm(r.Exchange, r.RoutingKey, true, false, pub)
 	if err != nil {
-		b.chClosed = true
 		b.settle(i, classify(r, fmt.Errorf("%w: %w", ErrConnection, err)))
+		b.awaitClose()
 		return
 	}
 	b.pending = append(b.pending, inflight{idx: i, dc: dc, deadline: time.Now().Add(b.p.cfg.ConfirmTimeout)})
@@ -445,8 +445,8 @@ func (b *batch) forgetMissing(e *amqp.Error) {
 
 // causeFor is the cause message i reports after its channel closed: the
 // close's own cause for the message it names (the over-size one, or one
-// for the missing exchange), a lost channel for the others, which may be
-// stored or not.
+// for the missing or refused exchange), a lost channel for the others,
+// which may be stored or not.
 func (b *batch) causeFor(i int) error {
 	cause := closeCause(b.closeErr)
 	e := b.closeErr
@@ -455,12 +455,32 @@ func (b *batch) causeFor(i int) error {
 		if !namesSize(e.Reason, len(b.msgs[i].Event.Payload)) {
 			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
 		}
-	case errors.Is(cause, ErrMissingExchange):
+	case errors.Is(cause, ErrMissingExchange), errors.Is(cause, ErrAccessRefused):
 		if !namesExchange(e.Reason, b.routes[i].Exchange) {
 			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
 		}
 	}
 	return cause
+}
+
+// awaitClose waits, after a publish failed, for the close of the call's
+// channel and records the error it closed with: the broker's reason (a
+// 403 or 404 on a message already sent) is what the messages in flight
+// report. The client sends it before it ends their confirmations, so
+// every message not confirmed by then never will be. The wait ends with
+// ctx or after Config.ConfirmTimeout.
+func (b *batch) awaitClose() {
+	b.chClosed = true
+	b.resetTimer(b.p.cfg.ConfirmTimeout)
+	select {
+	case e, ok := <-b.c.closes:
+		if ok && e != nil {
+			b.closeErr = e
+			b.forgetMissing(e)
+		}
+	case <-b.timer.C:
+	case <-b.ctx.Done():
+	}
 }
 
 // failPending records cause for every message in flight whose
@@ -501,7 +521,11 @@ func (b *batch) abandon() {
 		case <-f.dc.Done():
 			b.errs[f.idx] = b.outcome(f)
 		default:
-			b.errs[f.idx] = classify(b.routes[f.idx], cause)
+			if b.closeErr != nil {
+				b.errs[f.idx] = classify(b.routes[f.idx], b.causeFor(f.idx))
+			} else {
+				b.errs[f.idx] = classify(b.routes[f.idx], cause)
+			}
 		}
 		b.stop(f.idx)
 	}

@@ -1,0 +1,95 @@
+package amqppub_test
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgoutbox/pgoutbox/outbox"
+	"github.com/pgoutbox/pgoutbox/publishers/amqppub"
+)
+
+// restrictedUser creates a RabbitMQ user unique to the test, allowed to
+// write only to the exchanges matching writeRe (and to configure and read
+// nothing), deleted at cleanup, and returns the URL that logs in as it.
+// Without rabbitmqctl the test fails under CI=true and is skipped
+// otherwise.
+func restrictedUser(t *testing.T, writeRe string) string {
+	t.Helper()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("rabbitmqctl is needed to create a user without write permission: %v", err)
+		}
+		t.Skipf("rabbitmqctl is missing (needed to create a user without write permission): %v", err)
+	}
+	uri, err := amqp.ParseURI(amqpURL)
+	require.NoError(t, err)
+	user, password := uniqueName(t, "user"), uuid.NewString()
+	rabbitmqctl(t, "add_user", user, password)
+	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "-q", "delete_user", user).Run() })
+	rabbitmqctl(t, "set_permissions", "-p", uri.Vhost, user, "^$", writeRe, "^$")
+	uri.Username, uri.Password = user, password
+	return uri.String()
+}
+
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.CommandContext(runContext(t), "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl %s: %s", args[0], out)
+}
+
+// TestAccessRefused: a publish the broker refuses with 403 ACCESS_REFUSED
+// (the user may not write to the exchange) fails permanently, naming the
+// exchange; a message to an allowed exchange sent before it succeeds or,
+// when the 403 closed the channel before its confirm, is retried; one
+// sent after it on the channel the 403 closed is an outage,
+// retried, not permanent; the same Publisher then publishes to the
+// allowed exchange again.
+func TestAccessRefused(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	allowed, refused := a.exchange(t), a.exchange(t)
+	q := a.queue(t, allowed, "#", nil)
+	a.queue(t, refused, "#", nil)
+	url := restrictedUser(t, "^"+regexp.QuoteMeta(allowed)+"$")
+	p := newPublisher(t, amqppub.Config{URL: url, RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+		return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+	}})
+	msgs := []outbox.Message{messages(allowed, 1)[0], messages(refused, 1)[0], messages(allowed, 1)[0]}
+	errs := p.Publish(ctx, msgs)
+	if errs[0] != nil { // the 403 may close the channel before the queue confirmed it
+		require.False(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+	}
+	require.ErrorIs(t, errs[1], amqppub.ErrAccessRefused)
+	require.True(t, outbox.IsPermanent(errs[1]), "%v", errs[1])
+	require.ErrorContains(t, errs[1], refused)
+	requireClean(t, errs[1])
+	require.Error(t, errs[2])
+	require.False(t, outbox.IsPermanent(errs[2]), "%v", errs[2])
+	require.NotErrorIs(t, errs[2], amqppub.ErrAccessRefused)
+
+	before := depth(t, a, q)
+	for _, err := range p.Publish(ctx, messages(allowed, 2)) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, before+2, depth(t, a, q))
+}
+
+
+// depth is how many messages queue holds; exact once every publish to it
+// was confirmed.
+func depth(t *testing.T, a *admin, queue string) int {
+	t.Helper()
+	ch, err := a.conn.Channel()
+	require.NoError(t, err)
+	defer func() { _ = ch.Close() }()
+	st, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	return st.Messages
+}
