@@ -147,6 +147,22 @@ func TestErrors(t *testing.T) {
 		}
 		require.Len(t, a.read(runContext(t), t, q, 3, quiet), 2)
 	})
+
+	// One event to two destinations in a call, the unroutable one first:
+	// the broker returns that one before confirming it, and the return
+	// must not fail the other, stored, message of the same event ID.
+	t.Run("UnroutableBesideSameEvent", func(t *testing.T) {
+		t.Parallel()
+		x := a.exchange(t)
+		q := a.queue(t, x, "bound", nil)
+		p := newPublisher(t, amqppub.Config{Exchange: x})
+		e := newEvent(0)
+		errs := p.Publish(runContext(t), []outbox.Message{{Destination: "nobody", Event: e}, {Destination: "bound", Event: e}})
+		require.ErrorIs(t, errs[0], amqppub.ErrUnroutable)
+		require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+		require.NoError(t, errs[1])
+		require.Equal(t, 1, depth(t, a, q))
+	})
 }
 
 func TestConfig(t *testing.T) {

@@ -237,7 +237,7 @@ type batch struct {
 	pending  []inflight // in send order
 	ready    []int      // messages to send once there is room, in order
 	next     []int      // next[i] is the next message of i's key, or -1
-	returned map[string]amqp.Return
+	returned map[returnKey][]amqp.Return // returns not yet matched to an ack
 	closeErr *amqp.Error
 	chClosed bool
 	timer    *time.Timer
@@ -377,7 +377,7 @@ func (b *batch) outcome(f inflight) error {
 	m := b.msgs[f.idx]
 	r := b.routes[f.idx]
 	if f.dc.Acked() {
-		if ret, ok := b.returned[m.Event.ID.String()]; ok {
+		if ret, ok := b.takeReturn(m.Event.ID.String(), r); ok {
 			return classify(r, fmt.Errorf("%w (exchange %q, routing key %q, %d %s)",
 				ErrUnroutable, ret.Exchange, ret.RoutingKey, ret.ReplyCode, ret.ReplyText))
 		}
@@ -405,11 +405,35 @@ func (b *batch) drainReturns() {
 	}
 }
 
+// returnKey is what a returned message is matched on: the message_id,
+// exchange and routing key it was published with. The event ID alone is
+// not enough: a call may carry one event to several routes.
+type returnKey struct{ id, exchange, routingKey string }
+
 func (b *batch) recordReturn(ret amqp.Return) {
 	if b.returned == nil {
-		b.returned = make(map[string]amqp.Return)
+		b.returned = make(map[returnKey][]amqp.Return)
 	}
-	b.returned[ret.MessageId] = ret
+	k := returnKey{ret.MessageId, ret.Exchange, ret.RoutingKey}
+	b.returned[k] = append(b.returned[k], ret)
+}
+
+// takeReturn removes and returns the oldest return recorded for the
+// message with event ID id published to r, if any. RabbitMQ sends a
+// message's basic.return before its basic.ack, so the oldest unmatched
+// return with its key is the one of the message being acked.
+func (b *batch) takeReturn(id string, r Route) (amqp.Return, bool) {
+	k := returnKey{id, r.Exchange, r.RoutingKey}
+	rets := b.returned[k]
+	if len(rets) == 0 {
+		return amqp.Return{}, false
+	}
+	if len(rets) == 1 {
+		delete(b.returned, k)
+	} else {
+		b.returned[k] = rets[1:]
+	}
+	return rets[0], true
 }
 
 // channelClosed reports whether the call's channel has closed, recording
