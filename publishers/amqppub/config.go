@@ -93,7 +93,9 @@ type Config struct {
 	// Defaults to amqp.DialConfig on URL with a heartbeat of 10 seconds,
 	// the connection name "pgoutbox-amqppub", and a socket whose every
 	// write must finish within ConfirmTimeout (a broker that stops
-	// reading, as a blocked or stalled one does, cannot hang Publish).
+	// reading, as a blocked or stalled one does, cannot hang Publish) and
+	// that Close closes when the broker does not answer its close within
+	// ConfirmTimeout.
 	DialFunc func(ctx context.Context, p DialParams) (*amqp.Connection, error)
 
 	// Exchange is the exchange every message is published to when

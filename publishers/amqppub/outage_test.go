@@ -212,3 +212,48 @@ func TestConcurrentPublish(t *testing.T) {
 	}
 	require.Len(t, a.read(ctx, t, q, callers*calls*size, quiet), callers*calls*size)
 }
+
+// TestCloseWhileStalled: with the broker alive (it sends heartbeats, so
+// the connection never times out) but answering nothing, and a call
+// stuck opening a channel, Close returns rather than wait for an answer
+// that never comes (it used to wait forever behind the call), and later
+// calls report ErrClosed.
+func TestCloseWhileStalled(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x, y := a.exchange(t), a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p, err := amqppub.New(amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
+		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+		}})
+	require.NoError(t, err)
+	publishUntilStored(ctx, t, p, messages(x, 1)) // connected; x known
+	// A publish to y, known to exist and then deleted, closes the idle
+	// channel (404): the next call must open one.
+	require.Error(t, p.Publish(ctx, messages(y, 1))[0])
+	require.NoError(t, a.ch.ExchangeDelete(y, false, false))
+	require.ErrorIs(t, p.Publish(ctx, messages(y, 1))[0], amqppub.ErrMissingExchange)
+
+	px.stallDown()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	call, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(call, messages(x, 1)) }()
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until channel.open reaches the proxy
+	}
+	cancel()
+	require.Error(t, (<-done)[0])
+
+	_ = p.Close() // must return; an error is allowed, the broker never answered
+	for _, err := range p.Publish(ctx, messages(x, 1)) {
+		require.ErrorIs(t, err, amqppub.ErrClosed)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -215,3 +216,28 @@ func (p *proxy) block(tb testing.TB) {
 }
 
 func (p *proxy) unblock(tb testing.TB) { p.inject(tb, 61, nil) }
+
+// heartbeat is an AMQP heartbeat frame.
+var heartbeat = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
+
+// beatUntil sends heartbeats to every client, as a live broker that
+// answers nothing else would, until done is closed: the client then
+// never times the connection out.
+func (p *proxy) beatUntil(done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		p.mu.Lock()
+		pairs := p.pairs
+		p.mu.Unlock()
+		for _, pr := range pairs {
+			pr.wmu.Lock()
+			_, _ = pr.client.Write(heartbeat)
+			pr.wmu.Unlock()
+		}
+		time.Sleep(10 * time.Millisecond) // pacing only; nothing waits on it
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -18,8 +19,12 @@ import (
 // Publish call runs on a confirm channel of its own.
 type Publisher struct {
 	cfg  Config
-	dial func(ctx context.Context, p DialParams) (*amqp.Connection, error)
+	dial func(ctx context.Context, p DialParams) (*amqp.Connection, io.Closer, error)
 
+	// dialMu serialises dials. Neither it nor mu is held while waiting
+	// for the broker, except dialMu during a dial, which ConfirmTimeout
+	// bounds: a stalled broker cannot hold Close or other calls.
+	dialMu sync.Mutex
 	mu     sync.Mutex
 	sess   *session          // nil before the first call and after a loss
 	idle   []*confirmChannel // channels of sess no call holds, nothing unconfirmed
@@ -37,9 +42,12 @@ func New(cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, dial: cfg.DialFunc}
-	if p.dial == nil {
-		p.dial = dial
+	p := &Publisher{cfg: cfg, dial: dial}
+	if cfg.DialFunc != nil {
+		p.dial = func(ctx context.Context, dp DialParams) (*amqp.Connection, io.Closer, error) {
+			conn, err := cfg.DialFunc(ctx, dp)
+			return conn, nil, err
+		}
 	}
 	return p, nil
 }
@@ -55,67 +63,104 @@ func (p *Publisher) Route(dest string, e outbox.Event) (Route, error) {
 }
 
 // Close closes the connection. Calls in progress fail with a retryable
-// error; later calls report [ErrClosed]. It is idempotent.
+// error; later calls report [ErrClosed]. It is idempotent. It waits for
+// the broker to answer the close for at most Config.ConfirmTimeout; then,
+// with the default DialFunc, it closes the socket and returns an error
+// wrapping [ErrConnection] (with a DialFunc of the caller's, the close
+// goes on in the background until the broker answers or the connection's
+// heartbeat gives up).
 func (p *Publisher) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	p.idle = nil
-	if p.sess == nil {
+	s := p.sess
+	p.closed, p.sess, p.idle = true, nil, nil
+	p.mu.Unlock()
+	if s == nil {
 		return nil
 	}
-	err := p.sess.conn.Close()
-	p.sess = nil
-	if errors.Is(err, amqp.ErrClosed) {
-		return nil
-	}
-	return err
+	return s.close(p.cfg.ConfirmTimeout)
 }
 
 // channel returns a confirm channel for one call: an idle one, or a new
 // one on the current connection, dialled first when there is none or it
 // was lost.
 func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
+	s, c, err := p.take()
+	if err != nil || c != nil {
+		return c, err
+	}
+	if s == nil {
+		if s, err = p.connect(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.openChannel(p.cfg.MaxInFlight)
+}
+
+// take returns an idle channel, or else the current session to open one
+// on (nil when there is none or its connection was lost).
+func (p *Publisher) take() (*session, *confirmChannel, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if p.sess != nil && p.sess.conn.IsClosed() {
 		p.sess, p.idle = nil, nil
 	}
 	if p.sess == nil {
-		conn, err := p.dial(ctx, DialParams{URL: p.cfg.URL, Timeout: p.cfg.ConfirmTimeout})
-		if err != nil {
-			return nil, fmt.Errorf("%w: dial %s: %w", ErrConnection, redact(p.cfg.URL), redactErr(err, p.cfg.URL))
-		}
-		p.sess = newSession(conn)
+		return nil, nil, nil
 	}
 	if p.sess.blocked.Load() {
-		return nil, ErrBlocked
+		return nil, nil, ErrBlocked
 	}
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		if !c.ch.IsClosed() {
-			return c, nil
+			return p.sess, c, nil
 		}
 	}
-	return p.sess.openChannel(p.cfg.MaxInFlight)
+	return p.sess, nil, nil
+}
+
+// connect dials a new session, unless a call that dialled meanwhile
+// left one, and makes it the current one.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	if s, _, err := p.take(); err != nil || s != nil {
+		return s, err
+	}
+	conn, raw, err := p.dial(ctx, DialParams{URL: p.cfg.URL, Timeout: p.cfg.ConfirmTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %w", ErrConnection, redact(p.cfg.URL), redactErr(err, p.cfg.URL))
+	}
+	s := newSession(conn, raw)
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.sess, p.idle = s, nil
+	}
+	p.mu.Unlock()
+	if closed {
+		go func() { _ = s.close(p.cfg.ConfirmTimeout) }()
+		return nil, ErrClosed
+	}
+	return s, nil
 }
 
 // discard drops s, after a confirm timeout, when it is still
 // the current session: the next call dials again rather than wait on a
 // connection that may be dead for as long as its heartbeat takes to tell.
 // The connection is closed in the background: a close waits for the
-// broker's answer.
+// broker's answer, up to ConfirmTimeout.
 func (p *Publisher) discard(s *session) {
 	p.mu.Lock()
 	if p.sess == s {
 		p.sess, p.idle = nil, nil
 	}
 	p.mu.Unlock()
-	go func() { _ = s.conn.Close() }()
+	go func() { _ = s.close(p.cfg.ConfirmTimeout) }()
 }
 
 // release gives c back for the next call when clean (every message it
