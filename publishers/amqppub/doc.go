@@ -142,7 +142,8 @@
 //     without publishing, and a call waiting for confirms when the block
 //     comes fails at once too, rather than wait out ConfirmTimeout;
 //     publishing resumes after connection.unblocked;
-//   - a message is not confirmed within Config.ConfirmTimeout
+//   - a message is not confirmed, or the call's channel opening or
+//     exchange check not answered, within Config.ConfirmTimeout
 //     ([ErrConfirmTimeout]). The connection is then dropped, since it may
 //     be dead for as long as its heartbeat takes to tell, and the next
 //     call dials again;
@@ -158,9 +159,13 @@
 // (message_id, see package inbox).
 //
 // Publish returns when ctx ends, even while it dials, opens its channel or
-// checks an exchange (a stalled broker answers none of these until the
-// connection's heartbeat gives up); what it was waiting for finishes in
-// the background.
+// checks an exchange; what it was waiting for finishes in the background.
+// A broker that stalls but still sends heartbeats never lets the
+// connection time out, so Publish bounds these waits by ConfirmTimeout
+// too: when the broker has not answered opening a channel or checking an
+// exchange by then, every message reports [ErrConfirmTimeout] and the
+// connection is dropped. Close waits at most ConfirmTimeout for the
+// broker to answer its close, then closes the socket.
 //
 // The default DialFunc gives every socket write a deadline of
 // ConfirmTimeout, so a broker that stops reading cannot hang Publish on a

@@ -38,8 +38,10 @@ var (
 	ErrNacked = errors.New("amqppub: the broker nacked the message")
 
 	// ErrConfirmTimeout is the cause of a message the broker did not
-	// confirm within Config.ConfirmTimeout. It is an outage: the message
-	// may or may not be stored.
+	// confirm within Config.ConfirmTimeout, and of every message of a
+	// call whose channel opening or exchange check the broker did not
+	// answer within it. It is an outage: the message may or may not be
+	// stored.
 	ErrConfirmTimeout = errors.New("amqppub: no confirm within the confirm timeout")
 
 	// ErrBlocked is the cause of every message of a call made while the

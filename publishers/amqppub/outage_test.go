@@ -257,3 +257,36 @@ func TestCloseWhileStalled(t *testing.T) {
 		require.ErrorIs(t, err, amqppub.ErrClosed)
 	}
 }
+
+// TestStalledOpeningChannel: with the broker alive (heartbeats) but
+// answering nothing, a call that must open a channel fails after
+// ConfirmTimeout with ErrConfirmTimeout, an outage, although its ctx
+// lasts as long as the test; the connection is dropped, and once the
+// broker answers again the next call dials and publishes.
+func TestStalledOpeningChannel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x, y := a.exchange(t), a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
+		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+		}})
+	publishUntilStored(ctx, t, p, messages(x, 1))
+	require.Error(t, p.Publish(ctx, messages(y, 1))[0]) // y checked
+	require.NoError(t, a.ch.ExchangeDelete(y, false, false))
+	require.ErrorIs(t, p.Publish(ctx, messages(y, 1))[0], amqppub.ErrMissingExchange) // no idle channel left
+
+	px.stallDown()
+	beating := make(chan struct{})
+	go px.beatUntil(beating)
+	for i, err := range p.Publish(ctx, messages(x, 2)) {
+		require.ErrorIs(t, err, amqppub.ErrConfirmTimeout, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+	close(beating)
+	px.resume()
+	publishUntilStored(ctx, t, p, messages(x, 2))
+}

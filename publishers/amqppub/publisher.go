@@ -80,22 +80,6 @@ func (p *Publisher) Close() error {
 	return s.close(p.cfg.ConfirmTimeout)
 }
 
-// channel returns a confirm channel for one call: an idle one, or a new
-// one on the current connection, dialled first when there is none or it
-// was lost.
-func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
-	s, c, err := p.take()
-	if err != nil || c != nil {
-		return c, err
-	}
-	if s == nil {
-		if s, err = p.connect(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return s.openChannel(p.cfg.MaxInFlight)
-}
-
 // take returns an idle channel, or else the current session to open one
 // on (nil when there is none or its connection was lost).
 func (p *Publisher) take() (*session, *confirmChannel, error) {
@@ -230,35 +214,71 @@ type prepared struct {
 
 // prepare gets a channel for a call and checks that the exchanges in
 // names exist. Dialling, opening a channel and the check wait for the
-// broker, which a stalled one does not answer until the connection's
-// heartbeat gives up, so prepare returns when ctx ends, and the channel,
-// once had, is given back in the background.
+// broker, which a stalled one may never answer (while it sends
+// heartbeats, the connection never times out), so prepare returns when
+// ctx ends, or when the broker, once connected, has not answered within
+// Config.ConfirmTimeout: then it drops the connection, as after a
+// confirm timeout, and reports [ErrConfirmTimeout]. A dial bounds itself.
+// The channel, once had, is given back in the background.
 func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChannel, map[string]error, error) {
+	connected := make(chan *session, 1)
 	done := make(chan prepared, 1)
-	go func() {
-		c, err := p.channel(ctx)
-		if err != nil {
-			done <- prepared{err: err}
-			return
+	go func() { done <- p.open(ctx, names, connected) }()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		missing, err := c.s.checkExchanges(names)
-		if err != nil {
-			p.release(c, true)
-			done <- prepared{err: err}
-			return
-		}
-		done <- prepared{c: c, missing: missing}
 	}()
-	select {
-	case r := <-done:
-		return r.c, r.missing, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.c != nil {
-				p.release(r.c, true)
-			}
-		}()
-		return nil, nil, contextCause(ctx)
+	var timeout <-chan time.Time
+	var s *session
+	for {
+		select {
+		case r := <-done:
+			return r.c, r.missing, r.err
+		case s = <-connected:
+			timer = time.NewTimer(p.cfg.ConfirmTimeout)
+			timeout = timer.C
+		case <-timeout:
+			p.discard(s)
+			go p.releaseWhenDone(done)
+			return nil, nil, fmt.Errorf("%w (opening a channel or checking an exchange)", ErrConfirmTimeout)
+		case <-ctx.Done():
+			go p.releaseWhenDone(done)
+			return nil, nil, contextCause(ctx)
+		}
+	}
+}
+
+// open gets a channel for a call, sending its session to connected once
+// it has one, and checks the exchanges in names.
+func (p *Publisher) open(ctx context.Context, names []string, connected chan<- *session) prepared {
+	s, c, err := p.take()
+	if err == nil && s == nil {
+		s, err = p.connect(ctx)
+	}
+	if err != nil {
+		return prepared{err: err}
+	}
+	connected <- s
+	if c == nil {
+		if c, err = s.openChannel(p.cfg.MaxInFlight); err != nil {
+			return prepared{err: err}
+		}
+	}
+	missing, err := s.checkExchanges(names)
+	if err != nil {
+		p.release(c, true)
+		return prepared{err: err}
+	}
+	return prepared{c: c, missing: missing}
+}
+
+// releaseWhenDone gives back the channel a prepare that returned early
+// still gets.
+func (p *Publisher) releaseWhenDone(done <-chan prepared) {
+	if r := <-done; r.c != nil {
+		p.release(r.c, true)
 	}
 }
 
