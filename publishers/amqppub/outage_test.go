@@ -290,3 +290,74 @@ func TestStalledOpeningChannel(t *testing.T) {
 	px.resume()
 	publishUntilStored(ctx, t, p, messages(x, 2))
 }
+
+// TestStalledAfterCancel: with the broker alive (heartbeats) but
+// answering nothing, a call cancelled while it waits for confirms leaves
+// a channel to close that the broker never answers; the Publisher drops
+// the connection after ConfirmTimeout rather than keep it, and a
+// goroutine, for ever.
+func TestStalledAfterCancel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	px.stallDown()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	call, cancel := context.WithCancel(ctx)
+	sent := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(call, messages("d", 1)) }()
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the publish reaches the proxy
+	}
+	cancel()
+	require.ErrorIs(t, (<-done)[0], context.Canceled)
+	for px.ended.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the client closes its socket
+	}
+	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
+}
+
+// TestStalledOpeningAfterCancel: as TestStalledAfterCancel, for a call
+// cancelled while it opens its channel: the Publisher drops the
+// connection after ConfirmTimeout rather than keep it, and a goroutine,
+// for ever.
+func TestStalledOpeningAfterCancel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
+		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+		}})
+	publishUntilStored(ctx, t, p, messages(x, 1))
+
+	px.stallDown()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	y := a.exchange(t) // not checked yet: the call opens a channel to check it
+	call, cancel := context.WithCancel(ctx)
+	sent := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(call, messages(y, 1)) }()
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the check reaches the proxy
+	}
+	cancel()
+	require.ErrorIs(t, (<-done)[0], context.Canceled)
+	for px.ended.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the client closes its socket
+	}
+	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
+}

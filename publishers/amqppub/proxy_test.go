@@ -21,6 +21,7 @@ type proxy struct {
 	l           net.Listener
 	target      string
 	clientBytes atomic.Int64 // bytes forwarded from clients to the broker
+	ended       atomic.Int64 // connections whose client side ended
 
 	mu     sync.Mutex
 	pairs  []*pair
@@ -85,6 +86,7 @@ func (p *proxy) up(pr *pair) {
 			break
 		}
 	}
+	p.ended.Add(1)
 	_ = pr.server.Close()
 	_ = pr.client.Close()
 }

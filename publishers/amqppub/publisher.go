@@ -151,7 +151,8 @@ func (p *Publisher) discard(s *session) {
 // carried was confirmed and it is open) and there is room, and closes it
 // otherwise: a channel with confirms outstanding would hand them to the
 // next call. The close runs in the background: it waits for the broker's
-// answer, which a stalled or blocked broker does not give.
+// answer, which a stalled or blocked broker does not give (see
+// closeChannel).
 func (p *Publisher) release(c *confirmChannel, clean bool) {
 	p.mu.Lock()
 	keep := clean && !p.closed && p.sess == c.s && len(p.idle) < p.cfg.IdleChannels && !c.ch.IsClosed()
@@ -160,7 +161,25 @@ func (p *Publisher) release(c *confirmChannel, clean bool) {
 	}
 	p.mu.Unlock()
 	if !keep {
-		go func() { _ = c.ch.Close() }()
+		go p.closeChannel(c)
+	}
+}
+
+// closeChannel closes c, which waits for the broker's answer; when none
+// comes within ConfirmTimeout (a broker that stalls but sends heartbeats
+// never gives one), it drops c's connection, which ends the wait.
+func (p *Publisher) closeChannel(c *confirmChannel) {
+	done := make(chan struct{})
+	go func() {
+		_ = c.ch.Close()
+		close(done)
+	}()
+	t := time.NewTimer(p.cfg.ConfirmTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.discard(c.s)
 	}
 }
 
@@ -261,6 +280,10 @@ func (p *Publisher) open(ctx context.Context, names []string, connected chan<- *
 		return prepared{err: err}
 	}
 	connected <- s
+	// Also bounded here, for when prepare returned first (its ctx ended):
+	// a wait no answer ends would keep this goroutine for ever.
+	watchdog := time.AfterFunc(p.cfg.ConfirmTimeout, func() { p.discard(s) })
+	defer watchdog.Stop()
 	if c == nil {
 		if c, err = s.openChannel(p.cfg.MaxInFlight); err != nil {
 			return prepared{err: err}
