@@ -80,16 +80,3 @@ func TestAccessRefused(t *testing.T) {
 	}
 	require.Equal(t, before+2, depth(t, a, q))
 }
-
-
-// depth is how many messages queue holds; exact once every publish to it
-// was confirmed.
-func depth(t *testing.T, a *admin, queue string) int {
-	t.Helper()
-	ch, err := a.conn.Channel()
-	require.NoError(t, err)
-	defer func() { _ = ch.Close() }()
-	st, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
-	require.NoError(t, err)
-	return st.Messages
-}
