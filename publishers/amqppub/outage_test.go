@@ -107,7 +107,8 @@ func TestConfirmTimeout(t *testing.T) {
 // broker and runs in parallel): a call made while blocked fails at once
 // with ErrBlocked, an outage, sending nothing; a call waiting for confirms
 // when the block comes fails at once too, although its ConfirmTimeout is
-// ten minutes; after connection.unblocked the Publisher publishes again.
+// ten minutes, the messages it had not sent yet (the window is full)
+// included; after connection.unblocked the Publisher publishes again.
 func TestBlockedConnection(t *testing.T) {
 	t.Parallel()
 	ctx := runContext(t)
@@ -115,7 +116,7 @@ func TestBlockedConnection(t *testing.T) {
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
 	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout})
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout, MaxInFlight: 2})
 	publishUntilStored(ctx, t, p, messages("d", 1))
 
 	// Blocked while waiting: the confirms are held back, then the block

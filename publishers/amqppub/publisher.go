@@ -328,6 +328,7 @@ type batch struct {
 	returned map[returnKey][]amqp.Return // returns not yet matched to an ack
 	closeErr *amqp.Error
 	chClosed bool
+	gaveUp   error // why the call stopped waiting on its channel: blocked, a confirm timeout
 	timer    *time.Timer
 	clean    bool
 }
@@ -609,6 +610,7 @@ func (b *batch) failPending(cause error) {
 	}
 	b.pending = nil
 	b.chClosed = true
+	b.gaveUp = cause
 }
 
 func (b *batch) resetTimer(d time.Duration) {
@@ -619,8 +621,9 @@ func (b *batch) resetTimer(d time.Duration) {
 	b.timer.Reset(d)
 }
 
-// abandon records the end of ctx, or the channel's loss, for every ready
-// message, never sent, and for every message still in flight whose
+// abandon records the end of ctx, the channel's loss, or what made the
+// call give up on its channel (a block, a confirm timeout), for every
+// ready message, never sent, and for every message still in flight whose
 // confirm has not already arrived; the later messages of their keys are
 // not attempted.
 func (b *batch) abandon() {
@@ -649,7 +652,10 @@ func (b *batch) abandon() {
 
 // abandonCause is why the messages left in flight or unsent failed.
 func (b *batch) abandonCause() error {
-	if b.ctx.Err() != nil {
+	switch {
+	case b.gaveUp != nil:
+		return b.gaveUp
+	case b.ctx.Err() != nil:
 		return contextCause(b.ctx)
 	}
 	return fmt.Errorf("%w: the channel closed", ErrConnection)
