@@ -3,6 +3,7 @@ package amqppub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -217,5 +218,18 @@ func TestDecodeNotAnEvent(t *testing.T) {
 	} {
 		_, err := amqppub.Decode(amqp.Delivery{Headers: h})
 		require.ErrorIs(t, err, amqppub.ErrNotAnEvent, name)
+	}
+}
+
+// TestPublisherPrintsNoPassword: a Publisher printed in any form (a log
+// line that includes it) shows its URL without the password.
+func TestPublisherPrintsNoPassword(t *testing.T) {
+	t.Parallel()
+	p, err := amqppub.New(amqppub.Config{URL: "amqp://user:hunter22@rabbit.internal:5672/shop"})
+	require.NoError(t, err)
+	for _, verb := range []string{"%v", "%+v", "%s", "%#v"} {
+		text := fmt.Sprintf(verb, p)
+		require.NotContains(t, text, "hunter22", verb)
+		require.Contains(t, text, "rabbit.internal:5672", verb)
 	}
 }

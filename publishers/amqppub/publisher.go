@@ -52,6 +52,14 @@ func New(cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
+// String names the Publisher by its broker, the URL's password
+// redacted, so that printing it (a log line that includes it) shows no
+// credential.
+func (p *Publisher) String() string { return "amqppub.Publisher(" + redact(p.cfg.URL) + ")" }
+
+// GoString is String, for the %#v verb.
+func (p *Publisher) GoString() string { return p.String() }
+
 // Route returns where a message for dest carrying e goes: Config.RouteFunc's
 // answer when it is set, and otherwise Config.Exchange with
 // Config.RoutingKeyPrefix followed by dest as the routing key.
