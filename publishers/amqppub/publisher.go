@@ -330,9 +330,9 @@ type batch struct {
 	routes   []Route
 	invalid  []error // permanent failures found before sending, by index
 	missing  map[string]error
-	pending  []inflight // in send order
-	ready    []int      // messages to send once there is room, in order
-	next     []int      // next[i] is the next message of i's key, or -1
+	pending  []inflight                  // in send order
+	ready    []int                       // messages to send once there is room, in order
+	next     []int                       // next[i] is the next message of i's key, or -1
 	returned map[returnKey][]amqp.Return // returns not yet matched to an ack
 	closeErr *amqp.Error
 	chClosed bool
