@@ -243,31 +243,22 @@ type prepared struct {
 // names exist. Dialling, opening a channel and the check wait for the
 // broker, which a stalled one may never answer (while it sends
 // heartbeats, the connection never times out), so prepare returns when
-// ctx ends, or when the broker, once connected, has not answered within
-// Config.ConfirmTimeout: then it drops the connection, as after a
-// confirm timeout, and reports [ErrConfirmTimeout]. A dial bounds itself.
-// The channel, once had, is given back in the background.
+// ctx ends, or when the broker, once connected, leaves a request
+// unanswered for Config.ConfirmTimeout: then the connection is dropped,
+// as after a confirm timeout, and prepare reports [ErrConfirmTimeout]. A
+// dial bounds itself. The channel, once had, is given back in the
+// background.
 func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChannel, map[string]error, error) {
-	connected := make(chan *session, 1)
+	connected := make(chan (<-chan struct{}), 1)
 	done := make(chan prepared, 1)
 	go func() { done <- p.open(ctx, names, connected) }()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	var timeout <-chan time.Time
-	var s *session
+	var expired <-chan struct{}
 	for {
 		select {
 		case r := <-done:
 			return r.c, r.missing, r.err
-		case s = <-connected:
-			timer = time.NewTimer(p.cfg.ConfirmTimeout)
-			timeout = timer.C
-		case <-timeout:
-			p.discard(s)
+		case expired = <-connected:
+		case <-expired:
 			go p.releaseWhenDone(done)
 			return nil, nil, fmt.Errorf("%w (opening a channel or checking an exchange)", ErrConfirmTimeout)
 		case <-ctx.Done():
@@ -277,9 +268,9 @@ func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChanne
 	}
 }
 
-// open gets a channel for a call, sending its session to connected once
-// it has one, and checks the exchanges in names.
-func (p *Publisher) open(ctx context.Context, names []string, connected chan<- *session) prepared {
+// open gets a channel for a call and checks the exchanges in names. Once
+// it has a session, it sends connected the channel its watchdog closes.
+func (p *Publisher) open(ctx context.Context, names []string, connected chan<- (<-chan struct{})) prepared {
 	s, c, err := p.take()
 	if err == nil && s == nil {
 		s, err = p.connect(ctx)
@@ -287,23 +278,52 @@ func (p *Publisher) open(ctx context.Context, names []string, connected chan<- *
 	if err != nil {
 		return prepared{err: err}
 	}
-	connected <- s
-	// Also bounded here, for when prepare returned first (its ctx ended):
-	// a wait no answer ends would keep this goroutine for ever.
-	watchdog := time.AfterFunc(p.cfg.ConfirmTimeout, func() { p.discard(s) })
-	defer watchdog.Stop()
+	w := p.watch(s)
+	defer w.stop()
+	connected <- w.expired
 	if c == nil {
 		if c, err = s.openChannel(p.cfg.MaxInFlight); err != nil {
 			return prepared{err: err}
 		}
+		w.answered()
 	}
-	missing, err := s.checkExchanges(names)
+	missing, err := s.checkExchanges(names, w.answered)
 	if err != nil {
 		p.release(c, true)
 		return prepared{err: err}
 	}
 	return prepared{c: c, missing: missing}
 }
+
+// watchdog drops a session whose broker leaves a request unanswered for
+// Config.ConfirmTimeout, which ends the wait, and then closes expired. It
+// runs on its own, so it also bounds the work a call that returned early
+// (its ctx ended) leaves behind.
+type watchdog struct {
+	t       *time.Timer
+	d       time.Duration
+	expired chan struct{}
+}
+
+// watch starts a watchdog on s.
+func (p *Publisher) watch(s *session) *watchdog {
+	w := &watchdog{d: p.cfg.ConfirmTimeout, expired: make(chan struct{})}
+	w.t = time.AfterFunc(w.d, func() {
+		close(w.expired)
+		p.discard(s)
+	})
+	return w
+}
+
+// answered restarts the wait after the broker answered, unless the
+// watchdog already fired.
+func (w *watchdog) answered() {
+	if w.t.Stop() {
+		w.t.Reset(w.d)
+	}
+}
+
+func (w *watchdog) stop() { w.t.Stop() }
 
 // releaseWhenDone gives back the channel a prepare that returned early
 // still gets.

@@ -116,9 +116,10 @@ func (s *session) openChannel(window int) (*confirmChannel, error) {
 // publishes to it: a publish to a missing exchange would close the call's
 // channel (404) and lose the confirms of every other message on it. It
 // asks the broker once per exchange and connection (a passive declare, on
-// a channel of its own that a 404 closes), and returns the missing ones;
-// err is an outage that stopped the check.
-func (s *session) checkExchanges(names []string) (missing map[string]error, err error) {
+// a channel of its own that a 404 closes), calling answered after each
+// answer, and returns the missing ones; err is an outage that stopped the
+// check.
+func (s *session) checkExchanges(names []string, answered func()) (missing map[string]error, err error) {
 	var probe *amqp.Channel
 	defer func() {
 		if probe != nil {
@@ -135,6 +136,7 @@ func (s *session) checkExchanges(names []string) (missing map[string]error, err 
 			}
 		}
 		err := probe.ExchangeDeclarePassive(name, amqp.ExchangeDirect, false, false, false, false, nil)
+		answered()
 		if err == nil {
 			s.exchanges.Store(name, struct{}{})
 			continue
