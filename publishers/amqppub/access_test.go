@@ -80,3 +80,17 @@ func TestAccessRefused(t *testing.T) {
 	}
 	require.Equal(t, before+2, depth(t, a, q))
 }
+
+// TestAccessRefusedDefaultExchange: RabbitMQ names the default exchange
+// "amq.default" in its 403; a publish to it without write permission
+// fails permanently too.
+func TestAccessRefusedDefaultExchange(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	q := a.queue(t, "", "", nil)
+	p := newPublisher(t, amqppub.Config{URL: restrictedUser(t, "^$")})
+	err := p.Publish(runContext(t), messages(q, 1))[0]
+	require.ErrorIs(t, err, amqppub.ErrAccessRefused)
+	require.True(t, outbox.IsPermanent(err), "%v", err)
+	require.Equal(t, 0, depth(t, a, q))
+}
