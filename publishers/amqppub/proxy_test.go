@@ -23,11 +23,12 @@ type proxy struct {
 	clientBytes atomic.Int64 // bytes forwarded from clients to the broker
 	ended       atomic.Int64 // connections whose client side ended
 
-	mu     sync.Mutex
-	pairs  []*pair
-	stall  chan struct{} // non-nil while stalled; closed on resume
-	cutAck int           // cut every connection after this many basic.acks; 0: never
-	acks   int
+	mu      sync.Mutex
+	pairs   []*pair
+	stall   chan struct{} // non-nil while stalled; closed on resume
+	stallUp bool          // the stall holds what clients send too
+	cutAck  int           // cut every connection after this many basic.acks; 0: never
+	acks    int
 }
 
 // pair is one proxied connection.
@@ -78,6 +79,7 @@ func (p *proxy) up(pr *pair) {
 		n, err := pr.client.Read(buf)
 		if n > 0 {
 			p.clientBytes.Add(int64(n))
+			p.waitResumeUp()
 			if _, werr := pr.server.Write(buf[:n]); werr != nil {
 				break
 			}
@@ -168,6 +170,26 @@ func (p *proxy) cut() {
 	}
 }
 
+// waitResumeUp waits while the stall holds what clients send.
+func (p *proxy) waitResumeUp() {
+	p.mu.Lock()
+	ch, up := p.stall, p.stallUp
+	p.mu.Unlock()
+	if up && ch != nil {
+		<-ch
+	}
+}
+
+// stallBoth holds what the broker sends and what it is sent until
+// resume, as a broker that is stuck (but for the heartbeats beatUntil
+// plays) would: it neither answers nor reads.
+func (p *proxy) stallBoth() {
+	p.stallDown()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stallUp = true
+}
+
 // stallDown holds every frame from the broker until resume.
 func (p *proxy) stallDown() {
 	p.mu.Lock()
@@ -181,6 +203,7 @@ func (p *proxy) stallDown() {
 func (p *proxy) resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stallUp = false
 	if p.stall != nil {
 		close(p.stall)
 		p.stall = nil
