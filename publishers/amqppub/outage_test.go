@@ -299,7 +299,9 @@ func TestStalledAfterCancel(t *testing.T) {
 		time.Sleep(time.Millisecond) // until the publish reaches the proxy
 	}
 	cancel()
-	require.ErrorIs(t, (<-done)[0], context.Canceled)
+	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
+	require.Error(t, err)
+	require.False(t, outbox.IsPermanent(err), "%v", err)
 	for px.ended.Load() == 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond) // until the client closes its socket
 	}
@@ -336,7 +338,9 @@ func TestStalledOpeningAfterCancel(t *testing.T) {
 		time.Sleep(time.Millisecond) // until the check reaches the proxy
 	}
 	cancel()
-	require.ErrorIs(t, (<-done)[0], context.Canceled)
+	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
+	require.Error(t, err)
+	require.False(t, outbox.IsPermanent(err), "%v", err)
 	for px.ended.Load() == 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond) // until the client closes its socket
 	}
