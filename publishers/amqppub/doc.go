@@ -38,7 +38,7 @@
 // Every Publish call takes a channel of its own, in confirm mode: an idle
 // one kept from an earlier call (up to Config.IdleChannels are kept), or a
 // new one. A channel per call, rather than one shared channel with a
-// confirm window, keeps calls apart: a channel error (a 404 or 406 closes
+// confirm window, keeps calls apart: a channel error (a 403, 404 or 406 closes
 // the channel) fails only the call that caused it, a call's returned
 // messages and confirms are its own, and a channel's publishes reach the
 // queues in order, which is what Features.KeyOrder relies on. The
