@@ -346,3 +346,40 @@ func TestStalledOpeningAfterCancel(t *testing.T) {
 	}
 	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
 }
+
+// TestCloseDuringPublish: Close while calls are publishing: each message
+// reports success or a retryable error, none permanent, and every
+// success is stored (the queue holds at least as many messages).
+func TestCloseDuringPublish(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, MaxInFlight: 4})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	const callers = 3
+	results := make(chan []error, callers)
+	sent := px.clientBytes.Load()
+	for range callers {
+		go func() { results <- p.Publish(ctx, messages("d", 2000)) }()
+	}
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until publishing has begun
+	}
+	_ = p.Close()
+	succeeded := 1
+	for range callers {
+		for i, err := range <-results {
+			if err == nil {
+				succeeded++
+				continue
+			}
+			require.False(t, outbox.IsPermanent(err), "message %d: %v", i, err)
+			requireClean(t, err)
+		}
+	}
+	require.GreaterOrEqual(t, depth(t, a, q), succeeded)
+}
