@@ -16,10 +16,11 @@ import (
 
 // restrictedUser creates a RabbitMQ user unique to the test, allowed to
 // write only to the exchanges matching writeRe (and to configure and read
-// nothing), deleted at cleanup, and returns the URL that logs in as it.
+// nothing), deleted at cleanup, and returns the URL that logs in as it;
+// then runs rabbitmqctl with each of more, the user's name appended.
 // Without rabbitmqctl the test fails under CI=true and is skipped
 // otherwise.
-func restrictedUser(t *testing.T, writeRe string) string {
+func restrictedUser(t *testing.T, writeRe string, more ...[]string) string {
 	t.Helper()
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -33,6 +34,10 @@ func restrictedUser(t *testing.T, writeRe string) string {
 	rabbitmqctl(t, "add_user", user, password)
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "-q", "delete_user", user).Run() })
 	rabbitmqctl(t, "set_permissions", "-p", uri.Vhost, user, "^$", writeRe, "^$")
+	for _, args := range more {
+		args = append(args[:1:1], append([]string{"-p", uri.Vhost, user}, args[1:]...)...)
+		rabbitmqctl(t, args...)
+	}
 	uri.Username, uri.Password = user, password
 	return uri.String()
 }
@@ -93,4 +98,28 @@ func TestAccessRefusedDefaultExchange(t *testing.T) {
 	require.ErrorIs(t, err, amqppub.ErrAccessRefused)
 	require.True(t, outbox.IsPermanent(err), "%v", err)
 	require.Equal(t, 0, depth(t, a, q))
+}
+
+// TestAccessRefusedTopic: with topic permissions, RabbitMQ refuses a
+// routing key, not the exchange; the 403 fails that message permanently
+// and not a message to the same exchange with an allowed routing key sent
+// after it on the channel the 403 closed, which is retried.
+func TestAccessRefusedTopic(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	url := restrictedUser(t, "^"+regexp.QuoteMeta(x)+"$",
+		[]string{"set_topic_permissions", x, "^orders\\.", "^$"})
+	p := newPublisher(t, amqppub.Config{URL: url, Exchange: x})
+	msgs := []outbox.Message{messages("admin.x", 1)[0], messages("orders.y", 1)[0]}
+	errs := p.Publish(runContext(t), msgs)
+	require.ErrorIs(t, errs[0], amqppub.ErrAccessRefused)
+	require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+	require.ErrorContains(t, errs[0], "admin.x")
+	require.Error(t, errs[1])
+	require.False(t, outbox.IsPermanent(errs[1]), "%v", errs[1])
+
+	require.NoError(t, p.Publish(runContext(t), messages("orders.y", 1))[0])
+	require.Equal(t, 1, depth(t, a, q))
 }

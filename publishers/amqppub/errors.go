@@ -60,7 +60,7 @@ var (
 	// internal. It is permanent, as a publish permission denied is for
 	// natspub and an authorization failure for kafkapub: retrying cannot
 	// help until someone grants the permission.
-	ErrAccessRefused = errors.New("amqppub: access refused: the user may not publish to the exchange")
+	ErrAccessRefused = errors.New("amqppub: access refused: the user may not publish to the exchange or routing key")
 
 	// ErrConnection is the cause of a message that failed because the
 	// connection or its channel could not be opened, was lost or closed.
@@ -132,6 +132,16 @@ func tooLarge(reason string) bool {
 // the message it refused.
 func namesSize(reason string, size int) bool {
 	return strings.Contains(reason, fmt.Sprintf("message size %d ", size))
+}
+
+// namesRoute reports whether a 403 close reason names r: its exchange
+// and, when the reason is about a topic permission ("access to topic 'k'
+// in exchange 'x' in vhost '/' refused for user 'u'"), its routing key.
+func namesRoute(reason string, r Route) bool {
+	if strings.Contains(reason, "topic '") && !strings.Contains(reason, "topic '"+r.RoutingKey+"'") {
+		return false
+	}
+	return namesExchange(reason, r.Exchange)
 }
 
 // namesExchange reports whether a 404 or 403 close reason ("NOT_FOUND -

@@ -585,9 +585,10 @@ func (b *batch) forgetMissing(e *amqp.Error) {
 }
 
 // causeFor is the cause message i reports after its channel closed: the
-// close's own cause for the message it names (the over-size one, or one
-// for the missing or refused exchange), a lost channel for the others,
-// which may be stored or not.
+// close's own cause for the message it names (the over-size one, one
+// for the missing exchange, one for the refused exchange or, with topic
+// permissions, routing key), a lost channel for the others, which may be
+// stored or not.
 func (b *batch) causeFor(i int) error {
 	cause := closeCause(b.closeErr)
 	e := b.closeErr
@@ -596,8 +597,12 @@ func (b *batch) causeFor(i int) error {
 		if !namesSize(e.Reason, len(b.msgs[i].Event.Payload)) {
 			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
 		}
-	case errors.Is(cause, ErrMissingExchange), errors.Is(cause, ErrAccessRefused):
+	case errors.Is(cause, ErrMissingExchange):
 		if !namesExchange(e.Reason, b.routes[i].Exchange) {
+			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
+		}
+	case errors.Is(cause, ErrAccessRefused):
+		if !namesRoute(e.Reason, b.routes[i]) {
 			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
 		}
 	}
