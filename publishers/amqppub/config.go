@@ -127,8 +127,8 @@ type Config struct {
 	// MaxInFlight is how many messages one Publish call keeps published
 	// and unconfirmed on its channel: the batch is pipelined through this
 	// window. Every channel holds room for as many returned messages
-	// (about 300 bytes each, so that the client never drops one), which
-	// makes a large window cost memory per channel: 65536 is some 20 MB.
+	// (264 bytes each, so that the client never drops one), which
+	// makes a large window cost memory per channel: 65536 is 17 MB.
 	// 1 to 65536. Defaults to 512.
 	MaxInFlight int
 
