@@ -418,7 +418,10 @@ func (b *batch) run() {
 	b.abandon()
 }
 
-// send publishes message i, recording it in flight or its error.
+// send publishes message i, recording it in flight or its error. When
+// the channel closed before i went out, i reports what the close says of
+// a message like it (a 404 or 403 naming its exchange), as the messages
+// in flight do, and a lost channel otherwise.
 func (b *batch) send(i int) {
 	if err := b.invalid[i]; err != nil {
 		b.settle(i, err)
@@ -440,8 +443,8 @@ func (b *batch) send(i int) {
 	}
 	dc, err := b.c.ch.PublishWithDeferredConfirm(r.Exchange, r.RoutingKey, true, false, pub)
 	if err != nil {
-		b.settle(i, classify(r, fmt.Errorf("%w: %w", ErrConnection, err)))
 		b.awaitClose()
+		b.settle(i, classify(r, b.lostCause(i, fmt.Errorf("%w: %w", ErrConnection, err))))
 		return
 	}
 	b.pending = append(b.pending, inflight{idx: i, dc: dc, deadline: time.Now().Add(b.p.cfg.ConfirmTimeout)})
@@ -669,18 +672,26 @@ func (b *batch) abandon() {
 		case <-f.dc.Done():
 			b.errs[f.idx] = b.outcome(f)
 		default:
-			if b.closeErr != nil {
-				b.errs[f.idx] = classify(b.routes[f.idx], b.causeFor(f.idx))
-			} else {
-				b.errs[f.idx] = classify(b.routes[f.idx], cause)
-			}
+			b.errs[f.idx] = classify(b.routes[f.idx], b.lostCause(f.idx, cause))
 		}
 		b.stop(f.idx)
 	}
 	for _, i := range b.ready {
-		b.errs[i] = classify(b.routes[i], cause)
+		b.errs[i] = classify(b.routes[i], b.lostCause(i, cause))
 		b.stop(i)
 	}
+}
+
+// lostCause is the cause message i reports when the call stops with it
+// unconfirmed or unsent: what the close says of it (causeFor) when the
+// broker closed the channel, so that a message like the one the broker
+// refused reports the same whether or not it went out before the close;
+// cause otherwise.
+func (b *batch) lostCause(i int, cause error) error {
+	if b.closeErr != nil {
+		return b.causeFor(i)
+	}
+	return cause
 }
 
 // abandonCause is why the messages left in flight or unsent failed.
