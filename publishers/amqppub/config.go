@@ -93,7 +93,9 @@ type Config struct {
 	// Defaults to amqp.DialConfig on URL with a heartbeat of 10 seconds,
 	// the connection name "pgoutbox-amqppub", and a socket whose every
 	// write must finish within ConfirmTimeout (a broker that stops
-	// reading, as a blocked or stalled one does, cannot hang Publish).
+	// reading, as a blocked or stalled one does, cannot hang Publish) and
+	// that Close closes when the broker does not answer its close within
+	// ConfirmTimeout.
 	DialFunc func(ctx context.Context, p DialParams) (*amqp.Connection, error)
 
 	// Exchange is the exchange every message is published to when
@@ -124,7 +126,10 @@ type Config struct {
 
 	// MaxInFlight is how many messages one Publish call keeps published
 	// and unconfirmed on its channel: the batch is pipelined through this
-	// window. 1 to 65536. Defaults to 512.
+	// window. Every channel holds room for as many returned messages
+	// (264 bytes each, so that the client never drops one), which
+	// makes a large window cost memory per channel: 65536 is 17 MB.
+	// 1 to 65536. Defaults to 512.
 	MaxInFlight int
 
 	// IdleChannels is how many confirm channels the Publisher keeps open

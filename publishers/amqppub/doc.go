@@ -38,7 +38,7 @@
 // Every Publish call takes a channel of its own, in confirm mode: an idle
 // one kept from an earlier call (up to Config.IdleChannels are kept), or a
 // new one. A channel per call, rather than one shared channel with a
-// confirm window, keeps calls apart: a channel error (a 404 or 406 closes
+// confirm window, keeps calls apart: a channel error (a 403, 404 or 406 closes
 // the channel) fails only the call that caused it, a call's returned
 // messages and confirms are its own, and a channel's publishes reach the
 // queues in order, which is what Features.KeyOrder relies on. The
@@ -113,6 +113,13 @@
 //     "message size … is larger than configured max size" (wraps
 //     ErrMessageTooLarge; recorded publish_error). Set MaxMessageSize to
 //     the broker's max_message_size to get the first form;
+//   - access refused: the broker closed the channel with 403
+//     ACCESS_REFUSED because the user may not write to the exchange (or
+//     to the routing key, with topic permissions), or the exchange is
+//     internal. The message it names wraps [ErrAccessRefused] (recorded
+//     publish_error), as a denied publish is for natspub and kafkapub;
+//     the other messages the closed channel held are retried, as after a
+//     lost channel;
 //   - Config.RouteFunc failed, the route is longer than 255 bytes, the
 //     event ID is zero, or a field breaks the header rule (see Headers).
 //
@@ -135,7 +142,8 @@
 //     without publishing, and a call waiting for confirms when the block
 //     comes fails at once too, rather than wait out ConfirmTimeout;
 //     publishing resumes after connection.unblocked;
-//   - a message is not confirmed within Config.ConfirmTimeout
+//   - a message is not confirmed, or the call's channel opening or
+//     exchange check not answered, within Config.ConfirmTimeout
 //     ([ErrConfirmTimeout]). The connection is then dropped, since it may
 //     be dead for as long as its heartbeat takes to tell, and the next
 //     call dials again;
@@ -151,9 +159,13 @@
 // (message_id, see package inbox).
 //
 // Publish returns when ctx ends, even while it dials, opens its channel or
-// checks an exchange (a stalled broker answers none of these until the
-// connection's heartbeat gives up); what it was waiting for finishes in
-// the background.
+// checks an exchange; what it was waiting for finishes in the background.
+// A broker that stalls but still sends heartbeats never lets the
+// connection time out, so Publish bounds these waits by ConfirmTimeout
+// too: when the broker has not answered opening a channel or checking an
+// exchange by then, every message reports [ErrConfirmTimeout] and the
+// connection is dropped. Close waits at most ConfirmTimeout for the
+// broker to answer its close, then closes the socket.
 //
 // The default DialFunc gives every socket write a deadline of
 // ConfirmTimeout, so a broker that stops reading cannot hang Publish on a

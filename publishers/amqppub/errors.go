@@ -38,8 +38,10 @@ var (
 	ErrNacked = errors.New("amqppub: the broker nacked the message")
 
 	// ErrConfirmTimeout is the cause of a message the broker did not
-	// confirm within Config.ConfirmTimeout. It is an outage: the message
-	// may or may not be stored.
+	// confirm within Config.ConfirmTimeout, and of every message of a
+	// call whose channel opening or exchange check the broker did not
+	// answer within it. It is an outage: the message may or may not be
+	// stored.
 	ErrConfirmTimeout = errors.New("amqppub: no confirm within the confirm timeout")
 
 	// ErrBlocked is the cause of every message of a call made while the
@@ -51,6 +53,14 @@ var (
 	// not exist (404 NOT_FOUND). It is an outage, never permanent: a
 	// deploy may declare the exchange later.
 	ErrMissingExchange = errors.New("amqppub: the exchange does not exist")
+
+	// ErrAccessRefused is the cause of a message the broker refused with
+	// 403 ACCESS_REFUSED: the user may not write to its exchange (or to
+	// its routing key, with topic permissions), or the exchange is
+	// internal. It is permanent, as a publish permission denied is for
+	// natspub and an authorization failure for kafkapub: retrying cannot
+	// help until someone grants the permission.
+	ErrAccessRefused = errors.New("amqppub: access refused: the user may not publish to the exchange or routing key")
 
 	// ErrConnection is the cause of a message that failed because the
 	// connection or its channel could not be opened, was lost or closed.
@@ -82,7 +92,7 @@ func classify(r Route, cause error) error {
 	switch {
 	case errors.As(cause, &c):
 		return err
-	case errors.Is(cause, ErrUnroutable), errors.Is(cause, ErrMessageTooLarge):
+	case errors.Is(cause, ErrUnroutable), errors.Is(cause, ErrMessageTooLarge), errors.Is(cause, ErrAccessRefused):
 		return outbox.Permanent(err)
 	case errors.Is(cause, ErrNacked):
 		return err
@@ -94,14 +104,16 @@ func classify(r Route, cause error) error {
 
 // closeCause turns the error a channel or connection closed with into the
 // cause its unconfirmed messages report: a 404 is a missing exchange, a
-// 406 about the message size is an over-size message, anything else a lost
-// channel or connection.
+// 403 a refused publish, a 406 about the message size is an over-size
+// message, anything else a lost channel or connection.
 func closeCause(e *amqp.Error) error {
 	switch {
 	case e == nil:
 		return ErrConnection
 	case e.Code == amqp.NotFound:
 		return fmt.Errorf("%w (%d %s)", ErrMissingExchange, e.Code, e.Reason)
+	case e.Code == amqp.AccessRefused:
+		return fmt.Errorf("%w (%d %s)", ErrAccessRefused, e.Code, e.Reason)
 	case e.Code == amqp.PreconditionFailed && tooLarge(e.Reason):
 		return fmt.Errorf("%w (%d %s)", ErrMessageTooLarge, e.Code, e.Reason)
 	}
@@ -122,8 +134,23 @@ func namesSize(reason string, size int) bool {
 	return strings.Contains(reason, fmt.Sprintf("message size %d ", size))
 }
 
-// namesExchange reports whether a 404 close reason ("NOT_FOUND - no
-// exchange 'x' in vhost '/'") names the exchange name.
+// namesRoute reports whether a 403 close reason names r: its exchange
+// and, when the reason is about a topic permission ("access to topic 'k'
+// in exchange 'x' in vhost '/' refused for user 'u'"), its routing key.
+func namesRoute(reason string, r Route) bool {
+	if strings.Contains(reason, "topic '") && !strings.Contains(reason, "topic '"+r.RoutingKey+"'") {
+		return false
+	}
+	return namesExchange(reason, r.Exchange)
+}
+
+// namesExchange reports whether a 404 or 403 close reason ("NOT_FOUND -
+// no exchange 'x' in vhost '/'", "ACCESS_REFUSED - access to exchange 'x'
+// in vhost '/' refused for user 'u'") names the exchange name; RabbitMQ
+// names the default exchange "amq.default".
 func namesExchange(reason, name string) bool {
+	if name == "" {
+		name = "amq.default"
+	}
 	return strings.Contains(reason, "exchange '"+name+"'")
 }

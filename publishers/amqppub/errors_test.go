@@ -3,6 +3,7 @@ package amqppub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ func TestErrors(t *testing.T) {
 		for _, err := range p.Publish(runContext(t), messages("d", 2)) {
 			require.NoError(t, err)
 		}
-		require.Len(t, a.read(runContext(t), t, q, 2, quiet), 2)
+		require.Equal(t, 2, depth(t, a, q))
 	})
 
 	t.Run("ExchangeDeletedAfterUse", func(t *testing.T) {
@@ -98,7 +99,7 @@ func TestErrors(t *testing.T) {
 		require.ErrorIs(t, errs[1], amqppub.ErrMessageTooLarge)
 		require.ErrorContains(t, errs[1], "200 bytes, more than the maximum message size of 100 bytes")
 		requireClean(t, errs[1])
-		require.Len(t, a.read(runContext(t), t, q, 3, quiet), 2)
+		require.Equal(t, 2, depth(t, a, q))
 	})
 
 	t.Run("OverSizeRefusedByBroker", func(t *testing.T) {
@@ -145,7 +146,23 @@ func TestErrors(t *testing.T) {
 			require.ErrorContains(t, err, `routing key "nobody"`)
 			requireClean(t, err)
 		}
-		require.Len(t, a.read(runContext(t), t, q, 3, quiet), 2)
+		require.Equal(t, 2, depth(t, a, q))
+	})
+
+	// One event to two destinations in a call, the unroutable one first:
+	// the broker returns that one before confirming it, and the return
+	// must not fail the other, stored, message of the same event ID.
+	t.Run("UnroutableBesideSameEvent", func(t *testing.T) {
+		t.Parallel()
+		x := a.exchange(t)
+		q := a.queue(t, x, "bound", nil)
+		p := newPublisher(t, amqppub.Config{Exchange: x})
+		e := newEvent(0)
+		errs := p.Publish(runContext(t), []outbox.Message{{Destination: "nobody", Event: e}, {Destination: "bound", Event: e}})
+		require.ErrorIs(t, errs[0], amqppub.ErrUnroutable)
+		require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+		require.NoError(t, errs[1])
+		require.Equal(t, 1, depth(t, a, q))
 	})
 }
 
@@ -201,5 +218,18 @@ func TestDecodeNotAnEvent(t *testing.T) {
 	} {
 		_, err := amqppub.Decode(amqp.Delivery{Headers: h})
 		require.ErrorIs(t, err, amqppub.ErrNotAnEvent, name)
+	}
+}
+
+// TestPublisherPrintsNoPassword: a Publisher printed in any form (a log
+// line that includes it) shows its URL without the password.
+func TestPublisherPrintsNoPassword(t *testing.T) {
+	t.Parallel()
+	p, err := amqppub.New(amqppub.Config{URL: "amqp://user:hunter22@rabbit.internal:5672/shop"})
+	require.NoError(t, err)
+	for _, verb := range []string{"%v", "%+v", "%s", "%#v"} {
+		text := fmt.Sprintf(verb, p)
+		require.NotContains(t, text, "hunter22", verb)
+		require.Contains(t, text, "rabbit.internal:5672", verb)
 	}
 }

@@ -178,6 +178,19 @@ func (a *admin) read(ctx context.Context, tb testing.TB, queue string, n int, qu
 	return got
 }
 
+// depth is how many messages queue holds: exact once every publish to it
+// was confirmed (a confirm means the queue took the message), so tests
+// count with it rather than by reading until nothing came for a while.
+func depth(t *testing.T, a *admin, queue string) int {
+	t.Helper()
+	ch, err := a.conn.Channel()
+	require.NoError(t, err)
+	defer func() { _ = ch.Close() }()
+	st, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	return st.Messages
+}
+
 // newEvent returns an event with a fresh ID and a payload and header
 // holding secret, which no error may contain.
 func newEvent(i int) outbox.Event {

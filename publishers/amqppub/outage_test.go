@@ -76,8 +76,7 @@ func TestConnectionLostMidBatch(t *testing.T) {
 	require.Less(t, stored, len(msgs), "the cut came before the last confirm")
 
 	publishUntilStored(ctx, t, p, msgs) // redials
-	got := a.read(ctx, t, q, 1+stored+len(msgs), quiet)
-	require.GreaterOrEqual(t, len(got), 1+len(msgs))
+	require.GreaterOrEqual(t, depth(t, a, q), 1+len(msgs))
 }
 
 // TestConfirmTimeout stalls everything the broker sends: Publish reports
@@ -108,7 +107,8 @@ func TestConfirmTimeout(t *testing.T) {
 // broker and runs in parallel): a call made while blocked fails at once
 // with ErrBlocked, an outage, sending nothing; a call waiting for confirms
 // when the block comes fails at once too, although its ConfirmTimeout is
-// ten minutes; after connection.unblocked the Publisher publishes again.
+// ten minutes, the messages it had not sent yet (the window is full)
+// included; after connection.unblocked the Publisher publishes again.
 func TestBlockedConnection(t *testing.T) {
 	t.Parallel()
 	ctx := runContext(t)
@@ -116,7 +116,7 @@ func TestBlockedConnection(t *testing.T) {
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
 	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout})
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout, MaxInFlight: 2})
 	publishUntilStored(ctx, t, p, messages("d", 1))
 
 	// Blocked while waiting: the confirms are held back, then the block
@@ -210,5 +210,176 @@ func TestConcurrentPublish(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Len(t, a.read(ctx, t, q, callers*calls*size, quiet), callers*calls*size)
+	require.Equal(t, callers*calls*size, depth(t, a, q))
+}
+
+// TestCloseWhileStalled: with the broker alive (it sends heartbeats, so
+// the connection never times out) but stuck, reading and answering
+// nothing, Close returns
+// rather than wait for the answer to its close, which never comes (it
+// used to wait for ever, holding the Publisher's mutex), and later calls
+// report ErrClosed.
+func TestCloseWhileStalled(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p, err := amqppub.New(amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	publishUntilStored(ctx, t, p, messages("d", 1)) // connected
+
+	px.stallBoth()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	_ = p.Close() // must return; an error is allowed, the broker never answered
+	for _, err := range p.Publish(ctx, messages("d", 1)) {
+		require.ErrorIs(t, err, amqppub.ErrClosed)
+	}
+}
+
+// TestStalledOpeningChannel: with the broker alive (heartbeats) but
+// answering nothing, a call that must check an exchange (on a channel
+// of its own) fails after ConfirmTimeout with ErrConfirmTimeout, an
+// outage, although its ctx lasts as long as the test; the connection is
+// dropped, and once the broker answers again the next call dials and
+// publishes.
+func TestStalledOpeningChannel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x, y := a.exchange(t), a.exchange(t)
+	a.queue(t, x, "#", nil)
+	a.queue(t, y, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
+		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+		}})
+	publishUntilStored(ctx, t, p, messages(x, 1)) // connected; y not checked yet
+
+	px.stallDown()
+	beating := make(chan struct{})
+	go px.beatUntil(beating)
+	for i, err := range p.Publish(ctx, messages(y, 2)) {
+		require.ErrorIs(t, err, amqppub.ErrConfirmTimeout, "message %d", i)
+		require.True(t, outbox.IsUnavailable(err), "message %d: %v", i, err)
+	}
+	close(beating)
+	px.resume()
+	publishUntilStored(ctx, t, p, messages(y, 2))
+}
+
+// TestStalledAfterCancel: with the broker alive (heartbeats) but
+// answering nothing, a call cancelled while it waits for confirms leaves
+// a channel to close that the broker never answers; the Publisher drops
+// the connection after ConfirmTimeout rather than keep it, and a
+// goroutine, for ever.
+func TestStalledAfterCancel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	px.stallDown()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	call, cancel := context.WithCancel(ctx)
+	sent := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(call, messages("d", 1)) }()
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the publish reaches the proxy
+	}
+	cancel()
+	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
+	require.Error(t, err)
+	require.False(t, outbox.IsPermanent(err), "%v", err)
+	for px.ended.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the client closes its socket
+	}
+	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
+}
+
+// TestStalledOpeningAfterCancel: as TestStalledAfterCancel, for a call
+// cancelled while it opens its channel: the Publisher drops the
+// connection after ConfirmTimeout rather than keep it, and a goroutine,
+// for ever.
+func TestStalledOpeningAfterCancel(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
+		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
+			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+		}})
+	publishUntilStored(ctx, t, p, messages(x, 1))
+
+	px.stallDown()
+	beating := make(chan struct{})
+	defer close(beating)
+	go px.beatUntil(beating)
+	y := a.exchange(t) // not checked yet: the call opens a channel to check it
+	call, cancel := context.WithCancel(ctx)
+	sent := px.clientBytes.Load()
+	done := make(chan []error, 1)
+	go func() { done <- p.Publish(call, messages(y, 1)) }()
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the check reaches the proxy
+	}
+	cancel()
+	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
+	require.Error(t, err)
+	require.False(t, outbox.IsPermanent(err), "%v", err)
+	for px.ended.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until the client closes its socket
+	}
+	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
+}
+
+// TestCloseDuringPublish: Close while calls are publishing: each message
+// reports success or a retryable error, none permanent, and every
+// success is stored (the queue holds at least as many messages).
+func TestCloseDuringPublish(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	a := newAdmin(t)
+	x := a.exchange(t)
+	q := a.queue(t, x, "#", nil)
+	px := newProxy(t, brokerAddr(t))
+	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, MaxInFlight: 4})
+	publishUntilStored(ctx, t, p, messages("d", 1))
+
+	const callers = 3
+	results := make(chan []error, callers)
+	sent := px.clientBytes.Load()
+	for range callers {
+		go func() { results <- p.Publish(ctx, messages("d", 2000)) }()
+	}
+	for px.clientBytes.Load() == sent && ctx.Err() == nil {
+		time.Sleep(time.Millisecond) // until publishing has begun
+	}
+	_ = p.Close()
+	succeeded := 1
+	for range callers {
+		for i, err := range <-results {
+			if err == nil {
+				succeeded++
+				continue
+			}
+			require.False(t, outbox.IsPermanent(err), "message %d: %v", i, err)
+			requireClean(t, err)
+		}
+	}
+	require.GreaterOrEqual(t, depth(t, a, q), succeeded)
 }

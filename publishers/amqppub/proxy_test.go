@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -20,12 +21,14 @@ type proxy struct {
 	l           net.Listener
 	target      string
 	clientBytes atomic.Int64 // bytes forwarded from clients to the broker
+	ended       atomic.Int64 // connections whose client side ended
 
-	mu     sync.Mutex
-	pairs  []*pair
-	stall  chan struct{} // non-nil while stalled; closed on resume
-	cutAck int           // cut every connection after this many basic.acks; 0: never
-	acks   int
+	mu      sync.Mutex
+	pairs   []*pair
+	stall   chan struct{} // non-nil while stalled; closed on resume
+	stallUp bool          // the stall holds what clients send too
+	cutAck  int           // cut every connection after this many basic.acks; 0: never
+	acks    int
 }
 
 // pair is one proxied connection.
@@ -76,6 +79,7 @@ func (p *proxy) up(pr *pair) {
 		n, err := pr.client.Read(buf)
 		if n > 0 {
 			p.clientBytes.Add(int64(n))
+			p.waitResumeUp()
 			if _, werr := pr.server.Write(buf[:n]); werr != nil {
 				break
 			}
@@ -84,6 +88,7 @@ func (p *proxy) up(pr *pair) {
 			break
 		}
 	}
+	p.ended.Add(1)
 	_ = pr.server.Close()
 	_ = pr.client.Close()
 }
@@ -165,6 +170,26 @@ func (p *proxy) cut() {
 	}
 }
 
+// waitResumeUp waits while the stall holds what clients send.
+func (p *proxy) waitResumeUp() {
+	p.mu.Lock()
+	ch, up := p.stall, p.stallUp
+	p.mu.Unlock()
+	if up && ch != nil {
+		<-ch
+	}
+}
+
+// stallBoth holds what the broker sends and what it is sent until
+// resume, as a broker that is stuck (but for the heartbeats beatUntil
+// plays) would: it neither answers nor reads.
+func (p *proxy) stallBoth() {
+	p.stallDown()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stallUp = true
+}
+
 // stallDown holds every frame from the broker until resume.
 func (p *proxy) stallDown() {
 	p.mu.Lock()
@@ -178,6 +203,7 @@ func (p *proxy) stallDown() {
 func (p *proxy) resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stallUp = false
 	if p.stall != nil {
 		close(p.stall)
 		p.stall = nil
@@ -215,3 +241,28 @@ func (p *proxy) block(tb testing.TB) {
 }
 
 func (p *proxy) unblock(tb testing.TB) { p.inject(tb, 61, nil) }
+
+// heartbeat is an AMQP heartbeat frame.
+var heartbeat = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
+
+// beatUntil sends heartbeats to every client, as a live broker that
+// answers nothing else would, until done is closed: the client then
+// never times the connection out.
+func (p *proxy) beatUntil(done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		p.mu.Lock()
+		pairs := p.pairs
+		p.mu.Unlock()
+		for _, pr := range pairs {
+			pr.wmu.Lock()
+			_, _ = pr.client.Write(heartbeat)
+			pr.wmu.Unlock()
+		}
+		time.Sleep(10 * time.Millisecond) // pacing only; nothing waits on it
+	}
+}

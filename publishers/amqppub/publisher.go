@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -18,8 +19,12 @@ import (
 // Publish call runs on a confirm channel of its own.
 type Publisher struct {
 	cfg  Config
-	dial func(ctx context.Context, p DialParams) (*amqp.Connection, error)
+	dial func(ctx context.Context, p DialParams) (*amqp.Connection, io.Closer, error)
 
+	// dialMu serialises dials. Neither it nor mu is held while waiting
+	// for the broker, except dialMu during a dial, which ConfirmTimeout
+	// bounds: a stalled broker cannot hold Close or other calls.
+	dialMu sync.Mutex
 	mu     sync.Mutex
 	sess   *session          // nil before the first call and after a loss
 	idle   []*confirmChannel // channels of sess no call holds, nothing unconfirmed
@@ -37,12 +42,23 @@ func New(cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, dial: cfg.DialFunc}
-	if p.dial == nil {
-		p.dial = dial
+	p := &Publisher{cfg: cfg, dial: dial}
+	if cfg.DialFunc != nil {
+		p.dial = func(ctx context.Context, dp DialParams) (*amqp.Connection, io.Closer, error) {
+			conn, err := cfg.DialFunc(ctx, dp)
+			return conn, nil, err
+		}
 	}
 	return p, nil
 }
+
+// String names the Publisher by its broker, the URL's password
+// redacted, so that printing it (a log line that includes it) shows no
+// credential.
+func (p *Publisher) String() string { return "amqppub.Publisher(" + redact(p.cfg.URL) + ")" }
+
+// GoString is String, for the %#v verb.
+func (p *Publisher) GoString() string { return p.String() }
 
 // Route returns where a message for dest carrying e goes: Config.RouteFunc's
 // answer when it is set, and otherwise Config.Exchange with
@@ -55,74 +71,96 @@ func (p *Publisher) Route(dest string, e outbox.Event) (Route, error) {
 }
 
 // Close closes the connection. Calls in progress fail with a retryable
-// error; later calls report [ErrClosed]. It is idempotent.
+// error; later calls report [ErrClosed]. It is idempotent. It waits for
+// the broker to answer the close for at most Config.ConfirmTimeout; then,
+// with the default DialFunc, it closes the socket and returns an error
+// wrapping [ErrConnection] (with a DialFunc of the caller's, the close
+// goes on in the background until the broker answers or the connection's
+// heartbeat gives up).
 func (p *Publisher) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	p.idle = nil
-	if p.sess == nil {
+	s := p.sess
+	p.closed, p.sess, p.idle = true, nil, nil
+	p.mu.Unlock()
+	if s == nil {
 		return nil
 	}
-	err := p.sess.conn.Close()
-	p.sess = nil
-	if errors.Is(err, amqp.ErrClosed) {
-		return nil
-	}
-	return err
+	return s.close(p.cfg.ConfirmTimeout)
 }
 
-// channel returns a confirm channel for one call: an idle one, or a new
-// one on the current connection, dialled first when there is none or it
-// was lost.
-func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
+// take returns an idle channel, or else the current session to open one
+// on (nil when there is none or its connection was lost).
+func (p *Publisher) take() (*session, *confirmChannel, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if p.sess != nil && p.sess.conn.IsClosed() {
 		p.sess, p.idle = nil, nil
 	}
 	if p.sess == nil {
-		conn, err := p.dial(ctx, DialParams{URL: p.cfg.URL, Timeout: p.cfg.ConfirmTimeout})
-		if err != nil {
-			return nil, fmt.Errorf("%w: dial %s: %w", ErrConnection, redact(p.cfg.URL), redactErr(err, p.cfg.URL))
-		}
-		p.sess = newSession(conn)
+		return nil, nil, nil
 	}
 	if p.sess.blocked.Load() {
-		return nil, ErrBlocked
+		return nil, nil, ErrBlocked
 	}
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		if !c.ch.IsClosed() {
-			return c, nil
+			return p.sess, c, nil
 		}
 	}
-	return p.sess.openChannel(p.cfg.MaxInFlight)
+	return p.sess, nil, nil
+}
+
+// connect dials a new session, unless a call that dialled meanwhile
+// left one, and makes it the current one.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	if s, _, err := p.take(); err != nil || s != nil {
+		return s, err
+	}
+	conn, raw, err := p.dial(ctx, DialParams{URL: p.cfg.URL, Timeout: p.cfg.ConfirmTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %w", ErrConnection, redact(p.cfg.URL), redactErr(err, p.cfg.URL))
+	}
+	s := newSession(conn, raw)
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.sess, p.idle = s, nil
+	}
+	p.mu.Unlock()
+	if closed {
+		go func() { _ = s.close(p.cfg.ConfirmTimeout) }()
+		return nil, ErrClosed
+	}
+	return s, nil
 }
 
 // discard drops s, after a confirm timeout, when it is still
 // the current session: the next call dials again rather than wait on a
 // connection that may be dead for as long as its heartbeat takes to tell.
 // The connection is closed in the background: a close waits for the
-// broker's answer.
+// broker's answer, up to ConfirmTimeout.
 func (p *Publisher) discard(s *session) {
 	p.mu.Lock()
 	if p.sess == s {
 		p.sess, p.idle = nil, nil
 	}
 	p.mu.Unlock()
-	go func() { _ = s.conn.Close() }()
+	go func() { _ = s.close(p.cfg.ConfirmTimeout) }()
 }
 
 // release gives c back for the next call when clean (every message it
 // carried was confirmed and it is open) and there is room, and closes it
 // otherwise: a channel with confirms outstanding would hand them to the
 // next call. The close runs in the background: it waits for the broker's
-// answer, which a stalled or blocked broker does not give.
+// answer, which a stalled or blocked broker does not give (see
+// closeChannel).
 func (p *Publisher) release(c *confirmChannel, clean bool) {
 	p.mu.Lock()
 	keep := clean && !p.closed && p.sess == c.s && len(p.idle) < p.cfg.IdleChannels && !c.ch.IsClosed()
@@ -131,7 +169,25 @@ func (p *Publisher) release(c *confirmChannel, clean bool) {
 	}
 	p.mu.Unlock()
 	if !keep {
-		go func() { _ = c.ch.Close() }()
+		go p.closeChannel(c)
+	}
+}
+
+// closeChannel closes c, which waits for the broker's answer; when none
+// comes within ConfirmTimeout (a broker that stalls but sends heartbeats
+// never gives one), it drops c's connection, which ends the wait.
+func (p *Publisher) closeChannel(c *confirmChannel) {
+	done := make(chan struct{})
+	go func() {
+		_ = c.ch.Close()
+		close(done)
+	}()
+	t := time.NewTimer(p.cfg.ConfirmTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.discard(c.s)
 	}
 }
 
@@ -185,35 +241,95 @@ type prepared struct {
 
 // prepare gets a channel for a call and checks that the exchanges in
 // names exist. Dialling, opening a channel and the check wait for the
-// broker, which a stalled one does not answer until the connection's
-// heartbeat gives up, so prepare returns when ctx ends, and the channel,
-// once had, is given back in the background.
+// broker, which a stalled one may never answer (while it sends
+// heartbeats, the connection never times out), so prepare returns when
+// ctx ends, or when the broker, once connected, leaves a request
+// unanswered for Config.ConfirmTimeout: then the connection is dropped,
+// as after a confirm timeout, and prepare reports [ErrConfirmTimeout]. A
+// dial bounds itself. The channel, once had, is given back in the
+// background.
 func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChannel, map[string]error, error) {
+	connected := make(chan (<-chan struct{}), 1)
 	done := make(chan prepared, 1)
-	go func() {
-		c, err := p.channel(ctx)
-		if err != nil {
-			done <- prepared{err: err}
-			return
+	go func() { done <- p.open(ctx, names, connected) }()
+	var expired <-chan struct{}
+	for {
+		select {
+		case r := <-done:
+			return r.c, r.missing, r.err
+		case expired = <-connected:
+		case <-expired:
+			go p.releaseWhenDone(done)
+			return nil, nil, fmt.Errorf("%w (opening a channel or checking an exchange)", ErrConfirmTimeout)
+		case <-ctx.Done():
+			go p.releaseWhenDone(done)
+			return nil, nil, contextCause(ctx)
 		}
-		missing, err := c.s.checkExchanges(names)
-		if err != nil {
-			p.release(c, true)
-			done <- prepared{err: err}
-			return
+	}
+}
+
+// open gets a channel for a call and checks the exchanges in names. Once
+// it has a session, it sends connected the channel its watchdog closes.
+func (p *Publisher) open(ctx context.Context, names []string, connected chan<- (<-chan struct{})) prepared {
+	s, c, err := p.take()
+	if err == nil && s == nil {
+		s, err = p.connect(ctx)
+	}
+	if err != nil {
+		return prepared{err: err}
+	}
+	w := p.watch(s)
+	defer w.stop()
+	connected <- w.expired
+	if c == nil {
+		if c, err = s.openChannel(p.cfg.MaxInFlight); err != nil {
+			return prepared{err: err}
 		}
-		done <- prepared{c: c, missing: missing}
-	}()
-	select {
-	case r := <-done:
-		return r.c, r.missing, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.c != nil {
-				p.release(r.c, true)
-			}
-		}()
-		return nil, nil, contextCause(ctx)
+		w.answered()
+	}
+	missing, err := s.checkExchanges(names, w.answered)
+	if err != nil {
+		p.release(c, true)
+		return prepared{err: err}
+	}
+	return prepared{c: c, missing: missing}
+}
+
+// watchdog drops a session whose broker leaves a request unanswered for
+// Config.ConfirmTimeout, which ends the wait, and then closes expired. It
+// runs on its own, so it also bounds the work a call that returned early
+// (its ctx ended) leaves behind.
+type watchdog struct {
+	t       *time.Timer
+	d       time.Duration
+	expired chan struct{}
+}
+
+// watch starts a watchdog on s.
+func (p *Publisher) watch(s *session) *watchdog {
+	w := &watchdog{d: p.cfg.ConfirmTimeout, expired: make(chan struct{})}
+	w.t = time.AfterFunc(w.d, func() {
+		close(w.expired)
+		p.discard(s)
+	})
+	return w
+}
+
+// answered restarts the wait after the broker answered, unless the
+// watchdog already fired.
+func (w *watchdog) answered() {
+	if w.t.Stop() {
+		w.t.Reset(w.d)
+	}
+}
+
+func (w *watchdog) stop() { w.t.Stop() }
+
+// releaseWhenDone gives back the channel a prepare that returned early
+// still gets.
+func (p *Publisher) releaseWhenDone(done <-chan prepared) {
+	if r := <-done; r.c != nil {
+		p.release(r.c, true)
 	}
 }
 
@@ -234,12 +350,13 @@ type batch struct {
 	routes   []Route
 	invalid  []error // permanent failures found before sending, by index
 	missing  map[string]error
-	pending  []inflight // in send order
-	ready    []int      // messages to send once there is room, in order
-	next     []int      // next[i] is the next message of i's key, or -1
-	returned map[string]amqp.Return
+	pending  []inflight                  // in send order
+	ready    []int                       // messages to send once there is room, in order
+	next     []int                       // next[i] is the next message of i's key, or -1
+	returned map[returnKey][]amqp.Return // returns not yet matched to an ack
 	closeErr *amqp.Error
 	chClosed bool
+	gaveUp   error // why the call stopped waiting on its channel: blocked, a confirm timeout
 	timer    *time.Timer
 	clean    bool
 }
@@ -301,7 +418,10 @@ func (b *batch) run() {
 	b.abandon()
 }
 
-// send publishes message i, recording it in flight or its error.
+// send publishes message i, recording it in flight or its error. When
+// the channel closed before i went out, i reports what the close says of
+// a message like it (a 404 or 403 naming its exchange), as the messages
+// in flight do, and a lost channel otherwise.
 func (b *batch) send(i int) {
 	if err := b.invalid[i]; err != nil {
 		b.settle(i, err)
@@ -323,8 +443,8 @@ func (b *batch) send(i int) {
 	}
 	dc, err := b.c.ch.PublishWithDeferredConfirm(r.Exchange, r.RoutingKey, true, false, pub)
 	if err != nil {
-		b.chClosed = true
-		b.settle(i, classify(r, fmt.Errorf("%w: %w", ErrConnection, err)))
+		b.awaitClose()
+		b.settle(i, classify(r, b.lostCause(i, fmt.Errorf("%w: %w", ErrConnection, err))))
 		return
 	}
 	b.pending = append(b.pending, inflight{idx: i, dc: dc, deadline: time.Now().Add(b.p.cfg.ConfirmTimeout)})
@@ -377,7 +497,7 @@ func (b *batch) outcome(f inflight) error {
 	m := b.msgs[f.idx]
 	r := b.routes[f.idx]
 	if f.dc.Acked() {
-		if ret, ok := b.returned[m.Event.ID.String()]; ok {
+		if ret, ok := b.takeReturn(m.Event.ID.String(), r); ok {
 			return classify(r, fmt.Errorf("%w (exchange %q, routing key %q, %d %s)",
 				ErrUnroutable, ret.Exchange, ret.RoutingKey, ret.ReplyCode, ret.ReplyText))
 		}
@@ -405,11 +525,35 @@ func (b *batch) drainReturns() {
 	}
 }
 
+// returnKey is what a returned message is matched on: the message_id,
+// exchange and routing key it was published with. The event ID alone is
+// not enough: a call may carry one event to several routes.
+type returnKey struct{ id, exchange, routingKey string }
+
 func (b *batch) recordReturn(ret amqp.Return) {
 	if b.returned == nil {
-		b.returned = make(map[string]amqp.Return)
+		b.returned = make(map[returnKey][]amqp.Return)
 	}
-	b.returned[ret.MessageId] = ret
+	k := returnKey{ret.MessageId, ret.Exchange, ret.RoutingKey}
+	b.returned[k] = append(b.returned[k], ret)
+}
+
+// takeReturn removes and returns the oldest return recorded for the
+// message with event ID id published to r, if any. RabbitMQ sends a
+// message's basic.return before its basic.ack, so the oldest unmatched
+// return with its key is the one of the message being acked.
+func (b *batch) takeReturn(id string, r Route) (amqp.Return, bool) {
+	k := returnKey{id, r.Exchange, r.RoutingKey}
+	rets := b.returned[k]
+	if len(rets) == 0 {
+		return amqp.Return{}, false
+	}
+	if len(rets) == 1 {
+		delete(b.returned, k)
+	} else {
+		b.returned[k] = rets[1:]
+	}
+	return rets[0], true
 }
 
 // channelClosed reports whether the call's channel has closed, recording
@@ -444,8 +588,9 @@ func (b *batch) forgetMissing(e *amqp.Error) {
 }
 
 // causeFor is the cause message i reports after its channel closed: the
-// close's own cause for the message it names (the over-size one, or one
-// for the missing exchange), a lost channel for the others, which may be
+// close's own cause for the message it names (the over-size one, one
+// for the missing exchange, one for the refused exchange or, with topic
+// permissions, routing key), a lost channel for the others, which may be
 // stored or not.
 func (b *batch) causeFor(i int) error {
 	cause := closeCause(b.closeErr)
@@ -459,8 +604,32 @@ func (b *batch) causeFor(i int) error {
 		if !namesExchange(e.Reason, b.routes[i].Exchange) {
 			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
 		}
+	case errors.Is(cause, ErrAccessRefused):
+		if !namesRoute(e.Reason, b.routes[i]) {
+			return fmt.Errorf("%w: the channel closed: %w", ErrConnection, e)
+		}
 	}
 	return cause
+}
+
+// awaitClose waits, after a publish failed, for the close of the call's
+// channel and records the error it closed with: the broker's reason (a
+// 403 or 404 on a message already sent) is what the messages in flight
+// report. The client sends it before it ends their confirmations, so
+// every message not confirmed by then never will be. The wait ends with
+// ctx or after Config.ConfirmTimeout.
+func (b *batch) awaitClose() {
+	b.chClosed = true
+	b.resetTimer(b.p.cfg.ConfirmTimeout)
+	select {
+	case e, ok := <-b.c.closes:
+		if ok && e != nil {
+			b.closeErr = e
+			b.forgetMissing(e)
+		}
+	case <-b.timer.C:
+	case <-b.ctx.Done():
+	}
 }
 
 // failPending records cause for every message in flight whose
@@ -477,6 +646,7 @@ func (b *batch) failPending(cause error) {
 	}
 	b.pending = nil
 	b.chClosed = true
+	b.gaveUp = cause
 }
 
 func (b *batch) resetTimer(d time.Duration) {
@@ -487,8 +657,9 @@ func (b *batch) resetTimer(d time.Duration) {
 	b.timer.Reset(d)
 }
 
-// abandon records the end of ctx, or the channel's loss, for every ready
-// message, never sent, and for every message still in flight whose
+// abandon records the end of ctx, the channel's loss, or what made the
+// call give up on its channel (a block, a confirm timeout), for every
+// ready message, never sent, and for every message still in flight whose
 // confirm has not already arrived; the later messages of their keys are
 // not attempted.
 func (b *batch) abandon() {
@@ -501,19 +672,34 @@ func (b *batch) abandon() {
 		case <-f.dc.Done():
 			b.errs[f.idx] = b.outcome(f)
 		default:
-			b.errs[f.idx] = classify(b.routes[f.idx], cause)
+			b.errs[f.idx] = classify(b.routes[f.idx], b.lostCause(f.idx, cause))
 		}
 		b.stop(f.idx)
 	}
 	for _, i := range b.ready {
-		b.errs[i] = classify(b.routes[i], cause)
+		b.errs[i] = classify(b.routes[i], b.lostCause(i, cause))
 		b.stop(i)
 	}
 }
 
+// lostCause is the cause message i reports when the call stops with it
+// unconfirmed or unsent: what the close says of it (causeFor) when the
+// broker closed the channel, so that a message like the one the broker
+// refused reports the same whether or not it went out before the close;
+// cause otherwise.
+func (b *batch) lostCause(i int, cause error) error {
+	if b.closeErr != nil {
+		return b.causeFor(i)
+	}
+	return cause
+}
+
 // abandonCause is why the messages left in flight or unsent failed.
 func (b *batch) abandonCause() error {
-	if b.ctx.Err() != nil {
+	switch {
+	case b.gaveUp != nil:
+		return b.gaveUp
+	case b.ctx.Err() != nil:
 		return contextCause(b.ctx)
 	}
 	return fmt.Errorf("%w: the channel closed", ErrConnection)

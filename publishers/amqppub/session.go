@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 // dials a new one.
 type session struct {
 	conn    *amqp.Connection
+	raw     io.Closer // the socket under conn, when the default DialFunc made it
 	blocked atomic.Bool
 	// blockedCh is closed and replaced each time the broker blocks the
 	// connection, so that waiting calls fail at once.
@@ -26,9 +28,10 @@ type session struct {
 	exchanges sync.Map // exchange name -> struct{}: known to exist
 }
 
-// newSession watches conn for connection.blocked and unblocked.
-func newSession(conn *amqp.Connection) *session {
-	s := &session{conn: conn, blockedCh: make(chan struct{})}
+// newSession watches conn, over the socket raw (nil when unknown), for
+// connection.blocked and unblocked.
+func newSession(conn *amqp.Connection, raw io.Closer) *session {
+	s := &session{conn: conn, raw: raw, blockedCh: make(chan struct{})}
 	s.exchanges.Store("", struct{}{}) // the default exchange always exists
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	go s.watchBlocked(blocks)
@@ -47,6 +50,29 @@ func (s *session) watchBlocked(blocks <-chan amqp.Blocking) {
 			s.blockMu.Unlock()
 		}
 	}
+}
+
+// close closes the connection, waiting at most timeout for the broker's
+// answer: a broker that stalls but still sends heartbeats never answers,
+// and the client would wait for ever. Then it closes the socket, which
+// ends the client's wait, and reports the close as unanswered.
+func (s *session) close(timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- s.conn.Close() }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if errors.Is(err, amqp.ErrClosed) {
+			return nil
+		}
+		return err
+	case <-t.C:
+	}
+	if s.raw != nil {
+		_ = s.raw.Close()
+	}
+	return fmt.Errorf("%w: the broker did not answer connection.close within the confirm timeout", ErrConnection)
 }
 
 // blockedSignal returns a channel closed when the broker next blocks the
@@ -90,9 +116,10 @@ func (s *session) openChannel(window int) (*confirmChannel, error) {
 // publishes to it: a publish to a missing exchange would close the call's
 // channel (404) and lose the confirms of every other message on it. It
 // asks the broker once per exchange and connection (a passive declare, on
-// a channel of its own that a 404 closes), and returns the missing ones;
-// err is an outage that stopped the check.
-func (s *session) checkExchanges(names []string) (missing map[string]error, err error) {
+// a channel of its own that a 404 closes), calling answered after each
+// answer, and returns the missing ones; err is an outage that stopped the
+// check.
+func (s *session) checkExchanges(names []string, answered func()) (missing map[string]error, err error) {
 	var probe *amqp.Channel
 	defer func() {
 		if probe != nil {
@@ -109,6 +136,7 @@ func (s *session) checkExchanges(names []string) (missing map[string]error, err 
 			}
 		}
 		err := probe.ExchangeDeclarePassive(name, amqp.ExchangeDirect, false, false, false, false, nil)
+		answered()
 		if err == nil {
 			s.exchanges.Store(name, struct{}{})
 			continue
@@ -131,11 +159,13 @@ func (s *session) checkExchanges(names []string) (missing map[string]error, err 
 func (s *session) forget(name string) { s.exchanges.Delete(name) }
 
 // dial opens a connection with the default DialFunc: amqp.DialConfig on
-// p.URL, each socket write bounded by p.Timeout.
-func dial(_ context.Context, p DialParams) (*amqp.Connection, error) {
+// p.URL, each socket write bounded by p.Timeout. It also returns the
+// socket, which a close the broker does not answer closes.
+func dial(_ context.Context, p DialParams) (*amqp.Connection, io.Closer, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(connectionName)
-	return amqp.DialConfig(p.URL, amqp.Config{
+	var raw net.Conn
+	conn, err := amqp.DialConfig(p.URL, amqp.Config{
 		Heartbeat:  defaultHeartbeat,
 		Properties: props,
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -143,9 +173,11 @@ func dial(_ context.Context, p DialParams) (*amqp.Connection, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &writeDeadlineConn{Conn: conn, timeout: p.Timeout}, nil
+			raw = &writeDeadlineConn{Conn: conn, timeout: p.Timeout}
+			return raw, nil
 		},
 	})
+	return conn, raw, err
 }
 
 // writeDeadlineConn gives every write its own deadline, so a broker that
