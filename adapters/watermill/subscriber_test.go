@@ -306,3 +306,78 @@ func TestAckDeadlineSnoozesUntakenMessage(t *testing.T) {
 	require.NoError(t, sub.Close())
 	drained(ctx, t, ch)
 }
+
+// A handler that reaches the channel after Close gave up waiting
+// (CloseTimeout) finds it closed: it must give its event back, not send
+// on the closed channel (a panic, which the dispatcher records as a
+// failed attempt of an event no consumer saw). A middleware that ignores
+// its context holds the handlers back past the Close.
+func TestLateHandlerAfterCloseTimeoutGivesBack(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	const n = 8
+	for range n {
+		require.NoError(t, pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	}
+	entered, release, returned := make(chan struct{}, n), make(chan struct{}), make(chan struct{}, n)
+	stall := func(next outbox.Handler) outbox.Handler {
+		return func(hctx context.Context, e outbox.Event) error {
+			entered <- struct{}{}
+			<-release // ignores hctx: a misbehaving middleware
+			defer func() { returned <- struct{}{} }()
+			return next(hctx, e)
+		}
+	}
+	sub, err := pgwatermill.NewSubscriber(db.Pool, pgwatermill.SubscriberConfig{
+		CloseTimeout: time.Millisecond,
+		Dispatcher: dispatcher.Config{
+			Table: db.Table, Logger: quietLogger, Concurrency: n, BatchSize: n,
+			Middleware: []outbox.Middleware{stall},
+		},
+	})
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	for range n {
+		wait(ctx, t, entered)
+	}
+	_ = sub.Close() // gives up waiting: the handlers outlive CloseTimeout
+	require.Zero(t, drained(ctx, t, ch))
+	close(release)
+	for range n {
+		wait(ctx, t, returned)
+	}
+	for !allPending(rows(t, db), n) { // the outcomes are recorded after Close returned
+		select {
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond): // poll; bounded by the test's deadline
+		}
+	}
+	for id, r := range rows(t, db) {
+		require.Equal(t, row{Status: "PENDING"}, r, "event %s: given back unspent", id)
+	}
+}
+
+// wait takes one value from ch, failing t when the test's run context
+// ends first.
+func wait(ctx context.Context, t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal(context.Cause(ctx))
+	}
+}
+
+// allPending reports whether got holds n events, all PENDING.
+func allPending(got map[uuid.UUID]row, n int) bool {
+	for _, r := range got {
+		if r.Status != "PENDING" {
+			return false
+		}
+	}
+	return len(got) == n
+}
