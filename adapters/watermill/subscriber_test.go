@@ -331,7 +331,9 @@ func TestLateHandlerAfterCloseTimeoutGivesBack(t *testing.T) {
 		}
 	}
 	sub, err := pgwatermill.NewSubscriber(db.Pool, pgwatermill.SubscriberConfig{
-		CloseTimeout: time.Millisecond,
+		// Long enough, on an idle machine, for the stop to cancel the
+		// handlers (its hard stop) before Close gives up.
+		CloseTimeout: 200 * time.Millisecond,
 		Dispatcher: dispatcher.Config{
 			Table: db.Table, Logger: quietLogger, Concurrency: n, BatchSize: n,
 			Middleware: []outbox.Middleware{stall},
@@ -343,7 +345,7 @@ func TestLateHandlerAfterCloseTimeoutGivesBack(t *testing.T) {
 	for range n {
 		wait(ctx, t, entered)
 	}
-	_ = sub.Close() // gives up waiting: the handlers outlive CloseTimeout
+	require.ErrorIs(t, sub.Close(), context.DeadlineExceeded, "the handlers outlive CloseTimeout")
 	require.Zero(t, drained(ctx, t, ch))
 	close(release)
 	for range n {
