@@ -60,7 +60,8 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 // given back (PENDING again, no attempt spent; an Ack that comes later
 // changes nothing) and the outcomes are recorded. Each message's Context
 // carries ctx's values and ends when its Ack or Nack is recorded or the
-// subscription stops. After Close it returns [ErrClosed].
+// subscription stops. After Close, or when Close comes during its
+// start-up checks (which it then stops), it returns [ErrClosed].
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
@@ -92,11 +93,40 @@ func (s *Subscriber) subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := d.Handle(topic, handler(out)); err != nil {
 		return nil, &originError{context: "pgwatermill: subscribe", err: err}
 	}
-	if err := d.Start(ctx); err != nil {
-		return nil, &originError{context: fmt.Sprintf("pgwatermill: subscribe to topic %q", topic), err: err}
+	if err := s.start(ctx, d, topic); err != nil {
+		return nil, err
 	}
 	go s.watch(ctx, d, out)
 	return out.ch, nil
+}
+
+// start starts d; a Close meanwhile stops its start-up checks, which
+// would otherwise keep Close waiting as long as the database does not
+// answer, and gives ErrClosed.
+func (s *Subscriber) start(ctx context.Context, d *dispatcher.Dispatcher, topic string) error {
+	started := make(chan struct{})
+	defer close(started)
+	go func() {
+		select {
+		case <-s.closing:
+			now, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = d.Stop(now) // asks for the stop without waiting for it
+		case <-started:
+		}
+	}()
+	err := d.Start(ctx)
+	select {
+	case <-s.closing:
+		if err != nil {
+			return ErrClosed
+		}
+	default:
+	}
+	if err != nil {
+		return &originError{context: fmt.Sprintf("pgwatermill: subscribe to topic %q", topic), err: err}
+	}
+	return nil
 }
 
 // watch stops d when ctx ends or the Subscriber closes, and then closes

@@ -3,12 +3,15 @@ package pgwatermill_test
 import (
 	"context"
 	"maps"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	pgwatermill "github.com/pgoutbox/pgoutbox/adapters/watermill"
@@ -382,4 +385,74 @@ func allPending(got map[uuid.UUID]row, n int) bool {
 		}
 	}
 	return len(got) == n
+}
+
+// Close during a Subscribe whose start-up checks wait on a database that
+// does not answer stops them: it returns, and so does Subscribe, with
+// ErrClosed, instead of both waiting for Subscribe's ctx.
+func TestCloseInterruptsSubscribeStart(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	silent, accepted := silentServer(t)
+	pool, err := pgxpool.New(ctx, "postgres://postgres@"+silent+"/test?sslmode=disable")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	sub, err := pgwatermill.NewSubscriber(pool, pgwatermill.SubscriberConfig{Dispatcher: dispatcher.Config{Logger: quietLogger}})
+	require.NoError(t, err)
+
+	subscribed := make(chan error, 1)
+	go func() {
+		_, err := sub.Subscribe(ctx, "t")
+		subscribed <- err
+	}()
+	wait(ctx, t, accepted) // the start-up checks are waiting for the server
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	for _, ch := range []chan error{subscribed, closed} {
+		select {
+		case err := <-ch:
+			if ch == subscribed {
+				require.ErrorIs(t, err, pgwatermill.ErrClosed)
+			} else {
+				require.NoError(t, err)
+			}
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		}
+	}
+}
+
+// silentServer listens on a local port, accepts connections and never
+// answers; accepted gets a value for each connection.
+func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	ch := make(chan struct{}, 100)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ln.Addr().String(), ch
 }
