@@ -272,6 +272,7 @@ func TestSubscriberConfig(t *testing.T) {
 		"Dispatcher.DrainTimeout":   {Dispatcher: dispatcher.Config{DrainTimeout: time.Second}},
 		"Dispatcher.DefaultHandler": {Dispatcher: dispatcher.Config{DefaultHandler: func(context.Context, outbox.Event) error { return nil }}},
 		"CloseTimeout":              {CloseTimeout: -1},
+		"Dispatcher.Delivery":       {Dispatcher: dispatcher.Config{Delivery: dispatcher.AtMostOnce}},
 		"BatchSize":                 {Dispatcher: dispatcher.Config{BatchSize: -1}},
 	} {
 		_, err := pgwatermill.NewSubscriber(db.Pool, cfg)
