@@ -135,7 +135,9 @@ func (p *Publisher) events(topic string, msgs []*message.Message) ([]outbox.Even
 }
 
 // txOf returns the transaction Publish writes msgs in, or nil for one of
-// its own.
+// its own. Transactions are told apart by their connection, which runs
+// one at a time: comparing the pgx.Tx values with == would panic on a
+// caller's wrapper type that is not comparable.
 func (p *Publisher) txOf(msgs []*message.Message) (pgx.Tx, error) {
 	if p.tx != nil {
 		return p.tx, nil
@@ -146,7 +148,7 @@ func (p *Publisher) txOf(msgs []*message.Message) (pgx.Tx, error) {
 		case other == nil:
 		case tx == nil:
 			tx = other
-		case other != tx:
+		case other.Conn() != tx.Conn():
 			return nil, ErrMixedTx
 		}
 	}

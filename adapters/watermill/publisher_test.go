@@ -185,3 +185,28 @@ func TestEventID(t *testing.T) {
 	require.Equal(t, uuid.Nil, id)
 	require.False(t, carry)
 }
+
+// valueTx is a pgx.Tx wrapper used by value whose type cannot be compared
+// with ==, as a caller's instrumented transaction may be.
+type valueTx struct {
+	pgx.Tx
+	labels map[string]string
+}
+
+// Messages carrying a transaction whose type is not comparable are
+// compared by connection: the same transaction joins, two transactions
+// give ErrMixedTx, and neither panics.
+func TestPublishTxNotComparable(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	tx, other := begin(t, db), begin(t, db)
+	wrap := func(tx pgx.Tx) pgx.Tx { return valueTx{Tx: tx, labels: map[string]string{}} }
+
+	err := pub.Publish("t", inTx(ctx, wrap(tx), watermill.NewUUID()), inTx(ctx, wrap(other), watermill.NewUUID()))
+	require.ErrorIs(t, err, pgwatermill.ErrMixedTx)
+	require.NoError(t, pub.Publish("t", inTx(ctx, wrap(tx), watermill.NewUUID()), inTx(ctx, wrap(tx), watermill.NewUUID())))
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, rows(t, db), 2)
+}
