@@ -53,7 +53,8 @@ type PublisherConfig struct {
 	// as Watermill's brokers do. Defaults to false: the event ID is the
 	// message's UUID ([EventID]), so downstream consumers of any publisher
 	// deduplicate on it, and publishing a message whose event is still in
-	// the outbox fails with outbox.ErrDuplicateID.
+	// the outbox fails with outbox.ErrDuplicateID, which aborts the
+	// caller's transaction (see Publisher.Publish).
 	NewEventIDs bool
 
 	// PublishTimeout bounds the database work of one Publish call (its

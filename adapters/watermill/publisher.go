@@ -86,10 +86,18 @@ func newPublisher(pool *pgxpool.Pool, tx pgx.Tx, cfg PublisherConfig) (*Publishe
 // key that is not a header name, a value with CR or LF, ...; see package
 // outbox), gives an *outbox.ValidationError whose Index is the message's
 // position and whose text never quotes a value; so does any event Emit
-// refuses (an empty topic, a payload over the limit). Nothing is written
-// then, and the caller's transaction is still usable. Other errors come
-// from the database: in the caller's transaction they leave it aborted.
-// A closed Publisher returns [ErrClosed].
+// refuses (an empty topic, a payload over the limit, a UUID repeated
+// within the call). Nothing is written then, and the caller's
+// transaction is still usable. Other errors come from the database: in
+// the caller's transaction they leave it aborted. Among them, a message
+// whose event ID is already in the outbox table (the same UUID published
+// again, without PublisherConfig.NewEventIDs) gives an error matching
+// outbox.ErrDuplicateID; no check before the insert could tell without
+// racing a concurrent one. Where that may happen and the transaction
+// must survive it, publish through a savepoint: sp, _ := tx.Begin(ctx),
+// NewTxPublisher(sp, cfg), and sp.Rollback(ctx) on error (each savepoint
+// is a subtransaction; PostgreSQL slows down past 64 in one
+// transaction). A closed Publisher returns [ErrClosed].
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrClosed

@@ -210,3 +210,37 @@ func TestPublishTxNotComparable(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.Len(t, rows(t, db), 2)
 }
+
+// A message whose event is already in the outbox, published in the
+// caller's transaction, gives outbox.ErrDuplicateID and aborts that
+// transaction (as the docs say); published through a savepoint
+// (NewTxPublisher on tx.Begin) it costs only the savepoint. A UUID
+// repeated within one call is refused before any SQL.
+func TestPublishDuplicateInCallersTx(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	dup := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	require.NoError(t, pub.Publish("t", dup))
+
+	tx := begin(t, db)
+	err := pub.Publish("t", inTx(ctx, tx, watermill.NewUUID()), inTx(ctx, tx, dup.UUID), inTx(ctx, tx, dup.UUID))
+	var verr *outbox.ValidationError
+	require.ErrorAs(t, err, &verr, "a repeat within the call is refused before any SQL")
+	require.Equal(t, 2, verr.Index)
+
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	spPub, err := pgwatermill.NewTxPublisher(sp, pgwatermill.PublisherConfig{Emitter: emitterConfig(db)})
+	require.NoError(t, err)
+	require.ErrorIs(t, spPub.Publish("t", message.NewMessage(dup.UUID, []byte("x"))), outbox.ErrDuplicateID)
+	require.NoError(t, sp.Rollback(ctx))
+	kept := watermill.NewUUID()
+	require.NoError(t, pub.Publish("t", inTx(ctx, tx, kept)), "the savepoint kept tx usable")
+
+	require.ErrorIs(t, pub.Publish("t", inTx(ctx, tx, dup.UUID)), outbox.ErrDuplicateID)
+	require.ErrorIs(t, pub.Publish("t", inTx(ctx, tx, watermill.NewUUID())), outbox.ErrTxDone, "without a savepoint tx is aborted")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Len(t, rows(t, db), 1)
+}
