@@ -2,6 +2,7 @@ package pgwatermill_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net"
 	"sync"
@@ -456,4 +457,40 @@ func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
 		}
 	}()
 	return ln.Addr().String(), ch
+}
+
+// Subscribe calls racing Close: each either fails with ErrClosed or
+// returns a channel that Close closes; Close returns nil once.
+func TestSubscribeRacesClose(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	sub, err := pgwatermill.NewSubscriber(db.Pool, pgwatermill.SubscriberConfig{
+		Dispatcher: dispatcher.Config{Table: db.Table, Logger: quietLogger},
+	})
+	require.NoError(t, err)
+	const n = 6
+	results := make(chan error, n)
+	for i := range n {
+		go func() {
+			ch, err := sub.Subscribe(ctx, fmt.Sprint("t", i))
+			if err == nil {
+				for range ch { // closed by Close
+				}
+			}
+			results <- err
+		}()
+	}
+	require.NoError(t, sub.Close())
+	for range n {
+		select {
+		case err := <-results:
+			if err != nil {
+				require.ErrorIs(t, err, pgwatermill.ErrClosed)
+			}
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		}
+	}
+	require.NoError(t, sub.Close())
 }
