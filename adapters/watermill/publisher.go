@@ -47,7 +47,10 @@ var _ message.Publisher = (*Publisher)(nil)
 // context carries none, in a transaction of its own on pool, committed
 // before Publish returns. With a nil pool such a call returns [ErrNoTx]
 // instead: pass nil to make sure no event is ever written outside a
-// business transaction. An invalid cfg gives an *outbox.ConfigError.
+// business transaction. A message's transaction may come from any pool
+// or connection (its events go to that transaction's database, into
+// cfg.Emitter's table); pool serves only the calls without one. An
+// invalid cfg gives an *outbox.ConfigError.
 func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 	return newPublisher(pool, nil, cfg)
 }
@@ -55,7 +58,8 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 // NewTxPublisher returns a Publisher that writes every Publish call in tx,
 // whatever the messages' contexts carry; like watermill-sql's publisher
 // over a transaction, make one per transaction. It never commits or rolls
-// back tx. A nil tx gives an *outbox.InputError naming "tx", an invalid
+// back tx; a Publish after tx ended gives an error matching
+// outbox.ErrTxDone and writes nothing. A nil tx gives an *outbox.InputError naming "tx", an invalid
 // cfg an *outbox.ConfigError.
 func NewTxPublisher(tx pgx.Tx, cfg PublisherConfig) (*Publisher, error) {
 	if tx == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	pgwatermill "github.com/pgoutbox/pgoutbox/adapters/watermill"
@@ -63,6 +64,21 @@ func TestPublishInCallersTx(t *testing.T) {
 		require.Contains(t, got, uuid.MustParse(kept))
 	})
 
+	t.Run("TxWinsOverPool", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t, false)
+		ctx := runContext(t)
+		other, err := pgxpool.New(ctx, databaseURL) // the Publisher's pool is not the tx's
+		require.NoError(t, err)
+		t.Cleanup(other.Close)
+		pub, err := pgwatermill.NewPublisher(other, pgwatermill.PublisherConfig{Emitter: emitterConfig(db)})
+		require.NoError(t, err)
+		tx := begin(t, db)
+		require.NoError(t, pub.Publish("t", inTx(ctx, tx, watermill.NewUUID())))
+		require.NoError(t, tx.Rollback(ctx))
+		require.Empty(t, rows(t, db), "written in the message's tx, gone with it")
+	})
+
 	t.Run("MixedTxRefused", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t, false)
@@ -93,6 +109,9 @@ func TestPublishInCallersTx(t *testing.T) {
 		require.NoError(t, pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("a")),
 			message.NewMessage(watermill.NewUUID(), []byte("b"))))
 		require.NoError(t, tx.Commit(ctx))
+		require.Len(t, rows(t, db), 2)
+		err = pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("late")))
+		require.ErrorIs(t, err, outbox.ErrTxDone, "after the commit")
 		require.Len(t, rows(t, db), 2)
 
 		_, err = pgwatermill.NewTxPublisher(nil, pgwatermill.PublisherConfig{})
