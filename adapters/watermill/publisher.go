@@ -42,9 +42,9 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher that writes in the transaction of each
-// Publish call's first message's context ([WithTx]) and, when that
-// context carries none, in a transaction of its own on pool, committed
+// NewPublisher returns a Publisher that writes each Publish call in the
+// transaction its messages' contexts carry ([WithTx]; see Publish) and,
+// when none carries one, in a transaction of its own on pool, committed
 // before Publish returns. With a nil pool such a call returns [ErrNoTx]
 // instead: pass nil to make sure no event is ever written outside a
 // business transaction. A message's transaction may come from any pool
