@@ -263,3 +263,33 @@ func TestPublishDuplicateInCallersTx(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	require.Len(t, rows(t, db), 1)
 }
+
+// A message that sets MetadataPartitionKey, even to "", is not given a
+// key by OrderKeyFunc: the metadata wins, as documented.
+func TestPartitionKeyMetadataWinsOverOrderKeyFunc(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{
+		OrderKeyFunc: func(pgwatermill.OrderKeyParams) string { return "from-func" },
+	})
+	none, empty, set := message.NewMessage(watermill.NewUUID(), []byte("x")),
+		message.NewMessage(watermill.NewUUID(), []byte("x")), message.NewMessage(watermill.NewUUID(), []byte("x"))
+	empty.Metadata.Set(pgwatermill.MetadataPartitionKey, "")
+	set.Metadata.Set(pgwatermill.MetadataPartitionKey, "from-metadata")
+	require.NoError(t, pub.Publish("t", none, empty, set))
+	for msg, want := range map[*message.Message]string{none: "from-func", empty: "", set: "from-metadata"} {
+		var key *string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT partition_key FROM `+db.Table.String()+` WHERE id = $1`,
+			uuid.MustParse(msg.UUID)).Scan(&key))
+		require.Equal(t, want, deref(key), msg.UUID)
+	}
+}
+
+// deref returns *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
