@@ -57,8 +57,9 @@
 //   - the payload is the payload.
 //
 // Metadata must follow the outbox's header rule (see package outbox):
-// keys are header names (RFC 9110 tokens, not ce_, ce- or Nats-, not
-// Content-Type), values UTF-8 without NUL, CR or LF and not padded with
+// keys are header names (RFC 9110 tokens; in any case, not starting with
+// ce_, ce-, cloudEvents_ or Nats-, and not Content-Type, Status,
+// Description, CC or BCC), values UTF-8 without NUL, CR or LF and not padded with
 // spaces or tabs. A message that breaks it, a nil message, or any event
 // Emit refuses fails the whole call with an *outbox.ValidationError
 // naming the message's index, before anything is sent: nothing is
