@@ -59,9 +59,10 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 // when ctx ends or Close is called, every message not yet acknowledged is
 // given back (PENDING again, no attempt spent; an Ack that comes later
 // changes nothing) and the outcomes are recorded. Each message's Context
-// carries ctx's values and ends when its Ack or Nack is recorded or the
-// subscription stops. After Close, or when Close comes during its
-// start-up checks (which it then stops), it returns [ErrClosed].
+// carries ctx's values and ends once its Ack or Nack has been taken
+// (the dispatcher then records the outcome) or the subscription stops.
+// After Close, or when Close comes during its start-up checks (which it
+// then stops), it returns [ErrClosed].
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
