@@ -424,39 +424,42 @@ func TestCloseInterruptsSubscribeStart(t *testing.T) {
 	}
 }
 
-// silentServer listens on a local port, accepts connections and never
-// answers; accepted gets a value for each connection.
-func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
+// silentServer accepts TCP connections on loopback and never answers,
+// like a database host that hangs; reached is closed once it accepted a
+// first connection. It closes, with its connections, when the test ends.
+// A copy of the core's internal/testdb.SilentServer: a published module
+// imports no internal package.
+func silentServer(t *testing.T) (addr string, reached <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	ch := make(chan struct{}, 100)
 	var mu sync.Mutex
 	var conns []net.Conn
+	done, accepted := make(chan struct{}), make(chan struct{})
+	noteAccepted := sync.OnceFunc(func() { close(accepted) })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			noteAccepted()
+		}
+	}()
 	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	})
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return ln.Addr().String(), ch
+	return ln.Addr().String(), accepted
 }
 
 // Subscribe calls racing Close: each either fails with ErrClosed or
