@@ -53,7 +53,8 @@ type PublisherConfig struct {
 	// as Watermill's brokers do. Defaults to false: the event ID is the
 	// message's UUID ([EventID]), so downstream consumers of any publisher
 	// deduplicate on it, and publishing a message whose event is still in
-	// the outbox fails with outbox.ErrDuplicateID.
+	// the outbox fails with outbox.ErrDuplicateID, which aborts the
+	// caller's transaction (see Publisher.Publish).
 	NewEventIDs bool
 
 	// PublishTimeout bounds the database work of one Publish call (its
@@ -84,7 +85,10 @@ type SubscriberConfig struct {
 	// outbox table, batch size, concurrency, retry budget (MaxAttempts)
 	// and backoff of Nacked messages, ordering, lease, logger, telemetry.
 	// Defaults to the dispatcher's defaults (see dispatcher.Config), with
-	// three differences: NoDrain is always set (Close and the end of a
+	// four differences: Delivery must be AtLeastOnce (the default: Ack
+	// and Nack decide each event's outcome, and a stop gives back what
+	// was not acknowledged; AtMostOnce would make those FAILED); NoDrain
+	// is always set (Close and the end of a
 	// Subscribe context give every message not yet acknowledged back at
 	// once, unspent), so DrainTimeout must be zero; NoHandlerTimeout is set
 	// unless HandlerTimeout is, so a message waits for its Ack or Nack as
@@ -118,6 +122,8 @@ func (c SubscriberConfig) validate() error {
 		field, reason string
 	}{
 		{c.CloseTimeout >= time.Millisecond && c.CloseTimeout <= MaxTimeout, "CloseTimeout", "must be between 1ms and 1h"},
+		{c.Dispatcher.Delivery == dispatcher.AtLeastOnce, "Dispatcher.Delivery", "must be AtLeastOnce: under AtMostOnce a stop " +
+			"makes FAILED the messages not acknowledged, those never handed out included, and a Nack FAILED at once"},
 		{c.Dispatcher.DrainTimeout == 0, "Dispatcher.DrainTimeout", "must be zero: the Subscriber gives back unacknowledged messages at once (NoDrain)"},
 		{c.Dispatcher.Publisher == nil, "Dispatcher.Publisher", "must be nil: a subscription claims only its topic"},
 		{len(c.Dispatcher.PublishTypes) == 0, "Dispatcher.PublishTypes", "must be empty: a subscription claims only its topic"},

@@ -57,13 +57,19 @@
 //   - the payload is the payload.
 //
 // Metadata must follow the outbox's header rule (see package outbox):
-// keys are header names (RFC 9110 tokens, not ce_, ce- or Nats-, not
-// Content-Type), values UTF-8 without NUL, CR or LF and not padded with
+// keys are header names (RFC 9110 tokens; in any case, not starting with
+// ce_, ce-, cloudEvents_ or Nats-, and not Content-Type, Status,
+// Description, CC or BCC), values UTF-8 without NUL, CR or LF and not padded with
 // spaces or tabs. A message that breaks it, a nil message, or any event
 // Emit refuses fails the whole call with an *outbox.ValidationError
 // naming the message's index, before anything is sent: nothing is
-// written and the caller's transaction is still usable. Error texts
-// never quote payloads or metadata values.
+// written and the caller's transaction is still usable. Errors of the
+// database leave the caller's transaction aborted, like any failed
+// statement; the one a caller may expect is a message published again
+// whose event is still in the outbox (outbox.ErrDuplicateID, without
+// NewEventIDs): publish through a savepoint where the transaction must
+// survive it (see Publisher.Publish). Error texts never quote payloads
+// or metadata values.
 //
 // # Subscribing
 //

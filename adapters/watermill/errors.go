@@ -12,8 +12,9 @@ var ErrNoTx = errors.New("pgwatermill: no transaction: put one in the message's 
 	"use NewTxPublisher, or give NewPublisher a pool")
 
 // ErrMixedTx is returned by Publish when the messages of one call carry
-// different transactions in their contexts ([WithTx]): one call is one
-// Emit in one transaction. Nothing is written.
+// different transactions in their contexts ([WithTx]), on different
+// connections: one call is one Emit in one transaction. Nothing is
+// written.
 var ErrMixedTx = errors.New("pgwatermill: the messages of one Publish call carry different transactions")
 
 // ErrClosed is returned by Publish after the Publisher's Close, and by

@@ -3,7 +3,6 @@ package pgwatermill_test
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -19,8 +18,7 @@ import (
 func Example() {
 	db := exampleDB() // a pool, and an outbox migrated into a schema of its own
 	defer db.drop()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := context.Background() // the program's context; go test's -timeout bounds this example
 
 	// A nil pool: every Publish must run in a business transaction.
 	pub, err := pgwatermill.NewPublisher(nil, pgwatermill.PublisherConfig{Emitter: emitter.Config{Table: db.Table}})

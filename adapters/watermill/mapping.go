@@ -15,7 +15,7 @@ import (
 const (
 	// MetadataPartitionKey sets Event.PartitionKey, the order key of
 	// dispatchers with Ordering PerKey and the broker key of publishers. It
-	// wins over PublisherConfig.OrderKeyFunc.
+	// wins over PublisherConfig.OrderKeyFunc, even when it is "" (no key).
 	MetadataPartitionKey = "pgoutbox-partition-key"
 	// MetadataAggregateType sets Event.AggregateType.
 	MetadataAggregateType = "pgoutbox-aggregate-type"
@@ -87,7 +87,7 @@ func toEvent(topic string, msg *message.Message, cfg PublisherConfig) outbox.Eve
 			delete(headers, f.key)
 		}
 	}
-	if e.PartitionKey == "" && cfg.OrderKeyFunc != nil {
+	if _, set := msg.Metadata[MetadataPartitionKey]; !set && cfg.OrderKeyFunc != nil {
 		e.PartitionKey = cfg.OrderKeyFunc(OrderKeyParams{Topic: topic, Message: msg})
 	}
 	carry := msg.UUID != ""

@@ -42,12 +42,15 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher that writes in the transaction of each
-// Publish call's first message's context ([WithTx]) and, when that
-// context carries none, in a transaction of its own on pool, committed
+// NewPublisher returns a Publisher that writes each Publish call in the
+// transaction its messages' contexts carry ([WithTx]; see Publish) and,
+// when none carries one, in a transaction of its own on pool, committed
 // before Publish returns. With a nil pool such a call returns [ErrNoTx]
 // instead: pass nil to make sure no event is ever written outside a
-// business transaction. An invalid cfg gives an *outbox.ConfigError.
+// business transaction. A message's transaction may come from any pool
+// or connection (its events go to that transaction's database, into
+// cfg.Emitter's table); pool serves only the calls without one. An
+// invalid cfg gives an *outbox.ConfigError.
 func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 	return newPublisher(pool, nil, cfg)
 }
@@ -55,7 +58,8 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 // NewTxPublisher returns a Publisher that writes every Publish call in tx,
 // whatever the messages' contexts carry; like watermill-sql's publisher
 // over a transaction, make one per transaction. It never commits or rolls
-// back tx. A nil tx gives an *outbox.InputError naming "tx", an invalid
+// back tx; a Publish after tx ended gives an error matching
+// outbox.ErrTxDone and writes nothing. A nil tx gives an *outbox.InputError naming "tx", an invalid
 // cfg an *outbox.ConfigError.
 func NewTxPublisher(tx pgx.Tx, cfg PublisherConfig) (*Publisher, error) {
 	if tx == nil {
@@ -86,10 +90,18 @@ func newPublisher(pool *pgxpool.Pool, tx pgx.Tx, cfg PublisherConfig) (*Publishe
 // key that is not a header name, a value with CR or LF, ...; see package
 // outbox), gives an *outbox.ValidationError whose Index is the message's
 // position and whose text never quotes a value; so does any event Emit
-// refuses (an empty topic, a payload over the limit). Nothing is written
-// then, and the caller's transaction is still usable. Other errors come
-// from the database: in the caller's transaction they leave it aborted.
-// A closed Publisher returns [ErrClosed].
+// refuses (an empty topic, a payload over the limit, a UUID repeated
+// within the call). Nothing is written then, and the caller's
+// transaction is still usable. Other errors come from the database: in
+// the caller's transaction they leave it aborted. Among them, a message
+// whose event ID is already in the outbox table (the same UUID published
+// again, without PublisherConfig.NewEventIDs) gives an error matching
+// outbox.ErrDuplicateID; no check before the insert could tell without
+// racing a concurrent one. Where that may happen and the transaction
+// must survive it, publish through a savepoint: sp, _ := tx.Begin(ctx),
+// NewTxPublisher(sp, cfg), and sp.Rollback(ctx) on error (each savepoint
+// is a subtransaction; PostgreSQL slows down past 64 in one
+// transaction). A closed Publisher returns [ErrClosed].
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -135,7 +147,9 @@ func (p *Publisher) events(topic string, msgs []*message.Message) ([]outbox.Even
 }
 
 // txOf returns the transaction Publish writes msgs in, or nil for one of
-// its own.
+// its own. Transactions are told apart by their connection, which runs
+// one at a time: comparing the pgx.Tx values with == would panic on a
+// caller's wrapper type that is not comparable.
 func (p *Publisher) txOf(msgs []*message.Message) (pgx.Tx, error) {
 	if p.tx != nil {
 		return p.tx, nil
@@ -146,7 +160,7 @@ func (p *Publisher) txOf(msgs []*message.Message) (pgx.Tx, error) {
 		case other == nil:
 		case tx == nil:
 			tx = other
-		case other != tx:
+		case other.Conn() != tx.Conn():
 			return nil, ErrMixedTx
 		}
 	}

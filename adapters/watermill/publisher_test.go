@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	pgwatermill "github.com/pgoutbox/pgoutbox/adapters/watermill"
@@ -63,6 +64,21 @@ func TestPublishInCallersTx(t *testing.T) {
 		require.Contains(t, got, uuid.MustParse(kept))
 	})
 
+	t.Run("TxWinsOverPool", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t, false)
+		ctx := runContext(t)
+		other, err := pgxpool.New(ctx, databaseURL) // the Publisher's pool is not the tx's
+		require.NoError(t, err)
+		t.Cleanup(other.Close)
+		pub, err := pgwatermill.NewPublisher(other, pgwatermill.PublisherConfig{Emitter: emitterConfig(db)})
+		require.NoError(t, err)
+		tx := begin(t, db)
+		require.NoError(t, pub.Publish("t", inTx(ctx, tx, watermill.NewUUID())))
+		require.NoError(t, tx.Rollback(ctx))
+		require.Empty(t, rows(t, db), "written in the message's tx, gone with it")
+	})
+
 	t.Run("MixedTxRefused", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t, false)
@@ -93,6 +109,9 @@ func TestPublishInCallersTx(t *testing.T) {
 		require.NoError(t, pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("a")),
 			message.NewMessage(watermill.NewUUID(), []byte("b"))))
 		require.NoError(t, tx.Commit(ctx))
+		require.Len(t, rows(t, db), 2)
+		err = pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("late")))
+		require.ErrorIs(t, err, outbox.ErrTxDone, "after the commit")
 		require.Len(t, rows(t, db), 2)
 
 		_, err = pgwatermill.NewTxPublisher(nil, pgwatermill.PublisherConfig{})
@@ -184,4 +203,93 @@ func TestEventID(t *testing.T) {
 	id, carry = pgwatermill.EventID("")
 	require.Equal(t, uuid.Nil, id)
 	require.False(t, carry)
+}
+
+// valueTx is a pgx.Tx wrapper used by value whose type cannot be compared
+// with ==, as a caller's instrumented transaction may be.
+type valueTx struct {
+	pgx.Tx
+	labels map[string]string
+}
+
+// Messages carrying a transaction whose type is not comparable are
+// compared by connection: the same transaction joins, two transactions
+// give ErrMixedTx, and neither panics.
+func TestPublishTxNotComparable(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	tx, other := begin(t, db), begin(t, db)
+	wrap := func(tx pgx.Tx) pgx.Tx { return valueTx{Tx: tx, labels: map[string]string{}} }
+
+	err := pub.Publish("t", inTx(ctx, wrap(tx), watermill.NewUUID()), inTx(ctx, wrap(other), watermill.NewUUID()))
+	require.ErrorIs(t, err, pgwatermill.ErrMixedTx)
+	require.NoError(t, pub.Publish("t", inTx(ctx, wrap(tx), watermill.NewUUID()), inTx(ctx, wrap(tx), watermill.NewUUID())))
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, rows(t, db), 2)
+}
+
+// A message whose event is already in the outbox, published in the
+// caller's transaction, gives outbox.ErrDuplicateID and aborts that
+// transaction (as the docs say); published through a savepoint
+// (NewTxPublisher on tx.Begin) it costs only the savepoint. A UUID
+// repeated within one call is refused before any SQL.
+func TestPublishDuplicateInCallersTx(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	dup := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	require.NoError(t, pub.Publish("t", dup))
+
+	tx := begin(t, db)
+	err := pub.Publish("t", inTx(ctx, tx, watermill.NewUUID()), inTx(ctx, tx, dup.UUID), inTx(ctx, tx, dup.UUID))
+	var verr *outbox.ValidationError
+	require.ErrorAs(t, err, &verr, "a repeat within the call is refused before any SQL")
+	require.Equal(t, 2, verr.Index)
+
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	spPub, err := pgwatermill.NewTxPublisher(sp, pgwatermill.PublisherConfig{Emitter: emitterConfig(db)})
+	require.NoError(t, err)
+	require.ErrorIs(t, spPub.Publish("t", message.NewMessage(dup.UUID, []byte("x"))), outbox.ErrDuplicateID)
+	require.NoError(t, sp.Rollback(ctx))
+	kept := watermill.NewUUID()
+	require.NoError(t, pub.Publish("t", inTx(ctx, tx, kept)), "the savepoint kept tx usable")
+
+	require.ErrorIs(t, pub.Publish("t", inTx(ctx, tx, dup.UUID)), outbox.ErrDuplicateID)
+	require.ErrorIs(t, pub.Publish("t", inTx(ctx, tx, watermill.NewUUID())), outbox.ErrTxDone, "without a savepoint tx is aborted")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Len(t, rows(t, db), 1)
+}
+
+// A message that sets MetadataPartitionKey, even to "", is not given a
+// key by OrderKeyFunc: the metadata wins, as documented.
+func TestPartitionKeyMetadataWinsOverOrderKeyFunc(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{
+		OrderKeyFunc: func(pgwatermill.OrderKeyParams) string { return "from-func" },
+	})
+	none, empty, set := message.NewMessage(watermill.NewUUID(), []byte("x")),
+		message.NewMessage(watermill.NewUUID(), []byte("x")), message.NewMessage(watermill.NewUUID(), []byte("x"))
+	empty.Metadata.Set(pgwatermill.MetadataPartitionKey, "")
+	set.Metadata.Set(pgwatermill.MetadataPartitionKey, "from-metadata")
+	require.NoError(t, pub.Publish("t", none, empty, set))
+	for msg, want := range map[*message.Message]string{none: "from-func", empty: "", set: "from-metadata"} {
+		var key *string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT partition_key FROM `+db.Table.String()+` WHERE id = $1`,
+			uuid.MustParse(msg.UUID)).Scan(&key))
+		require.Equal(t, want, deref(key), msg.UUID)
+	}
+}
+
+// deref returns *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

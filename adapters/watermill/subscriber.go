@@ -59,8 +59,10 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 // when ctx ends or Close is called, every message not yet acknowledged is
 // given back (PENDING again, no attempt spent; an Ack that comes later
 // changes nothing) and the outcomes are recorded. Each message's Context
-// carries ctx's values and ends when its Ack or Nack is recorded or the
-// subscription stops. After Close it returns [ErrClosed].
+// carries ctx's values and ends once its Ack or Nack has been taken
+// (the dispatcher then records the outcome) or the subscription stops.
+// After Close, or when Close comes during its start-up checks (which it
+// then stops), it returns [ErrClosed].
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
@@ -88,20 +90,50 @@ func (s *Subscriber) subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan *message.Message)
+	out := newOutlet()
 	if err := d.Handle(topic, handler(out)); err != nil {
 		return nil, &originError{context: "pgwatermill: subscribe", err: err}
 	}
-	if err := d.Start(ctx); err != nil {
-		return nil, &originError{context: fmt.Sprintf("pgwatermill: subscribe to topic %q", topic), err: err}
+	if err := s.start(ctx, d, topic); err != nil {
+		return nil, err
 	}
 	go s.watch(ctx, d, out)
-	return out, nil
+	return out.ch, nil
 }
 
-// watch stops d when ctx ends or the Subscriber closes, and closes out
-// once no handler can send on it.
-func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out chan *message.Message) {
+// start starts d; a Close meanwhile stops its start-up checks, which
+// would otherwise keep Close waiting as long as the database does not
+// answer, and gives ErrClosed.
+func (s *Subscriber) start(ctx context.Context, d *dispatcher.Dispatcher, topic string) error {
+	started := make(chan struct{})
+	defer close(started)
+	go func() {
+		select {
+		case <-s.closing:
+			now, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = d.Stop(now) // asks for the stop without waiting for it
+		case <-started:
+		}
+	}()
+	err := d.Start(ctx)
+	select {
+	case <-s.closing:
+		if err != nil {
+			return ErrClosed
+		}
+	default:
+	}
+	if err != nil {
+		return &originError{context: fmt.Sprintf("pgwatermill: subscribe to topic %q", topic), err: err}
+	}
+	return nil
+}
+
+// watch stops d when ctx ends or the Subscriber closes, and then closes
+// out, even when the stop outlived CloseTimeout: a handler still running
+// then finds out shut and gives its event back.
+func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out *outlet) {
 	defer s.subs.Done()
 	select {
 	case <-ctx.Done():
@@ -110,12 +142,15 @@ func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out ch
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CloseTimeout)
 	defer cancel()
-	if err := d.Stop(stopCtx); err != nil && !errors.Is(err, dispatcher.ErrDrainTimeout) {
+	// With NoDrain every stop with a handler in flight ends in
+	// ErrDrainTimeout: the normal case, not an error of Close's, unless
+	// the stop outlived CloseTimeout (which wraps it too).
+	if err := d.Stop(stopCtx); err != nil && (!errors.Is(err, dispatcher.ErrDrainTimeout) || stopCtx.Err() != nil) {
 		s.mu.Lock()
 		s.errs = append(s.errs, err)
 		s.mu.Unlock()
 	}
-	close(out)
+	out.close()
 }
 
 // handler hands each event out on out as a message and waits for its
@@ -124,19 +159,14 @@ func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out ch
 // unspent; past HandlerTimeout, a message never taken from out is
 // snoozed (given back without spending an attempt, since the consumer
 // never saw it) and one taken and not acknowledged is retried.
-func handler(out chan<- *message.Message) outbox.Handler {
+func handler(out *outlet) outbox.Handler {
 	return func(ctx context.Context, e outbox.Event) error {
 		msg := toMessage(e)
 		msgCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		msg.SetContext(msgCtx)
-		select {
-		case out <- msg:
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return outbox.Snooze(0)
-			}
-			return context.Cause(ctx)
+		if err := out.send(ctx, msg); err != nil {
+			return err
 		}
 		select {
 		case <-msg.Acked():
@@ -149,11 +179,93 @@ func handler(out chan<- *message.Message) outbox.Handler {
 	}
 }
 
+// outlet is a subscription's output channel. It counts the handlers
+// sending on it, so that close closes the channel once, after the last
+// send: a handler that comes after the subscription stopped (its stop
+// outlived CloseTimeout) gives its event back instead of sending.
+type outlet struct {
+	ch   chan *message.Message
+	shut chan struct{} // closed by close, before ch
+
+	mu      sync.Mutex
+	closed  bool
+	sending sync.WaitGroup
+}
+
+func newOutlet() *outlet {
+	return &outlet{ch: make(chan *message.Message), shut: make(chan struct{})}
+}
+
+// send hands msg to the consumer. It returns nil once msg was taken,
+// else the error that gives the event back (see untaken). A handler
+// that finds the subscription stopped (it came after a stop that
+// outlived CloseTimeout) waits for its context, which the stop under way
+// cancels (NoDrain), so that the event goes back as at any stop.
+func (o *outlet) send(ctx context.Context, msg *message.Message) error {
+	if o.deliver(ctx, msg) {
+		return nil
+	}
+	<-ctx.Done()
+	return untaken(ctx)
+}
+
+// deliver sends msg on the channel and reports whether the consumer took
+// it before ctx ended or the outlet closed.
+func (o *outlet) deliver(ctx context.Context, msg *message.Message) bool {
+	if !o.enter() {
+		return false
+	}
+	defer o.sending.Done()
+	select {
+	case o.ch <- msg:
+		return true
+	case <-ctx.Done():
+	case <-o.shut:
+	}
+	return false
+}
+
+// enter counts a sender in, unless the outlet is closed.
+func (o *outlet) enter() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.sending.Add(1)
+	return true
+}
+
+// close makes every later send give its event back, waits for the
+// senders under way and closes the channel.
+func (o *outlet) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	close(o.shut)
+	o.sending.Wait()
+	close(o.ch)
+}
+
+// untaken is a handler's result for a message the consumer never took,
+// once ctx ended: outbox.Snooze(0) past HandlerTimeout (no attempt
+// spent: the consumer never saw it), else the stop's cause, which gives
+// the event back unspent.
+func untaken(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return outbox.Snooze(0)
+	}
+	return context.Cause(ctx)
+}
+
 // Close stops every subscription: each gives back the messages not yet
 // acknowledged (PENDING again, no attempt spent) and records the
 // outcomes, within CloseTimeout, and then its channel is closed. Close
-// waits for all of them and returns their errors joined (nil normally).
-// Later calls return the same result; Subscribe returns [ErrClosed]
+// waits for all of them and returns their errors joined: nil normally;
+// for a stop that outlived CloseTimeout (a handler middleware that
+// ignores its context) an error matching context.DeadlineExceeded that
+// names the handler calls still running, whose events go back when they
+// return (their channel is closed already). Later calls return the same result; Subscribe returns [ErrClosed]
 // after it.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {

@@ -2,13 +2,17 @@ package pgwatermill_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	pgwatermill "github.com/pgoutbox/pgoutbox/adapters/watermill"
@@ -269,6 +273,7 @@ func TestSubscriberConfig(t *testing.T) {
 		"Dispatcher.DrainTimeout":   {Dispatcher: dispatcher.Config{DrainTimeout: time.Second}},
 		"Dispatcher.DefaultHandler": {Dispatcher: dispatcher.Config{DefaultHandler: func(context.Context, outbox.Event) error { return nil }}},
 		"CloseTimeout":              {CloseTimeout: -1},
+		"Dispatcher.Delivery":       {Dispatcher: dispatcher.Config{Delivery: dispatcher.AtMostOnce}},
 		"BatchSize":                 {Dispatcher: dispatcher.Config{BatchSize: -1}},
 	} {
 		_, err := pgwatermill.NewSubscriber(db.Pool, cfg)
@@ -305,4 +310,190 @@ func TestAckDeadlineSnoozesUntakenMessage(t *testing.T) {
 	require.Equal(t, 0, got.Attempts)
 	require.NoError(t, sub.Close())
 	drained(ctx, t, ch)
+}
+
+// A handler that reaches the channel after Close gave up waiting
+// (CloseTimeout) finds it closed: it must give its event back, not send
+// on the closed channel (a panic, which the dispatcher records as a
+// failed attempt of an event no consumer saw). A middleware that ignores
+// its context holds the handlers back past the Close.
+func TestLateHandlerAfterCloseTimeoutGivesBack(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	pub := newPublisher(t, db, pgwatermill.PublisherConfig{})
+	const n = 8
+	for range n {
+		require.NoError(t, pub.Publish("t", message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	}
+	entered, release, returned := make(chan struct{}, n), make(chan struct{}), make(chan struct{}, n)
+	stall := func(next outbox.Handler) outbox.Handler {
+		return func(hctx context.Context, e outbox.Event) error {
+			entered <- struct{}{}
+			<-release // ignores hctx: a misbehaving middleware
+			defer func() { returned <- struct{}{} }()
+			return next(hctx, e)
+		}
+	}
+	sub, err := pgwatermill.NewSubscriber(db.Pool, pgwatermill.SubscriberConfig{
+		// Long enough, on an idle machine, for the stop to cancel the
+		// handlers (its hard stop) before Close gives up.
+		CloseTimeout: 200 * time.Millisecond,
+		Dispatcher: dispatcher.Config{
+			Table: db.Table, Logger: quietLogger, Concurrency: n, BatchSize: n,
+			Middleware: []outbox.Middleware{stall},
+		},
+	})
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	for range n {
+		wait(ctx, t, entered)
+	}
+	require.ErrorIs(t, sub.Close(), context.DeadlineExceeded, "the handlers outlive CloseTimeout")
+	require.Zero(t, drained(ctx, t, ch))
+	close(release)
+	for range n {
+		wait(ctx, t, returned)
+	}
+	for !allPending(rows(t, db), n) { // the outcomes are recorded after Close returned
+		select {
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond): // poll; bounded by the test's deadline
+		}
+	}
+	for id, r := range rows(t, db) {
+		require.Equal(t, row{Status: "PENDING"}, r, "event %s: given back unspent", id)
+	}
+}
+
+// wait takes one value from ch, failing t when the test's run context
+// ends first.
+func wait(ctx context.Context, t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal(context.Cause(ctx))
+	}
+}
+
+// allPending reports whether got holds n events, all PENDING.
+func allPending(got map[uuid.UUID]row, n int) bool {
+	for _, r := range got {
+		if r.Status != "PENDING" {
+			return false
+		}
+	}
+	return len(got) == n
+}
+
+// Close during a Subscribe whose start-up checks wait on a database that
+// does not answer stops them: it returns, and so does Subscribe, with
+// ErrClosed, instead of both waiting for Subscribe's ctx.
+func TestCloseInterruptsSubscribeStart(t *testing.T) {
+	t.Parallel()
+	ctx := runContext(t)
+	silent, accepted := silentServer(t)
+	pool, err := pgxpool.New(ctx, "postgres://postgres@"+silent+"/test?sslmode=disable")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	sub, err := pgwatermill.NewSubscriber(pool, pgwatermill.SubscriberConfig{Dispatcher: dispatcher.Config{Logger: quietLogger}})
+	require.NoError(t, err)
+
+	subscribed := make(chan error, 1)
+	go func() {
+		_, err := sub.Subscribe(ctx, "t")
+		subscribed <- err
+	}()
+	wait(ctx, t, accepted) // the start-up checks are waiting for the server
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	for _, ch := range []chan error{subscribed, closed} {
+		select {
+		case err := <-ch:
+			if ch == subscribed {
+				require.ErrorIs(t, err, pgwatermill.ErrClosed)
+			} else {
+				require.NoError(t, err)
+			}
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		}
+	}
+}
+
+// silentServer accepts TCP connections on loopback and never answers,
+// like a database host that hangs; reached is closed once it accepted a
+// first connection. It closes, with its connections, when the test ends.
+// A copy of the core's internal/testdb.SilentServer: a published module
+// imports no internal package.
+func silentServer(t *testing.T) (addr string, reached <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done, accepted := make(chan struct{}), make(chan struct{})
+	noteAccepted := sync.OnceFunc(func() { close(accepted) })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			noteAccepted()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String(), accepted
+}
+
+// Subscribe calls racing Close: each either fails with ErrClosed or
+// returns a channel that Close closes; Close returns nil once.
+func TestSubscribeRacesClose(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, false)
+	ctx := runContext(t)
+	sub, err := pgwatermill.NewSubscriber(db.Pool, pgwatermill.SubscriberConfig{
+		Dispatcher: dispatcher.Config{Table: db.Table, Logger: quietLogger},
+	})
+	require.NoError(t, err)
+	const n = 6
+	results := make(chan error, n)
+	for i := range n {
+		go func() {
+			ch, err := sub.Subscribe(ctx, fmt.Sprint("t", i))
+			if err == nil {
+				for range ch { // closed by Close
+				}
+			}
+			results <- err
+		}()
+	}
+	require.NoError(t, sub.Close())
+	for range n {
+		select {
+		case err := <-results:
+			if err != nil {
+				require.ErrorIs(t, err, pgwatermill.ErrClosed)
+			}
+		case <-ctx.Done():
+			t.Fatal(context.Cause(ctx))
+		}
+	}
+	require.NoError(t, sub.Close())
 }
