@@ -198,6 +198,10 @@ type Item struct {
 	// awaitsTurn: a suspect that has not taken the suspect turn yet.
 	// Guarded.
 	awaitsTurn bool
+	// atStop: the stop took the item for release (Unstarted): it is
+	// Completing, but its handler never began and it has no outcome.
+	// Guarded.
+	atStop bool
 	// rowGone: the lease was lost and the row no longer shows this
 	// attempt (recovery returned it, or a later claim took it), so a
 	// suspect's call that still runs no longer needs the suspect turn
@@ -437,11 +441,12 @@ func (s *Set) GiveBack(items []*Item, res Result) (n int) {
 }
 
 // Outcome returns the result this process gave an item's attempt, and
-// false when it gave none: the item never began, or its lease was lost.
+// false when it gave none: the item never began (a stop took it for
+// release, see Unstarted), or its lease was lost.
 func (s *Set) Outcome(it *Item) (res Result, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it.lost || it.state == Queued || it.state == Running {
+	if it.lost || it.state == Queued || it.state == Running || it.atStop {
 		return Result{}, false
 	}
 	return it.result, true
@@ -902,14 +907,15 @@ func (s *Set) Stop() <-chan struct{} {
 // and then removes them (Remove): what a stop releases. They become
 // Completing, so nothing else gives them back (ReleaseQueued, an ordered
 // run whose chain stopped) or lets them go (a lost lease) while the
-// caller's release runs. Called once stopping, so none can start now.
+// caller's release runs; Outcome reports none for them (they never
+// began). Called once stopping, so none can start now.
 func (s *Set) Unstarted() []*Item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var items []*Item
 	for it := range s.all() {
 		if it.state == Queued && !it.lost {
-			it.state = Completing
+			it.state, it.atStop = Completing, true
 			items = append(items, it)
 		}
 	}

@@ -258,6 +258,8 @@ func TestHeldSet(t *testing.T) {
 		require.Zero(t, b.set.ReleaseQueued(items))
 		require.Zero(t, b.set.Waiting(), "nothing given back to the completer")
 		require.Equal(t, Result{}, items[0].Result())
+		_, ok := b.set.Outcome(items[0])
+		require.False(t, ok, "never began: no outcome, so an ordered chain stops there")
 		b.set.Remove(items)
 		require.Zero(t, b.set.Len())
 	})
