@@ -112,12 +112,22 @@ func closeCause(e *amqp.Error) error {
 		return ErrConnection
 	case e.Code == amqp.NotFound:
 		return fmt.Errorf("%w (%d %s)", ErrMissingExchange, e.Code, e.Reason)
+	case e.Code == amqp.AccessRefused && backendFailed(e.Reason):
+		return fmt.Errorf("%w: the broker's authorization backend could not check the permission: %w", ErrConnection, e)
 	case e.Code == amqp.AccessRefused:
 		return fmt.Errorf("%w (%d %s)", ErrAccessRefused, e.Code, e.Reason)
 	case e.Code == amqp.PreconditionFailed && tooLarge(e.Reason):
 		return fmt.Errorf("%w (%d %s)", ErrMessageTooLarge, e.Code, e.Reason)
 	}
 	return fmt.Errorf("%w: %w", ErrConnection, e)
+}
+
+// backendFailed reports whether a 403 close reason is the broker's
+// authorization backend (LDAP, HTTP, OAuth 2) failing to answer, not a
+// denial: RabbitMQ then appends ", backend M returned an error: E" to
+// the denial's text. Retrying succeeds once the backend is back.
+func backendFailed(reason string) bool {
+	return strings.Contains(reason, ", backend ") && strings.Contains(reason, " returned an error")
 }
 
 // tooLarge reports whether a channel close reason is the broker refusing a
