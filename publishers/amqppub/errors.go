@@ -122,13 +122,22 @@ func closeCause(e *amqp.Error) error {
 	return fmt.Errorf("%w: %w", ErrConnection, e)
 }
 
-// backendFailed reports whether a 403 close reason is the broker's
+// backendFailed reports whether a 403 close reason may be the broker's
 // authorization backend (LDAP, HTTP, OAuth 2) failing to answer, not a
 // denial: RabbitMQ then appends ", backend M returned an error: E" to
-// the denial's text. Retrying succeeds once the backend is back.
+// the denial's text. Retrying succeeds once the backend is back. A
+// reason RabbitMQ cut (past 255 bytes it keeps 252 and "...", which a
+// long user, vhost or exchange name causes) may have lost that suffix,
+// so it counts too: retrying a denial costs attempts, failing an outage
+// for good loses the event.
 func backendFailed(reason string) bool {
-	return strings.Contains(reason, ", backend ") && strings.Contains(reason, " returned an error")
+	cut := len(reason) >= maxReplyText && strings.HasSuffix(reason, "...")
+	return cut || (strings.Contains(reason, ", backend ") && strings.Contains(reason, " returned an error"))
 }
+
+// maxReplyText is the length of the longest reply text AMQP 0-9-1 can
+// carry (a shortstr).
+const maxReplyText = 255
 
 // tooLarge reports whether a channel close reason is the broker refusing a
 // message over its max_message_size ("message size N is larger than
