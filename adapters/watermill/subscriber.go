@@ -144,8 +144,10 @@ func (s *Subscriber) watch(ctx context.Context, d *dispatcher.Dispatcher, out *o
 	defer cancel()
 	// With NoDrain every stop with a handler in flight ends in
 	// ErrDrainTimeout: the normal case, not an error of Close's, unless
-	// the stop outlived CloseTimeout (which wraps it too).
-	if err := d.Stop(stopCtx); err != nil && (!errors.Is(err, dispatcher.ErrDrainTimeout) || stopCtx.Err() != nil) {
+	// the stop outlived CloseTimeout (which wraps it too, and the
+	// deadline). Stop's error, not stopCtx.Err(), says which: the
+	// deadline may pass just after a stop that ended in time.
+	if err := d.Stop(stopCtx); err != nil && (!errors.Is(err, dispatcher.ErrDrainTimeout) || errors.Is(err, context.DeadlineExceeded)) {
 		s.mu.Lock()
 		s.errs = append(s.errs, err)
 		s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -126,4 +127,35 @@ func TestAccessRefusedTopic(t *testing.T) {
 
 	require.NoError(t, p.Publish(runContext(t), messages("orders.y", 1))[0])
 	require.Equal(t, 1, depth(t, a, q))
+}
+
+// TestAccessRefusedBackendError: RabbitMQ answers a permission check its
+// authorization backend (LDAP, HTTP, OAuth 2) could not make, the backend
+// being down, with the 403 of a denial plus ", backend M returned an
+// error: E" (rabbit_access_control:check_access). That is an outage:
+// the message is retried, not FAILED as a denied publish is.
+func TestAccessRefusedBackendError(t *testing.T) {
+	t.Parallel()
+	r := amqppub.Route{Exchange: "orders", RoutingKey: "order.created"}
+	denied := "ACCESS_REFUSED - write access to exchange 'orders' in vhost '/' refused for user 'u'"
+	err := amqppub.ClassifyClose(r, &amqp.Error{Code: amqp.AccessRefused, Reason: denied})
+	require.ErrorIs(t, err, amqppub.ErrAccessRefused)
+	require.True(t, outbox.IsPermanent(err), "%v", err)
+
+	// RabbitMQ cuts a reply text past 255 bytes to 252 and "..."
+	// (rabbit_binary_generator): a long user name hides the backend's
+	// error, so a cut 403 cannot be told a denial and is retried.
+	long := denied[:len(denied)-1] + strings.Repeat("u", 200) + "', backend rabbit_auth_backend_http returned an error: timeout"
+	for _, reason := range []string{
+		denied + ", backend rabbit_auth_backend_http returned an error: {failed_connect,econnrefused}",
+		long[:252] + "...",
+		"ACCESS_REFUSED - write access to topic 'order.created' in exchange 'orders' in vhost '/' refused for user 'u', " +
+			"backend rabbit_auth_backend_ldap returned an error: ldap_connect_error",
+	} {
+		err := amqppub.ClassifyClose(r, &amqp.Error{Code: amqp.AccessRefused, Reason: reason})
+		require.NotErrorIs(t, err, amqppub.ErrAccessRefused, reason)
+		require.False(t, outbox.IsPermanent(err), "%v", err)
+		require.True(t, outbox.IsUnavailable(err), "%v", err)
+		require.ErrorIs(t, err, amqppub.ErrConnection)
+	}
 }

@@ -119,7 +119,11 @@
 //     internal. The message it names wraps [ErrAccessRefused] (recorded
 //     publish_error), as a denied publish is for natspub and kafkapub;
 //     the other messages the closed channel held are retried, as after a
-//     lost channel;
+//     lost channel. A 403 whose reason says the broker's authorization
+//     backend returned an error (an LDAP or HTTP backend down) is an
+//     outage instead, wrapping [ErrConnection]: retried, never FAILED;
+//     so is a 403 whose reason the broker cut at 255 bytes (long names),
+//     which may have lost that part;
 //   - Config.RouteFunc failed, the route is longer than 255 bytes, the
 //     event ID is zero, or a field breaks the header rule (see Headers).
 //

@@ -112,6 +112,8 @@ func closeCause(e *amqp.Error) error {
 		return ErrConnection
 	case e.Code == amqp.NotFound:
 		return fmt.Errorf("%w (%d %s)", ErrMissingExchange, e.Code, e.Reason)
+	case e.Code == amqp.AccessRefused && backendFailed(e.Reason):
+		return fmt.Errorf("%w: the broker's authorization backend could not check the permission: %w", ErrConnection, e)
 	case e.Code == amqp.AccessRefused:
 		return fmt.Errorf("%w (%d %s)", ErrAccessRefused, e.Code, e.Reason)
 	case e.Code == amqp.PreconditionFailed && tooLarge(e.Reason):
@@ -119,6 +121,23 @@ func closeCause(e *amqp.Error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrConnection, e)
 }
+
+// backendFailed reports whether a 403 close reason may be the broker's
+// authorization backend (LDAP, HTTP, OAuth 2) failing to answer, not a
+// denial: RabbitMQ then appends ", backend M returned an error: E" to
+// the denial's text. Retrying succeeds once the backend is back. A
+// reason RabbitMQ cut (past 255 bytes it keeps 252 and "...", which a
+// long user, vhost or exchange name causes) may have lost that suffix,
+// so it counts too: retrying a denial costs attempts, failing an outage
+// for good loses the event.
+func backendFailed(reason string) bool {
+	cut := len(reason) >= maxReplyText && strings.HasSuffix(reason, "...")
+	return cut || (strings.Contains(reason, ", backend ") && strings.Contains(reason, " returned an error"))
+}
+
+// maxReplyText is the length of the longest reply text AMQP 0-9-1 can
+// carry (a shortstr).
+const maxReplyText = 255
 
 // tooLarge reports whether a channel close reason is the broker refusing a
 // message over its max_message_size ("message size N is larger than

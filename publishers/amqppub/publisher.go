@@ -260,7 +260,7 @@ func (p *Publisher) prepare(ctx context.Context, names []string) (*confirmChanne
 		case expired = <-connected:
 		case <-expired:
 			go p.releaseWhenDone(done)
-			return nil, nil, fmt.Errorf("%w (opening a channel or checking an exchange)", ErrConfirmTimeout)
+			return nil, nil, errOpenTimeout()
 		case <-ctx.Done():
 			go p.releaseWhenDone(done)
 			return nil, nil, contextCause(ctx)
@@ -283,14 +283,14 @@ func (p *Publisher) open(ctx context.Context, names []string, connected chan<- (
 	connected <- w.expired
 	if c == nil {
 		if c, err = s.openChannel(p.cfg.MaxInFlight); err != nil {
-			return prepared{err: err}
+			return prepared{err: w.cause(err)}
 		}
 		w.answered()
 	}
 	missing, err := s.checkExchanges(names, w.answered)
 	if err != nil {
 		p.release(c, true)
-		return prepared{err: err}
+		return prepared{err: w.cause(err)}
 	}
 	return prepared{c: c, missing: missing}
 }
@@ -324,6 +324,25 @@ func (w *watchdog) answered() {
 }
 
 func (w *watchdog) stop() { w.t.Stop() }
+
+// cause is why a request failed: the confirm timeout when the watchdog
+// fired, since its drop of the connection ended the request, err
+// otherwise. prepare, which may see the request's end before the
+// watchdog's (a loaded machine runs it late), then reports the same.
+func (w *watchdog) cause(err error) error {
+	select {
+	case <-w.expired:
+		return errOpenTimeout()
+	default:
+		return err
+	}
+}
+
+// errOpenTimeout is the cause of a call whose channel opening or
+// exchange check the broker left unanswered for ConfirmTimeout.
+func errOpenTimeout() error {
+	return fmt.Errorf("%w (opening a channel or checking an exchange)", ErrConfirmTimeout)
+}
 
 // releaseWhenDone gives back the channel a prepare that returned early
 // still gets.
