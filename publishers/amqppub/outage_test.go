@@ -287,6 +287,15 @@ func TestStalledAfterCancel(t *testing.T) {
 	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
 	publishUntilStored(ctx, t, p, messages("d", 1))
 
+	requireDroppedAfterCancel(ctx, t, px, p, messages("d", 1))
+}
+
+// requireDroppedAfterCancel stalls the broker (heartbeats only), starts
+// publishing msgs, cancels the call once its first bytes reach the proxy,
+// and requires a retryable error and then the connection dropped by the
+// Publisher.
+func requireDroppedAfterCancel(ctx context.Context, t *testing.T, px *proxy, p *amqppub.Publisher, msgs []outbox.Message) {
+	t.Helper()
 	px.stallDown()
 	beating := make(chan struct{})
 	defer close(beating)
@@ -294,9 +303,9 @@ func TestStalledAfterCancel(t *testing.T) {
 	call, cancel := context.WithCancel(ctx)
 	sent := px.clientBytes.Load()
 	done := make(chan []error, 1)
-	go func() { done <- p.Publish(call, messages("d", 1)) }()
+	go func() { done <- p.Publish(call, msgs) }()
 	for px.clientBytes.Load() == sent && ctx.Err() == nil {
-		time.Sleep(time.Millisecond) // until the publish reaches the proxy
+		time.Sleep(time.Millisecond) // until the call's first frame reaches the proxy
 	}
 	cancel()
 	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
@@ -325,26 +334,8 @@ func TestStalledOpeningAfterCancel(t *testing.T) {
 		}})
 	publishUntilStored(ctx, t, p, messages(x, 1))
 
-	px.stallDown()
-	beating := make(chan struct{})
-	defer close(beating)
-	go px.beatUntil(beating)
 	y := a.exchange(t) // not checked yet: the call opens a channel to check it
-	call, cancel := context.WithCancel(ctx)
-	sent := px.clientBytes.Load()
-	done := make(chan []error, 1)
-	go func() { done <- p.Publish(call, messages(y, 1)) }()
-	for px.clientBytes.Load() == sent && ctx.Err() == nil {
-		time.Sleep(time.Millisecond) // until the check reaches the proxy
-	}
-	cancel()
-	err := (<-done)[0] // cancelled, or (on a loaded machine) timed out first
-	require.Error(t, err)
-	require.False(t, outbox.IsPermanent(err), "%v", err)
-	for px.ended.Load() == 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond) // until the client closes its socket
-	}
-	require.NoError(t, ctx.Err(), "the stalled connection was never dropped")
+	requireDroppedAfterCancel(ctx, t, px, p, messages(y, 1))
 }
 
 // TestCloseDuringPublish: Close while calls are publishing: each message
