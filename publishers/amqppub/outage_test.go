@@ -36,6 +36,24 @@ func allStored(t *testing.T, errs []error) bool {
 	return ok
 }
 
+// proxiedPublisher returns a proxy to the tests' broker and a Publisher
+// connected through it with cfg (its URL set to the proxy's), once a
+// message to dest is stored: connected, dest's exchange known.
+func proxiedPublisher(ctx context.Context, t *testing.T, cfg amqppub.Config, dest string) (*proxy, *amqppub.Publisher) {
+	t.Helper()
+	px := newProxy(t, brokerAddr(t))
+	cfg.URL = px.url()
+	p := newPublisher(t, cfg)
+	publishUntilStored(ctx, t, p, messages(dest, 1))
+	return px, p
+}
+
+// exchangePerDestination routes each message to the exchange its
+// destination names, with routing key "k".
+func exchangePerDestination(rp amqppub.RouteParams) (amqppub.Route, error) {
+	return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
+}
+
 // publishUntilStored publishes msgs until every one is stored or ctx
 // ends, and fails the test in the second case.
 func publishUntilStored(ctx context.Context, t *testing.T, p *amqppub.Publisher, msgs []outbox.Message) {
@@ -55,9 +73,7 @@ func TestConnectionLostMidBatch(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	q := a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, MaxInFlight: 8})
-	publishUntilStored(ctx, t, p, messages("d", 1)) // connected, exchange known
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{Exchange: x, MaxInFlight: 8}, "d") // connected, exchange known
 
 	px.cutAfterAcks(1)
 	msgs := messages("d", 500)
@@ -88,9 +104,7 @@ func TestConfirmTimeout(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
-	publishUntilStored(ctx, t, p, messages("d", 1))
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{Exchange: x, ConfirmTimeout: 100 * time.Millisecond}, "d")
 
 	px.stallDown()
 	for i, err := range p.Publish(ctx, messages("d", 3)) {
@@ -115,9 +129,7 @@ func TestBlockedConnection(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout, MaxInFlight: 2})
-	publishUntilStored(ctx, t, p, messages("d", 1))
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{Exchange: x, ConfirmTimeout: amqppub.MaxConfirmTimeout, MaxInFlight: 2}, "d")
 
 	// Blocked while waiting: the confirms are held back, then the block
 	// arrives.
@@ -167,11 +179,7 @@ func TestStalledBeforePublishing(t *testing.T) {
 	x, y := a.exchange(t), a.exchange(t)
 	a.queue(t, x, "#", nil)
 	a.queue(t, y, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
-		return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
-	}})
-	publishUntilStored(runContext(t), t, p, messages(x, 1)) // connected; y is not checked yet
+	px, p := proxiedPublisher(runContext(t), t, amqppub.Config{RouteFunc: exchangePerDestination}, x) // connected; y is not checked yet
 
 	px.stallDown()
 	ctx, cancel := context.WithTimeout(runContext(t), 100*time.Millisecond)
@@ -253,12 +261,7 @@ func TestStalledOpeningChannel(t *testing.T) {
 	x, y := a.exchange(t), a.exchange(t)
 	a.queue(t, x, "#", nil)
 	a.queue(t, y, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
-		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
-			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
-		}})
-	publishUntilStored(ctx, t, p, messages(x, 1)) // connected; y not checked yet
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{ConfirmTimeout: 100 * time.Millisecond, RouteFunc: exchangePerDestination}, x) // connected; y not checked yet
 
 	px.stallDown()
 	beating := make(chan struct{})
@@ -283,9 +286,7 @@ func TestStalledAfterCancel(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, ConfirmTimeout: 100 * time.Millisecond})
-	publishUntilStored(ctx, t, p, messages("d", 1))
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{Exchange: x, ConfirmTimeout: 100 * time.Millisecond}, "d")
 
 	requireDroppedAfterCancel(ctx, t, px, p, messages("d", 1))
 }
@@ -327,12 +328,7 @@ func TestStalledOpeningAfterCancel(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), ConfirmTimeout: 100 * time.Millisecond,
-		RouteFunc: func(rp amqppub.RouteParams) (amqppub.Route, error) {
-			return amqppub.Route{Exchange: rp.Destination, RoutingKey: "k"}, nil
-		}})
-	publishUntilStored(ctx, t, p, messages(x, 1))
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{ConfirmTimeout: 100 * time.Millisecond, RouteFunc: exchangePerDestination}, x)
 
 	y := a.exchange(t) // not checked yet: the call opens a channel to check it
 	requireDroppedAfterCancel(ctx, t, px, p, messages(y, 1))
@@ -347,9 +343,7 @@ func TestCloseDuringPublish(t *testing.T) {
 	a := newAdmin(t)
 	x := a.exchange(t)
 	q := a.queue(t, x, "#", nil)
-	px := newProxy(t, brokerAddr(t))
-	p := newPublisher(t, amqppub.Config{URL: px.url(), Exchange: x, MaxInFlight: 4})
-	publishUntilStored(ctx, t, p, messages("d", 1))
+	px, p := proxiedPublisher(ctx, t, amqppub.Config{Exchange: x, MaxInFlight: 4}, "d")
 
 	const callers = 3
 	results := make(chan []error, callers)
